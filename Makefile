@@ -1,0 +1,30 @@
+# Two targets a user needs: `make demo` and `make test`. Both set up .venv first (once).
+# torch is pinned to the CPU build used by the test suite; on a GPU machine install your CUDA build of
+# torch first and run `make setup TORCH=` to keep it.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH ?= torch==2.13.0
+DEEPSPEED ?= deepspeed==0.19.8
+
+.PHONY: setup test demo clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements/lock.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(if $(TORCH),$(PY) -m pip install -q $(TORCH))
+	$(PY) -m pip install -q -r requirements/lock.txt
+	# DeepSpeed builds against the torch above; build isolation would pull a second, multi-GB torch.
+	$(PY) -m pip install -q --no-build-isolation $(DEEPSPEED)
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+test: setup
+	$(PY) -m pytest -q
+
+demo: setup
+	$(VENV)/bin/judge-demo --output_dir demo_outputs
+
+clean:
+	rm -rf $(VENV) demo_outputs eval_outputs

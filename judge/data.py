@@ -1,0 +1,327 @@
+"""The interleaved data model: segments, samples, annotations, judge results, and their loaders.
+
+Every command reads its input through `load_samples` or `load_annotations`, which validate the whole
+file and raise one `InputError` that lists every problem (file, record, field), so a user fixes a
+dataset in one pass instead of one crash at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from PIL import Image
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+CRITERIA = ("text_quality", "image_quality", "text_image_coherence", "style_consistency")
+SCORE_FIELDS = ("overall", *CRITERIA)
+CATEGORIES = ("SA", "PBL", "MSR")
+Category = Literal["SA", "PBL", "MSR"]
+
+
+class Segment(BaseModel):
+    """One piece of an interleaved message: a text, an image path, or both (text first)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str | None = None
+    image: str | None = None
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Segment:
+        if self.text is None and self.image is None:
+            raise ValueError("a segment needs 'text' or 'image'")
+        return self
+
+
+def _as_segments(value: object) -> object:
+    # MMIE answers from text-only models are plain strings; treat them as one text segment.
+    if isinstance(value, str):
+        return [{"text": value}]
+    return value
+
+
+def category_from_id(sample_id: str) -> str | None:
+    """MMIE names a sample's category inside its id (e.g. `SA_0012`); None if no single one does."""
+    tokens = {part.upper() for part in _split_alnum(sample_id)}
+    found = [c for c in CATEGORIES if c in tokens]
+    if len(found) != 1:
+        found = [c for c in CATEGORIES if c in sample_id.upper()]
+    return found[0] if len(found) == 1 else None
+
+
+def _split_alnum(text: str) -> list[str]:
+    parts, current = [], []
+    for ch in text:
+        if ch.isalpha():
+            current.append(ch)
+        elif current:
+            parts.append("".join(current))
+            current = []
+    if current:
+        parts.append("".join(current))
+    return parts
+
+
+class Sample(BaseModel):
+    """An interleaved question and one model's answer, in MMIE's field names."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: str
+    question: list[Segment]
+    answer: list[Segment]
+    model: str | None = None
+    gt_answer: list[Segment] | None = None
+    category: Category
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if isinstance(data.get("id"), int):
+            data["id"] = str(data["id"])
+        for key in ("question", "answer", "gt_answer"):
+            if key in data:
+                data[key] = _as_segments(data[key])
+        if data.get("category") is None and isinstance(data.get("id"), str):
+            data["category"] = category_from_id(data["id"])
+        if data.get("category") is None:
+            data.pop("category", None)
+        elif isinstance(data["category"], str):
+            data["category"] = data["category"].upper()
+        return data
+
+    def images(self) -> list[str]:
+        """Image paths in prompt order: question first, then answer (the reference answer is text-only
+        in MMIE's prompt, so its images are not shown to the judge)."""
+        return [s.image for s in self.question + self.answer if s.image is not None]
+
+
+class HumanScores(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    overall: float | None = None
+    text_quality: float | None = None
+    image_quality: float | None = None
+    text_image_coherence: float | None = None
+    style_consistency: float | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> HumanScores:
+        if not self.given():
+            raise ValueError(f"human_scores needs at least one of {', '.join(SCORE_FIELDS)}")
+        return self
+
+    def given(self) -> dict[str, float]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class Annotation(Sample):
+    """A sample rated by a person: the unit `judge-train` learns from and `judge-calibrate` compares to."""
+
+    human_scores: HumanScores
+    feedback: str | None = None
+    annotator: str | None = None
+
+    @field_validator("human_scores", mode="before")
+    @classmethod
+    def _numbers(cls, value: object) -> object:
+        if isinstance(value, dict):
+            for key, score in value.items():
+                if isinstance(score, bool) or (score is not None and not isinstance(score, (int, float))):
+                    raise ValueError(f"human_scores.{key} must be a number, got {score!r}")
+        return value
+
+
+class JudgeResult(BaseModel):
+    """One scored sample as `judge-score` writes it."""
+
+    id: str
+    model: str | None
+    category: Category
+    feedback: str
+    score: int | None
+    criteria: dict[str, int | None]
+    score_distribution: dict[str, float] | None = None
+    expected_score: float | None = None
+    calibrated_score: float | None = None
+    parse_error: str | None = None
+    truncated: list[str] = []
+    n_images: int
+    n_tiles: int
+    prompt_tokens: int
+    generated_tokens: int
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with one record, said so that the user can find and fix it."""
+
+    file: str
+    message: str
+    index: int | None = None
+    record_id: str | None = None
+    field: str | None = None
+
+    def __str__(self) -> str:
+        where = [self.file]
+        if self.index is not None:
+            where.append(f"record {self.index}" + (f" (id {self.record_id!r})" if self.record_id else ""))
+        if self.field:
+            where.append(self.field)
+        return f"{': '.join(where)}: {self.message}"
+
+
+class InputError(Exception):
+    """Everything wrong with an input, found in one pass."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        shown = "\n  ".join(str(p) for p in problems[:50])
+        more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
+        super().__init__(f"{len(problems)} problem(s) in the input:\n  {shown}{more}")
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """Records of a JSON list, or of a JSONL file (`.jsonl`, one object per line); errors name the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError([Problem(str(path), "file not found")])
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        raise InputError([Problem(str(path), "file is empty")])
+    if path.suffix != ".jsonl":
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise InputError([Problem(str(path), f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}")]) from None
+    else:
+        records, problems = [], []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                problems.append(Problem(str(path), f"invalid JSON on line {lineno}: {err.msg}"))
+        if problems:
+            raise InputError(problems)
+    if not isinstance(records, list):
+        raise InputError([Problem(str(path), "expected a JSON list of records or JSONL, one record per line")])
+    return records
+
+
+def _field_name(loc: tuple) -> str:
+    name = ""
+    for part in loc:
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return name
+
+
+def _validation_problems(path: str, index: int, record: object, err: ValidationError) -> list[Problem]:
+    record_id = str(record.get("id")) if isinstance(record, dict) and record.get("id") is not None else None
+    problems = []
+    for e in err.errors():
+        loc = tuple(p for p in e["loc"] if p not in ("function-after[_not_empty(), Segment]",))
+        message = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "missing" and loc == ("category",):
+            message = f"no category: set 'category' to one of {', '.join(CATEGORIES)} or put one in the id"
+        problems.append(Problem(path, message, index, record_id, _field_name(loc) or None))
+    return problems
+
+
+def _parse(path: str | Path, model: type[Sample]) -> tuple[list, list[Problem]]:
+    """Every record that validates, and the problems of those that do not (with their indices)."""
+    records = read_records(path)
+    parsed, problems = [], []
+    for index, record in enumerate(records):
+        try:
+            parsed.append((index, model.model_validate(record)))
+        except ValidationError as err:
+            problems.extend(_validation_problems(str(path), index, record, err))
+    if not records:
+        problems.append(Problem(str(path), "no records"))
+    return parsed, problems
+
+
+def resolve_image(image: str, image_root: str | Path) -> Path:
+    path = Path(image)
+    return path if path.is_absolute() else Path(image_root) / path
+
+
+def _image_problem(path: Path) -> str | None:
+    if not path.is_file():
+        return f"image not found: {path}"
+    try:
+        with Image.open(path) as img:
+            img.load()
+    except Exception as err:  # PIL raises many types for a broken file; all mean the same to the user.
+        return f"image cannot be decoded: {path} ({type(err).__name__}: {err})"
+    return None
+
+
+def image_problems(path: str | Path, samples: list[tuple[int, Sample]], image_root: str | Path) -> list[Problem]:
+    """Check that every image of every (index, sample) exists and decodes, before any model is loaded."""
+    places = []
+    for index, sample in samples:
+        for part in ("question", "answer"):
+            for k, segment in enumerate(getattr(sample, part)):
+                if segment.image is not None:
+                    places.append((index, sample.id, f"{part}[{k}].image", resolve_image(segment.image, image_root)))
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        messages = list(pool.map(_image_problem, [p[3] for p in places]))
+    return [Problem(str(path), msg, index, sid, field) for (index, sid, field, _), msg in zip(places, messages) if msg]
+
+
+def _duplicate_problems(path: str | Path, samples: list[tuple[int, Sample]], key) -> list[Problem]:
+    seen: dict[tuple, int] = {}
+    problems = []
+    for index, sample in samples:
+        k = key(sample)
+        if k in seen:
+            problems.append(Problem(str(path), f"duplicate record: same as record {seen[k]}", index, sample.id))
+        else:
+            seen[k] = index
+    return problems
+
+
+def validate_samples(path: str | Path, image_root: str | Path | None = None) -> tuple[list[Sample], list[Problem]]:
+    """The valid samples of a file and every problem of the others; images are checked when
+    `image_root` is given. For `--skip_invalid`; `load_samples` is the strict form."""
+    parsed, problems = _parse(path, Sample)
+    problems += _duplicate_problems(path, parsed, key=lambda s: s.id)
+    if image_root is not None:
+        problems += image_problems(path, parsed, image_root)
+    bad = {p.index for p in problems}
+    return [s for i, s in parsed if i not in bad], sorted(problems, key=lambda p: (p.index is not None, p.index or 0))
+
+
+def load_samples(path: str | Path, image_root: str | Path | None = None) -> list[Sample]:
+    """Samples to score, all valid, or an InputError listing every problem. Ids must be unique."""
+    samples, problems = validate_samples(path, image_root)
+    if problems:
+        raise InputError(problems)
+    return samples
+
+
+def load_annotations(
+    path: str | Path, image_root: str | Path | None = None, scale: tuple[float, float] = (0, 6)
+) -> list[Annotation]:
+    """Human-rated samples. One id may be rated by several annotators, once each."""
+    parsed, problems = _parse(path, Annotation)
+    problems += _duplicate_problems(path, parsed, key=lambda a: (a.id, a.annotator))
+    low, high = scale
+    problems += [
+        Problem(str(path), f"{value:g} is outside the scale {low:g}-{high:g}", index, a.id, f"human_scores.{name}")
+        for index, a in parsed
+        for name, value in a.human_scores.given().items()
+        if not low <= value <= high
+    ]
+    if image_root is not None:
+        problems += image_problems(path, parsed, image_root)
+    if problems:
+        raise InputError(sorted(problems, key=lambda p: (p.index is not None, p.index or 0)))
+    return [a for _, a in parsed]

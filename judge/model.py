@@ -1,0 +1,403 @@
+"""Loading a judge: any InternVL2 checkpoint becomes transformers' native `InternVLForConditionalGeneration`.
+
+Three kinds of directory are accepted, told apart by their files:
+
+    original  config.json with "architectures": ["InternVLChatModel"]  (InternVL2-4B, MMIE-Eval)
+    native    config.json with "model_type": "internvl"                 (written by transformers or by us)
+    adapter   adapter_config.json (PEFT) over either of the above        (written by judge-train)
+
+The original format is converted on the fly and nothing from the checkpoint is executed: the config is
+mapped field by field, and the weights are streamed one tensor at a time from the safetensors files
+into a model allocated once in the target dtype, so host memory peaks near one copy of the weights.
+
+    original key                                     native key
+    vision_model.embeddings.class_embedding          model.vision_tower.embeddings.cls_token
+    vision_model.embeddings.position_embedding       model.vision_tower.embeddings.position_embeddings
+    vision_model.embeddings.patch_embedding.*        model.vision_tower.embeddings.patch_embeddings.projection.*
+    vision_model.encoder.layers.N.attn.qkv.*         ...encoder.layer.N.attention.{q,k,v}_proj.*  (rows split in 3)
+    vision_model.encoder.layers.N.attn.proj.*        ...encoder.layer.N.attention.projection_layer.*
+    vision_model.encoder.layers.N.norm1/norm2.*      ...encoder.layer.N.layernorm_before/layernorm_after.*
+    vision_model.encoder.layers.N.ls1/ls2            ...encoder.layer.N.lambda_1/lambda_2
+    mlp1.0 / mlp1.1 / mlp1.3                         model.multi_modal_projector.layer_norm / linear_1 / linear_2
+    language_model.model.*                           model.language_model.*
+    language_model.lm_head.weight                    lm_head.weight
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    InternVLConfig,
+    InternVLForConditionalGeneration,
+    InternVLVisionConfig,
+    PreTrainedTokenizerBase,
+)
+from transformers.initialization import no_init_weights
+from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+from judge.templates import TEMPLATES, system_message_from_conversation_py
+from judge.tiling import TilingConfig
+
+IMG_CONTEXT = "<IMG_CONTEXT>"
+IMG_START = "<img>"
+IMG_END = "</img>"
+SETTINGS_FILE = "judge_config.json"
+
+# LLMs that transformers implements natively; InternLM2 (InternVL2-2B/8B/26B) needs remote code.
+SUPPORTED_LLMS = ("phi3", "qwen2", "llama")
+# Which conversation template a native checkpoint without judge_config.json most likely uses.
+TEMPLATE_BY_LLM = {"phi3": "phi3-chat", "qwen2": "Hermes-2", "llama": "Hermes-2"}
+
+
+class CheckpointError(Exception):
+    """A checkpoint directory that cannot be loaded; the message says what was expected."""
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """How the judge expects its input: chat template, system message and image tiling.
+
+    Read from the original config (`template`, `max_dynamic_patch`, ...) or from `judge_config.json`
+    beside a native checkpoint; `system_message=None` means the template's default."""
+
+    template: str
+    system_message: str | None
+    tiling: TilingConfig
+    tokens_per_tile: int
+
+    def to_json(self) -> dict:
+        tiling = asdict(self.tiling)
+        return {
+            "template": self.template,
+            "system_message": self.system_message,
+            "image_size": tiling["image_size"],
+            "min_tiles": tiling["min_tiles"],
+            "max_tiles": tiling["max_tiles"],
+            "use_thumbnail": tiling["use_thumbnail"],
+        }
+
+
+@dataclass
+class Judge:
+    model: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    settings: JudgeSettings
+    source_format: str  # "original", "native" or "adapter"
+
+    @property
+    def image_token_id(self) -> int:
+        return self.tokenizer.convert_tokens_to_ids(IMG_CONTEXT)
+
+
+def default_dtype(device: str | torch.device) -> torch.dtype:
+    """bf16 on an accelerator (the checkpoints' own dtype), fp32 on CPU where bf16 matmuls are slow."""
+    return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
+
+
+def checkpoint_format(path: Path) -> str:
+    if (path / "adapter_config.json").is_file():
+        return "adapter"
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise CheckpointError(
+            f"{path}: no config.json or adapter_config.json; expected an InternVL2 checkpoint directory "
+            "(original InternVLChatModel format, native transformers InternVL, or a PEFT adapter)"
+        )
+    config = json.loads(config_file.read_text())
+    if "InternVLChatModel" in (config.get("architectures") or []) or config.get("model_type") == "internvl_chat":
+        return "original"
+    if config.get("model_type") == "internvl":
+        return "native"
+    raise CheckpointError(
+        f"{config_file}: unsupported architecture {config.get('architectures')} (model_type "
+        f"{config.get('model_type')!r}); expected InternVLChatModel or transformers' InternVL"
+    )
+
+
+def load_judge(path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None) -> Judge:
+    """Load any supported judge checkpoint (see module docstring) ready for inference."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: not a directory; --model_path must name a local checkpoint directory")
+    dtype = dtype or default_dtype(device)
+    kind = checkpoint_format(path)
+    if kind == "adapter":
+        return _load_adapter(path, device, dtype)
+    tokenizer = load_tokenizer(path)
+    if kind == "original":
+        config = json.loads((path / "config.json").read_text())
+        model = _build_from_original(path, config, tokenizer, device, dtype)
+        settings = _settings_from_original(path, config, model.config)
+    else:
+        model = InternVLForConditionalGeneration.from_pretrained(path, dtype=dtype).to(device)
+        settings = _settings_from_native(path, model.config)
+    _check_untied(model)
+    model.eval()
+    return Judge(model, tokenizer, settings, kind)
+
+
+def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
+    # Resolve the class named in tokenizer_config.json ourselves: AutoTokenizer would also read the
+    # original config.json, whose auto_map names remote code that must never run.
+    config_file = path / "tokenizer_config.json"
+    name = json.loads(config_file.read_text()).get("tokenizer_class") if config_file.is_file() else None
+    tokenizer_class = tokenizer_class_from_name(name) if name else None
+    try:
+        if tokenizer_class is not None:
+            tokenizer = tokenizer_class.from_pretrained(path)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: cannot load the tokenizer ({err})") from None
+    missing = [t for t in (IMG_CONTEXT, IMG_START, IMG_END) if t not in tokenizer.get_vocab()]
+    if missing:
+        raise CheckpointError(f"{path}: the tokenizer lacks InternVL's image tokens {missing}")
+    return tokenizer
+
+
+def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
+    from peft import PeftModel
+
+    base_path = Path(json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path") or "")
+    if not base_path.is_dir():
+        raise CheckpointError(
+            f"{path}/adapter_config.json: base_model_name_or_path {str(base_path)!r} is not a local directory; "
+            "point it at the base checkpoint the adapter was trained on"
+        )
+    base = load_judge(base_path, device, dtype)
+    model = PeftModel.from_pretrained(base.model, path).eval()
+    tokenizer = load_tokenizer(path) if (path / "tokenizer_config.json").is_file() else base.tokenizer
+    settings = _read_settings(path, base.settings.tokens_per_tile) or base.settings
+    return Judge(model, tokenizer, settings, "adapter")
+
+
+def native_config_from_original(config: dict, tokenizer: PreTrainedTokenizerBase) -> InternVLConfig:
+    """Map an InternVLChatModel config onto transformers' InternVLConfig, refusing what it cannot represent."""
+    llm, vision = dict(config["llm_config"]), config["vision_config"]
+    llm_type = llm.get("model_type")
+    if llm_type not in SUPPORTED_LLMS:
+        raise CheckpointError(
+            f"unsupported language model {llm_type!r} (architectures {llm.get('architectures')}); "
+            f"transformers implements {', '.join(SUPPORTED_LLMS)} natively"
+        )
+    if config.get("ps_version", "v1") != "v2":
+        raise CheckpointError(f"unsupported ps_version {config.get('ps_version')!r}; only 'v2' pixel shuffle is supported")
+    if vision.get("qk_normalization") or vision.get("norm_type", "layer_norm") != "layer_norm":
+        raise CheckpointError("unsupported vision tower: only InternViT-300M (no qk normalization, LayerNorm) is supported")
+    # The loader, not the checkpoint, decides the dtype; the rest are bookkeeping of the original code.
+    for key in ("architectures", "auto_map", "_name_or_path", "transformers_version", "attn_implementation", "torch_dtype", "dtype"):
+        llm.pop(key, None)
+    if (rope := llm.pop("rope_scaling", None)) is not None:
+        llm["rope_parameters"] = _rope_parameters(rope, llm)
+    llm["tie_word_embeddings"] = False
+    text_config = AutoConfig.for_model(**llm)
+    vision_config = InternVLVisionConfig(
+        hidden_size=vision["hidden_size"],
+        num_hidden_layers=vision["num_hidden_layers"],
+        num_attention_heads=vision["num_attention_heads"],
+        intermediate_size=vision["intermediate_size"],
+        image_size=vision["image_size"],
+        patch_size=vision["patch_size"],
+        num_channels=vision.get("num_channels", 3),
+        attention_bias=vision.get("qkv_bias", True),
+        use_qk_norm=False,
+        hidden_act=vision.get("hidden_act", "gelu"),
+        layer_norm_eps=vision.get("layer_norm_eps", 1e-6),
+        layer_scale_init_value=vision.get("initializer_factor", 1.0),
+        use_mean_pooling=True,  # False would add a final LayerNorm that InternViT does not have
+    )
+    patches = vision["image_size"] // vision["patch_size"]
+    return InternVLConfig(
+        vision_config=vision_config,
+        text_config=text_config,
+        image_token_id=tokenizer.convert_tokens_to_ids(IMG_CONTEXT),
+        image_seq_length=int(patches * patches * config["downsample_ratio"] ** 2),
+        downsample_ratio=config["downsample_ratio"],
+        projector_hidden_act="gelu",
+        vision_feature_layer=config.get("select_layer", -1),
+        vision_feature_select_strategy="default",
+        tie_word_embeddings=False,
+    )
+
+
+def _rope_parameters(rope: dict, llm: dict) -> dict:
+    """transformers' rope_parameters from an original rope_scaling: Phi-3's "su" is "longrope", and the
+    pre-training context length moves inside."""
+    params = {k: v for k, v in rope.items() if k != "type"}
+    rope_type = rope.get("rope_type", rope.get("type"))
+    params["rope_type"] = "longrope" if rope_type == "su" else rope_type
+    params["rope_theta"] = llm.pop("rope_theta", 10000.0)
+    if "original_max_position_embeddings" in llm:
+        params.setdefault("original_max_position_embeddings", llm["original_max_position_embeddings"])
+        # Phi-3's scaling factor is the context extension, which the original code derives the same way.
+        params.setdefault("factor", llm["max_position_embeddings"] / llm["original_max_position_embeddings"])
+    return params
+
+
+_RENAMES = [
+    (r"^vision_model\.embeddings\.class_embedding$", "model.vision_tower.embeddings.cls_token"),
+    (r"^vision_model\.embeddings\.position_embedding$", "model.vision_tower.embeddings.position_embeddings"),
+    (r"^vision_model\.embeddings\.patch_embedding\.", "model.vision_tower.embeddings.patch_embeddings.projection."),
+    (r"^vision_model\.encoder\.layers\.(\d+)\.attn\.proj\.", r"model.vision_tower.encoder.layer.\1.attention.projection_layer."),
+    (r"^vision_model\.encoder\.layers\.(\d+)\.norm1\.", r"model.vision_tower.encoder.layer.\1.layernorm_before."),
+    (r"^vision_model\.encoder\.layers\.(\d+)\.norm2\.", r"model.vision_tower.encoder.layer.\1.layernorm_after."),
+    (r"^vision_model\.encoder\.layers\.(\d+)\.ls1$", r"model.vision_tower.encoder.layer.\1.lambda_1"),
+    (r"^vision_model\.encoder\.layers\.(\d+)\.ls2$", r"model.vision_tower.encoder.layer.\1.lambda_2"),
+    (r"^vision_model\.encoder\.layers\.(\d+)\.mlp\.", r"model.vision_tower.encoder.layer.\1.mlp."),
+    (r"^mlp1\.0\.", "model.multi_modal_projector.layer_norm."),
+    (r"^mlp1\.1\.", "model.multi_modal_projector.linear_1."),
+    (r"^mlp1\.3\.", "model.multi_modal_projector.linear_2."),
+    (r"^language_model\.model\.", "model.language_model."),
+    (r"^language_model\.lm_head\.", "lm_head."),
+]
+_FUSED_QKV = re.compile(r"^vision_model\.encoder\.layers\.(\d+)\.attn\.qkv\.(weight|bias)$")
+
+
+def native_tensors(key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """The native (name, tensor) pairs for one original tensor: a rename, or the split of a fused qkv."""
+    if match := _FUSED_QKV.match(key):
+        layer, kind = match.groups()
+        q, k, v = tensor.chunk(3, dim=0)  # rows are [q; k; v], as InternViT reshapes its qkv output
+        prefix = f"model.vision_tower.encoder.layer.{layer}.attention"
+        return [(f"{prefix}.q_proj.{kind}", q), (f"{prefix}.k_proj.{kind}", k), (f"{prefix}.v_proj.{kind}", v)]
+    for pattern, replacement in _RENAMES:
+        new_key, count = re.subn(pattern, replacement, key)
+        if count:
+            return [(new_key, tensor)]
+    return [(key, tensor)]
+
+
+def safetensors_files(path: Path) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        missing = [s for s in shards if not (path / s).is_file()]
+        if missing:
+            raise CheckpointError(f"{index}: lists shards that are missing: {', '.join(missing)}")
+        return [path / s for s in shards]
+    if (path / "model.safetensors").is_file():
+        return [path / "model.safetensors"]
+    if any(path.glob("*.bin")):
+        raise CheckpointError(f"{path}: only .bin weights found; convert them to safetensors first")
+    raise CheckpointError(f"{path}: no model.safetensors or model.safetensors.index.json")
+
+
+def _build_from_original(
+    path: Path, config: dict, tokenizer: PreTrainedTokenizerBase, device: str, dtype: torch.dtype
+) -> InternVLForConditionalGeneration:
+    native_config = native_config_from_original(config, tokenizer)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with no_init_weights(), torch.device(device):
+            model = InternVLForConditionalGeneration(native_config)
+    finally:
+        torch.set_default_dtype(previous)
+    params = dict(model.named_parameters())
+    unfilled, unexpected = set(params), []
+    with torch.no_grad():
+        for file in safetensors_files(path):
+            with safe_open(file, framework="pt") as weights:
+                for key in weights.keys():
+                    for name, tensor in native_tensors(key, weights.get_tensor(key)):
+                        if name not in params:
+                            unexpected.append(key)
+                            continue
+                        if params[name].shape != tensor.shape:
+                            raise CheckpointError(
+                                f"{file}: {key} has shape {tuple(tensor.shape)}, the config implies {tuple(params[name].shape)}"
+                            )
+                        params[name].copy_(tensor)
+                        unfilled.discard(name)
+    if unfilled or unexpected:
+        raise CheckpointError(
+            f"{path}: weights do not match the config: missing {sorted(unfilled)[:5]}"
+            f"{' ...' if len(unfilled) > 5 else ''}, unexpected {sorted(set(unexpected))[:5]}"
+        )
+    return model
+
+
+def _check_untied(model: torch.nn.Module) -> None:
+    # transformers' InternVLConfig defaults to tied embeddings; InternVL2 checkpoints have their own lm_head.
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if inner.config.tie_word_embeddings:
+        return
+    if inner.lm_head.weight.data_ptr() == inner.get_input_embeddings().weight.data_ptr():
+        raise CheckpointError("lm_head shares storage with the input embeddings although the config says untied")
+
+
+def _tokens_per_tile(config: InternVLConfig) -> int:
+    image_size = config.vision_config.image_size[0]
+    patch_size = config.vision_config.patch_size[0]
+    return int((image_size // patch_size) ** 2 * config.downsample_ratio**2)
+
+
+def _settings_from_original(path: Path, config: dict, native: InternVLConfig) -> JudgeSettings:
+    template = config.get("template")
+    if template not in TEMPLATES:
+        raise CheckpointError(f"{path}/config.json: template {template!r} is not one of {', '.join(TEMPLATES)}")
+    system_message = config.get("system_message")
+    if system_message is None and (path / "conversation.py").is_file():
+        system_message = system_message_from_conversation_py(path / "conversation.py", template)
+    tiling = TilingConfig(
+        image_size=config.get("force_image_size") or config["vision_config"]["image_size"],
+        min_tiles=config.get("min_dynamic_patch", 1),
+        max_tiles=config.get("max_dynamic_patch", 12) if config.get("dynamic_image_size", True) else 1,
+        use_thumbnail=config.get("use_thumbnail", True),
+    )
+    return JudgeSettings(template, system_message, tiling, _tokens_per_tile(native))
+
+
+def _read_settings(path: Path, tokens_per_tile: int) -> JudgeSettings | None:
+    file = path / SETTINGS_FILE
+    if not file.is_file():
+        return None
+    data = json.loads(file.read_text())
+    if data.get("template") not in TEMPLATES:
+        raise CheckpointError(f"{file}: template {data.get('template')!r} is not one of {', '.join(TEMPLATES)}")
+    tiling = TilingConfig(
+        image_size=data["image_size"], min_tiles=data["min_tiles"], max_tiles=data["max_tiles"], use_thumbnail=data["use_thumbnail"]
+    )
+    return JudgeSettings(data["template"], data.get("system_message"), tiling, tokens_per_tile)
+
+
+def _settings_from_native(path: Path, config: InternVLConfig) -> JudgeSettings:
+    """judge_config.json when present; otherwise the template of the LLM family and InternVL's default tiling."""
+    tokens_per_tile = _tokens_per_tile(config)
+    if settings := _read_settings(path, tokens_per_tile):
+        return settings
+    llm_type = config.text_config.model_type
+    if llm_type not in TEMPLATE_BY_LLM:
+        raise CheckpointError(f"{path}: no {SETTINGS_FILE} and no default template for language model {llm_type!r}")
+    return JudgeSettings(
+        TEMPLATE_BY_LLM[llm_type], None, TilingConfig(image_size=config.vision_config.image_size[0]), tokens_per_tile
+    )
+
+
+def save_native(judge: Judge, out_dir: str | Path) -> Path:
+    """Write a standalone native checkpoint (weights, tokenizer, judge settings) that `load_judge` reads."""
+    out_dir = Path(out_dir)
+    model = judge.model.merge_and_unload() if hasattr(judge.model, "merge_and_unload") else judge.model
+    model.save_pretrained(out_dir, safe_serialization=True)
+    judge.tokenizer.save_pretrained(out_dir)
+    write_settings(judge.settings, out_dir)
+    return out_dir
+
+
+def write_settings(settings: JudgeSettings, out_dir: str | Path) -> None:
+    (Path(out_dir) / SETTINGS_FILE).write_text(json.dumps(settings.to_json(), indent=2) + "\n")
+
+
+def with_max_tiles(settings: JudgeSettings, max_tiles: int | None) -> JudgeSettings:
+    """The same settings with a user's --max_tiles, if given."""
+    if max_tiles is None:
+        return settings
+    return replace(settings, tiling=replace(settings.tiling, max_tiles=max_tiles))

@@ -1,0 +1,183 @@
+"""From a sample to the exact text the judge reads.
+
+    sample --flatten--> question/answer text with `Image-k: <image>` lines (MMIE's numbering)
+           --rubric---> the category's prompt (configs/rubrics/*.yaml)
+           --template-> the chat turn (judge/templates.py)
+           --expand---> each <image> becomes <img><IMG_CONTEXT> x (tokens_per_tile * tiles)</img>
+
+Image-token budget (`image_token_budget`, counted in <IMG_CONTEXT> tokens per sample). When a sample's
+images need more, cuts are made in this order until it fits, and each is recorded in
+`JudgePrompt.truncated`:
+  1. every image's tile limit is lowered together, one step at a time, down to 1 tile (no thumbnail);
+  2. whole images are replaced by the text `[image omitted]`, question images first (earliest first),
+     then answer images (latest first), keeping the `Image-k:` numbering so the text still lines up.
+The rubric, instructions, question and answer text are never cut. A sample is never dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+from PIL import Image
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from judge.data import InputError, Problem, Sample, Segment, resolve_image
+from judge.templates import ChatTemplate
+from judge.tiling import TilingConfig, count_tiles
+
+IMAGE_PLACEHOLDER = "<image>"
+OMITTED_IMAGE = "[image omitted]"
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_RUBRICS = tuple(CONFIG_DIR / "rubrics" / f"{name}.yaml" for name in ("sa", "pbl", "msr"))
+
+
+class Rubric(BaseModel):
+    """One category's instructions and prompt layout, loaded from YAML."""
+
+    model_config = ConfigDict(extra="forbid")
+    category: str
+    scale: tuple[int, int] = (0, 6)
+    criteria: dict[str, str] = {}  # criterion name -> the label of its line in the judge's output
+    instructions: str
+    template: str  # fields: {instructions} {question} {answer} {reference}
+    use_reference: bool = False  # MMIE shows the reference answer (gt_answer) for MSR only
+
+    def fill(self, question: str, answer: str, reference: str) -> str:
+        return self.template.format(
+            instructions=self.instructions, question=question, answer=answer, reference=reference if self.use_reference else ""
+        )
+
+
+def load_rubrics(paths: list[str | Path] | tuple[Path, ...] = DEFAULT_RUBRICS) -> dict[str, Rubric]:
+    """Rubrics by category from YAML files (each holds one rubric, or a list of them)."""
+    rubrics: dict[str, Rubric] = {}
+    problems = []
+    for path in paths:
+        path = Path(path)
+        files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+        for file in files:
+            if not file.is_file():
+                problems.append(Problem(str(file), "rubric file not found"))
+                continue
+            data = yaml.safe_load(file.read_text(encoding="utf-8"))
+            for index, entry in enumerate(data if isinstance(data, list) else [data]):
+                try:
+                    rubric = Rubric.model_validate(entry)
+                except ValidationError as err:
+                    problems += [Problem(str(file), e["msg"], index, None, ".".join(map(str, e["loc"]))) for e in err.errors()]
+                    continue
+                if rubric.category in rubrics:
+                    problems.append(Problem(str(file), f"a second rubric for category {rubric.category}", index))
+                rubrics[rubric.category] = rubric
+    if problems:
+        raise InputError(problems)
+    return rubrics
+
+
+@dataclass(frozen=True)
+class PlannedImage:
+    """One image of the prompt and how many tiles it gets (0: omitted for the budget)."""
+
+    path: Path
+    number: int  # the k of `Image-k`
+    part: str  # "question" or "answer"
+    tiling: TilingConfig
+    n_tiles: int
+
+
+@dataclass(frozen=True)
+class JudgePrompt:
+    sample_id: str
+    text: str
+    images: list[PlannedImage]  # only the images shown, in prompt order
+    truncated: list[str]
+
+    @property
+    def n_tiles(self) -> int:
+        return sum(image.n_tiles for image in self.images)
+
+
+def flatten(segments: list[Segment], first_number: int, shown: dict[int, bool]) -> tuple[str, int]:
+    """MMIE's layout: text segments and `Image-k: <image>` lines joined by newlines, k counted on."""
+    lines, number = [], first_number
+    for segment in segments:
+        if segment.text is not None:
+            lines.append(segment.text)
+        if segment.image is not None:
+            lines.append(f"Image-{number}: {IMAGE_PLACEHOLDER if shown.get(number, True) else OMITTED_IMAGE}")
+            number += 1
+    return "\n".join(lines), number
+
+
+def _image_size(path: Path, exif_transpose: bool) -> tuple[int, int]:
+    with Image.open(path) as image:
+        width, height = image.size
+        if exif_transpose and image.getexif().get(0x0112) in (5, 6, 7, 8):  # orientations that swap axes
+            width, height = height, width
+    return width, height
+
+
+def plan_images(
+    sample: Sample, image_root: Path, tiling: TilingConfig, tokens_per_tile: int, budget: int | None
+) -> tuple[list[PlannedImage], list[str]]:
+    """Decide the tiles of every image under the budget (see the module docstring for the order of cuts)."""
+    refs = [(s.image, part) for part in ("question", "answer") for s in getattr(sample, part) if s.image is not None]
+    sizes = [_image_size(resolve_image(path, image_root), tiling.exif_transpose) for path, _ in refs]
+    plans = [
+        PlannedImage(resolve_image(path, image_root), k + 1, part, tiling, count_tiles(*size, tiling))
+        for k, ((path, part), size) in enumerate(zip(refs, sizes))
+    ]
+    truncated: list[str] = []
+    tokens = lambda: sum(p.n_tiles for p in plans) * tokens_per_tile  # noqa: E731
+    if budget is None or tokens() <= budget:
+        return plans, truncated
+    max_tiles = tiling.max_tiles
+    while tokens() > budget and max_tiles > 1:
+        max_tiles -= 1
+        smaller = replace(tiling, max_tiles=max_tiles, min_tiles=min(tiling.min_tiles, max_tiles))
+        plans = [replace(p, tiling=smaller, n_tiles=count_tiles(*size, smaller)) if p.n_tiles else p for p, size in zip(plans, sizes)]
+    if max_tiles < tiling.max_tiles:
+        truncated.append(f"tiles per image limited to {max_tiles} (from {tiling.max_tiles})")
+    drop_order = [i for i, p in enumerate(plans) if p.part == "question"] + [i for i, p in reversed(list(enumerate(plans))) if p.part == "answer"]
+    for i in drop_order:
+        if tokens() <= budget:
+            break
+        plans[i] = replace(plans[i], n_tiles=0)
+        truncated.append(f"Image-{plans[i].number} ({plans[i].part}) omitted")
+    return plans, truncated
+
+
+def image_tokens(n_tiles: int, tokens_per_tile: int) -> str:
+    return "<img>" + "<IMG_CONTEXT>" * (tokens_per_tile * n_tiles) + "</img>"
+
+
+def build_prompt(
+    sample: Sample,
+    rubric: Rubric,
+    template: ChatTemplate,
+    system_message: str | None,
+    image_root: str | Path,
+    tiling: TilingConfig,
+    tokens_per_tile: int,
+    image_token_budget: int | None = None,
+) -> JudgePrompt:
+    plans, truncated = plan_images(sample, Path(image_root), tiling, tokens_per_tile, image_token_budget)
+    shown = {p.number: p.n_tiles > 0 for p in plans}
+    question, next_number = flatten(sample.question, 1, shown)
+    answer, _ = flatten(sample.answer, next_number, shown)
+    reference, _ = flatten([Segment(text=s.text) for s in sample.gt_answer or [] if s.text is not None], 1, {})
+    query = rubric.fill(question, answer, reference)
+    shown_images = [p for p in plans if p.n_tiles > 0]
+    if shown_images and IMAGE_PLACEHOLDER not in query:
+        query = f"{IMAGE_PLACEHOLDER}\n{query}"  # InternVL's chat() rule for a query without a placeholder
+    text = template.render(query, system_message)
+    pieces = text.split(IMAGE_PLACEHOLDER)
+    if len(pieces) - 1 != len(shown_images):
+        raise ValueError(
+            f"sample {sample.id!r}: the prompt has {len(pieces) - 1} {IMAGE_PLACEHOLDER} placeholders for "
+            f"{len(shown_images)} images; does the rubric or the sample text contain a literal {IMAGE_PLACEHOLDER}?"
+        )
+    expanded = pieces[0] + "".join(image_tokens(p.n_tiles, tokens_per_tile) + rest for p, rest in zip(shown_images, pieces[1:]))
+    return JudgePrompt(sample.id, expanded, shown_images, truncated)

@@ -1,0 +1,94 @@
+"""Conversation templates of the InternVL2 family, rendered the way InternVL's `model.chat` renders them.
+
+All three use InternVL's "MPT" separator style: system, then each turn as role + message + separator,
+with no newline between turns, and the final assistant role left open for the model to continue:
+
+    phi3-chat       <|system|>\n{system}<|end|><|user|>\n{query}<|end|><|assistant|>\n
+    internlm2-chat  <|im_start|>system\n{system}<|im_end|><|im_start|>user\n{query}<|im_end|><|im_start|>assistant\n
+    Hermes-2        (the same ChatML layout as internlm2-chat)
+
+The model stops at the separator token (`<|end|>` or `<|im_end|>`), which is also the token a trained
+target ends with. The system message comes from the checkpoint when it carries one (config.json's
+`system_message`, or its own `conversation.py` read with `ast`, never executed); otherwise it is
+InternVL's default below.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+# InternVL2's default system message, as its conversation.py defines it for these templates.
+INTERNVL_SYSTEM_MESSAGE = "你是由上海人工智能实验室联合商汤科技开发的书生多模态大模型，英文名叫InternVL, 是一个有用无害的人工智能助手。"
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    name: str
+    system_template: str  # contains {system_message}
+    user_role: str
+    assistant_role: str
+    separator: str
+    default_system_message: str = INTERNVL_SYSTEM_MESSAGE
+
+    def render(self, query: str, system_message: str | None = None) -> str:
+        """The prompt for one user turn, ending where the assistant's answer begins."""
+        system = self.system_template.format(system_message=self.default_system_message if system_message is None else system_message)
+        return f"{system}{self.separator}{self.user_role}{query}{self.separator}{self.assistant_role}"
+
+    def target(self, answer: str) -> str:
+        """What a trained judge must produce after `render`: the answer and the stop separator."""
+        return f"{answer}{self.separator}"
+
+    @property
+    def stop_token(self) -> str:
+        return self.separator.strip()
+
+
+_CHATML = dict(
+    system_template="<|im_start|>system\n{system_message}",
+    user_role="<|im_start|>user\n",
+    assistant_role="<|im_start|>assistant\n",
+    separator="<|im_end|>",
+)
+
+TEMPLATES: dict[str, ChatTemplate] = {
+    "phi3-chat": ChatTemplate(
+        name="phi3-chat",
+        system_template="<|system|>\n{system_message}",
+        user_role="<|user|>\n",
+        assistant_role="<|assistant|>\n",
+        separator="<|end|>",
+    ),
+    "internlm2-chat": ChatTemplate(name="internlm2-chat", **_CHATML),
+    "Hermes-2": ChatTemplate(name="Hermes-2", **_CHATML),
+}
+
+
+def get_template(name: str) -> ChatTemplate:
+    if name not in TEMPLATES:
+        raise KeyError(f"unknown conversation template {name!r}; known: {', '.join(TEMPLATES)}")
+    return TEMPLATES[name]
+
+
+def system_message_from_conversation_py(path: Path, template: str) -> str | None:
+    """The system_message that a checkpoint's conversation.py gives `template`, read as data.
+
+    Looks for `Conversation(name=<template>, system_message=<literal>, ...)`; None when the file has no
+    such literal (then the caller falls back to the template's default)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        kwargs = {kw.arg: kw.value for kw in node.keywords if kw.arg}
+        name, message = kwargs.get("name"), kwargs.get("system_message")
+        if name is None or message is None:
+            continue
+        try:
+            if ast.literal_eval(name) == template:
+                value = ast.literal_eval(message)
+                return value if isinstance(value, str) else None
+        except ValueError:
+            continue
+    return None

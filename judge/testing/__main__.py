@@ -1,0 +1,50 @@
+"""python -m judge.testing checkpoint|dataset ...: write a tiny judge or a synthetic dataset."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from judge.cli import add_common_flags, run
+from judge.testing import write_dataset, write_native_checkpoint, write_original_checkpoint
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m judge.testing", description=__doc__)
+    add_common_flags(p)
+    sub = p.add_subparsers(dest="command", required=True)
+    ckpt = sub.add_parser("checkpoint", help="write a tiny random InternVL2-style judge")
+    ckpt.add_argument("out_dir", help="directory to write (created if missing)")
+    ckpt.add_argument("--format", choices=["original", "native"], default="original",
+                      help="original: InternVLChatModel as InternVL2-4B ships; native: transformers' InternVL (default: original)")
+    ckpt.add_argument("--seed", type=int, default=0, help="seed of the random weights (default: 0)")
+    ckpt.add_argument("--shards", type=int, default=1, help="safetensors shards, original format only (default: 1)")
+    ckpt.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                      help="stored dtype, original format only; float32 keeps parity checks exact (default: float32)")
+    data = sub.add_parser("dataset", help="write a synthetic MMIE-format dataset with real images")
+    data.add_argument("out_dir", help="directory to write: data.json and images/")
+    data.add_argument("--samples", type=int, default=24, help="number of samples (default: 24)")
+    data.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    data.add_argument("--annotated", action="store_true", help="add human_scores, annotator and feedback (default: off)")
+    return p
+
+
+def main(argv=None) -> int:
+    return run(_main, argv)
+
+
+def _main(argv) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "checkpoint":
+        if args.format == "original":
+            path = write_original_checkpoint(args.out_dir, seed=args.seed, shards=args.shards, dtype=args.dtype)
+        else:
+            path = write_native_checkpoint(args.out_dir, seed=args.seed)
+    else:
+        path = write_dataset(args.out_dir, args.samples, seed=args.seed, annotated=args.annotated)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""InternVL's dynamic tiling, bit for bit as its reference `load_image` does it.
+
+    image --convert('RGB')--> choose a grid (cols x rows) close to the image's aspect ratio
+          --resize to (448*cols, 448*rows), PIL's default resample (BICUBIC for RGB)-->
+          crop cols*rows tiles row by row, + a 448x448 thumbnail of the whole image if more than one
+          --each tile: BICUBIC resize to 448 (a no-op copy here), /255, (x - ImageNet mean) / std-->
+
+Grid choice: the candidates are every (cols, rows) with min_tiles <= cols*rows <= max_tiles, ordered by
+cols*rows; the winner is the one whose cols/rows is closest to width/height, and on an exact tie a later
+(larger) grid replaces the earlier one only if the image's area exceeds half of the grid's area in
+pixels (0.5 * 448^2 * cols * rows), so small images are not blown up.
+
+Rotation: the reference opens images with PIL and never applies the EXIF orientation tag, so a phone
+photo is tiled as stored, sideways. To reproduce MMIE-Eval's scores that is the default here too;
+`exif_transpose=True` turns the image upright first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps
+
+# ImageNet statistics, which InternViT was trained with.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class TilingConfig:
+    image_size: int = 448
+    min_tiles: int = 1
+    max_tiles: int = 12
+    use_thumbnail: bool = True
+    exif_transpose: bool = False
+
+
+def candidate_grids(cfg: TilingConfig) -> list[tuple[int, int]]:
+    # Built as a set and sorted stably by area, as the reference does: equal-area grids keep the set's
+    # iteration order, which decides ties between them.
+    grids = {
+        (i, j)
+        for n in range(cfg.min_tiles, cfg.max_tiles + 1)
+        for i in range(1, n + 1)
+        for j in range(1, n + 1)
+        if cfg.min_tiles <= i * j <= cfg.max_tiles
+    }
+    return sorted(grids, key=lambda g: g[0] * g[1])
+
+
+def choose_grid(width: int, height: int, cfg: TilingConfig) -> tuple[int, int]:
+    """(cols, rows) of the tile grid for an image of this size."""
+    aspect = width / height
+    best, best_diff = (1, 1), float("inf")
+    for cols, rows in candidate_grids(cfg):
+        diff = abs(aspect - cols / rows)
+        if diff < best_diff:
+            best, best_diff = (cols, rows), diff
+        elif diff == best_diff and width * height > 0.5 * cfg.image_size**2 * cols * rows:
+            best = (cols, rows)
+    return best
+
+
+def count_tiles(width: int, height: int, cfg: TilingConfig) -> int:
+    """Tiles an image of this size becomes, thumbnail included: from the size alone, for planning."""
+    cols, rows = choose_grid(width, height, cfg)
+    return cols * rows + (1 if cfg.use_thumbnail and cols * rows > 1 else 0)
+
+
+def tile_image(image: Image.Image, cfg: TilingConfig) -> list[Image.Image]:
+    """The RGB tiles of an image (and its thumbnail), in the order the model sees them."""
+    if cfg.exif_transpose:
+        image = ImageOps.exif_transpose(image)
+    image = image.convert("RGB")
+    cols, rows = choose_grid(*image.size, cfg)
+    size = cfg.image_size
+    resized = image.resize((size * cols, size * rows))
+    tiles = [resized.crop((c * size, r * size, (c + 1) * size, (r + 1) * size)) for r in range(rows) for c in range(cols)]
+    if cfg.use_thumbnail and len(tiles) > 1:
+        tiles.append(image.resize((size, size)))
+    return tiles
+
+
+def normalize_tiles(tiles: list[Image.Image], image_size: int) -> torch.Tensor:
+    """(n, 3, size, size) float32: each tile BICUBIC-resized to size, scaled to [0, 1], ImageNet-normalised."""
+    mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32)[:, None, None]
+    std = torch.tensor(IMAGENET_STD, dtype=torch.float32)[:, None, None]
+    out = []
+    for tile in tiles:
+        tile = tile.resize((image_size, image_size), Image.Resampling.BICUBIC)
+        pixels = torch.from_numpy(np.asarray(tile, dtype=np.uint8).copy()).permute(2, 0, 1).float().div(255)
+        out.append(pixels.sub(mean).div(std))
+    return torch.stack(out)
+
+
+def load_tiles(path: str | Path, cfg: TilingConfig) -> torch.Tensor:
+    with Image.open(path) as image:
+        return normalize_tiles(tile_image(image, cfg), cfg.image_size)

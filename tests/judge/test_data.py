@@ -1,0 +1,161 @@
+import json
+
+import pytest
+from PIL import Image
+
+from judge.data import (
+    Annotation,
+    InputError,
+    Sample,
+    category_from_id,
+    load_annotations,
+    load_samples,
+    read_records,
+    validate_samples,
+)
+
+
+def write_json(path, records):
+    path.write_text(json.dumps(records))
+    return path
+
+
+def sample(id="SA_0001", **extra):
+    return {"id": id, "question": [{"text": "What next?"}], "answer": [{"text": "This."}], "model": "m", **extra}
+
+
+@pytest.mark.parametrize(
+    "sample_id, expected",
+    [("SA_0001", "SA"), ("pbl-17", "PBL"), ("msr_math_3", "MSR"), ("12_MSR", "MSR"), ("plain", None), ("SA_PBL_1", None)],
+)
+def test_category_from_id(sample_id, expected):
+    assert category_from_id(sample_id) == expected
+
+
+def test_plain_string_answer_becomes_one_text_segment():
+    s = Sample.model_validate(sample(answer="just text"))
+    assert [seg.text for seg in s.answer] == ["just text"]
+    assert s.category == "SA"
+
+
+def test_explicit_category_wins_over_id():
+    assert Sample.model_validate(sample(id="SA_1", category="msr")).category == "MSR"
+
+
+def test_images_in_prompt_order_exclude_reference():
+    s = Sample.model_validate(
+        sample(
+            question=[{"text": "q", "image": "q.png"}],
+            answer=[{"image": "a1.png"}, {"text": "t", "image": "a2.png"}],
+            gt_answer=[{"image": "gt.png"}],
+        )
+    )
+    assert s.images() == ["q.png", "a1.png", "a2.png"]
+
+
+def test_jsonl_and_json_list_read_the_same(tmp_path):
+    records = [sample("SA_1"), sample("PBL_2")]
+    write_json(tmp_path / "a.json", records)
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    assert read_records(tmp_path / "a.json") == read_records(tmp_path / "a.jsonl")
+
+
+def test_all_problems_reported_together_with_file_record_and_field(tmp_path):
+    path = write_json(
+        tmp_path / "bad.json",
+        [
+            sample("SA_1"),
+            {"id": "SA_2", "question": [{}], "answer": [{"text": "x"}]},  # empty segment
+            {"id": "nocat", "question": [{"text": "q"}], "answer": [{"text": "a"}]},  # no category
+            {"id": "PBL_4", "answer": [{"text": "a"}]},  # no question
+        ],
+    )
+    with pytest.raises(InputError) as info:
+        load_samples(path)
+    text = str(info.value)
+    assert len(info.value.problems) == 3
+    assert "record 1 (id 'SA_2'): question[0]: a segment needs 'text' or 'image'" in text
+    assert "record 2 (id 'nocat'): category: no category" in text
+    assert "record 3 (id 'PBL_4'): question: Field required" in text
+    assert str(path) in text
+
+
+def test_invalid_json_names_the_line(tmp_path):
+    (tmp_path / "x.jsonl").write_text(json.dumps(sample()) + "\n{broken\n")
+    with pytest.raises(InputError, match=r"x.jsonl: invalid JSON on line 2"):
+        read_records(tmp_path / "x.jsonl")
+
+
+@pytest.mark.parametrize("content, message", [("", "file is empty"), ("{}", "expected a JSON list"), ("[]", "no records")])
+def test_empty_or_wrong_shape_files(tmp_path, content, message):
+    (tmp_path / "f.json").write_text(content)
+    with pytest.raises(InputError, match=message):
+        load_samples(tmp_path / "f.json")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InputError, match="file not found"):
+        load_samples(tmp_path / "nope.json")
+
+
+def test_duplicate_ids_are_rejected(tmp_path):
+    path = write_json(tmp_path / "d.json", [sample("SA_1"), sample("SA_1")])
+    with pytest.raises(InputError, match=r"record 1 \(id 'SA_1'\): duplicate record: same as record 0"):
+        load_samples(path)
+
+
+def test_missing_and_undecodable_images_reported_with_paths(tmp_path):
+    Image.new("RGB", (8, 8), "red").save(tmp_path / "ok.png")
+    (tmp_path / "broken.png").write_bytes(b"\x89PNG not really")
+    path = write_json(
+        tmp_path / "d.json",
+        [
+            sample("SA_1", answer=[{"image": "ok.png"}]),
+            sample("SA_2", answer=[{"text": "t", "image": "missing.png"}]),
+            sample("SA_3", question=[{"image": "broken.png"}]),
+        ],
+    )
+    with pytest.raises(InputError) as info:
+        load_samples(path, image_root=tmp_path)
+    text = str(info.value)
+    assert len(info.value.problems) == 2
+    assert f"record 1 (id 'SA_2'): answer[0].image: image not found: {tmp_path / 'missing.png'}" in text
+    assert f"record 2 (id 'SA_3'): question[0].image: image cannot be decoded: {tmp_path / 'broken.png'}" in text
+
+
+def test_annotations_several_annotators_and_scale(tmp_path):
+    records = [
+        sample("SA_1", human_scores={"overall": 5, "text_quality": 4}, annotator="a"),
+        sample("SA_1", human_scores={"overall": 4}, annotator="b"),
+    ]
+    annotations = load_annotations(write_json(tmp_path / "a.json", records))
+    assert [a.human_scores.given() for a in annotations] == [{"overall": 5, "text_quality": 4}, {"overall": 4}]
+    assert isinstance(annotations[0], Annotation)
+
+
+def test_annotation_errors(tmp_path):
+    records = [
+        sample("SA_1", human_scores={"overall": 9}),
+        sample("SA_2", human_scores={"overall": "high"}),
+        sample("SA_3", human_scores={}),
+        sample("SA_4", human_scores={"fluency": 3}),
+        sample("SA_5", human_scores={"overall": 2}, annotator="x"),
+        sample("SA_5", human_scores={"overall": 3}, annotator="x"),
+    ]
+    with pytest.raises(InputError) as info:
+        load_annotations(write_json(tmp_path / "a.json", records))
+    text = str(info.value)
+    assert "record 1 (id 'SA_2'): human_scores: human_scores.overall must be a number, got 'high'" in text
+    assert "record 2 (id 'SA_3'): human_scores: human_scores needs at least one of" in text
+    assert "record 3 (id 'SA_4'): human_scores.fluency: Extra inputs are not permitted" in text
+    assert "record 5 (id 'SA_5'): duplicate record: same as record 4" in text
+    assert "record 0 (id 'SA_1'): human_scores.overall: 9 is outside the scale 0-6" in text
+    assert len(info.value.problems) == 5
+    assert load_annotations(write_json(tmp_path / "d.json", [records[0]]), scale=(0, 10))[0].human_scores.overall == 9
+
+
+def test_validate_samples_keeps_the_good_records_for_skip_invalid(tmp_path):
+    path = write_json(tmp_path / "d.json", [sample("SA_1"), {"id": "SA_2"}, sample("PBL_3", answer=[{"image": "gone.png"}])])
+    samples, problems = validate_samples(path, image_root=tmp_path)
+    assert [s.id for s in samples] == ["SA_1"]
+    assert sorted({p.index for p in problems}) == [1, 2]

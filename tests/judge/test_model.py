@@ -1,0 +1,196 @@
+"""The loader against an independent forward pass of the original InternVL2 architecture.
+
+`original_forward` below is written from InternVL's published design, reading the ORIGINAL state dict
+(fused qkv, ls1/ls2, mlp1.*, pixel shuffle v2) with no code shared with judge/model.py. If a key rename,
+the qkv split, the projector or the config mapping were wrong, the logits would differ.
+"""
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from safetensors.torch import load_file
+from transformers import Phi3Config, Phi3ForCausalLM
+
+from judge.model import CheckpointError, load_judge, save_native
+from judge.testing import write_native_checkpoint, write_original_checkpoint
+
+
+@pytest.fixture(scope="module")
+def original_dir(tmp_path_factory):
+    return write_original_checkpoint(tmp_path_factory.mktemp("original"), seed=3)
+
+
+def original_state_dict(path):
+    state = {}
+    for file in sorted(path.glob("*.safetensors")):
+        state.update(load_file(file))
+    return state
+
+
+def intern_vit(pixels, sd, cfg):
+    """InternViT-300M as published: conv patches, CLS, position embeddings, pre-norm blocks with layer scale."""
+    v = "vision_model."
+    x = F.conv2d(pixels, sd[v + "embeddings.patch_embedding.weight"], sd[v + "embeddings.patch_embedding.bias"], stride=cfg["patch_size"])
+    x = rearrange(x, "b c h w -> b (h w) c")
+    cls = sd[v + "embeddings.class_embedding"].expand(x.shape[0], -1, -1)
+    x = torch.cat([cls, x], dim=1) + sd[v + "embeddings.position_embedding"]
+    heads = cfg["num_attention_heads"]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"{v}encoder.layers.{i}."
+        h = F.layer_norm(x, x.shape[-1:], sd[p + "norm1.weight"], sd[p + "norm1.bias"], eps=cfg["layer_norm_eps"])
+        qkv = rearrange(F.linear(h, sd[p + "attn.qkv.weight"], sd[p + "attn.qkv.bias"]), "b n (three h d) -> three b h n d", three=3, h=heads)
+        scores = qkv[0] @ qkv[1].transpose(-1, -2) / math.sqrt(qkv.shape[-1])
+        attn = rearrange(scores.softmax(-1) @ qkv[2], "b h n d -> b n (h d)")
+        x = x + F.linear(attn, sd[p + "attn.proj.weight"], sd[p + "attn.proj.bias"]) * sd[p + "ls1"]
+        h = F.layer_norm(x, x.shape[-1:], sd[p + "norm2.weight"], sd[p + "norm2.bias"], eps=cfg["layer_norm_eps"])
+        h = F.linear(F.gelu(F.linear(h, sd[p + "mlp.fc1.weight"], sd[p + "mlp.fc1.bias"])), sd[p + "mlp.fc2.weight"], sd[p + "mlp.fc2.bias"])
+        x = x + h * sd[p + "ls2"]
+    return x
+
+
+def image_embeddings(pixels, sd, config):
+    x = intern_vit(pixels, sd, config["vision_config"])[:, 1:]  # select_layer -1, CLS dropped
+    side = int(math.sqrt(x.shape[1]))
+    # pixel shuffle v2 with ratio 0.5: each 2x2 block of patches becomes one token of 4x the width
+    x = rearrange(x, "n (a1 a2 b1 b2) c -> n (a1 b1) (a2 b2 c)", a1=side // 2, a2=2, b1=side // 2, b2=2)
+    x = F.layer_norm(x, x.shape[-1:], sd["mlp1.0.weight"], sd["mlp1.0.bias"], eps=1e-5)
+    return F.linear(F.gelu(F.linear(x, sd["mlp1.1.weight"], sd["mlp1.1.bias"])), sd["mlp1.3.weight"], sd["mlp1.3.bias"])
+
+
+def original_llm(sd, config):
+    """Phi-3 with "su" (long) rope as InternVL2-4B's own modeling_phi3 defines it: short factors below the
+    original 4096 context, attention scaled by sqrt(1 + ln(max / original) / ln(original))."""
+    llm_config = {k: v for k, v in config["llm_config"].items() if k not in ("architectures", "auto_map", "rope_scaling", "rope_theta", "torch_dtype")}
+    su = config["llm_config"]["rope_scaling"]
+    rope = {"rope_type": "longrope", "short_factor": su["short_factor"], "long_factor": su["long_factor"],
+            "rope_theta": config["llm_config"]["rope_theta"], "original_max_position_embeddings": llm_config["original_max_position_embeddings"]}
+    llm = Phi3ForCausalLM(Phi3Config(**llm_config, rope_parameters=rope))
+    llm.load_state_dict({k.removeprefix("language_model."): v for k, v in sd.items() if k.startswith("language_model.")})
+    return llm.float().eval()
+
+
+def original_forward(input_ids, pixels, sd, config, llm, image_token_id):
+    embeds = llm.get_input_embeddings()(input_ids).clone()
+    mask = input_ids == image_token_id
+    embeds[mask] = image_embeddings(pixels, sd, config).reshape(-1, embeds.shape[-1])
+    return llm(inputs_embeds=embeds).logits
+
+
+def prompt_ids(judge, n_tiles, text="Is this a good answer?"):
+    tok = judge.tokenizer
+    query = "<img>" + "<IMG_CONTEXT>" * (judge.settings.tokens_per_tile * n_tiles) + "</img>\n" + text
+    return tok(f"<|user|>\n{query}<|end|><|assistant|>\n", return_tensors="pt").input_ids
+
+
+def test_original_checkpoint_matches_independent_forward(original_dir):
+    judge = load_judge(original_dir)
+    config = json.loads((original_dir / "config.json").read_text())
+    sd = original_state_dict(original_dir)
+    torch.manual_seed(0)
+    pixels = torch.randn(2, 3, 448, 448)
+    ids = prompt_ids(judge, n_tiles=2)
+    llm = original_llm(sd, config)
+    with torch.no_grad():
+        expected = original_forward(ids, pixels, sd, config, llm, judge.image_token_id)
+        actual = judge.model(input_ids=ids, pixel_values=pixels).logits
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+    assert judge.source_format == "original"
+    assert judge.model.lm_head.weight.data_ptr() != judge.model.get_input_embeddings().weight.data_ptr()
+
+
+def test_greedy_generation_matches_independent_loop(original_dir):
+    judge = load_judge(original_dir)
+    config = json.loads((original_dir / "config.json").read_text())
+    sd = original_state_dict(original_dir)
+    llm = original_llm(sd, config)
+    torch.manual_seed(1)
+    pixels = torch.randn(1, 3, 448, 448)
+    ids = prompt_ids(judge, n_tiles=1)
+    with torch.no_grad():
+        generated = judge.model.generate(input_ids=ids, pixel_values=pixels, max_new_tokens=8, do_sample=False, eos_token_id=None)
+        loop = ids
+        for _ in range(8):  # no cache: every step recomputes the whole sequence
+            next_id = original_forward(loop, pixels, sd, config, llm, judge.image_token_id)[:, -1].argmax(-1, keepdim=True)
+            loop = torch.cat([loop, next_id], dim=1)
+    assert generated.tolist() == loop.tolist()
+
+
+def test_settings_come_from_the_original_config(original_dir):
+    settings = load_judge(original_dir).settings
+    assert settings.template == "phi3-chat"
+    assert settings.tiling.max_tiles == 6 and settings.tiling.use_thumbnail and settings.tiling.image_size == 448
+    assert settings.tokens_per_tile == 256
+    assert settings.system_message is None  # no override: the template's default applies
+
+
+def test_sharded_original_loads_the_same_weights(original_dir, tmp_path):
+    sharded = write_original_checkpoint(tmp_path / "sharded", seed=3, shards=3)
+    assert len(list(sharded.glob("model-*-of-00003.safetensors"))) == 3
+    a, b = load_judge(original_dir).model.state_dict(), load_judge(sharded).model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_save_native_round_trip_keeps_logits_and_settings(original_dir, tmp_path):
+    judge = load_judge(original_dir)
+    save_native(judge, tmp_path / "native")
+    again = load_judge(tmp_path / "native")
+    assert again.source_format == "native" and again.settings == judge.settings
+    ids = prompt_ids(judge, n_tiles=1)
+    pixels = torch.randn(1, 3, 448, 448)
+    with torch.no_grad():
+        torch.testing.assert_close(again.model(input_ids=ids, pixel_values=pixels).logits, judge.model(input_ids=ids, pixel_values=pixels).logits)
+
+
+def test_native_checkpoint_written_by_transformers_loads(tmp_path):
+    judge = load_judge(write_native_checkpoint(tmp_path / "native", seed=1))
+    assert judge.source_format == "native" and judge.settings.template == "phi3-chat"
+    assert judge.model.config.tie_word_embeddings is False
+
+
+def test_bf16_load_keeps_dtype(original_dir):
+    judge = load_judge(original_dir, dtype=torch.bfloat16)
+    assert {p.dtype for p in judge.model.parameters()} == {torch.bfloat16}
+
+
+def test_system_message_read_from_conversation_py_without_executing_it(original_dir, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(original_dir, ckpt)
+    (ckpt / "conversation.py").write_text(
+        "raise SystemExit('this file must never run')\n"
+        "register_conv_template(Conversation(name='phi3-chat', system_template='<|system|>\\n{system_message}',"
+        " system_message='You are a careful judge.', roles=('<|user|>\\n', '<|assistant|>\\n'), sep='<|end|>'))\n"
+    )
+    assert load_judge(ckpt).settings.system_message == "You are a careful judge."
+
+
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        (lambda d: (d / "config.json").unlink(), "no config.json or adapter_config.json"),
+        (lambda d: _edit_config(d, architectures=["LlavaForConditionalGeneration"], model_type="llava"), "unsupported architecture"),
+        (lambda d: _edit_config(d, llm_config={**_config(d)["llm_config"], "model_type": "internlm2"}), "unsupported language model 'internlm2'"),
+        (lambda d: _edit_config(d, ps_version="v1"), "unsupported ps_version"),
+        (lambda d: _edit_config(d, template="vicuna"), "template 'vicuna' is not one of"),
+        (lambda d: [f.unlink() for f in d.glob("*.safetensors")], "no model.safetensors"),
+        (lambda d: _edit_config(d, vision_config={**_config(d)["vision_config"], "hidden_size": 48}), "has shape"),
+    ],
+)
+def test_broken_checkpoints_fail_with_what_was_expected(original_dir, tmp_path, breakage, message):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(original_dir, ckpt)
+    breakage(ckpt)
+    with pytest.raises(CheckpointError, match=message):
+        load_judge(ckpt)
+
+
+def _config(d):
+    return json.loads((d / "config.json").read_text())
+
+
+def _edit_config(d, **changes):
+    (d / "config.json").write_text(json.dumps({**_config(d), **changes}))

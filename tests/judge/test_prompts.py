@@ -1,0 +1,103 @@
+import pytest
+from PIL import Image
+
+from judge.data import InputError, Sample
+from judge.prompts import DEFAULT_RUBRICS, Rubric, build_prompt, load_rubrics
+from judge.templates import get_template
+from judge.tiling import TilingConfig
+
+TEMPLATE = get_template("phi3-chat")
+RUBRIC = Rubric(category="SA", instructions="Judge it.", template="{instructions}\n### Question\n{question}\n### Answer\n{answer}\n### Feedback\n")
+
+
+@pytest.fixture
+def images(tmp_path):
+    Image.new("RGB", (448, 448), "red").save(tmp_path / "square.png")  # 1 tile
+    Image.new("RGB", (1344, 448), "blue").save(tmp_path / "wide.png")  # 3x1 grid + thumbnail = 4 tiles
+    return tmp_path
+
+
+def make_sample(**overrides):
+    data = {
+        "id": "SA_1",
+        "question": [{"text": "What happens next?", "image": "square.png"}],
+        "answer": [{"text": "The boat sails."}, {"image": "wide.png"}, {"text": "It docks.", "image": "square.png"}],
+        "gt_answer": [{"text": "It sails away."}],
+    }
+    return Sample.model_validate({**data, **overrides})
+
+
+def prompt_for(sample, root, rubric=RUBRIC, budget=None, tiling=TilingConfig(max_tiles=6)):
+    return build_prompt(sample, rubric, TEMPLATE, None, root, tiling, 256, budget)
+
+
+def test_mmie_flattening_numbers_images_across_question_and_answer(images):
+    prompt = prompt_for(make_sample(), images)
+    text = prompt.text.replace("<img>" + "<IMG_CONTEXT>" * 256 + "</img>", "<1 tile>").replace("<img>" + "<IMG_CONTEXT>" * 1024 + "</img>", "<4 tiles>")
+    expected_query = (
+        "Judge it.\n### Question\nWhat happens next?\nImage-1: <1 tile>\n"
+        "### Answer\nThe boat sails.\nImage-2: <4 tiles>\nIt docks.\nImage-3: <1 tile>\n### Feedback\n"
+    )
+    assert text == TEMPLATE.render(expected_query)
+    assert [(p.number, p.part, p.n_tiles) for p in prompt.images] == [(1, "question", 1), (2, "answer", 4), (3, "answer", 1)]
+    assert prompt.n_tiles == 6 and prompt.truncated == []
+
+
+def test_reference_answer_only_where_the_rubric_asks(images):
+    with_ref = RUBRIC.model_copy(update={"use_reference": True, "template": "{instructions}\n{question}\nREF:{reference}\n{answer}"})
+    assert "REF:It sails away." in prompt_for(make_sample(), images, with_ref).text
+    without = RUBRIC.model_copy(update={"template": "{instructions}\n{question}\nREF:{reference}\n{answer}"})
+    assert "REF:\n" in prompt_for(make_sample(), images, without).text
+
+
+def test_image_placeholder_prepended_when_rubric_has_no_question_slot(images):
+    rubric = RUBRIC.model_copy(update={"template": "{instructions} {answer}"})
+    sample = make_sample(question=[{"text": "q"}], answer=[{"text": "a"}])
+    assert "<image>" not in prompt_for(sample, images, rubric).text
+    text = prompt_for(make_sample(question=[{"text": "q"}], answer=[{"text": "a"}, {"image": "square.png"}]), images, rubric).text
+    assert text.count("<img>") == 1
+
+
+def test_budget_lowers_tiles_first_then_omits_question_images_then_last_answer_images(images):
+    sample = make_sample()
+    fits_by_tiles = prompt_for(sample, images, budget=4 * 256)  # 1 + 2 + 1 tiles: wide image drops to 2 tiles (2x1, no room for thumbnail... )
+    assert fits_by_tiles.n_tiles * 256 <= 4 * 256
+    assert fits_by_tiles.truncated[0].startswith("tiles per image limited to")
+    assert len(fits_by_tiles.images) == 3
+    tight = prompt_for(sample, images, budget=2 * 256)
+    assert tight.truncated[-1] == "Image-1 (question) omitted"
+    assert [p.number for p in tight.images] == [2, 3]
+    assert "Image-1: [image omitted]" in tight.text
+    tighter = prompt_for(sample, images, budget=256)
+    assert tighter.truncated[-2:] == ["Image-1 (question) omitted", "Image-3 (answer) omitted"]
+    assert [p.number for p in tighter.images] == [2] and tighter.n_tiles == 1
+    nothing = prompt_for(sample, images, budget=0)
+    assert nothing.images == [] and "<img>" not in nothing.text and "It docks." in nothing.text
+
+
+def test_literal_image_placeholder_in_sample_text_is_an_error(images):
+    sample = make_sample(question=[{"text": "see <image> here", "image": "square.png"}])
+    with pytest.raises(ValueError, match="placeholders for 3 images"):
+        prompt_for(sample, images)
+
+
+def test_default_rubrics_cover_mmie_categories_and_criteria():
+    rubrics = load_rubrics()
+    assert set(rubrics) == {"SA", "PBL", "MSR"}
+    for rubric in rubrics.values():
+        assert set(rubric.criteria) == {"text_quality", "image_quality", "text_image_coherence", "style_consistency"}
+        assert rubric.scale == (0, 6)
+        assert rubric.template.endswith("### Feedback\n")
+    assert rubrics["MSR"].use_reference and not rubrics["SA"].use_reference
+    assert len(DEFAULT_RUBRICS) == 3
+
+
+def test_bad_rubric_files_are_reported(tmp_path):
+    (tmp_path / "a.yaml").write_text("category: SA\ntemplate: '{answer}'\n")
+    (tmp_path / "b.yaml").write_text("category: SA\ninstructions: x\ntemplate: '{answer}'\ncolour: red\n")
+    with pytest.raises(InputError) as info:
+        load_rubrics([tmp_path, tmp_path / "missing.yaml"])
+    text = str(info.value)
+    assert "a.yaml: record 0: instructions: Field required" in text
+    assert "b.yaml: record 0: colour: Extra inputs are not permitted" in text
+    assert "missing.yaml: rubric file not found" in text
