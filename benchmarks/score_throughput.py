@@ -1,0 +1,180 @@
+"""judge-score's engine against the reference-style loop (one sample at a time through HF generate).
+
+    python benchmarks/score_throughput.py                      # full-size InternVL2-4B, random weights, GPU
+    python benchmarks/score_throughput.py --model_path CKPT    # a real checkpoint
+    python benchmarks/score_throughput.py --tiny --samples 4 --new_tokens 4 --device cpu   # smoke test
+
+Workload (seeded, MMIE-shaped): 1-4 images per sample, tiles per image drawn from {1, 3, 5, 7, 7, 9, 13}
+(grid + thumbnail), 500-1200 text tokens. Both sides generate exactly --new_tokens tokens (the stop
+token is ignored) so they do equal work. Prefill utilisation is measured in logits mode (one forward
+pass per sample, no decoding) against --peak_tflops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from PIL import Image
+from transformers import GenerationConfig, InternVLConfig, InternVLForConditionalGeneration, InternVLVisionConfig, Phi3Config
+
+from infer.engine import Scorer, ScoreOptions, prepare
+from judge.data import load_samples
+from judge.model import Judge, JudgeSettings, load_judge, load_tokenizer
+from judge.prompts import load_rubrics
+from judge.testing import write_original_checkpoint, write_tokenizer
+from judge.tiling import TilingConfig
+
+# Image sizes whose InternVL grid (max 12 tiles) plus thumbnail gives these tile counts.
+SIZE_FOR_TILES = {1: (448, 448), 3: (896, 448), 5: (896, 896), 7: (1344, 896), 9: (1792, 896), 13: (1792, 1344)}
+WORDS = "the answer shows a boat leaving the harbour while the text explains each step of the plan".split()
+
+
+def full_size_judge(device: str, tokenizer_dir: Path) -> Judge:
+    """InternVL2-4B's architecture (InternViT-300M + Phi-3-mini) with random bf16 weights."""
+    tokenizer = write_tokenizer(tokenizer_dir)
+    text = Phi3Config(
+        vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=32, max_position_embeddings=131072, original_max_position_embeddings=4096,
+        rope_scaling={"type": "su", "long_factor": [1.0] * 48, "short_factor": [1.0] * 48}, rope_theta=10000.0,
+        rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=32000, pad_token_id=32000, tie_word_embeddings=False,
+    )
+    vision = InternVLVisionConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
+                                  attention_bias=True, layer_scale_init_value=1.0, use_mean_pooling=True)
+    config = InternVLConfig(vision_config=vision, text_config=text, image_token_id=tokenizer.convert_tokens_to_ids("<IMG_CONTEXT>"),
+                            downsample_ratio=0.5, tie_word_embeddings=False)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device(device):
+        model = InternVLForConditionalGeneration(config).eval()
+    torch.set_default_dtype(torch.float32)
+    settings = JudgeSettings("phi3-chat", None, TilingConfig(max_tiles=12), 256)
+    return Judge(model, load_tokenizer(tokenizer_dir), settings, "native")
+
+
+def write_workload(root: Path, n: int, seed: int) -> Path:
+    rng = random.Random(seed)
+    (root / "images").mkdir(parents=True)
+    samples = []
+    for i in range(n):
+        images = []
+        for k in range(rng.randint(1, 4)):
+            path = f"images/{i}_{k}.png"
+            Image.new("RGB", SIZE_FOR_TILES[rng.choice([1, 3, 5, 7, 7, 9, 13])], tuple(rng.randrange(256) for _ in range(3))).save(root / path)
+            images.append(path)
+        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(500, 1200)))
+        samples.append({"id": f"SA_{i:05d}", "model": "bench", "question": [{"text": words[: len(words) // 3], "image": images[0]}],
+                        "answer": [{"text": words[len(words) // 3:]}] + [{"image": p} for p in images[1:]]})
+    (root / "data.json").write_text(json.dumps(samples))
+    return root
+
+
+def reference_loop(judge: Judge, items, new_tokens: int, device: str) -> tuple[float, list[list[int]]]:
+    """MMIE's way: per sample, decode its images, then batch-1 HF generate."""
+    from infer.engine import _load_pixels
+
+    dtype = next(judge.model.parameters()).dtype
+    config = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=judge.tokenizer.pad_token_id)
+    outputs = []
+    _sync(device)
+    start = time.perf_counter()
+    for item in items:
+        pixels = _load_pixels(item)
+        ids = torch.tensor([item.input_ids], device=device)
+        images = {} if pixels is None else {"pixel_values": pixels.to(device, dtype)}
+        out = judge.model.generate(input_ids=ids, **images, generation_config=config)
+        outputs.append(out[0, ids.shape[1]:].tolist())
+    _sync(device)
+    return time.perf_counter() - start, outputs
+
+
+def engine_run(judge, rubrics, items, options, device) -> tuple[float, dict]:
+    scorer = Scorer(judge, rubrics, options, device)
+    _sync(device)
+    start = time.perf_counter()
+    results = {r["id"]: r for batch in scorer.run(items) for _, r in batch}
+    _sync(device)
+    return time.perf_counter() - start, results
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def prefill_flops(judge: Judge, items) -> float:
+    """2 x parameters per token for the LLM and per vision token, plus attention's 4 x layers x hidden x n^2."""
+    model = judge.model
+    llm = sum(p.numel() for p in model.model.language_model.parameters()) - model.model.language_model.get_input_embeddings().weight.numel()
+    vision = sum(p.numel() for p in model.model.vision_tower.parameters())
+    text_cfg, vis_cfg = model.config.text_config, model.config.vision_config
+    total = 0.0
+    for item in items:
+        n, tiles = len(item.input_ids), item.prompt.n_tiles
+        total += 2 * llm * n + 4 * text_cfg.num_hidden_layers * text_cfg.hidden_size * n * n / 2  # causal: half the square
+        total += tiles * (2 * vision * 1025 + 4 * vis_cfg.num_hidden_layers * vis_cfg.hidden_size * 1025**2)
+        total += 2 * text_cfg.hidden_size * text_cfg.vocab_size  # the one position whose logits are read
+    return total
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model_path", help="a checkpoint to load instead of random full-size weights")
+    p.add_argument("--tiny", action="store_true", help="a tiny random judge (CPU smoke test)")
+    p.add_argument("--samples", type=int, default=48, help="workload size (default: 48)")
+    p.add_argument("--reference_samples", type=int, default=8, help="samples timed in the reference loop (default: 8)")
+    p.add_argument("--new_tokens", type=int, default=256, help="tokens generated per sample on both sides (default: 256)")
+    p.add_argument("--token_budget", type=int, default=65536, help="engine batch budget (default: 65536)")
+    p.add_argument("--peak_tflops", type=float, default=989.0, help="bf16 dense peak of the GPU, for utilisation (default: 989, H100 SXM)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="also write the figures to this file")
+    args = p.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        if args.model_path:
+            judge = load_judge(args.model_path, args.device)
+        elif args.tiny:
+            judge = load_judge(write_original_checkpoint(tmp / "tiny"), args.device)
+        else:
+            judge = full_size_judge(args.device, tmp / "tokenizer")
+        data = write_workload(tmp / "data", args.samples, args.seed)
+        samples = list(enumerate(load_samples(data / "data.json", data)))
+        rubrics = load_rubrics()
+        generate = ScoreOptions(max_new_tokens=args.new_tokens, token_budget=args.token_budget, ignore_stop=True, max_tiles=12)
+        items = prepare(judge, samples, rubrics, data, generate)
+        n_ref = min(args.reference_samples, len(items))
+        if args.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+        ref_time, ref_out = reference_loop(judge, items[:n_ref], args.new_tokens, args.device)
+        eng_time, eng_out = engine_run(judge, rubrics, items, generate, args.device)
+        logits = ScoreOptions(mode="logits", token_budget=args.token_budget, max_tiles=12)
+        logit_items = prepare(judge, samples, rubrics, data, logits)
+        engine_run(judge, rubrics, logit_items[: max(1, len(logit_items) // 8)], logits, args.device)  # warm-up
+        log_time, _ = engine_run(judge, rubrics, logit_items, logits, args.device)
+        agree = sum(judge.tokenizer.decode(r, skip_special_tokens=True) == eng_out[items[i].sample.id]["feedback"] for i, r in enumerate(ref_out))
+        figures = {
+            "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+            "samples": len(items), "new_tokens": args.new_tokens,
+            "reference_samples_per_s": n_ref / ref_time,
+            "engine_samples_per_s": len(items) / eng_time,
+            "speedup": (len(items) / eng_time) / (n_ref / ref_time),
+            "logits_samples_per_s": len(items) / log_time,
+            "prefill_tflops": prefill_flops(judge, logit_items) / log_time / 1e12,
+            "greedy_agreement": f"{agree}/{n_ref}",
+            "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if args.device.startswith("cuda") else None,
+        }
+        figures["prefill_utilisation"] = figures["prefill_tflops"] / args.peak_tflops
+        for key, value in figures.items():
+            print(f"{key:>26}: {value:.3f}" if isinstance(value, float) else f"{key:>26}: {value}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

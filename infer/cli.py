@@ -1,0 +1,148 @@
+"""judge-score: score interleaved answers with an InternVL2 judge.
+
+    judge-score --model_path CKPT --input_dir DATA --input_file data.json [--output_dir eval_outputs]
+
+Under `torchrun --nproc_per_node N` the same command shards the samples by rank; rank 0 merges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from infer.engine import Scorer, ScoreOptions, prepare
+from infer.journal import Journal, clear, fingerprint, read_finished, write_json_atomically
+from infer.summary import format_summary, summarize
+from judge.calibrator import Calibrator
+from judge.cli import add_common_flags, run, settings_from_config
+from judge.data import InputError, Problem, validate_samples
+from judge.model import load_judge, with_max_tiles
+from judge.prompts import CONFIG_DIR, DEFAULT_RUBRICS, load_rubrics
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="judge-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model_path", "--model-path", required=True, help="judge checkpoint: original InternVL2, native, or a judge-train output")
+    p.add_argument("--input_dir", "--input-dir", required=True, help="directory that image paths in the input are relative to")
+    p.add_argument("--input_file", "--input-file", "--input_name", "--input-name", required=True, help="JSON list or JSONL of samples, relative to --input_dir")
+    p.add_argument("--output_dir", "--output-dir", default="eval_outputs", help="where results, summary and journal go (default: eval_outputs)")
+    p.add_argument("--output_file", "--output-file", "--output_name", "--output-name", default="eval_result.json", help="result file name (default: eval_result.json)")
+    p.add_argument("--rubric", nargs="+", help=f"rubric YAML files or directories (default: {', '.join(str(r.relative_to(CONFIG_DIR.parent)) for r in DEFAULT_RUBRICS)})")
+    p.add_argument("--config", default=str(CONFIG_DIR / "score" / "default.yaml"), help="YAML of scoring options; flags below override it (default: configs/score/default.yaml)")
+    p.add_argument("--mode", choices=["generate", "logits"], help="generate: feedback and parsed scores (plus the score's distribution); logits: one forward pass, score distribution only (default: generate)")
+    p.add_argument("--max_new_tokens", "--max-new-tokens", type=int, help="longest feedback in tokens (default: 1024, MMIE's)")
+    p.add_argument("--max_tiles", "--max-tiles", type=int, help="tiles per image before the thumbnail (default: the checkpoint's max_dynamic_patch)")
+    p.add_argument("--token_budget", "--token-budget", type=int, help="tokens per batch, padded prompt + new tokens (default: 65536)")
+    p.add_argument("--image_token_budget", "--image-token-budget", type=int, help="image tokens per sample before tiles and images are cut (default: no limit)")
+    p.add_argument("--workers", type=int, help="background threads decoding images (default: 4)")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda:LOCAL_RANK if a GPU is present, else cpu)")
+    p.add_argument("--dtype", choices=list(DTYPES), help="model dtype (default: bfloat16 on GPU, float32 on CPU)")
+    p.add_argument("--limit", type=int, help="score only the first N valid samples (default: all)")
+    p.add_argument("--skip_invalid", "--skip-invalid", action="store_true", help="skip invalid records and list them in the summary instead of stopping (default: stop)")
+    p.add_argument("--no_resume", "--no-resume", action="store_true", help="ignore and delete the journal of an earlier run (default: resume it)")
+    p.add_argument("--calibrator", help="calibrator.json from judge-calibrate; adds calibrated_score to each record")
+    add_common_flags(p)
+    return p
+
+
+def init_distributed() -> tuple[int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return int(os.environ.get("RANK", "0")), world
+
+
+def barrier(world: int) -> None:
+    if world > 1:
+        dist.barrier()
+
+
+def default_device() -> str:
+    return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
+
+
+def run_fingerprint(args, options: ScoreOptions, rubrics, judge) -> str:
+    model_dir = Path(args.model_path).resolve()
+    weights = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in model_dir.iterdir() if f.is_file())
+    return fingerprint({
+        "model": str(model_dir), "weights": weights, "dtype": str(next(judge.model.parameters()).dtype),
+        "rubrics": {k: r.model_dump() for k, r in rubrics.items()}, "settings": judge.settings.to_json(),
+        "mode": options.mode, "max_new_tokens": options.max_new_tokens, "image_token_budget": options.image_token_budget,
+        "ignore_stop": options.ignore_stop, "input": str((Path(args.input_dir) / args.input_file).resolve()),
+    })
+
+
+def main(argv=None) -> int:
+    return run(_main, argv)
+
+
+def _main(argv) -> int:
+    args = build_parser().parse_args(argv)
+    options = settings_from_config(ScoreOptions, args.config, args)
+    rank, world = init_distributed()
+    input_path = Path(args.input_dir) / args.input_file
+    samples, problems = validate_samples(input_path, args.input_dir)
+    if problems and not args.skip_invalid:
+        raise InputError(problems)
+    samples = samples[: args.limit] if args.limit else samples
+    rubrics = load_rubrics(args.rubric or DEFAULT_RUBRICS)
+    if missing := sorted({s.category for s in samples} - set(rubrics)):
+        raise InputError([Problem(str(input_path), f"no rubric for category {c}; give one with --rubric") for c in missing])
+    calibrator = Calibrator.load(args.calibrator) if args.calibrator else None
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    device = args.device or default_device()
+    judge = load_judge(args.model_path, device, DTYPES.get(args.dtype))
+    judge.settings = with_max_tiles(judge.settings, options.max_tiles)
+    run_id = run_fingerprint(args, options, rubrics, judge)
+    if args.no_resume and rank == 0:
+        clear(output_dir, args.output_file)
+    barrier(world)
+    finished = read_finished(output_dir, args.output_file, run_id)
+    mine = [(i, s) for i, s in enumerate(samples) if i % world == rank and s.id not in finished]
+    if rank == 0 and finished:
+        print(f"resuming: {len(finished)} sample(s) already scored in {output_dir}", file=sys.stderr)
+
+    scorer = Scorer(judge, rubrics, options, device)
+    journal = Journal(output_dir, args.output_file, rank, run_id)
+    with tqdm(total=len(mine), unit="sample", desc="scoring", disable=rank != 0, file=sys.stderr) as bar:
+        for batch in scorer.run(prepare(judge, mine, rubrics, Path(args.input_dir), options)):
+            journal.append([result for _, result in batch])
+            bar.update(len(batch))
+    journal.close()
+    barrier(world)
+    if rank == 0:
+        finish(output_dir, args.output_file, samples, run_id, calibrator, problems, rubrics)
+    barrier(world)
+    return 0
+
+
+def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator, skipped, rubrics) -> None:
+    """Merge every rank's journal into the result file, in input order, and write the summary."""
+    finished = read_finished(output_dir, output_file, run_id)
+    missing = [s.id for s in samples if s.id not in finished]
+    if missing:
+        raise RuntimeError(f"{len(missing)} sample(s) have no result (first: {missing[:3]}); rerun to finish them")
+    results = [finished[s.id] for s in samples]
+    if calibrator is not None:
+        for r in results:
+            r["calibrated_score"] = calibrator.apply(r.get(calibrator.source))
+    write_json_atomically(output_dir / output_file, results)
+    scale = next(iter(rubrics.values())).scale
+    summary = summarize(results, skipped, scale)
+    write_json_atomically(output_dir / "summary.json", summary)
+    print(format_summary(summary))
+    print(f"results: {output_dir / output_file}\nsummary: {output_dir / 'summary.json'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

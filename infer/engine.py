@@ -1,0 +1,215 @@
+"""Batched scoring: prompts -> token-budget batches -> one vision pass per batch -> batched greedy
+decoding (or one forward pass in logits mode) -> parsed results.
+
+Why it is fast: samples are sorted by length so padding stays small, a batch is as large as the token
+budget allows instead of one sample, image decoding and tiling run in background threads while the
+model works, and the vision tower sees every tile of a batch in one call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig
+
+from judge.data import Sample
+from judge.model import Judge
+from judge.parsing import SCORE_HEADING, parse_judgement
+from judge.prompts import JudgePrompt, Rubric, build_prompt
+from judge.templates import get_template
+from judge.tiling import load_tiles
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    """How judge-score runs; the keys of configs/score/*.yaml and the defaults of its flags."""
+
+    mode: str = "generate"  # "generate": free text, then parsed; "logits": score distribution only
+    max_new_tokens: int = 1024
+    token_budget: int = 65536  # per batch: batch size x (longest prompt + new tokens)
+    image_token_budget: int | None = None  # per sample, in <IMG_CONTEXT> tokens; None: no limit
+    max_tiles: int | None = None  # None: the checkpoint's own max_dynamic_patch
+    workers: int = 4  # background threads that decode and tile images
+    prefetch: int = 2  # batches prepared ahead of the model
+    ignore_stop: bool = False  # always generate max_new_tokens (benchmarks: equal work per sample)
+
+
+@dataclass
+class Prepared:
+    index: int  # position in the input file
+    sample: Sample
+    prompt: JudgePrompt
+    input_ids: list[int]
+
+
+def prepare(judge: Judge, samples: list[tuple[int, Sample]], rubrics: dict[str, Rubric], image_root: Path, options: ScoreOptions) -> list[Prepared]:
+    """Prompts and token ids for every sample; cheap (image headers only, no pixel decoding)."""
+    template = get_template(judge.settings.template)
+    tiling = judge.settings.tiling
+    prepared = []
+    for index, sample in samples:
+        prompt = build_prompt(
+            sample, rubrics[sample.category], template, judge.settings.system_message, image_root,
+            tiling, judge.settings.tokens_per_tile, options.image_token_budget,
+        )
+        text = prompt.text + (f"{SCORE_HEADING}\n" if options.mode == "logits" else "")
+        prepared.append(Prepared(index, sample, prompt, judge.tokenizer(text).input_ids))
+    return prepared
+
+
+def plan_batches(lengths: list[int], new_tokens: int, token_budget: int) -> list[list[int]]:
+    """Group sample positions, longest first, so that batch size x (longest + new tokens) stays within
+    the budget. A sample longer than the budget alone still gets a batch of its own: none is dropped."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and (len(batches[-1]) + 1) * (lengths[batches[-1][0]] + new_tokens) <= token_budget:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+def score_token_ids(tokenizer, scale: tuple[int, int]) -> dict[int, int]:
+    """Token id of each score value as the judge writes it right after the score heading."""
+    prefix = tokenizer(f"x\n{SCORE_HEADING}\n", add_special_tokens=False).input_ids
+    ids = {}
+    for value in range(scale[0], scale[1] + 1):
+        full = tokenizer(f"x\n{SCORE_HEADING}\n{value}", add_special_tokens=False).input_ids
+        if full[: len(prefix)] != prefix or len(full) != len(prefix) + 1:
+            raise ValueError(f"score {value} is not a single token after '{SCORE_HEADING}'; a score distribution needs one")
+        ids[value] = full[-1]
+    return ids
+
+
+def _load_pixels(item: Prepared) -> torch.Tensor | None:
+    tiles = [load_tiles(image.path, image.tiling) for image in item.prompt.images]
+    for image, t in zip(item.prompt.images, tiles):
+        if t.shape[0] != image.n_tiles:
+            raise RuntimeError(f"{image.path}: planned {image.n_tiles} tiles, tiling produced {t.shape[0]}")
+    return torch.cat(tiles) if tiles else None
+
+
+def _batch_tensors(items: list[Prepared], pixels: list[torch.Tensor | None], pad_id: int, device, dtype):
+    width = max(len(item.input_ids) for item in items)
+    input_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(items), width), dtype=torch.long)
+    for row, item in enumerate(items):  # left padding: every prompt ends at the last column
+        input_ids[row, width - len(item.input_ids):] = torch.tensor(item.input_ids)
+        attention_mask[row, width - len(item.input_ids):] = 1
+    inputs = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+    # Only when there are images: generate() runs the image encoder on any pixel_values, None included.
+    if present := [p for p in pixels if p is not None]:
+        inputs["pixel_values"] = torch.cat(present).to(device, dtype)
+    return inputs
+
+
+class Scorer:
+    """Runs prepared samples through one judge; `run` yields (Prepared, result dict) batch by batch."""
+
+    def __init__(self, judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str):
+        self.judge, self.rubrics, self.options, self.device = judge, rubrics, options, device
+        self.dtype = next(judge.model.parameters()).dtype
+        tokenizer = judge.tokenizer
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.stop_id = tokenizer.convert_tokens_to_ids(get_template(judge.settings.template).stop_token)
+        scales = {r.scale for r in rubrics.values()}
+        self.score_ids = {scale: self._score_ids_or_none(scale) for scale in scales}
+        if options.mode == "logits" and any(v is None for v in self.score_ids.values()):
+            raise ValueError("logits mode needs every score of the rubric's scale to be a single token")
+
+    def _score_ids_or_none(self, scale):
+        try:
+            return score_token_ids(self.judge.tokenizer, scale)
+        except ValueError:
+            return None
+
+    def run(self, items: list[Prepared]) -> Iterator[list[tuple[Prepared, dict]]]:
+        new_tokens = 0 if self.options.mode == "logits" else self.options.max_new_tokens
+        batches = plan_batches([len(i.input_ids) for i in items], new_tokens, self.options.token_budget)
+        with ThreadPoolExecutor(self.options.workers) as pool:
+            pending: list[list[Future]] = []
+            for b in range(len(batches) + self.options.prefetch):
+                if b < len(batches):
+                    pending.append([pool.submit(_load_pixels, items[i]) for i in batches[b]])
+                if b >= self.options.prefetch:
+                    done = b - self.options.prefetch
+                    batch = [items[i] for i in batches[done]]
+                    yield self._score_batch(batch, [f.result() for f in pending[done]])
+                    pending[done] = []
+
+    @torch.no_grad()
+    def _score_batch(self, batch: list[Prepared], pixels: list[torch.Tensor | None]) -> list[tuple[Prepared, dict]]:
+        inputs = _batch_tensors(batch, pixels, self.pad_id, self.device, self.dtype)
+        input_ids = inputs["input_ids"]
+        if self.options.mode == "logits":
+            logits = self.judge.model(**inputs, logits_to_keep=1).logits[:, -1]
+            return [(item, self._logits_result(item, logits[row])) for row, item in enumerate(batch)]
+        config = GenerationConfig(
+            max_new_tokens=self.options.max_new_tokens,
+            min_new_tokens=self.options.max_new_tokens if self.options.ignore_stop else 0,
+            do_sample=False,
+            eos_token_id=None if self.options.ignore_stop else self.stop_id,
+            pad_token_id=self.pad_id,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        out = self.judge.model.generate(**inputs, generation_config=config)
+        new = out.sequences[:, input_ids.shape[1]:].tolist()
+        step_logits = torch.stack(out.logits, dim=1)  # (batch, steps, vocab)
+        return [(item, self._generate_result(item, new[row], step_logits[row])) for row, item in enumerate(batch)]
+
+    def _distribution(self, scale, logits: torch.Tensor) -> dict[str, float] | None:
+        ids = self.score_ids[scale]
+        if ids is None:
+            return None
+        probs = logits[list(ids.values())].float().softmax(-1).tolist()
+        return {str(value): p for value, p in zip(ids, probs)}
+
+    def _generate_result(self, item: Prepared, tokens: list[int], logits: torch.Tensor) -> dict:
+        if self.stop_id in tokens and not self.options.ignore_stop:
+            tokens = tokens[: tokens.index(self.stop_id) + 1]
+        text = self.judge.tokenizer.decode([t for t in tokens if t != self.stop_id], skip_special_tokens=True)
+        rubric = self.rubrics[item.sample.category]
+        judgement = parse_judgement(text, rubric.criteria, rubric.scale)
+        distribution = None
+        if (step := self._score_step(tokens, rubric.scale)) is not None:
+            distribution = self._distribution(rubric.scale, logits[step])
+        return self._result(item, text, judgement.score, judgement.criteria, judgement.error, distribution, len(tokens))
+
+    def _score_step(self, tokens: list[int], scale) -> int | None:
+        """The generation step that wrote the overall score: the first score token after the heading."""
+        ids = set((self.score_ids[scale] or {}).values())
+        for step, token in enumerate(tokens):
+            if token in ids and SCORE_HEADING in self.judge.tokenizer.decode(tokens[:step]):
+                return step
+        return None
+
+    def _logits_result(self, item: Prepared, logits: torch.Tensor) -> dict:
+        rubric = self.rubrics[item.sample.category]
+        distribution = self._distribution(rubric.scale, logits)
+        score = int(max(distribution, key=distribution.get))
+        return self._result(item, "", score, {name: None for name in rubric.criteria}, None, distribution, 0)
+
+    def _result(self, item, feedback, score, criteria, error, distribution, generated_tokens) -> dict:
+        expected = sum(int(k) * p for k, p in distribution.items()) if distribution else None
+        return {
+            "id": item.sample.id,
+            "model": item.sample.model,
+            "category": item.sample.category,
+            "feedback": feedback,
+            "score": score,
+            "criteria": criteria,
+            "score_distribution": distribution,
+            "expected_score": expected,
+            "parse_error": error,
+            "truncated": item.prompt.truncated,
+            "n_images": len(item.sample.images()),
+            "n_tiles": item.prompt.n_tiles,
+            "prompt_tokens": len(item.input_ids),
+            "generated_tokens": generated_tokens,
+        }

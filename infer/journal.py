@@ -1,0 +1,103 @@
+"""Crash-safe progress for judge-score.
+
+Each rank appends finished results to its own `{output_file}.journal.rank{R}.jsonl` under the output
+directory, one JSON line per sample, flushed and fsync'ed after every batch. The first line of each
+journal is the run's fingerprint (model, rubric and settings); a rerun resumes only when it matches.
+A `kill -9` can at worst leave a torn last line, which is ignored on reading, so at most the batch in
+flight is lost and no result is ever counted twice (results are keyed by sample id).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from judge.cli import UsageError
+
+
+def fingerprint(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def journal_paths(output_dir: Path, output_file: str) -> list[Path]:
+    return sorted(output_dir.glob(f"{output_file}.journal.rank*.jsonl"))
+
+
+def read_finished(output_dir: Path, output_file: str, run_fingerprint: str) -> dict[str, dict]:
+    """Results already in the journals of every rank (any earlier world size), by sample id."""
+    finished: dict[str, dict] = {}
+    for path in journal_paths(output_dir, output_file):
+        lines = path.read_text(encoding="utf-8").split("\n")
+        header = _parse_line(lines[0])
+        if header is None or header.get("fingerprint") != run_fingerprint:
+            raise UsageError(
+                f"{path} was written by a run with other settings (model, rubric, mode or limits); "
+                "rerun with --no_resume to start over, or choose another --output_dir"
+            )
+        # The last element is "" after a complete line, or a torn line after a crash: skip either.
+        for line in lines[1:-1]:
+            record = _parse_line(line)
+            if record is not None:
+                finished[record["id"]] = record
+    return finished
+
+
+def _parse_line(line: str) -> dict | None:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def clear(output_dir: Path, output_file: str) -> None:
+    for path in journal_paths(output_dir, output_file):
+        path.unlink()
+
+
+class Journal:
+    """The append-only journal of one rank."""
+
+    def __init__(self, output_dir: Path, output_file: str, rank: int, run_fingerprint: str):
+        self.path = output_dir / f"{output_file}.journal.rank{rank}.jsonl"
+        fresh = not self.path.exists() or self.path.stat().st_size == 0
+        self._file = self.path.open("a", encoding="utf-8")
+        if not fresh:
+            self._drop_torn_tail()
+        if fresh:
+            self._file.write(json.dumps({"fingerprint": run_fingerprint}) + "\n")
+            self._sync()
+
+    def _drop_torn_tail(self) -> None:
+        # A torn last line (crash mid-write) must not glue itself to the next record.
+        data = self.path.read_bytes()
+        if not data.endswith(b"\n"):
+            self._file.close()
+            with self.path.open("r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
+            self._file = self.path.open("a", encoding="utf-8")
+
+    def append(self, records: list[dict]) -> None:
+        self._file.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        self._sync()
+
+    def _sync(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def write_json_atomically(path: Path, value: object) -> None:
+    """Write to a temporary file in the same directory and rename it over the target: readers see the old
+    file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump(value, f, ensure_ascii=False, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

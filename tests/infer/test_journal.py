@@ -1,0 +1,46 @@
+import json
+
+import pytest
+
+from infer.journal import Journal, clear, read_finished, write_json_atomically
+from judge.cli import UsageError
+
+
+def test_results_survive_a_torn_last_line_and_are_not_duplicated(tmp_path):
+    journal = Journal(tmp_path, "out.json", rank=0, run_fingerprint="abc")
+    journal.append([{"id": "a", "score": 1}, {"id": "b", "score": 2}])
+    journal.close()
+    with (tmp_path / "out.json.journal.rank0.jsonl").open("a") as f:
+        f.write('{"id": "c", "sco')  # a kill -9 in the middle of a write
+    assert set(read_finished(tmp_path, "out.json", "abc")) == {"a", "b"}
+    again = Journal(tmp_path, "out.json", rank=0, run_fingerprint="abc")
+    again.append([{"id": "c", "score": 3}, {"id": "a", "score": 1}])
+    again.close()
+    lines = (tmp_path / "out.json.journal.rank0.jsonl").read_text().splitlines()
+    assert all(json.loads(line) for line in lines)  # the torn line is gone, not glued to the next record
+    finished = read_finished(tmp_path, "out.json", "abc")
+    assert sorted(finished) == ["a", "b", "c"] and finished["c"]["score"] == 3
+
+
+def test_journals_of_every_rank_are_read(tmp_path):
+    for rank, ids in ((0, ["a"]), (1, ["b", "c"])):
+        j = Journal(tmp_path, "r.json", rank=rank, run_fingerprint="fp")
+        j.append([{"id": i} for i in ids])
+        j.close()
+    assert sorted(read_finished(tmp_path, "r.json", "fp")) == ["a", "b", "c"]
+    clear(tmp_path, "r.json")
+    assert read_finished(tmp_path, "r.json", "fp") == {}
+
+
+def test_other_settings_refuse_to_resume(tmp_path):
+    Journal(tmp_path, "r.json", rank=0, run_fingerprint="one").close()
+    with pytest.raises(UsageError, match="--no_resume"):
+        read_finished(tmp_path, "r.json", "two")
+
+
+def test_atomic_write_replaces_whole_file(tmp_path):
+    target = tmp_path / "result.json"
+    target.write_text("old")
+    write_json_atomically(target, [{"id": "x"}])
+    assert json.loads(target.read_text()) == [{"id": "x"}]
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]

@@ -1,0 +1,166 @@
+"""judge-score end to end on a tiny random judge: batching, modes, validation, resume, kill -9, torchrun."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from infer.cli import main
+from infer.engine import Scorer, ScoreOptions, plan_batches, prepare
+from judge.model import load_judge
+from judge.prompts import load_rubrics
+from judge.testing import write_dataset, write_original_checkpoint
+
+FAST = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_original_checkpoint(tmp_path_factory.mktemp("ckpt"), seed=0)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp("data"), 8, seed=0).parent
+
+
+def score(checkpoint, data_dir, out, *extra):
+    return main(["--model_path", str(checkpoint), "--input_dir", str(data_dir), "--input_file", "data.json", "--output_dir", str(out), *FAST, *extra])
+
+
+def read(out, name="eval_result.json"):
+    return json.loads((Path(out) / name).read_text())
+
+
+def test_plan_batches_respects_budget_and_keeps_every_sample():
+    lengths = [100, 900, 300, 300, 50, 2000]
+    batches = plan_batches(lengths, new_tokens=100, token_budget=1200)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert batches[0] == [5]  # longer than the budget: alone, not dropped
+    for b in batches[1:]:
+        assert len(b) * (max(lengths[i] for i in b) + 100) <= 1200
+    assert [lengths[b[0]] for b in batches] == sorted((lengths[b[0]] for b in batches), reverse=True)
+
+
+def test_scores_every_sample_in_input_order_with_all_fields(checkpoint, dataset, tmp_path, capsys):
+    assert score(checkpoint, dataset, tmp_path) == 0
+    results = read(tmp_path)
+    inputs = json.loads((dataset / "data.json").read_text())
+    assert [r["id"] for r in results] == [s["id"] for s in inputs]
+    fields = {"id", "model", "category", "feedback", "score", "criteria", "score_distribution", "expected_score",
+              "parse_error", "truncated", "n_images", "n_tiles", "prompt_tokens", "generated_tokens"}
+    assert all(fields <= set(r) for r in results)
+    for r, s in zip(results, inputs):
+        assert r["category"] == s["id"].split("_")[0] and r["model"] == s["model"]
+        assert 1 <= r["generated_tokens"] <= 6
+        assert r["n_tiles"] >= r["n_images"]
+        # a random judge writes no "### Score": the failure is reported, the sample kept
+        assert (r["score"] is None) == (r["parse_error"] is not None)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["samples"] == 8 and summary["parse_failures"] == sum(r["score"] is None for r in results)
+    assert "Samples: 8" in capsys.readouterr().out
+
+
+def test_batched_generation_equals_one_sample_at_a_time(checkpoint, dataset):
+    judge = load_judge(checkpoint)
+    rubrics = load_rubrics()
+    from judge.data import load_samples
+
+    samples = list(enumerate(load_samples(dataset / "data.json", dataset)))
+    outputs = {}
+    for budget in (10**7, 1):  # everything in one padded batch, then batch size 1
+        options = ScoreOptions(max_new_tokens=8, token_budget=budget, max_tiles=2)
+        items = prepare(judge, samples, rubrics, dataset, options)
+        results = [r for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch]
+        outputs[budget] = {r["id"]: (r["feedback"], r["generated_tokens"]) for r in results}
+    assert outputs[10**7] == outputs[1]
+    assert len({text for text, _ in outputs[1].values()}) > 1  # not a degenerate constant output
+
+
+def test_logits_mode_reports_a_distribution(checkpoint, dataset, tmp_path):
+    assert score(checkpoint, dataset, tmp_path, "--mode", "logits") == 0
+    for r in read(tmp_path):
+        dist = r["score_distribution"]
+        assert list(dist) == [str(v) for v in range(7)]
+        assert abs(sum(dist.values()) - 1) < 1e-5
+        assert r["score"] == int(max(dist, key=dist.get))
+        assert r["expected_score"] == pytest.approx(sum(int(k) * p for k, p in dist.items()))
+        assert r["generated_tokens"] == 0
+
+
+def test_bad_input_stops_before_loading_the_model(tmp_path, capsys):
+    data = [{"id": "SA_1", "question": [{"text": "q"}], "answer": [{"image": "nowhere.png"}]}, {"id": "X_2", "question": "q", "answer": "a"}]
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    code = main(["--model_path", str(tmp_path / "no-model"), "--input_dir", str(tmp_path), "--input_file", "bad.json"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "record 0 (id 'SA_1'): answer[0].image: image not found" in err
+    assert "record 1 (id 'X_2'): category: no category" in err
+    assert "Traceback" not in err
+
+
+def test_skip_invalid_scores_the_rest_and_lists_what_was_skipped(checkpoint, dataset, tmp_path):
+    records = json.loads((dataset / "data.json").read_text())[:3]
+    records[1]["answer"] = [{"image": "images/missing.png"}]
+    (dataset / "partly_bad.json").write_text(json.dumps(records))
+    args = ["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "partly_bad.json", "--output_dir", str(tmp_path), *FAST, "--skip_invalid"]
+    assert main(args) == 0
+    assert [r["id"] for r in read(tmp_path)] == [records[0]["id"], records[2]["id"]]
+    skipped = json.loads((tmp_path / "summary.json").read_text())["skipped_invalid"]
+    assert len(skipped) == 1 and "image not found" in skipped[0]
+
+
+def test_rerun_resumes_and_no_resume_starts_over(checkpoint, dataset, tmp_path, capsys):
+    assert score(checkpoint, dataset, tmp_path, "--limit", "3") == 0
+    first = read(tmp_path)
+    capsys.readouterr()
+    assert score(checkpoint, dataset, tmp_path) == 0
+    assert "resuming: 3 sample(s)" in capsys.readouterr().err
+    assert read(tmp_path)[:3] == first
+    journal = (tmp_path / "eval_result.json.journal.rank0.jsonl").read_text().splitlines()
+    assert len(journal) == 1 + 8  # header + each sample once
+    assert score(checkpoint, dataset, tmp_path, "--max_new_tokens", "3") == 2  # other settings: refuse
+    assert score(checkpoint, dataset, tmp_path, "--max_new_tokens", "3", "--no_resume") == 0
+    assert all(r["generated_tokens"] <= 3 for r in read(tmp_path))
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "infer.cli", *map(str, args)]
+
+
+def test_kill_9_loses_at_most_the_batch_in_flight(checkpoint, tmp_path):
+    data = write_dataset(tmp_path / "data", 24, seed=5).parent
+    out = tmp_path / "out"
+    args = _cli("--model_path", checkpoint, "--input_dir", data, "--input_file", "data.json", "--output_dir", out,
+                "--max_new_tokens", "24", "--max_tiles", "2", "--token_budget", "1")  # batch size 1
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    journal = out / "eval_result.json.journal.rank0.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 4):
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = [json.loads(line) for line in journal.read_text().splitlines()[1:] if line.endswith("}")]
+    assert 3 <= len(done_before) < 24
+    assert not (out / "eval_result.json").exists()
+    assert subprocess.run(args, capture_output=True).returncode == 0
+    results = json.loads((out / "eval_result.json").read_text())
+    assert len(results) == 24 and len({r["id"] for r in results}) == 24
+    by_id = {r["id"]: r for r in results}
+    assert all(by_id[r["id"]] == r for r in done_before)  # finished work was kept, not redone
+
+
+def test_torchrun_two_processes_merge_to_the_single_process_result(checkpoint, dataset, tmp_path):
+    assert score(checkpoint, dataset, tmp_path / "single") == 0
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531", "-m", "infer.cli",
+           "--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json", "--output_dir", str(tmp_path / "multi"), *FAST]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "multi").glob("*.journal.*")) == ["eval_result.json.journal.rank0.jsonl", "eval_result.json.journal.rank1.jsonl"]
+    assert read(tmp_path / "multi") == read(tmp_path / "single")
