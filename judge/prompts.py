@@ -1,6 +1,6 @@
 """From a sample to the exact text the judge reads.
 
-    sample --flatten--> question/answer text with `Image-k: <image>` lines (MMIE's numbering)
+    sample --flatten--> question/answer text with `Image-k: <image>` lines (MMIE's layout, k from 0)
            --rubric---> the category's prompt (configs/rubrics/*.yaml)
            --template-> the chat turn (judge/templates.py)
            --expand---> each <image> becomes <img><IMG_CONTEXT> x (tokens_per_tile * tiles)</img>
@@ -42,7 +42,7 @@ class Rubric(BaseModel):
     criteria: dict[str, str] = {}  # criterion name -> the label of its line in the judge's output
     instructions: str
     template: str  # fields: {instructions} {question} {answer} {reference}
-    use_reference: bool = False  # MMIE shows the reference answer (gt_answer) for MSR only
+    use_reference: bool = False  # MMIE shows the reference answer (gt_answer's first text) for MSR only
 
     def fill(self, question: str, answer: str, reference: str) -> str:
         return self.template.format(
@@ -81,7 +81,7 @@ class PlannedImage:
     """One image of the prompt and how many tiles it gets (0: omitted for the budget)."""
 
     path: Path
-    number: int  # the k of `Image-k`
+    number: int  # the k of `Image-k`, from 0 as MMIE numbers them
     part: str  # "question" or "answer"
     tiling: TilingConfig
     n_tiles: int
@@ -100,15 +100,22 @@ class JudgePrompt:
 
 
 def flatten(segments: list[Segment], first_number: int, shown: dict[int, bool]) -> tuple[str, int]:
-    """MMIE's layout: text segments and `Image-k: <image>` lines joined by newlines, k counted on."""
-    lines, number = [], first_number
+    """MMIE's layout, exactly: each text, then each `Image-k: <image>`, on a line of its own ending in a
+    newline; k counts from 0 across the question and then the answer."""
+    text, number = "", first_number
     for segment in segments:
         if segment.text is not None:
-            lines.append(segment.text)
+            text += segment.text + "\n"
         if segment.image is not None:
-            lines.append(f"Image-{number}: {IMAGE_PLACEHOLDER if shown.get(number, True) else OMITTED_IMAGE}")
+            text += f"Image-{number}: {IMAGE_PLACEHOLDER if shown.get(number, True) else OMITTED_IMAGE}\n"
             number += 1
-    return "\n".join(lines), number
+    return text, number
+
+
+def reference_text(sample: Sample) -> str:
+    """MMIE's reference answer: the text of the first gt_answer segment."""
+    first = sample.gt_answer[0].text if sample.gt_answer else None
+    return first or ""
 
 
 def _image_size(path: Path, exif_transpose: bool) -> tuple[int, int]:
@@ -126,7 +133,7 @@ def plan_images(
     refs = [(s.image, part) for part in ("question", "answer") for s in getattr(sample, part) if s.image is not None]
     sizes = [_image_size(resolve_image(path, image_root), tiling.exif_transpose) for path, _ in refs]
     plans = [
-        PlannedImage(resolve_image(path, image_root), k + 1, part, tiling, count_tiles(*size, tiling))
+        PlannedImage(resolve_image(path, image_root), k, part, tiling, count_tiles(*size, tiling))
         for k, ((path, part), size) in enumerate(zip(refs, sizes))
     ]
     truncated: list[str] = []
@@ -165,10 +172,9 @@ def build_prompt(
 ) -> JudgePrompt:
     plans, truncated = plan_images(sample, Path(image_root), tiling, tokens_per_tile, image_token_budget)
     shown = {p.number: p.n_tiles > 0 for p in plans}
-    question, next_number = flatten(sample.question, 1, shown)
+    question, next_number = flatten(sample.question, 0, shown)
     answer, _ = flatten(sample.answer, next_number, shown)
-    reference, _ = flatten([Segment(text=s.text) for s in sample.gt_answer or [] if s.text is not None], 1, {})
-    query = rubric.fill(question, answer, reference)
+    query = rubric.fill(question, answer, reference_text(sample))
     shown_images = [p for p in plans if p.n_tiles > 0]
     if shown_images and IMAGE_PLACEHOLDER not in query:
         query = f"{IMAGE_PLACEHOLDER}\n{query}"  # InternVL's chat() rule for a query without a placeholder

@@ -34,12 +34,13 @@ def prompt_for(sample, root, rubric=RUBRIC, budget=None, tiling=TilingConfig(max
 def test_mmie_flattening_numbers_images_across_question_and_answer(images):
     prompt = prompt_for(make_sample(), images)
     text = prompt.text.replace("<img>" + "<IMG_CONTEXT>" * 256 + "</img>", "<1 tile>").replace("<img>" + "<IMG_CONTEXT>" * 1024 + "</img>", "<4 tiles>")
+    # MMIE's dataset.py layout: every text and image line ends in a newline, images count from 0.
     expected_query = (
-        "Judge it.\n### Question\nWhat happens next?\nImage-1: <1 tile>\n"
-        "### Answer\nThe boat sails.\nImage-2: <4 tiles>\nIt docks.\nImage-3: <1 tile>\n### Feedback\n"
+        "Judge it.\n### Question\nWhat happens next?\nImage-0: <1 tile>\n\n"
+        "### Answer\nThe boat sails.\nImage-1: <4 tiles>\nIt docks.\nImage-2: <1 tile>\n\n### Feedback\n"
     )
     assert text == TEMPLATE.render(expected_query)
-    assert [(p.number, p.part, p.n_tiles) for p in prompt.images] == [(1, "question", 1), (2, "answer", 4), (3, "answer", 1)]
+    assert [(p.number, p.part, p.n_tiles) for p in prompt.images] == [(0, "question", 1), (1, "answer", 4), (2, "answer", 1)]
     assert prompt.n_tiles == 6 and prompt.truncated == []
 
 
@@ -48,6 +49,8 @@ def test_reference_answer_only_where_the_rubric_asks(images):
     assert "REF:It sails away." in prompt_for(make_sample(), images, with_ref).text
     without = RUBRIC.model_copy(update={"template": "{instructions}\n{question}\nREF:{reference}\n{answer}"})
     assert "REF:\n" in prompt_for(make_sample(), images, without).text
+    two_part = make_sample(gt_answer=[{"text": "First."}, {"text": "Second."}])
+    assert "REF:First.\n" in prompt_for(two_part, images, with_ref).text  # MMIE reads gt_answer[0] only
 
 
 def test_image_placeholder_prepended_when_rubric_has_no_question_slot(images):
@@ -60,17 +63,18 @@ def test_image_placeholder_prepended_when_rubric_has_no_question_slot(images):
 
 def test_budget_lowers_tiles_first_then_omits_question_images_then_last_answer_images(images):
     sample = make_sample()
-    fits_by_tiles = prompt_for(sample, images, budget=4 * 256)  # 1 + 2 + 1 tiles: wide image drops to 2 tiles (2x1, no room for thumbnail... )
-    assert fits_by_tiles.n_tiles * 256 <= 4 * 256
-    assert fits_by_tiles.truncated[0].startswith("tiles per image limited to")
-    assert len(fits_by_tiles.images) == 3
+    # 1 + 4 + 1 tiles; at max 2 tiles the wide image is 2x1 + thumbnail (5 in all), at max 1 it is 1 (3 in all)
+    fits_by_tiles = prompt_for(sample, images, budget=4 * 256)
+    assert fits_by_tiles.n_tiles == 3 and len(fits_by_tiles.images) == 3
+    assert fits_by_tiles.truncated == ["tiles per image limited to 1 (from 6)"]
+    assert prompt_for(sample, images, budget=5 * 256).truncated == ["tiles per image limited to 2 (from 6)"]
     tight = prompt_for(sample, images, budget=2 * 256)
-    assert tight.truncated[-1] == "Image-1 (question) omitted"
-    assert [p.number for p in tight.images] == [2, 3]
-    assert "Image-1: [image omitted]" in tight.text
+    assert tight.truncated[-1] == "Image-0 (question) omitted"
+    assert [p.number for p in tight.images] == [1, 2]
+    assert "Image-0: [image omitted]" in tight.text
     tighter = prompt_for(sample, images, budget=256)
-    assert tighter.truncated[-2:] == ["Image-1 (question) omitted", "Image-3 (answer) omitted"]
-    assert [p.number for p in tighter.images] == [2] and tighter.n_tiles == 1
+    assert tighter.truncated[-2:] == ["Image-0 (question) omitted", "Image-2 (answer) omitted"]
+    assert [p.number for p in tighter.images] == [1] and tighter.n_tiles == 1
     nothing = prompt_for(sample, images, budget=0)
     assert nothing.images == [] and "<img>" not in nothing.text and "It docks." in nothing.text
 

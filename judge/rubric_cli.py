@@ -1,0 +1,105 @@
+"""judge-rubric import: turn a Python rubric file such as MMIE's prompts.py into this toolkit's YAML.
+
+    judge-rubric import MMIE/prompts.py -o configs/rubrics/mmie.yaml
+
+The file is parsed with `ast` and never executed. It must have the shape of MMIE's: module-level string
+constants holding each category's instructions, and a function whose branches read
+`if "SA" in data_id: return SA_PROMPT + "### Question\\n{question}..."`. The prompt is kept byte for byte;
+the reference-answer field `{gt_answer}` becomes this toolkit's `{reference}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+
+import yaml
+
+from judge.cli import UsageError, add_common_flags, run
+from judge.prompts import Rubric
+
+
+def _string_constants(tree: ast.Module) -> dict[str, str]:
+    constants = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    constants[target.id] = node.value.value
+    return constants
+
+
+def _branch_category(test: ast.expr) -> str | None:
+    """"SA" from `"SA" in data_id` (or 'SA' in ...)."""
+    if isinstance(test, ast.Compare) and isinstance(test.left, ast.Constant) and isinstance(test.ops[0], ast.In):
+        return test.left.value if isinstance(test.left.value, str) else None
+    return None
+
+
+def _returned_prompt(body: list[ast.stmt], constants: dict[str, str]) -> tuple[str, str] | None:
+    """(instructions, layout) from `return CONSTANT + "layout"`."""
+    for stmt in body:
+        if isinstance(stmt, ast.Return) and isinstance(stmt.value, ast.BinOp) and isinstance(stmt.value.op, ast.Add):
+            left, right = stmt.value.left, stmt.value.right
+            if isinstance(left, ast.Name) and left.id in constants and isinstance(right, ast.Constant) and isinstance(right.value, str):
+                return constants[left.id], right.value
+    return None
+
+
+def import_rubrics(path: Path, scale: tuple[int, int]) -> list[Rubric]:
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, UnicodeDecodeError) as err:
+        raise UsageError(f"{path}: cannot read it as Python ({err})") from None
+    constants = _string_constants(tree)
+    rubrics = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (category := _branch_category(node.test)):
+            if (prompt := _returned_prompt(node.body, constants)) is None:
+                continue
+            instructions, layout = prompt
+            rubrics.append(Rubric(
+                category=category,
+                scale=scale,
+                criteria={},  # MMIE's judge gives one overall score
+                instructions=instructions,
+                template="{instructions}" + layout.replace("{gt_answer}", "{reference}"),
+                use_reference="{gt_answer}" in layout,
+            ))
+    if not rubrics:
+        raise UsageError(
+            f"{path}: found no rubric; expected string constants and branches like "
+            "`if \"SA\" in data_id: return SA_PROMPT + \"### Question\\n{question}...\"`"
+        )
+    return rubrics
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="judge-rubric", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_flags(p)
+    sub = p.add_subparsers(dest="command", required=True)
+    imp = sub.add_parser("import", help="convert a prompts.py file into rubric YAML")
+    imp.add_argument("path", help="the Python rubric file, e.g. MMIE's prompts.py")
+    imp.add_argument("-o", "--output", required=True, help="the YAML file to write")
+    imp.add_argument("--scale", nargs=2, type=int, default=[0, 6], metavar=("LOW", "HIGH"), help="score scale the prompts ask for (default: 0 6, MMIE's)")
+    return p
+
+
+def main(argv=None) -> int:
+    return run(_main, argv)
+
+
+def _main(argv) -> int:
+    args = build_parser().parse_args(argv)
+    rubrics = import_rubrics(Path(args.path), tuple(args.scale))
+    header = f"# Imported by judge-rubric from {args.path}; the prompt text is kept byte for byte.\n"
+    body = yaml.safe_dump([r.model_dump(mode="json") for r in rubrics], allow_unicode=True, sort_keys=False, width=10**6)
+    Path(args.output).write_text(header + body, encoding="utf-8")
+    print(f"{args.output}: {', '.join(r.category for r in rubrics)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""judge-rubric import on a file shaped like MMIE's prompts.py (placeholder wording of our own)."""
+
+import importlib.util
+
+import pytest
+from PIL import Image
+
+from judge.data import Sample
+from judge.prompts import build_prompt, load_rubrics
+from judge.rubric_cli import main
+from judge.templates import get_template
+from judge.tiling import TilingConfig
+
+PROMPTS_PY = '''
+SA_SYSTEM_PROMPT = \'\'\'Rate the story. \\nTrailing spaces stay: \\n1) Text \\u2014 clear.\\nBegin with '### Feedback\\\\n', end with '### Score\\\\n'.\'\'\'
+
+PBL_SYSTEM_PROMPT = \'\'\'Rate the method.\\nSteps must be clear.\'\'\'
+
+MSR_PROMPT = \'\'\'Rate the maths.\'\'\'
+
+def get_prompt(data_id):
+    if "SA" in data_id:
+        return SA_SYSTEM_PROMPT + "### Question\\n{question}\\n### Answer\\n{answer}\\n### Feedback\\n"
+    elif "PBL" in data_id:
+        return PBL_SYSTEM_PROMPT + "### Question\\n{question}\\n### Answer\\n{answer}\\n### Feedback\\n"
+    elif 'MSR' in data_id:
+        return MSR_PROMPT + "### Question\\n{question}\\n### Answer\\n{answer}\\n### Correct Answer\\nThe correct answer is: {gt_answer}\\n### Feedback\\n"
+    else:
+        print("Unrecognized data.")
+'''
+
+
+def mmie_flatten(segments, number):
+    """MMIE's dataset.py layout, written independently: a line per text and per image, images from 0."""
+    text = ""
+    for segment in segments:
+        if segment.get("text") is not None:
+            text += segment["text"] + "\n"
+        if segment.get("image") is not None:
+            text += f"Image-{number}: <image>\n"
+            number += 1
+    return text, number
+
+
+@pytest.fixture
+def imported(tmp_path):
+    source = tmp_path / "prompts.py"
+    source.write_text(PROMPTS_PY)
+    assert main(["import", str(source), "-o", str(tmp_path / "mmie.yaml")]) == 0
+    return source, load_rubrics([tmp_path / "mmie.yaml"])
+
+
+@pytest.mark.parametrize("sample_id", ["SA_0001", "PBL_0002", "MSR_0003"])
+def test_imported_rubric_builds_the_prompt_mmie_builds(imported, tmp_path, sample_id):
+    source, rubrics = imported
+    Image.new("RGB", (64, 64)).save(tmp_path / "a.png")
+    record = {
+        "id": sample_id, "model": "m",
+        "question": [{"text": "Q text", "image": "a.png"}, {"text": "more", "image": None}],
+        "answer": [{"text": "A text", "image": "a.png"}, {"text": None, "image": "a.png"}],
+        "gt_answer": [{"text": "42", "image": None}, {"text": "ignored by MMIE", "image": None}],
+    }
+    spec = importlib.util.spec_from_file_location("mmie_prompts", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # our own fixture: running it gives the reference prompt
+    question, n = mmie_flatten(record["question"], 0)
+    answer, _ = mmie_flatten(record["answer"], n)
+    expected = module.get_prompt(sample_id).format(question=question, answer=answer, gt_answer="42")
+    sample = Sample.model_validate(record)
+    prompt = build_prompt(sample, rubrics[sample.category], get_template("phi3-chat"), None, tmp_path, TilingConfig(max_tiles=1), 1)
+    assert prompt.text == get_template("phi3-chat").render(expected.replace("<image>", "<img><IMG_CONTEXT></img>"))
+
+
+def test_import_reads_without_executing_and_keeps_text_byte_for_byte(tmp_path):
+    source = tmp_path / "prompts.py"
+    source.write_text("raise SystemExit('never run me')\n" + PROMPTS_PY)
+    assert main(["import", str(source), "-o", str(tmp_path / "out.yaml")]) == 0
+    rubrics = load_rubrics([tmp_path / "out.yaml"])
+    assert set(rubrics) == {"SA", "PBL", "MSR"}
+    assert rubrics["SA"].instructions == "Rate the story. \nTrailing spaces stay: \n1) Text \u2014 clear.\nBegin with '### Feedback\\n', end with '### Score\\n'."
+    assert rubrics["MSR"].use_reference and not rubrics["SA"].use_reference
+    assert rubrics["MSR"].criteria == {} and rubrics["MSR"].scale == (0, 6)
+
+
+def test_file_without_rubrics_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "x.py").write_text("A = 1\n")
+    (tmp_path / "bad.py").write_text("def (:\n")
+    assert main(["import", str(tmp_path / "x.py"), "-o", str(tmp_path / "o.yaml")]) == 2
+    assert "found no rubric" in capsys.readouterr().err
+    assert main(["import", str(tmp_path / "bad.py"), "-o", str(tmp_path / "o.yaml")]) == 2
+    assert "cannot read it as Python" in capsys.readouterr().err
