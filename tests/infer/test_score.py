@@ -164,3 +164,14 @@ def test_torchrun_two_processes_merge_to_the_single_process_result(checkpoint, d
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in (tmp_path / "multi").glob("*.journal.*")) == ["eval_result.json.journal.rank0.jsonl", "eval_result.json.journal.rank1.jsonl"]
     assert read(tmp_path / "multi") == read(tmp_path / "single")
+
+
+def test_calibrator_adds_calibrated_scores(checkpoint, dataset, tmp_path):
+    from judge.calibrator import Calibrator
+
+    Calibrator(method="linear", source="expected_score", x=[0, 6], y=[2, 4], scale=(0, 6)).save(tmp_path / "cal.json")
+    assert score(checkpoint, dataset, tmp_path / "out", "--mode", "logits", "--calibrator", str(tmp_path / "cal.json")) == 0
+    for r in read(tmp_path / "out"):
+        assert r["calibrated_score"] == pytest.approx(2 + r["expected_score"] / 3)
+    (tmp_path / "broken.json").write_text("{}")
+    assert score(checkpoint, dataset, tmp_path / "out2", "--calibrator", str(tmp_path / "broken.json")) == 2
