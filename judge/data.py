@@ -288,11 +288,26 @@ def _duplicate_problems(path: str | Path, samples: list[tuple[int, Sample]], key
     return problems
 
 
+def _same_sample_once(path: str | Path, parsed: list[tuple[int, Sample]]) -> tuple[list[tuple[int, Sample]], list[Problem]]:
+    """An annotation file repeats a sample once per annotator: identical repeats count once; an id that
+    names two different samples is an error."""
+    first: dict[str, tuple[int, Sample]] = {}
+    kept, problems = [], []
+    for index, sample in parsed:
+        if sample.id not in first:
+            first[sample.id] = (index, sample)
+            kept.append((index, sample))
+        elif sample != first[sample.id][1]:
+            problems.append(Problem(str(path), f"duplicate id with a different sample than record {first[sample.id][0]}", index, sample.id))
+    return kept, problems
+
+
 def validate_samples(path: str | Path, image_root: str | Path | None = None) -> tuple[list[Sample], list[Problem]]:
     """The valid samples of a file and every problem of the others; images are checked when
     `image_root` is given. For `--skip_invalid`; `load_samples` is the strict form."""
     parsed, problems = _parse(path, Sample)
-    problems += _duplicate_problems(path, parsed, key=lambda s: s.id)
+    parsed, duplicates = _same_sample_once(path, parsed)
+    problems += duplicates
     if image_root is not None:
         problems += image_problems(path, parsed, image_root)
     bad = {p.index for p in problems}

@@ -98,9 +98,12 @@ def test_missing_file(tmp_path):
         load_samples(tmp_path / "nope.json")
 
 
-def test_duplicate_ids_are_rejected(tmp_path):
-    path = write_json(tmp_path / "d.json", [sample("SA_1"), sample("SA_1")])
-    with pytest.raises(InputError, match=r"record 1 \(id 'SA_1'\): duplicate record: same as record 0"):
+def test_duplicate_ids_count_once_if_identical_and_fail_if_not(tmp_path):
+    # an annotation file repeats each sample once per annotator
+    path = write_json(tmp_path / "d.json", [sample("SA_1", annotator="a"), sample("SA_1", annotator="b"), sample("SA_2")])
+    assert [s.id for s in load_samples(path)] == ["SA_1", "SA_2"]
+    path = write_json(tmp_path / "e.json", [sample("SA_1"), sample("SA_1", answer="another answer")])
+    with pytest.raises(InputError, match=r"record 1 \(id 'SA_1'\): duplicate id with a different sample than record 0"):
         load_samples(path)
 
 

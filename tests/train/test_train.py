@@ -1,0 +1,107 @@
+"""judge-train on the tiny judge: the loss mask token by token, a real short run whose output judge-score
+loads, resume at the right step, merge, and LoRA placement."""
+
+import json
+
+import pytest
+import torch
+
+from infer.cli import main as score_main
+from judge.data import load_annotations
+from judge.model import load_judge
+from judge.prompts import CONFIG_DIR, load_rubrics
+from judge.testing import write_dataset, write_original_checkpoint
+from train.cli import main as train_main
+from train.data import IGNORE_INDEX, build_dataset, merge_annotators, target_text
+from train.recipe import TrainConfig, apply_lora
+
+TINY_RUBRIC = [str(CONFIG_DIR / "rubrics" / "tiny")]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return write_original_checkpoint(tmp_path_factory.mktemp("base"), seed=0)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    records = json.loads(write_dataset(root, 12, seed=2, annotated=True).read_text())
+    (root / "train.json").write_text(json.dumps(records[:10]))
+    (root / "heldout.json").write_text(json.dumps(records[10:]))
+    return root
+
+
+def train_args(base, data, out, *extra):
+    return ["--model_path", str(base), "--train_file", str(data / "train.json"), "--input_dir", str(data), "--output_dir", str(out),
+            "--config", str(CONFIG_DIR / "train" / "tiny.yaml"), "--rubric", *TINY_RUBRIC, "--dataloader_workers", "0", "--logging_steps", "1", *extra]
+
+
+def test_loss_mask_covers_exactly_the_target_and_its_stop_token(base, data):
+    judge = load_judge(base)
+    annotations = load_annotations(data / "train.json", data)
+    rubrics = load_rubrics(TINY_RUBRIC)
+    dataset = build_dataset(judge, annotations, rubrics, data, max_length=8192, image_token_budget=None, source="train.json")
+    rated = merge_annotators(annotations)
+    assert len(dataset) == len(rated) < len(annotations)  # second annotators merged into their id
+    end = judge.tokenizer.convert_tokens_to_ids("<|end|>")
+    for row, r in zip(dataset, rated):
+        ids, labels = row["input_ids"], row["labels"]
+        first = next(i for i, label in enumerate(labels) if label != IGNORE_INDEX)
+        assert all(label == IGNORE_INDEX for label in labels[:first])  # prompt masked
+        assert labels[first:] == ids[first:]  # every target token, and nothing after it, is learned
+        assert ids[-1] == end  # the stop token is learned too
+        assert judge.tokenizer.decode(ids[first:-1]) .strip() == target_text(r, rubrics[r.annotation.category]).strip()
+        prompt = judge.tokenizer.decode(ids[:first])
+        assert prompt.endswith("<|assistant|>\n") and "### Feedback" in prompt
+
+
+def test_merged_annotators_average_each_criterion(data):
+    annotations = load_annotations(data / "train.json", data)
+    for r in merge_annotators(annotations):
+        ratings = [a.human_scores.given() for a in annotations if a.id == r.annotation.id]
+        assert r.scores["overall"] == pytest.approx(sum(x["overall"] for x in ratings) / len(ratings))
+
+
+def test_lora_wraps_only_language_model_layers(base):
+    model = apply_lora(load_judge(base), TrainConfig())
+    trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n and "language_model" in n for n in trainable)
+    assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable} == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+
+
+def test_train_save_score_and_merge(base, data, tmp_path):
+    out = tmp_path / "judge"
+    args = train_args(base, data, out, "--max_steps", "4", "--save_steps", "2", "--no-full_finetune", "--per_device_batch_size", "2",
+                      "--eval_file", str(data / "heldout.json"), "--eval_max_new_tokens", "8")
+    assert train_main(args) == 0
+    assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer_config.json", "judge_config.json"} <= {p.name for p in out.iterdir()}
+    history = json.loads((out / "eval_history.json").read_text())
+    assert [h["step"] for h in history] == [2, 4] and "pearson" in history[0]["overall"]
+    judge = load_judge(out)
+    assert judge.source_format == "adapter"
+    assert score_main(["--model_path", str(out), "--input_dir", str(data), "--input_file", "heldout.json", "--output_dir", str(tmp_path / "s"),
+                       "--max_new_tokens", "4", "--rubric", *TINY_RUBRIC]) == 0
+    merged = tmp_path / "merged"
+    assert train_main(["merge", "--adapter", str(out), "--output_dir", str(merged)]) == 0
+    standalone = load_judge(merged)
+    assert standalone.source_format == "native"
+    ids = judge.tokenizer("<|user|>\nhello<|end|><|assistant|>\n", return_tensors="pt").input_ids
+    with torch.no_grad():
+        torch.testing.assert_close(standalone.model(input_ids=ids).logits, judge.model(input_ids=ids).logits, rtol=1e-4, atol=1e-5)
+
+
+def test_resume_continues_at_the_saved_step(base, data, tmp_path):
+    out = tmp_path / "judge"
+    assert train_main(train_args(base, data, out, "--max_steps", "2", "--save_steps", "2", "--per_device_batch_size", "2")) == 0
+    assert train_main(train_args(base, data, out, "--max_steps", "4", "--save_steps", "2", "--per_device_batch_size", "2", "--resume")) == 0
+    state = json.loads((out / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    logged = [e["step"] for e in state["log_history"] if "loss" in e]
+    assert logged == sorted(set(logged))  # no step trained twice
+
+
+def test_bad_annotations_are_reported_before_training(base, tmp_path, capsys):
+    (tmp_path / "bad.json").write_text(json.dumps([{"id": "SA_1", "question": "q", "answer": "a", "human_scores": {"overall": 11}}]))
+    code = train_main(["--model_path", str(base), "--train_file", str(tmp_path / "bad.json"), "--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "o")])
+    assert code == 2 and "record 0 (id 'SA_1'): human_scores.overall: 11 is outside the scale 0-6" in capsys.readouterr().err

@@ -1,0 +1,91 @@
+"""judge-train: fine-tune an InternVL2 judge on human-rated annotations.
+
+    judge-train --model_path BASE --train_file train.json --input_dir DATA --output_dir OUT [--eval_file heldout.json]
+    judge-train merge --adapter OUT --output_dir MERGED
+
+Many GPUs or nodes: `torchrun --nproc_per_node N -m train.cli ...` (add --deepspeed configs/deepspeed/zero2.json).
+Settings come from --config (a YAML in configs/train/) and each can be overridden by the flag of its name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import types
+import typing
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+from judge.cli import UsageError, add_common_flags, run, settings_from_config
+from judge.model import load_judge, save_native
+from judge.prompts import CONFIG_DIR, DEFAULT_RUBRICS, load_rubrics
+from train.recipe import TrainConfig, train
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per TrainConfig field, with its help and default taken from the field itself."""
+    hints = typing.get_type_hints(TrainConfig)
+    for f in fields(TrainConfig):
+        default = f.default if f.default is not MISSING else f.default_factory()
+        help_text = f"{f.metadata['help']} (default: {default})"
+        kind = hints[f.name]
+        if kind is bool:
+            parser.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif typing.get_origin(kind) in (list, tuple):
+            item = typing.get_args(kind)[0]
+            parser.add_argument(f"--{f.name}", nargs="+", type=item, default=None, help=help_text)
+        else:
+            args = [a for a in typing.get_args(kind) if a is not type(None)] if isinstance(kind, types.UnionType) else [kind]
+            parser.add_argument(f"--{f.name}", type=args[0], default=None, help=help_text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="judge-train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model_path", required=True, help="base judge checkpoint (original InternVL2, native, or a merged judge)")
+    p.add_argument("--train_file", required=True, help="annotations to learn from (JSON list or JSONL)")
+    p.add_argument("--input_dir", required=True, help="directory that image paths in the annotations are relative to")
+    p.add_argument("--output_dir", required=True, help="where the trained judge, checkpoints and eval_history.json go")
+    p.add_argument("--eval_file", help="held-out annotations scored at every checkpoint (default: none)")
+    p.add_argument("--config", default=str(CONFIG_DIR / "train" / "lora.yaml"), help="YAML of training settings (default: configs/train/lora.yaml)")
+    p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: configs/rubrics/{sa,pbl,msr}.yaml)")
+    p.add_argument("--deepspeed", help="DeepSpeed JSON, e.g. configs/deepspeed/zero2.json (default: none)")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output_dir (default: start fresh)")
+    _add_config_flags(p)
+    add_common_flags(p)
+    return p
+
+
+def merge_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="judge-train merge", description="Fold a LoRA adapter into its base and write a standalone native checkpoint.")
+    p.add_argument("--adapter", required=True, help="a judge-train output directory holding an adapter")
+    p.add_argument("--output_dir", required=True, help="where the merged checkpoint goes")
+    add_common_flags(p)
+    return p
+
+
+def main(argv=None) -> int:
+    return run(_main, argv)
+
+
+def _main(argv) -> int:
+    if argv and argv[0] == "merge":
+        args = merge_parser().parse_args(argv[1:])
+        judge = load_judge(args.adapter)
+        if judge.source_format != "adapter":
+            raise UsageError(f"--adapter {args.adapter}: not a LoRA adapter directory (no adapter_config.json)")
+        print(f"merged checkpoint: {save_native(judge, args.output_dir)}")
+        return 0
+    args = build_parser().parse_args(argv)
+    cfg = settings_from_config(TrainConfig, args.config, args)
+    if args.deepspeed and not Path(args.deepspeed).is_file():
+        raise UsageError(f"--deepspeed {args.deepspeed}: file not found")
+    rubrics = load_rubrics(args.rubric or DEFAULT_RUBRICS)
+    out = Path(args.output_dir)
+    result = train(Path(args.model_path), Path(args.train_file), Path(args.eval_file) if args.eval_file else None,
+                   Path(args.input_dir), out, rubrics, cfg, args.deepspeed, args.resume)
+    print(f"trained judge: {out}  (steps: {result['global_step']}, best overall Pearson: {result['best_metric']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Annotations -> training examples: the prompt judge-score builds, and as target the text judge-score
+parses, with the loss only on the target and its stop token.
+
+    [BOS] <|system|>..<|end|><|user|>\\n{rubric, question, answer}<|end|><|assistant|>\\n | {target}<|end|> [pad...]
+    labels: -100 ...................................................................... | target ids + stop | -100
+
+Prompt and target are tokenized separately, exactly as at inference time, where the prompt is
+tokenized alone and the judge continues it.
+
+Several annotators of one id are merged: each criterion's target is the mean of the annotators who
+rated it (then rounded to the judge's integer scale by `format_judgement`); the reference critique is
+the first annotator's `feedback`. The individual ratings stay in the file for `judge-calibrate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+
+import torch
+from datasets import Dataset
+
+from judge.data import Annotation, InputError, Problem
+from judge.model import Judge
+from judge.parsing import format_judgement
+from judge.prompts import Rubric, build_prompt
+from judge.templates import get_template
+from judge.tiling import TilingConfig, load_tiles
+
+IGNORE_INDEX = -100  # labels the loss skips (torch's cross_entropy default)
+
+
+@dataclass(frozen=True)
+class RatedSample:
+    """One id with its annotators merged into the training target."""
+
+    annotation: Annotation  # the first record of the id (question, answer, images)
+    scores: dict[str, float]
+    feedback: str | None
+
+
+def merge_annotators(annotations: list[Annotation]) -> list[RatedSample]:
+    by_id: dict[str, list[Annotation]] = {}
+    for a in annotations:
+        by_id.setdefault(a.id, []).append(a)
+    merged = []
+    for group in by_id.values():
+        names = {name for a in group for name in a.human_scores.given()}
+        scores = {name: mean(a.human_scores.given()[name] for a in group if name in a.human_scores.given()) for name in sorted(names)}
+        feedback = next((a.feedback for a in group if a.feedback), None)
+        merged.append(RatedSample(group[0], scores, feedback))
+    return merged
+
+
+def target_text(rated: RatedSample, rubric: Rubric) -> str:
+    criteria = {name: rated.scores[name] for name in rubric.criteria if name in rated.scores}
+    return format_judgement(rated.scores.get("overall"), criteria, rubric.criteria, rated.feedback)
+
+
+def encode(judge: Judge, rated: RatedSample, rubric: Rubric, image_root: Path, image_token_budget: int | None) -> dict:
+    """One example as plain lists, ready for a datasets.Dataset (and its cache)."""
+    settings = judge.settings
+    template = get_template(settings.template)
+    prompt = build_prompt(rated.annotation, rubric, template, settings.system_message, image_root,
+                          settings.tiling, settings.tokens_per_tile, image_token_budget)
+    prompt_ids = judge.tokenizer(prompt.text).input_ids
+    target_ids = judge.tokenizer(template.target(target_text(rated, rubric)), add_special_tokens=False).input_ids
+    return {
+        "id": rated.annotation.id,
+        "input_ids": prompt_ids + target_ids,
+        "labels": [IGNORE_INDEX] * len(prompt_ids) + target_ids,
+        "length": len(prompt_ids) + len(target_ids),
+        "image_paths": [str(image.path) for image in prompt.images],
+        "image_max_tiles": [image.tiling.max_tiles for image in prompt.images],
+        "n_tiles": prompt.n_tiles,
+        "truncated": prompt.truncated,
+    }
+
+
+def build_dataset(
+    judge: Judge, annotations: list[Annotation], rubrics: dict[str, Rubric], image_root: Path,
+    max_length: int, image_token_budget: int | None, source: str,
+) -> Dataset:
+    """Encode every rated sample; any that is still longer than max_length is an error naming it."""
+    rows = [encode(judge, rated, rubrics[rated.annotation.category], image_root, image_token_budget) for rated in merge_annotators(annotations)]
+    too_long = [Problem(source, f"{r['length']} tokens after image-token budgeting exceed max_length {max_length}; "
+                                "raise max_length or lower image_token_budget / max_tiles", None, r["id"])
+                for r in rows if r["length"] > max_length]
+    if too_long:
+        raise InputError(too_long)
+    return Dataset.from_list(rows)
+
+
+class Collator:
+    """Right-pads a batch and loads its image tiles (decoding happens in DataLoader workers)."""
+
+    def __init__(self, pad_id: int, tiling: TilingConfig):
+        self.pad_id, self.tiling = pad_id, tiling
+
+    def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
+        width = max(len(r["input_ids"]) for r in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        tiles = []
+        for i, r in enumerate(rows):
+            n = len(r["input_ids"])
+            input_ids[i, :n], labels[i, :n], attention_mask[i, :n] = torch.tensor(r["input_ids"]), torch.tensor(r["labels"]), 1
+            for path, max_tiles in zip(r["image_paths"], r["image_max_tiles"]):
+                tiles.append(load_tiles(path, TilingConfig(**{**self.tiling.__dict__, "max_tiles": max_tiles, "min_tiles": min(self.tiling.min_tiles, max_tiles)})))
+        batch = {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
+        if tiles:
+            batch["pixel_values"] = torch.cat(tiles)
+        return batch

@@ -1,0 +1,232 @@
+"""The fine-tuning recipe behind judge-train, top to bottom:
+
+    config -> annotations -> judge -> LoRA (or full) -> datasets -> HF Trainer (+ DeepSpeed) -> evaluation
+    with the scoring engine at every interval -> best checkpoint by overall Pearson -> saved judge
+
+Evaluation scores the held-out annotations with the same engine as judge-score (generate mode) and
+compares with the human scores using the calibration package's statistics, so the numbers in
+eval_history.json are the ones judge-calibrate would report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import Trainer, TrainingArguments
+
+from calibration.stats import agreement_table
+from infer.engine import Scorer, ScoreOptions, prepare
+from judge.data import SCORE_FIELDS, Annotation, load_annotations
+from judge.model import Judge, load_judge, with_max_tiles, write_settings
+from judge.prompts import Rubric
+from train.data import Collator, build_dataset, merge_annotators
+
+
+def _opt(default, help: str):
+    factory = (lambda: list(default)) if isinstance(default, list) else None
+    return field(default_factory=factory, metadata={"help": help}) if factory else field(default=default, metadata={"help": help})
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of judge-train: configs/train/*.yaml set these keys and each has a flag of its name."""
+
+    max_length: int = _opt(4096, "longest training sequence in tokens (prompt + image tokens + target)")
+    max_tiles: int = _opt(6, "tiles per image before the thumbnail (InternVL2-4B's fine-tuning uses 6)")
+    image_token_budget: int | None = _opt(None, "image tokens per sample before tiles and images are cut (none: no limit)")
+    scale: tuple[int, int] = _opt((0, 6), "the human score scale, LOW HIGH")
+    full_finetune: bool = _opt(False, "train all language-model weights instead of LoRA (small models)")
+    lora_r: int = _opt(16, "LoRA rank")
+    lora_alpha: int = _opt(32, "LoRA alpha")
+    lora_dropout: float = _opt(0.05, "LoRA dropout")
+    lora_targets: list[str] = _opt(["qkv_proj", "o_proj", "gate_up_proj", "down_proj"], "language-model linear layers that get LoRA")
+    train_projector: bool = _opt(False, "also train the vision-language projector")
+    learning_rate: float = _opt(4e-5, "peak learning rate")
+    weight_decay: float = _opt(0.01, "AdamW weight decay")
+    warmup_ratio: float = _opt(0.03, "share of steps spent warming the learning rate up")
+    lr_scheduler: str = _opt("cosine", "learning-rate schedule (transformers' names)")
+    num_epochs: float = _opt(1.0, "passes over the training set")
+    max_steps: int = _opt(-1, "stop after this many optimizer steps (-1: num_epochs decides)")
+    per_device_batch_size: int = _opt(1, "sequences per device per micro-step")
+    gradient_accumulation_steps: int = _opt(8, "micro-steps per optimizer step")
+    gradient_checkpointing: bool = _opt(True, "recompute activations in backward to save memory")
+    save_steps: int = _opt(100, "checkpoint (and evaluate, with --eval_file) every this many steps")
+    logging_steps: int = _opt(10, "log the loss every this many steps")
+    eval_max_new_tokens: int = _opt(128, "longest judge output generated during evaluation")
+    eval_token_budget: int = _opt(65536, "tokens per evaluation batch")
+    dataloader_workers: int = _opt(2, "processes that decode and tile images")
+    seed: int = _opt(42, "seed for initialisation and data order")
+
+    def __post_init__(self):
+        self.scale = tuple(self.scale)  # YAML and flags give a list
+
+
+def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
+    """LoRA on the language model only; the vision tower and projector stay frozen unless asked."""
+    for p in judge.model.parameters():
+        p.requires_grad = False
+    if cfg.full_finetune:
+        trainable = [judge.model.model.language_model, judge.model.lm_head]
+        trainable += [judge.model.model.multi_modal_projector] if cfg.train_projector else []
+        for module in trainable:
+            for p in module.parameters():
+                p.requires_grad = True
+        return judge.model
+    targets = "|".join(cfg.lora_targets)
+    lora = LoraConfig(
+        r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+        # anchored on the language model: the vision tower has its own projections
+        target_modules=rf".*language_model.*\.({targets})",
+        modules_to_save=["multi_modal_projector"] if cfg.train_projector else None,
+    )
+    return get_peft_model(judge.model, lora)
+
+
+class JudgeTrainer(Trainer):
+    """HF Trainer whose evaluation is judge-score on the held-out annotations."""
+
+    def __init__(self, *args, judge: Judge, rubrics: dict[str, Rubric], image_root: Path, cfg: TrainConfig, history_file: Path, **kwargs):
+        super().__init__(*args, **kwargs)  # eval_dataset: the held-out annotations themselves
+        self.judge, self.rubrics = judge, rubrics
+        self.image_root, self.cfg, self.history_file = image_root, cfg, history_file
+        self._evaluated: tuple[int, dict] | None = None  # (step, metrics): the Trainer may ask twice per step
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        if self._evaluated and self._evaluated[0] == self.state.global_step:
+            return self._evaluated[1]
+        metrics = evaluate_judge(Judge(self.model, self.judge.tokenizer, self.judge.settings, "training"),
+                                 eval_dataset or self.eval_dataset, self.rubrics, self.image_root, self.cfg, self.args.device)
+        flat = {f"{metric_key_prefix}_{k}": v for k, v in flat_metrics(metrics).items()}
+        if self.is_world_process_zero():
+            history = json.loads(self.history_file.read_text()) if self.history_file.exists() else []
+            history.append({"step": self.state.global_step, "epoch": self.state.epoch, **metrics})
+            self.history_file.write_text(json.dumps(history, indent=2))
+        self.log(flat)
+        self._evaluated = (self.state.global_step, flat)
+        return flat
+
+
+def evaluate_judge(judge: Judge, annotations: list[Annotation], rubrics, image_root: Path, cfg: TrainConfig, device) -> dict:
+    """Score the held-out set with the scoring engine and compare with the (merged) human scores.
+
+    Every rank scores the whole set: under ZeRO-3 generation must run in lockstep on all ranks."""
+    model = judge.model
+    was_training = model.training
+    model.eval()
+    options = ScoreOptions(max_new_tokens=cfg.eval_max_new_tokens, token_budget=cfg.eval_token_budget, workers=1)
+    rated = merge_annotators(annotations)
+    items = prepare(judge, [(i, r.annotation) for i, r in enumerate(rated)], rubrics, image_root, options)
+    results = {r["id"]: r for batch in Scorer(judge, rubrics, options, device).run(items) for _, r in batch}
+    model.train(was_training)
+    metrics = {"parse_failures": sum(r["score"] is None for r in results.values())}
+    for name in SCORE_FIELDS:
+        pairs = [(_judge_value(results[r.annotation.id], name), r.scores[name]) for r in rated if name in r.scores]
+        pairs = [(j, h) for j, h in pairs if j is not None]
+        table = agreement_table([j for j, _ in pairs], [h for _, h in pairs], cfg.scale)
+        metrics[name] = {stat: value.value for stat, value in table.items()}
+    return metrics
+
+
+def _judge_value(result: dict, name: str):
+    return result["score"] if name == "overall" else result["criteria"].get(name)
+
+
+def flat_metrics(metrics: dict) -> dict[str, float]:
+    flat = {"parse_failures": float(metrics["parse_failures"])}
+    for name in SCORE_FIELDS:
+        flat |= {f"{stat}_{name}": value for stat, value in metrics[name].items() if value is not None}
+    # Trainer keeps the best checkpoint by this key; an undefined Pearson (e.g. nothing parsed yet) ranks lowest.
+    flat.setdefault("pearson_overall", -1.0)
+    return flat
+
+
+def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None, has_eval: bool) -> TrainingArguments:
+    on_gpu = torch.cuda.is_available()
+    return TrainingArguments(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=cfg.per_device_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        learning_rate=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+        warmup_steps=cfg.warmup_ratio,  # a float below 1 is a share of all steps
+        lr_scheduler_type=cfg.lr_scheduler,
+        num_train_epochs=cfg.num_epochs,
+        max_steps=cfg.max_steps,
+        bf16=on_gpu,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False},
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        eval_strategy="steps" if has_eval else "no",
+        eval_steps=cfg.save_steps,
+        metric_for_best_model="pearson_overall" if has_eval else None,
+        greater_is_better=True,
+        logging_steps=cfg.logging_steps,
+        train_sampling_strategy="group_by_length",
+        remove_unused_columns=False,
+        dataloader_num_workers=cfg.dataloader_workers,
+        deepspeed=deepspeed,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        report_to=[],
+        use_cpu=not on_gpu,
+        # Many CPU processes (tests, a laptop) talk over gloo; one process needs no backend at all.
+        ddp_backend="gloo" if not on_gpu and int(os.environ.get("WORLD_SIZE", "1")) > 1 else None,
+    )
+
+
+def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path, output_dir: Path,
+          rubrics: dict[str, Rubric], cfg: TrainConfig, deepspeed: str | None, resume: bool) -> dict:
+    train_annotations = load_annotations(train_file, image_root, cfg.scale)
+    eval_annotations = load_annotations(eval_file, image_root, cfg.scale) if eval_file else []
+    output_dir.mkdir(parents=True, exist_ok=True)
+    judge = load_judge(base, "cpu", torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+    judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)
+    judge.model.config.use_cache = False
+    dataset = build_dataset(judge, train_annotations, rubrics, image_root, cfg.max_length, cfg.image_token_budget, str(train_file))
+    model = apply_lora(judge, cfg)
+    judge = Judge(model, judge.tokenizer, judge.settings, judge.source_format)
+    trainer = JudgeTrainer(
+        model=model,
+        args=training_arguments(cfg, output_dir / "checkpoints", deepspeed, bool(eval_annotations)),
+        train_dataset=dataset,
+        eval_dataset=eval_annotations or None,
+        data_collator=Collator(judge.tokenizer.pad_token_id, judge.settings.tiling),
+        judge=judge, rubrics=rubrics, image_root=image_root, cfg=cfg,
+        history_file=output_dir / "eval_history.json",
+    )
+    trainer.train(resume_from_checkpoint=resume or None)
+    if trainer.is_world_process_zero():
+        save_judge(trainer, judge, base, output_dir, cfg)
+    return {"global_step": trainer.state.global_step, "best_metric": trainer.state.best_metric}
+
+
+# What a Trainer checkpoint holds of the model itself: a LoRA adapter, or the full native weights.
+MODEL_FILES = ("adapter_model.safetensors", "adapter_config.json", "config.json", "generation_config.json",
+               "model.safetensors", "model.safetensors.index.json")
+
+
+def save_judge(trainer: Trainer, judge: Judge, base: Path, output_dir: Path, cfg: TrainConfig) -> None:
+    """What judge-score --model_path OUT needs: the best checkpoint's adapter (or full weights), the
+    tokenizer and the judge settings. The best checkpoint's files are copied as they are: reloading them
+    through the Trainer would go through key renames that InternVL's saved names do not survive."""
+    best = trainer.state.best_model_checkpoint
+    if best:
+        for file in Path(best).iterdir():
+            if file.name in MODEL_FILES or (file.name.startswith("model-") and file.suffix == ".safetensors"):
+                shutil.copy2(file, output_dir / file.name)
+    else:
+        trainer.model.save_pretrained(output_dir)
+    adapter_config = output_dir / "adapter_config.json"
+    if adapter_config.exists():  # point the adapter at its base wherever the run started from
+        config = json.loads(adapter_config.read_text())
+        adapter_config.write_text(json.dumps({**config, "base_model_name_or_path": str(base.resolve())}, indent=2))
+    judge.tokenizer.save_pretrained(output_dir)
+    write_settings(judge.settings, output_dir)
+    (output_dir / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
