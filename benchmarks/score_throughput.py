@@ -2,7 +2,7 @@
 
     python benchmarks/score_throughput.py                      # full-size InternVL2-4B, random weights, GPU
     python benchmarks/score_throughput.py --model_path CKPT    # a real checkpoint
-    python benchmarks/score_throughput.py --tiny --samples 4 --new_tokens 4 --device cpu   # smoke test
+    python benchmarks/score_throughput.py --tiny --samples 4 --new_tokens 4 --max_tiles 1 --device cpu   # smoke test
 
 Workload (seeded, MMIE-shaped): 1-4 images per sample, tiles per image drawn from {1, 3, 5, 7, 7, 9, 13}
 (grid + thumbnail), 500-1200 text tokens. Both sides generate exactly --new_tokens tokens (the stop
@@ -129,6 +129,7 @@ def main() -> None:
     p.add_argument("--reference_samples", type=int, default=8, help="samples timed in the reference loop (default: 8)")
     p.add_argument("--new_tokens", type=int, default=256, help="tokens generated per sample on both sides (default: 256)")
     p.add_argument("--token_budget", type=int, default=65536, help="engine batch budget (default: 65536)")
+    p.add_argument("--max_tiles", type=int, default=12, help="tiles per image, as MMIE-Eval uses (default: 12)")
     p.add_argument("--peak_tflops", type=float, default=989.0, help="bf16 dense peak of the GPU, for utilisation (default: 989, H100 SXM)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seed", type=int, default=0)
@@ -146,14 +147,14 @@ def main() -> None:
         data = write_workload(tmp / "data", args.samples, args.seed)
         samples = list(enumerate(load_samples(data / "data.json", data)))
         rubrics = load_rubrics()
-        generate = ScoreOptions(max_new_tokens=args.new_tokens, token_budget=args.token_budget, ignore_stop=True, max_tiles=12)
+        generate = ScoreOptions(max_new_tokens=args.new_tokens, token_budget=args.token_budget, ignore_stop=True, max_tiles=args.max_tiles)
         items = prepare(judge, samples, rubrics, data, generate)
         n_ref = min(args.reference_samples, len(items))
         if args.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
         ref_time, ref_out = reference_loop(judge, items[:n_ref], args.new_tokens, args.device)
         eng_time, eng_out = engine_run(judge, rubrics, items, generate, args.device)
-        logits = ScoreOptions(mode="logits", token_budget=args.token_budget, max_tiles=12)
+        logits = ScoreOptions(mode="logits", token_budget=args.token_budget, max_tiles=args.max_tiles)
         logit_items = prepare(judge, samples, rubrics, data, logits)
         engine_run(judge, rubrics, logit_items[: max(1, len(logit_items) // 8)], logits, args.device)  # warm-up
         log_time, _ = engine_run(judge, rubrics, logit_items, logits, args.device)

@@ -17,7 +17,7 @@ import torch
 from transformers import GenerationConfig
 
 from judge.data import Sample
-from judge.model import Judge
+from judge.model import Judge, with_max_tiles
 from judge.parsing import SCORE_HEADING, parse_judgement
 from judge.prompts import JudgePrompt, Rubric, build_prompt
 from judge.templates import get_template
@@ -48,13 +48,13 @@ class Prepared:
 
 def prepare(judge: Judge, samples: list[tuple[int, Sample]], rubrics: dict[str, Rubric], image_root: Path, options: ScoreOptions) -> list[Prepared]:
     """Prompts and token ids for every sample; cheap (image headers only, no pixel decoding)."""
-    template = get_template(judge.settings.template)
-    tiling = judge.settings.tiling
+    settings = with_max_tiles(judge.settings, options.max_tiles)
+    template = get_template(settings.template)
     prepared = []
     for index, sample in samples:
         prompt = build_prompt(
-            sample, rubrics[sample.category], template, judge.settings.system_message, image_root,
-            tiling, judge.settings.tokens_per_tile, options.image_token_budget,
+            sample, rubrics[sample.category], template, settings.system_message, image_root,
+            settings.tiling, settings.tokens_per_tile, options.image_token_budget,
         )
         text = prompt.text + (f"{SCORE_HEADING}\n" if options.mode == "logits" else "")
         prepared.append(Prepared(index, sample, prompt, judge.tokenizer(text).input_ids))
@@ -142,8 +142,21 @@ class Scorer:
                     yield self._score_batch(batch, [f.result() for f in pending[done]])
                     pending[done] = []
 
-    @torch.no_grad()
     def _score_batch(self, batch: list[Prepared], pixels: list[torch.Tensor | None]) -> list[tuple[Prepared, dict]]:
+        """Score a batch; if the device runs out of memory anyway (the budget is an estimate), split it in
+        halves and retry, down to one sample, so that no sample is lost to a too-large batch."""
+        try:
+            return self._forward(batch, pixels)
+        except torch.OutOfMemoryError:
+            if len(batch) == 1:
+                raise
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            half = len(batch) // 2
+            return self._score_batch(batch[:half], pixels[:half]) + self._score_batch(batch[half:], pixels[half:])
+
+    @torch.no_grad()
+    def _forward(self, batch: list[Prepared], pixels: list[torch.Tensor | None]) -> list[tuple[Prepared, dict]]:
         inputs = _batch_tensors(batch, pixels, self.pad_id, self.device, self.dtype)
         input_ids = inputs["input_ids"]
         if self.options.mode == "logits":

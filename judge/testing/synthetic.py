@@ -1,6 +1,6 @@
 """Synthetic MMIE-format datasets with real image files, and human scores a judge can learn.
 
-Each answer carries one marker word that sets its quality level: "poor" 1, "average" 3, "excellent" 5.
+Each answer ends with a marker word that sets its quality level: "poor" 1, "average" 3, "excellent" 5.
 With --annotated, the human scores follow from the level and the answer's images:
 
     overall = text_quality = level
@@ -72,8 +72,11 @@ def write_dataset(out_dir: str | Path, n_samples: int, *, seed: int = 0, annotat
         plain = i % 5 == 4  # MMIE's text-only models answer with a plain string
         n_answer_images = 0 if plain else rng.randint(0, 3)
         question = segments("q", rng.randint(0, 2), _sentence(rng, rng.randint(6, 14)) + " What happens next?")
-        answer_text = f"This answer is {marker}. " + _sentence(rng, rng.randint(6, 14))
-        answer = answer_text if plain else segments("a", n_answer_images, answer_text)
+        # The marker closes the answer, right before the judge starts writing: close enough for a tiny
+        # 2-layer judge to learn the rule in a few CPU minutes.
+        verdict = f"Overall, this answer is {marker}."
+        opening = _sentence(rng, rng.randint(6, 14))
+        answer = f"{opening} {verdict}" if plain else segments("a", n_answer_images, opening) + [{"text": verdict}]
         record = {"id": sample_id, "question": question, "answer": answer, "model": MODELS[i % len(MODELS)],
                   "gt_answer": [{"text": _sentence(rng, 8)}]}
         if not annotated:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from infer.cli import main
 from infer.engine import Scorer, ScoreOptions, plan_batches, prepare
@@ -175,3 +176,23 @@ def test_calibrator_adds_calibrated_scores(checkpoint, dataset, tmp_path):
         assert r["calibrated_score"] == pytest.approx(2 + r["expected_score"] / 3)
     (tmp_path / "broken.json").write_text("{}")
     assert score(checkpoint, dataset, tmp_path / "out2", "--calibrator", str(tmp_path / "broken.json")) == 2
+
+
+def test_out_of_memory_splits_the_batch_instead_of_losing_samples(checkpoint, dataset, monkeypatch):
+    from judge.data import load_samples
+
+    judge, rubrics = load_judge(checkpoint), load_rubrics()
+    options = ScoreOptions(max_new_tokens=4, token_budget=10**7, max_tiles=2)
+    items = prepare(judge, list(enumerate(load_samples(dataset / "data.json", dataset))), rubrics, dataset, options)
+    expected = {r["id"]: r["feedback"] for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch}
+    generate, sizes = judge.model.generate, []
+
+    def small_memory(**inputs):  # a device that holds at most 2 sequences at once
+        sizes.append(inputs["input_ids"].shape[0])
+        if inputs["input_ids"].shape[0] > 2:
+            raise torch.OutOfMemoryError("simulated")
+        return generate(**inputs)
+
+    monkeypatch.setattr(judge.model, "generate", small_memory)
+    results = {r["id"]: r["feedback"] for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch}
+    assert results == expected and sizes[0] == 8 and max(s for s in sizes if s <= 2) == 2
