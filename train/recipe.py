@@ -186,6 +186,8 @@ def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path
     train_annotations = load_annotations(train_file, image_root, cfg.scale)
     eval_annotations = load_annotations(eval_file, image_root, cfg.scale) if eval_file else []
     output_dir.mkdir(parents=True, exist_ok=True)
+    if not resume:  # a fresh run's history must not continue an earlier run's
+        (output_dir / "eval_history.json").unlink(missing_ok=True)
     judge = load_judge(base, "cpu", torch.bfloat16 if torch.cuda.is_available() else torch.float32)
     judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)
     judge.model.config.use_cache = False
