@@ -1,0 +1,125 @@
+"""Training throughput of judge-train's setup: full-size InternVL2-4B architecture (random weights), LoRA
+r 16 on the language model, bf16, gradient checkpointing, sequences of about 4096 tokens (6 tiles + text).
+
+    python benchmarks/train_throughput.py                          # one GPU, plain PyTorch + PEFT
+    python benchmarks/train_throughput.py --deepspeed configs/deepspeed/zero2.json   # ZeRO-2, world size 1
+    python benchmarks/train_throughput.py --tiny --steps 2 --device cpu             # smoke test
+
+Model FLOPs per step count the language model's forward (2 x params x tokens), its backward for
+activation gradients only (2 x, frozen weights need no weight gradients; LoRA's are negligible), the
+recomputed forward under gradient checkpointing (2 x), and the vision forward (2 x params x 1025 x tiles).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from judge.model import load_judge
+from judge.testing import write_original_checkpoint
+from train.recipe import TrainConfig, apply_lora
+
+
+def full_size(device: str):
+    # The scoring benchmark's builder (this script's neighbour): one definition of InternVL2-4B's shape.
+    from score_throughput import full_size_judge
+
+    return full_size_judge(device, Path(tempfile.mkdtemp()) / "tokenizer")
+
+
+def batch(judge, seq_len: int, tiles: int, batch_size: int, device: str, dtype) -> dict:
+    """Random text with `tiles` tiles of image tokens; the second half of the text is the loss target."""
+    image_id = judge.image_token_id
+    n_image = tiles * judge.settings.tokens_per_tile
+    text = torch.randint(10, judge.tokenizer.convert_tokens_to_ids("<|endoftext|>"), (batch_size, seq_len - n_image))
+    ids = torch.cat([torch.full((batch_size, n_image), image_id), text], dim=1)
+    labels = ids.clone()
+    labels[:, : n_image + text.shape[1] // 2] = -100
+    size = judge.settings.tiling.image_size
+    return {"input_ids": ids.to(device), "labels": labels.to(device), "attention_mask": torch.ones_like(ids).to(device),
+            "pixel_values": torch.randn(batch_size * tiles, 3, size, size, device=device, dtype=dtype)}
+
+
+def step_flops(judge, tokens: int, tiles: int) -> float:
+    llm = sum(p.numel() for p in judge.model.model.language_model.parameters())
+    vision = sum(p.numel() for p in judge.model.model.vision_tower.parameters())
+    return 6 * llm * tokens + 2 * vision * 1025 * tiles  # forward + activation backward + recompute
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tiny", action="store_true", help="tiny random judge (CPU smoke test)")
+    p.add_argument("--seq_len", type=int, default=4096, help="tokens per sequence (default: 4096)")
+    p.add_argument("--tiles", type=int, default=6, help="image tiles per sequence (default: 6)")
+    p.add_argument("--batch_size", type=int, default=1, help="sequences per step (default: 1)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps after 2 warm-up steps (default: 10)")
+    p.add_argument("--deepspeed", help="a DeepSpeed JSON (ZeRO-2) to wrap the model with, world size 1")
+    p.add_argument("--peak_tflops", type=float, default=989.0, help="bf16 dense peak of the GPU (default: 989, H100 SXM)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--json", help="also write the figures to this file")
+    args = p.parse_args()
+
+    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
+    with tempfile.TemporaryDirectory() as tmp:
+        judge = load_judge(write_original_checkpoint(Path(tmp) / "tiny"), args.device, dtype) if args.tiny else full_size(args.device)
+    model = apply_lora(judge, TrainConfig())
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=4e-5)
+    engine = None
+    if args.deepspeed:
+        import deepspeed
+
+        for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29512"}.items():
+            os.environ.setdefault(key, value)  # world size 1 without a launcher
+        config = json.loads(Path(args.deepspeed).read_text())
+        config |= {"train_micro_batch_size_per_gpu": args.batch_size, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+                   "bf16": {"enabled": dtype == torch.bfloat16}}
+        config.pop("optimizer", None), config.pop("scheduler", None)
+        config["zero_allow_untested_optimizer"] = True
+        engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    inputs = batch(judge, args.seq_len, args.tiles, args.batch_size, args.device, dtype)
+
+    def train_step():
+        loss = (engine or model)(**inputs).loss
+        if engine:
+            engine.backward(loss)
+            engine.step()
+        else:
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(2):
+        train_step()
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        train_step()
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    seconds = (time.perf_counter() - start) / args.steps
+    tokens = args.seq_len * args.batch_size
+    figures = {
+        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+        "deepspeed": args.deepspeed, "seq_len": args.seq_len, "tiles": args.tiles, "batch_size": args.batch_size,
+        "ms_per_step": 1000 * seconds, "tokens_per_s": tokens / seconds,
+        "mfu": step_flops(judge, tokens, args.tiles * args.batch_size) / seconds / 1e12 / args.peak_tflops,
+        "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if args.device.startswith("cuda") else None,
+    }
+    for key, value in figures.items():
+        print(f"{key:>20}: {value:.3f}" if isinstance(value, float) else f"{key:>20}: {value}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
