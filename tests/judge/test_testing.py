@@ -79,12 +79,14 @@ def test_annotated_scores_follow_the_documented_rule(tmp_path):
         assert a.human_scores.given() == expected
 
 
-def test_command_line(tmp_path):
-    run = lambda *args: subprocess.run([sys.executable, "-m", "judge.testing", *args], capture_output=True, text=True)  # noqa: E731
-    shown = run("--help")
-    assert shown.returncode == 0 and "checkpoint" in shown.stdout
-    done = run("checkpoint", "--format", "native", str(tmp_path / "native"))
+def test_command_line(tmp_path, capsys):
+    from judge.testing.__main__ import build_parser, main
+
+    help_text = build_parser().format_help()
+    assert "checkpoint" in help_text and "dataset" in help_text
+    assert main(["dataset", "--samples", "5", "--annotated", str(tmp_path / "data")]) == 0
+    assert len(json.loads((tmp_path / "data" / "data.json").read_text())) == 5 + 2
+    # one real `python -m` run, as a user would type it
+    done = subprocess.run([sys.executable, "-m", "judge.testing", "checkpoint", "--format", "native", str(tmp_path / "native")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert {"config.json", "model.safetensors", "judge_config.json", "tokenizer.model"} <= {p.name for p in (tmp_path / "native").iterdir()}
-    done = run("dataset", "--samples", "5", "--annotated", str(tmp_path / "data"))
-    assert done.returncode == 0 and len(json.loads((tmp_path / "data" / "data.json").read_text())) == 5 + 2
