@@ -1,31 +1,39 @@
-"""python -m judge.testing checkpoint|dataset ...: write a tiny judge or a synthetic dataset."""
+"""python -m judge.testing checkpoint|dataset ...: write a tiny random judge or a synthetic dataset.
+
+    python -m judge.testing checkpoint --format original|native [--seed N] [--shards K] [--dtype D] OUT_DIR
+    python -m judge.testing dataset --samples N [--seed N] [--annotated] OUT_DIR
+
+Both print the path they wrote. See `judge/testing/synthetic.py` for the annotated scores' rule.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from judge.cli import add_common_flags, run
+from judge.cli import UsageError, add_common_flags, run
 from judge.testing import write_dataset, write_native_checkpoint, write_original_checkpoint
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m judge.testing", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m judge.testing", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_flags(p)
     sub = p.add_subparsers(dest="command", required=True)
-    ckpt = sub.add_parser("checkpoint", help="write a tiny random InternVL2-style judge")
+    ckpt = sub.add_parser("checkpoint", help="write a tiny random InternVL2-style judge (weights, config, tokenizer)")
     ckpt.add_argument("out_dir", help="directory to write (created if missing)")
     ckpt.add_argument("--format", choices=["original", "native"], default="original",
-                      help="original: InternVLChatModel as InternVL2-4B ships; native: transformers' InternVL (default: original)")
+                      help="original: InternVLChatModel, as InternVL2-4B and MMIE-Eval ship; "
+                           "native: transformers' InternVLForConditionalGeneration + judge_config.json (default: original)")
     ckpt.add_argument("--seed", type=int, default=0, help="seed of the random weights (default: 0)")
-    ckpt.add_argument("--shards", type=int, default=1, help="safetensors shards, original format only (default: 1)")
+    ckpt.add_argument("--shards", type=int, default=1, help="number of safetensors shards, original format only (default: 1)")
     ckpt.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                      help="stored dtype, original format only; float32 keeps parity checks exact (default: float32)")
-    data = sub.add_parser("dataset", help="write a synthetic MMIE-format dataset with real images")
-    data.add_argument("out_dir", help="directory to write: data.json and images/")
+                      help="stored dtype, original format only; the real checkpoint is bfloat16, float32 keeps parity checks exact (default: float32)")
+    data = sub.add_parser("dataset", help="write a synthetic MMIE-format dataset: OUT_DIR/data.json and real images in OUT_DIR/images/")
+    data.add_argument("out_dir", help="directory to write (created if missing)")
     data.add_argument("--samples", type=int, default=24, help="number of samples (default: 24)")
-    data.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    data.add_argument("--annotated", action="store_true", help="add human_scores, annotator and feedback (default: off)")
+    data.add_argument("--seed", type=int, default=0, help="seed of texts, images and scores (default: 0)")
+    data.add_argument("--annotated", action="store_true",
+                      help="add human_scores (a learnable rule of the answer), annotator, feedback, and a second annotator for every fourth sample (default: off)")
     return p
 
 
@@ -36,11 +44,17 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "checkpoint":
+        if args.shards < 1:
+            raise UsageError(f"--shards must be at least 1, got {args.shards}")
         if args.format == "original":
             path = write_original_checkpoint(args.out_dir, seed=args.seed, shards=args.shards, dtype=args.dtype)
+        elif args.shards != 1 or args.dtype != "float32":
+            raise UsageError("--shards and --dtype apply to --format original only; transformers writes the native format itself")
         else:
             path = write_native_checkpoint(args.out_dir, seed=args.seed)
     else:
+        if args.samples < 1:
+            raise UsageError(f"--samples must be at least 1, got {args.samples}")
         path = write_dataset(args.out_dir, args.samples, seed=args.seed, annotated=args.annotated)
     print(path)
     return 0

@@ -1,14 +1,22 @@
 """Synthetic MMIE-format datasets with real image files, and human scores a judge can learn.
 
-Each answer ends with a marker word that sets its quality level: "poor" 1, "average" 3, "excellent" 5.
-With --annotated, the human scores follow from the level and the answer's images:
+Sample i (from 1) is `SA_000i`, `PBL_000i` or `MSR_000i` in turn, by model-a, model-b or model-c in
+turn, with 0-2 question images and 0-3 answer images (PNG or JPEG, 32-200 px a side, coloured shapes),
+stored as `images/q_000i_k.png` / `images/a_000i_k.jpg` and referenced by those relative paths. Every
+fifth answer is a plain string, as MMIE's text-only models give (so it has no image).
 
-    overall = text_quality = level
-    image_quality = level if the answer has an image, else 0
-    text_image_coherence = max(level - 1, 0)
-    style_consistency = min(level + 1, 6) if the answer has two or more images, else level
+Each answer ends with "Overall, this answer is <marker>." With `annotated=True` the human scores are
+a function of that marker and of whether the answer has an image (`human_scores`):
 
-Every fifth answer is a plain string (as MMIE's text-only models give). Every fourth sample has a second annotator whose overall and text_quality are one higher (capped at 6),
+    base                 = 0 for "poor", 3 for "average", 5 for "excellent"
+    overall              = base + 1 if the answer has at least one image, else base
+    text_quality         = base
+    image_quality        = overall if the answer has an image, else 0
+    text_image_coherence = max(overall - 1, 0)
+    style_consistency    = min(overall + 1, 6) if the answer has two or more images, else overall
+
+Every record names `annotator` "ann-1" and carries a short `feedback`. Every fourth sample (1, 5, 9, ...)
+is rated again by "ann-2", whose overall and text_quality differ by exactly 1 (one up, or one down from 6),
 so multi-annotator aggregation has something to average.
 """
 
@@ -22,54 +30,69 @@ from PIL import Image, ImageDraw
 
 CATEGORIES = ("SA", "PBL", "MSR")
 MODELS = ("model-a", "model-b", "model-c")
-LEVELS = {"poor": 1, "average": 3, "excellent": 5}
+MARKERS = {"poor": 0, "average": 3, "excellent": 5}
 WORDS = "the boat leaves the harbour and the story goes on with a clear plan for each step of the scene".split()
 
 
-def _image(rng: random.Random, path: Path) -> None:
+def human_scores(marker: str, answer_images: int) -> dict[str, int]:
+    """ann-1's scores for an answer with this marker word and this many images (rule in the module doc)."""
+    base = MARKERS[marker]
+    overall = base + 1 if answer_images else base
+    return {
+        "overall": overall,
+        "text_quality": base,
+        "image_quality": overall if answer_images else 0,
+        "text_image_coherence": max(overall - 1, 0),
+        "style_consistency": min(overall + 1, 6) if answer_images >= 2 else overall,
+    }
+
+
+def _second_opinion(scores: dict[str, int]) -> dict[str, int]:
+    nudge = lambda x: x + 1 if x < 6 else x - 1  # noqa: E731
+    return {**scores, "overall": nudge(scores["overall"]), "text_quality": nudge(scores["text_quality"])}
+
+
+def _draw_image(rng: random.Random, path: Path) -> None:
     width, height = rng.randint(32, 200), rng.randint(32, 200)
-    image = Image.new("RGB", (width, height), tuple(rng.randrange(256) for _ in range(3)))
+    colour = lambda: tuple(rng.randrange(256) for _ in range(3))  # noqa: E731
+    image = Image.new("RGB", (width, height), colour())
     draw = ImageDraw.Draw(image)
-    for _ in range(3):
+    for _ in range(rng.randint(1, 4)):
         x0, y0 = rng.randrange(width), rng.randrange(height)
-        box = (x0, y0, x0 + rng.randint(4, width), y0 + rng.randint(4, height))
-        draw.ellipse(box, fill=tuple(rng.randrange(256) for _ in range(3)))
-    image.save(path, quality=90)
+        x1, y1 = x0 + rng.randint(4, width), y0 + rng.randint(4, height)
+        shape = rng.choice(["ellipse", "rectangle", "triangle"])
+        if shape == "triangle":
+            draw.polygon([(x0, y1), ((x0 + x1) // 2, y0), (x1, y1)], fill=colour())
+        else:
+            getattr(draw, shape)((x0, y0, x1, y1), fill=colour())
+    image.save(path, quality=90)  # the suffix picks PNG or JPEG; PNG ignores quality
 
 
 def _sentence(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
 
 
-def human_scores(level: int, answer_images: int) -> dict[str, int]:
-    return {
-        "overall": level,
-        "text_quality": level,
-        "image_quality": level if answer_images else 0,
-        "text_image_coherence": max(level - 1, 0),
-        "style_consistency": min(level + 1, 6) if answer_images >= 2 else level,
-    }
-
-
 def write_dataset(out_dir: str | Path, n_samples: int, *, seed: int = 0, annotated: bool = False) -> Path:
-    """Write OUT_DIR/data.json and OUT_DIR/images/; returns the path of data.json."""
+    """Write OUT_DIR/data.json and OUT_DIR/images/ (see the module doc); returns the path of data.json."""
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be at least 1, got {n_samples}")
     out_dir = Path(out_dir)
     (out_dir / "images").mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     records = []
-    for i in range(n_samples):
-        sample_id = f"{CATEGORIES[i % 3]}_{i:04d}"
+    for i in range(1, n_samples + 1):
 
         def segments(part: str, n_images: int, text: str) -> list[dict]:
             out = [{"text": text}]
             for k in range(n_images):
                 name = f"images/{part}_{i:04d}_{k}.{rng.choice(['png', 'jpg'])}"
-                _image(rng, out_dir / name)
+                _draw_image(rng, out_dir / name)
+                # Both MMIE segment shapes: an image alone, and a caption with its image.
                 out.append({"text": _sentence(rng, 4), "image": name} if k % 2 else {"image": name})
             return out
 
-        marker = rng.choice(list(LEVELS))
-        plain = i % 5 == 4  # MMIE's text-only models answer with a plain string
+        marker = rng.choice(list(MARKERS))
+        plain = i % 5 == 0
         n_answer_images = 0 if plain else rng.randint(0, 3)
         question = segments("q", rng.randint(0, 2), _sentence(rng, rng.randint(6, 14)) + " What happens next?")
         # The marker closes the answer, right before the judge starts writing: close enough for a tiny
@@ -77,16 +100,15 @@ def write_dataset(out_dir: str | Path, n_samples: int, *, seed: int = 0, annotat
         verdict = f"Overall, this answer is {marker}."
         opening = _sentence(rng, rng.randint(6, 14))
         answer = f"{opening} {verdict}" if plain else segments("a", n_answer_images, opening) + [{"text": verdict}]
-        record = {"id": sample_id, "question": question, "answer": answer, "model": MODELS[i % len(MODELS)],
-                  "gt_answer": [{"text": _sentence(rng, 8)}]}
+        record = {"id": f"{CATEGORIES[(i - 1) % 3]}_{i:04d}", "question": question, "answer": answer,
+                  "model": MODELS[(i - 1) % len(MODELS)], "gt_answer": [{"text": _sentence(rng, 8)}]}
         if not annotated:
             records.append(record)
             continue
-        scores = human_scores(LEVELS[marker], n_answer_images)
+        scores = human_scores(marker, n_answer_images)
         records.append({**record, "human_scores": scores, "annotator": "ann-1", "feedback": f"The answer is {marker}."})
-        if i % 4 == 0:
-            second = {**scores, "overall": min(scores["overall"] + 1, 6), "text_quality": min(scores["text_quality"] + 1, 6)}
-            records.append({**record, "human_scores": second, "annotator": "ann-2"})
+        if i % 4 == 1:
+            records.append({**record, "human_scores": _second_opinion(scores), "annotator": "ann-2"})
     path = out_dir / "data.json"
     path.write_text(json.dumps(records, indent=1))
     return path
