@@ -1,13 +1,21 @@
 """A calibration map from the judge's scale to the human scale, as judge-calibrate writes it and
-judge-score --calibrator applies it.
+judge-score --calibrator applies it. Torch-free, and independent of the `calibration` package.
 
 The map is monotone and piecewise linear through its knots (x, y), flat beyond the first and last knot,
 and clipped to the human scale: an isotonic fit gives many knots, a linear fit two.
+
+    human
+      ^            y[-1] ______
+      |               /
+      |     ________/
+      |  __/
+      +---x[0]------------x[-1]---> judge score (or expected score)
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -15,6 +23,19 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from judge.data import InputError, Problem
+
+
+class FittedOn(BaseModel):
+    """Where the map came from, so a calibrated score can be traced back."""
+
+    model_config = ConfigDict(extra="forbid")
+    judge: str | None = None
+    predictions: str | None = None
+    human: str | None = None
+    n: int
+    folds: int | None = None
+    mse_before: float | None = None
+    held_out_mse_after: float | None = None
 
 
 class Calibrator(BaseModel):
@@ -25,14 +46,21 @@ class Calibrator(BaseModel):
     x: list[float]
     y: list[float]
     scale: tuple[float, float]
-    fitted_on: dict = {}
+    fitted_on: FittedOn | None = None
 
     @model_validator(mode="after")
     def _monotone_knots(self) -> Calibrator:
+        low, high = self.scale
+        if not low < high:
+            raise ValueError(f"scale must be [low, high] with low < high, got {list(self.scale)}")
         if len(self.x) != len(self.y) or len(self.x) < 2:
-            raise ValueError("x and y need the same length, at least 2")
+            raise ValueError(f"x and y need the same length, at least 2 (got {len(self.x)} and {len(self.y)})")
+        if not all(math.isfinite(v) for v in self.x + self.y):
+            raise ValueError("knots must be finite numbers")
         if any(b < a for a, b in zip(self.x, self.x[1:])) or any(b < a for a, b in zip(self.y, self.y[1:])):
             raise ValueError("knots must be non-decreasing in x and in y")
+        if not (low <= self.y[0] and self.y[-1] <= high):
+            raise ValueError(f"y must lie within the scale {low:g}-{high:g}")
         return self
 
     @classmethod
@@ -41,16 +69,18 @@ class Calibrator(BaseModel):
         if not path.is_file():
             raise InputError([Problem(str(path), "calibrator file not found")])
         try:
-            return cls.model_validate(json.loads(path.read_text()))
+            return cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
         except json.JSONDecodeError as err:
-            raise InputError([Problem(str(path), f"invalid JSON: {err.msg}")]) from None
+            raise InputError([Problem(str(path), f"invalid JSON at line {err.lineno}: {err.msg}")]) from None
         except ValidationError as err:
-            raise InputError([Problem(str(path), e["msg"], field=".".join(map(str, e["loc"])) or None) for e in err.errors()]) from None
+            problems = [Problem(str(path), e["msg"].removeprefix("Value error, "), field=".".join(map(str, e["loc"])) or None) for e in err.errors()]
+            raise InputError(problems) from None
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.model_dump_json(indent=2) + "\n")
+        Path(path).write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
 
     def apply(self, value: float | None) -> float | None:
+        """The calibrated score; None (a parse failure) stays None."""
         if value is None:
             return None
         mapped = float(np.interp(value, self.x, self.y))
