@@ -1,16 +1,36 @@
-"""Everything judge-calibrate measures, for each judge: agreement per criterion and group, system-level
-ranking agreement, calibration, bias diagnostics, and the human-human ceiling."""
+"""Everything judge-calibrate measures, as one `Report`: for each judge and criterion, agreement overall
+and per group, score collapse, system-level (per-model) agreement, score histograms and bias
+diagnostics; for each judge the cross-fitted calibration of its overall score; and, where ids have
+several annotators, the human-human ceiling."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import BaseModel
 
-from calibration.fit import calibrator, cross_fit, reliability
-from calibration.inputs import Ratings
-from calibration.stats import Stat, agreement_table, collapse_warning, kendall, krippendorff_alpha, pearson, undefined
-from judge.calibrator import Calibrator
+from calibration.fit import Level, cross_fit, fit_map, reliability
+from calibration.inputs import Coverage, Ratings
+from calibration.stats import (
+    Agreement,
+    Stat,
+    agreement_table,
+    collapse_warning,
+    correlation_ratio,
+    kendall,
+    krippendorff_alpha,
+    mean_error,
+    pearson,
+    spearman,
+    undefined,
+)
+from judge.calibrator import Calibrator, FittedOn
+
+REFERENCE = "the mean of the annotators' scores of each id"
+CEILING = ("each annotator against the mean of the other annotators of the same id, pooled over ids rated more "
+           "than once; Krippendorff's alpha over all annotators at once")
+MIN_MODELS = 3
 
 
 @dataclass
@@ -21,136 +41,238 @@ class Options:
     seed: int
     fit: str  # "isotonic", "linear" or "none"
     folds: int
-    scale: tuple[float, float]
+    scale: tuple[int, int]
 
 
 @dataclass
 class Paired:
-    """One judge x criterion, aligned on ids both sides scored."""
+    """One judge x criterion, aligned on the ids both sides scored."""
 
     ids: list[str]
     judge: np.ndarray
     human: np.ndarray
-    groups: list[str]
+    categories: list[str]
+    models: list[str]
+    answer_chars: list[int | None]
+    n_images: list[int | None]
+
+    def groups(self, group_by: str) -> dict[str, np.ndarray]:
+        labels = {"category": self.categories, "model": self.models}.get(group_by, ["all"] * len(self.ids))
+        return {g: np.array([i for i, x in enumerate(labels) if x == g], dtype=int) for g in sorted(set(labels))}
 
 
-def paired(ratings: Ratings, judge: str, criterion: str, group_by: str, use_expected: bool = False) -> Paired:
-    ids, j, h, groups = [], [], [], []
+def paired(ratings: Ratings, judge: str, criterion: str, source: str = "score") -> Paired:
+    """Pairs of (judge value, human reference); `source="expected_score"` reads the judge's expected score."""
+    rows = []
     for rid, record in ratings.judges[judge].items():
         human = ratings.human.get(rid)
-        value = record.expected_score if use_expected and criterion == "overall" else record.scores.get(criterion)
+        value = record.expected_score if source == "expected_score" else record.scores.get(criterion)
         if human is None or value is None or human.mean(criterion) is None:
             continue
-        ids.append(rid)
-        j.append(value)
-        h.append(human.mean(criterion))
-        group = {"category": record.category or human.category, "model": record.model or human.model}.get(group_by)
-        groups.append(str(group) if group is not None else "all")
-    return Paired(ids, np.array(j, dtype=float), np.array(h, dtype=float), groups)
+        n_images = human.n_images if human.n_images is not None else record.n_images
+        rows.append((rid, value, human.mean(criterion), record.category or human.category or "unknown",
+                     record.model or human.model or "unknown", human.answer_chars, n_images))
+    ids, judge_values, human_values, categories, models, chars, images = map(list, zip(*rows)) if rows else ([],) * 7
+    return Paired(ids, np.array(judge_values, dtype=float), np.array(human_values, dtype=float), categories, models, chars, images)
 
 
-def _json(table: dict[str, Stat]) -> dict:
-    return {name: stat.to_json() for name, stat in table.items()}
+class ModelMeans(BaseModel):
+    n: int
+    judge_mean: float
+    human_mean: float
 
 
-def system_level(ratings: Ratings, judge: str, criterion: str) -> dict:
-    """Per evaluated model: mean judge score vs mean human score, as leaderboards rank models."""
-    by_model: dict[str, tuple[list, list]] = {}
-    for rid, record in ratings.judges[judge].items():
-        human = ratings.human.get(rid)
-        model = record.model or (human.model if human else None)
-        if human is None or model is None or record.scores.get(criterion) is None or human.mean(criterion) is None:
-            continue
-        by_model.setdefault(model, ([], []))[0].append(record.scores[criterion])
-        by_model[model][1].append(human.mean(criterion))
-    models = sorted(by_model)
-    j = np.array([np.mean(by_model[m][0]) for m in models])
-    h = np.array([np.mean(by_model[m][1]) for m in models])
-    return {"models": {m: {"judge_mean": float(a), "human_mean": float(b)} for m, a, b in zip(models, j, h)},
-            "pearson": pearson(j, h).to_json(), "kendall_tau_b": kendall(j, h).to_json()}
+class SystemLevel(BaseModel):
+    """Per evaluated model, mean judge score vs mean human score: how a leaderboard would rank them."""
+
+    models: dict[str, ModelMeans]
+    pearson: Stat
+    kendall_tau_b: Stat
 
 
-def bias(ratings: Ratings, judge: str, p: Paired) -> dict:
-    """Does the judge's error (judge - human) grow with answer length or image count, or differ by category?"""
+def system_level(p: Paired) -> SystemLevel:
+    names = sorted({m for m in p.models if m != "unknown"})
+    models = {}
+    for name in names:
+        rows = np.array([i for i, m in enumerate(p.models) if m == name])
+        models[name] = ModelMeans(n=len(rows), judge_mean=float(p.judge[rows].mean()), human_mean=float(p.human[rows].mean()))
+    if len(names) < MIN_MODELS:
+        reason = f"{len(names)} evaluated model(s) named in the inputs; system-level agreement needs {MIN_MODELS}"
+        return SystemLevel(models=models, pearson=undefined(reason), kendall_tau_b=undefined(reason))
+    j = np.array([m.judge_mean for m in models.values()])
+    h = np.array([m.human_mean for m in models.values()])
+    return SystemLevel(models=models, pearson=pearson(j, h), kendall_tau_b=kendall(j, h))
+
+
+class Histogram(BaseModel):
+    levels: list[int]
+    judge: list[int]  # judge scores per level (rounded)
+    human: list[int]  # human reference per level (mean of annotators, rounded)
+
+
+def histogram(p: Paired, scale: tuple[int, int]) -> Histogram:
+    levels = list(range(scale[0], scale[1] + 1))
+    count = lambda v: [int((np.rint(v) == level).sum()) for level in levels]
+    return Histogram(levels=levels, judge=count(p.judge), human=count(p.human))
+
+
+class Correlation(BaseModel):
+    n: int
+    pearson: Stat
+    spearman: Stat
+
+
+class GroupResidual(BaseModel):
+    n: int
+    mean_residual: float
+
+
+class Bias(BaseModel):
+    """Does the judge's error (judge - human) follow answer length, image count or category?"""
+
+    mean_residual: Stat
+    residual_vs_answer_chars: Correlation
+    residual_vs_n_images: Correlation
+    residual_vs_category: Stat  # correlation ratio eta
+    residual_by_category: dict[str, GroupResidual]
+
+
+def _residual_correlation(residual: np.ndarray, feature: list[int | None], missing: str) -> Correlation:
+    known = np.array([v is not None for v in feature], dtype=bool)
+    if not known.any():
+        return Correlation(n=0, pearson=undefined(missing), spearman=undefined(missing))
+    values = np.array([v for v in feature if v is not None], dtype=float)
+    return Correlation(n=int(known.sum()), pearson=pearson(values, residual[known]), spearman=spearman(values, residual[known]))
+
+
+def bias(p: Paired) -> Bias:
     residual = p.judge - p.human
-    features = {
-        "answer_chars": [ratings.human[i].answer_chars for i in p.ids],
-        "n_images": [ratings.human[i].n_images if ratings.human[i].n_images is not None else ratings.judges[judge][i].n_images for i in p.ids],
-    }
-    out = {}
-    for name, values in features.items():
-        known = all(v is not None for v in values)
-        stat = pearson(np.array(values, dtype=float), residual) if known else undefined(f"{name} is unknown for some ids (no answer in the human file)")
-        out[f"residual_vs_{name}"] = stat.to_json()
-    by_category: dict[str, list[float]] = {}
-    for rid, r in zip(p.ids, residual):
-        by_category.setdefault(ratings.human[rid].category or ratings.judges[judge][rid].category or "unknown", []).append(r)
-    out["mean_residual_by_category"] = {c: float(np.mean(v)) for c, v in sorted(by_category.items())}
-    return out
+    by_category = {c: GroupResidual(n=len(i), mean_residual=float(residual[i].mean())) for c, i in p.groups("category").items()}
+    return Bias(
+        mean_residual=Stat(value=float(residual.mean())) if len(residual) else undefined("no pairs"),
+        residual_vs_answer_chars=_residual_correlation(residual, p.answer_chars, "answer length unknown: the human file is not annotation records with answers"),
+        residual_vs_n_images=_residual_correlation(residual, p.n_images, "image count unknown: neither the human file's answers nor the predictions' n_images give it"),
+        residual_vs_category=correlation_ratio(residual, p.categories),
+        residual_by_category=by_category,
+    )
 
 
-def human_ceiling(ratings: Ratings, criterion: str, scale) -> dict:
-    """Agreement of one annotator with the mean of the others, on ids rated more than once; and
-    Krippendorff's alpha over all annotators. The judge can hardly be expected to do better."""
-    first, rest, matrix_rows = [], [], {}
-    for rid, record in ratings.human.items():
-        values = record.ratings.get(criterion, [])
+class CriterionResult(BaseModel):
+    all: Agreement
+    groups: dict[str, Agreement]
+    collapse: str | None  # a warning when the judge's scores collapse onto one value
+    system_level: SystemLevel
+    histogram: Histogram
+    bias: Bias
+
+
+def criterion_result(p: Paired, opts: Options) -> CriterionResult:
+    stats = lambda rows: agreement_table(p.judge[rows], p.human[rows], opts.scale, opts.bootstrap, opts.seed)
+    return CriterionResult(
+        all=stats(np.arange(len(p.ids))),
+        groups={g: stats(rows) for g, rows in p.groups(opts.group_by).items()} if opts.group_by != "none" else {},
+        collapse=collapse_warning(p.judge),
+        system_level=system_level(p),
+        histogram=histogram(p, opts.scale),
+        bias=bias(p),
+    )
+
+
+class Calibration(BaseModel):
+    """The overall score mapped onto the human scale; errors before and after on held-out folds."""
+
+    method: str
+    source: str  # "expected_score" when every record has one (finer than the integer score), else "score"
+    folds: int
+    n: int
+    mse_before: Stat
+    mse_after: Stat
+    mae_before: Stat
+    mae_after: Stat
+    reliability_before: list[Level]
+    reliability_after: list[Level]  # of the held-out calibrated scores
+    calibrator: Calibrator | None  # fitted on all pairs; also saved as calibrator.json
+
+
+def calibrate(ratings: Ratings, judge: str, opts: Options, human_path: str) -> Calibration:
+    scored = [r for r in ratings.judges[judge].values() if "overall" in r.scores]
+    source = "expected_score" if scored and all(r.expected_score is not None for r in scored) else "score"
+    p = paired(ratings, judge, "overall", source)
+    held_out = cross_fit(p.judge, p.human, opts.fit, opts.folds, opts.seed, opts.scale)
+    after = (lambda kind: mean_error(held_out.calibrated, p.human, kind)) if held_out.reason is None else (lambda kind: undefined(held_out.reason))
+    calibrator = None
+    if len(p.ids) >= 2:
+        xs, ys = fit_map(p.judge, p.human, opts.fit, opts.scale)
+        fitted_on = FittedOn(judge=judge, predictions=ratings.coverage[judge].predictions, human=human_path, n=len(p.ids), folds=opts.folds,
+                             mse_before=mean_error(p.judge, p.human, "mse").value, held_out_mse_after=after("mse").value)
+        calibrator = Calibrator(method=opts.fit, source=source, criterion="overall", x=xs, y=ys, scale=opts.scale, fitted_on=fitted_on)
+    return Calibration(
+        method=opts.fit, source=source, folds=opts.folds, n=len(p.ids),
+        mse_before=mean_error(p.judge, p.human, "mse"), mse_after=after("mse"),
+        mae_before=mean_error(p.judge, p.human, "mae"), mae_after=after("mae"),
+        reliability_before=reliability(p.judge, p.human),
+        reliability_after=reliability(held_out.calibrated, p.human) if held_out.reason is None else [],
+        calibrator=calibrator,
+    )
+
+
+class Ceiling(BaseModel):
+    ids_rated_more_than_once: int
+    most_annotators: int
+    agreement: Agreement
+
+
+def human_ceiling(ratings: Ratings, criterion: str, scale: tuple[int, int], bootstrap: int, seed: int) -> Ceiling:
+    """How well people agree with each other, on the judge's statistics: the most a judge can be expected to reach."""
+    rated = [r.ratings.get(criterion, []) for r in ratings.human.values()]
+    one, others = [], []
+    for values in rated:
         if len(values) >= 2:
-            first.append(values[0])
-            rest.append(np.mean(values[1:]))
-        for k, v in enumerate(values):
-            matrix_rows.setdefault(k, {})[rid] = v
-    if len(first) < 3:
-        return {"undefined": f"{len(first)} id(s) rated by two or more annotators; need 3"}
-    ids = sorted(ratings.human)
-    matrix = np.array([[row.get(i, np.nan) for i in ids] for row in matrix_rows.values()])
-    table = agreement_table(first, rest, scale)
-    table["krippendorff_interval"] = krippendorff_alpha(matrix, "interval")
-    table["krippendorff_ordinal"] = krippendorff_alpha(matrix, "ordinal")
-    return _json(table)
+            for k, v in enumerate(values):
+                one.append(v)
+                others.append(np.mean(values[:k] + values[k + 1:]))
+    table = agreement_table(one, others, scale, bootstrap, seed)
+    most = max((len(v) for v in rated), default=0)
+    matrix = np.full((max(most, 1), len(rated)), np.nan)  # annotator slot x id; alpha ignores who the coder is
+    for unit, values in enumerate(rated):
+        matrix[: len(values), unit] = values
+    table |= {"krippendorff_interval": krippendorff_alpha(matrix, "interval"), "krippendorff_ordinal": krippendorff_alpha(matrix, "ordinal")}
+    return Ceiling(ids_rated_more_than_once=sum(len(v) >= 2 for v in rated), most_annotators=most, agreement=table)
 
 
-def calibrate(ratings: Ratings, judge: str, opts: Options) -> tuple[dict, Calibrator | None, dict]:
-    """Cross-fitted calibration of the overall score (expected score when every record has one)."""
-    scored = [r for r in ratings.judges[judge].values() if r.scores.get("overall") is not None]
-    use_expected = bool(scored) and all(r.expected_score is not None for r in scored)
-    p = paired(ratings, judge, "overall", "none", use_expected)
-    source = "expected_score" if use_expected else "score"
-    result = cross_fit(p.judge, p.human, opts.fit, opts.folds, opts.seed, opts.scale)
-    arrays = {"judge": p.judge, "human": p.human, "calibrated": result.pop("calibrated", None)}
-    report = {"source": source, **result, "reliability_before": reliability(p.judge, p.human)}
-    if arrays["calibrated"] is not None:
-        report["reliability_after"] = reliability(arrays["calibrated"], p.human)
-    cal = calibrator(p.judge, p.human, opts.fit, source, "overall", opts.scale) if len(p.judge) >= 2 else None
-    return report, cal, arrays
+class JudgeReport(BaseModel):
+    coverage: Coverage
+    criteria: dict[str, CriterionResult]
+    calibration: Calibration | None  # None with --fit none or without an overall score
 
 
-def analyse(ratings: Ratings, opts: Options) -> tuple[dict, dict, dict]:
-    """(report, calibrators by judge, arrays for plots by judge)."""
-    report = {"scale": list(opts.scale), "criteria": opts.criteria, "group_by": opts.group_by, "notes": ratings.notes,
-              "bootstrap": opts.bootstrap, "seed": opts.seed, "judges": {}, "human_ceiling": {}}
-    calibrators, arrays = {}, {}
+class Report(BaseModel):
+    scale: tuple[int, int]
+    criteria: list[str]
+    group_by: str
+    bootstrap: int
+    seed: int
+    human_file: str
+    human_ids: int
+    reference: str = REFERENCE
+    ceiling_method: str = CEILING
+    notes: list[str]
+    judges: dict[str, JudgeReport]
+    human_ceiling: dict[str, Ceiling]
+
+
+def analyse(ratings: Ratings, opts: Options, human_path: str, notes: list[str]) -> tuple[Report, dict[str, Paired]]:
+    """The report, and each judge's overall pairs for the plots."""
+    judges, plotted = {}, {}
     for name in ratings.judges:
-        judge_report, judge_arrays = {"criteria": {}, "collapse": {}}, {}
-        for criterion in opts.criteria:
-            p = paired(ratings, name, criterion, opts.group_by)
-            if len(p.ids) == 0:
-                judge_report["criteria"][criterion] = {"undefined": "no pairs with both a judge and a human score"}
-                continue
-            groups = {g: [i for i, x in enumerate(p.groups) if x == g] for g in sorted(set(p.groups))}
-            judge_report["criteria"][criterion] = {
-                "all": _json(agreement_table(p.judge, p.human, opts.scale, opts.bootstrap, opts.seed)),
-                "groups": {g: _json(agreement_table(p.judge[i], p.human[i], opts.scale, opts.bootstrap, opts.seed)) for g, i in groups.items()},
-            }
-            judge_report["collapse"][criterion] = collapse_warning(p.judge, opts.scale)
-            judge_arrays[criterion] = p
-        if "overall" in judge_arrays:
-            judge_report["system_level"] = system_level(ratings, name, "overall")
-            judge_report["bias"] = bias(ratings, name, judge_arrays["overall"])
-            if opts.fit != "none":
-                judge_report["calibration"], calibrators[name], judge_arrays["calibration"] = calibrate(ratings, name, opts)
-        report["judges"][name] = judge_report
-        arrays[name] = judge_arrays
-    for criterion in opts.criteria:
-        report["human_ceiling"][criterion] = human_ceiling(ratings, criterion, opts.scale)
-    return report, calibrators, arrays
+        pairs = {c: paired(ratings, name, c) for c in opts.criteria}
+        calibration = calibrate(ratings, name, opts, human_path) if opts.fit != "none" and "overall" in pairs and pairs["overall"].ids else None
+        if "overall" in pairs:
+            plotted[name] = pairs["overall"]
+        judges[name] = JudgeReport(coverage=ratings.coverage[name], criteria={c: criterion_result(p, opts) for c, p in pairs.items()}, calibration=calibration)
+    report = Report(
+        scale=opts.scale, criteria=opts.criteria, group_by=opts.group_by, bootstrap=opts.bootstrap, seed=opts.seed,
+        human_file=human_path, human_ids=len(ratings.human), notes=notes, judges=judges,
+        human_ceiling={c: human_ceiling(ratings, c, opts.scale, opts.bootstrap, opts.seed) for c in opts.criteria},
+    )
+    return report, plotted

@@ -1,9 +1,9 @@
-"""judge-calibrate: how far does a judge agree with people, and a map that brings its scale closer.
+"""judge-calibrate: how far a judge agrees with people, and a map that brings its scale closer to theirs.
 
-    judge-calibrate --predictions eval_result.json --human annotations.json --output_dir report
+    judge-calibrate --predictions eval_result.json [other.json ...] --human annotations.json --output_dir report
 
-Writes report.json, report.md, report.html (plots embedded), plots/*.png, and calibrator.json (for
-`judge-score --calibrator`; with several judges also calibrator_<name>.json for each).
+Writes report.json, report.md, report.html (plots embedded), plots/*.png, and calibrator.json (the first
+judge's map, for `judge-score --calibrator`; with several judges also calibrator_<name>.json for each).
 """
 
 from __future__ import annotations
@@ -12,62 +12,97 @@ import argparse
 import sys
 from pathlib import Path
 
-from calibration.analysis import Options, analyse
-from calibration.inputs import load_ratings
+from calibration.analysis import Options, Report, analyse
+from calibration.inputs import Ratings, coverage_notes, load_ratings
 from calibration.report import slug, write_reports
 from judge.cli import UsageError, add_common_flags, run
-from judge.data import SCORE_FIELDS
+from judge.data import SCORE_FIELDS, InputError, Problem
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-calibrate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--predictions", nargs="+", required=True, help="judge-score outputs (or JSON lists with id and scores), one per judge")
-    p.add_argument("--human", required=True, help="annotations (several annotators per id allowed) or a flat {id, criterion: score} list")
+    p.add_argument("--human", required=True,
+                   help="annotation records (several annotators per id allowed; their mean is the reference) or a flat [{id, overall, ...}] list")
     p.add_argument("--output_dir", required=True, help="where the reports go")
-    p.add_argument("--names", nargs="+", help="a display name per predictions file (default: the file names)")
-    p.add_argument("--criteria", nargs="+", choices=SCORE_FIELDS, default=list(SCORE_FIELDS), help="criteria to compare (default: all five)")
+    p.add_argument("--names", nargs="+", help="a display name per predictions file (default: the file names without extension)")
+    p.add_argument("--criteria", nargs="+", choices=SCORE_FIELDS, help="criteria to compare (default: every one both sides scored)")
     p.add_argument("--by", choices=["category", "model", "none"], default="category", help="grouping of the per-group figures (default: category)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for Pearson's interval; 0 turns it off (default: 1000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the calibration folds (default: 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap, the calibration folds and the plot jitter (default: 0)")
     p.add_argument("--fit", choices=["isotonic", "linear", "none"], default="isotonic", help="calibration map (default: isotonic)")
-    p.add_argument("--folds", type=int, default=5, help="cross-fitting folds for held-out calibration errors (default: 5)")
-    p.add_argument("--scale", nargs=2, type=float, default=[0, 6], metavar=("LOW", "HIGH"), help="the score scale (default: 0 6, MMIE's)")
+    p.add_argument("--folds", type=int, default=5, help="cross-fitting folds for the held-out calibration errors (default: 5)")
+    p.add_argument("--scale", nargs=2, type=int, default=[0, 6], metavar=("LOW", "HIGH"), help="the integer score scale (default: 0 6, MMIE's)")
     add_common_flags(p)
     return p
 
 
-def main(argv=None) -> int:
-    return run(_main, argv)
+def check_args(args: argparse.Namespace) -> list[str]:
+    """The judge names; every problem with the flags in one UsageError."""
+    names = args.names or [Path(p).stem for p in args.predictions]
+    problems = []
+    if len(names) != len(args.predictions):
+        problems.append(f"--names has {len(names)} name(s) for {len(args.predictions)} predictions file(s)")
+    elif len(set(names)) != len(names):
+        problems.append(f"judge names must differ, got {names}: give --names")
+    if args.bootstrap < 0:
+        problems.append(f"--bootstrap must be 0 or more, got {args.bootstrap}")
+    if args.folds < 2:
+        problems.append(f"--folds must be at least 2, got {args.folds}")
+    if args.scale[0] >= args.scale[1]:
+        problems.append(f"--scale LOW HIGH needs LOW < HIGH, got {args.scale[0]} {args.scale[1]}")
+    if problems:
+        raise UsageError("; ".join(problems))
+    return names
+
+
+def shared_criteria(ratings: Ratings, human_path: str) -> list[str]:
+    """Criteria some judge and the human file both scored on a shared id, in SCORE_FIELDS order."""
+    found = [c for c in SCORE_FIELDS
+             if any(c in record.scores and c in ratings.human[rid].ratings for judge in ratings.judges.values()
+                    for rid, record in judge.items() if rid in ratings.human)]
+    if not found:
+        raise InputError([Problem(human_path, "no criterion is scored both here and in the predictions on a shared id")])
+    return found
+
+
+def print_summary(report: Report, out: Path) -> None:
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for name, judge in report.judges.items():
+        for criterion, result in judge.criteria.items():
+            table = result.all
+            print(f"{name} {criterion}: n {table['n'].value:.0f}, Pearson {_short(table['pearson'].value)}, MSE {_short(table['mse'].value)}"
+                  + (f"  ({result.collapse})" if result.collapse else ""))
+    print(f"report: {out / 'report.html'}")
+
+
+def _short(value: float | None) -> str:
+    return "undefined" if value is None else f"{value:.3f}"
 
 
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
-    names = args.names or [Path(p).stem for p in args.predictions]
-    if len(names) != len(args.predictions):
-        raise UsageError(f"--names has {len(names)} name(s) for {len(args.predictions)} predictions file(s)")
-    if len(set(names)) != len(names):
-        raise UsageError(f"judge names must differ: {names}; give --names")
-    if args.folds < 2:
-        raise UsageError("--folds must be at least 2")
-    scale = tuple(args.scale)
+    names = check_args(args)
+    scale = (args.scale[0], args.scale[1])
     ratings = load_ratings(args.predictions, names, args.human, scale)
-    opts = Options(args.criteria, args.by, args.bootstrap, args.seed, args.fit, args.folds, scale)
-    report, calibrators, arrays = analyse(ratings, opts)
+    criteria = args.criteria or shared_criteria(ratings, args.human)
+    opts = Options(criteria, args.by, args.bootstrap, args.seed, args.fit, args.folds, scale)
+    report, paired = analyse(ratings, opts, args.human, coverage_notes(ratings, args.human))
     out = Path(args.output_dir)
-    write_reports(report, arrays, out)
-    for k, (name, cal) in enumerate(calibrators.items()):
+    write_reports(report, paired, out)
+    calibrators = {name: j.calibration.calibrator for name, j in report.judges.items() if j.calibration and j.calibration.calibrator}
+    for k, (name, calibrator) in enumerate(calibrators.items()):
         if k == 0:
-            cal.save(out / "calibrator.json")
-        if len(calibrators) > 1:
-            cal.save(out / f"calibrator_{slug(name)}.json")
-    for note in ratings.notes:
-        print(f"note: {note}", file=sys.stderr)
-    for name, info in report["judges"].items():
-        overall = info["criteria"].get("overall", {}).get("all", {})
-        r, mse = overall.get("pearson", {}).get("value"), overall.get("mse", {}).get("value")
-        print(f"{name}: overall Pearson {'undefined' if r is None else f'{r:.3f}'}, MSE {'undefined' if mse is None else f'{mse:.3f}'}")
-    print(f"report: {out / 'report.html'}")
+            calibrator.save(out / "calibrator.json")
+        if len(report.judges) > 1:
+            calibrator.save(out / f"calibrator_{slug(name)}.json")
+    print_summary(report, out)
     return 0
+
+
+def main(argv=None) -> int:
+    return run(_main, argv)
 
 
 if __name__ == "__main__":

@@ -1,35 +1,49 @@
-"""Reading judge predictions and human scores into aligned, per-criterion arrays.
+"""Reading judge predictions and human scores, and lining them up by id.
 
 Predictions: judge-score's records (`score`, `criteria`, `expected_score`, ...) or any JSON list with
-`id` and flat criterion fields. Human scores: annotation records (`human_scores`, several annotators per
-id allowed) or a flat `{id, overall, ...}` list. Several annotators of one id are averaged for the
-reference value; their individual scores are kept for the human-human ceiling.
+`id` and flat criterion fields (`overall`, `text_quality`, ...). Human scores: annotation records
+(`human_scores`; several annotators per id allowed) or a flat `{id, overall, ..., annotator?}` list.
+
+The human reference value of an id is the mean of its annotators' scores; the individual scores are
+kept for the human-human ceiling. Every problem of every file is collected and raised as one
+InputError; ids on one side only are not an error (they are counted in `Coverage`) unless no id is
+shared at all.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+import math
+from dataclasses import dataclass
 
-from judge.data import SCORE_FIELDS, InputError, Problem, load_annotations, read_records
+from pydantic import BaseModel
+
+from judge.data import (
+    CRITERIA,
+    SCORE_FIELDS,
+    InputError,
+    Problem,
+    category_from_id,
+    load_annotations,
+    read_records,
+)
+
+SHOWN_IDS = 5  # ids listed by name when some are on one side only
 
 
 @dataclass
 class JudgeRecord:
-    scores: dict[str, float]  # criterion -> score (overall included)
+    scores: dict[str, float]  # criterion -> score, "overall" included; a null score is absent
     expected_score: float | None
     model: str | None
     category: str | None
     n_images: int | None
-    parse_failed: bool
 
 
 @dataclass
 class HumanRecord:
     ratings: dict[str, list[float]]  # criterion -> one score per annotator
-    annotators: list[str | None]
-    model: str | None = None
-    category: str | None = None
+    model: str | None
+    category: str | None
     answer_chars: int | None = None
     n_images: int | None = None
 
@@ -38,101 +52,196 @@ class HumanRecord:
         return sum(values) / len(values) if values else None
 
 
+class Coverage(BaseModel):
+    """How one predictions file lines up with the human file."""
+
+    predictions: str
+    records: int
+    shared_ids: int
+    only_in_predictions: int
+    only_in_predictions_first: list[str]
+    only_in_human: int
+    only_in_human_first: list[str]
+    parse_failures: int  # records with no overall score (judge-score writes null when it cannot parse)
+
+
 @dataclass
 class Ratings:
     judges: dict[str, dict[str, JudgeRecord]]  # judge name -> id -> record
     human: dict[str, HumanRecord]
-    notes: list[str] = field(default_factory=list)  # ids on one side only, parse failures, ...
+    coverage: dict[str, Coverage]
 
 
-def _number(value, path: str, index: int, record_id, name: str, scale, problems: list[Problem]) -> float | None:
-    if value is None:
+class _Checker:
+    """Collects problems of one file while its values are read."""
+
+    def __init__(self, path: str, scale: tuple[float, float]):
+        self.path, self.scale, self.problems = path, scale, []
+
+    def add(self, message: str, index: int | None = None, record_id: str | None = None, field: str | None = None) -> None:
+        self.problems.append(Problem(self.path, message, index, record_id, field))
+
+    def score(self, value, index: int, record_id: str, field: str) -> float | None:
+        """A score on the scale, or None for null; anything else is a problem."""
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.add(f"{value!r} is not a number", index, record_id, field)
+        elif not math.isfinite(value):
+            self.add(f"{value} is not a finite number", index, record_id, field)
+        elif not self.scale[0] <= value <= self.scale[1]:
+            self.add(f"{value:g} is outside the scale {self.scale[0]:g}-{self.scale[1]:g}", index, record_id, field)
+        else:
+            return float(value)
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        problems.append(Problem(path, f"{value!r} is not a number", index, record_id, name))
+
+    def record_id(self, record, index: int) -> str | None:
+        if not isinstance(record, dict):
+            self.add(f"a record must be an object, got {type(record).__name__}", index)
+        elif isinstance(record.get("id"), (str, int)) and not isinstance(record.get("id"), bool):
+            return str(record["id"])
+        else:
+            self.add("a record needs an 'id' (a string)", index)
         return None
-    if not scale[0] <= value <= scale[1]:
-        problems.append(Problem(path, f"{value:g} is outside the scale {scale[0]:g}-{scale[1]:g}", index, record_id, name))
-        return None
-    return float(value)
 
 
-def read_predictions(path: str | Path, scale: tuple[float, float]) -> dict[str, JudgeRecord]:
-    path, records, problems = str(path), read_records(path), []
+def _raw_judge_scores(record: dict, check: _Checker, index: int, rid: str) -> dict[str, object]:
+    """Criterion -> raw value, from judge-score's layout (`score`, `criteria`) or flat fields."""
+    raw = {name: record[name] for name in SCORE_FIELDS if name in record}
+    if "score" in record:
+        raw["overall"] = record["score"]
+    criteria = record.get("criteria")
+    if isinstance(criteria, dict):
+        raw |= {name: criteria[name] for name in CRITERIA if name in criteria}
+    elif criteria is not None:
+        check.add(f"'criteria' must be an object, got {type(criteria).__name__}", index, rid, "criteria")
+    return raw
+
+
+def read_predictions(path: str, scale: tuple[float, float]) -> tuple[dict[str, JudgeRecord], int, list[Problem]]:
+    """(records by id, parse failures, problems)."""
+    check = _Checker(path, scale)
+    records = read_records(path)
     out: dict[str, JudgeRecord] = {}
+    first_index: dict[str, int] = {}
+    any_score_field, failures = False, 0
     for index, r in enumerate(records):
-        if not isinstance(r, dict) or "id" not in r:
-            problems.append(Problem(path, "a record needs an 'id'", index))
+        if (rid := check.record_id(r, index)) is None:
             continue
-        rid = str(r["id"])
-        raw = {"overall": r.get("score", r.get("overall")), **(r.get("criteria") or {})}
-        raw |= {k: r[k] for k in SCORE_FIELDS if k in r and k != "overall"}
-        scores = {k: v for k in SCORE_FIELDS if (v := _number(raw.get(k), path, index, rid, k, scale, problems)) is not None}
-        expected = r.get("expected_score")
-        record = JudgeRecord(scores, float(expected) if isinstance(expected, (int, float)) else None, r.get("model"),
-                             r.get("category"), r.get("n_images"), r.get("parse_error") is not None)
+        raw = _raw_judge_scores(r, check, index, rid)
+        any_score_field |= bool(raw)
+        scores = {k: s for k, v in raw.items() if (s := check.score(v, index, rid, k)) is not None}
+        failures += "overall" in raw and raw["overall"] is None
+        n_images = r.get("n_images")
+        record = JudgeRecord(
+            scores=scores,
+            expected_score=check.score(r.get("expected_score"), index, rid, "expected_score"),
+            model=r.get("model") if isinstance(r.get("model"), str) else None,
+            category=r.get("category") if isinstance(r.get("category"), str) else category_from_id(rid),
+            n_images=n_images if isinstance(n_images, int) and not isinstance(n_images, bool) else None,
+        )
         if rid in out and out[rid].scores != record.scores:
-            problems.append(Problem(path, "duplicate id with different scores", index, rid))
+            check.add(f"duplicate id with different scores than record {first_index[rid]}", index, rid)
+        first_index.setdefault(rid, index)
         out[rid] = record
-    if problems:
-        raise InputError(problems)
-    return out
+    if not records:
+        check.add("no records")
+    elif not any_score_field:
+        check.add(f"no scores found: expected judge-score's 'score'/'criteria' or flat fields {', '.join(SCORE_FIELDS)}")
+    return out, failures, check.problems
 
 
-def read_human(path: str | Path, scale: tuple[float, float]) -> dict[str, HumanRecord]:
+def read_human(path: str, scale: tuple[float, float]) -> tuple[dict[str, HumanRecord], list[Problem]]:
     records = read_records(path)
     if any(isinstance(r, dict) and "human_scores" in r for r in records):
-        return _from_annotations(path, scale)
-    return _from_flat(str(path), records, scale)
+        try:
+            return _from_annotations(path, scale), []
+        except InputError as err:
+            return {}, err.problems
+    return _from_flat(path, records, scale)
 
 
-def _from_annotations(path, scale) -> dict[str, HumanRecord]:
+def _from_annotations(path: str, scale) -> dict[str, HumanRecord]:
     out: dict[str, HumanRecord] = {}
     for a in load_annotations(path, scale=scale):
-        answer_chars = sum(len(s.text or "") for s in a.answer)
-        n_images = sum(s.image is not None for s in a.answer)
-        human = out.setdefault(a.id, HumanRecord({}, [], a.model, a.category, answer_chars, n_images))
-        human.annotators.append(a.annotator)
+        # Images the judge is shown (question and answer), counted as judge-score's n_images counts them.
+        human = out.setdefault(a.id, HumanRecord({}, a.model, a.category, sum(len(s.text or "") for s in a.answer), len(a.images())))
         for name, value in a.human_scores.given().items():
             human.ratings.setdefault(name, []).append(value)
     return out
 
 
-def _from_flat(path: str, records: list, scale) -> dict[str, HumanRecord]:
+def _from_flat(path: str, records: list, scale) -> tuple[dict[str, HumanRecord], list[Problem]]:
+    check = _Checker(path, scale)
     out: dict[str, HumanRecord] = {}
-    problems: list[Problem] = []
-    seen: dict[tuple, int] = {}
+    seen: dict[tuple, tuple[int, dict]] = {}  # (id, annotator) -> (index, scores)
     for index, r in enumerate(records):
-        if not isinstance(r, dict) or "id" not in r:
-            problems.append(Problem(path, "a record needs an 'id'", index))
+        if (rid := check.record_id(r, index)) is None:
             continue
-        rid, annotator = str(r["id"]), r.get("annotator")
-        if (rid, annotator) in seen:
-            problems.append(Problem(path, f"duplicate id (same as record {seen[rid, annotator]}); give each annotator's rating an 'annotator'", index, rid))
+        if not any(name in r for name in SCORE_FIELDS):
+            check.add(f"no score: give at least one of {', '.join(SCORE_FIELDS)}", index, rid)
             continue
-        seen[rid, annotator] = index
-        human = out.setdefault(rid, HumanRecord({}, [], r.get("model"), r.get("category")))
-        human.annotators.append(annotator)
-        for name in SCORE_FIELDS:
-            if (value := _number(r.get(name), path, index, rid, name, scale, problems)) is not None:
-                human.ratings.setdefault(name, []).append(value)
+        scores = {name: v for name in SCORE_FIELDS if (v := check.score(r.get(name), index, rid, name)) is not None}
+        key = (rid, r.get("annotator"))
+        if key in seen:
+            if seen[key][1] != scores:
+                check.add(f"duplicate id with different scores than record {seen[key][0]}; "
+                          "if these are two annotators, give each record an 'annotator'", index, rid)
+            continue  # an identical repeat counts once
+        seen[key] = (index, scores)
+        category = r.get("category") if isinstance(r.get("category"), str) else category_from_id(rid)
+        human = out.setdefault(rid, HumanRecord({}, r.get("model"), category))
+        for name, value in scores.items():
+            human.ratings.setdefault(name, []).append(value)
+    if not records:
+        check.add("no records")
+    return out, check.problems
+
+
+def _first(ids: set[str]) -> list[str]:
+    return sorted(ids)[:SHOWN_IDS]
+
+
+def load_ratings(predictions: list[str], names: list[str], human_path: str, scale: tuple[float, float]) -> Ratings:
+    """Every file read and checked; one InputError listing every problem of every file."""
+    problems: list[Problem] = []
+    try:
+        human, found = read_human(human_path, scale)
+        problems += found
+    except InputError as err:
+        human, problems = {}, problems + err.problems
+    judges, coverage = {}, {}
+    for name, path in zip(names, predictions):
+        try:
+            records, failures, found = read_predictions(path, scale)
+        except InputError as err:
+            problems += err.problems
+            continue
+        problems += found
+        ids, human_ids = set(records), set(human)
+        if human and records and not ids & human_ids:
+            problems.append(Problem(path, f"no id in common with {human_path} (first ids here: {_first(ids)}; there: {_first(human_ids)})"))
+        judges[name] = records
+        coverage[name] = Coverage(
+            predictions=path, records=len(records), shared_ids=len(ids & human_ids),
+            only_in_predictions=len(ids - human_ids), only_in_predictions_first=_first(ids - human_ids),
+            only_in_human=len(human_ids - ids), only_in_human_first=_first(human_ids - ids), parse_failures=failures,
+        )
     if problems:
         raise InputError(problems)
-    return out
+    return Ratings(judges, human, coverage)
 
 
-def load_ratings(predictions: list[str], names: list[str], human_path: str, scale) -> Ratings:
-    human = read_human(human_path, scale)
-    judges = {name: read_predictions(path, scale) for name, path in zip(names, predictions)}
+def coverage_notes(ratings: Ratings, human_path: str) -> list[str]:
+    """What was left out, in words, for the report and the terminal."""
     notes = []
-    for name, path in zip(names, predictions):
-        ids = set(judges[name])
-        only_judge, only_human = sorted(ids - set(human)), sorted(set(human) - ids)
-        if not ids & set(human):
-            raise InputError([Problem(path, f"no id in common with {human_path}")])
-        for side, missing in ((f"only in {path}", only_judge), (f"only in {human_path} (not scored by {name})", only_human)):
-            if missing:
-                notes.append(f"{len(missing)} id(s) {side}, left out: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
-        if failed := sum(r.parse_failed for r in judges[name].values()):
-            notes.append(f"{name}: {failed} parse failure(s) have no score and are left out")
-    return Ratings(judges, human, notes)
+    for name, c in ratings.coverage.items():
+        if c.only_in_predictions:
+            more = " ..." if c.only_in_predictions > SHOWN_IDS else ""
+            notes.append(f"{name}: {c.only_in_predictions} id(s) only in {c.predictions}, left out: {', '.join(c.only_in_predictions_first)}{more}")
+        if c.only_in_human:
+            more = " ..." if c.only_in_human > SHOWN_IDS else ""
+            notes.append(f"{name}: {c.only_in_human} id(s) only in {human_path} (not scored), left out: {', '.join(c.only_in_human_first)}{more}")
+        if c.parse_failures:
+            notes.append(f"{name}: {c.parse_failures} parse failure(s) (null score) left out of the statistics")
+    return notes

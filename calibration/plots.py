@@ -1,4 +1,8 @@
-"""The report's pictures (matplotlib, Agg backend: no display needed). Each function returns PNG bytes."""
+"""The report's pictures (matplotlib, Agg backend: no display needed). Each function returns PNG bytes.
+
+Every per-judge picture puts the judge's score on x and the human score on y, so the scatter, the
+confusion matrix and the reliability curve read the same way.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,13 @@ import io
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3})
+from calibration.analysis import Calibration, CriterionResult
+
+plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 8})
+JUDGE_COLOUR, HUMAN_COLOUR, CALIBRATED_COLOUR = "tab:blue", "tab:orange", "tab:green"
 
 
 def _png(fig) -> bytes:
@@ -21,83 +28,106 @@ def _png(fig) -> bytes:
     return buffer.getvalue()
 
 
-def scatter(judge: np.ndarray, human: np.ndarray, name: str, scale, seed: int = 0) -> bytes:
-    """Judge vs human with jitter (integer scores pile up otherwise) and the least-squares line."""
-    rng = np.random.default_rng(seed)
-    fig, ax = plt.subplots(figsize=(5, 4.5))
-    jitter = lambda v: v + rng.uniform(-0.15, 0.15, len(v))  # noqa: E731
-    ax.scatter(jitter(human), jitter(judge), s=14, alpha=0.5, color="tab:blue", label="samples (jittered)")
+def _square_axes(ax, scale, xlabel: str, ylabel: str, title: str) -> None:
     lo, hi = scale
-    ax.plot([lo, hi], [lo, hi], color="grey", linestyle="--", linewidth=1, label="perfect agreement")
-    if np.ptp(human) > 0:
-        slope, intercept = np.polyfit(human, judge, 1)
-        ax.plot([lo, hi], [intercept + slope * lo, intercept + slope * hi], color="tab:red", label=f"fit: judge = {slope:.2f} x human {intercept:+.2f}")
-    ax.set(xlim=(lo - 0.5, hi + 0.5), ylim=(lo - 0.5, hi + 0.5), xlabel="human score (mean of annotators)", ylabel="judge score",
-           title=f"{name}: judge vs human (overall, n={len(judge)})")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.plot([lo, hi], [lo, hi], color="grey", linestyle="--", linewidth=1, label="judge = human")
+    ax.set(xlim=(lo - 0.5, hi + 0.5), ylim=(lo - 0.5, hi + 0.5), xticks=range(lo, hi + 1), yticks=range(lo, hi + 1),
+           xlabel=xlabel, ylabel=ylabel, title=title, aspect="equal")
+
+
+def scatter(judge: np.ndarray, human: np.ndarray, name: str, scale, seed: int = 0) -> bytes:
+    """Judge vs human with jitter (integer scores would pile up on a few points) and the least-squares line."""
+    rng = np.random.default_rng(seed)
+    fig, ax = plt.subplots(figsize=(5.2, 6))
+    jitter = lambda v: v + rng.uniform(-0.18, 0.18, len(v))
+    ax.scatter(jitter(judge), jitter(human), s=12, alpha=0.45, color=JUDGE_COLOUR, edgecolors="none", label=f"samples, jittered (n={len(judge)})")
+    lo, hi = scale
+    if np.ptp(judge) > 0:
+        slope, intercept = np.polyfit(judge, human, 1)
+        ax.plot([lo, hi], [intercept + slope * lo, intercept + slope * hi], color="tab:red", linewidth=1.5,
+                label=f"least squares: human = {slope:.2f} x judge {intercept:+.2f}")
+    _square_axes(ax, scale, "judge score", "human score (mean of annotators)", f"{name}: judge vs human, overall")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=1, frameon=False)  # below: points fill every corner
     return _png(fig)
 
 
 def confusion(judge: np.ndarray, human: np.ndarray, name: str, scale) -> bytes:
-    lo, hi = int(scale[0]), int(scale[1])
+    lo, hi = scale
     k = hi - lo + 1
-    counts = np.zeros((k, k), dtype=int)
-    np.add.at(counts, (np.clip(np.rint(judge), lo, hi).astype(int) - lo, np.clip(np.rint(human), lo, hi).astype(int) - lo), 1)
-    fig, ax = plt.subplots(figsize=(5, 4.5))
-    image = ax.imshow(counts, origin="lower", cmap="Blues")
+    counts = np.zeros((k, k), dtype=int)  # [human level, judge level]
+    np.add.at(counts, (np.clip(np.rint(human), lo, hi).astype(int) - lo, np.clip(np.rint(judge), lo, hi).astype(int) - lo), 1)
+    fig, ax = plt.subplots(figsize=(5.4, 4.8))
+    image = ax.imshow(counts, origin="lower", cmap="Blues", extent=(lo - 0.5, hi + 0.5, lo - 0.5, hi + 0.5))
     for i in range(k):
         for j in range(k):
             if counts[i, j]:
-                ax.text(j, i, counts[i, j], ha="center", va="center", fontsize=8, color="white" if counts[i, j] > counts.max() / 2 else "black")
-    ax.set(xticks=range(k), yticks=range(k), xticklabels=range(lo, hi + 1), yticklabels=range(lo, hi + 1),
-           xlabel="human score (rounded)", ylabel="judge score (rounded)", title=f"{name}: confusion on the integer scale")
+                colour = "white" if counts[i, j] > counts.max() / 2 else "black"
+                ax.text(lo + j, lo + i, counts[i, j], ha="center", va="center", fontsize=9, color=colour)
+    ax.set(xticks=range(lo, hi + 1), yticks=range(lo, hi + 1), xlabel="judge score (rounded)", ylabel="human score (mean, rounded)",
+           title=f"{name}: counts on the integer scale")
     ax.grid(False)
-    fig.colorbar(image, ax=ax, shrink=0.8, label="samples")
+    ax.plot([lo - 0.5, hi + 0.5], [lo - 0.5, hi + 0.5], color="grey", linestyle="--", linewidth=0.8)
+    fig.colorbar(image, ax=ax, shrink=0.85, label="samples")
     return _png(fig)
 
 
-def reliability_curve(before: list[dict], after: list[dict] | None, name: str, scale) -> bytes:
-    fig, ax = plt.subplots(figsize=(5, 4.5))
-    lo, hi = scale
-    ax.plot([lo, hi], [lo, hi], color="grey", linestyle="--", linewidth=1, label="perfectly calibrated")
-    for points, label, colour in ((before, "judge score", "tab:blue"), (after, "calibrated (held-out folds)", "tab:green")):
-        if points:
-            x = [p["judge_level"] for p in points]
-            ax.plot(x, [p["mean_human"] for p in points], marker="o", color=colour, label=label)
-            for p in points:
-                ax.annotate(f"n={p['n']}", (p["judge_level"], p["mean_human"]), textcoords="offset points", xytext=(4, -10), fontsize=7, color=colour)
-    ax.set(xlim=(lo - 0.5, hi + 0.5), ylim=(lo - 0.5, hi + 0.5), xlabel="judge score level", ylabel="mean human score at that level",
-           title=f"{name}: reliability")
-    ax.legend(loc="upper left", fontsize=8)
+def reliability_curve(calibration: Calibration, name: str, scale) -> bytes:
+    """Mean human score at each judge score level, before and after calibration, with the map itself."""
+    fig, ax = plt.subplots(figsize=(5.2, 5))
+    source = "expected score" if calibration.source == "expected_score" else "score"
+    if calibration.calibrator is not None:
+        c = calibration.calibrator
+        xs = [scale[0], *c.x, scale[1]]
+        ax.plot(xs, [c.apply(x) for x in xs], color="tab:purple", linewidth=1, alpha=0.7, label=f"{c.method} map (fitted on all pairs)")
+    curves = ((calibration.reliability_before, f"judge {source}", JUDGE_COLOUR, "o"),
+              (calibration.reliability_after, "calibrated, held-out folds", CALIBRATED_COLOUR, "s"))
+    for levels, label, colour, marker in curves:
+        if levels:
+            ax.plot([v.judge_level for v in levels], [v.mean_human for v in levels], marker=marker, color=colour, label=label)
+            for v in levels:
+                offset = (5, -11) if colour == CALIBRATED_COLOUR else (-14, 5)
+                ax.annotate(f"{v.n}", (v.judge_level, v.mean_human), textcoords="offset points", xytext=offset, fontsize=7, color=colour)
+    _square_axes(ax, scale, "score level, rounded (small numbers: samples)", "mean human score at that level", f"{name}: reliability")
+    ax.legend(loc="upper left")
     return _png(fig)
 
 
-def histograms(judge: np.ndarray, human: np.ndarray, name: str, scale) -> bytes:
-    lo, hi = int(scale[0]), int(scale[1])
-    levels = np.arange(lo, hi + 1)
-    count = lambda v: np.array([(np.rint(v) == x).sum() for x in levels])  # noqa: E731
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    ax.bar(levels - 0.2, count(judge), width=0.4, label="judge", color="tab:blue")
-    ax.bar(levels + 0.2, count(human), width=0.4, label="human (mean, rounded)", color="tab:orange")
-    ax.set(xticks=levels, xlabel="score", ylabel="samples", title=f"{name}: score distributions")
-    ax.legend(fontsize=8)
+def histograms(result: CriterionResult, name: str) -> bytes:
+    h = result.histogram
+    levels = np.array(h.levels)
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    ax.bar(levels - 0.2, h.judge, width=0.4, label="judge", color=JUDGE_COLOUR)
+    ax.bar(levels + 0.2, h.human, width=0.4, label="human (mean of annotators, rounded)", color=HUMAN_COLOUR)
+    title = f"{name}: score distributions, overall"
+    if result.collapse:
+        title += "\n" + result.collapse
+    ax.set(xticks=levels, xlabel="score", ylabel="samples", title=title)
+    ax.legend()
     return _png(fig)
 
 
-def group_bars(groups: dict[str, dict], name: str, group_by: str) -> bytes:
-    """Pearson r per group with its 95% interval (Fisher z); groups with undefined r are shown empty."""
-    labels = sorted(groups)
-    r = [groups[g]["pearson"].get("value") for g in labels]
-    fig, ax = plt.subplots(figsize=(max(4, 1 + 0.9 * len(labels)), 3.8))
-    x = np.arange(len(labels))
-    heights = [v if v is not None else 0 for v in r]
-    errors = [[max(v - groups[g]["pearson"].get("low", v), 0) if v is not None else 0 for g, v in zip(labels, r)],
-              [max(groups[g]["pearson"].get("high", v) - v, 0) if v is not None else 0 for g, v in zip(labels, r)]]
-    ax.bar(x, heights, yerr=errors, capsize=4, color=["tab:blue" if v is not None else "lightgrey" for v in r])
-    for xi, g, v in zip(x, labels, r):
-        top = groups[g]["pearson"].get("high", v) if v is not None else 0
-        ax.text(xi, max(top, 0) + 0.03, "undefined" if v is None else f"r={v:.2f}", ha="center", fontsize=8)
-        ax.text(xi, -0.95, f"n={groups[g]['n']['value']:.0f}", ha="center", fontsize=8, color="dimgrey")
+def group_bars(results: dict[str, CriterionResult], group_by: str) -> bytes:
+    """Overall Pearson r per group and judge with its 95% Fisher-z interval; undefined r is marked, not drawn."""
+    groups = sorted({g for r in results.values() for g in r.groups})
+    judges = list(results)
+    width = 0.8 / len(judges)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 + 1.3 * len(groups) * max(1, len(judges) / 2)), 4.2))
+    for k, judge in enumerate(judges):
+        x = np.arange(len(groups)) - 0.4 + width * (k + 0.5)
+        for xi, g in zip(x, groups):
+            table = results[judge].groups.get(g)
+            stat = table["pearson"] if table else None
+            n = int(table["n"].value) if table else 0
+            if stat is None or stat.value is None:
+                ax.text(xi, 0.02, "undefined", rotation=90, ha="center", va="bottom", fontsize=7, color="dimgrey")
+                continue
+            ci = stat.fisher_95
+            error = None if ci is None or ci.low is None else [[stat.value - ci.low], [ci.high - stat.value]]
+            ax.bar(xi, stat.value, width=width * 0.9, color=f"C{k}", yerr=error, capsize=3)
+            ax.text(xi, -1.0, f"n={n}", ha="center", va="bottom", fontsize=7, color="dimgrey")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{k}") for k in range(len(judges))]
+    ax.legend(handles, judges, loc="upper center", ncol=min(len(judges), 4))
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set(xticks=x, xticklabels=labels, ylim=(-1, 1.2), ylabel="Pearson r (95% interval)", title=f"{name}: overall agreement by {group_by}")
+    ax.set(xticks=range(len(groups)), xticklabels=groups, ylim=(-1.05, 1.4), yticks=np.linspace(-1, 1, 9), ylabel="Pearson r, 95% interval (Fisher z)",
+           xlabel=group_by, title=f"Overall agreement by {group_by}")
     return _png(fig)

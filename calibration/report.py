@@ -1,85 +1,214 @@
-"""report.json (everything), report.md (tables for a paper or README), report.html (self-contained,
-plots embedded), and the PNGs themselves under plots/."""
+"""report.json (everything, machine-readable), report.md (tables a paper or README can take),
+report.html (the same tables and every plot, self-contained), and the PNGs under plots/.
+
+The markdown and the HTML are two renderings of one list of sections, so they cannot drift apart.
+"""
 
 from __future__ import annotations
 
 import base64
 import html
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from calibration import plots
+from calibration.analysis import Paired, Report
+from calibration.stats import Agreement, Stat
 
-# The rows of the side-by-side table, as MMIE compares judges (Pearson, cosine, MSE, MAE) and more.
-TABLE_ROWS = [("n", "n"), ("pearson", "Pearson r"), ("spearman", "Spearman ρ"), ("kendall_tau_b", "Kendall τ-b"),
-              ("mse", "MSE"), ("rmse", "RMSE"), ("mae", "MAE"), ("cosine", "cosine*"), ("exact_agreement", "exact agreement"),
-              ("within_1_agreement", "within-1 agreement"), ("quadratic_kappa", "quadratic κ"),
-              ("krippendorff_interval", "Krippendorff α (interval)"), ("krippendorff_ordinal", "Krippendorff α (ordinal)")]
-COSINE_NOTE = ("*Cosine similarity is reported because MMIE reports it; it is not a correlation: two positive score "
-               "vectors of similar size score high whatever their agreement, and a constant offset barely moves it.")
+# Rows of the side-by-side table: MMIE's four (Pearson, cosine, MSE, MAE) and the rest.
+ROWS = [("n", "n"), ("pearson", "Pearson r [95% Fisher z]"), ("pearson_bootstrap", "Pearson r 95% bootstrap"),
+        ("spearman", "Spearman ρ"), ("kendall_tau_b", "Kendall τ-b"), ("mse", "MSE"), ("rmse", "RMSE"), ("mae", "MAE"),
+        ("cosine", "cosine similarity*"), ("exact_agreement", "exact agreement"), ("within_1_agreement", "within-1 agreement"),
+        ("quadratic_kappa", "quadratic weighted κ"), ("krippendorff_interval", "Krippendorff α, interval"),
+        ("krippendorff_ordinal", "Krippendorff α, ordinal")]
+COSINE_NOTE = ("* Cosine similarity is reported because MMIE reports it. It is not a correlation: positive scores point "
+               "roughly the same way whatever their agreement (random scores on 0-6 give about 0.7), and a judge off by a "
+               "constant point everywhere still scores about 0.99. Read Pearson, Kendall and the errors first.")
 
 
-def cell(stat: dict | None) -> str:
+@dataclass
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+
+
+@dataclass
+class Section:
+    title: str
+    level: int
+    blocks: list[str | Table]  # paragraphs and tables, in order
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def cell(stat: Stat | None) -> str:
     if stat is None:
         return "–"
-    if stat.get("value") is None:
-        return "undefined"
-    text = f"{stat['value']:.3f}" if not float(stat["value"]).is_integer() else f"{stat['value']:.0f}"
-    if "low" in stat:
-        text += f" [{stat['low']:.2f}, {stat['high']:.2f}]"
+    if stat.value is None:
+        return f"undefined ({stat.reason})"
+    text = fmt(stat.value)
+    if stat.fisher_95 is not None and stat.fisher_95.low is not None:
+        text += f" [{stat.fisher_95.low:.2f}, {stat.fisher_95.high:.2f}]"
     return text
 
 
-def markdown(report: dict) -> str:
-    judges = list(report["judges"])
-    lines = ["# Judge agreement with human scores", ""]
-    lines += [f"- {note}" for note in report["notes"]] + ([""] if report["notes"] else [])
-    for criterion in report["criteria"]:
-        lines += [f"## {criterion}", "", "| statistic | " + " | ".join(judges) + " | human ceiling |", "|---" * (len(judges) + 2) + "|"]
-        ceiling = report["human_ceiling"].get(criterion, {})
-        for key, label in TABLE_ROWS:
-            row = [cell(report["judges"][j]["criteria"].get(criterion, {}).get("all", {}).get(key)) for j in judges]
-            lines.append(f"| {label} | " + " | ".join(row) + f" | {cell(ceiling.get(key)) if 'undefined' not in ceiling else '–'} |")
-        lines.append("")
+def _row(table: Agreement | None, key: str) -> str:
+    if table is None:
+        return "–"
+    if key == "pearson_bootstrap":
+        ci = table["pearson"].bootstrap_95
+        if ci is None:
+            return "not computed" if table["pearson"].value is not None else "–"
+        return f"[{ci.low:.2f}, {ci.high:.2f}]" if ci.low is not None else f"undefined ({ci.reason})"
+    if key == "n":
+        return f"{table['n'].value:.0f}"
+    return cell(table[key])
+
+
+def agreement_sections(report: Report) -> list[Section]:
+    judges = list(report.judges)
+    sections = [Section("Agreement with people, per criterion", 2, [
+        f"Judges side by side; the last column is the human-human ceiling ({report.ceiling_method})."])]
+    for criterion in report.criteria:
+        ceiling = report.human_ceiling[criterion]
+        rows = [[label] + [_row(report.judges[j].criteria[criterion].all, key) for j in judges] + [_row(ceiling.agreement, key)] for key, label in ROWS]
+        blocks: list[str | Table] = [Table(["statistic", *judges, "human ceiling"], rows)]
+        if ceiling.ids_rated_more_than_once == 0:
+            blocks.append("No id has two annotators on this criterion, so there is no human-human ceiling.")
+        blocks += [f"Warning, {j}: {report.judges[j].criteria[criterion].collapse}" for j in judges if report.judges[j].criteria[criterion].collapse]
+        sections.append(Section(criterion, 3, blocks))
+        if report.group_by != "none":
+            groups = sorted({g for j in judges for g in report.judges[j].criteria[criterion].groups})
+            header = [report.group_by] + [f"{j}: {what}" for j in judges for what in ("n", "Pearson r [95%]", "MAE")]
+            rows = []
+            for g in groups:
+                row = [g]
+                for j in judges:
+                    table = report.judges[j].criteria[criterion].groups.get(g)
+                    row += [_row(table, "n"), _row(table, "pearson"), _row(table, "mae")]
+                rows.append(row)
+            sections.append(Section(f"{criterion} by {report.group_by}", 4, [Table(header, rows)]))
+    return sections
+
+
+def system_section(report: Report) -> Section:
+    judges = list(report.judges)
+    header = ["criterion"] + [f"{j}: {what}" for j in judges for what in ("models", "Pearson r", "Kendall τ-b")]
+    rows = []
+    for criterion in report.criteria:
+        row = [criterion]
         for j in judges:
-            if warning := report["judges"][j]["collapse"].get(criterion):
-                lines.append(f"**{j}: {warning}**\n")
-    lines += [COSINE_NOTE, "", "Intervals are 95% (Fisher z). Human ceiling: one annotator against the mean of the others."]
-    for j in judges:
-        info = report["judges"][j]
-        lines += ["", f"## {j}: calibration, ranking and bias", ""]
-        if cal := info.get("calibration"):
-            if "undefined" in cal:
-                lines.append(f"Calibration: undefined ({cal['undefined']}).")
+            s = report.judges[j].criteria[criterion].system_level
+            row += [str(len(s.models)), cell(s.pearson), cell(s.kendall_tau_b)]
+        rows.append(row)
+    blocks: list[str | Table] = [
+        ("Each evaluated model's mean judge score against its mean human score, as a leaderboard ranks models "
+         "(needs at least 3 models)."), Table(header, rows)]
+    if "overall" in report.criteria:
+        models = sorted({m for j in judges for m in report.judges[j].criteria["overall"].system_level.models})
+        means = []
+        for m in models:
+            row = [m]
+            for j in judges:
+                mean = report.judges[j].criteria["overall"].system_level.models.get(m)
+                row += [fmt(mean.judge_mean, 2), fmt(mean.human_mean, 2)] if mean else ["–", "–"]
+            means.append(row)
+        if models:
+            blocks += ["Overall means per evaluated model:", Table(["model"] + [f"{j}: {w}" for j in judges for w in ("judge", "human")], means)]
+    return Section("System level", 2, blocks)
+
+
+def calibration_section(report: Report) -> Section:
+    rows = []
+    for name, j in report.judges.items():
+        c = j.calibration
+        if c is None:
+            rows.append([name, "not fitted", "–", "–", "–", "–", "–"])
+            continue
+        rows.append([name, c.method, c.source, f"{c.folds}", f"{c.n}", f"{cell(c.mse_before)} → {cell(c.mse_after)}", f"{cell(c.mae_before)} → {cell(c.mae_after)}"])
+    return Section("Calibration of the overall score", 2, [
+        ("A monotone map from the judge's score to the human scale, cross-fitted: the errors after calibration are "
+         "measured on folds the map was not fitted on. calibrator.json (the map fitted on all pairs) is what "
+         "judge-score --calibrator applies."),
+        Table(["judge", "map", "from", "folds", "n", "MSE before → after", "MAE before → after"], rows)])
+
+
+def bias_section(report: Report) -> Section:
+    rows = []
+    for name, j in report.judges.items():
+        for criterion, result in j.criteria.items():
+            b = result.bias
+            by_category = ", ".join(f"{c} {g.mean_residual:+.2f} (n={g.n})" for c, g in b.residual_by_category.items())
+            rows.append([name, criterion, cell(b.mean_residual), cell(b.residual_vs_answer_chars.spearman), cell(b.residual_vs_n_images.spearman),
+                         cell(b.residual_vs_category), by_category])
+    return Section("Bias diagnostics", 2, [
+        ("Residual = judge − human. A correlation away from 0 means the judge's error follows that property of the "
+         "answer (Spearman ρ for answer length in characters and number of images; η, the correlation ratio, for category)."),
+        Table(["judge", "criterion", "mean residual", "vs answer length", "vs images", "vs category (η)", "mean residual by category"], rows)])
+
+
+def sections(report: Report) -> list[Section]:
+    lo, hi = report.scale
+    intro = [(f"Human scores: {report.human_file}, {report.human_ids} ids, scale {lo}-{hi}; the human value of an id is {report.reference}. "
+             f"Intervals are 95%: Fisher z, and a percentile bootstrap of {report.bootstrap} resamples (seed {report.seed}) where shown.")]
+    intro += [f"Note: {n}" for n in report.notes]
+    return [Section("Judge agreement with human scores", 1, intro), *agreement_sections(report), system_section(report),
+            calibration_section(report), bias_section(report), Section("Notes", 2, [COSINE_NOTE])]
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown(secs: list[Section]) -> str:
+    lines = []
+    for s in secs:
+        lines += ["#" * s.level + " " + s.title, ""]
+        for block in s.blocks:
+            if isinstance(block, Table):
+                lines += ["| " + " | ".join(map(_md_cell, block.header)) + " |", "|" + "---|" * len(block.header)]
+                lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in block.rows]
             else:
-                lines.append(f"Calibration ({cal['method']}, {cal['folds']}-fold cross-fitted, from `{cal['source']}`): held-out MSE "
-                             f"{cal['mse_before']:.3f} → {cal['mse_after']:.3f}, MAE {cal['mae_before']:.3f} → {cal['mae_after']:.3f}.")
-        if system := info.get("system_level"):
-            lines.append(f"System level over {len(system['models'])} models: Pearson {cell(system['pearson'])}, Kendall τ-b {cell(system['kendall_tau_b'])}.")
-        if bias := info.get("bias"):
-            lines.append(f"Residual (judge − human) vs answer length: r = {cell(bias['residual_vs_answer_chars'])}; "
-                         f"vs number of images: r = {cell(bias['residual_vs_n_images'])}; mean residual by category: "
-                         + ", ".join(f"{c} {v:+.2f}" for c, v in bias["mean_residual_by_category"].items()) + ".")
-    return "\n".join(lines) + "\n"
+                lines.append(block)
+            lines.append("")
+    return "\n".join(lines)
 
 
-def make_plots(report: dict, arrays: dict, out_dir: Path) -> dict[str, list[tuple[str, bytes]]]:
-    scale = report["scale"]
-    figures: dict[str, list[tuple[str, bytes]]] = {}
-    for name, judge_arrays in arrays.items():
-        figures[name] = []
-        if (p := judge_arrays.get("overall")) is not None:
-            figures[name] += [("scatter", plots.scatter(p.judge, p.human, name, scale)), ("confusion", plots.confusion(p.judge, p.human, name, scale)),
-                              ("histograms", plots.histograms(p.judge, p.human, name, scale))]
-            groups = report["judges"][name]["criteria"]["overall"]["groups"]
-            if report["group_by"] != "none":
-                figures[name].append(("groups", plots.group_bars(groups, name, report["group_by"])))
-        if (cal := report["judges"][name].get("calibration")) and "reliability_before" in cal:
-            figures[name].append(("reliability", plots.reliability_curve(cal["reliability_before"], cal.get("reliability_after"), name, scale)))
-    (out_dir / "plots").mkdir(parents=True, exist_ok=True)
-    for name, items in figures.items():
-        for kind, png in items:
-            (out_dir / "plots" / f"{slug(name)}_{kind}.png").write_bytes(png)
+def _html_blocks(secs: list[Section]) -> str:
+    out = []
+    for s in secs:
+        out.append(f"<h{s.level}>{html.escape(s.title)}</h{s.level}>")
+        for block in s.blocks:
+            if isinstance(block, Table):
+                head = "".join(f"<th>{html.escape(h)}</th>" for h in block.header)
+                body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in block.rows)
+                out.append(f"<table><tr>{head}</tr>{body}</table>")
+            else:
+                out.append(f"<p>{html.escape(block)}</p>")
+    return "\n".join(out)
+
+
+STYLE = ("body{font-family:system-ui,sans-serif;max-width:1250px;margin:2em auto;padding:0 1em;color:#222}"
+         "table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:14px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+         "th{background:#f3f3f3}td:first-child{text-align:left}.plots{display:flex;flex-wrap:wrap;gap:8px}"
+         ".plots img{max-width:calc(50% - 8px);border:1px solid #eee}")
+
+
+def make_plots(report: Report, paired: dict[str, Paired]) -> list[tuple[str, bytes]]:
+    """(file name, PNG) of every plot: the per-group comparison, then four or five per judge."""
+    figures = []
+    if report.group_by != "none" and "overall" in report.criteria:
+        figures.append(("groups.png", plots.group_bars({j: r.criteria["overall"] for j, r in report.judges.items()}, report.group_by)))
+    for name, p in paired.items():
+        judge = report.judges[name]
+        figures += [(f"{slug(name)}_scatter.png", plots.scatter(p.judge, p.human, name, report.scale, report.seed)),
+                    (f"{slug(name)}_confusion.png", plots.confusion(p.judge, p.human, name, report.scale)),
+                    (f"{slug(name)}_histograms.png", plots.histograms(judge.criteria["overall"], name))]
+        if judge.calibration is not None and judge.calibration.reliability_before:
+            figures.append((f"{slug(name)}_reliability.png", plots.reliability_curve(judge.calibration, name, report.scale)))
     return figures
 
 
@@ -87,46 +216,17 @@ def slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
-def _markdown_table_to_html(md: str) -> str:
-    """The few markdown constructs report.md uses (headings, tables, bullets, bold), as HTML."""
-    out, in_table = [], False
-    for line in md.splitlines():
-        if line.startswith("|"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if set("".join(cells)) <= set("-"):
-                continue
-            tag = "th" if not in_table else "td"
-            out.append(("<table>" if not in_table else "") + "<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>")
-            in_table = True
-            continue
-        if in_table:
-            out.append("</table>")
-            in_table = False
-        if line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            out.append(f"<h{level}>{html.escape(line.lstrip('# '))}</h{level}>")
-        elif line.startswith("- "):
-            out.append(f"<p>• {html.escape(line[2:])}</p>")
-        elif line.strip():
-            text = html.escape(line)
-            out.append(f"<p><b>{text.strip('*')}</b></p>" if line.startswith("**") else f"<p>{text}</p>")
-    return "\n".join(out + (["</table>"] if in_table else []))
-
-
-def write_reports(report: dict, arrays: dict, out_dir: Path) -> None:
+def write_reports(report: Report, paired: dict[str, Paired], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
-    md = markdown(report)
-    (out_dir / "report.md").write_text(md)
-    figures = make_plots(report, arrays, out_dir)
-    images = "".join(
-        f"<h2>{html.escape(name)}</h2><div class='plots'>"
-        + "".join(f"<img alt='{kind}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>" for kind, png in items)
-        + "</div>"
-        for name, items in figures.items()
-    )
-    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}"
-             ".plots img{max-width:48%;margin:4px;border:1px solid #eee}")
-    page = f"<!doctype html><html><head><meta charset='utf-8'><title>Judge agreement</title><style>{style}</style></head><body>{_markdown_table_to_html(md)}{images}</body></html>"
-    (out_dir / "report.html").write_text(page)
+    # allow_nan=False: a NaN that slipped past the statistics fails here instead of landing in the file.
+    (out_dir / "report.json").write_text(json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+    secs = sections(report)
+    (out_dir / "report.md").write_text(markdown(secs), encoding="utf-8")
+    figures = make_plots(report, paired)
+    (out_dir / "plots").mkdir(exist_ok=True)
+    for file_name, png in figures:
+        (out_dir / "plots" / file_name).write_bytes(png)
+    images = "".join(f"<img alt='{html.escape(f)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>" for f, png in figures)
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Judge agreement with human scores</title><style>{STYLE}</style>"
+            f"</head><body>{_html_blocks(secs)}<h2>Plots</h2><div class='plots'>{images}</div></body></html>\n")
+    (out_dir / "report.html").write_text(page, encoding="utf-8")

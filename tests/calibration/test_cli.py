@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,25 +9,33 @@ import pytest
 from calibration.cli import main
 from judge.calibrator import Calibrator
 
+CATEGORIES, MODELS = ["SA", "PBL", "MSR"], ["m1", "m2", "m3"]
+
 
 def write(path, records):
     path.write_text(json.dumps(records))
     return str(path)
 
 
+def no_nan(constant):
+    raise AssertionError(f"{constant} in report.json")
+
+
 @pytest.fixture
 def files(tmp_path):
+    """90 judge-score records (one more that failed to parse, one the people did not rate) and annotation
+    records for them, half of the ids rated twice."""
     rng = np.random.default_rng(0)
     human = rng.integers(0, 7, 90)
     judge = np.clip(np.rint(6 * (human / 6) ** 2 + rng.normal(0, 0.7, 90)), 0, 6).astype(int)
-    cats, models = ["SA", "PBL", "MSR"], ["m1", "m2", "m3"]
-    preds = [{"id": f"{cats[i % 3]}_{i}", "model": models[i % 3], "category": cats[i % 3], "score": int(judge[i]),
+    preds = [{"id": f"{CATEGORIES[i % 3]}_{i}", "model": MODELS[i % 3], "category": CATEGORIES[i % 3], "score": int(judge[i]),
               "criteria": {"text_quality": int(judge[i])}, "expected_score": float(judge[i]), "n_images": i % 4, "parse_error": None}
              for i in range(90)]
     preds.append({"id": "SA_900", "model": "m1", "category": "SA", "score": None, "criteria": {}, "expected_score": None, "parse_error": "no heading"})
+    preds.append({"id": "SA_901", "model": "m1", "category": "SA", "score": 3, "criteria": {}, "expected_score": 3.0, "parse_error": None})
     annotations = []
     for i in range(90):
-        base = {"id": f"{cats[i % 3]}_{i}", "model": models[i % 3], "question": [{"text": "q"}], "answer": "a" * (10 + i)}
+        base = {"id": f"{CATEGORIES[i % 3]}_{i}", "model": MODELS[i % 3], "question": [{"text": "q"}], "answer": "a" * (10 + i)}
         annotations.append({**base, "human_scores": {"overall": int(human[i]), "text_quality": int(human[i])}, "annotator": "x"})
         if i % 2:
             annotations.append({**base, "human_scores": {"overall": int(np.clip(human[i] + 1, 0, 6))}, "annotator": "y"})
@@ -34,88 +43,159 @@ def files(tmp_path):
     return write(tmp_path / "preds.json", preds), write(tmp_path / "human.json", annotations), tmp_path
 
 
-def test_reports_and_calibrator_are_written_with_content(files, capsys):
+def test_reports_and_calibrator_are_written_with_their_content(files, capsys):
     preds, human, tmp = files
     out = tmp / "report"
     assert main(["--predictions", preds, "--human", human, "--output_dir", str(out), "--names", "judge", "--bootstrap", "200"]) == 0
-    report = json.loads((out / "report.json").read_text())
-    overall = report["judges"]["judge"]["criteria"]["overall"]
+    report = json.loads((out / "report.json").read_text(), parse_constant=no_nan)
+    assert report["criteria"] == ["overall", "text_quality"]  # the criteria both sides scored
+    judge = report["judges"]["judge"]
+    overall = judge["criteria"]["overall"]
     assert overall["all"]["n"]["value"] == 90
-    assert {"boot_low", "boot_high", "low", "high"} <= set(overall["all"]["pearson"])
-    assert set(overall["groups"]) == {"SA", "PBL", "MSR"}
-    assert len(report["judges"]["judge"]["system_level"]["models"]) == 3
-    assert report["judges"]["judge"]["bias"]["residual_vs_answer_chars"]["value"] is not None
-    assert report["human_ceiling"]["overall"]["n"]["value"] == 45  # ids with a second annotator
-    cal = report["judges"]["judge"]["calibration"]
-    assert cal["source"] == "expected_score" and cal["mse_after"] < cal["mse_before"]
-    assert any("1 id(s) only in" in n and "PBL_999" in n for n in report["notes"])
-    assert any("1 parse failure" in n for n in report["notes"])
+    pearson = overall["all"]["pearson"]
+    assert pearson["fisher_95"]["low"] < pearson["value"] < pearson["fisher_95"]["high"]
+    assert pearson["bootstrap_95"]["low"] < pearson["value"] < pearson["bootstrap_95"]["high"]
+    assert set(overall["groups"]) == {"SA", "PBL", "MSR"} and sum(g["n"]["value"] for g in overall["groups"].values()) == 90
+    assert set(overall["system_level"]["models"]) == set(MODELS) and overall["system_level"]["kendall_tau_b"]["value"] is not None
+    assert sum(overall["histogram"]["judge"]) == sum(overall["histogram"]["human"]) == 90
+    assert overall["bias"]["residual_vs_answer_chars"]["n"] == 90
+    assert report["human_ceiling"]["overall"]["ids_rated_more_than_once"] == 45
+    assert report["human_ceiling"]["overall"]["agreement"]["n"]["value"] == 90  # each of two annotators vs the other
+    assert report["human_ceiling"]["text_quality"]["ids_rated_more_than_once"] == 0
+    coverage = judge["coverage"]
+    assert (coverage["only_in_predictions"], coverage["only_in_predictions_first"]) == (2, ["SA_900", "SA_901"])
+    assert (coverage["only_in_human"], coverage["only_in_human_first"], coverage["parse_failures"]) == (1, ["PBL_999"], 1)
+    cal = judge["calibration"]
+    assert cal["source"] == "expected_score" and cal["mse_after"]["value"] < cal["mse_before"]["value"]
+
     md = (out / "report.md").read_text()
-    assert "| Pearson r |" in md and "Cosine similarity is reported because MMIE reports it" in md
-    html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 5 and "<table>" in html
-    assert len(list((out / "plots").glob("*.png"))) == 5
+    assert "| Pearson r [95% Fisher z] |" in md and "Cosine similarity is reported because MMIE reports it" in md
+    assert "#### overall by category" in md and "| MSR |" in md and "## Calibration of the overall score" in md
+    assert "1 parse failure(s)" in md and "PBL_999" in md
+    page = (out / "report.html").read_text()
+    pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
+    assert pngs == ["groups.png", "judge_confusion.png", "judge_histograms.png", "judge_reliability.png", "judge_scatter.png"]
+    assert page.count("data:image/png;base64,") == len(pngs) and "<table>" in page and "src='plots" not in page
+    assert all((out / "plots" / p).read_bytes().startswith(b"\x89PNG") for p in pngs)
+
     calibrator = Calibrator.load(out / "calibrator.json")
-    assert calibrator.source == "expected_score" and calibrator.apply(0) <= calibrator.apply(3) <= calibrator.apply(6)
-    assert "judge: overall Pearson" in capsys.readouterr().out
+    assert calibrator.source == "expected_score" and calibrator.fitted_on.n == 90
+    assert calibrator.apply(0) <= calibrator.apply(3) <= calibrator.apply(6)
+    assert calibrator.x == cal["calibrator"]["x"]
+    assert "judge overall: n 90, Pearson" in capsys.readouterr().out
 
 
-def test_flat_human_file_and_two_judges(files, tmp_path):
+def test_flat_human_file_two_judges_linear_fit_and_a_collapsed_judge(files, tmp_path):
     preds, _, _ = files
-    flat = [{"id": r["id"], "overall": r["score"] if r["score"] is not None else 3} for r in json.loads(open(preds).read())]
-    human = write(tmp_path / "flat.json", flat)
-    assert main(["--predictions", preds, preds, "--names", "a", "b", "--human", human, "--output_dir", str(tmp_path / "r"), "--bootstrap", "0", "--by", "none"]) == 0
+    records = json.loads(Path(preds).read_text())
+    flat = [{"id": r["id"], "overall": r["score"]} for r in records if r["score"] is not None]
+    collapsed = [{"id": r["id"], "overall": 4} for r in records]
+    human, other = write(tmp_path / "flat.json", flat), write(tmp_path / "collapsed.json", collapsed)
+    out = tmp_path / "r"
+    args = ["--predictions", preds, other, "--names", "a", "b", "--human", human, "--output_dir", str(out), "--bootstrap", "0", "--by", "none", "--fit", "linear"]
+    assert main(args) == 0
+    report = json.loads((out / "report.json").read_text(), parse_constant=no_nan)
+    a, b = report["judges"]["a"]["criteria"]["overall"], report["judges"]["b"]["criteria"]["overall"]
+    assert a["all"]["pearson"]["value"] == pytest.approx(1.0) and a["groups"] == {}
+    assert a["bias"]["residual_vs_answer_chars"]["pearson"]["reason"].startswith("answer length unknown")
+    assert a["bias"]["residual_vs_n_images"]["n"] == 90  # from the predictions' n_images
+    assert b["collapse"] == "score collapse: standard deviation 0.000 < 0.1"
+    assert b["all"]["pearson"] == {"value": None, "reason": "the judge's scores are constant", "fisher_95": None, "bootstrap_95": None}
+    assert "Warning, b: score collapse" in (out / "report.md").read_text()
+    assert Calibrator.load(out / "calibrator_a.json").method == "linear"
+    assert Calibrator.load(out / "calibrator_b.json").y[0] == Calibrator.load(out / "calibrator_b.json").y[1]  # flat: no information
+    assert Calibrator.load(out / "calibrator.json") == Calibrator.load(out / "calibrator_a.json")
+
+
+def test_another_scale(tmp_path):
+    rng = np.random.default_rng(1)
+    human = rng.integers(1, 6, 40)
+    preds = write(tmp_path / "p.json", [{"id": str(i), "overall": int(np.clip(h + rng.integers(-1, 2), 1, 5))} for i, h in enumerate(human)])
+    flat = write(tmp_path / "h.json", [{"id": str(i), "overall": int(h)} for i, h in enumerate(human)])
+    assert main(["--predictions", preds, "--human", flat, "--output_dir", str(tmp_path / "r"), "--scale", "1", "5", "--bootstrap", "0"]) == 0
     report = json.loads((tmp_path / "r" / "report.json").read_text())
-    assert report["judges"]["a"]["criteria"]["overall"]["all"]["pearson"]["value"] == pytest.approx(1.0)
-    assert (tmp_path / "r" / "calibrator_a.json").exists() and (tmp_path / "r" / "calibrator_b.json").exists()
-    assert report["judges"]["a"]["bias"]["residual_vs_answer_chars"]["reason"].startswith("answer_chars is unknown")
+    assert report["judges"]["p"]["criteria"]["overall"]["histogram"]["levels"] == [1, 2, 3, 4, 5]
+    assert report["judges"]["p"]["criteria"]["overall"]["all"]["quadratic_kappa"]["value"] > 0.5
+    assert main(["--predictions", preds, "--human", flat, "--output_dir", str(tmp_path / "r"), "--scale", "1", "4"]) == 2
+
+
+PRED = {"id": "SA_0", "score": 3}
 
 
 @pytest.mark.parametrize(
-    "human_records, message",
+    "side, records, message",
     [
-        ([{"id": "SA_0", "overall": 9}], "record 0 (id 'SA_0'): overall: 9 is outside the scale 0-6"),
-        ([{"id": "SA_0", "overall": "good"}], "record 0 (id 'SA_0'): overall: 'good' is not a number"),
-        ([{"id": "SA_0", "overall": 2}, {"id": "SA_0", "overall": 3}], "record 1 (id 'SA_0'): duplicate id"),
-        ([{"id": "nothing_shared", "overall": 2}], "no id in common"),
+        ("human", [{"id": "SA_0", "overall": 9}], "bad.json: record 0 (id 'SA_0'): overall: 9 is outside the scale 0-6"),
+        ("human", [{"id": "SA_0", "overall": "good"}], "bad.json: record 0 (id 'SA_0'): overall: 'good' is not a number"),
+        ("human", [{"id": "SA_0", "overall": 2}, {"id": "SA_0", "overall": 3}], "bad.json: record 1 (id 'SA_0'): duplicate id with different scores"),
+        ("human", [{"id": "SA_0", "question": "q", "answer": "a", "human_scores": {"overall": 7}}],
+         "bad.json: record 0 (id 'SA_0'): human_scores.overall: 7 is outside the scale 0-6"),
+        ("human", [{"id": "SA_0", "text": "no score"}], "bad.json: record 0 (id 'SA_0'): no score"),
+        ("human", [], "bad.json: no records"),
+        ("human", [{"id": "elsewhere", "overall": 2}], "no id in common with"),
+        ("predictions", [{"id": "SA_0", "score": 7}], "bad.json: record 0 (id 'SA_0'): overall: 7 is outside the scale 0-6"),
+        ("predictions", [{"id": "SA_0", "score": 3, "criteria": {"text_quality": "high"}}], "bad.json: record 0 (id 'SA_0'): text_quality: 'high' is not a number"),
+        ("predictions", [{"id": "SA_0", "score": 3, "expected_score": 6.5}], "bad.json: record 0 (id 'SA_0'): expected_score: 6.5 is outside"),
+        ("predictions", [PRED, {"id": "SA_0", "score": 4}], "bad.json: record 1 (id 'SA_0'): duplicate id with different scores than record 0"),
+        ("predictions", [{"id": "SA_0", "verdict": 3}], "bad.json: no scores found"),
+        ("predictions", [{"score": 3}], "bad.json: record 0: a record needs an 'id'"),
     ],
 )
-def test_input_errors_name_file_and_id(files, tmp_path, capsys, human_records, message):
-    preds, _, _ = files
-    human = write(tmp_path / "bad.json", human_records)
-    assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r")]) == 2
+def test_input_errors_exit_2_naming_file_and_id(files, tmp_path, capsys, side, records, message):
+    preds, human, _ = files
+    bad = write(tmp_path / "bad.json", records)
+    paths = {"predictions": bad, "human": human} if side == "predictions" else {"predictions": preds, "human": bad}
+    assert main(["--predictions", paths["predictions"], "--human", paths["human"], "--output_dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
 
 
-def test_empty_and_conflicting_prediction_files(files, tmp_path, capsys):
+def test_empty_files_and_every_problem_at_once(files, tmp_path, capsys):
     _, human, _ = files
     (tmp_path / "empty.json").write_text("")
     assert main(["--predictions", str(tmp_path / "empty.json"), "--human", human, "--output_dir", str(tmp_path / "r")]) == 2
     assert "empty.json: file is empty" in capsys.readouterr().err
-    conflict = write(tmp_path / "c.json", [{"id": "SA_0", "score": 1}, {"id": "SA_0", "score": 4}])
-    assert main(["--predictions", conflict, "--human", human, "--output_dir", str(tmp_path / "r")]) == 2
-    assert "record 1 (id 'SA_0'): duplicate id with different scores" in capsys.readouterr().err
+    bad_human = write(tmp_path / "h.json", [{"id": "SA_0", "overall": -1}])
+    bad_preds = write(tmp_path / "p.json", [{"id": "SA_0", "score": "x"}])
+    assert main(["--predictions", bad_preds, "--human", bad_human, "--output_dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "h.json: record 0 (id 'SA_0'): overall: -1 is outside" in err and "p.json: record 0 (id 'SA_0'): overall: 'x' is not a number" in err
 
 
-def test_calibration_package_imports_without_torch():
+def test_identical_duplicates_count_once(files, tmp_path):
+    preds, _, _ = files
+    human = write(tmp_path / "h.json", [{"id": f"SA_{i}", "overall": i % 7} for i in (0, 3, 6, 9)] * 2)
+    assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r"), "--bootstrap", "0"]) == 0
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["judges"]["preds"]["criteria"]["overall"]["all"]["n"]["value"] == 4
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--names", "a", "b"], "--names has 2 name(s) for 1 predictions file(s)"), (["--scale", "6", "0"], "LOW < HIGH"),
+     (["--folds", "1"], "--folds must be at least 2"), (["--bootstrap", "-1"], "--bootstrap must be 0 or more")],
+)
+def test_bad_flags_exit_2(files, tmp_path, capsys, flags, message):
+    preds, human, _ = files
+    assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r"), *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_every_calibration_module_imports_and_runs_without_torch(files):
+    # A finder that refuses torch, so importing it fails as on a machine without it. (Setting
+    # sys.modules["torch"] = None trips scipy's array-API check, which looks the module up by name.)
+    preds, human, tmp = files
     code = (
         "import sys, importlib.abc\n"
-        "class Block(importlib.abc.MetaPathFinder):\n"
+        "class NoTorch(importlib.abc.MetaPathFinder):\n"
         "    def find_spec(self, name, path, target=None):\n"
         "        if name.split('.')[0] == 'torch': raise ImportError('torch is blocked')\n"
-        "sys.meta_path.insert(0, Block())\n"
-        "import calibration.cli, calibration.analysis, calibration.plots, calibration.report, judge.calibrator\n"
+        "sys.meta_path.insert(0, NoTorch())\n"
+        "import calibration, calibration.stats, calibration.fit, calibration.inputs, calibration.analysis\n"
+        "import calibration.plots, calibration.report, calibration.cli, judge.calibrator\n"
+        f"assert calibration.cli.main(['--predictions', {preds!r}, '--human', {human!r}, '--output_dir', {str(tmp / 'r')!r}]) == 0\n"
         "assert 'torch' not in sys.modules\n"
-        "print('ok')"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
-
-
-def test_calibrator_file_validation(tmp_path):
-    good = Calibrator(method="linear", source="score", x=[0, 6], y=[1, 5], scale=(0, 6))
-    assert good.apply(3) == 3 and good.apply(-5) == 1 and good.apply(None) is None
-    (tmp_path / "bad.json").write_text(json.dumps({"method": "linear", "source": "score", "x": [0, 6], "y": [5, 1], "scale": [0, 6]}))
-    with pytest.raises(Exception, match="knots must be non-decreasing"):
-        Calibrator.load(tmp_path / "bad.json")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp / "r" / "report.html").is_file()
