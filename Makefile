@@ -5,6 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 DEEPSPEED ?= deepspeed==0.19.8
+# DeepSpeed compiles its CPU ops on first use under a file lock. A per-checkout cache means a build
+# killed elsewhere (whose lock never goes away) cannot hang this checkout's training.
+export TORCH_EXTENSIONS_DIR ?= $(abspath $(VENV))/torch_extensions
 
 .PHONY: setup test demo clean
 
