@@ -2,6 +2,8 @@
 
     judge-score --model_path CKPT --input_dir DATA --input_file data.json [--output_dir eval_outputs]
 
+Reads MMIE samples, or another benchmark's files (--format milebench|instit|megabench, detected when
+unambiguous), and writes eval_result.json and summary.json, plus the benchmark's own result files.
 Under `torchrun --nproc_per_node N` the same command shards the samples by rank; rank 0 merges.
 """
 
@@ -17,13 +19,14 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from infer.engine import Scorer, ScoreOptions, prepare
-from infer.journal import Journal, clear, fingerprint, read_finished, write_json_atomically
+from infer.journal import Journal, clear, fingerprint, read_finished
 from infer.summary import format_summary, summarize
 from judge.calibrator import Calibrator
-from judge.cli import add_common_flags, run, settings_from_config
-from judge.data import InputError, Problem, validate_samples
+from judge.cli import UsageError, add_common_flags, run, settings_from_config
+from judge.data import InputError, Problem, write_json_atomically
+from judge.formats import FORMATS, BenchmarkInput, Format, detect_format
 from judge.model import load_judge, with_max_tiles
-from judge.prompts import CONFIG_DIR, DEFAULT_RUBRICS, load_rubrics
+from judge.prompts import CONFIG_DIR, load_rubrics
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -35,13 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input_file", "--input-file", "--input_name", "--input-name", required=True, help="JSON list or JSONL of samples, relative to --input_dir")
     p.add_argument("--output_dir", "--output-dir", default="eval_outputs", help="where results, summary and journal go (default: eval_outputs)")
     p.add_argument("--output_file", "--output-file", "--output_name", "--output-name", default="eval_result.json", help="result file name (default: eval_result.json)")
-    p.add_argument("--rubric", nargs="+", help=f"rubric YAML files or directories (default: {', '.join(str(r.relative_to(CONFIG_DIR.parent)) for r in DEFAULT_RUBRICS)})")
-    p.add_argument("--config", default=str(CONFIG_DIR / "score" / "default.yaml"), help="YAML of scoring options; flags below override it (default: configs/score/default.yaml)")
+    p.add_argument("--format", choices=list(FORMATS), help="the input's benchmark format (default: detected from the file)")
+    p.add_argument("--criteria_file", "--criteria-file", help="MEGA-Bench only: each task's evaluation criteria, JSON or YAML")
+    p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: the format's, configs/rubrics/sa|pbl|msr.yaml for MMIE)")
+    p.add_argument("--config", help="YAML of scoring options; flags below override it (default: configs/score/<format>.yaml)")
     p.add_argument("--mode", choices=["generate", "logits"], help="generate: feedback and parsed scores (plus the score's distribution); logits: one forward pass, score distribution only (default: generate)")
     p.add_argument("--max_new_tokens", "--max-new-tokens", type=int, help="longest feedback in tokens (default: 1024, MMIE's)")
     p.add_argument("--max_tiles", "--max-tiles", type=int, help="tiles per image before the thumbnail (default: the checkpoint's max_dynamic_patch)")
     p.add_argument("--token_budget", "--token-budget", type=int, help="tokens per batch, padded prompt + new tokens (default: 65536)")
-    p.add_argument("--image_token_budget", "--image-token-budget", type=int, help="image tokens per sample before tiles and images are cut (default: no limit)")
+    p.add_argument("--image_token_budget", "--image-token-budget", type=int, help="image tokens per sample before tiles and images are cut (default: the preset's; MMIE: no limit)")
+    p.add_argument("--prompt_token_budget", "--prompt-token-budget", type=int,
+                   help="tokens per prompt before the question's oldest context is cut (default: the preset's; MMIE: no limit, MileBench: 8192)")
     p.add_argument("--workers", type=int, help="background threads decoding images (default: 4)")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda:LOCAL_RANK if a GPU is present, else cpu)")
     p.add_argument("--dtype", choices=list(DTYPES), help="model dtype (default: bfloat16 on GPU, float32 on CPU)")
@@ -76,6 +83,7 @@ def run_fingerprint(args, options: ScoreOptions, rubrics, judge) -> str:
         "model": str(model_dir), "weights": weights, "dtype": str(next(judge.model.parameters()).dtype),
         "rubrics": {k: r.model_dump() for k, r in rubrics.items()}, "settings": judge.settings.to_json(),
         "mode": options.mode, "max_new_tokens": options.max_new_tokens, "image_token_budget": options.image_token_budget,
+        "prompt_token_budget": options.prompt_token_budget,
         "ignore_stop": options.ignore_stop, "input": str((Path(args.input_dir) / args.input_file).resolve()),
     })
 
@@ -86,14 +94,15 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
-    options = settings_from_config(ScoreOptions, args.config, args)
-    rank, world = init_distributed()
     input_path = Path(args.input_dir) / args.input_file
-    samples, problems = validate_samples(input_path, args.input_dir)
-    if problems and not args.skip_invalid:
-        raise InputError(problems)
-    samples = samples[: args.limit] if args.limit else samples
-    rubrics = load_rubrics(args.rubric or DEFAULT_RUBRICS)
+    fmt = FORMATS[args.format] if args.format else detect_format(input_path)
+    options = settings_from_config(ScoreOptions, args.config or CONFIG_DIR / "score" / f"{fmt.name}.yaml", args)
+    rank, world = init_distributed()
+    bench = read_input(fmt, input_path, args)
+    if bench.problems and not args.skip_invalid:
+        raise InputError(bench.problems)
+    samples = bench.samples[: args.limit] if args.limit else bench.samples
+    rubrics = bench.rubrics
     if missing := sorted({s.category for s in samples} - set(rubrics)):
         raise InputError([Problem(str(input_path), f"no rubric for category {c}; give one with --rubric") for c in missing])
     calibrator = Calibrator.load(args.calibrator) if args.calibrator else None
@@ -121,12 +130,26 @@ def _main(argv) -> int:
     journal.close()
     barrier(world)
     if rank == 0:
-        finish(output_dir, args.output_file, samples, run_id, calibrator, problems, rubrics)
+        results = finish(output_dir, args.output_file, samples, run_id, calibrator, bench.problems, rubrics)
+        for path in fmt.write(bench, {r["id"]: r for r in results}, output_dir):
+            print(f"{fmt.name}: {path}")
     barrier(world)
     return 0
 
 
-def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator, skipped, rubrics) -> None:
+def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
+    """The input in the toolkit's terms, its rubrics loaded; refuses what cannot work before a model loads."""
+    if args.criteria_file and fmt.name != "megabench":
+        raise UsageError(f"--criteria_file applies to --format megabench only, not {fmt.name}")
+    if clash := [name for name in (args.output_file, *fmt.outputs) if (Path(args.output_dir) / name).resolve() == input_path.resolve()]:
+        raise UsageError(f"--output_dir would overwrite the input {input_path} with {clash[0]}; choose another --output_dir")
+    rubrics = load_rubrics(args.rubric or fmt.default_rubrics)
+    bench = fmt.read(input_path, Path(args.input_dir), rubrics, Path(args.criteria_file) if args.criteria_file else None)
+    bench.problems.sort(key=lambda p: (p.index is not None, p.index or 0))
+    return bench
+
+
+def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator, skipped, rubrics) -> list[dict]:
     """Merge every rank's journal into the result file, in input order, and write the summary."""
     finished = read_finished(output_dir, output_file, run_id)
     missing = [s.id for s in samples if s.id not in finished]
@@ -137,11 +160,12 @@ def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator,
         for r in results:
             r["calibrated_score"] = calibrator.apply(r.get(calibrator.source))
     write_json_atomically(output_dir / output_file, results)
-    scale = next(iter(rubrics.values())).scale
+    scale = next(iter(rubrics.values())).score_scale
     summary = summarize(results, skipped, scale)
     write_json_atomically(output_dir / "summary.json", summary)
     print(format_summary(summary))
     print(f"results: {output_dir / output_file}\nsummary: {output_dir / 'summary.json'}")
+    return results
 
 
 if __name__ == "__main__":

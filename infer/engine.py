@@ -18,7 +18,8 @@ from transformers import GenerationConfig
 
 from judge.data import Sample
 from judge.model import Judge, with_max_tiles
-from judge.parsing import SCORE_HEADING, parse_judgement
+from judge.cli import UsageError
+from judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
 from judge.prompts import JudgePrompt, Rubric, build_prompt
 from judge.templates import get_template
 from judge.tiling import load_tiles
@@ -32,6 +33,7 @@ class ScoreOptions:
     max_new_tokens: int = 1024
     token_budget: int = 65536  # per batch: batch size x (longest prompt + new tokens)
     image_token_budget: int | None = None  # per sample, in <IMG_CONTEXT> tokens; None: no limit
+    prompt_token_budget: int | None = None  # per sample, whole prompt; the oldest context goes first; None: no limit
     max_tiles: int | None = None  # None: the checkpoint's own max_dynamic_patch
     workers: int = 4  # background threads that decode and tile images
     prefetch: int = 2  # batches prepared ahead of the model
@@ -50,11 +52,12 @@ def prepare(judge: Judge, samples: list[tuple[int, Sample]], rubrics: dict[str, 
     """Prompts and token ids for every sample; cheap (image headers only, no pixel decoding)."""
     settings = with_max_tiles(judge.settings, options.max_tiles)
     template = get_template(settings.template)
+    count_tokens = lambda text: len(judge.tokenizer(text, add_special_tokens=False).input_ids)  # noqa: E731
     prepared = []
     for index, sample in samples:
         prompt = build_prompt(
             sample, rubrics[sample.category], template, settings.system_message, image_root,
-            settings.tiling, settings.tokens_per_tile, options.image_token_budget,
+            settings.tiling, settings.tokens_per_tile, options.image_token_budget, options.prompt_token_budget, count_tokens,
         )
         text = prompt.text + (f"{SCORE_HEADING}\n" if options.mode == "logits" else "")
         prepared.append(Prepared(index, sample, prompt, judge.tokenizer(text).input_ids))
@@ -74,14 +77,16 @@ def plan_batches(lengths: list[int], new_tokens: int, token_budget: int) -> list
     return batches
 
 
-def score_token_ids(tokenizer, scale: tuple[int, int]) -> dict[int, int]:
+def score_token_ids(tokenizer, scale: ScoreScale) -> dict[int, int]:
     """Token id of each score value as the judge writes it right after the score heading."""
+    if not scale.integral:
+        raise ValueError(f"scores on the scale {scale} are written with a decimal point, in several tokens")
     prefix = tokenizer(f"x\n{SCORE_HEADING}\n", add_special_tokens=False).input_ids
     ids = {}
-    for value in range(scale[0], scale[1] + 1):
+    for value in scale.levels():
         full = tokenizer(f"x\n{SCORE_HEADING}\n{value}", add_special_tokens=False).input_ids
         if full[: len(prefix)] != prefix or len(full) != len(prefix) + 1:
-            raise ValueError(f"score {value} is not a single token after '{SCORE_HEADING}'; a score distribution needs one")
+            raise ValueError(f"score {value} is not a single token after '{SCORE_HEADING}'")
         ids[value] = full[-1]
     return ids
 
@@ -117,16 +122,17 @@ class Scorer:
         tokenizer = judge.tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.stop_id = tokenizer.convert_tokens_to_ids(get_template(judge.settings.template).stop_token)
-        scales = {r.scale for r in rubrics.values()}
-        self.score_ids = {scale: self._score_ids_or_none(scale) for scale in scales}
-        if options.mode == "logits" and any(v is None for v in self.score_ids.values()):
-            raise ValueError("logits mode needs every score of the rubric's scale to be a single token")
-
-    def _score_ids_or_none(self, scale):
-        try:
-            return score_token_ids(self.judge.tokenizer, scale)
-        except ValueError:
-            return None
+        # A score distribution is read from the one token the judge writes its score with; scales whose
+        # scores take several tokens (0.7, or 10 with a digit-splitting tokenizer) have none.
+        self.score_ids: dict[ScoreScale, dict[int, int] | None] = {}
+        for rubric in rubrics.values():
+            try:
+                self.score_ids[rubric.score_scale] = score_token_ids(tokenizer, rubric.score_scale)
+            except ValueError as err:
+                self.score_ids[rubric.score_scale] = None
+                if options.mode == "logits":
+                    raise UsageError(f"--mode logits reads the score from one token, but rubric {rubric.category!r}: {err}; "
+                                     "use --mode generate") from None
 
     def run(self, items: list[Prepared]) -> Iterator[list[tuple[Prepared, dict]]]:
         new_tokens = 0 if self.options.mode == "logits" else self.options.max_new_tokens
@@ -176,7 +182,7 @@ class Scorer:
         step_logits = torch.stack(out.logits, dim=1)  # (batch, steps, vocab)
         return [(item, self._generate_result(item, new[row], step_logits[row])) for row, item in enumerate(batch)]
 
-    def _distribution(self, scale, logits: torch.Tensor) -> dict[str, float] | None:
+    def _distribution(self, scale: ScoreScale, logits: torch.Tensor) -> dict[str, float] | None:
         ids = self.score_ids[scale]
         if ids is None:
             return None
@@ -188,13 +194,13 @@ class Scorer:
             tokens = tokens[: tokens.index(self.stop_id) + 1]
         text = self.judge.tokenizer.decode([t for t in tokens if t != self.stop_id], skip_special_tokens=True)
         rubric = self.rubrics[item.sample.category]
-        judgement = parse_judgement(text, rubric.criteria, rubric.scale)
+        judgement = parse_judgement(text, rubric.criteria, rubric.score_scale)
         distribution = None
-        if (step := self._score_step(tokens, rubric.scale)) is not None:
-            distribution = self._distribution(rubric.scale, logits[step])
+        if (step := self._score_step(tokens, rubric.score_scale)) is not None:
+            distribution = self._distribution(rubric.score_scale, logits[step])
         return self._result(item, text, judgement.score, judgement.criteria, judgement.error, distribution, len(tokens))
 
-    def _score_step(self, tokens: list[int], scale) -> int | None:
+    def _score_step(self, tokens: list[int], scale: ScoreScale) -> int | None:
         """The generation step that wrote the overall score: the first score token after the heading."""
         ids = set((self.score_ids[scale] or {}).values())
         for step, token in enumerate(tokens):
@@ -204,8 +210,8 @@ class Scorer:
 
     def _logits_result(self, item: Prepared, logits: torch.Tensor) -> dict:
         rubric = self.rubrics[item.sample.category]
-        distribution = self._distribution(rubric.scale, logits)
-        score = int(max(distribution, key=distribution.get))
+        distribution = self._distribution(rubric.score_scale, logits)
+        score = int(max(distribution, key=distribution.get))  # logits mode runs on integral scales only
         return self._result(item, "", score, {name: None for name in rubric.criteria}, None, distribution, 0)
 
     def _result(self, item, feedback, score, criteria, error, distribution, generated_tokens) -> dict:

@@ -89,15 +89,3 @@ class Journal:
 
     def close(self) -> None:
         self._file.close()
-
-
-def write_json_atomically(path: Path, value: object) -> None:
-    """Write to a temporary file in the same directory and rename it over the target: readers see the old
-    file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        json.dump(value, f, ensure_ascii=False, indent=2)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

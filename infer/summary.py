@@ -6,6 +6,7 @@ from __future__ import annotations
 from statistics import mean
 
 from judge.data import CRITERIA, Problem
+from judge.parsing import ScoreScale
 
 
 def _mean_by(results: list[dict], key: str) -> dict[str, dict]:
@@ -16,7 +17,7 @@ def _mean_by(results: list[dict], key: str) -> dict[str, dict]:
     return {name: {"n": len(scores), "mean_score": mean(scores)} for name, scores in sorted(groups.items())}
 
 
-def summarize(results: list[dict], skipped: list[Problem], scale: tuple[int, int]) -> dict:
+def summarize(results: list[dict], skipped: list[Problem], scale: ScoreScale) -> dict:
     scored = [r["score"] for r in results if r["score"] is not None]
     criteria = {}
     for name in CRITERIA:
@@ -29,7 +30,7 @@ def summarize(results: list[dict], skipped: list[Problem], scale: tuple[int, int
         "scored": len(scored),
         "mean_score": overall,
         # MMIE publishes the mean score as a percentage of the top of the scale.
-        "percent": None if overall is None else 100 * (overall - scale[0]) / (scale[1] - scale[0]),
+        "percent": None if overall is None else 100 * (overall - scale.low) / (scale.high - scale.low),
         "by_category": _mean_by(results, "category"),
         "by_model": _mean_by(results, "model"),
         "by_criterion": criteria,

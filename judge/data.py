@@ -8,18 +8,16 @@ dataset in one pass instead of one crash at a time.
 from __future__ import annotations
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 CRITERIA = ("text_quality", "image_quality", "text_image_coherence", "style_consistency")
 SCORE_FIELDS = ("overall", *CRITERIA)
-CATEGORIES = ("SA", "PBL", "MSR")
-Category = Literal["SA", "PBL", "MSR"]
+CATEGORIES = ("SA", "PBL", "MSR")  # MMIE's; other benchmarks' samples name their rubric's category
 
 
 class Segment(BaseModel):
@@ -74,7 +72,7 @@ class Sample(BaseModel):
     answer: list[Segment]
     model: str | None = None
     gt_answer: list[Segment] | None = None
-    category: Category
+    category: str  # which rubric judges it
 
     @model_validator(mode="before")
     @classmethod
@@ -91,8 +89,8 @@ class Sample(BaseModel):
             data["category"] = category_from_id(data["id"])
         if data.get("category") is None:
             data.pop("category", None)
-        elif isinstance(data["category"], str):
-            data["category"] = data["category"].upper()
+        elif isinstance(data["category"], str) and data["category"].upper() in CATEGORIES:
+            data["category"] = data["category"].upper()  # MMIE's names, however written; others are rubric keys
         return data
 
     def images(self) -> list[str]:
@@ -141,10 +139,10 @@ class JudgeResult(BaseModel):
 
     id: str
     model: str | None
-    category: Category
+    category: str
     feedback: str
-    score: int | None
-    criteria: dict[str, int | None]
+    score: int | float | None
+    criteria: dict[str, int | float | None]
     score_distribution: dict[str, float] | None = None
     expected_score: float | None = None
     calibrated_score: float | None = None
@@ -185,8 +183,9 @@ class InputError(Exception):
         super().__init__(f"{len(problems)} problem(s) in the input:\n  {shown}{more}")
 
 
-def read_records(path: str | Path) -> list[dict]:
-    """Records of a JSON list, or of a JSONL file (`.jsonl`, one object per line); errors name the line."""
+def read_json(path: str | Path) -> object:
+    """The content of a JSON file, or of a JSONL file (`.jsonl`, one value per line) as a list; errors
+    name the file and the line."""
     path = Path(path)
     if not path.is_file():
         raise InputError([Problem(str(path), "file not found")])
@@ -195,53 +194,83 @@ def read_records(path: str | Path) -> list[dict]:
         raise InputError([Problem(str(path), "file is empty")])
     if path.suffix != ".jsonl":
         try:
-            records = json.loads(text)
+            return json.loads(text)
         except json.JSONDecodeError as err:
             raise InputError([Problem(str(path), f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}")]) from None
-    else:
-        records, problems = [], []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                problems.append(Problem(str(path), f"invalid JSON on line {lineno}: {err.msg}"))
-        if problems:
-            raise InputError(problems)
+    records, problems = [], []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            problems.append(Problem(str(path), f"invalid JSON on line {lineno}: {err.msg}"))
+    if problems:
+        raise InputError(problems)
+    return records
+
+
+def write_json_atomically(path: Path, value: object) -> None:
+    """Write to a temporary file in the same directory and rename it over the target: readers see the old
+    file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump(value, f, ensure_ascii=False, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_records(path: str | Path) -> list:
+    """Records of a JSON list, or of a JSONL file."""
+    records = read_json(path)
     if not isinstance(records, list):
         raise InputError([Problem(str(path), "expected a JSON list of records or JSONL, one record per line")])
     return records
 
 
-def _field_name(loc: tuple) -> str:
+def field_name(loc: tuple) -> str:
+    """A pydantic error location as a user writes it: `answer[2].image`."""
     name = ""
     for part in loc:
         name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
     return name
 
 
-def _validation_problems(path: str, index: int, record: object, err: ValidationError) -> list[Problem]:
-    record_id = str(record.get("id")) if isinstance(record, dict) and record.get("id") is not None else None
+def validation_problems(path: str | Path, index: int, record_id: str | None, err: ValidationError, within: tuple = ()) -> list[Problem]:
+    """One Problem per error of a record that failed validation; `within` locates the validated value
+    inside the record (e.g. `("query_response", 2)`), so the field is named from the record's top."""
     problems = []
     for e in err.errors():
         loc = tuple(p for p in e["loc"] if p not in ("function-after[_not_empty(), Segment]",))
         message = e["msg"].removeprefix("Value error, ")
         if e["type"] == "missing" and loc == ("category",):
             message = f"no category: set 'category' to one of {', '.join(CATEGORIES)} or put one in the id"
-        problems.append(Problem(path, message, index, record_id, _field_name(loc) or None))
+        problems.append(Problem(str(path), message, index, record_id, field_name(within + loc) or None))
     return problems
 
 
-def _parse(path: str | Path, model: type[Sample]) -> tuple[list, list[Problem]]:
-    """Every record that validates, and the problems of those that do not (with their indices)."""
-    records = read_records(path)
+def record_id_of(record: object, key: str = "id") -> str | None:
+    value = record.get(key) if isinstance(record, dict) else None
+    return None if value is None else str(value)
+
+
+def parse_records(path: str | Path, records: list, model: type[BaseModel], id_key: str = "id") -> tuple[list[tuple[int, BaseModel]], list[Problem]]:
+    """Each record validated as `model`: the valid ones with their index, and every problem of the rest."""
     parsed, problems = [], []
     for index, record in enumerate(records):
         try:
             parsed.append((index, model.model_validate(record)))
         except ValidationError as err:
-            problems.extend(_validation_problems(str(path), index, record, err))
+            problems.extend(validation_problems(path, index, record_id_of(record, id_key), err))
+    return parsed, problems
+
+
+def _parse(path: str | Path, model: type[Sample]) -> tuple[list, list[Problem]]:
+    """Every record of the file that validates, and the problems of those that do not."""
+    records = read_records(path)
+    parsed, problems = parse_records(path, records, model)
     if not records:
         problems.append(Problem(str(path), "no records"))
     return parsed, problems
@@ -263,17 +292,34 @@ def _image_problem(path: Path) -> str | None:
     return None
 
 
-def image_problems(path: str | Path, samples: list[tuple[int, Sample]], image_root: str | Path) -> list[Problem]:
-    """Check that every image of every (index, sample) exists and decodes, before any model is loaded."""
-    places = []
-    for index, sample in samples:
-        for part in ("question", "answer"):
-            for k, segment in enumerate(getattr(sample, part)):
-                if segment.image is not None:
-                    places.append((index, sample.id, f"{part}[{k}].image", resolve_image(segment.image, image_root)))
+@dataclass(frozen=True)
+class ImagePlace:
+    """Where an input names an image, in the input's own terms, so a problem points at the record."""
+
+    index: int
+    record_id: str | None
+    field: str
+    path: Path
+
+
+def sample_image_places(index: int, sample: Sample, image_root: str | Path) -> list[ImagePlace]:
+    return [
+        ImagePlace(index, sample.id, f"{part}[{k}].image", resolve_image(segment.image, image_root))
+        for part in ("question", "answer")
+        for k, segment in enumerate(getattr(sample, part))
+        if segment.image is not None
+    ]
+
+
+def image_problems(path: str | Path, places: list[ImagePlace]) -> list[Problem]:
+    """Check that every image exists and decodes, before any model is loaded."""
     with ThreadPoolExecutor(max_workers=8) as pool:
-        messages = list(pool.map(_image_problem, [p[3] for p in places]))
-    return [Problem(str(path), msg, index, sid, field) for (index, sid, field, _), msg in zip(places, messages) if msg]
+        messages = list(pool.map(_image_problem, [place.path for place in places]))
+    return [Problem(str(path), msg, p.index, p.record_id, p.field) for p, msg in zip(places, messages) if msg]
+
+
+def _sample_image_problems(path: str | Path, samples: list[tuple[int, Sample]], image_root: str | Path) -> list[Problem]:
+    return image_problems(path, [place for index, sample in samples for place in sample_image_places(index, sample, image_root)])
 
 
 def _duplicate_problems(path: str | Path, samples: list[tuple[int, Sample]], key) -> list[Problem]:
@@ -309,7 +355,7 @@ def validate_samples(path: str | Path, image_root: str | Path | None = None) -> 
     parsed, duplicates = _same_sample_once(path, parsed)
     problems += duplicates
     if image_root is not None:
-        problems += image_problems(path, parsed, image_root)
+        problems += _sample_image_problems(path, parsed, image_root)
     bad = {p.index for p in problems}
     return [s for i, s in parsed if i not in bad], sorted(problems, key=lambda p: (p.index is not None, p.index or 0))
 
@@ -336,7 +382,7 @@ def load_annotations(
         if not low <= value <= high
     ]
     if image_root is not None:
-        problems += image_problems(path, parsed, image_root)
+        problems += _sample_image_problems(path, parsed, image_root)
     if problems:
         raise InputError(sorted(problems, key=lambda p: (p.index is not None, p.index or 0)))
     return [a for _, a in parsed]

@@ -12,6 +12,8 @@ parses.
 
 The prompt already ends with `### Feedback\\n`, so the judge's text starts with the critique. The overall
 score follows MMIE's rule: the first number after `### Score`, rounded, valid only inside the scale.
+A scale may have fractional steps (Inst-It's 0-1 in steps of 0.1): "rounded" then means "to the nearest
+step".
 Only the judge's own output is searched, never the prompt, so a rubric that quotes the format cannot be
 mistaken for an answer.
 """
@@ -26,47 +28,83 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 @dataclass(frozen=True)
+class ScoreScale:
+    """The scores a judge may give: low, low + step, ..., high."""
+
+    low: float = 0
+    high: float = 6
+    step: float = 1
+
+    def __post_init__(self):
+        if not self.low < self.high or self.step <= 0:
+            raise ValueError(f"a scale needs low < high and step > 0, got {self.low}-{self.high} step {self.step}")
+        if abs(self.n_steps - (self.high - self.low) / self.step) > 1e-9:
+            raise ValueError(f"step {self.step} does not divide the scale {self.low:g}-{self.high:g} into whole steps")
+
+    @property
+    def n_steps(self) -> int:
+        return round((self.high - self.low) / self.step)
+
+    @property
+    def integral(self) -> bool:
+        """Whole numbers only: each score is one token, so the judge's score distribution can be read."""
+        return self.step == 1 and float(self.low).is_integer()
+
+    def level(self, k: int) -> int | float:
+        value = self.low + k * self.step
+        # Whole numbers stay ints (MMIE's scores are written as 4, not 4.0); rounding off float error
+        # makes 7 steps of 0.1 read 0.7, not 0.7000000000000001.
+        return int(value) if self.integral else round(value, 9)
+
+    def levels(self) -> list[int | float]:
+        return [self.level(k) for k in range(self.n_steps + 1)]
+
+    def snap(self, value: float) -> int | float | None:
+        """The nearest level, or None when the value lies outside the scale once rounded."""
+        k = round((value - self.low) / self.step)
+        return self.level(k) if 0 <= k <= self.n_steps else None
+
+    def __str__(self) -> str:
+        return f"{self.low:g}-{self.high:g}" + ("" if self.step == 1 else f" in steps of {self.step:g}")
+
+
+@dataclass(frozen=True)
 class Judgement:
     feedback: str
-    score: int | None
-    criteria: dict[str, int | None] = field(default_factory=dict)
+    score: int | float | None
+    criteria: dict[str, int | float | None] = field(default_factory=dict)
     error: str | None = None
 
 
 def format_judgement(
-    score: float | None, criteria: dict[str, float], labels: dict[str, str], feedback: str | None = None
+    score: float | None, criteria: dict[str, float], labels: dict[str, str], feedback: str | None = None,
+    scale: ScoreScale = ScoreScale(),
 ) -> str:
     """The text a judge should produce for these scores; `labels` maps criterion -> line label.
 
-    Scores are rounded to the integer scale the judge speaks (MMIE's is 0-6). Without an overall
-    score (an annotation of criteria only) the score heading is left out."""
+    Scores are rounded to the scale's steps the judge speaks (MMIE's: whole numbers 0-6). Without an
+    overall score (an annotation of criteria only) the score heading is left out."""
     lines = [feedback.strip()] if feedback else []
-    lines += [f"{labels[name]}: {round(value)}" for name, value in criteria.items()]
+    lines += [f"{labels[name]}: {scale.snap(value)}" for name, value in criteria.items()]
     if score is not None:
-        lines += [SCORE_HEADING, str(round(score))]
+        lines += [SCORE_HEADING, str(scale.snap(score))]
     return "\n".join(lines)
 
 
-def _in_scale(text: str, low: int, high: int) -> int | None:
-    value = round(float(text))
-    return value if low <= value <= high else None
-
-
-def parse_judgement(output: str, labels: dict[str, str], scale: tuple[int, int] = (0, 6)) -> Judgement:
+def parse_judgement(output: str, labels: dict[str, str], scale: ScoreScale = ScoreScale()) -> Judgement:
     """Read the overall score and the per-criterion lines from a judge's generated text.
 
     Never raises on odd text: a missing or out-of-range score gives `score=None` and the reason in
     `error`, so the sample is reported rather than dropped."""
-    low, high = scale
     head, found, tail = output.partition(SCORE_HEADING)
     score, error = None, None
     if not found:
         error = f"no '{SCORE_HEADING}' heading in the judge's output"
     elif (number := _NUMBER.search(tail)) is None:
         error = f"no number after '{SCORE_HEADING}'"
-    elif (score := _in_scale(number.group(), low, high)) is None:
-        error = f"score {number.group()} is outside the scale {low}-{high}"
-    criteria = {name: _criterion(head, label, low, high) for name, label in labels.items()}
+    elif (score := scale.snap(float(number.group()))) is None:
+        error = f"score {number.group()} is outside the scale {scale}"
+    criteria = {name: _criterion(head, label, scale) for name, label in labels.items()}
     return Judgement(feedback=_feedback(head, labels), score=score, criteria=criteria, error=error)
 
 
@@ -75,10 +113,10 @@ def _criterion_line(label: str) -> re.Pattern:
     return re.compile(rf"^[\s*#-]*{re.escape(label)}\**\s*[:：]\s*\**\s*(-?\d+(?:\.\d+)?)?", re.IGNORECASE | re.MULTILINE)
 
 
-def _criterion(text: str, label: str, low: int, high: int) -> int | None:
+def _criterion(text: str, label: str, scale: ScoreScale) -> int | float | None:
     # The last matching line wins: a judge that restates a criterion corrects itself.
     numbers = [m.group(1) for m in _criterion_line(label).finditer(text) if m.group(1)]
-    return _in_scale(numbers[-1], low, high) if numbers else None
+    return scale.snap(float(numbers[-1])) if numbers else None
 
 
 def _feedback(text: str, labels: dict[str, str]) -> str:

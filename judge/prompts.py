@@ -1,6 +1,6 @@
 """From a sample to the exact text the judge reads.
 
-    sample --flatten--> question/answer text with `Image-k: <image>` lines (MMIE's layout, k from 0)
+    sample --layout---> question/answer items, rendered with `Image-k: <image>` lines (MMIE's layout, k from 0)
            --rubric---> the category's prompt (configs/rubrics/*.yaml)
            --template-> the chat turn (judge/templates.py)
            --expand---> each <image> becomes <img><IMG_CONTEXT> x (tokens_per_tile * tiles)</img>
@@ -11,24 +11,34 @@ images need more, cuts are made in this order until it fits, and each is recorde
   1. every image's tile limit is lowered together, one step at a time, down to 1 tile (no thumbnail);
   2. whole images are replaced by the text `[image omitted]`, question images first (earliest first),
      then answer images (latest first), keeping the `Image-k:` numbering so the text still lines up.
-The rubric, instructions, question and answer text are never cut. A sample is never dropped.
+The rubric, instructions, question and answer text are never cut by this budget.
+
+Prompt-token budget (`prompt_token_budget`, the whole prompt in tokens, image tokens included; MileBench's
+long-context rule). When the prompt is longer, the question's context is dropped oldest first - its texts
+and images alike, in the order they appear - until the prompt fits. The question's first text (the task
+instruction) and its last text (what is asked) always stay, as do the answer, the reference and the
+rubric. One `[earlier context omitted]` line marks the gap, the remaining images keep their `Image-k`
+numbers, and the cut is recorded in `JudgePrompt.truncated`. A sample is never dropped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from judge.data import InputError, Problem, Sample, Segment, resolve_image
+from judge.parsing import ScoreScale
 from judge.templates import ChatTemplate
 from judge.tiling import TilingConfig, count_tiles
 
 IMAGE_PLACEHOLDER = "<image>"
 OMITTED_IMAGE = "[image omitted]"
+CONTEXT_OMITTED = "[earlier context omitted]"
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_RUBRICS = tuple(CONFIG_DIR / "rubrics" / f"{name}.yaml" for name in ("sa", "pbl", "msr"))
 
@@ -38,11 +48,21 @@ class Rubric(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     category: str
-    scale: tuple[int, int] = (0, 6)
+    scale: tuple[float, float] = (0, 6)
+    step: float = 1  # Inst-It's judge scores 0-1 in steps of 0.1
     criteria: dict[str, str] = {}  # criterion name -> the label of its line in the judge's output
     instructions: str
     template: str  # fields: {instructions} {question} {answer} {reference}
     use_reference: bool = False  # MMIE shows the reference answer (gt_answer's first text) for MSR only
+
+    @model_validator(mode="after")
+    def _valid_scale(self) -> Rubric:
+        ScoreScale(*self.scale, self.step)  # a ValueError when the step does not divide the scale
+        return self
+
+    @property
+    def score_scale(self) -> ScoreScale:
+        return ScoreScale(*self.scale, self.step)
 
     def fill(self, question: str, answer: str, reference: str) -> str:
         return self.template.format(
@@ -99,17 +119,31 @@ class JudgePrompt:
         return sum(image.n_tiles for image in self.images)
 
 
-def flatten(segments: list[Segment], first_number: int, shown: dict[int, bool]) -> tuple[str, int]:
-    """MMIE's layout, exactly: each text, then each `Image-k: <image>`, on a line of its own ending in a
-    newline; k counts from 0 across the question and then the answer."""
-    text, number = "", first_number
+# A question or answer as MMIE lays it out: each segment's text, then its image as `Image-k: <image>`.
+# An item is a text (str) or the number k of an image (int).
+Item = str | int
+
+
+def layout(segments: list[Segment], first_number: int) -> list[Item]:
+    """The items of some segments; images are numbered from `first_number` (MMIE counts from 0 across the
+    question and then the answer)."""
+    items: list[Item] = []
+    number = first_number
     for segment in segments:
         if segment.text is not None:
-            text += segment.text + "\n"
+            items.append(segment.text)
         if segment.image is not None:
-            text += f"Image-{number}: {IMAGE_PLACEHOLDER if shown.get(number, True) else OMITTED_IMAGE}\n"
+            items.append(number)
             number += 1
-    return text, number
+    return items
+
+
+def render(items: list[Item], shown: dict[int, bool]) -> str:
+    """MMIE's text, exactly: every item on a line of its own, ending in a newline."""
+    return "".join(
+        f"{item}\n" if isinstance(item, str) else f"Image-{item}: {IMAGE_PLACEHOLDER if shown[item] else OMITTED_IMAGE}\n"
+        for item in items
+    )
 
 
 def reference_text(sample: Sample) -> str:
@@ -169,13 +203,29 @@ def build_prompt(
     tiling: TilingConfig,
     tokens_per_tile: int,
     image_token_budget: int | None = None,
+    prompt_token_budget: int | None = None,
+    count_tokens: Callable[[str], int] | None = None,
 ) -> JudgePrompt:
     plans, truncated = plan_images(sample, Path(image_root), tiling, tokens_per_tile, image_token_budget)
+    question = layout(sample.question, 0)
+    answer = layout(sample.answer, sum(isinstance(item, int) for item in question))
+
+    def assemble(question_items: list[Item]) -> JudgePrompt:
+        return _assemble(sample, rubric, template, system_message, plans, question_items, answer, tokens_per_tile, truncated)
+
+    if prompt_token_budget is None:
+        return assemble(question)
+    if count_tokens is None:
+        raise ValueError("a prompt token budget needs count_tokens")
+    return fit_prompt_budget(assemble, question, plans, prompt_token_budget, count_tokens, tokens_per_tile)
+
+
+def _assemble(sample: Sample, rubric: Rubric, template: ChatTemplate, system_message: str | None, plans: list[PlannedImage],
+              question: list[Item], answer: list[Item], tokens_per_tile: int, truncated: list[str]) -> JudgePrompt:
     shown = {p.number: p.n_tiles > 0 for p in plans}
-    question, next_number = flatten(sample.question, 0, shown)
-    answer, _ = flatten(sample.answer, next_number, shown)
-    query = rubric.fill(question, answer, reference_text(sample))
-    shown_images = [p for p in plans if p.n_tiles > 0]
+    query = rubric.fill(render(question, shown), render(answer, shown), reference_text(sample))
+    laid_out = {item for item in question + answer if isinstance(item, int)}
+    shown_images = [p for p in plans if p.n_tiles > 0 and p.number in laid_out]
     if shown_images and IMAGE_PLACEHOLDER not in query:
         query = f"{IMAGE_PLACEHOLDER}\n{query}"  # InternVL's chat() rule for a query without a placeholder
     text = template.render(query, system_message)
@@ -186,4 +236,47 @@ def build_prompt(
             f"{len(shown_images)} images; does the rubric or the sample text contain a literal {IMAGE_PLACEHOLDER}?"
         )
     expanded = pieces[0] + "".join(image_tokens(p.n_tiles, tokens_per_tile) + rest for p, rest in zip(shown_images, pieces[1:]))
-    return JudgePrompt(sample.id, expanded, shown_images, truncated)
+    return JudgePrompt(sample.id, expanded, shown_images, list(truncated))
+
+
+def fit_prompt_budget(assemble: Callable[[list[Item]], JudgePrompt], question: list[Item], plans: list[PlannedImage],
+                      budget: int, count_tokens: Callable[[str], int], tokens_per_tile: int) -> JudgePrompt:
+    """MileBench's long-context rule: drop the question's oldest context, texts and images alike, until
+    the prompt fits the budget (see the module docstring)."""
+    texts = [i for i, item in enumerate(question) if isinstance(item, str)]
+    pinned = {texts[0], texts[-1]} if texts else set()
+    droppable = [i for i in range(len(question)) if i not in pinned]
+    shown = {p.number: p.n_tiles > 0 for p in plans}
+    tiles = {p.number: p.n_tiles for p in plans}
+
+    def cost(item: Item) -> int:  # an estimate: each round is checked against the real count
+        return count_tokens(render([item], shown)) + (tiles[item] * tokens_per_tile + 2 if isinstance(item, int) else 0)
+
+    prompt, dropped = assemble(question), 0
+    while (over := count_tokens(prompt.text) - budget) > 0 and dropped < len(droppable):
+        while over > 0 and dropped < len(droppable):
+            over -= cost(question[droppable[dropped]])
+            dropped += 1
+        prompt = assemble(_without(question, droppable[:dropped]))
+    if dropped:
+        prompt.truncated.append(_describe_cut([question[i] for i in droppable[:dropped]], budget))
+    if over > 0:
+        prompt.truncated.append(f"prompt still {over} tokens over the budget of {budget}: the question's first and last "
+                                "texts, the answer and the rubric are never cut")
+    return prompt
+
+
+def _without(items: list[Item], dropped: list[int]) -> list[Item]:
+    """The items less the dropped ones, with one marker where the first of them was."""
+    gone = set(dropped)
+    kept = [item for i, item in enumerate(items) if i not in gone]
+    kept.insert(sum(1 for i in range(dropped[0]) if i not in gone), CONTEXT_OMITTED)
+    return kept
+
+
+def _describe_cut(dropped: list[Item], budget: int) -> str:
+    texts = [item for item in dropped if isinstance(item, str)]
+    images = [f"Image-{item}" for item in dropped if isinstance(item, int)]
+    parts = [f"{len(texts)} text(s) ({sum(map(len, texts))} characters)"] if texts else []
+    parts += [f"{len(images)} image(s) ({', '.join(images)})"] if images else []
+    return f"oldest question context omitted to fit {budget} prompt tokens: {' and '.join(parts)}"

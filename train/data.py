@@ -8,7 +8,7 @@ Prompt and target are tokenized separately, exactly as at inference time, where 
 tokenized alone and the judge continues it.
 
 Several annotators of one id are merged: each criterion's target is the mean of the annotators who
-rated it (then rounded to the judge's integer scale by `format_judgement`); the reference critique is
+rated it (then rounded to the rubric's scale by `format_judgement`); the reference critique is
 the first annotator's `feedback`. The individual ratings stay in the file for `judge-calibrate`.
 """
 
@@ -55,7 +55,7 @@ def merge_annotators(annotations: list[Annotation]) -> list[RatedSample]:
 
 def target_text(rated: RatedSample, rubric: Rubric) -> str:
     criteria = {name: rated.scores[name] for name in rubric.criteria if name in rated.scores}
-    return format_judgement(rated.scores.get("overall"), criteria, rubric.criteria, rated.feedback)
+    return format_judgement(rated.scores.get("overall"), criteria, rubric.criteria, rated.feedback, rubric.score_scale)
 
 
 def encode(judge: Judge, rated: RatedSample, rubric: Rubric, image_root: Path, image_token_budget: int | None) -> dict:

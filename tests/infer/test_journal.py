@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from infer.journal import Journal, clear, read_finished, write_json_atomically
+from infer.journal import Journal, clear, read_finished
 from judge.cli import UsageError
 
 
@@ -36,11 +36,3 @@ def test_other_settings_refuse_to_resume(tmp_path):
     Journal(tmp_path, "r.json", rank=0, run_fingerprint="one").close()
     with pytest.raises(UsageError, match="--no_resume"):
         read_finished(tmp_path, "r.json", "two")
-
-
-def test_atomic_write_replaces_whole_file(tmp_path):
-    target = tmp_path / "result.json"
-    target.write_text("old")
-    write_json_atomically(target, [{"id": "x"}])
-    assert json.loads(target.read_text()) == [{"id": "x"}]
-    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]

@@ -12,6 +12,7 @@ from judge.data import (
     load_samples,
     read_records,
     validate_samples,
+    write_json_atomically,
 )
 
 
@@ -162,3 +163,11 @@ def test_validate_samples_keeps_the_good_records_for_skip_invalid(tmp_path):
     samples, problems = validate_samples(path, image_root=tmp_path)
     assert [s.id for s in samples] == ["SA_1"]
     assert sorted({p.index for p in problems}) == [1, 2]
+
+
+def test_atomic_write_replaces_whole_file(tmp_path):
+    target = tmp_path / "result.json"
+    target.write_text("old")
+    write_json_atomically(target, [{"id": "x"}])
+    assert json.loads(target.read_text()) == [{"id": "x"}]
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]

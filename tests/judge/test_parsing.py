@@ -1,6 +1,6 @@
 import pytest
 
-from judge.parsing import format_judgement, parse_judgement
+from judge.parsing import ScoreScale, format_judgement, parse_judgement
 
 LABELS = {
     "text_quality": "Text quality",
@@ -59,4 +59,44 @@ def test_criteria_lines_tolerate_markdown_and_take_the_last_restatement():
 
 
 def test_custom_scale():
-    assert parse_judgement("### Score\n9", {}, scale=(0, 10)).score == 9
+    assert parse_judgement("### Score\n9", {}, scale=ScoreScale(0, 10)).score == 9
+
+
+INSTIT = ScoreScale(0, 1, 0.1)
+
+
+@pytest.mark.parametrize(
+    "output, score",
+    [
+        ("### Score\n0.7", 0.7),
+        ("### Score\n0.74", 0.7),  # to the nearest step, as MMIE rounds to the nearest whole number
+        ("### Score\n1", 1.0),
+        ("### Score\n0", 0.0),
+        ("### Score\n1.04", 1.0),
+    ],
+)
+def test_fractional_scale_snaps_to_its_steps(output, score):
+    parsed = parse_judgement(output, {}, scale=INSTIT)
+    assert parsed.score == score and parsed.error is None
+    assert repr(parsed.score) == repr(score)  # 0.7, not 0.7000000000000001
+
+
+def test_fractional_scale_rejects_what_lies_outside_it():
+    parsed = parse_judgement("### Score\n7", {}, scale=INSTIT)
+    assert parsed.score is None and parsed.error == "score 7 is outside the scale 0-1 in steps of 0.1"
+
+
+def test_scale_levels_and_validation():
+    assert INSTIT.levels() == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    assert ScoreScale().levels() == [0, 1, 2, 3, 4, 5, 6] and all(type(v) is int for v in ScoreScale().levels())
+    assert ScoreScale().integral and not INSTIT.integral
+    with pytest.raises(ValueError, match="does not divide"):
+        ScoreScale(0, 1, 0.3)
+    with pytest.raises(ValueError, match="low < high"):
+        ScoreScale(6, 0)
+
+
+def test_training_target_speaks_the_rubric_scale():
+    text = format_judgement(0.66, {"text_quality": 0.31}, LABELS, scale=INSTIT)
+    assert text == "Text quality: 0.3\n### Score\n0.7"
+    assert parse_judgement(text, LABELS, INSTIT).score == 0.7

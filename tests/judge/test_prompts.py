@@ -105,3 +105,57 @@ def test_bad_rubric_files_are_reported(tmp_path):
     assert "a.yaml: record 0: instructions: Field required" in text
     assert "b.yaml: record 0: colour: Extra inputs are not permitted" in text
     assert "missing.yaml: rubric file not found" in text
+
+
+def count_words(text: str) -> int:
+    """A stand-in tokenizer: one token per word and per image token."""
+    return len(text.replace("<IMG_CONTEXT>", " t ").replace("<img>", " ").replace("</img>", " ").split())
+
+
+def long_context_sample():
+    # MileBench's shape: task instruction, then context pieces each followed by an image, then the question.
+    question = [{"text": "Instruction: describe the change."}]
+    question += [{"text": f"Step {k} " + "word " * 30, "image": "square.png"} for k in range(4)]
+    question += [{"text": "What changed between the last two images?"}]
+    return make_sample(question=question, answer=[{"text": "The door opened."}])
+
+
+def budget_prompt(sample, root, budget):
+    return build_prompt(sample, RUBRIC, TEMPLATE, None, root, TilingConfig(max_tiles=1), 16, prompt_token_budget=budget,
+                        count_tokens=count_words)
+
+
+def test_prompt_budget_drops_the_oldest_context_first_and_records_it(images):
+    sample = long_context_sample()
+    full = budget_prompt(sample, images, budget=10_000)
+    assert full.truncated == [] and len(full.images) == 4
+    budget = count_words(full.text) - 60  # two pieces of context (text ~32 words + image ~20 tokens each) too many
+    cut = budget_prompt(sample, images, budget)
+    assert count_words(cut.text) <= budget
+    assert "Instruction: describe the change.\n[earlier context omitted]\n" in cut.text
+    assert "What changed between the last two images?" in cut.text and "The door opened." in cut.text
+    # Texts and images go one by one, oldest first, as MileBench walks its context: Step 0's text, Image-0,
+    # Step 1's text; Image-1 (which followed Step 1's text) is the oldest piece kept.
+    assert "Step 0" not in cut.text and "Step 1" not in cut.text and "Step 2" in cut.text
+    assert [p.number for p in cut.images] == [1, 2, 3]  # the newest images, numbers unchanged
+    assert "[earlier context omitted]\nImage-1: <img>" in cut.text
+    piece = len("Step 0 " + "word " * 30)
+    assert cut.truncated == [f"oldest question context omitted to fit {budget} prompt tokens: "
+                             f"2 text(s) ({2 * piece} characters) and 1 image(s) (Image-0)"]
+
+
+def test_prompt_budget_never_cuts_instruction_question_or_answer(images):
+    cut = budget_prompt(long_context_sample(), images, budget=10)
+    assert cut.images == [] and "Step" not in cut.text
+    assert "Instruction: describe the change." in cut.text and "What changed" in cut.text and "The door opened." in cut.text
+    assert cut.truncated[0].endswith("4 text(s) (" + str(4 * len("Step 0 " + "word " * 30)) + " characters) and "
+                                     "4 image(s) (Image-0, Image-1, Image-2, Image-3)")
+    assert cut.truncated[1].startswith("prompt still ") and "over the budget of 10" in cut.truncated[1]
+
+
+def test_prompt_budget_keeps_mmie_prompts_exact_when_they_fit(images):
+    sample = make_sample()
+    plain = prompt_for(sample, images)
+    budgeted = build_prompt(sample, RUBRIC, TEMPLATE, None, images, TilingConfig(max_tiles=6), 256,
+                            prompt_token_budget=count_words(plain.text), count_tokens=count_words)
+    assert budgeted.text == plain.text and budgeted.truncated == []

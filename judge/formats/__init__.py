@@ -1,0 +1,39 @@
+"""The benchmark files judge-score reads and writes: one module per benchmark, each holding both ways.
+
+    format     reads                                            writes (besides judge-score's own files)
+    mmie       MMIE samples (JSON list or JSONL)                nothing: eval_result.json is MMIE's shape
+    milebench  MileBench pred.json                              eval.json (ROUGE-L beside the judge), result.csv
+    instit     Inst-It Bench open-ended predictions, or a log   its evaluate log, instit_evaluate.json
+    megabench  MEGA-Bench open-set submission + criteria file   data_with_scores_open.json, for its breakdown tool
+
+A format's `read` turns the file into `Sample`s and reports every problem of the file in the benchmark's
+own terms (item, field), all at once; its `write` puts the judge's results back into the benchmark's
+shape, so the benchmark's downstream tooling keeps working. Results reach `write` as judge-score's
+records (see `JudgeResult`), keyed by sample id.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from judge.data import InputError, Problem, read_json
+from judge.formats import instit, megabench, milebench, mmie
+from judge.formats.base import BenchmarkInput, Format, first_record
+
+FORMATS: dict[str, Format] = {f.name: f for f in (mmie.FORMAT, milebench.FORMAT, instit.FORMAT, megabench.FORMAT)}
+
+__all__ = ["FORMATS", "BenchmarkInput", "Format", "detect_format"]
+
+
+def detect_format(path: Path) -> Format:
+    """The one format whose shape the file has; an error that asks for --format otherwise."""
+    content = read_json(path)
+    if isinstance(content, list) and not content:
+        raise InputError([Problem(str(path), "no records")])
+    matches = [f for f in FORMATS.values() if f.looks_like(content)]
+    if len(matches) == 1:
+        return matches[0]
+    record = first_record(content)
+    seen = f"first record's keys {sorted(record)}" if record else f"a JSON {type(content).__name__}"
+    which = "several formats" if matches else "no known format"
+    raise InputError([Problem(str(path), f"{seen} fit {which}; give --format {'|'.join(FORMATS)}")])

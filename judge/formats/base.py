@@ -1,0 +1,35 @@
+"""What every benchmark format module provides (see `judge/formats/__init__.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from judge.data import Problem, Sample
+from judge.prompts import Rubric
+
+
+@dataclass
+class BenchmarkInput:
+    path: Path
+    samples: list[Sample]  # the valid ones, in file order
+    problems: list[Problem]  # what is wrong with the others (judge-score stops, or skips them)
+    rubrics: dict[str, Rubric]  # by category: every sample's category has one
+    content: object  # the file as read, for `write` (None where the samples say all it needs)
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    default_rubrics: tuple[Path, ...]
+    looks_like: Callable[[object], bool]  # on the file's content: is it this benchmark's?
+    read: Callable[..., BenchmarkInput]  # (path, image_root, rubrics, criteria_file) -> BenchmarkInput
+    write: Callable[[BenchmarkInput, dict[str, dict], Path], list[Path]]  # -> the files written
+    outputs: tuple[str, ...] = ()  # file names `write` creates in the output directory
+
+
+def first_record(content: object) -> dict | None:
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        return content[0]
+    return None

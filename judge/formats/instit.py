@@ -1,0 +1,111 @@
+"""Inst-It Bench, open-ended questions: a local judge in place of its GPT-4o judge.
+
+Reads what Inst-It's inference scripts write, a list of `{question_id, question, model_prediction,
+ground_truth, split}`, or an evaluate log of its own (`{accuracy, ..., "model_predictons": [...]}`) whose
+items already carry GPT-4o's `score`. Inst-It's judge reads text only (question, ground truth, response),
+so this one does too. Each item is judged by the rubric of its split, `instit_image` or `instit_video`
+(configs/rubrics/instit.yaml), on Inst-It's scale: 0 to 1 in steps of 0.1.
+
+Writes instit_evaluate.json in the shape of Inst-It's evaluate log, with its rules: an item the judge
+could not score is `valid: false` with score 0 and leaves the denominator; `accuracy` is the sum of the
+scores over the valid items x 100, or the string "No valid evaluations." when none is valid. Item keys
+and the log's keys are Inst-It's own (`model_predictons` and `error_in_gpt_eval` included, spelled as its
+code spells them), so its leaderboard tooling and `judge-calibrate` read the file as they read GPT-4o's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from judge.data import InputError, Problem, Sample, Segment, parse_records, read_json, write_json_atomically
+from judge.formats.base import BenchmarkInput, Format, first_record
+from judge.prompts import CONFIG_DIR, Rubric
+
+LOG_ITEMS = "model_predictons"  # sic, as Inst-It's evaluate.py writes it
+OUTPUT = "instit_evaluate.json"
+NO_VALID = "No valid evaluations."  # Inst-It's accuracy when no item could be judged
+
+
+class Item(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    question_id: str | int
+    question: str
+    model_prediction: str
+    ground_truth: str
+    split: Literal["image", "video"]  # which of Inst-It's judge prompts applies
+
+
+def looks_like(content: object) -> bool:
+    if isinstance(content, dict):
+        return LOG_ITEMS in content
+    record = first_record(content)
+    return record is not None and {"question_id", "model_prediction"} <= set(record)
+
+
+def _items(path: Path, content: object) -> list:
+    items = content.get(LOG_ITEMS) if isinstance(content, dict) else content
+    if not isinstance(items, list):
+        where = f"'{LOG_ITEMS}'" if isinstance(content, dict) else "the file"
+        raise InputError([Problem(str(path), f"{where} must be a list of prediction items")])
+    if not items:
+        raise InputError([Problem(str(path), "no prediction items")])
+    return items
+
+
+def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file: Path | None = None) -> BenchmarkInput:
+    items = _items(path, read_json(path))
+    parsed, problems = parse_records(path, items, Item, "question_id")
+    samples, first_index = [], {}
+    for index, item in parsed:
+        qid = str(item.question_id)
+        if qid in first_index:
+            problems.append(Problem(str(path), f"duplicate question_id: item {first_index[qid]} has it too", index, qid, "question_id"))
+            continue
+        first_index[qid] = index
+        samples.append(Sample(
+            id=qid, category=f"instit_{item.split}", question=[Segment(text=item.question)],
+            answer=[Segment(text=item.model_prediction)], gt_answer=[Segment(text=item.ground_truth)],
+        ))
+    return BenchmarkInput(path, samples, problems, rubrics, items)
+
+
+def write(bench: BenchmarkInput, results: dict[str, dict], output_dir: Path) -> list[Path]:
+    """The evaluate log of the items this run judged or found invalid (with --limit, the others are left
+    out), in the input's order."""
+    invalid = {p.index: p.message for p in bench.problems if p.index is not None}
+    logged = []
+    for index, item in enumerate(bench.content):
+        if index in invalid:
+            verdict = {"score": 0, "valid": False, "error_in_gpt_eval": f"not judged, invalid input: {invalid[index]}"}
+        elif (result := results.get(str(item["question_id"]))) is None:
+            continue
+        elif result["score"] is None:
+            verdict = {"score": 0, "valid": False, "error_in_gpt_eval": f"no score in the judge's output: {result['parse_error']}"}
+        else:
+            verdict = {"score": result["score"], "valid": True, "error_in_gpt_eval": "No Error."}
+        logged.append({**item, **verdict})
+    valid = [entry["score"] for entry in logged if entry["valid"]]
+    log = {
+        "accuracy": sum(valid) / len(valid) * 100 if valid else NO_VALID,
+        "total_num": len(logged),
+        "valid_num": len(valid),
+        "timestamp": datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
+        "gpt_prompt": _prompt(bench, logged),
+        LOG_ITEMS: logged,
+    }
+    write_json_atomically(output_dir / OUTPUT, log)
+    return [output_dir / OUTPUT]
+
+
+def _prompt(bench: BenchmarkInput, logged: list[dict]) -> str | dict[str, str]:
+    """The judge's instructions under Inst-It's key: one text, or one per split when the file mixes them."""
+    splits = sorted({entry["split"] for entry in logged if entry.get("split") in ("image", "video")})
+    prompts = {split: bench.rubrics[f"instit_{split}"].instructions for split in splits if f"instit_{split}" in bench.rubrics}
+    return next(iter(prompts.values())) if len(prompts) == 1 else prompts
+
+
+FORMAT = Format("instit", (CONFIG_DIR / "rubrics" / "instit.yaml",), looks_like, read, write, (OUTPUT,))

@@ -1,0 +1,27 @@
+"""MMIE: the toolkit's own data model is MMIE's (`judge/data.py`), and judge-score's eval_result.json is
+the output MMIE's scorer writes, so this format only reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from judge.data import validate_samples
+from judge.formats.base import BenchmarkInput, Format, first_record
+from judge.prompts import DEFAULT_RUBRICS, Rubric
+
+
+def looks_like(content: object) -> bool:
+    record = first_record(content)
+    return record is not None and {"id", "question", "answer"} <= set(record)
+
+
+def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file: Path | None = None) -> BenchmarkInput:
+    samples, problems = validate_samples(path, image_root)
+    return BenchmarkInput(path, samples, problems, rubrics, content=None)
+
+
+def write(bench: BenchmarkInput, results: dict[str, dict], output_dir: Path) -> list[Path]:
+    return []
+
+
+FORMAT = Format("mmie", DEFAULT_RUBRICS, looks_like, read, write)

@@ -1,0 +1,101 @@
+"""judge-score on each benchmark's own files, end to end on the tiny random judge: the format is detected,
+its preset and rubrics apply, and its result files agree with eval_result.json record by record."""
+
+import csv
+import json
+
+import pytest
+from PIL import Image
+
+from infer.cli import main
+from judge.cli import EXIT_BAD_INPUT
+from judge.testing import write_original_checkpoint
+
+FAST = ["--max_new_tokens", "6", "--workers", "2"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_original_checkpoint(tmp_path_factory.mktemp("ckpt"), seed=0)
+
+
+def write(path, value):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value))
+    return path
+
+
+def score(checkpoint, input_dir, input_file, out, *extra):
+    return main(["--model_path", str(checkpoint), "--input_dir", str(input_dir), "--input_file", str(input_file),
+                 "--output_dir", str(out), *FAST, *extra])
+
+
+def results(out):
+    return {r["id"]: r for r in json.loads((out / "eval_result.json").read_text())}
+
+
+def test_instit(checkpoint, tmp_path, capsys):
+    items = [{"question_id": k, "question": f"What does [{k}] do?", "model_prediction": "It waves.", "ground_truth": "It waves.",
+              "split": "image" if k % 2 else "video"} for k in range(3)]
+    write(tmp_path / "image_oe_inference.json", items)
+    assert score(checkpoint, tmp_path, "image_oe_inference.json", tmp_path / "out") == 0
+    assert "instit: " in capsys.readouterr().out
+    scored = results(tmp_path / "out")
+    assert {r["category"] for r in scored.values()} == {"instit_image", "instit_video"}
+    log = json.loads((tmp_path / "out" / "instit_evaluate.json").read_text())
+    assert log["total_num"] == 3
+    for entry in log["model_predictons"]:
+        mine = scored[str(entry["question_id"])]
+        assert entry["valid"] == (mine["score"] is not None)
+        assert entry["score"] == (mine["score"] if entry["valid"] else 0)
+    # Inst-It's scores take several tokens (0.7): logits mode cannot read them, and says so before scoring.
+    assert score(checkpoint, tmp_path, "image_oe_inference.json", tmp_path / "logits", "--mode", "logits") == EXIT_BAD_INPUT
+    assert "--mode logits reads the score from one token" in capsys.readouterr().err
+
+
+def test_milebench_cuts_the_oldest_context_and_writes_eval_json(checkpoint, tmp_path):
+    for k in range(8):
+        Image.new("RGB", (600, 300), (30 * k, 90, 0)).save(tmp_path / f"f{k}.png")  # 2 tiles + thumbnail unless max_tiles is 1
+    record = lambda sid, n: {"sample_id": sid, "image": [f"f{k}.png" for k in range(n)], "gen_model_id": "m",  # noqa: E731
+                             "question": "Follow the frames.\n" + "".join(f"Frame {k}: <ImageHere> " for k in range(n)) + "What next?",
+                             "gt_response": "Open the door.", "pred_response": "Open it."}
+    write(tmp_path / "outputs" / "m" / "ALFRED" / "pred.json", [record(1, 2), record(2, 8)])
+    out = tmp_path / "out"
+    assert score(checkpoint, tmp_path, "outputs/m/ALFRED/pred.json", out, "--prompt_token_budget", "1200") == 0
+    scored = results(out)
+    assert scored["1"]["n_tiles"] == 2 and scored["1"]["truncated"] == []  # the preset's one tile per image
+    assert scored["2"]["prompt_tokens"] <= 1200 + 1  # + the BOS token the prompt text does not count
+    assert scored["2"]["truncated"][0].startswith("oldest question context omitted to fit 1200 prompt tokens")
+    assert 0 < scored["2"]["n_tiles"] < 8
+    figures = json.loads((out / "eval.json").read_text())
+    assert set(figures) == {"Rouge-L f", "image_quantity_level-Accuracy", "Judge score", "image_quantity_level-Result"}
+    assert figures["image_quantity_level-Accuracy"]["Many"] is None
+    assert list(csv.reader((out / "result.csv").open()))[0] == ["Model", "ALFRED (Rouge-L f)", "ALFRED (Judge score)"]
+
+
+def test_megabench(checkpoint, tmp_path):
+    Image.new("RGB", (64, 48), "green").save(tmp_path / "q.png")
+    task = {"task_name": "caption", "global_description": "", "global_images": [], "example_info": {"image_paths": [], "example_text": ""},
+            "query_response": [{"response": f"A green card {k}.", "correct_answer": {"caption": "A green card."}, "global_idx": k,
+                                "images": ["q.png"], "query_text": "Caption it."} for k in range(2)]}
+    write(tmp_path / "open.json", [task])
+    write(tmp_path / "criteria.json", {"caption": "Is the caption accurate?"})
+    out = tmp_path / "out"
+    assert score(checkpoint, tmp_path, "open.json", out, "--criteria_file", str(tmp_path / "criteria.json")) == 0
+    scored = results(out)
+    assert set(scored) == {"caption/0", "caption/1"} and all(r["n_images"] == 1 for r in scored.values())
+    [written] = json.loads((out / "data_with_scores_open.json").read_text())["data"]
+    for k, query in enumerate(written["query_response"]):
+        mine = scored[f"caption/{k}"]["score"]
+        assert query["scores"]["query"] == (0.0 if mine is None else mine / 10)
+
+
+def test_format_flags_that_cannot_work_are_refused_before_loading(tmp_path, capsys):
+    write(tmp_path / "p.json", [{"question_id": 1, "question": "q", "model_prediction": "a", "ground_truth": "a", "split": "image"}])
+    args = ["--model_path", str(tmp_path / "no-model"), "--input_dir", str(tmp_path), "--input_file", "p.json"]
+    assert main([*args, "--criteria_file", "c.json"]) == EXIT_BAD_INPUT
+    assert "--criteria_file applies to --format megabench only, not instit" in capsys.readouterr().err
+    assert main([*args, "--output_dir", str(tmp_path), "--output_file", "p.json"]) == EXIT_BAD_INPUT
+    assert "would overwrite the input" in capsys.readouterr().err
+    assert main([*args, "--format", "megabench"]) == EXIT_BAD_INPUT
+    assert "give --criteria_file" in capsys.readouterr().err

@@ -1,0 +1,302 @@
+"""Benchmark formats: reading each benchmark's files into samples, and writing results back in its shape,
+checked field by field on small hand-made files (no model: results are made up here)."""
+
+import csv
+import json
+import re
+from datetime import datetime
+
+import pytest
+from PIL import Image
+from rouge import Rouge
+
+from judge.data import InputError
+from judge.formats import FORMATS, detect_format
+from judge.formats.instit import NO_VALID
+from judge.formats.megabench import load_criteria
+from judge.formats.milebench import normalize, question_segments, rouge_l
+from judge.prompts import load_rubrics
+
+
+def write(path, value):
+    path.write_text(json.dumps(value))
+    return path
+
+
+def result(sample_id, score, feedback="Fine.", parse_error=None):
+    """A judge-score record, as much of it as the writers read."""
+    return {"id": sample_id, "score": score, "feedback": feedback, "parse_error": parse_error}
+
+
+def read(name, path, root, criteria_file=None):
+    fmt = FORMATS[name]
+    return fmt.read(path, root, load_rubrics(fmt.default_rubrics), criteria_file)
+
+
+# ---------------------------------------------------------------- Inst-It
+
+INSTIT = [
+    {"question_id": "q9", "question": "What is [1] holding?", "model_prediction": "A red cup.", "ground_truth": "A red mug.", "split": "image"},
+    {"question_id": 3, "question": "When does [2] leave?", "model_prediction": "", "ground_truth": "At <8>.", "split": "video"},
+    {"question_id": "q1", "question": "Who is [1]?", "model_prediction": "A cook.", "ground_truth": "A chef.", "split": "image"},
+]
+
+
+def test_instit_predictions_become_text_only_samples_in_input_order(tmp_path):
+    bench = read("instit", write(tmp_path / "image_oe_inference.json", INSTIT), tmp_path)
+    assert bench.problems == []
+    assert [s.id for s in bench.samples] == ["q9", "3", "q1"]  # ids in their unusual order, kept
+    first, empty = bench.samples[0], bench.samples[1]
+    assert first.category == "instit_image" and empty.category == "instit_video"
+    assert [s.text for s in first.question] == ["What is [1] holding?"] and first.images() == []
+    assert first.answer[0].text == "A red cup." and first.gt_answer[0].text == "A red mug."
+    assert empty.answer[0].text == ""  # an empty prediction is judged, as Inst-It's judge sees it
+    assert bench.rubrics["instit_image"].score_scale.step == 0.1
+
+
+def test_instit_reads_its_own_evaluate_log(tmp_path):
+    log = {"accuracy": 50.0, "total_num": 3, "valid_num": 2, "timestamp": "2025-01-01 00:00:00", "gpt_prompt": "p",
+           "model_predictons": [{**item, "score": 0.5, "valid": True, "error_in_gpt_eval": "No Error."} for item in INSTIT]}
+    path = write(tmp_path / "gpt4o_log.json", log)
+    assert detect_format(path).name == "instit"
+    assert [s.id for s in read("instit", path, tmp_path).samples] == ["q9", "3", "q1"]
+
+
+def test_instit_bad_items_are_all_reported_with_their_field(tmp_path):
+    items = [INSTIT[0], {**INSTIT[2], "split": "audio"}, {**INSTIT[1], "model_prediction": None}, {"question_id": "q9", **{k: v for k, v in INSTIT[0].items() if k != "question_id"}}]
+    bench = read("instit", write(tmp_path / "p.json", items), tmp_path)
+    found = {(p.index, p.field): p.message for p in bench.problems}
+    assert set(found) == {(1, "split"), (2, "model_prediction"), (3, "question_id")}
+    assert "duplicate question_id: item 0" in found[(3, "question_id")]
+    assert [s.id for s in bench.samples] == ["q9"]
+    with pytest.raises(InputError, match="no prediction items"):
+        read("instit", write(tmp_path / "e.json", {"model_predictons": []}), tmp_path)
+
+
+def test_instit_log_keeps_its_rules_and_spelling(tmp_path):
+    items = [*INSTIT, {**INSTIT[0], "question_id": "bad", "split": "audio"}]
+    bench = read("instit", write(tmp_path / "p.json", items), tmp_path)
+    results = {"q9": result("q9", 0.7), "3": result("3", None, parse_error="no '### Score' heading"), "q1": result("q1", 0.4)}
+    [path] = FORMATS["instit"].write(bench, results, tmp_path)
+    log = json.loads(path.read_text())
+    assert list(log) == ["accuracy", "total_num", "valid_num", "timestamp", "gpt_prompt", "model_predictons"]
+    assert log["total_num"] == 4 and log["valid_num"] == 2
+    assert log["accuracy"] == pytest.approx((0.7 + 0.4) / 2 * 100)  # invalid items leave the denominator
+    assert datetime.strptime(log["timestamp"], "%Y-%m-%d %H:%M:%S")
+    assert set(log["gpt_prompt"]) == {"image", "video"}  # this file mixes the splits: each split's instructions
+    assert log["gpt_prompt"]["image"].startswith("You grade answers to questions about particular objects or people in one image")
+    logged = log["model_predictons"]
+    assert [e["question_id"] for e in logged] == ["q9", 3, "q1", "bad"]
+    assert {k: logged[0][k] for k in INSTIT[0]} == INSTIT[0]  # every input key kept as it was
+    assert (logged[0]["score"], logged[0]["valid"], logged[0]["error_in_gpt_eval"]) == (0.7, True, "No Error.")
+    assert (logged[1]["score"], logged[1]["valid"]) == (0, False) and "no '### Score' heading" in logged[1]["error_in_gpt_eval"]
+    assert (logged[3]["score"], logged[3]["valid"]) == (0, False) and "invalid input" in logged[3]["error_in_gpt_eval"]
+
+
+def test_instit_log_without_a_valid_item_and_with_a_limit(tmp_path):
+    bench = read("instit", write(tmp_path / "p.json", INSTIT), tmp_path)
+    [path] = FORMATS["instit"].write(bench, {"q9": result("q9", None, parse_error="x")}, tmp_path)  # --limit 1
+    log = json.loads(path.read_text())
+    assert log["accuracy"] == NO_VALID and log["total_num"] == 1 and log["valid_num"] == 0
+    assert log["gpt_prompt"] == bench.rubrics["instit_image"].instructions  # one split: one text, as Inst-It writes it
+
+
+# ---------------------------------------------------------------- MileBench
+
+
+@pytest.fixture
+def milebench_dir(tmp_path):
+    images = tmp_path / "data" / "ALFRED" / "images"
+    images.mkdir(parents=True)
+    for k in range(40):
+        Image.new("RGB", (32, 32), (k * 6, 0, 0)).save(images / f"f{k}.jpg")
+    pred_dir = tmp_path / "outputs" / "my-model" / "ALFRED"
+    pred_dir.mkdir(parents=True)
+    return tmp_path, pred_dir
+
+
+def milebench_record(sample_id, n_images, pred="put the mug in the sink", gt="Put the mug in the sink.", model="my-model"):
+    context = "".join(f"Step {k}: <ImageHere>" for k in range(n_images))
+    return {"sample_id": sample_id, "image": [f"data/ALFRED/images/f{k}.jpg" for k in range(n_images)],
+            "question": f"You are an agent; follow the steps.\n{context}\nWhat is the next step?",
+            "gt_response": gt, "gen_model_id": model, "pred_response": pred, "gen_kwargs": {"max_new_tokens": 32}}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Hello, World!", "hello world"),  # ", " and "!" at the end... "!" has no space around it: it becomes a space, then stripped
+    ("red/blue, (green)", "red blue green"),  # "/" inside a word -> space; ", " and " (" apart -> deleted
+    ("1,000 apples; (fresh)", "1000 apples fresh"),  # a number with a comma: every mark is deleted
+    ("Pi is 3.14. Done.", "pi is 3.14 done"),  # periods go, except before a digit
+    ("'Quoted'", "quoted"),
+    ("tab\there\nnewline", "tab here newline"),
+    ("." * 40 + "x", "." * 8 + "x"),  # only the first 32 periods are removed, as in MileBench
+])
+def test_milebench_normalisation_follows_its_rules(text, expected):
+    assert normalize(text) == expected
+
+
+def test_rouge_l_is_milebench_s():
+    prediction, reference = "The mug goes in the sink, then the tap.", "Put the mug in the sink."
+    expected = Rouge().get_scores(normalize(prediction), normalize(reference))[0]["rouge-l"]["f"]
+    assert rouge_l(prediction, reference) == expected and 0 < expected < 1
+    assert rouge_l("", reference) == 0.0  # MileBench scores an empty prediction 0
+    assert rouge_l("..... !!!", reference) == 0.0  # nothing left but marks: 0, not an exception
+
+
+def test_milebench_question_keeps_its_interleaving():
+    segments = question_segments("Instr.\nA <ImageHere> B <ImageHere>C", ["x.jpg", "y.jpg"])
+    assert [(s.text, s.image) for s in segments] == [("Instr.", None), ("A ", "x.jpg"), (" B ", "y.jpg"), ("C", None)]
+    starts_with_image = question_segments("<ImageHere> what is it?", ["x.jpg"])
+    assert [(s.text, s.image) for s in starts_with_image] == [(None, "x.jpg"), (" what is it?", None)]
+
+
+def test_milebench_problems_are_named_as_its_fields(milebench_dir):
+    root, pred_dir = milebench_dir
+    records = [milebench_record(1, 2), {**milebench_record(2, 2), "image": ["data/ALFRED/images/f0.jpg"]},
+               milebench_record(1, 1), milebench_record(4, 1, gt="..."), {**milebench_record(5, 1), "image": ["data/nope.jpg"]}]
+    bench = read("milebench", write(pred_dir / "pred.json", records), root)
+    found = {(p.index, p.field): p.message for p in bench.problems}
+    assert found == {
+        (1, "question"): "2 <ImageHere> placeholder(s) for 1 image(s)",
+        (2, "sample_id"): "duplicate sample_id: record 0 has it too",
+        (3, "gt_response"): "no words once normalised as MileBench does: ROUGE-L is undefined",
+        (4, "image[0]"): f"image not found: {root / 'data/nope.jpg'}",
+    }
+    assert [s.id for s in bench.samples] == ["1"]
+    sample = bench.samples[0]
+    assert sample.category == "milebench" and sample.model == "my-model"
+    assert sample.question[0].text == "You are an agent; follow the steps." and len(sample.images()) == 2
+
+
+def test_milebench_eval_and_result_csv(milebench_dir):
+    root, pred_dir = milebench_dir
+    records = [milebench_record(1, 2), milebench_record(2, 7, pred="wash the mug"), milebench_record(3, 33, pred=""),
+               milebench_record(4, 3, model=None), milebench_record(5, 2)]
+    bench = read("milebench", write(pred_dir / "pred.json", records), root)
+    assert bench.samples[3].model == "my-model"  # no gen_model_id: the folder of outputs/<model>/<dataset>/
+    results = {"1": result("1", 6), "2": result("2", 3), "3": result("3", None, parse_error="x"), "4": result("4", 0)}  # 5: --limit
+    eval_path, csv_path = FORMATS["milebench"].write(bench, results, pred_dir)
+    figures = json.loads(eval_path.read_text())
+    rouge = {r["sample_id"]: rouge_l(r["pred_response"], r["gt_response"]) for r in records}
+    assert rouge[3] == 0.0 and rouge[1] == pytest.approx(1.0)
+    assert figures["Rouge-L f"] == pytest.approx((rouge[1] + rouge[2] + rouge[3] + rouge[4]) / 4)
+    assert figures["image_quantity_level-Accuracy"] == pytest.approx({"Few": (rouge[1] + rouge[4]) / 2, "Medium": rouge[2], "Many": rouge[3]})
+    assert figures["Judge score"] == pytest.approx((1 + 0.5 + 0) / 3)  # shares of the 0-6 scale; the unparsed one left out
+    assert figures["image_quantity_level-Result"] == pytest.approx({"Few": 0.5, "Medium": 0.5, "Many": None})
+    rows = list(csv.reader(csv_path.open()))
+    assert rows[0] == ["Model", "ALFRED (Rouge-L f)", "ALFRED (Judge score)"]
+    assert rows[1] == ["my-model", str(round(figures["Rouge-L f"] * 100, 2)), str(round(figures["Judge score"] * 100, 2))]
+
+
+# ---------------------------------------------------------------- MEGA-Bench
+
+
+@pytest.fixture
+def megabench_dir(tmp_path):
+    for name in ("a.png", "b.png"):
+        Image.new("RGB", (40, 30), "blue").save(tmp_path / name)
+    tasks = [
+        {"task_name": "poem_writing", "global_description": "Write poems.", "global_images": [],
+         "example_info": {"image_paths": [], "example_text": "An example."},
+         "query_response": [
+             {"response": "Roses...", "correct_answer": {"poem": "A poem."}, "global_idx": 0, "query_idx": 0, "images": ["a.png"], "query_text": "Write about the picture."},
+             {"response": "", "correct_answer": {"poem": "Another."}, "global_idx": 1, "query_idx": 1, "images": ["b.png"], "query_text": "And this one."},
+         ]},
+        {"task_name": "plan_trip", "global_description": "", "global_images": [], "example_info": {"image_paths": [], "example_text": ""},
+         "query_response": [
+             {"response": "Day 1...", "correct_answer": {"plan": "Go north.", "##note": 3}, "global_idx": 2, "images": ["a.png"], "query_text": "Plan a trip."},
+         ]},
+        {"task_name": "empty_task", "global_description": "", "global_images": [], "example_info": {"image_paths": [], "example_text": ""}, "query_response": []},
+    ]
+    criteria = {
+        "poem_writing": {"eval_criteria_prompt": "Judge {response} to {question} against {ref}; rhyme scheme: {scheme}.",
+                         "template_mapping": {"response": "model_output", "question": "example_question", "ref": "answers.poem", "scheme": "eval_context.scheme"},
+                         "judge_model_type": "with image", "eval_context": {"scheme": "ABAB"}},
+        "plan_trip": {"eval_criteria_prompt": "Is the plan feasible? {{not a placeholder}}", "judge_model_type": "text only"},
+        "empty_task": "Anything goes.",
+    }
+    return tmp_path, write(tmp_path / "open.json", tasks), write(tmp_path / "criteria.json", criteria)
+
+
+def test_megabench_queries_become_samples_with_their_task_criteria(megabench_dir):
+    root, path, criteria = megabench_dir
+    bench = read("megabench", path, root, criteria)
+    assert bench.problems == []
+    assert [s.id for s in bench.samples] == ["poem_writing/0", "poem_writing/1", "plan_trip/0"]
+    poem, trip = bench.samples[0], bench.samples[2]
+    assert [(s.text, s.image) for s in poem.question] == [(None, "a.png"), ("Write about the picture.", None)]  # images first
+    assert trip.images() == [] and trip.question[0].text == "Plan a trip."  # "text only"
+    assert trip.gt_answer[0].text == "plan: Go north.\n##note: 3" and poem.gt_answer[0].text == "A poem."
+    instructions = bench.rubrics["megabench/poem_writing"].instructions
+    assert ('Judge the answer (under "### Answer") to the question (under "### Question") against the reference answer '
+            '(under "### Reference Answer"); rhyme scheme: ABAB.') in instructions
+    assert "{task_criteria}" not in instructions
+    assert "Is the plan feasible? {not a placeholder}" in bench.rubrics["megabench/plan_trip"].instructions
+    assert bench.rubrics["megabench/plan_trip"].score_scale.high == 10
+
+
+def test_megabench_problems_name_task_query_and_criteria(megabench_dir, tmp_path):
+    root, path, criteria = megabench_dir
+    tasks = json.loads(path.read_text())
+    tasks[0]["query_response"][1]["images"] = ["missing.png"]
+    tasks[1]["task_name"] = "unknown_task"
+    tasks.append({"task_name": "poem_writing", "query_response": []})
+    entries = json.loads(criteria.read_text())
+    entries["empty_task"] = {"eval_criteria_prompt": "Uses {thing}.", "template_mapping": {"thing": "eval_context.thing"}}
+    bench = read("megabench", write(tmp_path / "bad.json", {"data": tasks}), root, write(tmp_path / "c.json", entries))
+    found = {(p.index, p.record_id, p.field): p.message for p in bench.problems}
+    assert found == {
+        (0, "poem_writing/1", "query_response[1].images[0]"): f"image not found: {root / 'missing.png'}",
+        (1, "unknown_task", None): f"no criteria for this task in {tmp_path / 'c.json'}",
+        (2, "empty_task", None): f"criteria in {tmp_path / 'c.json'}: {{thing}} takes eval_context.thing, which the criteria entry does not give",
+        (3, "poem_writing", "task_name"): "a second task of this name",
+    }
+    assert [s.id for s in bench.samples] == ["poem_writing/0"]
+    with pytest.raises(InputError, match="give --criteria_file"):
+        read("megabench", path, root)
+
+
+def test_megabench_criteria_file_may_be_yaml_and_must_be_valid(tmp_path):
+    (tmp_path / "c.yaml").write_text("task_a: Be brief.\ntask_b:\n  template_mapping: {x: model_output}\n")
+    criteria, problems = load_criteria(tmp_path / "c.yaml")
+    assert criteria["task_a"].eval_criteria_prompt == "Be brief." and criteria["task_a"].judge_model_type == "with image"
+    assert [(p.record_id, p.field, p.message) for p in problems] == [("task_b", "eval_criteria_prompt", "Field required")]
+
+
+def test_megabench_scored_file_for_its_breakdown_tool(megabench_dir):
+    root, path, criteria = megabench_dir
+    bench = read("megabench", path, root, criteria)
+    results = {"poem_writing/0": result("poem_writing/0", 8, feedback=" Vivid. "),
+               "poem_writing/1": result("poem_writing/1", None, parse_error="no '### Score' heading"),
+               "plan_trip/0": result("plan_trip/0", 5)}
+    [out] = FORMATS["megabench"].write(bench, results, root)
+    assert out.name.startswith("data_with_scores")  # the breakdown tool globs data_with_scores*.json
+    scored = json.loads(out.read_text())
+    poem, trip, empty = scored["data"]
+    assert [q["scores"] for q in poem["query_response"]] == [
+        {"field": {"poem": 0.8}, "info": {"poem": "Score: 8; Explanation: Vivid."}, "query": 0.8},
+        {"field": {"poem": 0.0}, "info": {"poem": "Score is NULL: no '### Score' heading"}, "query": 0.0},
+    ]
+    assert poem["query_response"][0]["response"] == "Roses..." and poem["example_info"]["example_text"] == "An example."
+    assert trip["query_response"][0]["scores"]["field"] == {"plan": 0.5, "##note": 0.5}
+    assert (poem["eval_type"], poem["task_score"], poem["mean_task_score"]) == ("llm", pytest.approx(0.8), pytest.approx(0.4))
+    assert (empty["task_score"], empty["mean_task_score"]) == (0, 0)  # MEGA-Bench's rule for a task without queries
+    summary = scored["summary"]
+    assert summary["num_tasks_evaluated"] == {"rule": 0, "llm": 3} and summary["num_queries_evaluated"] == {"rule": 0, "llm": 3}
+    assert summary["num_samples_all"] == {"rule": 0, "llm": 4}  # poem_writing's demonstration counts
+    assert summary["macro_mean_score"]["llm"] == pytest.approx((0.4 + 0.5 + 0) / 3) == summary["overall_macro_mean_score"]
+    assert summary["micro_mean_score"]["llm"] == pytest.approx((0.8 + 0 + 0.5) / 3) == summary["overall_micro_mean_score"]
+
+
+# ---------------------------------------------------------------- detection
+
+
+def test_each_format_is_detected_and_an_unknown_shape_asks_for_format(tmp_path, megabench_dir):
+    assert detect_format(write(tmp_path / "a.json", INSTIT)).name == "instit"
+    assert detect_format(write(tmp_path / "b.json", [milebench_record(1, 0)])).name == "milebench"
+    assert detect_format(megabench_dir[1]).name == "megabench"
+    assert detect_format(write(tmp_path / "c.json", [{"id": "SA_1", "question": "q", "answer": "a"}])).name == "mmie"
+    with pytest.raises(InputError, match=re.escape("first record's keys ['foo'] fit no known format; give --format mmie|milebench|instit|megabench")):
+        detect_format(write(tmp_path / "d.json", [{"foo": 1}]))
+    with pytest.raises(InputError, match="no records"):
+        detect_format(write(tmp_path / "e.json", []))
