@@ -15,6 +15,7 @@ from pathlib import Path
 from calibration.analysis import Options, Report, analyse
 from calibration.inputs import Ratings, coverage_notes, load_ratings
 from calibration.report import slug, write_reports
+from calibration.scale import Scale
 from judge.cli import UsageError, add_common_flags, run
 from judge.data import SCORE_FIELDS, InputError, Problem
 
@@ -32,13 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap, the calibration folds and the plot jitter (default: 0)")
     p.add_argument("--fit", choices=["isotonic", "linear", "none"], default="isotonic", help="calibration map (default: isotonic)")
     p.add_argument("--folds", type=int, default=5, help="cross-fitting folds for the held-out calibration errors (default: 5)")
-    p.add_argument("--scale", nargs=2, type=int, default=[0, 6], metavar=("LOW", "HIGH"), help="the integer score scale (default: 0 6, MMIE's)")
+    p.add_argument("--scale", nargs=2, type=float, default=[0, 6], metavar=("LOW", "HIGH"), help="the score scale (default: 0 6, MMIE's)")
+    p.add_argument("--step", type=float, default=1,
+                   help="the distance between score levels LOW, LOW+STEP, ..., HIGH (default: 1; 0-1 in tenths: --scale 0 1 --step 0.1)")
     add_common_flags(p)
     return p
 
 
-def check_args(args: argparse.Namespace) -> list[str]:
-    """The judge names; every problem with the flags in one UsageError."""
+def check_args(args: argparse.Namespace) -> tuple[list[str], Scale]:
+    """The judge names and the scale; every problem with the flags in one UsageError."""
     names = args.names or [Path(p).stem for p in args.predictions]
     problems = []
     if len(names) != len(args.predictions):
@@ -49,11 +52,14 @@ def check_args(args: argparse.Namespace) -> list[str]:
         problems.append(f"--bootstrap must be 0 or more, got {args.bootstrap}")
     if args.folds < 2:
         problems.append(f"--folds must be at least 2, got {args.folds}")
-    if args.scale[0] >= args.scale[1]:
-        problems.append(f"--scale LOW HIGH needs LOW < HIGH, got {args.scale[0]} {args.scale[1]}")
+    scale = None
+    try:
+        scale = Scale(*args.scale, args.step)
+    except ValueError as err:
+        problems.append(f"--scale LOW HIGH, --step STEP: {err}")
     if problems:
         raise UsageError("; ".join(problems))
-    return names
+    return names, scale
 
 
 def shared_criteria(ratings: Ratings, human_path: str) -> list[str]:
@@ -83,8 +89,7 @@ def _short(value: float | None) -> str:
 
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
-    names = check_args(args)
-    scale = (args.scale[0], args.scale[1])
+    names, scale = check_args(args)
     ratings = load_ratings(args.predictions, names, args.human, scale)
     criteria = args.criteria or shared_criteria(ratings, args.human)
     opts = Options(criteria, args.by, args.bootstrap, args.seed, args.fit, args.folds, scale)

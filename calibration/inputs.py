@@ -26,6 +26,7 @@ from judge.data import (
     load_annotations,
     read_records,
 )
+from calibration.scale import Scale
 
 SHOWN_IDS = 5  # ids listed by name when some are on one side only
 
@@ -75,7 +76,7 @@ class Ratings:
 class _Checker:
     """Collects problems of one file while its values are read."""
 
-    def __init__(self, path: str, scale: tuple[float, float]):
+    def __init__(self, path: str, scale: Scale):
         self.path, self.scale, self.problems = path, scale, []
 
     def add(self, message: str, index: int | None = None, record_id: str | None = None, field: str | None = None) -> None:
@@ -89,8 +90,8 @@ class _Checker:
             self.add(f"{value!r} is not a number", index, record_id, field)
         elif not math.isfinite(value):
             self.add(f"{value} is not a finite number", index, record_id, field)
-        elif not self.scale[0] <= value <= self.scale[1]:
-            self.add(f"{value:g} is outside the scale {self.scale[0]:g}-{self.scale[1]:g}", index, record_id, field)
+        elif not self.scale.low <= value <= self.scale.high:
+            self.add(f"{value:g} is outside the scale {self.scale.low:g}-{self.scale.high:g}", index, record_id, field)
         else:
             return float(value)
         return None
@@ -118,7 +119,7 @@ def _raw_judge_scores(record: dict, check: _Checker, index: int, rid: str) -> di
     return raw
 
 
-def read_predictions(path: str, scale: tuple[float, float]) -> tuple[dict[str, JudgeRecord], int, list[Problem]]:
+def read_predictions(path: str, scale: Scale) -> tuple[dict[str, JudgeRecord], int, list[Problem]]:
     """(records by id, parse failures, problems)."""
     check = _Checker(path, scale)
     records = read_records(path)
@@ -151,7 +152,7 @@ def read_predictions(path: str, scale: tuple[float, float]) -> tuple[dict[str, J
     return out, failures, check.problems
 
 
-def read_human(path: str, scale: tuple[float, float]) -> tuple[dict[str, HumanRecord], list[Problem]]:
+def read_human(path: str, scale: Scale) -> tuple[dict[str, HumanRecord], list[Problem]]:
     records = read_records(path)
     if any(isinstance(r, dict) and "human_scores" in r for r in records):
         try:
@@ -161,9 +162,9 @@ def read_human(path: str, scale: tuple[float, float]) -> tuple[dict[str, HumanRe
     return _from_flat(path, records, scale)
 
 
-def _from_annotations(path: str, scale) -> dict[str, HumanRecord]:
+def _from_annotations(path: str, scale: Scale) -> dict[str, HumanRecord]:
     out: dict[str, HumanRecord] = {}
-    for a in load_annotations(path, scale=scale):
+    for a in load_annotations(path, scale=scale.bounds):
         # Images the judge is shown (question and answer), counted as judge-score's n_images counts them.
         human = out.setdefault(a.id, HumanRecord({}, a.model, a.category, sum(len(s.text or "") for s in a.answer), len(a.images())))
         for name, value in a.human_scores.given().items():
@@ -171,7 +172,7 @@ def _from_annotations(path: str, scale) -> dict[str, HumanRecord]:
     return out
 
 
-def _from_flat(path: str, records: list, scale) -> tuple[dict[str, HumanRecord], list[Problem]]:
+def _from_flat(path: str, records: list, scale: Scale) -> tuple[dict[str, HumanRecord], list[Problem]]:
     check = _Checker(path, scale)
     out: dict[str, HumanRecord] = {}
     seen: dict[tuple, tuple[int, dict]] = {}  # (id, annotator) -> (index, scores)
@@ -202,7 +203,7 @@ def _first(ids: set[str]) -> list[str]:
     return sorted(ids)[:SHOWN_IDS]
 
 
-def load_ratings(predictions: list[str], names: list[str], human_path: str, scale: tuple[float, float]) -> Ratings:
+def load_ratings(predictions: list[str], names: list[str], human_path: str, scale: Scale) -> Ratings:
     """Every file read and checked; one InputError listing every problem of every file."""
     problems: list[Problem] = []
     try:

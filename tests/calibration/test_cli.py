@@ -199,3 +199,23 @@ def test_every_calibration_module_imports_and_runs_without_torch(files):
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp / "r" / "report.html").is_file()
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--scale", "0", "1", "--step", "0.3"], "--scale LOW HIGH, --step STEP: step 0.3 does not divide 0-1 into whole steps"),
+     (["--step", "0"], "the step must be positive"), (["--scale", "0", "nan"], "must be finite numbers")],
+)
+def test_a_step_that_does_not_fit_the_scale_is_a_usage_error(files, tmp_path, capsys, flags, message):
+    preds, human, _ = files
+    assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r"), *flags]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
+def test_a_scale_of_tenths_that_float_division_gets_wrong_is_accepted(tmp_path):
+    # 0.7 / 0.1 = 6.999999999999999: still 8 levels
+    scores = [{"id": str(k), "overall": round(k * 0.1, 1)} for k in range(8)] * 2
+    preds, human = write(tmp_path / "p.json", scores[:8]), write(tmp_path / "h.json", scores[8:])
+    assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r"), "--scale", "0", "0.7", "--step", "0.1", "--fit", "none"]) == 0
+    overall = json.loads((tmp_path / "r" / "report.json").read_text())["judges"]["p"]["criteria"]["overall"]
+    assert overall["histogram"]["judge"] == [1] * 8 and overall["all"]["exact_agreement"]["value"] == 1
