@@ -1,6 +1,7 @@
 """judge-calibrate: how far a judge agrees with people, and a map that brings its scale closer to theirs.
 
     judge-calibrate --predictions eval_result.json [other.json ...] --human annotations.json --output_dir report
+    judge-calibrate --predictions local_log.json --human gpt4o_log.json --scale 0 1 --step 0.1 --output_dir report  # Inst-It logs
 
 Writes report.json, report.md, report.html (plots embedded), plots/*.png, and calibrator.json (the first
 judge's map, for `judge-score --calibrator`; with several judges also calibrator_<name>.json for each).
@@ -22,9 +23,10 @@ from judge.data import SCORE_FIELDS, InputError, Problem
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-calibrate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--predictions", nargs="+", required=True, help="judge-score outputs (or JSON lists with id and scores), one per judge")
+    p.add_argument("--predictions", nargs="+", required=True, help="judge-score outputs (or JSON lists with id and scores, or Inst-It evaluate logs), one per judge")
     p.add_argument("--human", required=True,
-                   help="annotation records (several annotators per id allowed; their mean is the reference) or a flat [{id, overall, ...}] list")
+                   help="annotation records (several annotators per id allowed; their mean is the reference), a flat [{id, overall, ...}] list, "
+                        "or an Inst-It evaluate log (its judge as the one annotator)")
     p.add_argument("--output_dir", required=True, help="where the reports go")
     p.add_argument("--names", nargs="+", help="a display name per predictions file (default: the file names without extension)")
     p.add_argument("--criteria", nargs="+", choices=SCORE_FIELDS, help="criteria to compare (default: every one both sides scored)")
@@ -35,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--folds", type=int, default=5, help="cross-fitting folds for the held-out calibration errors (default: 5)")
     p.add_argument("--scale", nargs=2, type=float, default=[0, 6], metavar=("LOW", "HIGH"), help="the score scale (default: 0 6, MMIE's)")
     p.add_argument("--step", type=float, default=1,
-                   help="the distance between score levels LOW, LOW+STEP, ..., HIGH (default: 1; 0-1 in tenths: --scale 0 1 --step 0.1)")
+                   help="the distance between score levels LOW, LOW+STEP, ..., HIGH (default: 1; Inst-It's GPT-4o scores: --scale 0 1 --step 0.1)")
     add_common_flags(p)
     return p
 
