@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from calibration.fit import Level, cross_fit, fit_map, reliability
 from calibration.inputs import Coverage, Ratings
+from calibration.scale import Scale, as_scale
 from calibration.stats import (
     Agreement,
     Stat,
@@ -41,7 +42,10 @@ class Options:
     seed: int
     fit: str  # "isotonic", "linear" or "none"
     folds: int
-    scale: tuple[int, int]
+    scale: Scale
+
+    def __post_init__(self):
+        self.scale = as_scale(self.scale)  # a (low, high) pair is a scale of whole steps
 
 
 @dataclass
@@ -105,15 +109,14 @@ def system_level(p: Paired) -> SystemLevel:
 
 
 class Histogram(BaseModel):
-    levels: list[int]
-    judge: list[int]  # judge scores per level (rounded)
-    human: list[int]  # human reference per level (mean of annotators, rounded)
+    levels: list[float]
+    judge: list[int]  # judge scores per level (each at its nearest level)
+    human: list[int]  # human reference per level (mean of annotators, at its nearest level)
 
 
-def histogram(p: Paired, scale: tuple[int, int]) -> Histogram:
-    levels = list(range(scale[0], scale[1] + 1))
-    count = lambda v: [int((np.rint(v) == level).sum()) for level in levels]
-    return Histogram(levels=levels, judge=count(p.judge), human=count(p.human))
+def histogram(p: Paired, scale: Scale) -> Histogram:
+    count = lambda v: [int(c) for c in np.bincount(scale.index(v), minlength=scale.n_levels)]
+    return Histogram(levels=scale.levels, judge=count(p.judge), human=count(p.human))
 
 
 class Correlation(BaseModel):
@@ -171,7 +174,7 @@ def criterion_result(p: Paired, opts: Options) -> CriterionResult:
     return CriterionResult(
         all=stats(np.arange(len(p.ids))),
         groups={g: stats(rows) for g, rows in p.groups(opts.group_by).items()} if opts.group_by != "none" else {},
-        collapse=collapse_warning(p.judge),
+        collapse=collapse_warning(p.judge, opts.scale),
         system_level=system_level(p),
         histogram=histogram(p, opts.scale),
         bias=bias(p),
@@ -198,20 +201,20 @@ def calibrate(ratings: Ratings, judge: str, opts: Options, human_path: str) -> C
     scored = [r for r in ratings.judges[judge].values() if "overall" in r.scores]
     source = "expected_score" if scored and all(r.expected_score is not None for r in scored) else "score"
     p = paired(ratings, judge, "overall", source)
-    held_out = cross_fit(p.judge, p.human, opts.fit, opts.folds, opts.seed, opts.scale)
+    held_out = cross_fit(p.judge, p.human, opts.fit, opts.folds, opts.seed, opts.scale.bounds)
     after = (lambda kind: mean_error(held_out.calibrated, p.human, kind)) if held_out.reason is None else (lambda kind: undefined(held_out.reason))
     calibrator = None
     if len(p.ids) >= 2:
-        xs, ys = fit_map(p.judge, p.human, opts.fit, opts.scale)
+        xs, ys = fit_map(p.judge, p.human, opts.fit, opts.scale.bounds)
         fitted_on = FittedOn(judge=judge, predictions=ratings.coverage[judge].predictions, human=human_path, n=len(p.ids), folds=opts.folds,
                              mse_before=mean_error(p.judge, p.human, "mse").value, held_out_mse_after=after("mse").value)
-        calibrator = Calibrator(method=opts.fit, source=source, criterion="overall", x=xs, y=ys, scale=opts.scale, fitted_on=fitted_on)
+        calibrator = Calibrator(method=opts.fit, source=source, criterion="overall", x=xs, y=ys, scale=opts.scale.bounds, fitted_on=fitted_on)
     return Calibration(
         method=opts.fit, source=source, folds=opts.folds, n=len(p.ids),
         mse_before=mean_error(p.judge, p.human, "mse"), mse_after=after("mse"),
         mae_before=mean_error(p.judge, p.human, "mae"), mae_after=after("mae"),
-        reliability_before=reliability(p.judge, p.human),
-        reliability_after=reliability(held_out.calibrated, p.human) if held_out.reason is None else [],
+        reliability_before=reliability(p.judge, p.human, opts.scale),
+        reliability_after=reliability(held_out.calibrated, p.human, opts.scale) if held_out.reason is None else [],
         calibrator=calibrator,
     )
 
@@ -222,7 +225,7 @@ class Ceiling(BaseModel):
     agreement: Agreement
 
 
-def human_ceiling(ratings: Ratings, criterion: str, scale: tuple[int, int], bootstrap: int, seed: int) -> Ceiling:
+def human_ceiling(ratings: Ratings, criterion: str, scale: Scale | tuple[float, float], bootstrap: int, seed: int) -> Ceiling:
     """How well people agree with each other, on the judge's statistics: the most a judge can be expected to reach."""
     rated = [r.ratings.get(criterion, []) for r in ratings.human.values()]
     one, others = [], []
@@ -247,7 +250,8 @@ class JudgeReport(BaseModel):
 
 
 class Report(BaseModel):
-    scale: tuple[int, int]
+    scale: tuple[float, float]  # [low, high], as before --step existed, so that readers of report.json keep working
+    step: float
     criteria: list[str]
     group_by: str
     bootstrap: int
@@ -260,6 +264,10 @@ class Report(BaseModel):
     judges: dict[str, JudgeReport]
     human_ceiling: dict[str, Ceiling]
 
+    @property
+    def score_scale(self) -> Scale:
+        return Scale(*self.scale, self.step)
+
 
 def analyse(ratings: Ratings, opts: Options, human_path: str, notes: list[str]) -> tuple[Report, dict[str, Paired]]:
     """The report, and each judge's overall pairs for the plots."""
@@ -271,7 +279,7 @@ def analyse(ratings: Ratings, opts: Options, human_path: str, notes: list[str]) 
             plotted[name] = pairs["overall"]
         judges[name] = JudgeReport(coverage=ratings.coverage[name], criteria={c: criterion_result(p, opts) for c, p in pairs.items()}, calibration=calibration)
     report = Report(
-        scale=opts.scale, criteria=opts.criteria, group_by=opts.group_by, bootstrap=opts.bootstrap, seed=opts.seed,
+        scale=opts.scale.bounds, step=opts.scale.step, criteria=opts.criteria, group_by=opts.group_by, bootstrap=opts.bootstrap, seed=opts.seed,
         human_file=human_path, human_ids=len(ratings.human), notes=notes, judges=judges,
         human_ceiling={c: human_ceiling(ratings, c, opts.scale, opts.bootstrap, opts.seed) for c in opts.criteria},
     )

@@ -1,6 +1,7 @@
 """judge-calibrate: how far a judge agrees with people, and a map that brings its scale closer to theirs.
 
     judge-calibrate --predictions eval_result.json [other.json ...] --human annotations.json --output_dir report
+    judge-calibrate --predictions local_log.json --human gpt4o_log.json --scale 0 1 --step 0.1 --output_dir report  # Inst-It logs
 
 Writes report.json, report.md, report.html (plots embedded), plots/*.png, and calibrator.json (the first
 judge's map, for `judge-score --calibrator`; with several judges also calibrator_<name>.json for each).
@@ -15,15 +16,17 @@ from pathlib import Path
 from calibration.analysis import Options, Report, analyse
 from calibration.inputs import Ratings, coverage_notes, load_ratings
 from calibration.report import slug, write_reports
+from calibration.scale import Scale
 from judge.cli import UsageError, add_common_flags, run
 from judge.data import SCORE_FIELDS, InputError, Problem
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-calibrate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--predictions", nargs="+", required=True, help="judge-score outputs (or JSON lists with id and scores), one per judge")
+    p.add_argument("--predictions", nargs="+", required=True, help="judge-score outputs (or JSON lists with id and scores, or Inst-It evaluate logs), one per judge")
     p.add_argument("--human", required=True,
-                   help="annotation records (several annotators per id allowed; their mean is the reference) or a flat [{id, overall, ...}] list")
+                   help="annotation records (several annotators per id allowed; their mean is the reference), a flat [{id, overall, ...}] list, "
+                        "or an Inst-It evaluate log (its judge as the one annotator)")
     p.add_argument("--output_dir", required=True, help="where the reports go")
     p.add_argument("--names", nargs="+", help="a display name per predictions file (default: the file names without extension)")
     p.add_argument("--criteria", nargs="+", choices=SCORE_FIELDS, help="criteria to compare (default: every one both sides scored)")
@@ -32,13 +35,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap, the calibration folds and the plot jitter (default: 0)")
     p.add_argument("--fit", choices=["isotonic", "linear", "none"], default="isotonic", help="calibration map (default: isotonic)")
     p.add_argument("--folds", type=int, default=5, help="cross-fitting folds for the held-out calibration errors (default: 5)")
-    p.add_argument("--scale", nargs=2, type=int, default=[0, 6], metavar=("LOW", "HIGH"), help="the integer score scale (default: 0 6, MMIE's)")
+    p.add_argument("--scale", nargs=2, type=float, default=[0, 6], metavar=("LOW", "HIGH"), help="the score scale (default: 0 6, MMIE's)")
+    p.add_argument("--step", type=float, default=1,
+                   help="the distance between score levels LOW, LOW+STEP, ..., HIGH (default: 1; Inst-It's GPT-4o scores: --scale 0 1 --step 0.1)")
     add_common_flags(p)
     return p
 
 
-def check_args(args: argparse.Namespace) -> list[str]:
-    """The judge names; every problem with the flags in one UsageError."""
+def check_args(args: argparse.Namespace) -> tuple[list[str], Scale]:
+    """The judge names and the scale; every problem with the flags in one UsageError."""
     names = args.names or [Path(p).stem for p in args.predictions]
     problems = []
     if len(names) != len(args.predictions):
@@ -49,11 +54,14 @@ def check_args(args: argparse.Namespace) -> list[str]:
         problems.append(f"--bootstrap must be 0 or more, got {args.bootstrap}")
     if args.folds < 2:
         problems.append(f"--folds must be at least 2, got {args.folds}")
-    if args.scale[0] >= args.scale[1]:
-        problems.append(f"--scale LOW HIGH needs LOW < HIGH, got {args.scale[0]} {args.scale[1]}")
+    scale = None
+    try:
+        scale = Scale(*args.scale, args.step)
+    except ValueError as err:
+        problems.append(f"--scale LOW HIGH, --step STEP: {err}")
     if problems:
         raise UsageError("; ".join(problems))
-    return names
+    return names, scale
 
 
 def shared_criteria(ratings: Ratings, human_path: str) -> list[str]:
@@ -83,8 +91,7 @@ def _short(value: float | None) -> str:
 
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
-    names = check_args(args)
-    scale = (args.scale[0], args.scale[1])
+    names, scale = check_args(args)
     ratings = load_ratings(args.predictions, names, args.human, scale)
     criteria = args.criteria or shared_criteria(ratings, args.human)
     opts = Options(criteria, args.by, args.bootstrap, args.seed, args.fit, args.folds, scale)

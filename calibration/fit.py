@@ -14,6 +14,8 @@ from pydantic import BaseModel
 from sklearn.isotonic import IsotonicRegression
 from sklearn.model_selection import KFold
 
+from calibration.scale import Scale
+
 Knots = tuple[list[float], list[float]]
 
 
@@ -60,7 +62,8 @@ class Level(BaseModel):
     mean_human: float
 
 
-def reliability(judge: np.ndarray, human: np.ndarray) -> list[Level]:
-    """Mean human score at each judge score level (rounded to the integer scale)."""
-    levels = np.rint(judge)
-    return [Level(judge_level=float(v), n=int((levels == v).sum()), mean_human=float(human[levels == v].mean())) for v in np.unique(levels)]
+def reliability(judge: np.ndarray, human: np.ndarray, scale: Scale = Scale()) -> list[Level]:
+    """Mean human score at each level of the judge's scores (each at its nearest level)."""
+    indices = scale.index(judge)
+    return [Level(judge_level=scale.levels[k], n=int((indices == k).sum()), mean_human=float(human[indices == k].mean()))
+            for k in np.unique(indices)]

@@ -3,6 +3,10 @@
 Predictions: judge-score's records (`score`, `criteria`, `expected_score`, ...) or any JSON list with
 `id` and flat criterion fields (`overall`, `text_quality`, ...). Human scores: annotation records
 (`human_scores`; several annotators per id allowed) or a flat `{id, overall, ..., annotator?}` list.
+Either side may be an Inst-It Bench evaluate log, a JSON object whose `model_predictons` items each give
+one record: id = question_id, overall = score, category = split. An item marked `valid: false` is a
+failed judge call (Inst-It scores it 0 and leaves it out of its accuracy): it stays an id without a
+score, so that it is counted and named in the notes but never compared.
 
 The human reference value of an id is the mean of its annotators' scores; the individual scores are
 kept for the human-human ceiling. Every problem of every file is collected and raised as one
@@ -12,8 +16,10 @@ shared at all.
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -26,8 +32,11 @@ from judge.data import (
     load_annotations,
     read_records,
 )
+from calibration.scale import Scale
 
 SHOWN_IDS = 5  # ids listed by name when some are on one side only
+LOG_ITEMS = "model_predictons"  # sic: Inst-It's evaluate.py spells the key so
+INVALID = "marked valid: false (a failed judge call, which Inst-It scores 0 and leaves out of its accuracy)"
 
 
 @dataclass
@@ -63,6 +72,8 @@ class Coverage(BaseModel):
     only_in_human: int
     only_in_human_first: list[str]
     parse_failures: int  # records with no overall score (judge-score writes null when it cannot parse)
+    invalid: int = 0  # Inst-It items whose judge call failed
+    invalid_first: list[str] = []
 
 
 @dataclass
@@ -70,12 +81,37 @@ class Ratings:
     judges: dict[str, dict[str, JudgeRecord]]  # judge name -> id -> record
     human: dict[str, HumanRecord]
     coverage: dict[str, Coverage]
+    human_invalid: list[str] = field(default_factory=list)  # ids of the human file's Inst-It items whose judge call failed
+
+
+@dataclass
+class PredictionsFile:
+    records: dict[str, JudgeRecord]
+    parse_failures: int
+    invalid: list[str]  # ids of Inst-It items whose judge call failed
+    problems: list[Problem]
+
+
+@dataclass
+class HumanFile:
+    records: dict[str, HumanRecord]
+    invalid: list[str]  # ids of Inst-It items whose judge call failed
+    problems: list[Problem]
+
+
+@dataclass(frozen=True)
+class LogItem:
+    """One item of an Inst-It evaluate log."""
+
+    id: str
+    score: float | None  # None: the judge call failed (valid: false)
+    split: str
 
 
 class _Checker:
     """Collects problems of one file while its values are read."""
 
-    def __init__(self, path: str, scale: tuple[float, float]):
+    def __init__(self, path: str, scale: Scale):
         self.path, self.scale, self.problems = path, scale, []
 
     def add(self, message: str, index: int | None = None, record_id: str | None = None, field: str | None = None) -> None:
@@ -89,8 +125,8 @@ class _Checker:
             self.add(f"{value!r} is not a number", index, record_id, field)
         elif not math.isfinite(value):
             self.add(f"{value} is not a finite number", index, record_id, field)
-        elif not self.scale[0] <= value <= self.scale[1]:
-            self.add(f"{value:g} is outside the scale {self.scale[0]:g}-{self.scale[1]:g}", index, record_id, field)
+        elif not self.scale.low <= value <= self.scale.high:
+            self.add(f"{value:g} is outside the scale {self.scale.low:g}-{self.scale.high:g}", index, record_id, field)
         else:
             return float(value)
         return None
@@ -118,14 +154,81 @@ def _raw_judge_scores(record: dict, check: _Checker, index: int, rid: str) -> di
     return raw
 
 
-def read_predictions(path: str, scale: tuple[float, float]) -> tuple[dict[str, JudgeRecord], int, list[Problem]]:
-    """(records by id, parse failures, problems)."""
+def _read_content(path: str) -> list | dict:
+    """A JSON list of records or JSONL, as judge.data reads them, or an Inst-It evaluate log (a JSON object)."""
+    file = Path(path)
+    text = file.read_text(encoding="utf-8") if file.is_file() and file.suffix != ".jsonl" else ""
+    if not text.lstrip().startswith("{"):
+        return read_records(path)  # which also names a missing, empty or broken file
+    try:
+        content = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError([Problem(path, f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}")]) from None
+    if LOG_ITEMS not in content:
+        raise InputError([Problem(path, f"a JSON object without '{LOG_ITEMS}': expected a JSON list of records, JSONL, "
+                                        "or an Inst-It evaluate log")])
+    return content
+
+
+def _read_log(log: dict, check: _Checker) -> list[LogItem]:
+    """The items of an Inst-It evaluate log, an identical repeat once; every malformed item is a problem."""
+    items = log[LOG_ITEMS]
+    if not isinstance(items, list):
+        check.add(f"must be a list of items, got {type(items).__name__}", field=LOG_ITEMS)
+        return []
+    if not items:
+        check.add("no items: the log scored no question", field=LOG_ITEMS)
+        return []
+    first: dict[str, tuple[int, LogItem]] = {}  # id -> (index, item)
+    for index, raw in enumerate(items):
+        if (item := _log_item(raw, f"{LOG_ITEMS}[{index}]", check)) is None:
+            continue
+        if item.id not in first:
+            first[item.id] = (index, item)
+        elif first[item.id][1] != item:
+            check.add(f"question_id {item.id!r} again, scored differently than {LOG_ITEMS}[{first[item.id][0]}]", field=f"{LOG_ITEMS}[{index}]")
+    if first and all(item.score is None for _, item in first.values()):
+        check.add(f"every item is {INVALID}: no score to compare", field=LOG_ITEMS)
+    return [item for _, item in first.values()]
+
+
+def _found(item: dict, key: str) -> str:
+    return f"got {item[key]!r}" if key in item else "missing"
+
+
+def _log_item(item: object, where: str, check: _Checker) -> LogItem | None:
+    """The item, or None when something in it is wrong (each problem is added)."""
+    if not isinstance(item, dict):
+        check.add(f"an item must be an object, got {type(item).__name__}", field=where)
+        return None
+    problems_before = len(check.problems)
+    qid, valid, split = item.get("question_id"), item.get("valid"), item.get("split")
+    if isinstance(qid, bool) or not isinstance(qid, (str, int)):
+        check.add(f"must be a string or an integer, {_found(item, 'question_id')}", field=f"{where}.question_id")
+    if not isinstance(valid, bool):
+        check.add(f"must be true or false, {_found(item, 'valid')}", field=f"{where}.valid")
+    if not isinstance(split, str):
+        check.add(f"must be a string (image or video), {_found(item, 'split')}", field=f"{where}.split")
+    score = None
+    if valid is True:  # a failed call's score (Inst-It writes 0) is no score: it is not read
+        if item.get("score") is None:
+            check.add(f"a valid item needs a number, {_found(item, 'score')}", field=f"{where}.score")
+        else:
+            score = check.score(item["score"], None, None, f"{where}.score")
+    if len(check.problems) > problems_before:
+        return None
+    return LogItem(str(qid), score, split)
+
+
+def read_predictions(path: str, scale: Scale) -> PredictionsFile:
+    content = _read_content(path)
+    if isinstance(content, dict):
+        return _predictions_from_log(path, content, scale)
     check = _Checker(path, scale)
-    records = read_records(path)
     out: dict[str, JudgeRecord] = {}
     first_index: dict[str, int] = {}
     any_score_field, failures = False, 0
-    for index, r in enumerate(records):
+    for index, r in enumerate(content):
         if (rid := check.record_id(r, index)) is None:
             continue
         raw = _raw_judge_scores(r, check, index, rid)
@@ -144,26 +247,43 @@ def read_predictions(path: str, scale: tuple[float, float]) -> tuple[dict[str, J
             check.add(f"duplicate id with different scores than record {first_index[rid]}", index, rid)
         first_index.setdefault(rid, index)
         out[rid] = record
-    if not records:
+    if not content:
         check.add("no records")
     elif not any_score_field:
         check.add(f"no scores found: expected judge-score's 'score'/'criteria' or flat fields {', '.join(SCORE_FIELDS)}")
-    return out, failures, check.problems
+    return PredictionsFile(out, failures, [], check.problems)
 
 
-def read_human(path: str, scale: tuple[float, float]) -> tuple[dict[str, HumanRecord], list[Problem]]:
-    records = read_records(path)
-    if any(isinstance(r, dict) and "human_scores" in r for r in records):
+def _predictions_from_log(path: str, log: dict, scale: Scale) -> PredictionsFile:
+    check = _Checker(path, scale)
+    items = _read_log(log, check)
+    records = {i.id: JudgeRecord({} if i.score is None else {"overall": i.score}, None, None, i.split, None) for i in items}
+    return PredictionsFile(records, 0, [i.id for i in items if i.score is None], check.problems)
+
+
+def read_human(path: str, scale: Scale) -> HumanFile:
+    content = _read_content(path)
+    if isinstance(content, dict):
+        return _human_from_log(path, content, scale)
+    if any(isinstance(r, dict) and "human_scores" in r for r in content):
         try:
-            return _from_annotations(path, scale), []
+            return HumanFile(_from_annotations(path, scale), [], [])
         except InputError as err:
-            return {}, err.problems
-    return _from_flat(path, records, scale)
+            return HumanFile({}, [], err.problems)
+    return _from_flat(path, content, scale)
 
 
-def _from_annotations(path: str, scale) -> dict[str, HumanRecord]:
+def _human_from_log(path: str, log: dict, scale: Scale) -> HumanFile:
+    """One annotator (the log's judge) per id."""
+    check = _Checker(path, scale)
+    items = _read_log(log, check)
+    records = {i.id: HumanRecord({} if i.score is None else {"overall": [i.score]}, None, i.split) for i in items}
+    return HumanFile(records, [i.id for i in items if i.score is None], check.problems)
+
+
+def _from_annotations(path: str, scale: Scale) -> dict[str, HumanRecord]:
     out: dict[str, HumanRecord] = {}
-    for a in load_annotations(path, scale=scale):
+    for a in load_annotations(path, scale=scale.bounds):
         # Images the judge is shown (question and answer), counted as judge-score's n_images counts them.
         human = out.setdefault(a.id, HumanRecord({}, a.model, a.category, sum(len(s.text or "") for s in a.answer), len(a.images())))
         for name, value in a.human_scores.given().items():
@@ -171,7 +291,7 @@ def _from_annotations(path: str, scale) -> dict[str, HumanRecord]:
     return out
 
 
-def _from_flat(path: str, records: list, scale) -> tuple[dict[str, HumanRecord], list[Problem]]:
+def _from_flat(path: str, records: list, scale: Scale) -> HumanFile:
     check = _Checker(path, scale)
     out: dict[str, HumanRecord] = {}
     seen: dict[tuple, tuple[int, dict]] = {}  # (id, annotator) -> (index, scores)
@@ -195,53 +315,60 @@ def _from_flat(path: str, records: list, scale) -> tuple[dict[str, HumanRecord],
             human.ratings.setdefault(name, []).append(value)
     if not records:
         check.add("no records")
-    return out, check.problems
+    return HumanFile(out, [], check.problems)
 
 
 def _first(ids: set[str]) -> list[str]:
     return sorted(ids)[:SHOWN_IDS]
 
 
-def load_ratings(predictions: list[str], names: list[str], human_path: str, scale: tuple[float, float]) -> Ratings:
+def load_ratings(predictions: list[str], names: list[str], human_path: str, scale: Scale) -> Ratings:
     """Every file read and checked; one InputError listing every problem of every file."""
-    problems: list[Problem] = []
     try:
-        human, found = read_human(human_path, scale)
-        problems += found
+        human = read_human(human_path, scale)
     except InputError as err:
-        human, problems = {}, problems + err.problems
+        human = HumanFile({}, [], err.problems)
+    problems: list[Problem] = list(human.problems)
     judges, coverage = {}, {}
     for name, path in zip(names, predictions):
         try:
-            records, failures, found = read_predictions(path, scale)
+            found = read_predictions(path, scale)
         except InputError as err:
             problems += err.problems
             continue
-        problems += found
-        ids, human_ids = set(records), set(human)
-        if human and records and not ids & human_ids:
+        problems += found.problems
+        ids, human_ids = set(found.records), set(human.records)
+        if human.records and found.records and not ids & human_ids:
             problems.append(Problem(path, f"no id in common with {human_path} (first ids here: {_first(ids)}; there: {_first(human_ids)})"))
-        judges[name] = records
+        judges[name] = found.records
         coverage[name] = Coverage(
-            predictions=path, records=len(records), shared_ids=len(ids & human_ids),
+            predictions=path, records=len(found.records), shared_ids=len(ids & human_ids),
             only_in_predictions=len(ids - human_ids), only_in_predictions_first=_first(ids - human_ids),
-            only_in_human=len(human_ids - ids), only_in_human_first=_first(human_ids - ids), parse_failures=failures,
+            only_in_human=len(human_ids - ids), only_in_human_first=_first(human_ids - ids), parse_failures=found.parse_failures,
+            invalid=len(found.invalid), invalid_first=_first(set(found.invalid)),
         )
     if problems:
         raise InputError(problems)
-    return Ratings(judges, human, coverage)
+    return Ratings(judges, human.records, coverage, human.invalid)
+
+
+def _listed(count: int, first: list[str]) -> str:
+    return ", ".join(first) + (" ..." if count > SHOWN_IDS else "")
 
 
 def coverage_notes(ratings: Ratings, human_path: str) -> list[str]:
     """What was left out, in words, for the report and the terminal."""
     notes = []
+    if ratings.human_invalid:
+        count = len(ratings.human_invalid)
+        notes.append(f"{count} item(s) of {human_path} {INVALID}, left out: {_listed(count, _first(set(ratings.human_invalid)))}")
     for name, c in ratings.coverage.items():
         if c.only_in_predictions:
-            more = " ..." if c.only_in_predictions > SHOWN_IDS else ""
-            notes.append(f"{name}: {c.only_in_predictions} id(s) only in {c.predictions}, left out: {', '.join(c.only_in_predictions_first)}{more}")
+            notes.append(f"{name}: {c.only_in_predictions} id(s) only in {c.predictions}, left out: {_listed(c.only_in_predictions, c.only_in_predictions_first)}")
         if c.only_in_human:
-            more = " ..." if c.only_in_human > SHOWN_IDS else ""
-            notes.append(f"{name}: {c.only_in_human} id(s) only in {human_path} (not scored), left out: {', '.join(c.only_in_human_first)}{more}")
+            notes.append(f"{name}: {c.only_in_human} id(s) only in {human_path} (not scored), left out: {_listed(c.only_in_human, c.only_in_human_first)}")
         if c.parse_failures:
             notes.append(f"{name}: {c.parse_failures} parse failure(s) (null score) left out of the statistics")
+        if c.invalid:
+            notes.append(f"{name}: {c.invalid} item(s) of {c.predictions} {INVALID}, left out: {_listed(c.invalid, c.invalid_first)}")
     return notes

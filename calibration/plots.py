@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from calibration.analysis import Calibration, CriterionResult
+from calibration.scale import Scale
 
 plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 8})
 JUDGE_COLOUR, HUMAN_COLOUR, CALIBRATED_COLOUR = "tab:blue", "tab:orange", "tab:green"
@@ -28,20 +29,29 @@ def _png(fig) -> bytes:
     return buffer.getvalue()
 
 
-def _square_axes(ax, scale, xlabel: str, ylabel: str, title: str) -> None:
-    lo, hi = scale
+def _level_ticks(ax, scale: Scale, axes: str = "xy") -> None:
+    """A tick at every level, labelled as a person writes it (0.7, not 0.7000000000000001)."""
+    labels = [f"{v:g}" for v in scale.levels]
+    if "x" in axes:
+        ax.set_xticks(scale.levels, labels)
+    if "y" in axes:
+        ax.set_yticks(scale.levels, labels)
+
+
+def _square_axes(ax, scale: Scale, xlabel: str, ylabel: str, title: str) -> None:
+    lo, hi, margin = scale.low, scale.high, scale.step / 2
     ax.plot([lo, hi], [lo, hi], color="grey", linestyle="--", linewidth=1, label="judge = human")
-    ax.set(xlim=(lo - 0.5, hi + 0.5), ylim=(lo - 0.5, hi + 0.5), xticks=range(lo, hi + 1), yticks=range(lo, hi + 1),
-           xlabel=xlabel, ylabel=ylabel, title=title, aspect="equal")
+    ax.set(xlim=(lo - margin, hi + margin), ylim=(lo - margin, hi + margin), xlabel=xlabel, ylabel=ylabel, title=title, aspect="equal")
+    _level_ticks(ax, scale)
 
 
-def scatter(judge: np.ndarray, human: np.ndarray, name: str, scale, seed: int = 0) -> bytes:
-    """Judge vs human with jitter (integer scores would pile up on a few points) and the least-squares line."""
+def scatter(judge: np.ndarray, human: np.ndarray, name: str, scale: Scale, seed: int = 0) -> bytes:
+    """Judge vs human with jitter (scores on levels would pile up on a few points) and the least-squares line."""
     rng = np.random.default_rng(seed)
     fig, ax = plt.subplots(figsize=(5.2, 6))
-    jitter = lambda v: v + rng.uniform(-0.18, 0.18, len(v))
+    jitter = lambda v: v + rng.uniform(-0.18, 0.18, len(v)) * scale.step
     ax.scatter(jitter(judge), jitter(human), s=12, alpha=0.45, color=JUDGE_COLOUR, edgecolors="none", label=f"samples, jittered (n={len(judge)})")
-    lo, hi = scale
+    lo, hi = scale.bounds
     if np.ptp(judge) > 0:
         slope, intercept = np.polyfit(judge, human, 1)
         ax.plot([lo, hi], [intercept + slope * lo, intercept + slope * hi], color="tab:red", linewidth=1.5,
@@ -51,33 +61,33 @@ def scatter(judge: np.ndarray, human: np.ndarray, name: str, scale, seed: int = 
     return _png(fig)
 
 
-def confusion(judge: np.ndarray, human: np.ndarray, name: str, scale) -> bytes:
-    lo, hi = scale
-    k = hi - lo + 1
+def confusion(judge: np.ndarray, human: np.ndarray, name: str, scale: Scale) -> bytes:
+    k, levels = scale.n_levels, scale.levels
     counts = np.zeros((k, k), dtype=int)  # [human level, judge level]
-    np.add.at(counts, (np.clip(np.rint(human), lo, hi).astype(int) - lo, np.clip(np.rint(judge), lo, hi).astype(int) - lo), 1)
+    np.add.at(counts, (scale.index(human), scale.index(judge)), 1)
     fig, ax = plt.subplots(figsize=(5.4, 4.8))
-    image = ax.imshow(counts, origin="lower", cmap="Blues", extent=(lo - 0.5, hi + 0.5, lo - 0.5, hi + 0.5))
+    edges = (scale.low - scale.step / 2, scale.high + scale.step / 2)
+    image = ax.imshow(counts, origin="lower", cmap="Blues", extent=(*edges, *edges))
     for i in range(k):
         for j in range(k):
             if counts[i, j]:
                 colour = "white" if counts[i, j] > counts.max() / 2 else "black"
-                ax.text(lo + j, lo + i, counts[i, j], ha="center", va="center", fontsize=9, color=colour)
-    ax.set(xticks=range(lo, hi + 1), yticks=range(lo, hi + 1), xlabel="judge score (rounded)", ylabel="human score (mean, rounded)",
-           title=f"{name}: counts on the integer scale")
+                ax.text(levels[j], levels[i], counts[i, j], ha="center", va="center", fontsize=9 if k <= 8 else 7, color=colour)
+    ax.set(xlabel="judge score (nearest level)", ylabel="human score (mean, nearest level)", title=f"{name}: counts per level, scale {scale}")
+    _level_ticks(ax, scale)
     ax.grid(False)
-    ax.plot([lo - 0.5, hi + 0.5], [lo - 0.5, hi + 0.5], color="grey", linestyle="--", linewidth=0.8)
+    ax.plot(edges, edges, color="grey", linestyle="--", linewidth=0.8)
     fig.colorbar(image, ax=ax, shrink=0.85, label="samples")
     return _png(fig)
 
 
-def reliability_curve(calibration: Calibration, name: str, scale) -> bytes:
+def reliability_curve(calibration: Calibration, name: str, scale: Scale) -> bytes:
     """Mean human score at each judge score level, before and after calibration, with the map itself."""
     fig, ax = plt.subplots(figsize=(5.2, 5))
     source = "expected score" if calibration.source == "expected_score" else "score"
     if calibration.calibrator is not None:
         c = calibration.calibrator
-        xs = [scale[0], *c.x, scale[1]]
+        xs = [scale.low, *c.x, scale.high]
         ax.plot(xs, [c.apply(x) for x in xs], color="tab:purple", linewidth=1, alpha=0.7, label=f"{c.method} map (fitted on all pairs)")
     curves = ((calibration.reliability_before, f"judge {source}", JUDGE_COLOUR, "o"),
               (calibration.reliability_after, "calibrated, held-out folds", CALIBRATED_COLOUR, "s"))
@@ -87,21 +97,22 @@ def reliability_curve(calibration: Calibration, name: str, scale) -> bytes:
             for v in levels:
                 offset = (5, -11) if colour == CALIBRATED_COLOUR else (-14, 5)
                 ax.annotate(f"{v.n}", (v.judge_level, v.mean_human), textcoords="offset points", xytext=offset, fontsize=7, color=colour)
-    _square_axes(ax, scale, "score level, rounded (small numbers: samples)", "mean human score at that level", f"{name}: reliability")
+    _square_axes(ax, scale, "score level, nearest (small numbers: samples)", "mean human score at that level", f"{name}: reliability")
     ax.legend(loc="upper left")
     return _png(fig)
 
 
-def histograms(result: CriterionResult, name: str) -> bytes:
+def histograms(result: CriterionResult, name: str, scale: Scale) -> bytes:
     h = result.histogram
-    levels = np.array(h.levels)
+    levels, offset = np.array(h.levels), 0.2 * scale.step
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
-    ax.bar(levels - 0.2, h.judge, width=0.4, label="judge", color=JUDGE_COLOUR)
-    ax.bar(levels + 0.2, h.human, width=0.4, label="human (mean of annotators, rounded)", color=HUMAN_COLOUR)
+    ax.bar(levels - offset, h.judge, width=2 * offset, label="judge", color=JUDGE_COLOUR)
+    ax.bar(levels + offset, h.human, width=2 * offset, label="human (mean of annotators, nearest level)", color=HUMAN_COLOUR)
     title = f"{name}: score distributions, overall"
     if result.collapse:
         title += "\n" + result.collapse
-    ax.set(xticks=levels, xlabel="score", ylabel="samples", title=title)
+    ax.set(xlabel="score (nearest level)", ylabel="samples", title=title)
+    _level_ticks(ax, scale, "x")
     ax.legend()
     return _png(fig)
 

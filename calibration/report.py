@@ -151,8 +151,10 @@ def bias_section(report: Report) -> Section:
 
 
 def sections(report: Report) -> list[Section]:
-    lo, hi = report.scale
-    intro = [(f"Human scores: {report.human_file}, {report.human_ids} ids, scale {lo}-{hi}; the human value of an id is {report.reference}. "
+    scale = report.score_scale
+    intro = [(f"Human scores: {report.human_file}, {report.human_ids} ids, scale {scale}; the human value of an id is {report.reference}. "
+             f"Exact and within-1 agreement (within one step of {scale.step:g}), κ, histograms and confusion counts take each score "
+             f"at its nearest of the scale's {scale.n_levels} levels. "
              f"Intervals are 95%: Fisher z, and a percentile bootstrap of {report.bootstrap} resamples (seed {report.seed}) where shown.")]
     intro += [f"Note: {n}" for n in report.notes]
     return [Section("Judge agreement with human scores", 1, intro), *agreement_sections(report), system_section(report),
@@ -202,13 +204,14 @@ def make_plots(report: Report, paired: dict[str, Paired]) -> list[tuple[str, byt
     figures = []
     if report.group_by != "none" and "overall" in report.criteria:
         figures.append(("groups.png", plots.group_bars({j: r.criteria["overall"] for j, r in report.judges.items()}, report.group_by)))
+    scale = report.score_scale
     for name, p in paired.items():
         judge = report.judges[name]
-        figures += [(f"{slug(name)}_scatter.png", plots.scatter(p.judge, p.human, name, report.scale, report.seed)),
-                    (f"{slug(name)}_confusion.png", plots.confusion(p.judge, p.human, name, report.scale)),
-                    (f"{slug(name)}_histograms.png", plots.histograms(judge.criteria["overall"], name))]
+        figures += [(f"{slug(name)}_scatter.png", plots.scatter(p.judge, p.human, name, scale, report.seed)),
+                    (f"{slug(name)}_confusion.png", plots.confusion(p.judge, p.human, name, scale)),
+                    (f"{slug(name)}_histograms.png", plots.histograms(judge.criteria["overall"], name, scale))]
         if judge.calibration is not None and judge.calibration.reliability_before:
-            figures.append((f"{slug(name)}_reliability.png", plots.reliability_curve(judge.calibration, name, report.scale)))
+            figures.append((f"{slug(name)}_reliability.png", plots.reliability_curve(judge.calibration, name, scale)))
     return figures
 
 

@@ -12,6 +12,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 from scipy import stats as sps
 
+from calibration.scale import Scale, as_scale
+
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 # Resamples drawn per numpy call: bounds memory at about 2M pairs whatever n is (MMIE has 20k samples).
 _BOOTSTRAP_CELLS = 2_000_000
@@ -128,21 +130,19 @@ def mean_error(x: np.ndarray, y: np.ndarray, kind: str) -> Stat:
     return Stat(value=float(value))
 
 
-def agreement_rate(x: np.ndarray, y: np.ndarray, within: int) -> Stat:
-    """Share of pairs whose rounded scores differ by at most `within` points."""
+def agreement_rate(x: np.ndarray, y: np.ndarray, scale: Scale, within: int) -> Stat:
+    """Share of pairs whose nearest levels are at most `within` steps apart."""
     if len(x) == 0:
         return undefined("no pairs")
-    return Stat(value=float(np.mean(np.abs(np.rint(x) - np.rint(y)) <= within)))
+    return Stat(value=float(np.mean(np.abs(scale.index(x) - scale.index(y)) <= within)))
 
 
-def quadratic_kappa(x: np.ndarray, y: np.ndarray, scale: tuple[int, int]) -> Stat:
-    """Cohen's kappa with quadratic weights over every level of the integer scale (scores rounded)."""
+def quadratic_kappa(x: np.ndarray, y: np.ndarray, scale: Scale) -> Stat:
+    """Cohen's kappa with quadratic weights over every level of the scale (each score at its nearest level)."""
     if len(x) < 3:
         return undefined(f"n = {len(x)} < 3")
-    low, high = int(scale[0]), int(scale[1])
-    k = high - low + 1
-    a = np.clip(np.rint(x), low, high).astype(int) - low
-    b = np.clip(np.rint(y), low, high).astype(int) - low
+    k = scale.n_levels
+    a, b = scale.index(x), scale.index(y)
     observed = np.zeros((k, k))
     np.add.at(observed, (a, b), 1)
     expected = np.outer(observed.sum(1), observed.sum(0)) / len(a)
@@ -192,9 +192,10 @@ def krippendorff_alpha(reliability: np.ndarray, level: str) -> Stat:
 Agreement = dict[str, Stat]  # statistic name -> Stat, in agreement_table's order
 
 
-def agreement_table(judge, human, scale: tuple[int, int], bootstrap: int = 0, seed: int = 0) -> Agreement:
+def agreement_table(judge, human, scale: Scale | tuple[float, float], bootstrap: int = 0, seed: int = 0) -> Agreement:
     """Every pairwise statistic of one judge x criterion x group (or of one annotator vs the others)."""
     x, y = np.asarray(judge, dtype=float), np.asarray(human, dtype=float)
+    scale = as_scale(scale)
     pairs = np.vstack([x, y])  # two "coders" for Krippendorff: the judge and the human reference
     return {
         "n": Stat(value=len(x)),
@@ -205,8 +206,8 @@ def agreement_table(judge, human, scale: tuple[int, int], bootstrap: int = 0, se
         "rmse": mean_error(x, y, "rmse"),
         "mae": mean_error(x, y, "mae"),
         "cosine": cosine(x, y),
-        "exact_agreement": agreement_rate(x, y, 0),
-        "within_1_agreement": agreement_rate(x, y, 1),
+        "exact_agreement": agreement_rate(x, y, scale, 0),
+        "within_1_agreement": agreement_rate(x, y, scale, 1),  # one step
         "quadratic_kappa": quadratic_kappa(x, y, scale),
         "krippendorff_interval": krippendorff_alpha(pairs, "interval") if len(x) >= 3 else undefined(f"n = {len(x)} < 3"),
         "krippendorff_ordinal": krippendorff_alpha(pairs, "ordinal") if len(x) >= 3 else undefined(f"n = {len(x)} < 3"),
@@ -227,15 +228,17 @@ def correlation_ratio(values: np.ndarray, groups: list[str]) -> Stat:
     return Stat(value=float(math.sqrt(between / total)))
 
 
-def collapse_warning(scores, min_std: float = 0.1, max_share: float = 0.8) -> str | None:
-    """A judge that gives (nearly) everyone the same score measures nothing: say so."""
+def collapse_warning(scores, scale: Scale = Scale(), max_share: float = 0.8) -> str | None:
+    """A judge that gives (nearly) everyone the same score measures nothing: say so. Nearly: a spread
+    under a tenth of a step, or more than `max_share` of the scores on one level."""
     x = np.asarray(scores, dtype=float)
     if len(x) == 0:
         return None
+    min_std = 0.1 * scale.step
     if x.std() < min_std:
-        return f"score collapse: standard deviation {x.std():.3f} < {min_std}"
-    values, counts = np.unique(np.rint(x), return_counts=True)
+        return f"score collapse: standard deviation {x.std():.3f} < {min_std:g}"
+    indices, counts = np.unique(scale.index(x), return_counts=True)
     share = counts.max() / len(x)
     if share > max_share:
-        return f"score collapse: {share:.0%} of scores are {values[counts.argmax()]:g}"
+        return f"score collapse: {share:.0%} of scores are {scale.levels[indices[counts.argmax()]]:g}"
     return None

@@ -1,10 +1,14 @@
 import json
 import subprocess
 import sys
+from collections import Counter
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats as sps
+from sklearn.metrics import cohen_kappa_score
 
 from calibration.cli import main
 from judge.calibrator import Calibrator
@@ -199,3 +203,88 @@ def test_every_calibration_module_imports_and_runs_without_torch(files):
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp / "r" / "report.html").is_file()
+
+
+def inst_it_log(path, scores: dict, invalid: set, split_of) -> str:
+    """An Inst-It evaluate log (evaluate.py's layout, its misspelt key included) of question id -> score."""
+    items = [{"question_id": q, "question": "q", "model_prediction": "a", "ground_truth": "g", "split": split_of(q),
+              "score": 0 if q in invalid else s, "valid": q not in invalid, "error_in_gpt_eval": "Error" if q in invalid else "No Error."}
+             for q, s in scores.items()]
+    return write(path, {"accuracy": 48.5, "total_num": len(items), "valid_num": len(items) - len(invalid), "timestamp": "2025-01-02 03:04:05",
+                        "gpt_prompt": "Score the response from 0 to 1.", "model_predictons": items})
+
+
+def tenth(value: float) -> int:
+    """The level index of a score on 0-1 in steps of 0.1, in decimal arithmetic: no float error to guard against."""
+    return int((Decimal(repr(float(value))) * 10).to_integral_value(ROUND_HALF_EVEN))
+
+
+def test_a_local_judge_against_gpt4o_on_inst_it_logs(tmp_path):
+    rng = np.random.default_rng(5)
+    ids = [f"{v:03d}-{q:02d}" for v in range(1, 13) for q in range(1, 5)] + [7, 101, 2000]  # video-style ids, then integers
+    gpt = {q: round(float(k) * 0.1, 1) for q, k in zip(ids, rng.integers(0, 11, len(ids)))}
+    local = {q: float(np.clip(s + rng.choice([-0.2, -0.1, 0, 0, 0.1, 0.3]), 0, 1)) for q, s in gpt.items()}  # float error kept: 0.30000000000000004
+    gpt |= {"001-02": 0.85, "001-03": 0.33, "002-01": 0.05, "002-02": 0.35}  # GPT-4o's scores are not always on a level
+    split_of = lambda q: "video" if isinstance(q, str) and q < "007" else "image"
+    local_ids, gpt_ids = ids[:-1] + ["local-only"], list(reversed(ids[1:]))  # each side has an id the other lacks, in its own order
+    local["local-only"] = 0.5
+    local_log = inst_it_log(tmp_path / "local_log.json", {q: local[q] for q in local_ids}, {"003-02", "010-04"}, split_of)
+    gpt_log = inst_it_log(tmp_path / "gpt4o_log.json", {q: gpt[q] for q in gpt_ids}, {"003-02", "005-01", 101}, split_of)
+    out = tmp_path / "report"
+    assert main(["--predictions", local_log, "--names", "local", "--human", gpt_log, "--output_dir", str(out),
+                 "--scale", "0", "1", "--step", "0.1", "--bootstrap", "0"]) == 0
+
+    report = json.loads((out / "report.json").read_text(), parse_constant=no_nan)
+    assert (report["scale"], report["step"], report["criteria"]) == ([0, 1], 0.1, ["overall"])
+    compared = [q for q in ids[1:-1] if q not in ("003-02", "010-04", "005-01", 101)]
+    x, y = np.array([local[q] for q in compared]), np.array([gpt[q] for q in compared])
+    kx, ky = np.array([tenth(v) for v in x]), np.array([tenth(v) for v in y])
+    overall = report["judges"]["local"]["criteria"]["overall"]
+    table = {name: stat["value"] for name, stat in overall["all"].items()}
+    assert table["n"] == len(compared) == 45
+    assert table["pearson"] == pytest.approx(sps.pearsonr(x, y).statistic)
+    assert table["spearman"] == pytest.approx(sps.spearmanr(x, y).statistic)
+    assert table["kendall_tau_b"] == pytest.approx(sps.kendalltau(x, y).statistic)
+    assert (table["mse"], table["mae"]) == pytest.approx((np.mean((x - y) ** 2), np.mean(np.abs(x - y))))
+    assert table["exact_agreement"] == pytest.approx(np.mean(kx == ky))
+    assert table["within_1_agreement"] == pytest.approx(np.mean(np.abs(kx - ky) <= 1))
+    assert table["quadratic_kappa"] == pytest.approx(cohen_kappa_score(kx, ky, weights="quadratic", labels=range(11)))
+    assert overall["histogram"] == {"levels": pytest.approx([k / 10 for k in range(11)]),
+                                    "judge": np.bincount(kx, minlength=11).tolist(), "human": np.bincount(ky, minlength=11).tolist()}
+    assert {g: t["n"]["value"] for g, t in overall["groups"].items()} == Counter(split_of(q) for q in compared)
+    assert overall["collapse"] is None
+    reliability = report["judges"]["local"]["calibration"]["reliability_before"]
+    assert [(v["judge_level"], v["n"]) for v in reliability] == [(k / 10, int((kx == k).sum())) for k in np.unique(kx)]
+    assert report["human_ceiling"]["overall"]["agreement"]["pearson"]["reason"] == "n = 0 < 3"  # one annotator: GPT-4o
+
+    coverage = report["judges"]["local"]["coverage"]
+    assert (coverage["invalid"], coverage["invalid_first"]) == (2, ["003-02", "010-04"])
+    assert (coverage["only_in_predictions_first"], coverage["only_in_human_first"]) == (["001-01", "local-only"], ["2000"])
+    notes = "\n".join(report["notes"])
+    assert f"3 item(s) of {gpt_log} marked valid: false" in notes and "left out: 003-02, 005-01, 101" in notes
+    assert f"local: 2 item(s) of {local_log} marked valid: false" in notes
+    assert "scale 0-1 in steps of 0.1" in (out / "report.md").read_text()
+    pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
+    assert pngs == ["groups.png", "local_confusion.png", "local_histograms.png", "local_reliability.png", "local_scatter.png"]
+    calibrator = Calibrator.load(out / "calibrator.json")
+    assert calibrator.scale == (0, 1) and 0 <= calibrator.apply(0) <= calibrator.apply(0.5) <= calibrator.apply(1) <= 1
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--scale", "0", "1", "--step", "0.3"], "--scale LOW HIGH, --step STEP: step 0.3 does not divide 0-1 into whole steps"),
+     (["--step", "0"], "the step must be positive"), (["--scale", "0", "nan"], "must be finite numbers")],
+)
+def test_a_step_that_does_not_fit_the_scale_is_a_usage_error(files, tmp_path, capsys, flags, message):
+    preds, human, _ = files
+    assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r"), *flags]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
+def test_a_scale_of_tenths_that_float_division_gets_wrong_is_accepted(tmp_path):
+    # 0.7 / 0.1 = 6.999999999999999: still 8 levels
+    scores = [{"id": str(k), "overall": round(k * 0.1, 1)} for k in range(8)] * 2
+    preds, human = write(tmp_path / "p.json", scores[:8]), write(tmp_path / "h.json", scores[8:])
+    assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r"), "--scale", "0", "0.7", "--step", "0.1", "--fit", "none"]) == 0
+    overall = json.loads((tmp_path / "r" / "report.json").read_text())["judges"]["p"]["criteria"]["overall"]
+    assert overall["histogram"]["judge"] == [1] * 8 and overall["all"]["exact_agreement"]["value"] == 1

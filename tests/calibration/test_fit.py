@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from calibration.fit import apply_map, cross_fit, fit_map, reliability
+from calibration.scale import Scale
 
 
 @pytest.fixture
@@ -50,3 +51,10 @@ def test_too_few_pairs_for_the_folds_is_a_reason_not_a_crash(biased_judge):
 def test_reliability_is_the_mean_human_score_per_judge_level():
     levels = reliability(np.array([1, 1, 2, 2.2, 5]), np.array([0, 2, 3, 5, 6.0]))
     assert [(v.judge_level, v.n, v.mean_human) for v in levels] == [(1, 2, 1.0), (2, 2, 4.0), (5, 1, 6.0)]
+
+
+def test_reliability_on_tenths_groups_by_nearest_level():
+    judge = np.array([0.1 * 7, 0.7, 0.68, 0.1 * 3, 0.3, 0.96])  # 0.7000000000000001 and 0.7 are one level
+    levels = reliability(judge, np.array([0.6, 0.8, 1.0, 0.2, 0.4, 0.9]), Scale(0, 1, 0.1))
+    assert [(v.judge_level, v.n) for v in levels] == [(0.3, 2), (0.7, 3), (1.0, 1)]
+    assert [v.mean_human for v in levels] == pytest.approx([0.3, 0.8, 0.9])

@@ -17,6 +17,7 @@ from calibration.stats import (
     krippendorff_alpha,
     pearson,
 )
+from calibration.scale import Scale
 
 NAN = np.nan
 # Krippendorff (2011), "Computing Krippendorff's Alpha-Reliability", section C: 4 observers x 12 units,
@@ -158,3 +159,49 @@ def test_score_collapse_is_flagged():
     assert "standard deviation" in collapse_warning([4] * 50)
     assert "90% of scores are 5" in collapse_warning([5] * 45 + [1, 2, 3, 4, 6])
     assert collapse_warning(list(range(7)) * 5) is None
+
+
+TENTHS = Scale(0, 1, 0.1)
+
+
+@pytest.fixture(params=[0, 1])
+def tenths(request):
+    """Level indices 0-10 of a judge and of two annotators; scores are the indices times 0.1, with float
+    error (0.1 * 3 = 0.30000000000000004); the human reference is the annotators' mean, often half-way."""
+    rng = np.random.default_rng(request.param)
+    a, b = rng.integers(0, 11, 120), rng.integers(0, 11, 120)
+    k_judge = np.clip(a + rng.integers(-2, 3, 120), 0, 10)
+    k_human = np.array([round((i + j) / 2) for i, j in zip(a, b)])  # halves to even, in whole numbers
+    return k_judge, k_judge * 0.1, k_human, (a * 0.1 + b * 0.1) / 2
+
+
+def test_level_statistics_on_tenths_match_sklearn_on_level_indices(tenths):
+    k_judge, judge, k_human, human = tenths
+    t = agreement_table(judge, human, TENTHS)
+    kappa = cohen_kappa_score(k_judge, k_human, weights="quadratic", labels=range(11))
+    assert t["quadratic_kappa"].value == pytest.approx(kappa)
+    assert t["exact_agreement"].value == pytest.approx(np.mean(k_judge == k_human))
+    assert t["within_1_agreement"].value == pytest.approx(np.mean(np.abs(k_judge - k_human) <= 1))  # one step: 0.1
+    # the same judgements on a whole-number 0-10 scale give the same level statistics
+    whole = agreement_table(k_judge, k_human, (0, 10))
+    for name in ("quadratic_kappa", "exact_agreement", "within_1_agreement"):
+        assert t[name].value == pytest.approx(whole[name].value)
+
+
+def test_value_statistics_on_tenths_use_the_raw_values(tenths):
+    _, judge, _, human = tenths
+    t = agreement_table(judge, human, TENTHS)
+    assert t["pearson"].value == pytest.approx(sps.pearsonr(judge, human).statistic)
+    assert t["kendall_tau_b"].value == pytest.approx(sps.kendalltau(judge, human, variant="b").statistic)
+    assert t["mae"].value == pytest.approx(mean_absolute_error(human, judge))
+    expected = krippendorff.alpha(reliability_data=np.vstack([judge, human]), level_of_measurement="interval")
+    assert t["krippendorff_interval"].value == pytest.approx(expected)
+
+
+def test_score_collapse_on_tenths_counts_levels_and_a_tenth_of_a_step():
+    assert collapse_warning([0.5] * 40, TENTHS) == "score collapse: standard deviation 0.000 < 0.01"
+    assert collapse_warning([0.1 * 7] * 45 + [0, 0.2, 0.4, 0.9, 1], TENTHS) == "score collapse: 90% of scores are 0.7"
+    # a judge that uses the levels 0.6-1 evenly has not collapsed; rounded to whole numbers, every score is 1
+    upper = np.repeat(np.arange(6, 11) * 0.1, 8)
+    assert collapse_warning(upper, TENTHS) is None
+    assert collapse_warning(upper, Scale()) == "score collapse: 100% of scores are 1"

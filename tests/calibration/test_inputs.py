@@ -1,0 +1,97 @@
+"""Inst-It Bench evaluate logs as either side of judge-calibrate."""
+
+import json
+
+import pytest
+
+from calibration.inputs import coverage_notes, load_ratings, read_human, read_predictions
+from calibration.scale import Scale
+from judge.data import InputError
+
+TENTHS = Scale(0, 1, 0.1)
+
+
+def item(question_id, score, split="image", valid=True):
+    return {"question_id": question_id, "question": "What is [1] doing at <3>?", "model_prediction": "walking",
+            "ground_truth": "running", "split": split, "score": score, "valid": valid,
+            "error_in_gpt_eval": "No Error." if valid else "Error code: 500"}
+
+
+def log(path, items):
+    """A log as Inst-It's evaluate.py writes it (the items key misspelt as there); the summary is not read."""
+    content = {"accuracy": 51.2, "total_num": len(items), "valid_num": len(items), "timestamp": "2025-01-02 03:04:05", "gpt_prompt": "You are an expert evaluator ...", "model_predictons": items}
+    path.write_text(json.dumps(content, indent=4))
+    return str(path)
+
+
+def test_items_become_records_and_failed_judge_calls_stay_unscored(tmp_path):
+    path = log(tmp_path / "log.json", [item("001-01", 0.7), item(17, 0.3, "video"), item("002-01", 0, "video", valid=False)])
+    judge = read_predictions(path, TENTHS)
+    assert judge.problems == [] and judge.invalid == ["002-01"] and judge.parse_failures == 0
+    assert {i: (r.scores, r.category) for i, r in judge.records.items()} == {
+        "001-01": ({"overall": 0.7}, "image"), "17": ({"overall": 0.3}, "video"), "002-01": ({}, "video")}
+    human = read_human(path, TENTHS)
+    assert human.problems == [] and human.invalid == ["002-01"]
+    assert {i: r.ratings for i, r in human.records.items()} == {"001-01": {"overall": [0.7]}, "17": {"overall": [0.3]}, "002-01": {}}
+    assert human.records["17"].category == "video"
+
+
+def test_ids_pair_up_whatever_their_order_and_failed_calls_on_either_side_are_named(tmp_path):
+    ids = ["003-02", 5, "001-01", "10", "2", "001-10"]
+    local = log(tmp_path / "local.json", [item(q, 0.1 * k, valid=q != "10") for k, q in enumerate(ids)])
+    gpt = log(tmp_path / "gpt.json", [item(q, 0.1 * k, valid=q != "2") for k, q in reversed(list(enumerate(ids)))])
+    ratings = load_ratings([local], ["local"], gpt, TENTHS)
+    for k, q in enumerate(ids):
+        if q not in ("10", "2"):
+            assert ratings.judges["local"][str(q)].scores["overall"] == ratings.human[str(q)].mean("overall") == pytest.approx(0.1 * k)
+    coverage = ratings.coverage["local"]
+    assert (coverage.shared_ids, coverage.only_in_predictions, coverage.only_in_human) == (6, 0, 0)
+    assert (coverage.invalid, coverage.invalid_first, ratings.human_invalid) == (1, ["10"], ["2"])
+    notes = coverage_notes(ratings, gpt)
+    assert any(n.startswith(f"1 item(s) of {gpt} marked valid: false") and n.endswith("left out: 2") for n in notes)
+    assert any(n.startswith(f"local: 1 item(s) of {local} marked valid: false") and n.endswith("left out: 10") for n in notes)
+
+
+def test_an_identical_repeat_counts_once(tmp_path):
+    path = log(tmp_path / "log.json", [item(1, 0.5), item(1, 0.5), item(2, 0.6)])
+    assert list(read_predictions(path, TENTHS).records) == ["1", "2"]
+
+
+def test_every_problem_of_a_malformed_log_at_once(tmp_path):
+    no_valid = item(4, 0.5)
+    del no_valid["valid"]
+    items = [item(0, 0.5), "not an item", item(None, 0.5), item(3, 1.5), no_valid, item(5, None), item(6, "0.8"),
+             item(7, 0.2, split=None), item(8, True), item(0, 0.6), item(9, float("nan"), valid=False)]
+    path = log(tmp_path / "bad.json", items)
+    problems = [str(p) for p in read_predictions(path, TENTHS).problems]
+    assert problems == [
+        f"{path}: model_predictons[1]: an item must be an object, got str",
+        f"{path}: model_predictons[2].question_id: must be a string or an integer, got None",
+        f"{path}: model_predictons[3].score: 1.5 is outside the scale 0-1",
+        f"{path}: model_predictons[4].valid: must be true or false, missing",
+        f"{path}: model_predictons[5].score: a valid item needs a number, got None",
+        f"{path}: model_predictons[6].score: '0.8' is not a number",
+        f"{path}: model_predictons[7].split: must be a string (image or video), got None",
+        f"{path}: model_predictons[8].score: True is not a number",
+        f"{path}: model_predictons[9]: question_id '0' again, scored differently than model_predictons[0]",
+    ]  # item 10: a failed call's score is not read
+
+
+@pytest.mark.parametrize(
+    "items, message",
+    [([], "model_predictons: no items: the log scored no question"), ({"0": item(0, 0.5)}, "model_predictons: must be a list of items, got dict"),
+     ([item(0, 0, valid=False)], "model_predictons: every item is marked valid: false (a failed judge call, which Inst-It scores 0 and leaves "
+                                 "out of its accuracy): no score to compare")],
+)
+def test_a_log_without_scored_items_is_an_error(tmp_path, items, message):
+    path = log(tmp_path / "log.json", items)
+    assert [str(p) for p in read_human(path, TENTHS).problems] == [f"{path}: {message}"]
+
+
+def test_an_object_that_is_not_a_log_and_broken_json_are_errors(tmp_path):
+    (tmp_path / "other.json").write_text(json.dumps({"accuracy": 50, "predictions": []}))
+    with pytest.raises(InputError, match="a JSON object without 'model_predictons'"):
+        read_predictions(str(tmp_path / "other.json"), TENTHS)
+    (tmp_path / "broken.json").write_text('{"model_predictons": [}')
+    with pytest.raises(InputError, match="broken.json: invalid JSON at line 1, column 23"):
+        read_human(str(tmp_path / "broken.json"), TENTHS)

@@ -1,0 +1,64 @@
+import numpy as np
+import pytest
+
+from calibration.scale import Scale
+
+TENTHS = Scale(0, 1, 0.1)
+
+
+def test_levels_read_as_written():
+    assert TENTHS.n_levels == 11
+    assert TENTHS.levels == [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1]
+    assert Scale().levels == [0, 1, 2, 3, 4, 5, 6]
+    assert str(TENTHS) == "0-1 in steps of 0.1" and str(Scale(1, 5)) == "1-5"
+
+
+@pytest.mark.parametrize(
+    "value, index",
+    [
+        (0.7, 7), (0.1 * 7, 7), (0.6 + 0.1, 7), (1 - 0.3, 7),  # 0.7000000000000001, 0.7, 0.7 from below
+        (0.3, 3), (0.1 * 3, 3), (1 - 0.7, 3),  # 0.30000000000000004
+        (0.34999, 3), (0.35001, 4), (0.04, 0), (0.96, 10),
+        # half-way (a mean of two annotators): to the even level, whatever the float error of value / step
+        (0.05, 0), (0.15, 2), (0.25, 2), (0.35, 4), (0.45, 4), (0.65, 6), (0.75, 8), (0.95, 10),
+        (-0.2, 0), (1.3, 10),  # outside the scale: its ends
+    ],
+)
+def test_a_value_snaps_to_its_nearest_level(value, index):
+    assert TENTHS.index([value])[0] == index
+    assert TENTHS.snap([value])[0] == TENTHS.levels[index]
+
+
+def test_half_way_follows_the_tenths_not_their_float_error():
+    # (k + 0.5) / 10 for every k: float division gives values on both sides of the half
+    halves = (np.arange(10) + 0.5) / 10
+    assert list(TENTHS.index(halves)) == [round(k + 0.5) for k in range(10)]  # Python rounds halves to even
+
+
+@pytest.mark.parametrize("low, high", [(0, 6), (1, 5), (-3, 3)])
+def test_whole_steps_snap_as_rounding_the_raw_score_did(low, high):
+    values = np.linspace(low, high, 8 * (high - low) + 1)  # every eighth: halves included
+    assert list(Scale(low, high).index(values)) == list(np.clip(np.rint(values), low, high).astype(int) - low)
+
+
+def test_a_scale_not_starting_on_a_multiple_of_its_step():
+    scale = Scale(0.5, 3.5)
+    assert scale.levels == [0.5, 1.5, 2.5, 3.5]
+    assert list(scale.snap([0.5, 1.4, 1.6, 3.5])) == [0.5, 1.5, 1.5, 3.5]
+
+
+@pytest.mark.parametrize("high, step", [(0.7, 0.1), (1, 0.05), (1, 0.2), (10, 2.5), (0.3, 0.1)])
+def test_float_steps_that_divide_the_scale_are_accepted(high, step):
+    scale = Scale(0, high, step)
+    assert scale.levels[-1] == pytest.approx(high) and scale.n_levels == round(high / step) + 1
+
+
+@pytest.mark.parametrize(
+    "low, high, step, message",
+    [(0, 1, 0.3, "step 0.3 does not divide 0-1 into whole steps ((HIGH - LOW) / STEP = 3.333)"),
+     (0, 6, 4, "step 4 does not divide 0-6"), (0, 1, 0, "the step must be positive"), (0, 1, -0.1, "the step must be positive"),
+     (1, 1, 1, "LOW < HIGH"), (6, 0, 1, "LOW < HIGH"), (0, float("inf"), 1, "finite"), (0, 1, float("nan"), "finite")],
+)
+def test_a_bad_scale_says_why(low, high, step, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Scale(low, high, step)
