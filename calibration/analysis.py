@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from calibration.fit import Level, cross_fit, fit_map, reliability
 from calibration.inputs import Coverage, Ratings
-from calibration.scale import Scale, as_scale
+from judge.parsing import ScoreScale
 from calibration.stats import (
     Agreement,
     Stat,
@@ -42,10 +42,7 @@ class Options:
     seed: int
     fit: str  # "isotonic", "linear" or "none"
     folds: int
-    scale: Scale
-
-    def __post_init__(self):
-        self.scale = as_scale(self.scale)  # a (low, high) pair is a scale of whole steps
+    scale: ScoreScale
 
 
 @dataclass
@@ -114,7 +111,7 @@ class Histogram(BaseModel):
     human: list[int]  # human reference per level (mean of annotators, at its nearest level)
 
 
-def histogram(p: Paired, scale: Scale) -> Histogram:
+def histogram(p: Paired, scale: ScoreScale) -> Histogram:
     count = lambda v: [int(c) for c in np.bincount(scale.index(v), minlength=scale.n_levels)]
     return Histogram(levels=scale.levels, judge=count(p.judge), human=count(p.human))
 
@@ -225,7 +222,7 @@ class Ceiling(BaseModel):
     agreement: Agreement
 
 
-def human_ceiling(ratings: Ratings, criterion: str, scale: Scale | tuple[float, float], bootstrap: int, seed: int) -> Ceiling:
+def human_ceiling(ratings: Ratings, criterion: str, scale: ScoreScale, bootstrap: int, seed: int) -> Ceiling:
     """How well people agree with each other, on the judge's statistics: the most a judge can be expected to reach."""
     rated = [r.ratings.get(criterion, []) for r in ratings.human.values()]
     one, others = [], []
@@ -265,8 +262,8 @@ class Report(BaseModel):
     human_ceiling: dict[str, Ceiling]
 
     @property
-    def score_scale(self) -> Scale:
-        return Scale(*self.scale, self.step)
+    def score_scale(self) -> ScoreScale:
+        return ScoreScale(*self.scale, self.step)
 
 
 def analyse(ratings: Ratings, opts: Options, human_path: str, notes: list[str]) -> tuple[Report, dict[str, Paired]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from calibration.analysis import Options, Report, analyse
 from calibration.inputs import Ratings, coverage_notes, load_ratings
 from calibration.report import slug, write_reports
-from calibration.scale import Scale
+from judge.parsing import ScoreScale
 from judge.cli import UsageError, add_common_flags, run
 from judge.data import SCORE_FIELDS, InputError, Problem
 
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_args(args: argparse.Namespace) -> tuple[list[str], Scale]:
+def check_args(args: argparse.Namespace) -> tuple[list[str], ScoreScale]:
     """The judge names and the scale; every problem with the flags in one UsageError."""
     names = args.names or [Path(p).stem for p in args.predictions]
     problems = []
@@ -56,7 +56,7 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], Scale]:
         problems.append(f"--folds must be at least 2, got {args.folds}")
     scale = None
     try:
-        scale = Scale(*args.scale, args.step)
+        scale = ScoreScale(*args.scale, args.step)
     except ValueError as err:
         problems.append(f"--scale LOW HIGH, --step STEP: {err}")
     if problems:

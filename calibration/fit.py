@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from sklearn.isotonic import IsotonicRegression
 from sklearn.model_selection import KFold
 
-from calibration.scale import Scale
+from judge.parsing import ScoreScale
 
 Knots = tuple[list[float], list[float]]
 
@@ -62,7 +62,7 @@ class Level(BaseModel):
     mean_human: float
 
 
-def reliability(judge: np.ndarray, human: np.ndarray, scale: Scale = Scale()) -> list[Level]:
+def reliability(judge: np.ndarray, human: np.ndarray, scale: ScoreScale = ScoreScale()) -> list[Level]:
     """Mean human score at each level of the judge's scores (each at its nearest level)."""
     indices = scale.index(judge)
     return [Level(judge_level=scale.levels[k], n=int((indices == k).sum()), mean_human=float(human[indices == k].mean()))

@@ -32,7 +32,7 @@ from judge.data import (
     load_annotations,
     read_records,
 )
-from calibration.scale import Scale
+from judge.parsing import ScoreScale
 
 SHOWN_IDS = 5  # ids listed by name when some are on one side only
 LOG_ITEMS = "model_predictons"  # sic: Inst-It's evaluate.py spells the key so
@@ -111,7 +111,7 @@ class LogItem:
 class _Checker:
     """Collects problems of one file while its values are read."""
 
-    def __init__(self, path: str, scale: Scale):
+    def __init__(self, path: str, scale: ScoreScale):
         self.path, self.scale, self.problems = path, scale, []
 
     def add(self, message: str, index: int | None = None, record_id: str | None = None, field: str | None = None) -> None:
@@ -220,7 +220,7 @@ def _log_item(item: object, where: str, check: _Checker) -> LogItem | None:
     return LogItem(str(qid), score, split)
 
 
-def read_predictions(path: str, scale: Scale) -> PredictionsFile:
+def read_predictions(path: str, scale: ScoreScale) -> PredictionsFile:
     content = _read_content(path)
     if isinstance(content, dict):
         return _predictions_from_log(path, content, scale)
@@ -254,14 +254,14 @@ def read_predictions(path: str, scale: Scale) -> PredictionsFile:
     return PredictionsFile(out, failures, [], check.problems)
 
 
-def _predictions_from_log(path: str, log: dict, scale: Scale) -> PredictionsFile:
+def _predictions_from_log(path: str, log: dict, scale: ScoreScale) -> PredictionsFile:
     check = _Checker(path, scale)
     items = _read_log(log, check)
     records = {i.id: JudgeRecord({} if i.score is None else {"overall": i.score}, None, None, i.split, None) for i in items}
     return PredictionsFile(records, 0, [i.id for i in items if i.score is None], check.problems)
 
 
-def read_human(path: str, scale: Scale) -> HumanFile:
+def read_human(path: str, scale: ScoreScale) -> HumanFile:
     content = _read_content(path)
     if isinstance(content, dict):
         return _human_from_log(path, content, scale)
@@ -273,7 +273,7 @@ def read_human(path: str, scale: Scale) -> HumanFile:
     return _from_flat(path, content, scale)
 
 
-def _human_from_log(path: str, log: dict, scale: Scale) -> HumanFile:
+def _human_from_log(path: str, log: dict, scale: ScoreScale) -> HumanFile:
     """One annotator (the log's judge) per id."""
     check = _Checker(path, scale)
     items = _read_log(log, check)
@@ -281,7 +281,7 @@ def _human_from_log(path: str, log: dict, scale: Scale) -> HumanFile:
     return HumanFile(records, [i.id for i in items if i.score is None], check.problems)
 
 
-def _from_annotations(path: str, scale: Scale) -> dict[str, HumanRecord]:
+def _from_annotations(path: str, scale: ScoreScale) -> dict[str, HumanRecord]:
     out: dict[str, HumanRecord] = {}
     for a in load_annotations(path, scale=scale.bounds):
         # Images the judge is shown (question and answer), counted as judge-score's n_images counts them.
@@ -291,7 +291,7 @@ def _from_annotations(path: str, scale: Scale) -> dict[str, HumanRecord]:
     return out
 
 
-def _from_flat(path: str, records: list, scale: Scale) -> HumanFile:
+def _from_flat(path: str, records: list, scale: ScoreScale) -> HumanFile:
     check = _Checker(path, scale)
     out: dict[str, HumanRecord] = {}
     seen: dict[tuple, tuple[int, dict]] = {}  # (id, annotator) -> (index, scores)
@@ -322,7 +322,7 @@ def _first(ids: set[str]) -> list[str]:
     return sorted(ids)[:SHOWN_IDS]
 
 
-def load_ratings(predictions: list[str], names: list[str], human_path: str, scale: Scale) -> Ratings:
+def load_ratings(predictions: list[str], names: list[str], human_path: str, scale: ScoreScale) -> Ratings:
     """Every file read and checked; one InputError listing every problem of every file."""
     try:
         human = read_human(human_path, scale)

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from calibration.analysis import Calibration, CriterionResult
-from calibration.scale import Scale
+from judge.parsing import ScoreScale
 
 plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 8})
 JUDGE_COLOUR, HUMAN_COLOUR, CALIBRATED_COLOUR = "tab:blue", "tab:orange", "tab:green"
@@ -29,7 +29,7 @@ def _png(fig) -> bytes:
     return buffer.getvalue()
 
 
-def _level_ticks(ax, scale: Scale, axes: str = "xy") -> None:
+def _level_ticks(ax, scale: ScoreScale, axes: str = "xy") -> None:
     """A tick at every level, labelled as a person writes it (0.7, not 0.7000000000000001)."""
     labels = [f"{v:g}" for v in scale.levels]
     if "x" in axes:
@@ -38,14 +38,14 @@ def _level_ticks(ax, scale: Scale, axes: str = "xy") -> None:
         ax.set_yticks(scale.levels, labels)
 
 
-def _square_axes(ax, scale: Scale, xlabel: str, ylabel: str, title: str) -> None:
+def _square_axes(ax, scale: ScoreScale, xlabel: str, ylabel: str, title: str) -> None:
     lo, hi, margin = scale.low, scale.high, scale.step / 2
     ax.plot([lo, hi], [lo, hi], color="grey", linestyle="--", linewidth=1, label="judge = human")
     ax.set(xlim=(lo - margin, hi + margin), ylim=(lo - margin, hi + margin), xlabel=xlabel, ylabel=ylabel, title=title, aspect="equal")
     _level_ticks(ax, scale)
 
 
-def scatter(judge: np.ndarray, human: np.ndarray, name: str, scale: Scale, seed: int = 0) -> bytes:
+def scatter(judge: np.ndarray, human: np.ndarray, name: str, scale: ScoreScale, seed: int = 0) -> bytes:
     """Judge vs human with jitter (scores on levels would pile up on a few points) and the least-squares line."""
     rng = np.random.default_rng(seed)
     fig, ax = plt.subplots(figsize=(5.2, 6))
@@ -61,7 +61,7 @@ def scatter(judge: np.ndarray, human: np.ndarray, name: str, scale: Scale, seed:
     return _png(fig)
 
 
-def confusion(judge: np.ndarray, human: np.ndarray, name: str, scale: Scale) -> bytes:
+def confusion(judge: np.ndarray, human: np.ndarray, name: str, scale: ScoreScale) -> bytes:
     k, levels = scale.n_levels, scale.levels
     counts = np.zeros((k, k), dtype=int)  # [human level, judge level]
     np.add.at(counts, (scale.index(human), scale.index(judge)), 1)
@@ -81,7 +81,7 @@ def confusion(judge: np.ndarray, human: np.ndarray, name: str, scale: Scale) -> 
     return _png(fig)
 
 
-def reliability_curve(calibration: Calibration, name: str, scale: Scale) -> bytes:
+def reliability_curve(calibration: Calibration, name: str, scale: ScoreScale) -> bytes:
     """Mean human score at each judge score level, before and after calibration, with the map itself."""
     fig, ax = plt.subplots(figsize=(5.2, 5))
     source = "expected score" if calibration.source == "expected_score" else "score"
@@ -102,7 +102,7 @@ def reliability_curve(calibration: Calibration, name: str, scale: Scale) -> byte
     return _png(fig)
 
 
-def histograms(result: CriterionResult, name: str, scale: Scale) -> bytes:
+def histograms(result: CriterionResult, name: str, scale: ScoreScale) -> bytes:
     h = result.histogram
     levels, offset = np.array(h.levels), 0.2 * scale.step
     fig, ax = plt.subplots(figsize=(5.6, 3.8))

@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 from scipy import stats as sps
 
-from calibration.scale import Scale, as_scale
+from judge.parsing import ScoreScale
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 # Resamples drawn per numpy call: bounds memory at about 2M pairs whatever n is (MMIE has 20k samples).
@@ -130,14 +130,14 @@ def mean_error(x: np.ndarray, y: np.ndarray, kind: str) -> Stat:
     return Stat(value=float(value))
 
 
-def agreement_rate(x: np.ndarray, y: np.ndarray, scale: Scale, within: int) -> Stat:
+def agreement_rate(x: np.ndarray, y: np.ndarray, scale: ScoreScale, within: int) -> Stat:
     """Share of pairs whose nearest levels are at most `within` steps apart."""
     if len(x) == 0:
         return undefined("no pairs")
     return Stat(value=float(np.mean(np.abs(scale.index(x) - scale.index(y)) <= within)))
 
 
-def quadratic_kappa(x: np.ndarray, y: np.ndarray, scale: Scale) -> Stat:
+def quadratic_kappa(x: np.ndarray, y: np.ndarray, scale: ScoreScale) -> Stat:
     """Cohen's kappa with quadratic weights over every level of the scale (each score at its nearest level)."""
     if len(x) < 3:
         return undefined(f"n = {len(x)} < 3")
@@ -192,10 +192,9 @@ def krippendorff_alpha(reliability: np.ndarray, level: str) -> Stat:
 Agreement = dict[str, Stat]  # statistic name -> Stat, in agreement_table's order
 
 
-def agreement_table(judge, human, scale: Scale | tuple[float, float], bootstrap: int = 0, seed: int = 0) -> Agreement:
+def agreement_table(judge, human, scale: ScoreScale, bootstrap: int = 0, seed: int = 0) -> Agreement:
     """Every pairwise statistic of one judge x criterion x group (or of one annotator vs the others)."""
     x, y = np.asarray(judge, dtype=float), np.asarray(human, dtype=float)
-    scale = as_scale(scale)
     pairs = np.vstack([x, y])  # two "coders" for Krippendorff: the judge and the human reference
     return {
         "n": Stat(value=len(x)),
@@ -228,7 +227,7 @@ def correlation_ratio(values: np.ndarray, groups: list[str]) -> Stat:
     return Stat(value=float(math.sqrt(between / total)))
 
 
-def collapse_warning(scores, scale: Scale = Scale(), max_share: float = 0.8) -> str | None:
+def collapse_warning(scores, scale: ScoreScale = ScoreScale(), max_share: float = 0.8) -> str | None:
     """A judge that gives (nearly) everyone the same score measures nothing: say so. Nearly: a spread
     under a tenth of a step, or more than `max_share` of the scores on one level."""
     x = np.asarray(scores, dtype=float)

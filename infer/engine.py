@@ -83,7 +83,7 @@ def score_token_ids(tokenizer, scale: ScoreScale) -> dict[int, int]:
         raise ValueError(f"scores on the scale {scale} are written with a decimal point, in several tokens")
     prefix = tokenizer(f"x\n{SCORE_HEADING}\n", add_special_tokens=False).input_ids
     ids = {}
-    for value in scale.levels():
+    for value in scale.levels:
         full = tokenizer(f"x\n{SCORE_HEADING}\n{value}", add_special_tokens=False).input_ids
         if full[: len(prefix)] != prefix or len(full) != len(prefix) + 1:
             raise ValueError(f"score {value} is not a single token after '{SCORE_HEADING}'")

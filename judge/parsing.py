@@ -20,49 +20,78 @@ mistaken for an answer.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
+
+import numpy as np
 
 SCORE_HEADING = "### Score"
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
+# Float error of a step count (0.7 / 0.1 = 6.999999999999999) is far below this; a real half step is not.
+_DECIMALS = 9
+
+
 @dataclass(frozen=True)
 class ScoreScale:
-    """The scores a judge may give: low, low + step, ..., high."""
+    """The scores a judge may give and people rate on: low, low + step, ..., high. The default is MMIE's,
+    whole numbers 0-6; Inst-It's judge scores 0-1 in steps of 0.1."""
 
     low: float = 0
     high: float = 6
     step: float = 1
 
     def __post_init__(self):
-        if not self.low < self.high or self.step <= 0:
-            raise ValueError(f"a scale needs low < high and step > 0, got {self.low}-{self.high} step {self.step}")
-        if abs(self.n_steps - (self.high - self.low) / self.step) > 1e-9:
-            raise ValueError(f"step {self.step} does not divide the scale {self.low:g}-{self.high:g} into whole steps")
+        if not all(math.isfinite(v) for v in (self.low, self.high, self.step)):
+            raise ValueError(f"a scale needs finite numbers, got {self.low:g}-{self.high:g} step {self.step:g}")
+        if not self.low < self.high or not self.step > 0:
+            raise ValueError(f"a scale needs low < high and step > 0, got {self.low:g}-{self.high:g} step {self.step:g}")
+        steps = (self.high - self.low) / self.step
+        if abs(steps - round(steps)) > 10**-_DECIMALS:
+            raise ValueError(f"step {self.step:g} does not divide the scale {self.low:g}-{self.high:g} into whole steps "
+                             f"((high - low) / step = {steps:.4g})")
 
     @property
-    def n_steps(self) -> int:
-        return round((self.high - self.low) / self.step)
+    def n_levels(self) -> int:
+        return round((self.high - self.low) / self.step) + 1
 
     @property
     def integral(self) -> bool:
         """Whole numbers only: each score is one token, so the judge's score distribution can be read."""
         return self.step == 1 and float(self.low).is_integer()
 
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return float(self.low), float(self.high)
+
     def level(self, k: int) -> int | float:
         value = self.low + k * self.step
-        # Whole numbers stay ints (MMIE's scores are written as 4, not 4.0); rounding off float error
-        # makes 7 steps of 0.1 read 0.7, not 0.7000000000000001.
-        return int(value) if self.integral else round(value, 9)
+        # Whole numbers stay ints (MMIE's scores are written 4, not 4.0); rounding off float error makes
+        # 7 steps of 0.1 read 0.7, not 0.7000000000000001.
+        return int(value) if self.integral else round(value, _DECIMALS)
 
+    @property
     def levels(self) -> list[int | float]:
-        return [self.level(k) for k in range(self.n_steps + 1)]
+        return [self.level(k) for k in range(self.n_levels)]
+
+    def _nearest(self, values) -> np.ndarray:
+        """Steps from low to each value's nearest level, unclipped. A value half way between two levels
+        goes where Python's round sends the raw score (to an even count of steps from 0, not from low),
+        so on a whole-number scale snapping is exactly MMIE's rounding, whatever low is."""
+        steps = np.round((np.asarray(values, dtype=float) - self.low) / self.step, _DECIMALS)
+        origin = round(self.low / self.step)
+        return (np.rint(steps + origin) - origin).astype(int)
+
+    def index(self, values) -> np.ndarray:
+        """Each value's level index, clipped to the scale: for statistics over levels."""
+        return np.clip(self._nearest(values), 0, self.n_levels - 1)
 
     def snap(self, value: float) -> int | float | None:
-        """The nearest level, or None when the value lies outside the scale once rounded."""
-        k = round((value - self.low) / self.step)
-        return self.level(k) if 0 <= k <= self.n_steps else None
+        """The nearest level, or None when the value lies outside the scale once rounded: for parsing."""
+        k = int(self._nearest([value])[0])
+        return self.level(k) if 0 <= k < self.n_levels else None
 
     def __str__(self) -> str:
         return f"{self.low:g}-{self.high:g}" + ("" if self.step == 1 else f" in steps of {self.step:g}")

@@ -24,6 +24,7 @@ from calibration.stats import agreement_table
 from infer.engine import Scorer, ScoreOptions, prepare
 from judge.data import SCORE_FIELDS, Annotation, load_annotations
 from judge.model import Judge, load_judge, with_max_tiles, write_settings
+from judge.parsing import ScoreScale
 from judge.prompts import Rubric
 from train.data import Collator, build_dataset, merge_annotators
 
@@ -128,7 +129,7 @@ def evaluate_judge(judge: Judge, annotations: list[Annotation], rubrics, image_r
     for name in SCORE_FIELDS:
         pairs = [(_judge_value(results[r.annotation.id], name), r.scores[name]) for r in rated if name in r.scores]
         pairs = [(j, h) for j, h in pairs if j is not None]
-        table = agreement_table([j for j, _ in pairs], [h for _, h in pairs], cfg.scale)
+        table = agreement_table([j for j, _ in pairs], [h for _, h in pairs], ScoreScale(*cfg.scale))
         metrics[name] = {stat: value.value for stat, value in table.items()}
     return metrics
 

@@ -4,6 +4,7 @@ from scipy import stats as sps
 
 from calibration.analysis import Options, analyse, human_ceiling
 from calibration.inputs import Coverage, HumanRecord, JudgeRecord, Ratings
+from judge.parsing import ScoreScale
 
 
 def ratings(judge: dict[str, JudgeRecord], human: dict[str, HumanRecord]) -> Ratings:
@@ -13,7 +14,7 @@ def ratings(judge: dict[str, JudgeRecord], human: dict[str, HumanRecord]) -> Rat
 
 
 def options(**changes) -> Options:
-    return Options(**{"criteria": ["overall"], "group_by": "category", "bootstrap": 0, "seed": 0, "fit": "isotonic", "folds": 5, "scale": (0, 6), **changes})
+    return Options(**{"criteria": ["overall"], "group_by": "category", "bootstrap": 0, "seed": 0, "fit": "isotonic", "folds": 5, "scale": ScoreScale(0, 6), **changes})
 
 
 def synthetic(n=240, models=("a", "b", "c", "d"), seed=0):
@@ -57,7 +58,7 @@ def test_system_level_needs_three_models():
 def test_human_ceiling_pairs_each_annotator_with_the_mean_of_the_others():
     human = {"1": HumanRecord({"overall": [1.0, 2.0, 3.0]}, None, "SA"), "2": HumanRecord({"overall": [4.0, 4.0]}, None, "SA"),
              "3": HumanRecord({"overall": [5.0, 6.0]}, None, "SA"), "4": HumanRecord({"overall": [0.0]}, None, "SA")}
-    ceiling = human_ceiling(ratings({}, human), "overall", (0, 6), bootstrap=0, seed=0)
+    ceiling = human_ceiling(ratings({}, human), "overall", ScoreScale(0, 6), bootstrap=0, seed=0)
     one = [1, 2, 3, 4, 4, 5, 6]
     others = [2.5, 2, 1.5, 4, 4, 6, 5]
     assert ceiling.ids_rated_more_than_once == 3 and ceiling.most_annotators == 3
@@ -68,7 +69,7 @@ def test_human_ceiling_pairs_each_annotator_with_the_mean_of_the_others():
 
 def test_human_ceiling_without_repeated_annotators_is_undefined_not_a_crash():
     human = {str(i): HumanRecord({"overall": [float(i % 7)]}, None, "SA") for i in range(10)}
-    ceiling = human_ceiling(ratings({}, human), "overall", (0, 6), bootstrap=100, seed=0)
+    ceiling = human_ceiling(ratings({}, human), "overall", ScoreScale(0, 6), bootstrap=100, seed=0)
     assert ceiling.ids_rated_more_than_once == 0
     assert ceiling.agreement["pearson"].reason == "n = 0 < 3" and ceiling.agreement["krippendorff_interval"].reason == "no unit was rated twice"
 

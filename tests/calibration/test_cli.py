@@ -176,7 +176,7 @@ def test_identical_duplicates_count_once(files, tmp_path):
 
 @pytest.mark.parametrize(
     "flags, message",
-    [(["--names", "a", "b"], "--names has 2 name(s) for 1 predictions file(s)"), (["--scale", "6", "0"], "LOW < HIGH"),
+    [(["--names", "a", "b"], "--names has 2 name(s) for 1 predictions file(s)"), (["--scale", "6", "0"], "low < high"),
      (["--folds", "1"], "--folds must be at least 2"), (["--bootstrap", "-1"], "--bootstrap must be 0 or more")],
 )
 def test_bad_flags_exit_2(files, tmp_path, capsys, flags, message):
@@ -272,8 +272,8 @@ def test_a_local_judge_against_gpt4o_on_inst_it_logs(tmp_path):
 
 @pytest.mark.parametrize(
     "flags, message",
-    [(["--scale", "0", "1", "--step", "0.3"], "--scale LOW HIGH, --step STEP: step 0.3 does not divide 0-1 into whole steps"),
-     (["--step", "0"], "the step must be positive"), (["--scale", "0", "nan"], "must be finite numbers")],
+    [(["--scale", "0", "1", "--step", "0.3"], "--scale LOW HIGH, --step STEP: step 0.3 does not divide the scale 0-1 into whole steps"),
+     (["--step", "0"], "a scale needs low < high and step > 0"), (["--scale", "0", "nan"], "a scale needs finite numbers")],
 )
 def test_a_step_that_does_not_fit_the_scale_is_a_usage_error(files, tmp_path, capsys, flags, message):
     preds, human, _ = files

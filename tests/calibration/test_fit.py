@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from calibration.fit import apply_map, cross_fit, fit_map, reliability
-from calibration.scale import Scale
+from judge.parsing import ScoreScale
 
 
 @pytest.fixture
@@ -55,6 +55,6 @@ def test_reliability_is_the_mean_human_score_per_judge_level():
 
 def test_reliability_on_tenths_groups_by_nearest_level():
     judge = np.array([0.1 * 7, 0.7, 0.68, 0.1 * 3, 0.3, 0.96])  # 0.7000000000000001 and 0.7 are one level
-    levels = reliability(judge, np.array([0.6, 0.8, 1.0, 0.2, 0.4, 0.9]), Scale(0, 1, 0.1))
+    levels = reliability(judge, np.array([0.6, 0.8, 1.0, 0.2, 0.4, 0.9]), ScoreScale(0, 1, 0.1))
     assert [(v.judge_level, v.n) for v in levels] == [(0.3, 2), (0.7, 3), (1.0, 1)]
     assert [v.mean_human for v in levels] == pytest.approx([0.3, 0.8, 0.9])

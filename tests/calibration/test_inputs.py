@@ -5,10 +5,10 @@ import json
 import pytest
 
 from calibration.inputs import coverage_notes, load_ratings, read_human, read_predictions
-from calibration.scale import Scale
+from judge.parsing import ScoreScale
 from judge.data import InputError
 
-TENTHS = Scale(0, 1, 0.1)
+TENTHS = ScoreScale(0, 1, 0.1)
 
 
 def item(question_id, score, split="image", valid=True):

@@ -17,7 +17,7 @@ from calibration.stats import (
     krippendorff_alpha,
     pearson,
 )
-from calibration.scale import Scale
+from judge.parsing import ScoreScale
 
 NAN = np.nan
 # Krippendorff (2011), "Computing Krippendorff's Alpha-Reliability", section C: 4 observers x 12 units,
@@ -43,7 +43,7 @@ def scores(request):
 
 def test_pairwise_statistics_match_scipy_sklearn_and_krippendorff(scores):
     judge, human = scores
-    t = agreement_table(judge, human, (0, 6))
+    t = agreement_table(judge, human, ScoreScale(0, 6))
     assert t["n"].value == 80
     assert t["pearson"].value == pytest.approx(sps.pearsonr(judge, human).statistic)
     assert t["spearman"].value == pytest.approx(sps.spearmanr(judge, human).statistic)
@@ -64,7 +64,7 @@ def test_pairwise_statistics_match_scipy_sklearn_and_krippendorff(scores):
 def test_kappa_counts_unused_levels_of_the_scale():
     # sklearn with labels=range(7) weights by the whole scale, not only the levels that occur
     judge, human = np.array([1, 2, 3, 3, 2]), np.array([1, 3, 3, 2, 2])
-    t = agreement_table(judge, human, (0, 6))
+    t = agreement_table(judge, human, ScoreScale(0, 6))
     assert t["quadratic_kappa"].value == pytest.approx(cohen_kappa_score(judge, human, weights="quadratic", labels=range(7)))
 
 
@@ -128,7 +128,7 @@ def test_bootstrap_is_reproducible_and_bounded_for_large_n():
      ([1, 2], [1, 2], "n = 2 < 3")],
 )
 def test_undefined_statistics_say_why_and_never_carry_nan(judge, human, reason):
-    t = agreement_table(judge, human, (0, 6), bootstrap=100)
+    t = agreement_table(judge, human, ScoreScale(0, 6), bootstrap=100)
     for name in ("pearson", "spearman", "kendall_tau_b"):
         assert t[name].value is None and t[name].reason == reason
     assert t["mse"].value is not None  # the errors stay defined
@@ -137,7 +137,7 @@ def test_undefined_statistics_say_why_and_never_carry_nan(judge, human, reason):
 
 
 def test_empty_input_is_undefined_everywhere():
-    t = agreement_table([], [], (0, 6), bootstrap=10)
+    t = agreement_table([], [], ScoreScale(0, 6), bootstrap=10)
     assert t["n"].value == 0
     assert all(s.value is None and s.reason for name, s in t.items() if name != "n")
 
@@ -161,7 +161,7 @@ def test_score_collapse_is_flagged():
     assert collapse_warning(list(range(7)) * 5) is None
 
 
-TENTHS = Scale(0, 1, 0.1)
+TENTHS = ScoreScale(0, 1, 0.1)
 
 
 @pytest.fixture(params=[0, 1])
@@ -183,7 +183,7 @@ def test_level_statistics_on_tenths_match_sklearn_on_level_indices(tenths):
     assert t["exact_agreement"].value == pytest.approx(np.mean(k_judge == k_human))
     assert t["within_1_agreement"].value == pytest.approx(np.mean(np.abs(k_judge - k_human) <= 1))  # one step: 0.1
     # the same judgements on a whole-number 0-10 scale give the same level statistics
-    whole = agreement_table(k_judge, k_human, (0, 10))
+    whole = agreement_table(k_judge, k_human, ScoreScale(0, 10))
     for name in ("quadratic_kappa", "exact_agreement", "within_1_agreement"):
         assert t[name].value == pytest.approx(whole[name].value)
 
@@ -204,4 +204,4 @@ def test_score_collapse_on_tenths_counts_levels_and_a_tenth_of_a_step():
     # a judge that uses the levels 0.6-1 evenly has not collapsed; rounded to whole numbers, every score is 1
     upper = np.repeat(np.arange(6, 11) * 0.1, 8)
     assert collapse_warning(upper, TENTHS) is None
-    assert collapse_warning(upper, Scale()) == "score collapse: 100% of scores are 1"
+    assert collapse_warning(upper, ScoreScale()) == "score collapse: 100% of scores are 1"

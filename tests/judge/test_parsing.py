@@ -86,16 +86,6 @@ def test_fractional_scale_rejects_what_lies_outside_it():
     assert parsed.score is None and parsed.error == "score 7 is outside the scale 0-1 in steps of 0.1"
 
 
-def test_scale_levels_and_validation():
-    assert INSTIT.levels() == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
-    assert ScoreScale().levels() == [0, 1, 2, 3, 4, 5, 6] and all(type(v) is int for v in ScoreScale().levels())
-    assert ScoreScale().integral and not INSTIT.integral
-    with pytest.raises(ValueError, match="does not divide"):
-        ScoreScale(0, 1, 0.3)
-    with pytest.raises(ValueError, match="low < high"):
-        ScoreScale(6, 0)
-
-
 def test_training_target_speaks_the_rubric_scale():
     text = format_judgement(0.66, {"text_quality": 0.31}, LABELS, scale=INSTIT)
     assert text == "Text quality: 0.3\n### Score\n0.7"

@@ -1,16 +1,17 @@
 import numpy as np
 import pytest
 
-from calibration.scale import Scale
+from judge.parsing import ScoreScale
 
-TENTHS = Scale(0, 1, 0.1)
+TENTHS = ScoreScale(0, 1, 0.1)
 
 
 def test_levels_read_as_written():
     assert TENTHS.n_levels == 11
     assert TENTHS.levels == [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1]
-    assert Scale().levels == [0, 1, 2, 3, 4, 5, 6]
-    assert str(TENTHS) == "0-1 in steps of 0.1" and str(Scale(1, 5)) == "1-5"
+    assert ScoreScale().levels == [0, 1, 2, 3, 4, 5, 6] and all(type(v) is int for v in ScoreScale().levels)  # MMIE writes 4, not 4.0
+    assert ScoreScale().integral and not TENTHS.integral
+    assert str(TENTHS) == "0-1 in steps of 0.1" and str(ScoreScale(1, 5)) == "1-5"
 
 
 @pytest.mark.parametrize(
@@ -26,7 +27,10 @@ def test_levels_read_as_written():
 )
 def test_a_value_snaps_to_its_nearest_level(value, index):
     assert TENTHS.index([value])[0] == index
-    assert TENTHS.snap([value])[0] == TENTHS.levels[index]
+    if 0 <= value <= 1:
+        assert TENTHS.snap(value) == TENTHS.levels[index]
+    else:
+        assert TENTHS.snap(value) is None  # the parser's rule: a score outside the scale is no score
 
 
 def test_half_way_follows_the_tenths_not_their_float_error():
@@ -38,27 +42,27 @@ def test_half_way_follows_the_tenths_not_their_float_error():
 @pytest.mark.parametrize("low, high", [(0, 6), (1, 5), (-3, 3)])
 def test_whole_steps_snap_as_rounding_the_raw_score_did(low, high):
     values = np.linspace(low, high, 8 * (high - low) + 1)  # every eighth: halves included
-    assert list(Scale(low, high).index(values)) == list(np.clip(np.rint(values), low, high).astype(int) - low)
+    assert list(ScoreScale(low, high).index(values)) == list(np.clip(np.rint(values), low, high).astype(int) - low)
 
 
 def test_a_scale_not_starting_on_a_multiple_of_its_step():
-    scale = Scale(0.5, 3.5)
+    scale = ScoreScale(0.5, 3.5)
     assert scale.levels == [0.5, 1.5, 2.5, 3.5]
-    assert list(scale.snap([0.5, 1.4, 1.6, 3.5])) == [0.5, 1.5, 1.5, 3.5]
+    assert [scale.snap(v) for v in (0.5, 1.4, 1.6, 3.5)] == [0.5, 1.5, 1.5, 3.5]
 
 
 @pytest.mark.parametrize("high, step", [(0.7, 0.1), (1, 0.05), (1, 0.2), (10, 2.5), (0.3, 0.1)])
 def test_float_steps_that_divide_the_scale_are_accepted(high, step):
-    scale = Scale(0, high, step)
+    scale = ScoreScale(0, high, step)
     assert scale.levels[-1] == pytest.approx(high) and scale.n_levels == round(high / step) + 1
 
 
 @pytest.mark.parametrize(
     "low, high, step, message",
-    [(0, 1, 0.3, "step 0.3 does not divide 0-1 into whole steps ((HIGH - LOW) / STEP = 3.333)"),
-     (0, 6, 4, "step 4 does not divide 0-6"), (0, 1, 0, "the step must be positive"), (0, 1, -0.1, "the step must be positive"),
-     (1, 1, 1, "LOW < HIGH"), (6, 0, 1, "LOW < HIGH"), (0, float("inf"), 1, "finite"), (0, 1, float("nan"), "finite")],
+    [(0, 1, 0.3, "step 0.3 does not divide the scale 0-1 into whole steps ((high - low) / step = 3.333)"),
+     (0, 6, 4, "step 4 does not divide the scale 0-6"), (0, 1, 0, "step > 0"), (0, 1, -0.1, "step > 0"),
+     (1, 1, 1, "low < high"), (6, 0, 1, "low < high"), (0, float("inf"), 1, "finite"), (0, 1, float("nan"), "finite")],
 )
 def test_a_bad_scale_says_why(low, high, step, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        Scale(low, high, step)
+        ScoreScale(low, high, step)
