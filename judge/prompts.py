@@ -5,6 +5,11 @@
            --template-> the chat turn (judge/templates.py)
            --expand---> each <image> becomes <img><IMG_CONTEXT> x (tokens_per_tile * tiles)</img>
 
+MMIE's reading of an answer (a rubric's `answer_stops_at_images`, 3 in rubrics imported from MMIE's
+prompts.py): MMIE's dataset.py reads the answer only until the prompt holds 3 images, so the rest of a
+longer answer never reaches its judge. Rubrics that reproduce MMIE do the same, and record the cut; this
+toolkit's own rubrics read every answer whole.
+
 Image-token budget (`image_token_budget`, counted in <IMG_CONTEXT> tokens per sample). When a sample's
 images need more, cuts are made in this order until it fits, and each is recorded in
 `JudgePrompt.truncated`:
@@ -31,12 +36,11 @@ import yaml
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from judge.data import InputError, Problem, Sample, Segment, resolve_image
+from judge.data import IMAGE_PLACEHOLDER, InputError, Problem, Sample, Segment, resolve_image
 from judge.parsing import ScoreScale
 from judge.templates import ChatTemplate
 from judge.tiling import TilingConfig, count_tiles
 
-IMAGE_PLACEHOLDER = "<image>"
 OMITTED_IMAGE = "[image omitted]"
 CONTEXT_OMITTED = "[earlier context omitted]"
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -54,6 +58,9 @@ class Rubric(BaseModel):
     instructions: str
     template: str  # fields: {instructions} {question} {answer} {reference}
     use_reference: bool = False  # MMIE shows the reference answer (gt_answer's first text) for MSR only
+    # MMIE's dataset.py reads the answer only until the prompt holds this many images (3); the rest of the
+    # answer is left out (see `read_answer_as_mmie`). None reads every answer whole.
+    answer_stops_at_images: int | None = None
 
     @model_validator(mode="after")
     def _valid_scale(self) -> Rubric:
@@ -146,6 +153,29 @@ def render(items: list[Item], shown: dict[int, bool]) -> str:
     )
 
 
+def read_answer_as_mmie(sample: Sample, stop_at: int) -> tuple[Sample, list[str]]:
+    """The sample as MMIE's dataset.py reads it: the question whole, then the answer segment by segment -
+    text, then image - stopping as soon as the prompt holds `stop_at` images (question images count). What
+    is left out is recorded, where MMIE drops it silently."""
+    images = sum(segment.image is not None for segment in sample.question)
+    kept: list[Segment] = []
+    for segment in sample.answer:
+        if images >= stop_at:  # MMIE still reads this segment's text, not its image
+            if segment.text is not None:
+                kept.append(Segment(text=segment.text))
+            break
+        kept.append(segment)
+        images += segment.image is not None
+        if images >= stop_at:
+            break
+    if kept == sample.answer:
+        return sample, []
+    texts = sum(s.text is not None for s in sample.answer) - sum(s.text is not None for s in kept)
+    dropped_images = sum(s.image is not None for s in sample.answer) - sum(s.image is not None for s in kept)
+    note = f"answer read as MMIE reads it, up to {stop_at} images in the prompt: {texts} text(s) and {dropped_images} image(s) left out"
+    return sample.model_copy(update={"answer": kept}), [note]
+
+
 def reference_text(sample: Sample) -> str:
     """MMIE's reference answer: the text of the first gt_answer segment."""
     first = sample.gt_answer[0].text if sample.gt_answer else None
@@ -206,7 +236,11 @@ def build_prompt(
     prompt_token_budget: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
 ) -> JudgePrompt:
+    read_cuts = []
+    if rubric.answer_stops_at_images is not None:
+        sample, read_cuts = read_answer_as_mmie(sample, rubric.answer_stops_at_images)
     plans, truncated = plan_images(sample, Path(image_root), tiling, tokens_per_tile, image_token_budget)
+    truncated = read_cuts + truncated
     question = layout(sample.question, 0)
     answer = layout(sample.answer, sum(isinstance(item, int) for item in question))
 

@@ -5,7 +5,8 @@
 The file is parsed with `ast` and never executed. It must have the shape of MMIE's: module-level string
 constants holding each category's instructions, and a function whose branches read
 `if "SA" in data_id: return SA_PROMPT + "### Question\\n{question}..."`. The prompt is kept byte for byte;
-the reference-answer field `{gt_answer}` becomes this toolkit's `{reference}`.
+the reference-answer field `{gt_answer}` becomes this toolkit's `{reference}`. The rubrics also keep how
+MMIE reads an answer (up to 3 images in the prompt), so that the prompt is MMIE's whatever the sample.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import yaml
 
 from judge.cli import UsageError, add_common_flags, run
 from judge.prompts import Rubric
+
+# MMIE's dataset.py stops reading an answer once the prompt holds 3 images; the imported rubrics keep that.
+MMIE_ANSWER_STOP = 3
 
 
 def _string_constants(tree: ast.Module) -> dict[str, str]:
@@ -67,6 +71,7 @@ def import_rubrics(path: Path, scale: tuple[int, int]) -> list[Rubric]:
                 instructions=instructions,
                 template="{instructions}" + layout.replace("{gt_answer}", "{reference}"),
                 use_reference="{gt_answer}" in layout,
+                answer_stops_at_images=MMIE_ANSWER_STOP,
             ))
     if not rubrics:
         raise UsageError(

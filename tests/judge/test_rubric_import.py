@@ -30,15 +30,20 @@ def get_prompt(data_id):
 '''
 
 
-def mmie_flatten(segments, number):
-    """MMIE's dataset.py layout, written independently: a line per text and per image, images from 0."""
+def mmie_flatten(segments, number, stop_at=None):
+    """MMIE's dataset.py layout, written independently: a line per text and per image, images from 0; the
+    answer is read only until the prompt holds `stop_at` images (this segment's text still counts)."""
     text = ""
     for segment in segments:
         if segment.get("text") is not None:
             text += segment["text"] + "\n"
+        if stop_at is not None and number >= stop_at:
+            break
         if segment.get("image") is not None:
             text += f"Image-{number}: <image>\n"
             number += 1
+        if stop_at is not None and number >= stop_at:
+            break
     return text, number
 
 
@@ -50,25 +55,36 @@ def imported(tmp_path):
     return source, load_rubrics([tmp_path / "mmie.yaml"])
 
 
+ANSWERS = [
+    [{"text": "A text", "image": "a.png"}, {"text": None, "image": "a.png"}],
+    # more answer images than MMIE reads: it stops at the third image of the prompt, and after it
+    [{"text": "One", "image": "a.png"}, {"text": "Two", "image": "a.png"}, {"text": "Three", "image": "a.png"}, {"text": "Four", "image": None}],
+    [{"text": "One", "image": "a.png"}, {"text": None, "image": "a.png"}, {"text": "Three", "image": "a.png"}],
+]
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+@pytest.mark.parametrize("question_images", [0, 1, 3])
 @pytest.mark.parametrize("sample_id", ["SA_0001", "PBL_0002", "MSR_0003"])
-def test_imported_rubric_builds_the_prompt_mmie_builds(imported, tmp_path, sample_id):
+def test_imported_rubric_builds_the_prompt_mmie_builds(imported, tmp_path, sample_id, question_images, answer):
     source, rubrics = imported
     Image.new("RGB", (64, 64)).save(tmp_path / "a.png")
+    question = [{"text": "Q text", "image": "a.png"}] * question_images + [{"text": "more", "image": None}]
     record = {
-        "id": sample_id, "model": "m",
-        "question": [{"text": "Q text", "image": "a.png"}, {"text": "more", "image": None}],
-        "answer": [{"text": "A text", "image": "a.png"}, {"text": None, "image": "a.png"}],
+        "id": sample_id, "model": "m", "question": question, "answer": answer,
         "gt_answer": [{"text": "42", "image": None}, {"text": "ignored by MMIE", "image": None}],
     }
     spec = importlib.util.spec_from_file_location("mmie_prompts", source)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # our own fixture: running it gives the reference prompt
-    question, n = mmie_flatten(record["question"], 0)
-    answer, _ = mmie_flatten(record["answer"], n)
-    expected = module.get_prompt(sample_id).format(question=question, answer=answer, gt_answer="42")
+    question_text, n = mmie_flatten(record["question"], 0)
+    answer_text, _ = mmie_flatten(record["answer"], n, stop_at=3)
+    expected = module.get_prompt(sample_id).format(question=question_text, answer=answer_text, gt_answer="42")
     sample = Sample.model_validate(record)
     prompt = build_prompt(sample, rubrics[sample.category], get_template("phi3-chat"), None, tmp_path, TilingConfig(max_tiles=1), 1)
     assert prompt.text == get_template("phi3-chat").render(expected.replace("<image>", "<img><IMG_CONTEXT></img>"))
+    assert len(prompt.images) == expected.count("<image>")  # no image is tiled that MMIE does not show
+    assert bool(prompt.truncated) == (answer_text != mmie_flatten(record["answer"], n)[0])  # every cut recorded
 
 
 def test_import_reads_without_executing_and_keeps_text_byte_for_byte(tmp_path):
