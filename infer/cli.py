@@ -146,6 +146,8 @@ def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
     rubrics = load_rubrics(args.rubric or fmt.default_rubrics)
     bench = fmt.read(input_path, Path(args.input_dir), rubrics, Path(args.criteria_file) if args.criteria_file else None)
     bench.problems.sort(key=lambda p: (p.index is not None, p.index or 0))
+    for note in bench.notes:
+        print(f"note: {note}", file=sys.stderr)
     return bench
 
 

@@ -11,20 +11,34 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Annotated
 from pathlib import Path
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 CRITERIA = ("text_quality", "image_quality", "text_image_coherence", "style_consistency")
 SCORE_FIELDS = ("overall", *CRITERIA)
 CATEGORIES = ("SA", "PBL", "MSR")  # MMIE's; other benchmarks' samples name their rubric's category
 
 
+IMAGE_PLACEHOLDER = "<image>"  # where the judge's prompt puts an image (InternVL's chat protocol)
+
+
+def no_image_placeholder(text: str) -> str:
+    if IMAGE_PLACEHOLDER in text:
+        raise ValueError(f"contains '{IMAGE_PLACEHOLDER}', which the judge would take for an image; remove or reword it")
+    return text
+
+
+# Text of a sample that goes into the judge's prompt: it may not fake an image placeholder.
+JudgeText = Annotated[str, AfterValidator(no_image_placeholder)]
+
+
 class Segment(BaseModel):
     """One piece of an interleaved message: a text, an image path, or both (text first)."""
 
     model_config = ConfigDict(extra="forbid")
-    text: str | None = None
+    text: JudgeText | None = None
     image: str | None = None
 
     @model_validator(mode="after")
@@ -334,35 +348,41 @@ def _duplicate_problems(path: str | Path, samples: list[tuple[int, Sample]], key
     return problems
 
 
-def _same_sample_once(path: str | Path, parsed: list[tuple[int, Sample]]) -> tuple[list[tuple[int, Sample]], list[Problem]]:
-    """An annotation file repeats a sample once per annotator: identical repeats count once; an id that
-    names two different samples is an error."""
+def _same_sample_once(path: str | Path, parsed: list[tuple[int, Sample]]) -> tuple[list[tuple[int, Sample]], list[Problem], list[str]]:
+    """An annotation file repeats a sample once per annotator: identical repeats count once, and a note
+    says so; an id that names two different samples is an error."""
     first: dict[str, tuple[int, Sample]] = {}
-    kept, problems = [], []
+    kept, problems, repeats = [], [], 0
     for index, sample in parsed:
         if sample.id not in first:
             first[sample.id] = (index, sample)
             kept.append((index, sample))
         elif sample != first[sample.id][1]:
             problems.append(Problem(str(path), f"duplicate id with a different sample than record {first[sample.id][0]}", index, sample.id))
-    return kept, problems
+        else:
+            repeats += 1
+    notes = [f"{path}: {repeats} record(s) repeat a sample read before (as an annotation file does, once per annotator); "
+             "each sample is scored once"] if repeats else []
+    return kept, problems, notes
 
 
-def validate_samples(path: str | Path, image_root: str | Path | None = None) -> tuple[list[Sample], list[Problem]]:
-    """The valid samples of a file and every problem of the others; images are checked when
-    `image_root` is given. For `--skip_invalid`; `load_samples` is the strict form."""
+def validate_samples(path: str | Path, image_root: str | Path | None = None) -> tuple[list[Sample], list[Problem], list[str]]:
+    """The valid samples of a file, every problem of the others, and notes the user should read; images are
+    checked when `image_root` is given. For `--skip_invalid`; `load_samples` is the strict form."""
     parsed, problems = _parse(path, Sample)
-    parsed, duplicates = _same_sample_once(path, parsed)
+    parsed, duplicates, notes = _same_sample_once(path, parsed)
     problems += duplicates
     if image_root is not None:
         problems += _sample_image_problems(path, parsed, image_root)
     bad = {p.index for p in problems}
-    return [s for i, s in parsed if i not in bad], sorted(problems, key=lambda p: (p.index is not None, p.index or 0))
+    valid = [s for i, s in parsed if i not in bad]
+    return valid, sorted(problems, key=lambda p: (p.index is not None, p.index or 0)), notes
 
 
 def load_samples(path: str | Path, image_root: str | Path | None = None) -> list[Sample]:
-    """Samples to score, all valid, or an InputError listing every problem. Ids must be unique."""
-    samples, problems = validate_samples(path, image_root)
+    """Samples to score, all valid, or an InputError listing every problem. Ids must be unique, or repeat
+    the same sample."""
+    samples, problems, _ = validate_samples(path, image_root)
     if problems:
         raise InputError(problems)
     return samples

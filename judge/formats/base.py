@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from judge.data import Problem, Sample
@@ -17,6 +17,7 @@ class BenchmarkInput:
     problems: list[Problem]  # what is wrong with the others (judge-score stops, or skips them)
     rubrics: dict[str, Rubric]  # by category: every sample's category has one
     content: object  # the file as read, for `write` (None where the samples say all it needs)
+    notes: list[str] = field(default_factory=list)  # what the user must hear about the input (judge-score prints them)
 
 
 @dataclass(frozen=True)

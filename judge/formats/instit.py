@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from judge.data import InputError, Problem, Sample, Segment, parse_records, read_json, write_json_atomically
+from judge.data import InputError, JudgeText, Problem, Sample, Segment, parse_records, read_json, write_json_atomically
 from judge.formats.base import BenchmarkInput, Format, first_record
 from judge.prompts import CONFIG_DIR, Rubric
 
@@ -33,9 +33,9 @@ NO_VALID = "No valid evaluations."  # Inst-It's accuracy when no item could be j
 class Item(BaseModel):
     model_config = ConfigDict(extra="allow")
     question_id: str | int
-    question: str
-    model_prediction: str
-    ground_truth: str
+    question: JudgeText
+    model_prediction: JudgeText
+    ground_truth: JudgeText
     split: Literal["image", "video"]  # which of Inst-It's judge prompts applies
 
 

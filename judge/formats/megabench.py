@@ -30,15 +30,17 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from judge.data import (
     ImagePlace,
     InputError,
+    JudgeText,
     Problem,
     Sample,
     Segment,
     image_problems,
+    no_image_placeholder,
     parse_records,
     read_json,
     resolve_image,
@@ -71,10 +73,18 @@ class TaskCriteria(BaseModel):
 
 class Query(BaseModel):
     model_config = ConfigDict(extra="allow")
-    response: str
+    response: JudgeText
     correct_answer: dict[str, object]
-    query_text: str
+    query_text: JudgeText
     images: list[str] = []
+
+    @field_validator("correct_answer")
+    @classmethod
+    def _reference_is_judge_text(cls, answer: dict[str, object]) -> dict[str, object]:
+        for value in answer.values():  # the judge reads them as the reference answer
+            if isinstance(value, str):
+                no_image_placeholder(value)
+        return answer
 
 
 class Task(BaseModel):

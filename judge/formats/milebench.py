@@ -38,6 +38,7 @@ from rouge import Rouge
 from judge.data import (
     ImagePlace,
     InputError,
+    JudgeText,
     Problem,
     Sample,
     Segment,
@@ -60,9 +61,9 @@ class Prediction(BaseModel):
     model_config = ConfigDict(extra="allow")
     sample_id: int | str
     image: list[str]
-    question: str
-    gt_response: str
-    pred_response: str
+    question: JudgeText
+    gt_response: JudgeText
+    pred_response: JudgeText
     gen_model_id: str | None = None
 
 

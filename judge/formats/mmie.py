@@ -16,8 +16,8 @@ def looks_like(content: object) -> bool:
 
 
 def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file: Path | None = None) -> BenchmarkInput:
-    samples, problems = validate_samples(path, image_root)
-    return BenchmarkInput(path, samples, problems, rubrics, content=None)
+    samples, problems, notes = validate_samples(path, image_root)
+    return BenchmarkInput(path, samples, problems, rubrics, content=None, notes=notes)
 
 
 def write(bench: BenchmarkInput, results: dict[str, dict], output_dir: Path) -> list[Path]:

@@ -99,3 +99,11 @@ def test_format_flags_that_cannot_work_are_refused_before_loading(tmp_path, caps
     assert "would overwrite the input" in capsys.readouterr().err
     assert main([*args, "--format", "megabench"]) == EXIT_BAD_INPUT
     assert "give --criteria_file" in capsys.readouterr().err
+
+
+def test_mmie_annotation_file_scores_each_sample_once_and_says_so(checkpoint, tmp_path, capsys):
+    record = {"id": "SA_1", "question": [{"text": "What next?"}], "answer": "It sails.", "model": "m"}
+    write(tmp_path / "rated.json", [{**record, "annotator": "a"}, {**record, "annotator": "b"}, {**record, "id": "PBL_2"}])
+    assert score(checkpoint, tmp_path, "rated.json", tmp_path / "out") == 0
+    assert list(results(tmp_path / "out")) == ["SA_1", "PBL_2"]
+    assert "note: " in (err := capsys.readouterr().err) and "1 record(s) repeat a sample read before" in err

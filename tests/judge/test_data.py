@@ -103,6 +103,9 @@ def test_duplicate_ids_count_once_if_identical_and_fail_if_not(tmp_path):
     # an annotation file repeats each sample once per annotator
     path = write_json(tmp_path / "d.json", [sample("SA_1", annotator="a"), sample("SA_1", annotator="b"), sample("SA_2")])
     assert [s.id for s in load_samples(path)] == ["SA_1", "SA_2"]
+    _, problems, notes = validate_samples(path)
+    assert problems == [] and notes == [f"{path}: 1 record(s) repeat a sample read before (as an annotation file does, "
+                                        "once per annotator); each sample is scored once"]
     path = write_json(tmp_path / "e.json", [sample("SA_1"), sample("SA_1", answer="another answer")])
     with pytest.raises(InputError, match=r"record 1 \(id 'SA_1'\): duplicate id with a different sample than record 0"):
         load_samples(path)
@@ -159,10 +162,14 @@ def test_annotation_errors(tmp_path):
 
 
 def test_validate_samples_keeps_the_good_records_for_skip_invalid(tmp_path):
-    path = write_json(tmp_path / "d.json", [sample("SA_1"), {"id": "SA_2"}, sample("PBL_3", answer=[{"image": "gone.png"}])])
-    samples, problems = validate_samples(path, image_root=tmp_path)
+    records = [sample("SA_1"), {"id": "SA_2"}, sample("PBL_3", answer=[{"image": "gone.png"}]),
+               sample("MSR_4", answer=[{"text": "First <image> then text."}])]
+    samples, problems, _ = validate_samples(write_json(tmp_path / "d.json", records), image_root=tmp_path)
     assert [s.id for s in samples] == ["SA_1"]
-    assert sorted({p.index for p in problems}) == [1, 2]
+    assert sorted({p.index for p in problems}) == [1, 2, 3]
+    # a literal <image> would shift every image of the prompt: refused with its field, before any model loads
+    [placeholder] = [p for p in problems if p.index == 3]
+    assert (placeholder.field, placeholder.message) == ("answer[0].text", "contains '<image>', which the judge would take for an image; remove or reword it")
 
 
 def test_atomic_write_replaces_whole_file(tmp_path):

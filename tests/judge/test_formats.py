@@ -63,10 +63,12 @@ def test_instit_reads_its_own_evaluate_log(tmp_path):
 
 
 def test_instit_bad_items_are_all_reported_with_their_field(tmp_path):
-    items = [INSTIT[0], {**INSTIT[2], "split": "audio"}, {**INSTIT[1], "model_prediction": None}, {"question_id": "q9", **{k: v for k, v in INSTIT[0].items() if k != "question_id"}}]
+    items = [INSTIT[0], {**INSTIT[2], "split": "audio"}, {**INSTIT[1], "model_prediction": None}, {"question_id": "q9", **{k: v for k, v in INSTIT[0].items() if k != "question_id"}},
+             {**INSTIT[2], "question_id": "q4", "model_prediction": "It is <image>."}]
     bench = read("instit", write(tmp_path / "p.json", items), tmp_path)
     found = {(p.index, p.field): p.message for p in bench.problems}
-    assert set(found) == {(1, "split"), (2, "model_prediction"), (3, "question_id")}
+    assert set(found) == {(1, "split"), (2, "model_prediction"), (3, "question_id"), (4, "model_prediction")}
+    assert "contains '<image>'" in found[(4, "model_prediction")]
     assert "duplicate question_id: item 0" in found[(3, "question_id")]
     assert [s.id for s in bench.samples] == ["q9"]
     with pytest.raises(InputError, match="no prediction items"):

@@ -79,10 +79,10 @@ def test_budget_lowers_tiles_first_then_omits_question_images_then_last_answer_i
     assert nothing.images == [] and "<img>" not in nothing.text and "It docks." in nothing.text
 
 
-def test_literal_image_placeholder_in_sample_text_is_an_error(images):
-    sample = make_sample(question=[{"text": "see <image> here", "image": "square.png"}])
+def test_literal_image_placeholder_in_a_rubric_is_an_error(images):
+    rubric = RUBRIC.model_copy(update={"instructions": "Look at <image> first."})
     with pytest.raises(ValueError, match="placeholders for 3 images"):
-        prompt_for(sample, images)
+        prompt_for(make_sample(), images, rubric)
 
 
 def test_default_rubrics_cover_mmie_categories_and_criteria():
