@@ -194,3 +194,33 @@ def _config(d):
 
 def _edit_config(d, **changes):
     (d / "config.json").write_text(json.dumps({**_config(d), **changes}))
+
+
+def su_rope(config: dict, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Phi-3's "su" rotary embedding as InternVL2-4B's own modeling_phi3.py computes it, from the original
+    llm_config: long factors once the sequence passes original_max_position_embeddings, short below, and
+    cos/sin scaled by sqrt(1 + ln(max / original) / ln(original))."""
+    llm = config["llm_config"]
+    dim = llm["hidden_size"] // llm["num_attention_heads"]
+    original, longest = llm["original_max_position_embeddings"], llm["max_position_embeddings"]
+    factors = llm["rope_scaling"]["long_factor" if positions.max() + 1 > original else "short_factor"]
+    inv_freq = 1.0 / (torch.tensor(factors, dtype=torch.float32) * llm["rope_theta"] ** (torch.arange(0, dim, 2).float() / dim))
+    freqs = positions.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    scale = math.sqrt(1 + math.log(longest / original) / math.log(original))
+    return emb.cos() * scale, emb.sin() * scale
+
+
+@pytest.fixture(scope="module")
+def rotary(original_dir):
+    return load_judge(original_dir).model.model.language_model.rotary_emb
+
+
+@pytest.mark.parametrize("length", [100, 4096, 4097, 6000])  # either side of the 4096-token switch to long factors
+def test_rope_is_phi3_su_below_and_beyond_the_original_context(original_dir, rotary, length):
+    config = _config(original_dir)
+    positions = torch.arange(length)
+    cos, sin = rotary(torch.zeros(1, length, 8), positions[None])
+    expected_cos, expected_sin = su_rope(config, positions)
+    torch.testing.assert_close(cos[0], expected_cos, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(sin[0], expected_sin, rtol=1e-5, atol=1e-5)
