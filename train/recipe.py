@@ -234,8 +234,7 @@ def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path
         history_file=output_dir / "eval_history.json",
     )
     trainer.train(resume_from_checkpoint=resume or None)
-    if trainer.is_world_process_zero():
-        save_judge(trainer, judge, base, output_dir, cfg)
+    save_judge(trainer, judge, base, output_dir, cfg)
     return {"global_step": trainer.state.global_step, "best_metric": trainer.state.best_metric}
 
 
@@ -247,14 +246,20 @@ MODEL_FILES = ("adapter_model.safetensors", "adapter_config.json", "config.json"
 def save_judge(trainer: Trainer, judge: Judge, base: Path, output_dir: Path, cfg: TrainConfig) -> None:
     """What judge-score --model_path OUT needs: the best checkpoint's adapter (or full weights), the
     tokenizer and the judge settings. The best checkpoint's files are copied as they are: reloading them
-    through the Trainer would go through key renames that InternVL's saved names do not survive."""
+    through the Trainer would go through key renames that InternVL's saved names do not survive.
+
+    Every rank calls this: without a best checkpoint the weights are saved by the Trainer, which under
+    ZeRO-3 gathers the partitioned weights from all ranks (the model's own save_pretrained would write
+    rank 0's empty partitions). Only rank 0 writes."""
     best = trainer.state.best_model_checkpoint
+    if not best:
+        trainer.save_model(str(output_dir))
+    if not trainer.is_world_process_zero():
+        return
     if best:
         for file in Path(best).iterdir():
             if file.name in MODEL_FILES or (file.name.startswith("model-") and file.suffix == ".safetensors"):
                 shutil.copy2(file, output_dir / file.name)
-    else:
-        trainer.model.save_pretrained(output_dir)
     adapter_config = output_dir / "adapter_config.json"
     if adapter_config.exists():  # point the adapter at its base wherever the run started from
         config = json.loads(adapter_config.read_text())
