@@ -89,6 +89,33 @@ def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
     return get_peft_model(judge.model, lora)
 
 
+def run_vision_in_every_batch(model: torch.nn.Module) -> None:
+    """In training, an image-less batch runs the vision tower and projector too, once, on a blank tile whose
+    features are added to the input embeddings times zero: the loss is unchanged.
+
+    Why: ZeRO-3 gathers each module's weights collectively when it runs, so every rank must run the same
+    modules in the same order; a rank whose batch has no image would skip the vision tower that another
+    rank runs (a collective mismatch, then a hang). The zero-weighted term keeps the backward the same on
+    every rank too, which a trainable projector's gradient reduction needs. Evaluation needs none of this:
+    every rank scores the same batches.
+
+    The forward itself is wrapped so the blank tile runs where the native forward runs images, after the
+    token embedding and before the language model; a forward pre-hook would run it before the model's own
+    call and ZeRO-3 would see the modules in another order."""
+    inner = model.model  # InternVLModel
+    forward = inner.forward
+
+    def forward_with_vision(input_ids=None, pixel_values=None, inputs_embeds=None, **kwargs):
+        if inner.training and pixel_values is None:
+            inputs_embeds = inner.get_input_embeddings()(input_ids)
+            blank = inputs_embeds.new_zeros(1, 3, *inner.config.vision_config.image_size)
+            features = inner.get_image_features(pixel_values=blank, return_dict=True).pooler_output
+            inputs_embeds, input_ids = inputs_embeds + features.sum() * 0, None
+        return forward(input_ids=input_ids, pixel_values=pixel_values, inputs_embeds=inputs_embeds, **kwargs)
+
+    inner.forward = forward_with_vision
+
+
 class JudgeTrainer(Trainer):
     """HF Trainer whose evaluation is judge-score on the held-out annotations."""
 
@@ -116,7 +143,9 @@ class JudgeTrainer(Trainer):
 def evaluate_judge(judge: Judge, annotations: list[Annotation], rubrics, image_root: Path, cfg: TrainConfig, device) -> dict:
     """Score the held-out set with the scoring engine and compare with the (merged) human scores.
 
-    Every rank scores the whole set: under ZeRO-3 generation must run in lockstep on all ranks."""
+    Every rank scores the whole set, in the same batches: under ZeRO-3 every forward gathers weights
+    collectively, so the ranks must make the same calls. generate keeps them in step when one rank's
+    sequences end first (synced_gpus, which transformers turns on by itself under ZeRO-3)."""
     model = judge.model
     was_training = model.training
     model.eval()
@@ -193,6 +222,7 @@ def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path
     judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)
     judge.model.config.use_cache = False
     dataset = build_dataset(judge, train_annotations, rubrics, image_root, cfg.max_length, cfg.image_token_budget, str(train_file))
+    run_vision_in_every_batch(judge.model)
     model = apply_lora(judge, cfg)
     judge = Judge(model, judge.tokenizer, judge.settings, judge.source_format)
     trainer = JudgeTrainer(
@@ -205,8 +235,7 @@ def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path
         history_file=output_dir / "eval_history.json",
     )
     trainer.train(resume_from_checkpoint=resume or None)
-    if trainer.is_world_process_zero():
-        save_judge(trainer, judge, base, output_dir, cfg)
+    save_judge(trainer, judge, base, output_dir, cfg)
     return {"global_step": trainer.state.global_step, "best_metric": trainer.state.best_metric}
 
 
@@ -218,14 +247,20 @@ MODEL_FILES = ("adapter_model.safetensors", "adapter_config.json", "config.json"
 def save_judge(trainer: Trainer, judge: Judge, base: Path, output_dir: Path, cfg: TrainConfig) -> None:
     """What judge-score --model_path OUT needs: the best checkpoint's adapter (or full weights), the
     tokenizer and the judge settings. The best checkpoint's files are copied as they are: reloading them
-    through the Trainer would go through key renames that InternVL's saved names do not survive."""
+    through the Trainer would go through key renames that InternVL's saved names do not survive.
+
+    Every rank calls this: without a best checkpoint the weights are saved by the Trainer, which under
+    ZeRO-3 gathers the partitioned weights from all ranks (the model's own save_pretrained would write
+    rank 0's empty partitions). Only rank 0 writes."""
     best = trainer.state.best_model_checkpoint
+    if not best:
+        trainer.save_model(str(output_dir))
+    if not trainer.is_world_process_zero():
+        return
     if best:
         for file in Path(best).iterdir():
             if file.name in MODEL_FILES or (file.name.startswith("model-") and file.suffix == ".safetensors"):
                 shutil.copy2(file, output_dir / file.name)
-    else:
-        trainer.model.save_pretrained(output_dir)
     adapter_config = output_dir / "adapter_config.json"
     if adapter_config.exists():  # point the adapter at its base wherever the run started from
         config = json.loads(adapter_config.read_text())

@@ -1,8 +1,10 @@
-"""DeepSpeed ZeRO-2 for real: two CPU processes under torchrun (gloo), LoRA on the tiny judge, with the
-shipped config; the saved adapter must load and score in judge-score.
+"""DeepSpeed for real: two CPU processes under torchrun (gloo), LoRA on the tiny judge, with the shipped
+ZeRO-2, ZeRO-3 and ZeRO-3-offload configs; the saved adapter must hold every trained weight whole, and
+load and score in judge-score.
 
-ZeRO-3 is not tested here because it does not work yet: when one rank's batch has no image it skips the
-vision tower, and ZeRO-3's collective weight gathering falls out of step between ranks (see README)."""
+Every run covers one step in which one rank's batch has no image while the other's has (ZeRO-3 needs the
+vision tower run on both). The ZeRO-3 runs partition every weight, and one of them also trains the
+projector with gradient checkpointing on and evaluates (generation on every rank) at every step."""
 
 import json
 import os
@@ -10,35 +12,80 @@ import subprocess
 import sys
 
 import pytest
+import torch
+from peft import get_peft_model_state_dict
+from safetensors.torch import load_file
 
 from infer.cli import main as score_main
+from judge.data import load_annotations
 from judge.model import load_judge
 from judge.prompts import CONFIG_DIR
 from judge.testing import write_dataset, write_original_checkpoint
+from train.data import merge_annotators
+from train.recipe import TrainConfig, apply_lora
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("ds")
     base = write_original_checkpoint(root / "base", seed=0)
     records = json.loads(write_dataset(root / "data", 8, seed=4, annotated=True).read_text())
-    (root / "data" / "train.json").write_text(json.dumps(records))
+    # Four training ids, PBL_0005 the only one without any image; the rest is held out.
+    train_ids = {"SA_0001", "PBL_0002", "MSR_0003", "PBL_0005"}
+    (root / "data" / "train.json").write_text(json.dumps([r for r in records if r["id"] in train_ids]))
+    (root / "data" / "heldout.json").write_text(json.dumps([r for r in records if r["id"] not in train_ids]))
     return base, root / "data"
 
 
-def test_zero2_trains_on_two_cpu_processes_and_the_adapter_scores(setup, tmp_path):
-    stage = "zero2"
+def deepspeed_config(stage: str, tmp_path) -> str:
+    """The shipped config, except that under ZeRO-3 every weight is partitioned: the tiny judge's weights
+    are all below DeepSpeed's default persistence threshold (1e5 elements), under which ZeRO-3 keeps a
+    weight whole on every rank, and the save would have nothing to gather."""
+    shipped = CONFIG_DIR / "deepspeed" / f"{stage}.json"
+    config = json.loads(shipped.read_text())
+    if config["zero_optimization"]["stage"] != 3:
+        return str(shipped)
+    config["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    (tmp_path / "ds.json").write_text(json.dumps(config))
+    return str(tmp_path / "ds.json")
+
+
+# thorough: also train the projector, with gradient checkpointing, and evaluate at every step
+@pytest.mark.parametrize("stage, port, thorough", [("zero2", "29607", False), ("zero3", "29673", True), ("zero3_offload", "29674", False)])
+def test_deepspeed_trains_on_two_cpu_processes_and_the_adapter_scores(setup, tmp_path, stage, port, thorough):
     base, data = setup
+    rated = merge_annotators(load_annotations(data / "train.json", data))
+    assert len(rated) == 4 and [not r.annotation.images() for r in rated].count(True) == 1
     out = tmp_path / "judge"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29607",
+    extra = ["--train_projector", "--gradient_checkpointing", "--eval_file", str(data / "heldout.json"), "--eval_max_new_tokens", "4"] if thorough else []
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port,
            "-m", "train.cli", "--model_path", str(base), "--train_file", str(data / "train.json"), "--input_dir", str(data),
            "--output_dir", str(out), "--config", str(CONFIG_DIR / "train" / "tiny.yaml"), "--rubric", str(CONFIG_DIR / "rubrics" / "tiny"),
-           "--no-full_finetune", "--max_steps", "2", "--per_device_batch_size", "1", "--save_steps", "2", "--dataloader_workers", "0",
-           "--deepspeed", str(CONFIG_DIR / "deepspeed" / f"{stage}.json")]
+           "--no-full_finetune", "--max_steps", "2", "--per_device_batch_size", "1", "--save_steps", "1", "--warmup_ratio", "0",
+           "--dataloader_workers", "0", "--deepspeed", deepspeed_config(stage, tmp_path), *extra]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     state = json.loads((out / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())
-    assert state["global_step"] == 2
+    # Two steps of one sample on each of two ranks is exactly one epoch of the four: the image-less sample
+    # was in a step where the other rank's sample had images.
+    assert state["global_step"] == 2 and state["epoch"] == 1.0
+    if thorough:
+        assert [h["step"] for h in json.loads((out / "eval_history.json").read_text())] == [1, 2]
+    assert_trained_adapter(out, base)
     judge = load_judge(out)
     assert judge.source_format == "adapter"
-    assert score_main(["--model_path", str(out), "--input_dir", str(data), "--input_file", "train.json", "--output_dir", str(tmp_path / "s"),
+    assert score_main(["--model_path", str(out), "--input_dir", str(data), "--input_file", "heldout.json", "--output_dir", str(tmp_path / "s"),
                        "--max_new_tokens", "2", "--limit", "2", "--rubric", str(CONFIG_DIR / "rubrics" / "tiny")]) == 0
+
+
+def assert_trained_adapter(out, base):
+    """The adapter holds each trainable weight at its full shape (not a rank's partition) and trained."""
+    cfg = TrainConfig(**json.loads((out / "train_config.json").read_text()))
+    untrained = get_peft_model_state_dict(apply_lora(load_judge(base), cfg))
+    saved = load_file(out / "adapter_model.safetensors")
+    assert {k: v.shape for k, v in saved.items()} == {k: v.shape for k, v in untrained.items()}
+    lora_b = [k for k in saved if "lora_B" in k]
+    assert lora_b and all(saved[k].abs().sum() > 0 for k in lora_b)  # LoRA B starts at zero
+    projector = [k for k in saved if "multi_modal_projector" in k]
+    assert bool(projector) == cfg.train_projector
+    assert all(not torch.equal(saved[k], untrained[k]) for k in projector)

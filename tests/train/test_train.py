@@ -13,7 +13,7 @@ from judge.prompts import CONFIG_DIR, load_rubrics
 from judge.testing import write_dataset, write_original_checkpoint
 from train.cli import main as train_main
 from train.data import IGNORE_INDEX, build_dataset, merge_annotators, target_text
-from train.recipe import TrainConfig, apply_lora
+from train.recipe import TrainConfig, apply_lora, run_vision_in_every_batch
 
 TINY_RUBRIC = [str(CONFIG_DIR / "rubrics" / "tiny")]
 
@@ -68,6 +68,25 @@ def test_lora_wraps_only_language_model_layers(base):
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n and "language_model" in n for n in trainable)
     assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable} == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+
+
+def test_an_image_less_training_batch_runs_the_vision_tower_and_keeps_its_loss(base):
+    judge = load_judge(base)
+    model = judge.model.train()
+    ids = judge.tokenizer("<|user|>\nhello<|end|><|assistant|>\nfine<|end|>", return_tensors="pt").input_ids
+    plain = model(input_ids=ids, labels=ids).loss
+    run_vision_in_every_batch(model)
+    calls = []
+    model.model.vision_tower.register_forward_hook(lambda *_: calls.append("vision"))
+    loss = model(input_ids=ids, labels=ids).loss
+    assert calls == ["vision"] and torch.equal(loss, plain)
+    loss.backward()  # the projector is in the graph, with a zero gradient: the same backward as a batch with images
+    projector = model.model.multi_modal_projector.linear_2.weight.grad
+    assert projector is not None and not projector.any()
+    model.eval()
+    with torch.no_grad():
+        model(input_ids=ids)
+    assert calls == ["vision"]  # evaluation runs no blank tile
 
 
 def test_train_save_score_and_merge(base, data, tmp_path):
