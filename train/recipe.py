@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer, TrainingArguments, set_seed
 
 from calibration.stats import agreement_table
 from infer.engine import Scorer, ScoreOptions, prepare
@@ -69,7 +69,9 @@ class TrainConfig:
 
 
 def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
-    """LoRA on the language model only; the vision tower and projector stay frozen unless asked."""
+    """LoRA on the language model only; the vision tower and projector stay frozen unless asked. The
+    adapter's random start follows cfg.seed (the Trainer seeds only later, for the data order)."""
+    set_seed(cfg.seed)
     for p in judge.model.parameters():
         p.requires_grad = False
     if cfg.full_finetune:

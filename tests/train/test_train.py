@@ -70,6 +70,15 @@ def test_lora_wraps_only_language_model_layers(base):
     assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable} == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
 
 
+def test_lora_initialisation_follows_the_seed(base):
+    def lora_a(seed):
+        model = apply_lora(load_judge(base), TrainConfig(full_finetune=False, seed=seed))
+        return torch.cat([p.detach().flatten() for n, p in model.named_parameters() if "lora_A" in n])
+
+    assert torch.equal(lora_a(7), lora_a(7))
+    assert not torch.equal(lora_a(7), lora_a(8))
+
+
 def test_an_image_less_training_batch_runs_the_vision_tower_and_keeps_its_loss(base):
     judge = load_judge(base)
     model = judge.model.train()
