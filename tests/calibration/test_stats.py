@@ -1,6 +1,7 @@
 """Every statistic against an independent implementation, a published example, and a coverage simulation."""
 
 import json
+import time
 
 import krippendorff
 import numpy as np
@@ -81,6 +82,33 @@ def test_krippendorff_published_example():
     for level in ("interval", "ordinal"):
         assert krippendorff_alpha(KRIPPENDORFF_EXAMPLE, level).value == pytest.approx(
             krippendorff.alpha(reliability_data=KRIPPENDORFF_EXAMPLE, level_of_measurement=level))
+
+
+@pytest.mark.parametrize("level", ["interval", "ordinal"])
+def test_krippendorff_on_continuous_scores_with_missing_values_matches_the_package(level):
+    # three coders, scores with (nearly) as many distinct values as ratings, a fifth of them missing
+    rng = np.random.default_rng(4)
+    truth = rng.uniform(0, 6, 150)
+    data = np.clip(truth + rng.normal(0, 0.8, (3, 150)), 0, 6)
+    data[rng.random((3, 150)) < 0.2] = NAN
+    expected = krippendorff.alpha(reliability_data=data, level_of_measurement=level)
+    assert krippendorff_alpha(data, level).value == pytest.approx(expected)
+
+
+def test_krippendorff_on_twenty_thousand_continuous_pairs_is_quick():
+    rng = np.random.default_rng(0)
+    human = rng.integers(0, 7, 20_000).astype(float)
+    judge = np.clip(human + rng.normal(0, 1, 20_000), 0, 6)  # 20,000 distinct values
+    start = time.perf_counter()
+    for level in ("interval", "ordinal"):
+        assert 0 < krippendorff_alpha(np.vstack([judge, human]), level).value < 1
+    assert time.perf_counter() - start < 2  # a values x values coincidence matrix took 30 s at 2,000
+
+
+def test_krippendorff_undefined_cases():
+    assert krippendorff_alpha(np.array([[1.0, 2, NAN], [NAN, NAN, 3]]), "interval").reason == "no unit was rated twice"
+    same = krippendorff_alpha(np.array([[2.0, 2, 5], [2, 2, NAN]]), "ordinal")
+    assert same.reason == "fewer than two distinct values in the units rated twice or more"  # 5 has no partner
 
 
 def test_correlation_ratio_is_the_root_of_anova_r_squared():
