@@ -63,9 +63,9 @@ def test_reports_and_calibrator_are_written_with_their_content(files, capsys):
     assert set(overall["system_level"]["models"]) == set(MODELS) and overall["system_level"]["kendall_tau_b"]["value"] is not None
     assert sum(overall["histogram"]["judge"]) == sum(overall["histogram"]["human"]) == 90
     assert overall["bias"]["residual_vs_answer_chars"]["n"] == 90
-    assert report["human_ceiling"]["overall"]["ids_rated_more_than_once"] == 45
-    assert report["human_ceiling"]["overall"]["agreement"]["n"]["value"] == 90  # each of two annotators vs the other
-    assert report["human_ceiling"]["text_quality"]["ids_rated_more_than_once"] == 0
+    ceiling = overall["ceiling"]
+    assert ceiling["ids"] == ceiling["agreement"]["n"]["value"] == 45  # one pair per id rated twice, not each annotator vs the other
+    assert judge["criteria"]["text_quality"]["ceiling"]["ids"] == 0
     coverage = judge["coverage"]
     assert (coverage["only_in_predictions"], coverage["only_in_predictions_first"]) == (2, ["SA_900", "SA_901"])
     assert (coverage["only_in_human"], coverage["only_in_human_first"], coverage["parse_failures"]) == (1, ["PBL_999"], 1)
@@ -76,6 +76,8 @@ def test_reports_and_calibrator_are_written_with_their_content(files, capsys):
     assert "| Pearson r [95% Fisher z] |" in md and "Cosine similarity is reported because MMIE reports it" in md
     assert "#### overall by category" in md and "| MSR |" in md and "## Calibration of the overall score" in md
     assert "1 parse failure(s)" in md and "PBL_999" in md
+    assert "| statistic | judge | human ceiling |" in md and "human ceiling: 45 ids with two or more annotators (up to 2)" in md
+    assert "human ceiling: no id compared with the judge has two annotators on this criterion" in md
     page = (out / "report.html").read_text()
     pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
     assert pngs == ["groups.png", "judge_confusion.png", "judge_histograms.png", "judge_reliability.png", "judge_scatter.png"]
@@ -255,7 +257,7 @@ def test_a_local_judge_against_gpt4o_on_inst_it_logs(tmp_path):
     assert overall["collapse"] is None
     reliability = report["judges"]["local"]["calibration"]["reliability_before"]
     assert [(v["judge_level"], v["n"]) for v in reliability] == [(k / 10, int((kx == k).sum())) for k in np.unique(kx)]
-    assert report["human_ceiling"]["overall"]["agreement"]["pearson"]["reason"] == "n = 0 < 3"  # one annotator: GPT-4o
+    assert overall["ceiling"]["agreement"]["pearson"]["reason"] == "n = 0 < 3"  # one annotator: GPT-4o
 
     coverage = report["judges"]["local"]["coverage"]
     assert (coverage["invalid"], coverage["invalid_first"]) == (2, ["003-02", "010-04"])
