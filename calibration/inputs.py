@@ -16,10 +16,8 @@ shared at all.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -30,7 +28,7 @@ from judge.data import (
     Problem,
     category_from_id,
     load_annotations,
-    read_records,
+    read_json,
 )
 from judge.parsing import ScoreScale
 
@@ -155,19 +153,12 @@ def _raw_judge_scores(record: dict, check: _Checker, index: int, rid: str) -> di
 
 
 def _read_content(path: str) -> list | dict:
-    """A JSON list of records or JSONL, as judge.data reads them, or an Inst-It evaluate log (a JSON object)."""
-    file = Path(path)
-    text = file.read_text(encoding="utf-8") if file.is_file() and file.suffix != ".jsonl" else ""
-    if not text.lstrip().startswith("{"):
-        return read_records(path)  # which also names a missing, empty or broken file
-    try:
-        content = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError([Problem(path, f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}")]) from None
-    if LOG_ITEMS not in content:
-        raise InputError([Problem(path, f"a JSON object without '{LOG_ITEMS}': expected a JSON list of records, JSONL, "
-                                        "or an Inst-It evaluate log")])
-    return content
+    """A JSON list of records or JSONL, or an Inst-It evaluate log (a JSON object)."""
+    content = read_json(path)  # which names a missing, empty or broken file
+    if isinstance(content, list) or (isinstance(content, dict) and LOG_ITEMS in content):
+        return content
+    found = f"a JSON object without '{LOG_ITEMS}'" if isinstance(content, dict) else "neither a JSON list nor an object"
+    raise InputError([Problem(path, f"{found}: expected a JSON list of records, JSONL, or an Inst-It evaluate log")])
 
 
 def _read_log(log: dict, check: _Checker) -> list[LogItem]:
