@@ -126,6 +126,7 @@ def test_another_scale(tmp_path):
 
 
 PRED = {"id": "SA_0", "score": 3}
+ANNOTATED = {"id": "SA_0", "question": "q", "answer": "a", "human_scores": {"overall": 2}, "annotator": "x"}
 
 
 @pytest.mark.parametrize(
@@ -139,8 +140,23 @@ PRED = {"id": "SA_0", "score": 3}
         ("human", [{"id": "SA_0", "text": "no score"}], "bad.json: record 0 (id 'SA_0'): no score"),
         ("human", [], "bad.json: no records"),
         ("human", [{"id": "elsewhere", "overall": 2}], "no id in common with"),
-        ("predictions", [{"id": "SA_0", "score": 7}], "bad.json: record 0 (id 'SA_0'): overall: 7 is outside the scale 0-6"),
-        ("predictions", [{"id": "SA_0", "score": 3, "criteria": {"text_quality": "high"}}], "bad.json: record 0 (id 'SA_0'): text_quality: 'high' is not a number"),
+        ("predictions", [{"id": "SA_0", "score": 7}], "bad.json: record 0 (id 'SA_0'): score: 7 is outside the scale 0-6"),
+        ("predictions", [{"id": "SA_0", "overall": 7}], "bad.json: record 0 (id 'SA_0'): overall: 7 is outside the scale 0-6"),
+        ("predictions", [{"id": "SA_0", "score": 3, "criteria": {"text_quality": "high"}}],
+         "bad.json: record 0 (id 'SA_0'): criteria.text_quality: 'high' is not a number"),
+        ("predictions", [{"id": "SA_0", "score": 3, "overall": 4}], "bad.json: record 0 (id 'SA_0'): score: 3 disagrees with overall = 4"),
+        ("predictions", [PRED, {"id": "SA_1", "verdict": 3}], "bad.json: record 1 (id 'SA_1'): no score: expected judge-score's 'score'"),
+        ("predictions", [{**PRED, "expected_score": 3.2}, {**PRED, "expected_score": 2.9}],
+         "bad.json: record 1 (id 'SA_0'): duplicate id with different scores than record 0"),
+        ("predictions", [{**PRED, "model": 3}], "bad.json: record 0 (id 'SA_0'): model: must be a string, got 3"),
+        ("human", [{"id": "SA_0", "overall": 2, "annotator": ["x"]}], "bad.json: record 0 (id 'SA_0'): annotator: must be a string, got ['x']"),
+        ("human", [{"id": "SA_0", "overall": 2, "model": 1}], "bad.json: record 0 (id 'SA_0'): model: must be a string, got 1"),
+        ("human", [{"id": "SA_0", "overall": 2, "annotator": "x"}, {"id": "SA_0", "overall": 3, "annotator": "x"}],
+         "bad.json: record 1 (id 'SA_0'): duplicate id and annotator 'x' with different scores than record 0"),
+        ("human", [ANNOTATED, {**ANNOTATED, "human_scores": {"overall": 3}}],
+         "bad.json: record 1 (id 'SA_0'): duplicate id and annotator 'x' with different scores than record 0"),
+        ("human", [{**ANNOTATED, "annotator": None}, {**ANNOTATED, "annotator": None, "human_scores": {"overall": 3}}],
+         "bad.json: record 1 (id 'SA_0'): duplicate id with different scores than record 0; if these are two annotators, give each record an 'annotator'"),
         ("predictions", [{"id": "SA_0", "score": 3, "expected_score": 6.5}], "bad.json: record 0 (id 'SA_0'): expected_score: 6.5 is outside"),
         ("predictions", [PRED, {"id": "SA_0", "score": 4}], "bad.json: record 1 (id 'SA_0'): duplicate id with different scores than record 0"),
         ("predictions", [{"id": "SA_0", "verdict": 3}], "bad.json: no scores found"),
@@ -166,14 +182,22 @@ def test_empty_files_and_every_problem_at_once(files, tmp_path, capsys):
     bad_preds = write(tmp_path / "p.json", [{"id": "SA_0", "score": "x"}])
     assert main(["--predictions", bad_preds, "--human", bad_human, "--output_dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
-    assert "h.json: record 0 (id 'SA_0'): overall: -1 is outside" in err and "p.json: record 0 (id 'SA_0'): overall: 'x' is not a number" in err
+    assert "h.json: record 0 (id 'SA_0'): overall: -1 is outside" in err and "p.json: record 0 (id 'SA_0'): score: 'x' is not a number" in err
 
 
-def test_identical_duplicates_count_once(files, tmp_path):
+def test_identical_repeats_count_once_in_every_kind_of_file(files, tmp_path):
     preds, _, _ = files
-    human = write(tmp_path / "h.json", [{"id": f"SA_{i}", "overall": i % 7} for i in (0, 3, 6, 9)] * 2)
-    assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r"), "--bootstrap", "0"]) == 0
-    assert json.loads((tmp_path / "r" / "report.json").read_text())["judges"]["preds"]["criteria"]["overall"]["all"]["n"]["value"] == 4
+    flat = [{"id": f"SA_{i}", "overall": i % 7} for i in (0, 3, 6, 9)]
+    annotated = [{**ANNOTATED, "id": r["id"], "human_scores": {"overall": r["overall"]}} for r in flat]
+    failed = {"id": "SA_3", "score": None}
+    records = [r for r in json.loads(Path(preds).read_text()) if r["id"] != "SA_3"]
+    judge = write(tmp_path / "p.json", records + [failed, failed])  # SA_3 failed to parse, written twice
+    for name, human in (("flat", flat), ("annotated", annotated)):
+        human = write(tmp_path / f"{name}.json", human * 2)
+        assert main(["--predictions", judge, "--human", human, "--output_dir", str(tmp_path / name), "--bootstrap", "0", "--fit", "none"]) == 0
+        overall = json.loads((tmp_path / name / "report.json").read_text())["judges"]["p"]
+        assert overall["criteria"]["overall"]["all"]["n"]["value"] == 3 and overall["coverage"]["parse_failures"] == 2  # SA_900 and SA_3
+        assert overall["criteria"]["overall"]["ceiling"]["ids"] == 0  # a repeat is not a second annotator
 
 
 @pytest.mark.parametrize(
