@@ -250,7 +250,7 @@ def calibrate(ratings: Ratings, judge: str, opts: Options, human_path: str) -> C
         xs, ys = fit_map(p.judge, p.human, opts.fit, opts.scale.bounds)
         fitted_on = FittedOn(judge=judge, predictions=ratings.coverage[judge].predictions, human=human_path, n=len(p.ids), folds=opts.folds,
                              mse_before=mean_error(p.judge, p.human, "mse").value, held_out_mse_after=after("mse").value)
-        calibrator = Calibrator(method=opts.fit, source=source, criterion="overall", x=xs, y=ys, scale=opts.scale.bounds, fitted_on=fitted_on)
+        calibrator = Calibrator(method=opts.fit, source=source, x=xs, y=ys, scale=opts.scale.bounds, fitted_on=fitted_on)
     return Calibration(
         method=opts.fit, source=source, folds=opts.folds, n=len(p.ids),
         mse_before=mean_error(p.judge, p.human, "mse"), mse_after=after("mse"),
