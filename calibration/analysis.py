@@ -293,7 +293,7 @@ def analyse(ratings: Ratings, opts: Options, human_path: str, notes: list[str]) 
     for name in ratings.judges:
         pairs = {c: paired(ratings, name, c) for c in opts.criteria}
         calibration = calibrate(ratings, name, opts, human_path) if opts.fit != "none" and "overall" in pairs and pairs["overall"].ids else None
-        if "overall" in pairs:
+        if "overall" in pairs and pairs["overall"].ids:  # a judge without an overall score on a shared id has nothing to draw
             plotted[name] = pairs["overall"]
         criteria = {c: criterion_result(p, opts, human_ceiling(ratings, p.ids, drawn[c], c, opts.scale, opts.bootstrap, opts.seed))
                     for c, p in pairs.items()}

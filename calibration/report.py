@@ -169,10 +169,11 @@ def bias_section(report: Report) -> Section:
 
 def sections(report: Report) -> list[Section]:
     scale = report.score_scale
+    intervals = (f"Intervals are 95%: Fisher z, and a percentile bootstrap of {report.bootstrap} resamples (seed {report.seed}) where shown."
+                 if report.bootstrap else "Intervals are 95%, Fisher z (no bootstrap: --bootstrap 0).")
     intro = [(f"Human scores: {report.human_file}, {report.human_ids} ids, scale {scale}; the human value of an id is {report.reference}. "
              f"Exact and within-1 agreement (within one step of {scale.step:g}), κ, histograms and confusion counts take each score "
-             f"at its nearest of the scale's {scale.n_levels} levels. "
-             f"Intervals are 95%: Fisher z, and a percentile bootstrap of {report.bootstrap} resamples (seed {report.seed}) where shown.")]
+             f"at its nearest of the scale's {scale.n_levels} levels. {intervals}")]
     intro += [f"Note: {n}" for n in report.notes]
     return [Section("Judge agreement with human scores", 1, intro), *agreement_sections(report), system_section(report),
             calibration_section(report), bias_section(report), Section("Notes", 2, [COSINE_NOTE])]

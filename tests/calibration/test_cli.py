@@ -211,6 +211,33 @@ def test_bad_flags_exit_2(files, tmp_path, capsys, flags, message):
     assert message in capsys.readouterr().err
 
 
+def test_judge_names_that_give_one_file_name_are_a_usage_error(files, tmp_path, capsys):
+    preds, human, _ = files
+    assert main(["--predictions", preds, preds, "--names", "a b", "a_b", "--human", human, "--output_dir", str(tmp_path / "r")]) == 2
+    assert "judge names ['a b', 'a_b'] give the same file names ['a_b', 'a_b']" in capsys.readouterr().err
+
+
+def test_a_judge_without_any_overall_score_gets_undefined_figures_and_no_plots(files, tmp_path):
+    preds, human, _ = files
+    failed = write(tmp_path / "failed.json", [{"id": r["id"], "score": None} for r in json.loads(Path(preds).read_text())])
+    out = tmp_path / "r"
+    assert main(["--predictions", preds, failed, "--names", "good", "failed", "--human", human, "--output_dir", str(out), "--bootstrap", "0"]) == 0
+    report = json.loads((out / "report.json").read_text(), parse_constant=no_nan)
+    overall = report["judges"]["failed"]["criteria"]["overall"]
+    assert overall["all"]["n"]["value"] == 0 and overall["all"]["pearson"]["reason"] == "n = 0 < 3"
+    assert report["judges"]["failed"]["calibration"] is None
+    assert sorted(p.name for p in (out / "plots").glob("*.png")) == [
+        "good_confusion.png", "good_histograms.png", "good_reliability.png", "good_scatter.png", "groups.png"]
+    assert "Intervals are 95%, Fisher z (no bootstrap: --bootstrap 0)." in (out / "report.md").read_text()
+
+
+def test_a_criterion_asked_for_that_no_shared_id_has_is_an_error(files, tmp_path, capsys):
+    preds, _, _ = files
+    human = write(tmp_path / "h.json", [{"id": r["id"], "overall": r["score"]} for r in json.loads(Path(preds).read_text())])
+    assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r"), "--criteria", "overall", "text_quality"]) == 2
+    assert "h.json: --criteria text_quality: no shared id is scored on it both here and in the predictions" in capsys.readouterr().err
+
+
 def test_every_calibration_module_imports_and_runs_without_torch(files):
     # A finder that refuses torch, so importing it fails as on a machine without it. (Setting
     # sys.modules["torch"] = None trips scipy's array-API check, which looks the module up by name.)
