@@ -10,6 +10,7 @@ from scipy import stats as sps
 from scipy.spatial.distance import cosine as cosine_distance
 from sklearn.metrics import cohen_kappa_score, mean_absolute_error, mean_squared_error
 
+from calibration import stats
 from calibration.stats import (
     Stat,
     agreement_table,
@@ -187,6 +188,19 @@ def test_score_collapse_is_flagged():
     assert "standard deviation" in collapse_warning([4] * 50)
     assert "90% of scores are 5" in collapse_warning([5] * 45 + [1, 2, 3, 4, 6])
     assert collapse_warning(list(range(7)) * 5) is None
+
+
+def test_score_collapse_thresholds_are_the_named_constants(monkeypatch):
+    four_in_five = [5] * 40 + [1, 2, 3, 4, 6] * 2
+    assert stats.COLLAPSE_MAX_SHARE == 0.8 and collapse_warning(four_in_five) is None  # 80% is not more than 80%
+    assert collapse_warning(four_in_five + [5] * 5) == "score collapse: 82% of scores are 5"
+    monkeypatch.setattr(stats, "COLLAPSE_MAX_SHARE", 0.85)
+    assert collapse_warning(four_in_five + [5] * 5) is None
+    spread = [3.0, 3.05] * 20  # standard deviation 0.025
+    monkeypatch.setattr(stats, "COLLAPSE_MIN_STD_STEPS", 0.02)
+    assert collapse_warning(spread) == "score collapse: 100% of scores are 3"
+    monkeypatch.setattr(stats, "COLLAPSE_MIN_STD_STEPS", 0.03)
+    assert collapse_warning(spread) == "score collapse: standard deviation 0.025 < 0.03"
 
 
 TENTHS = ScoreScale(0, 1, 0.1)
