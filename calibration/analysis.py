@@ -1,7 +1,7 @@
 """Everything judge-calibrate measures, as one `Report`: for each judge and criterion, agreement overall
 and per group, score collapse, system-level (per-model) agreement, score histograms and bias
-diagnostics; for each judge the cross-fitted calibration of its overall score; and, where ids have
-several annotators, the human-human ceiling."""
+diagnostics, and, where ids have several annotators, the human-human ceiling on the same ids; for each
+judge the cross-fitted calibration of its overall score."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from calibration.fit import Level, cross_fit, fit_map, reliability
-from calibration.inputs import Coverage, Ratings
+from calibration.inputs import Coverage, HumanRecord, Ratings
 from judge.parsing import ScoreScale
 from calibration.stats import (
     Agreement,
@@ -29,8 +29,10 @@ from calibration.stats import (
 from judge.calibrator import Calibrator, FittedOn
 
 REFERENCE = "the mean of the annotators' scores of each id"
-CEILING = ("each annotator against the mean of the other annotators of the same id, pooled over ids rated more "
-           "than once; Krippendorff's alpha over all annotators at once")
+CEILING = ("one pair per id that two or more annotators rated, among the ids the judge is compared on: one of its "
+           "annotators, drawn at random (seeded), against the mean of the others. Each id counts once, so n and the "
+           "intervals are those of independent pairs. The judge is compared with the mean of all annotators, a less noisy "
+           "reference than the mean of the others, so a judge as good as one annotator scores somewhat above this ceiling")
 MIN_MODELS = 3
 
 
@@ -157,6 +159,47 @@ def bias(p: Paired) -> Bias:
     )
 
 
+class Ceiling(BaseModel):
+    """People against people on the ids the judge is compared on: the most a judge can be expected to reach."""
+
+    ids: int  # ids compared with the judge that two or more annotators rated: one pair each
+    most_annotators: int
+    agreement: Agreement  # one annotator drawn per id against the mean of the others
+    alpha_interval_all_annotators: Stat  # Krippendorff's alpha among every annotator of those ids, the usual inter-rater figure
+    alpha_ordinal_all_annotators: Stat
+
+
+DrawnPairs = dict[str, tuple[float, float]]  # id -> (one annotator's score, mean of the others)
+
+
+def drawn_pairs(human: dict[str, HumanRecord], criterion: str, seed: int) -> DrawnPairs:
+    """For each id rated two or more times, one annotator drawn at random against the mean of the others.
+    Drawn once over every id (in sorted order), so an id's pair is the same whichever judge it is
+    compared with; the generator is its own stream of the seed, not the bootstrap's."""
+    rng = np.random.default_rng([seed, 1])
+    pairs = {}
+    for rid in sorted(human):
+        values = human[rid].ratings.get(criterion, [])
+        if len(values) >= 2:
+            k = int(rng.integers(len(values)))
+            pairs[rid] = (values[k], float(np.mean(values[:k] + values[k + 1:])))
+    return pairs
+
+
+def human_ceiling(ratings: Ratings, ids: list[str], pairs: DrawnPairs, criterion: str, scale: ScoreScale, bootstrap: int, seed: int) -> Ceiling:
+    """The judge's statistics for the drawn pairs of the ids the judge is compared on."""
+    shared = [rid for rid in ids if rid in pairs]
+    one, others = [pairs[rid][0] for rid in shared], [pairs[rid][1] for rid in shared]
+    rated = [ratings.human[rid].ratings[criterion] for rid in shared]
+    most = max((len(v) for v in rated), default=0)
+    matrix = np.full((max(most, 1), len(rated)), np.nan)  # annotator slot x id; alpha ignores who the coder is
+    for unit, values in enumerate(rated):
+        matrix[: len(values), unit] = values
+    return Ceiling(ids=len(shared), most_annotators=most, agreement=agreement_table(one, others, scale, bootstrap, seed),
+                   alpha_interval_all_annotators=krippendorff_alpha(matrix, "interval"),
+                   alpha_ordinal_all_annotators=krippendorff_alpha(matrix, "ordinal"))
+
+
 class CriterionResult(BaseModel):
     all: Agreement
     groups: dict[str, Agreement]
@@ -164,9 +207,10 @@ class CriterionResult(BaseModel):
     system_level: SystemLevel
     histogram: Histogram
     bias: Bias
+    ceiling: Ceiling
 
 
-def criterion_result(p: Paired, opts: Options) -> CriterionResult:
+def criterion_result(p: Paired, opts: Options, ceiling: Ceiling) -> CriterionResult:
     stats = lambda rows: agreement_table(p.judge[rows], p.human[rows], opts.scale, opts.bootstrap, opts.seed)
     return CriterionResult(
         all=stats(np.arange(len(p.ids))),
@@ -175,6 +219,7 @@ def criterion_result(p: Paired, opts: Options) -> CriterionResult:
         system_level=system_level(p),
         histogram=histogram(p, opts.scale),
         bias=bias(p),
+        ceiling=ceiling,
     )
 
 
@@ -205,7 +250,7 @@ def calibrate(ratings: Ratings, judge: str, opts: Options, human_path: str) -> C
         xs, ys = fit_map(p.judge, p.human, opts.fit, opts.scale.bounds)
         fitted_on = FittedOn(judge=judge, predictions=ratings.coverage[judge].predictions, human=human_path, n=len(p.ids), folds=opts.folds,
                              mse_before=mean_error(p.judge, p.human, "mse").value, held_out_mse_after=after("mse").value)
-        calibrator = Calibrator(method=opts.fit, source=source, criterion="overall", x=xs, y=ys, scale=opts.scale.bounds, fitted_on=fitted_on)
+        calibrator = Calibrator(method=opts.fit, source=source, x=xs, y=ys, scale=opts.scale.bounds, fitted_on=fitted_on)
     return Calibration(
         method=opts.fit, source=source, folds=opts.folds, n=len(p.ids),
         mse_before=mean_error(p.judge, p.human, "mse"), mse_after=after("mse"),
@@ -214,30 +259,6 @@ def calibrate(ratings: Ratings, judge: str, opts: Options, human_path: str) -> C
         reliability_after=reliability(held_out.calibrated, p.human, opts.scale) if held_out.reason is None else [],
         calibrator=calibrator,
     )
-
-
-class Ceiling(BaseModel):
-    ids_rated_more_than_once: int
-    most_annotators: int
-    agreement: Agreement
-
-
-def human_ceiling(ratings: Ratings, criterion: str, scale: ScoreScale, bootstrap: int, seed: int) -> Ceiling:
-    """How well people agree with each other, on the judge's statistics: the most a judge can be expected to reach."""
-    rated = [r.ratings.get(criterion, []) for r in ratings.human.values()]
-    one, others = [], []
-    for values in rated:
-        if len(values) >= 2:
-            for k, v in enumerate(values):
-                one.append(v)
-                others.append(np.mean(values[:k] + values[k + 1:]))
-    table = agreement_table(one, others, scale, bootstrap, seed)
-    most = max((len(v) for v in rated), default=0)
-    matrix = np.full((max(most, 1), len(rated)), np.nan)  # annotator slot x id; alpha ignores who the coder is
-    for unit, values in enumerate(rated):
-        matrix[: len(values), unit] = values
-    table |= {"krippendorff_interval": krippendorff_alpha(matrix, "interval"), "krippendorff_ordinal": krippendorff_alpha(matrix, "ordinal")}
-    return Ceiling(ids_rated_more_than_once=sum(len(v) >= 2 for v in rated), most_annotators=most, agreement=table)
 
 
 class JudgeReport(BaseModel):
@@ -259,7 +280,6 @@ class Report(BaseModel):
     ceiling_method: str = CEILING
     notes: list[str]
     judges: dict[str, JudgeReport]
-    human_ceiling: dict[str, Ceiling]
 
     @property
     def score_scale(self) -> ScoreScale:
@@ -269,15 +289,17 @@ class Report(BaseModel):
 def analyse(ratings: Ratings, opts: Options, human_path: str, notes: list[str]) -> tuple[Report, dict[str, Paired]]:
     """The report, and each judge's overall pairs for the plots."""
     judges, plotted = {}, {}
+    drawn = {c: drawn_pairs(ratings.human, c, opts.seed) for c in opts.criteria}
     for name in ratings.judges:
         pairs = {c: paired(ratings, name, c) for c in opts.criteria}
         calibration = calibrate(ratings, name, opts, human_path) if opts.fit != "none" and "overall" in pairs and pairs["overall"].ids else None
-        if "overall" in pairs:
+        if "overall" in pairs and pairs["overall"].ids:  # a judge without an overall score on a shared id has nothing to draw
             plotted[name] = pairs["overall"]
-        judges[name] = JudgeReport(coverage=ratings.coverage[name], criteria={c: criterion_result(p, opts) for c, p in pairs.items()}, calibration=calibration)
+        criteria = {c: criterion_result(p, opts, human_ceiling(ratings, p.ids, drawn[c], c, opts.scale, opts.bootstrap, opts.seed))
+                    for c, p in pairs.items()}
+        judges[name] = JudgeReport(coverage=ratings.coverage[name], criteria=criteria, calibration=calibration)
     report = Report(
         scale=opts.scale.bounds, step=opts.scale.step, criteria=opts.criteria, group_by=opts.group_by, bootstrap=opts.bootstrap, seed=opts.seed,
         human_file=human_path, human_ids=len(ratings.human), notes=notes, judges=judges,
-        human_ceiling={c: human_ceiling(ratings, c, opts.scale, opts.bootstrap, opts.seed) for c in opts.criteria},
     )
     return report, plotted

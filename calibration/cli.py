@@ -50,6 +50,8 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], ScoreScale]:
         problems.append(f"--names has {len(names)} name(s) for {len(args.predictions)} predictions file(s)")
     elif len(set(names)) != len(names):
         problems.append(f"judge names must differ, got {names}: give --names")
+    elif len({slug(n) for n in names}) != len(names):  # their plots and calibrator files would overwrite each other
+        problems.append(f"judge names {names} give the same file names {[slug(n) for n in names]}: give --names that differ in letters or digits")
     if args.bootstrap < 0:
         problems.append(f"--bootstrap must be 0 or more, got {args.bootstrap}")
     if args.folds < 2:
@@ -64,14 +66,20 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], ScoreScale]:
     return names, scale
 
 
-def shared_criteria(ratings: Ratings, human_path: str) -> list[str]:
-    """Criteria some judge and the human file both scored on a shared id, in SCORE_FIELDS order."""
+def compared_criteria(ratings: Ratings, requested: list[str] | None, human_path: str) -> list[str]:
+    """The criteria to report: those asked for, or by default every one that some judge and the human file
+    both scored on a shared id (in SCORE_FIELDS order). A criterion with no such id is an error, not a
+    report of empty tables."""
     found = [c for c in SCORE_FIELDS
              if any(c in record.scores and c in ratings.human[rid].ratings for judge in ratings.judges.values()
                     for rid, record in judge.items() if rid in ratings.human)]
-    if not found:
-        raise InputError([Problem(human_path, "no criterion is scored both here and in the predictions on a shared id")])
-    return found
+    if requested is None:
+        if not found:
+            raise InputError([Problem(human_path, "no criterion is scored both here and in the predictions on a shared id")])
+        return found
+    if missing := [c for c in requested if c not in found]:
+        raise InputError([Problem(human_path, f"--criteria {c}: no shared id is scored on it both here and in the predictions") for c in missing])
+    return list(dict.fromkeys(requested))  # a criterion named twice is reported once
 
 
 def print_summary(report: Report, out: Path) -> None:
@@ -93,7 +101,7 @@ def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     names, scale = check_args(args)
     ratings = load_ratings(args.predictions, names, args.human, scale)
-    criteria = args.criteria or shared_criteria(ratings, args.human)
+    criteria = compared_criteria(ratings, args.criteria, args.human)
     opts = Options(criteria, args.by, args.bootstrap, args.seed, args.fit, args.folds, scale)
     report, paired = analyse(ratings, opts, args.human, coverage_notes(ratings, args.human))
     out = Path(args.output_dir)

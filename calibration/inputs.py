@@ -9,33 +9,38 @@ failed judge call (Inst-It scores it 0 and leaves it out of its accuracy): it st
 score, so that it is counted and named in the notes but never compared.
 
 The human reference value of an id is the mean of its annotators' scores; the individual scores are
-kept for the human-human ceiling. Every problem of every file is collected and raised as one
-InputError; ids on one side only are not an error (they are counted in `Coverage`) unless no id is
-shared at all.
+kept for the human-human ceiling.
+
+One rule for repeated records, in every file: a record is keyed by its id (in a human file, by id and
+`annotator`); the same key with the same scores again counts once (a file concatenated twice), the same
+key with other scores is an error. Two annotators of one id are two records with different `annotator`s.
+
+Every problem of every file is collected and raised as one InputError; ids on one side only are not an
+error (they are counted in `Coverage`) unless no id is shared at all.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pydantic import BaseModel
 
 from judge.data import (
     CRITERIA,
     SCORE_FIELDS,
+    Annotation,
     InputError,
     Problem,
     category_from_id,
-    load_annotations,
-    read_records,
+    parse_records,
+    read_json,
 )
 from judge.parsing import ScoreScale
 
 SHOWN_IDS = 5  # ids listed by name when some are on one side only
 LOG_ITEMS = "model_predictons"  # sic: Inst-It's evaluate.py spells the key so
+NAME_ANNOTATORS = "; if these are two annotators, give each record an 'annotator'"
 INVALID = "marked valid: false (a failed judge call, which Inst-It scores 0 and leaves out of its accuracy)"
 
 
@@ -113,6 +118,7 @@ class _Checker:
 
     def __init__(self, path: str, scale: ScoreScale):
         self.path, self.scale, self.problems = path, scale, []
+        self.first: dict[tuple, tuple[int, object]] = {}  # key of a record -> (index, its scores)
 
     def add(self, message: str, index: int | None = None, record_id: str | None = None, field: str | None = None) -> None:
         self.problems.append(Problem(self.path, message, index, record_id, field))
@@ -131,6 +137,24 @@ class _Checker:
             return float(value)
         return None
 
+    def text(self, record: dict, key: str, index: int, record_id: str) -> str | None:
+        """An optional string field; another type is a problem (a number would not sort with the names)."""
+        value = record.get(key)
+        if value is None or isinstance(value, str):
+            return value
+        self.add(f"must be a string, got {value!r}", index, record_id, key)
+        return None
+
+    def first_time(self, key: tuple, scores: object, index: int, record_id: str, hint: str = "") -> bool:
+        """The repeat rule (module docstring): True for a new key; an identical repeat is False, a differing one a problem."""
+        if key not in self.first:
+            self.first[key] = (index, scores)
+            return True
+        if self.first[key][1] != scores:
+            what = "id" if len(key) == 1 or key[1] is None else f"id and annotator {key[1]!r}"
+            self.add(f"duplicate {what} with different scores than record {self.first[key][0]}{hint}", index, record_id)
+        return False
+
     def record_id(self, record, index: int) -> str | None:
         if not isinstance(record, dict):
             self.add(f"a record must be an object, got {type(record).__name__}", index)
@@ -141,33 +165,38 @@ class _Checker:
         return None
 
 
-def _raw_judge_scores(record: dict, check: _Checker, index: int, rid: str) -> dict[str, object]:
-    """Criterion -> raw value, from judge-score's layout (`score`, `criteria`) or flat fields."""
-    raw = {name: record[name] for name in SCORE_FIELDS if name in record}
+@dataclass(frozen=True)
+class RawScore:
+    field: str  # where it was read, as written in the file: "score", "criteria.text_quality", "overall"
+    value: object
+
+
+def _raw_judge_scores(record: dict, check: _Checker, index: int, rid: str) -> dict[str, RawScore]:
+    """Criterion -> raw value, from judge-score's layout (`score`, `criteria`) or flat fields; two fields
+    for one criterion (`score` and `overall`) must agree."""
+    found = [(name, name, record[name]) for name in SCORE_FIELDS if name in record]
     if "score" in record:
-        raw["overall"] = record["score"]
+        found.append(("overall", "score", record["score"]))
     criteria = record.get("criteria")
     if isinstance(criteria, dict):
-        raw |= {name: criteria[name] for name in CRITERIA if name in criteria}
+        found += [(name, f"criteria.{name}", criteria[name]) for name in CRITERIA if name in criteria]
     elif criteria is not None:
-        check.add(f"'criteria' must be an object, got {type(criteria).__name__}", index, rid, "criteria")
+        check.add(f"must be an object, got {type(criteria).__name__}", index, rid, "criteria")
+    raw: dict[str, RawScore] = {}
+    for criterion, name, value in found:
+        if criterion in raw and raw[criterion].value != value:
+            check.add(f"{value!r} disagrees with {raw[criterion].field} = {raw[criterion].value!r}", index, rid, name)
+        raw.setdefault(criterion, RawScore(name, value))
     return raw
 
 
 def _read_content(path: str) -> list | dict:
-    """A JSON list of records or JSONL, as judge.data reads them, or an Inst-It evaluate log (a JSON object)."""
-    file = Path(path)
-    text = file.read_text(encoding="utf-8") if file.is_file() and file.suffix != ".jsonl" else ""
-    if not text.lstrip().startswith("{"):
-        return read_records(path)  # which also names a missing, empty or broken file
-    try:
-        content = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError([Problem(path, f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}")]) from None
-    if LOG_ITEMS not in content:
-        raise InputError([Problem(path, f"a JSON object without '{LOG_ITEMS}': expected a JSON list of records, JSONL, "
-                                        "or an Inst-It evaluate log")])
-    return content
+    """A JSON list of records or JSONL, or an Inst-It evaluate log (a JSON object)."""
+    content = read_json(path)  # which names a missing, empty or broken file
+    if isinstance(content, list) or (isinstance(content, dict) and LOG_ITEMS in content):
+        return content
+    found = f"a JSON object without '{LOG_ITEMS}'" if isinstance(content, dict) else "neither a JSON list nor an object"
+    raise InputError([Problem(path, f"{found}: expected a JSON list of records, JSONL, or an Inst-It evaluate log")])
 
 
 def _read_log(log: dict, check: _Checker) -> list[LogItem]:
@@ -226,31 +255,35 @@ def read_predictions(path: str, scale: ScoreScale) -> PredictionsFile:
         return _predictions_from_log(path, content, scale)
     check = _Checker(path, scale)
     out: dict[str, JudgeRecord] = {}
-    first_index: dict[str, int] = {}
-    any_score_field, failures = False, 0
+    unscored: list[tuple[int, str]] = []  # (index, id) of records without any score field
+    scored_any, failures = False, 0
     for index, r in enumerate(content):
         if (rid := check.record_id(r, index)) is None:
             continue
         raw = _raw_judge_scores(r, check, index, rid)
-        any_score_field |= bool(raw)
-        scores = {k: s for k, v in raw.items() if (s := check.score(v, index, rid, k)) is not None}
-        failures += "overall" in raw and raw["overall"] is None
+        scored_any |= bool(raw)
+        if not raw:
+            unscored.append((index, rid))
+        scores = {k: s for k, v in raw.items() if (s := check.score(v.value, index, rid, v.field)) is not None}
+        expected = check.score(r.get("expected_score"), index, rid, "expected_score")
+        if not check.first_time((rid,), (scores, expected), index, rid):
+            continue
+        failures += "overall" in raw and raw["overall"].value is None
         n_images = r.get("n_images")
-        record = JudgeRecord(
+        out[rid] = JudgeRecord(
             scores=scores,
-            expected_score=check.score(r.get("expected_score"), index, rid, "expected_score"),
-            model=r.get("model") if isinstance(r.get("model"), str) else None,
-            category=r.get("category") if isinstance(r.get("category"), str) else category_from_id(rid),
+            expected_score=expected,
+            model=check.text(r, "model", index, rid),
+            category=check.text(r, "category", index, rid) or category_from_id(rid),
             n_images=n_images if isinstance(n_images, int) and not isinstance(n_images, bool) else None,
         )
-        if rid in out and out[rid].scores != record.scores:
-            check.add(f"duplicate id with different scores than record {first_index[rid]}", index, rid)
-        first_index.setdefault(rid, index)
-        out[rid] = record
     if not content:
         check.add("no records")
-    elif not any_score_field:
+    elif not scored_any:
         check.add(f"no scores found: expected judge-score's 'score'/'criteria' or flat fields {', '.join(SCORE_FIELDS)}")
+    else:
+        for index, rid in unscored:
+            check.add(f"no score: expected judge-score's 'score' or a flat field ({', '.join(SCORE_FIELDS)})", index, rid)
     return PredictionsFile(out, failures, [], check.problems)
 
 
@@ -266,10 +299,7 @@ def read_human(path: str, scale: ScoreScale) -> HumanFile:
     if isinstance(content, dict):
         return _human_from_log(path, content, scale)
     if any(isinstance(r, dict) and "human_scores" in r for r in content):
-        try:
-            return HumanFile(_from_annotations(path, scale), [], [])
-        except InputError as err:
-            return HumanFile({}, [], err.problems)
+        return _from_annotations(path, content, scale)
     return _from_flat(path, content, scale)
 
 
@@ -281,20 +311,24 @@ def _human_from_log(path: str, log: dict, scale: ScoreScale) -> HumanFile:
     return HumanFile(records, [i.id for i in items if i.score is None], check.problems)
 
 
-def _from_annotations(path: str, scale: ScoreScale) -> dict[str, HumanRecord]:
+def _from_annotations(path: str, records: list, scale: ScoreScale) -> HumanFile:
+    check = _Checker(path, scale)
+    parsed, check.problems = parse_records(path, records, Annotation)
     out: dict[str, HumanRecord] = {}
-    for a in load_annotations(path, scale=scale.bounds):
+    for index, a in parsed:
+        scores = {name: s for name, v in a.human_scores.given().items() if (s := check.score(v, index, a.id, f"human_scores.{name}")) is not None}
+        if not check.first_time((a.id, a.annotator), scores, index, a.id, NAME_ANNOTATORS if a.annotator is None else ""):
+            continue
         # Images the judge is shown (question and answer), counted as judge-score's n_images counts them.
         human = out.setdefault(a.id, HumanRecord({}, a.model, a.category, sum(len(s.text or "") for s in a.answer), len(a.images())))
-        for name, value in a.human_scores.given().items():
+        for name, value in scores.items():
             human.ratings.setdefault(name, []).append(value)
-    return out
+    return HumanFile(out, [], sorted(check.problems, key=lambda p: p.index or 0))
 
 
 def _from_flat(path: str, records: list, scale: ScoreScale) -> HumanFile:
     check = _Checker(path, scale)
     out: dict[str, HumanRecord] = {}
-    seen: dict[tuple, tuple[int, dict]] = {}  # (id, annotator) -> (index, scores)
     for index, r in enumerate(records):
         if (rid := check.record_id(r, index)) is None:
             continue
@@ -302,15 +336,11 @@ def _from_flat(path: str, records: list, scale: ScoreScale) -> HumanFile:
             check.add(f"no score: give at least one of {', '.join(SCORE_FIELDS)}", index, rid)
             continue
         scores = {name: v for name in SCORE_FIELDS if (v := check.score(r.get(name), index, rid, name)) is not None}
-        key = (rid, r.get("annotator"))
-        if key in seen:
-            if seen[key][1] != scores:
-                check.add(f"duplicate id with different scores than record {seen[key][0]}; "
-                          "if these are two annotators, give each record an 'annotator'", index, rid)
-            continue  # an identical repeat counts once
-        seen[key] = (index, scores)
-        category = r.get("category") if isinstance(r.get("category"), str) else category_from_id(rid)
-        human = out.setdefault(rid, HumanRecord({}, r.get("model"), category))
+        annotator = check.text(r, "annotator", index, rid)
+        if not check.first_time((rid, annotator), scores, index, rid, NAME_ANNOTATORS if annotator is None else ""):
+            continue
+        category = check.text(r, "category", index, rid) or category_from_id(rid)
+        human = out.setdefault(rid, HumanRecord({}, check.text(r, "model", index, rid), category))
         for name, value in scores.items():
             human.ratings.setdefault(name, []).append(value)
     if not records:

@@ -19,12 +19,13 @@ from judge.parsing import ScoreScale
 
 plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 8})
 JUDGE_COLOUR, HUMAN_COLOUR, CALIBRATED_COLOUR = "tab:blue", "tab:orange", "tab:green"
+DPI = 110
 
 
 def _png(fig) -> bytes:
     buffer = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buffer, format="png", dpi=110)
+    fig.savefig(buffer, format="png", dpi=DPI)
     plt.close(fig)
     return buffer.getvalue()
 
@@ -83,7 +84,7 @@ def confusion(judge: np.ndarray, human: np.ndarray, name: str, scale: ScoreScale
 
 def reliability_curve(calibration: Calibration, name: str, scale: ScoreScale) -> bytes:
     """Mean human score at each judge score level, before and after calibration, with the map itself."""
-    fig, ax = plt.subplots(figsize=(5.2, 5))
+    fig, ax = plt.subplots(figsize=(5.2, 6))
     source = "expected score" if calibration.source == "expected_score" else "score"
     if calibration.calibrator is not None:
         c = calibration.calibrator
@@ -98,14 +99,14 @@ def reliability_curve(calibration: Calibration, name: str, scale: ScoreScale) ->
                 offset = (5, -11) if colour == CALIBRATED_COLOUR else (-14, 5)
                 ax.annotate(f"{v.n}", (v.judge_level, v.mean_human), textcoords="offset points", xytext=offset, fontsize=7, color=colour)
     _square_axes(ax, scale, "score level, nearest (small numbers: samples)", "mean human score at that level", f"{name}: reliability")
-    ax.legend(loc="upper left")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)  # below: a harsh judge's curve fills the upper left
     return _png(fig)
 
 
 def histograms(result: CriterionResult, name: str, scale: ScoreScale) -> bytes:
     h = result.histogram
     levels, offset = np.array(h.levels), 0.2 * scale.step
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    fig, ax = plt.subplots(figsize=(5.6, 4.2))
     ax.bar(levels - offset, h.judge, width=2 * offset, label="judge", color=JUDGE_COLOUR)
     ax.bar(levels + offset, h.human, width=2 * offset, label="human (mean of annotators, nearest level)", color=HUMAN_COLOUR)
     title = f"{name}: score distributions, overall"
@@ -113,32 +114,44 @@ def histograms(result: CriterionResult, name: str, scale: ScoreScale) -> bytes:
         title += "\n" + result.collapse
     ax.set(xlabel="score (nearest level)", ylabel="samples", title=title)
     _level_ticks(ax, scale, "x")
-    ax.legend()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)  # below: inside, it covers a tall bar
     return _png(fig)
 
 
+LABEL_PAD = 0.15  # room on the r axis beyond the intervals for the n labels
+
+
 def group_bars(results: dict[str, CriterionResult], group_by: str) -> bytes:
-    """Overall Pearson r per group and judge with its 95% Fisher-z interval; undefined r is marked, not drawn."""
+    """Overall Pearson r per group and judge with its 95% Fisher-z interval; undefined r is marked, not drawn.
+    The r axis spans the intervals drawn (and 0), not always -1 to 1: agreement is usually positive, and a
+    fixed axis left its negative half empty."""
     groups = sorted({g for r in results.values() for g in r.groups})
     judges = list(results)
     width = 0.8 / len(judges)
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 + 1.3 * len(groups) * max(1, len(judges) / 2)), 4.2))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 + 1.3 * len(groups) * max(1, len(judges) / 2)), 4.4))
+    lows, highs = [0.0], [0.0]
     for k, judge in enumerate(judges):
         x = np.arange(len(groups)) - 0.4 + width * (k + 0.5)
         for xi, g in zip(x, groups):
             table = results[judge].groups.get(g)
-            stat = table["pearson"] if table else None
             n = int(table["n"].value) if table else 0
+            stat = table["pearson"] if table else None
             if stat is None or stat.value is None:
-                ax.text(xi, 0.02, "undefined", rotation=90, ha="center", va="bottom", fontsize=7, color="dimgrey")
+                ax.text(xi, 0.02, f"undefined (n={n})", transform=ax.get_xaxis_transform(), rotation=90, ha="center", va="bottom",
+                        fontsize=7, color="dimgrey")
                 continue
             ci = stat.fisher_95
-            error = None if ci is None or ci.low is None else [[stat.value - ci.low], [ci.high - stat.value]]
-            ax.bar(xi, stat.value, width=width * 0.9, color=f"C{k}", yerr=error, capsize=3)
-            ax.text(xi, -1.0, f"n={n}", ha="center", va="bottom", fontsize=7, color="dimgrey")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{k}") for k in range(len(judges))]
-    ax.legend(handles, judges, loc="upper center", ncol=min(len(judges), 4))
+            low, high = (ci.low, ci.high) if ci is not None and ci.low is not None else (stat.value, stat.value)
+            ax.bar(xi, stat.value, width=width * 0.9, color=f"C{k}", yerr=[[stat.value - low], [high - stat.value]], capsize=3)
+            end, offset, va = (high, 3, "bottom") if stat.value >= 0 else (low, -3, "top")  # beyond the interval's outer end
+            ax.annotate(f"n={n}", (xi, end), xytext=(0, offset), textcoords="offset points", ha="center", va=va, fontsize=7, color="dimgrey")
+            lows.append(low)
+            highs.append(high)
+    bottom = min(lows) - LABEL_PAD if min(lows) < 0 else 0
+    ax.set_ylim(bottom, max(highs) + LABEL_PAD)
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set(xticks=range(len(groups)), xticklabels=groups, ylim=(-1.05, 1.4), yticks=np.linspace(-1, 1, 9), ylabel="Pearson r, 95% interval (Fisher z)",
-           xlabel=group_by, title=f"Overall agreement by {group_by}")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{k}") for k in range(len(judges))]
+    ax.legend(handles, judges, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(len(judges), 4), frameon=False)
+    ax.set(xlim=(-0.5, len(groups) - 0.5), xticks=range(len(groups)), xticklabels=groups, ylabel="Pearson r, 95% interval (Fisher z)", xlabel=group_by,
+           title=f"Overall agreement by {group_by}")
     return _png(fig)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from calibration import plots
-from calibration.analysis import Paired, Report
+from calibration.analysis import Ceiling, Paired, Report
 from calibration.stats import Agreement, Stat
 
 # Rows of the side-by-side table: MMIE's four (Pearson, cosine, MSE, MAE) and the rest.
@@ -68,16 +68,33 @@ def _row(table: Agreement | None, key: str) -> str:
     return cell(table[key])
 
 
+def _ceiling_columns(report: Report, criterion: str) -> dict[str, Ceiling]:
+    """Column header -> ceiling: one column when every judge was compared on the same ids, else one per judge."""
+    ceilings = {j: r.criteria[criterion].ceiling for j, r in report.judges.items()}
+    first = next(iter(ceilings.values()))
+    if all(c == first for c in ceilings.values()):
+        return {"human ceiling": first}
+    return {f"human ceiling, ids of {j}": c for j, c in ceilings.items()}
+
+
+def _ceiling_note(header: str, c: Ceiling) -> str:
+    if c.ids == 0:
+        return f"{header}: no id compared with the judge has two annotators on this criterion, so there is none."
+    return (f"{header}: {c.ids} ids with two or more annotators (up to {c.most_annotators}), one drawn annotator each against the mean "
+            f"of the others. Krippendorff's α among all their annotators: interval {cell(c.alpha_interval_all_annotators)}, "
+            f"ordinal {cell(c.alpha_ordinal_all_annotators)}.")
+
+
 def agreement_sections(report: Report) -> list[Section]:
     judges = list(report.judges)
     sections = [Section("Agreement with people, per criterion", 2, [
-        f"Judges side by side; the last column is the human-human ceiling ({report.ceiling_method})."])]
+        f"Judges side by side, then the human-human ceiling: {report.ceiling_method}."])]
     for criterion in report.criteria:
-        ceiling = report.human_ceiling[criterion]
-        rows = [[label] + [_row(report.judges[j].criteria[criterion].all, key) for j in judges] + [_row(ceiling.agreement, key)] for key, label in ROWS]
-        blocks: list[str | Table] = [Table(["statistic", *judges, "human ceiling"], rows)]
-        if ceiling.ids_rated_more_than_once == 0:
-            blocks.append("No id has two annotators on this criterion, so there is no human-human ceiling.")
+        ceilings = _ceiling_columns(report, criterion)
+        rows = [[label] + [_row(report.judges[j].criteria[criterion].all, key) for j in judges] + [_row(c.agreement, key) for c in ceilings.values()]
+                for key, label in ROWS]
+        blocks: list[str | Table] = [Table(["statistic", *judges, *ceilings], rows)]
+        blocks += [_ceiling_note(header, c) for header, c in ceilings.items()]
         blocks += [f"Warning, {j}: {report.judges[j].criteria[criterion].collapse}" for j in judges if report.judges[j].criteria[criterion].collapse]
         sections.append(Section(criterion, 3, blocks))
         if report.group_by != "none":
@@ -152,10 +169,11 @@ def bias_section(report: Report) -> Section:
 
 def sections(report: Report) -> list[Section]:
     scale = report.score_scale
+    intervals = (f"Intervals are 95%: Fisher z, and a percentile bootstrap of {report.bootstrap} resamples (seed {report.seed}) where shown."
+                 if report.bootstrap else "Intervals are 95%, Fisher z (no bootstrap: --bootstrap 0).")
     intro = [(f"Human scores: {report.human_file}, {report.human_ids} ids, scale {scale}; the human value of an id is {report.reference}. "
              f"Exact and within-1 agreement (within one step of {scale.step:g}), κ, histograms and confusion counts take each score "
-             f"at its nearest of the scale's {scale.n_levels} levels. "
-             f"Intervals are 95%: Fisher z, and a percentile bootstrap of {report.bootstrap} resamples (seed {report.seed}) where shown.")]
+             f"at its nearest of the scale's {scale.n_levels} levels. {intervals}")]
     intro += [f"Note: {n}" for n in report.notes]
     return [Section("Judge agreement with human scores", 1, intro), *agreement_sections(report), system_section(report),
             calibration_section(report), bias_section(report), Section("Notes", 2, [COSINE_NOTE])]

@@ -15,6 +15,10 @@ from scipy import stats as sps
 from judge.parsing import ScoreScale
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
+# Score collapse, a warning in the report that changes no statistic. Constants rather than flags: they
+# mark a judge that cannot rank answers on any data, and a reader who doubts a verdict has the histogram.
+COLLAPSE_MIN_STD_STEPS = 0.1  # standard deviation under a tenth of a step: the scores barely leave one level
+COLLAPSE_MAX_SHARE = 0.8  # over 4 in 5 scores on one level: at most a fifth of the answers are told apart from the rest
 # Resamples drawn per numpy call: bounds memory at about 2M pairs whatever n is (MMIE has 20k samples).
 _BOOTSTRAP_CELLS = 2_000_000
 
@@ -154,38 +158,35 @@ def quadratic_kappa(x: np.ndarray, y: np.ndarray, scale: ScoreScale) -> Stat:
 
 
 def krippendorff_alpha(reliability: np.ndarray, level: str) -> Stat:
-    """Krippendorff's alpha of a coders x units matrix (NaN = not rated), interval or ordinal metric,
-    from the coincidence matrix of pairable values (Krippendorff 2011, "Computing Krippendorff's
-    Alpha-Reliability")."""
-    values = np.unique(reliability[~np.isnan(reliability)])
-    if len(values) < 2:
-        return undefined("fewer than two distinct values")
-    codes = np.searchsorted(values, np.nan_to_num(reliability, nan=values[0]))
-    coincidence = np.zeros((len(values), len(values)))
-    for unit_codes, unit in zip(codes.T, reliability.T):
-        present = unit_codes[~np.isnan(unit)]
-        if len(present) < 2:  # a value nobody else rated cannot be paired
-            continue
-        counts = np.bincount(present, minlength=len(values))
-        coincidence += (np.outer(counts, counts) - np.diag(counts)) / (len(present) - 1)
-    totals = coincidence.sum(1)
-    n = totals.sum()
-    if n == 0:
-        return undefined("no unit was rated twice")
-    if level == "interval":
-        delta = (values[:, None] - values[None, :]) ** 2
-    elif level == "ordinal":
-        # Distance between ranks c <= k: the marginal mass from c to k, less half of each end's.
-        cum = np.cumsum(totals)
-        c, k = np.meshgrid(np.arange(len(values)), np.arange(len(values)), indexing="ij")
-        lo, hi = np.minimum(c, k), np.maximum(c, k)
-        delta = (cum[hi] - cum[lo] + totals[lo] / 2 - totals[hi] / 2) ** 2
-    else:
+    """Krippendorff's alpha of a coders x units matrix (NaN = not rated), interval or ordinal metric
+    (Krippendorff 2011, "Computing Krippendorff's Alpha-Reliability").
+
+    Computed from sums over the pairable values (those of units rated at least twice), not from a
+    values x values coincidence matrix: that matrix has a row per distinct value, and continuous scores
+    (expected scores, a judge's 0.33) have nearly as many distinct values as pairs, which made 2,000
+    pairs take half a minute and 20,000 need gigabytes. The ordinal metric's distance between values c
+    and k, (n_c/2 + n_(c+1) + ... + n_(k-1) + n_k/2)^2, is the squared difference of their mid-ranks
+    among the pairable values, so ordinal alpha is interval alpha on mid-ranks."""
+    if level not in ("interval", "ordinal"):
         raise ValueError(f"unknown level {level!r}")
-    observed = (coincidence * delta).sum()
-    expected = (np.outer(totals, totals) * delta).sum() / (n - 1)
-    if expected == 0:
-        return undefined("no disagreement is expected (one value only)")
+    rated = ~np.isnan(reliability)
+    pairable = reliability[:, rated.sum(0) >= 2]  # a value nobody else rated in its unit cannot be paired
+    if pairable.shape[1] == 0:
+        return undefined("no unit was rated twice")
+    present = ~np.isnan(pairable)
+    if len(np.unique(pairable[present])) < 2:
+        return undefined("fewer than two distinct values in the units rated twice or more")
+    if level == "ordinal":
+        pairable = pairable.copy()
+        pairable[present] = sps.rankdata(pairable[present])  # average ranks: mid-ranks of tied values
+    m = present.sum(0)
+    n = m.sum()
+    # Observed: per unit, the squared differences of its ordered pairs, 2 m sum((v - unit mean)^2), over m - 1.
+    within = np.nansum((pairable - np.nanmean(pairable, 0)) ** 2, 0)
+    observed = (2 * m * within / (m - 1)).sum() / n
+    # Expected: the same over every ordered pair of pairable values, whatever their unit.
+    values = pairable[present]
+    expected = 2 * ((values - values.mean()) ** 2).sum() / (n - 1)
     return Stat(value=float(1 - observed / expected))
 
 
@@ -227,17 +228,17 @@ def correlation_ratio(values: np.ndarray, groups: list[str]) -> Stat:
     return Stat(value=float(math.sqrt(between / total)))
 
 
-def collapse_warning(scores, scale: ScoreScale = ScoreScale(), max_share: float = 0.8) -> str | None:
-    """A judge that gives (nearly) everyone the same score measures nothing: say so. Nearly: a spread
-    under a tenth of a step, or more than `max_share` of the scores on one level."""
+def collapse_warning(scores, scale: ScoreScale = ScoreScale()) -> str | None:
+    """A judge that gives (nearly) everyone the same score measures nothing: say so, by the thresholds
+    COLLAPSE_MIN_STD_STEPS and COLLAPSE_MAX_SHARE."""
     x = np.asarray(scores, dtype=float)
     if len(x) == 0:
         return None
-    min_std = 0.1 * scale.step
+    min_std = COLLAPSE_MIN_STD_STEPS * scale.step
     if x.std() < min_std:
         return f"score collapse: standard deviation {x.std():.3f} < {min_std:g}"
     indices, counts = np.unique(scale.index(x), return_counts=True)
     share = counts.max() / len(x)
-    if share > max_share:
+    if share > COLLAPSE_MAX_SHARE:
         return f"score collapse: {share:.0%} of scores are {scale.levels[indices[counts.argmax()]]:g}"
     return None

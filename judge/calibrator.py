@@ -14,7 +14,6 @@ and clipped to the human scale: an isotonic fit gives many knots, a linear fit t
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Literal
@@ -22,7 +21,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from judge.data import InputError, Problem
+from judge.data import InputError, Problem, read_json
 
 
 class FittedOn(BaseModel):
@@ -39,14 +38,28 @@ class FittedOn(BaseModel):
 
 
 class Calibrator(BaseModel):
+    """Maps the overall score: judge-calibrate fits no other criterion, so judge-score reads `source`
+    (the record's score or expected_score) and writes calibrated_score."""
+
     model_config = ConfigDict(extra="forbid")
     method: Literal["isotonic", "linear"]
     source: Literal["score", "expected_score"]  # which field of a judge-score record it reads
-    criterion: str = "overall"
     x: list[float]
     y: list[float]
     scale: tuple[float, float]
     fitted_on: FittedOn | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _overall_only(cls, data: object) -> object:
+        # Files written before the field was dropped say "criterion": "overall", which is what judge-score
+        # applies; a map of another criterion cannot be honoured: it would be applied to the overall score.
+        if isinstance(data, dict) and "criterion" in data:
+            if data["criterion"] != "overall":
+                raise ValueError(f"a map of criterion {data['criterion']!r}: judge-score calibrates the overall score only "
+                                 "(the record's score or expected_score)")
+            data = {k: v for k, v in data.items() if k != "criterion"}
+        return data
 
     @model_validator(mode="after")
     def _monotone_knots(self) -> Calibrator:
@@ -65,13 +78,9 @@ class Calibrator(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> Calibrator:
-        path = Path(path)
-        if not path.is_file():
-            raise InputError([Problem(str(path), "calibrator file not found")])
+        content = read_json(path)  # which names a missing, empty or broken file
         try:
-            return cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
-        except json.JSONDecodeError as err:
-            raise InputError([Problem(str(path), f"invalid JSON at line {err.lineno}: {err.msg}")]) from None
+            return cls.model_validate(content)
         except ValidationError as err:
             problems = [Problem(str(path), e["msg"].removeprefix("Value error, "), field=".".join(map(str, e["loc"])) or None) for e in err.errors()]
             raise InputError(problems) from None

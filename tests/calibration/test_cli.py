@@ -63,9 +63,9 @@ def test_reports_and_calibrator_are_written_with_their_content(files, capsys):
     assert set(overall["system_level"]["models"]) == set(MODELS) and overall["system_level"]["kendall_tau_b"]["value"] is not None
     assert sum(overall["histogram"]["judge"]) == sum(overall["histogram"]["human"]) == 90
     assert overall["bias"]["residual_vs_answer_chars"]["n"] == 90
-    assert report["human_ceiling"]["overall"]["ids_rated_more_than_once"] == 45
-    assert report["human_ceiling"]["overall"]["agreement"]["n"]["value"] == 90  # each of two annotators vs the other
-    assert report["human_ceiling"]["text_quality"]["ids_rated_more_than_once"] == 0
+    ceiling = overall["ceiling"]
+    assert ceiling["ids"] == ceiling["agreement"]["n"]["value"] == 45  # one pair per id rated twice, not each annotator vs the other
+    assert judge["criteria"]["text_quality"]["ceiling"]["ids"] == 0
     coverage = judge["coverage"]
     assert (coverage["only_in_predictions"], coverage["only_in_predictions_first"]) == (2, ["SA_900", "SA_901"])
     assert (coverage["only_in_human"], coverage["only_in_human_first"], coverage["parse_failures"]) == (1, ["PBL_999"], 1)
@@ -76,6 +76,8 @@ def test_reports_and_calibrator_are_written_with_their_content(files, capsys):
     assert "| Pearson r [95% Fisher z] |" in md and "Cosine similarity is reported because MMIE reports it" in md
     assert "#### overall by category" in md and "| MSR |" in md and "## Calibration of the overall score" in md
     assert "1 parse failure(s)" in md and "PBL_999" in md
+    assert "| statistic | judge | human ceiling |" in md and "human ceiling: 45 ids with two or more annotators (up to 2)" in md
+    assert "human ceiling: no id compared with the judge has two annotators on this criterion" in md
     page = (out / "report.html").read_text()
     pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
     assert pngs == ["groups.png", "judge_confusion.png", "judge_histograms.png", "judge_reliability.png", "judge_scatter.png"]
@@ -124,6 +126,7 @@ def test_another_scale(tmp_path):
 
 
 PRED = {"id": "SA_0", "score": 3}
+ANNOTATED = {"id": "SA_0", "question": "q", "answer": "a", "human_scores": {"overall": 2}, "annotator": "x"}
 
 
 @pytest.mark.parametrize(
@@ -137,8 +140,23 @@ PRED = {"id": "SA_0", "score": 3}
         ("human", [{"id": "SA_0", "text": "no score"}], "bad.json: record 0 (id 'SA_0'): no score"),
         ("human", [], "bad.json: no records"),
         ("human", [{"id": "elsewhere", "overall": 2}], "no id in common with"),
-        ("predictions", [{"id": "SA_0", "score": 7}], "bad.json: record 0 (id 'SA_0'): overall: 7 is outside the scale 0-6"),
-        ("predictions", [{"id": "SA_0", "score": 3, "criteria": {"text_quality": "high"}}], "bad.json: record 0 (id 'SA_0'): text_quality: 'high' is not a number"),
+        ("predictions", [{"id": "SA_0", "score": 7}], "bad.json: record 0 (id 'SA_0'): score: 7 is outside the scale 0-6"),
+        ("predictions", [{"id": "SA_0", "overall": 7}], "bad.json: record 0 (id 'SA_0'): overall: 7 is outside the scale 0-6"),
+        ("predictions", [{"id": "SA_0", "score": 3, "criteria": {"text_quality": "high"}}],
+         "bad.json: record 0 (id 'SA_0'): criteria.text_quality: 'high' is not a number"),
+        ("predictions", [{"id": "SA_0", "score": 3, "overall": 4}], "bad.json: record 0 (id 'SA_0'): score: 3 disagrees with overall = 4"),
+        ("predictions", [PRED, {"id": "SA_1", "verdict": 3}], "bad.json: record 1 (id 'SA_1'): no score: expected judge-score's 'score'"),
+        ("predictions", [{**PRED, "expected_score": 3.2}, {**PRED, "expected_score": 2.9}],
+         "bad.json: record 1 (id 'SA_0'): duplicate id with different scores than record 0"),
+        ("predictions", [{**PRED, "model": 3}], "bad.json: record 0 (id 'SA_0'): model: must be a string, got 3"),
+        ("human", [{"id": "SA_0", "overall": 2, "annotator": ["x"]}], "bad.json: record 0 (id 'SA_0'): annotator: must be a string, got ['x']"),
+        ("human", [{"id": "SA_0", "overall": 2, "model": 1}], "bad.json: record 0 (id 'SA_0'): model: must be a string, got 1"),
+        ("human", [{"id": "SA_0", "overall": 2, "annotator": "x"}, {"id": "SA_0", "overall": 3, "annotator": "x"}],
+         "bad.json: record 1 (id 'SA_0'): duplicate id and annotator 'x' with different scores than record 0"),
+        ("human", [ANNOTATED, {**ANNOTATED, "human_scores": {"overall": 3}}],
+         "bad.json: record 1 (id 'SA_0'): duplicate id and annotator 'x' with different scores than record 0"),
+        ("human", [{**ANNOTATED, "annotator": None}, {**ANNOTATED, "annotator": None, "human_scores": {"overall": 3}}],
+         "bad.json: record 1 (id 'SA_0'): duplicate id with different scores than record 0; if these are two annotators, give each record an 'annotator'"),
         ("predictions", [{"id": "SA_0", "score": 3, "expected_score": 6.5}], "bad.json: record 0 (id 'SA_0'): expected_score: 6.5 is outside"),
         ("predictions", [PRED, {"id": "SA_0", "score": 4}], "bad.json: record 1 (id 'SA_0'): duplicate id with different scores than record 0"),
         ("predictions", [{"id": "SA_0", "verdict": 3}], "bad.json: no scores found"),
@@ -164,14 +182,22 @@ def test_empty_files_and_every_problem_at_once(files, tmp_path, capsys):
     bad_preds = write(tmp_path / "p.json", [{"id": "SA_0", "score": "x"}])
     assert main(["--predictions", bad_preds, "--human", bad_human, "--output_dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
-    assert "h.json: record 0 (id 'SA_0'): overall: -1 is outside" in err and "p.json: record 0 (id 'SA_0'): overall: 'x' is not a number" in err
+    assert "h.json: record 0 (id 'SA_0'): overall: -1 is outside" in err and "p.json: record 0 (id 'SA_0'): score: 'x' is not a number" in err
 
 
-def test_identical_duplicates_count_once(files, tmp_path):
+def test_identical_repeats_count_once_in_every_kind_of_file(files, tmp_path):
     preds, _, _ = files
-    human = write(tmp_path / "h.json", [{"id": f"SA_{i}", "overall": i % 7} for i in (0, 3, 6, 9)] * 2)
-    assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r"), "--bootstrap", "0"]) == 0
-    assert json.loads((tmp_path / "r" / "report.json").read_text())["judges"]["preds"]["criteria"]["overall"]["all"]["n"]["value"] == 4
+    flat = [{"id": f"SA_{i}", "overall": i % 7} for i in (0, 3, 6, 9)]
+    annotated = [{**ANNOTATED, "id": r["id"], "human_scores": {"overall": r["overall"]}} for r in flat]
+    failed = {"id": "SA_3", "score": None}
+    records = [r for r in json.loads(Path(preds).read_text()) if r["id"] != "SA_3"]
+    judge = write(tmp_path / "p.json", records + [failed, failed])  # SA_3 failed to parse, written twice
+    for name, human in (("flat", flat), ("annotated", annotated)):
+        human = write(tmp_path / f"{name}.json", human * 2)
+        assert main(["--predictions", judge, "--human", human, "--output_dir", str(tmp_path / name), "--bootstrap", "0", "--fit", "none"]) == 0
+        overall = json.loads((tmp_path / name / "report.json").read_text())["judges"]["p"]
+        assert overall["criteria"]["overall"]["all"]["n"]["value"] == 3 and overall["coverage"]["parse_failures"] == 2  # SA_900 and SA_3
+        assert overall["criteria"]["overall"]["ceiling"]["ids"] == 0  # a repeat is not a second annotator
 
 
 @pytest.mark.parametrize(
@@ -183,6 +209,33 @@ def test_bad_flags_exit_2(files, tmp_path, capsys, flags, message):
     preds, human, _ = files
     assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r"), *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_judge_names_that_give_one_file_name_are_a_usage_error(files, tmp_path, capsys):
+    preds, human, _ = files
+    assert main(["--predictions", preds, preds, "--names", "a b", "a_b", "--human", human, "--output_dir", str(tmp_path / "r")]) == 2
+    assert "judge names ['a b', 'a_b'] give the same file names ['a_b', 'a_b']" in capsys.readouterr().err
+
+
+def test_a_judge_without_any_overall_score_gets_undefined_figures_and_no_plots(files, tmp_path):
+    preds, human, _ = files
+    failed = write(tmp_path / "failed.json", [{"id": r["id"], "score": None} for r in json.loads(Path(preds).read_text())])
+    out = tmp_path / "r"
+    assert main(["--predictions", preds, failed, "--names", "good", "failed", "--human", human, "--output_dir", str(out), "--bootstrap", "0"]) == 0
+    report = json.loads((out / "report.json").read_text(), parse_constant=no_nan)
+    overall = report["judges"]["failed"]["criteria"]["overall"]
+    assert overall["all"]["n"]["value"] == 0 and overall["all"]["pearson"]["reason"] == "n = 0 < 3"
+    assert report["judges"]["failed"]["calibration"] is None
+    assert sorted(p.name for p in (out / "plots").glob("*.png")) == [
+        "good_confusion.png", "good_histograms.png", "good_reliability.png", "good_scatter.png", "groups.png"]
+    assert "Intervals are 95%, Fisher z (no bootstrap: --bootstrap 0)." in (out / "report.md").read_text()
+
+
+def test_a_criterion_asked_for_that_no_shared_id_has_is_an_error(files, tmp_path, capsys):
+    preds, _, _ = files
+    human = write(tmp_path / "h.json", [{"id": r["id"], "overall": r["score"]} for r in json.loads(Path(preds).read_text())])
+    assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r"), "--criteria", "overall", "text_quality"]) == 2
+    assert "h.json: --criteria text_quality: no shared id is scored on it both here and in the predictions" in capsys.readouterr().err
 
 
 def test_every_calibration_module_imports_and_runs_without_torch(files):
@@ -255,7 +308,7 @@ def test_a_local_judge_against_gpt4o_on_inst_it_logs(tmp_path):
     assert overall["collapse"] is None
     reliability = report["judges"]["local"]["calibration"]["reliability_before"]
     assert [(v["judge_level"], v["n"]) for v in reliability] == [(k / 10, int((kx == k).sum())) for k in np.unique(kx)]
-    assert report["human_ceiling"]["overall"]["agreement"]["pearson"]["reason"] == "n = 0 < 3"  # one annotator: GPT-4o
+    assert overall["ceiling"]["agreement"]["pearson"]["reason"] == "n = 0 < 3"  # one annotator: GPT-4o
 
     coverage = report["judges"]["local"]["coverage"]
     assert (coverage["invalid"], coverage["invalid_first"]) == (2, ["003-02", "010-04"])

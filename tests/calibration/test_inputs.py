@@ -88,10 +88,22 @@ def test_a_log_without_scored_items_is_an_error(tmp_path, items, message):
     assert [str(p) for p in read_human(path, TENTHS).problems] == [f"{path}: {message}"]
 
 
-def test_an_object_that_is_not_a_log_and_broken_json_are_errors(tmp_path):
-    (tmp_path / "other.json").write_text(json.dumps({"accuracy": 50, "predictions": []}))
-    with pytest.raises(InputError, match="a JSON object without 'model_predictons'"):
-        read_predictions(str(tmp_path / "other.json"), TENTHS)
-    (tmp_path / "broken.json").write_text('{"model_predictons": [}')
-    with pytest.raises(InputError, match="broken.json: invalid JSON at line 1, column 23"):
-        read_human(str(tmp_path / "broken.json"), TENTHS)
+@pytest.mark.parametrize(
+    "name, text, message",
+    [("other.json", json.dumps({"accuracy": 50, "predictions": []}), "other.json: a JSON object without 'model_predictons': expected a JSON list"),
+     ("number.json", "3", "number.json: neither a JSON list nor an object: expected a JSON list of records, JSONL, or an Inst-It evaluate log"),
+     ("broken.json", '{"model_predictons": [}', "broken.json: invalid JSON at line 1, column 23"),
+     ("broken.jsonl", '{"id": 1, "overall": 2}\n{"id": 2,', "broken.jsonl: invalid JSON on line 2"),
+     ("empty.json", " \n", "empty.json: file is empty"), ("missing.json", None, "missing.json: file not found")],
+)
+def test_unreadable_files_are_named_as_judge_data_names_them(tmp_path, name, text, message):
+    if text is not None:
+        (tmp_path / name).write_text(text)
+    with pytest.raises(InputError) as err:
+        read_human(str(tmp_path / name), TENTHS)
+    assert message in str(err.value)
+
+
+def test_jsonl_records_are_read(tmp_path):
+    (tmp_path / "h.jsonl").write_text('{"id": "a", "overall": 0.2}\n\n{"id": "b", "overall": 0.9}\n')
+    assert {i: r.ratings for i, r in read_human(str(tmp_path / "h.jsonl"), TENTHS).records.items()} == {"a": {"overall": [0.2]}, "b": {"overall": [0.9]}}

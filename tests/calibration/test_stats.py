@@ -1,6 +1,7 @@
 """Every statistic against an independent implementation, a published example, and a coverage simulation."""
 
 import json
+import time
 
 import krippendorff
 import numpy as np
@@ -9,6 +10,7 @@ from scipy import stats as sps
 from scipy.spatial.distance import cosine as cosine_distance
 from sklearn.metrics import cohen_kappa_score, mean_absolute_error, mean_squared_error
 
+from calibration import stats
 from calibration.stats import (
     Stat,
     agreement_table,
@@ -81,6 +83,33 @@ def test_krippendorff_published_example():
     for level in ("interval", "ordinal"):
         assert krippendorff_alpha(KRIPPENDORFF_EXAMPLE, level).value == pytest.approx(
             krippendorff.alpha(reliability_data=KRIPPENDORFF_EXAMPLE, level_of_measurement=level))
+
+
+@pytest.mark.parametrize("level", ["interval", "ordinal"])
+def test_krippendorff_on_continuous_scores_with_missing_values_matches_the_package(level):
+    # three coders, scores with (nearly) as many distinct values as ratings, a fifth of them missing
+    rng = np.random.default_rng(4)
+    truth = rng.uniform(0, 6, 150)
+    data = np.clip(truth + rng.normal(0, 0.8, (3, 150)), 0, 6)
+    data[rng.random((3, 150)) < 0.2] = NAN
+    expected = krippendorff.alpha(reliability_data=data, level_of_measurement=level)
+    assert krippendorff_alpha(data, level).value == pytest.approx(expected)
+
+
+def test_krippendorff_on_twenty_thousand_continuous_pairs_is_quick():
+    rng = np.random.default_rng(0)
+    human = rng.integers(0, 7, 20_000).astype(float)
+    judge = np.clip(human + rng.normal(0, 1, 20_000), 0, 6)  # 20,000 distinct values
+    start = time.perf_counter()
+    for level in ("interval", "ordinal"):
+        assert 0 < krippendorff_alpha(np.vstack([judge, human]), level).value < 1
+    assert time.perf_counter() - start < 2  # a values x values coincidence matrix took 30 s at 2,000
+
+
+def test_krippendorff_undefined_cases():
+    assert krippendorff_alpha(np.array([[1.0, 2, NAN], [NAN, NAN, 3]]), "interval").reason == "no unit was rated twice"
+    same = krippendorff_alpha(np.array([[2.0, 2, 5], [2, 2, NAN]]), "ordinal")
+    assert same.reason == "fewer than two distinct values in the units rated twice or more"  # 5 has no partner
 
 
 def test_correlation_ratio_is_the_root_of_anova_r_squared():
@@ -159,6 +188,19 @@ def test_score_collapse_is_flagged():
     assert "standard deviation" in collapse_warning([4] * 50)
     assert "90% of scores are 5" in collapse_warning([5] * 45 + [1, 2, 3, 4, 6])
     assert collapse_warning(list(range(7)) * 5) is None
+
+
+def test_score_collapse_thresholds_are_the_named_constants(monkeypatch):
+    four_in_five = [5] * 40 + [1, 2, 3, 4, 6] * 2
+    assert stats.COLLAPSE_MAX_SHARE == 0.8 and collapse_warning(four_in_five) is None  # 80% is not more than 80%
+    assert collapse_warning(four_in_five + [5] * 5) == "score collapse: 82% of scores are 5"
+    monkeypatch.setattr(stats, "COLLAPSE_MAX_SHARE", 0.85)
+    assert collapse_warning(four_in_five + [5] * 5) is None
+    spread = [3.0, 3.05] * 20  # standard deviation 0.025
+    monkeypatch.setattr(stats, "COLLAPSE_MIN_STD_STEPS", 0.02)
+    assert collapse_warning(spread) == "score collapse: 100% of scores are 3"
+    monkeypatch.setattr(stats, "COLLAPSE_MIN_STD_STEPS", 0.03)
+    assert collapse_warning(spread) == "score collapse: standard deviation 0.025 < 0.03"
 
 
 TENTHS = ScoreScale(0, 1, 0.1)

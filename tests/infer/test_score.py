@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -176,6 +177,20 @@ def test_calibrator_adds_calibrated_scores(checkpoint, dataset, tmp_path):
         assert r["calibrated_score"] == pytest.approx(2 + r["expected_score"] / 3)
     (tmp_path / "broken.json").write_text("{}")
     assert score(checkpoint, dataset, tmp_path / "out2", "--calibrator", str(tmp_path / "broken.json")) == 2
+
+
+def test_an_old_calibrator_of_the_overall_score_applies_and_one_of_another_criterion_is_refused(checkpoint, dataset, tmp_path, capsys):
+    # calibrator.json as judge-calibrate wrote it before 'criterion' was dropped, mapping the integer score
+    old = {"method": "isotonic", "source": "score", "criterion": "overall", "x": [0, 3, 6], "y": [1, 1.5, 5], "scale": [0, 6]}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert score(checkpoint, dataset, tmp_path / "out", "--mode", "logits", "--calibrator", str(tmp_path / "old.json")) == 0
+    results = read(tmp_path / "out")
+    assert [r["calibrated_score"] for r in results] == pytest.approx([float(np.interp(r["score"], old["x"], old["y"])) for r in results])
+    (tmp_path / "tq.json").write_text(json.dumps({**old, "criterion": "text_quality"}))
+    capsys.readouterr()
+    assert score(checkpoint, dataset, tmp_path / "out2", "--calibrator", str(tmp_path / "tq.json")) == 2
+    assert "tq.json: a map of criterion 'text_quality': judge-score calibrates the overall score only" in capsys.readouterr().err
+    assert not (tmp_path / "out2").exists()  # refused before the model loads
 
 
 def test_out_of_memory_splits_the_batch_instead_of_losing_samples(checkpoint, dataset, monkeypatch):

@@ -45,11 +45,31 @@ def test_bad_files_name_the_file_and_the_problem(tmp_path, content, message):
 
 
 def test_missing_and_broken_files(tmp_path):
-    with pytest.raises(InputError, match="calibrator file not found"):
+    with pytest.raises(InputError, match="nope.json: file not found"):
         Calibrator.load(tmp_path / "nope.json")
     (tmp_path / "broken.json").write_text("{")
-    with pytest.raises(InputError, match="invalid JSON"):
+    with pytest.raises(InputError, match="broken.json: invalid JSON at line 1, column 2"):
         Calibrator.load(tmp_path / "broken.json")
+
+
+OLD = {"method": "isotonic", "source": "score", "criterion": "overall", "x": [1, 5], "y": [2, 4], "scale": [0, 6],
+       "fitted_on": {"judge": "mine", "n": 90}}  # as judge-calibrate wrote calibrator.json before 'criterion' was dropped
+
+
+def test_an_old_file_of_the_overall_score_loads_and_is_written_without_criterion(tmp_path):
+    (tmp_path / "old.json").write_text(json.dumps(OLD))
+    c = Calibrator.load(tmp_path / "old.json")
+    assert c.apply(3) == 3 and c.fitted_on.n == 90
+    c.save(tmp_path / "new.json")
+    assert "criterion" not in json.loads((tmp_path / "new.json").read_text())
+
+
+def test_a_map_of_another_criterion_is_refused_rather_than_applied_to_the_overall_score(tmp_path):
+    (tmp_path / "tq.json").write_text(json.dumps({**OLD, "criterion": "text_quality"}))
+    with pytest.raises(InputError) as err:
+        Calibrator.load(tmp_path / "tq.json")
+    assert str(err.value).endswith(f"{tmp_path / 'tq.json'}: a map of criterion 'text_quality': judge-score calibrates the overall score only "
+                                   "(the record's score or expected_score)")
 
 
 def test_judge_calibrator_imports_nothing_from_calibration():

@@ -1,0 +1,108 @@
+"""The plots' geometry: legends beside the data, not on it, and axes that span what is drawn."""
+
+import numpy as np
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from calibration import plots
+from calibration.analysis import Options, analyse
+from calibration.inputs import Coverage, HumanRecord, JudgeRecord, Ratings
+from judge.parsing import ScoreScale
+
+TENTHS = ScoreScale(0, 1, 0.1)
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """Every figure a plot function makes, kept after it is saved (and laid out) so its geometry can be read."""
+    figures, save = [], plots._png
+
+    def keep(fig):
+        png = save(fig)
+        fig.set_dpi(plots.DPI)  # as saved: a legend placed "best" may sit elsewhere at another resolution
+        FigureCanvasAgg(fig).draw()  # pyplot's close took the figure's canvas away
+        figures.append(fig)
+        return png
+
+    monkeypatch.setattr(plots, "_png", keep)
+    return figures
+
+
+def report(judge: dict[str, list[float]], human: list[float], categories: list[str], scale: ScoreScale):
+    """The report of judges (name -> scores) against one annotator per id."""
+    ids = [str(i) for i in range(len(human))]
+    humans = {i: HumanRecord({"overall": [h]}, None, c) for i, h, c in zip(ids, human, categories)}
+    judges = {name: {i: JudgeRecord({"overall": s}, None, None, c, None) for i, s, c in zip(ids, scores, categories)} for name, scores in judge.items()}
+    coverage = Coverage(predictions="p.json", records=len(ids), shared_ids=len(ids), only_in_predictions=0, only_in_predictions_first=[],
+                        only_in_human=0, only_in_human_first=[], parse_failures=0)
+    ratings = Ratings(judges, humans, {name: coverage for name in judge})
+    return analyse(ratings, Options(["overall"], "category", 0, 0, "isotonic", 5, scale), "h.json", [])[0]
+
+
+def counted(levels: list[float], counts: list[int]) -> list[float]:
+    return [level for level, count in zip(levels, counts) for _ in range(count)]
+
+
+def boxes(fig, artists):
+    renderer = fig.canvas.get_renderer()
+    return [a.get_window_extent(renderer) for a in artists]
+
+
+@pytest.mark.parametrize("scale", [ScoreScale(0, 6), TENTHS])
+def test_the_histogram_legend_covers_no_bar(drawn, scale):
+    # People's scores fill the right, the judge's tallest bar is at the left end: no corner is free.
+    levels, k = list(np.array(scale.levels, dtype=float)), scale.n_levels
+    human = counted(levels, [5] * 4 + [23] * (k - 6) + [25, 25])
+    judge = counted(levels, [26] + [(len(human) - 26) // (k - 1)] * (k - 1))
+    judge += levels[-1:] * (len(human) - len(judge))
+    result = report({"j": judge}, human, ["SA"] * len(human), scale).judges["j"].criteria["overall"]
+    plots.histograms(result, "j", scale)
+    fig = drawn[-1]
+    ax = fig.axes[0]
+    legend = boxes(fig, [ax.get_legend()])[0]
+    assert not any(legend.overlaps(bar) for bar in boxes(fig, ax.patches))
+
+
+def test_the_reliability_legend_covers_no_point_of_a_harsh_judge(drawn):
+    rng = np.random.default_rng(1)
+    human = rng.uniform(3, 6, 300)  # people score high; the judge gives 0-2: its curve fills the upper left
+    judge = np.clip(np.rint(human - 3 + rng.normal(0, 0.3, 300)), 0, 6)
+    calibration = report({"j": list(judge)}, list(human), ["SA"] * 300, ScoreScale(0, 6)).judges["j"].calibration
+    plots.reliability_curve(calibration, "j", ScoreScale(0, 6))
+    fig = drawn[-1]
+    ax = fig.axes[0]
+    legend = boxes(fig, [ax.get_legend()])[0]
+    points = ax.transData.transform([(v.judge_level, v.mean_human) for v in calibration.reliability_before])
+    assert not any(legend.contains(x, y) for x, y in points)
+
+
+def pearson_axis(fig):
+    ax = fig.axes[0]
+    inside = ax.get_window_extent(fig.canvas.get_renderer())
+    texts = boxes(fig, ax.texts)
+    return ax.get_ylim(), texts, inside
+
+
+@pytest.mark.parametrize("scale", [ScoreScale(0, 6), TENTHS])
+def test_group_bars_of_positive_agreement_start_at_zero(drawn, scale):
+    rng = np.random.default_rng(2)
+    human = rng.choice(np.array(scale.levels, dtype=float), 150)
+    judge = np.clip(human + rng.choice([-1, 0, 0, 1], 150) * scale.step, scale.low, scale.high)
+    result = report({"a": list(judge), "b": list(human)}, list(human), ["SA", "PBL", "MSR"] * 50, scale)
+    plots.group_bars({j: r.criteria["overall"] for j, r in result.judges.items()}, "category")
+    (low, high), texts, inside = pearson_axis(drawn[-1])
+    assert low == 0 and 1 < high <= 1 + plots.LABEL_PAD  # no empty negative half; room for the n labels above r = 1
+    assert len(texts) == 6 and all(inside.contains(t.x0, t.y0) and inside.contains(t.x1, t.y1) for t in texts)
+
+
+def test_group_bars_reach_below_a_negative_interval_and_show_undefined_groups(drawn):
+    rng = np.random.default_rng(3)
+    human = rng.integers(0, 7, 120).astype(float)
+    categories = ["SA", "PBL"] * 59 + ["XX", "XX"]
+    judge = np.where(np.array(categories) == "SA", 6 - human, human)  # SA: r = -1; XX: two pairs, r undefined
+    result = report({"j": list(judge)}, list(human), categories, ScoreScale(0, 6)).judges["j"].criteria["overall"]
+    plots.group_bars({"j": result}, "category")
+    (low, _), texts, inside = pearson_axis(drawn[-1])
+    assert low <= -1 - plots.LABEL_PAD + 1e-9
+    assert any(t.get_text() == "undefined (n=2)" for t in drawn[-1].axes[0].texts)
+    assert all(inside.contains(t.x0, t.y0) and inside.contains(t.x1, t.y1) for t in texts)
