@@ -96,7 +96,7 @@ def engine_run(judge, rubrics, items, options, device) -> tuple[float, dict]:
     scorer = Scorer(judge, rubrics, options, device)
     _sync(device)
     start = time.perf_counter()
-    results = {r["id"]: r for batch in scorer.run(items) for _, r in batch}
+    results = {r.id: r for batch in scorer.run(items) for _, r in batch}
     _sync(device)
     return time.perf_counter() - start, results
 
@@ -158,7 +158,7 @@ def main() -> None:
         logit_items = prepare(judge, samples, rubrics, data, logits)
         engine_run(judge, rubrics, logit_items[: max(1, len(logit_items) // 8)], logits, args.device)  # warm-up
         log_time, _ = engine_run(judge, rubrics, logit_items, logits, args.device)
-        agree = sum(judge.tokenizer.decode(r, skip_special_tokens=True) == eng_out[items[i].sample.id]["feedback"] for i, r in enumerate(ref_out))
+        agree = sum(judge.tokenizer.decode(r, skip_special_tokens=True) == eng_out[items[i].sample.id].feedback for i, r in enumerate(ref_out))
         figures = {
             "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
             "samples": len(items), "new_tokens": args.new_tokens,

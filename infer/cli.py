@@ -23,7 +23,7 @@ from infer.journal import Journal, clear, fingerprint, read_finished
 from infer.summary import format_summary, summarize
 from judge.calibrator import Calibrator
 from judge.cli import UsageError, add_common_flags, run, settings_from_config
-from judge.data import InputError, Problem, write_json_atomically
+from judge.data import InputError, JudgeResult, Problem, write_json_atomically
 from judge.formats import FORMATS, BenchmarkInput, Format, detect_format
 from judge.model import load_judge, with_max_tiles
 from judge.prompts import CONFIG_DIR, load_rubrics
@@ -131,7 +131,7 @@ def _main(argv) -> int:
     barrier(world)
     if rank == 0:
         results = finish(output_dir, args.output_file, samples, run_id, calibrator, bench.problems, rubrics)
-        for path in fmt.write(bench, {r["id"]: r for r in results}, output_dir):
+        for path in fmt.write(bench, {r.id: r for r in results}, output_dir):
             print(f"{fmt.name}: {path}")
     barrier(world)
     return 0
@@ -149,7 +149,7 @@ def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
     return bench
 
 
-def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator, skipped, rubrics) -> list[dict]:
+def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator, skipped, rubrics) -> list[JudgeResult]:
     """Merge every rank's journal into the result file, in input order, and write the summary."""
     finished = read_finished(output_dir, output_file, run_id)
     missing = [s.id for s in samples if s.id not in finished]
@@ -158,8 +158,11 @@ def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator,
     results = [finished[s.id] for s in samples]
     if calibrator is not None:
         for r in results:
-            r["calibrated_score"] = calibrator.apply(r.get(calibrator.source))
-    write_json_atomically(output_dir / output_file, results)
+            r.calibrated_score = calibrator.apply(getattr(r, calibrator.source))
+    # calibrated_score is a key of the file only when a calibrator gave it; otherwise the records have
+    # exactly MMIE's documented keys.
+    uncalibrated = {"calibrated_score"} if calibrator is None else None
+    write_json_atomically(output_dir / output_file, [r.model_dump(exclude=uncalibrated) for r in results])
     scale = next(iter(rubrics.values())).score_scale
     summary = summarize(results, skipped, scale)
     write_json_atomically(output_dir / "summary.json", summary)

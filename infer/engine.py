@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig
 
-from judge.data import Sample
+from judge.data import JudgeResult, Sample
 from judge.model import Judge, with_max_tiles
 from judge.cli import UsageError
 from judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
@@ -114,7 +114,7 @@ def _batch_tensors(items: list[Prepared], pixels: list[torch.Tensor | None], pad
 
 
 class Scorer:
-    """Runs prepared samples through one judge; `run` yields (Prepared, result dict) batch by batch."""
+    """Runs prepared samples through one judge; `run` yields (Prepared, JudgeResult) pairs batch by batch."""
 
     def __init__(self, judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str):
         self.judge, self.rubrics, self.options, self.device = judge, rubrics, options, device
@@ -134,7 +134,7 @@ class Scorer:
                     raise UsageError(f"--mode logits reads the score from one token, but rubric {rubric.category!r}: {err}; "
                                      "use --mode generate") from None
 
-    def run(self, items: list[Prepared]) -> Iterator[list[tuple[Prepared, dict]]]:
+    def run(self, items: list[Prepared]) -> Iterator[list[tuple[Prepared, JudgeResult]]]:
         new_tokens = 0 if self.options.mode == "logits" else self.options.max_new_tokens
         batches = plan_batches([len(i.input_ids) for i in items], new_tokens, self.options.token_budget)
         with ThreadPoolExecutor(self.options.workers) as pool:
@@ -148,7 +148,7 @@ class Scorer:
                     yield self._score_batch(batch, [f.result() for f in pending[done]])
                     pending[done] = []
 
-    def _score_batch(self, batch: list[Prepared], pixels: list[torch.Tensor | None]) -> list[tuple[Prepared, dict]]:
+    def _score_batch(self, batch: list[Prepared], pixels: list[torch.Tensor | None]) -> list[tuple[Prepared, JudgeResult]]:
         """Score a batch; if the device runs out of memory anyway (the budget is an estimate), split it in
         halves and retry, down to one sample, so that no sample is lost to a too-large batch."""
         try:
@@ -162,7 +162,7 @@ class Scorer:
             return self._score_batch(batch[:half], pixels[:half]) + self._score_batch(batch[half:], pixels[half:])
 
     @torch.no_grad()
-    def _forward(self, batch: list[Prepared], pixels: list[torch.Tensor | None]) -> list[tuple[Prepared, dict]]:
+    def _forward(self, batch: list[Prepared], pixels: list[torch.Tensor | None]) -> list[tuple[Prepared, JudgeResult]]:
         inputs = _batch_tensors(batch, pixels, self.pad_id, self.device, self.dtype)
         input_ids = inputs["input_ids"]
         if self.options.mode == "logits":
@@ -189,7 +189,7 @@ class Scorer:
         probs = logits[list(ids.values())].float().softmax(-1).tolist()
         return {str(value): p for value, p in zip(ids, probs)}
 
-    def _generate_result(self, item: Prepared, tokens: list[int], logits: torch.Tensor) -> dict:
+    def _generate_result(self, item: Prepared, tokens: list[int], logits: torch.Tensor) -> JudgeResult:
         if self.stop_id in tokens and not self.options.ignore_stop:
             tokens = tokens[: tokens.index(self.stop_id) + 1]
         text = self.judge.tokenizer.decode([t for t in tokens if t != self.stop_id], skip_special_tokens=True)
@@ -208,27 +208,27 @@ class Scorer:
                 return step
         return None
 
-    def _logits_result(self, item: Prepared, logits: torch.Tensor) -> dict:
+    def _logits_result(self, item: Prepared, logits: torch.Tensor) -> JudgeResult:
         rubric = self.rubrics[item.sample.category]
         distribution = self._distribution(rubric.score_scale, logits)
         score = int(max(distribution, key=distribution.get))  # logits mode runs on integral scales only
         return self._result(item, "", score, {name: None for name in rubric.criteria}, None, distribution, 0)
 
-    def _result(self, item, feedback, score, criteria, error, distribution, generated_tokens) -> dict:
+    def _result(self, item, feedback, score, criteria, error, distribution, generated_tokens) -> JudgeResult:
         expected = sum(int(k) * p for k, p in distribution.items()) if distribution else None
-        return {
-            "id": item.sample.id,
-            "model": item.sample.model,
-            "category": item.sample.category,
-            "feedback": feedback,
-            "score": score,
-            "criteria": criteria,
-            "score_distribution": distribution,
-            "expected_score": expected,
-            "parse_error": error,
-            "truncated": item.prompt.truncated,
-            "n_images": len(item.sample.images()),
-            "n_tiles": item.prompt.n_tiles,
-            "prompt_tokens": len(item.input_ids),
-            "generated_tokens": generated_tokens,
-        }
+        return JudgeResult(
+            id=item.sample.id,
+            model=item.sample.model,
+            category=item.sample.category,
+            feedback=feedback,
+            score=score,
+            criteria=criteria,
+            score_distribution=distribution,
+            expected_score=expected,
+            parse_error=error,
+            truncated=item.prompt.truncated,
+            n_images=len(item.sample.images()),
+            n_tiles=item.prompt.n_tiles,
+            prompt_tokens=len(item.input_ids),
+            generated_tokens=generated_tokens,
+        )

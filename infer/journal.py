@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from judge.cli import UsageError
+from judge.data import JudgeResult
 
 
 def fingerprint(settings: dict) -> str:
@@ -25,9 +26,9 @@ def journal_paths(output_dir: Path, output_file: str) -> list[Path]:
     return sorted(output_dir.glob(f"{output_file}.journal.rank*.jsonl"))
 
 
-def read_finished(output_dir: Path, output_file: str, run_fingerprint: str) -> dict[str, dict]:
+def read_finished(output_dir: Path, output_file: str, run_fingerprint: str) -> dict[str, JudgeResult]:
     """Results already in the journals of every rank (any earlier world size), by sample id."""
-    finished: dict[str, dict] = {}
+    finished: dict[str, JudgeResult] = {}
     for path in journal_paths(output_dir, output_file):
         lines = path.read_text(encoding="utf-8").split("\n")
         header = _parse_line(lines[0])
@@ -40,7 +41,8 @@ def read_finished(output_dir: Path, output_file: str, run_fingerprint: str) -> d
         for line in lines[1:-1]:
             record = _parse_line(line)
             if record is not None:
-                finished[record["id"]] = record
+                result = JudgeResult.model_validate(record)
+                finished[result.id] = result
     return finished
 
 
@@ -79,8 +81,8 @@ class Journal:
                 f.truncate(data.rfind(b"\n") + 1)
             self._file = self.path.open("a", encoding="utf-8")
 
-    def append(self, records: list[dict]) -> None:
-        self._file.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    def append(self, results: list[JudgeResult]) -> None:
+        self._file.write("".join(json.dumps(r.model_dump(), ensure_ascii=False) + "\n" for r in results))
         self._sync()
 
     def _sync(self) -> None:

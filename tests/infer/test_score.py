@@ -13,11 +13,15 @@ import torch
 
 from infer.cli import main
 from infer.engine import Scorer, ScoreOptions, plan_batches, prepare
+from judge.data import JudgeResult
 from judge.model import load_judge
 from judge.prompts import load_rubrics
 from judge.testing import write_dataset, write_original_checkpoint
 
 FAST = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
+# The record of eval_result.json as the README documents it, in this order.
+DOCUMENTED_KEYS = ["id", "model", "category", "feedback", "score", "criteria", "score_distribution", "expected_score",
+                   "parse_error", "truncated", "n_images", "n_tiles", "prompt_tokens", "generated_tokens"]
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +57,7 @@ def test_scores_every_sample_in_input_order_with_all_fields(checkpoint, dataset,
     results = read(tmp_path)
     inputs = json.loads((dataset / "data.json").read_text())
     assert [r["id"] for r in results] == [s["id"] for s in inputs]
-    fields = {"id", "model", "category", "feedback", "score", "criteria", "score_distribution", "expected_score",
-              "parse_error", "truncated", "n_images", "n_tiles", "prompt_tokens", "generated_tokens"}
-    assert all(fields <= set(r) for r in results)
+    assert all(list(r) == DOCUMENTED_KEYS for r in results)
     for r, s in zip(results, inputs):
         assert r["category"] == s["id"].split("_")[0] and r["model"] == s["model"]
         assert 1 <= r["generated_tokens"] <= 6
@@ -78,7 +80,7 @@ def test_batched_generation_equals_one_sample_at_a_time(checkpoint, dataset):
         options = ScoreOptions(max_new_tokens=8, token_budget=budget, max_tiles=2)
         items = prepare(judge, samples, rubrics, dataset, options)
         results = [r for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch]
-        outputs[budget] = {r["id"]: (r["feedback"], r["generated_tokens"]) for r in results}
+        outputs[budget] = {r.id: (r.feedback, r.generated_tokens) for r in results}
     assert outputs[10**7] == outputs[1]
     assert len({text for text, _ in outputs[1].values()}) > 1  # not a degenerate constant output
 
@@ -152,8 +154,8 @@ def test_kill_9_loses_at_most_the_batch_in_flight(checkpoint, tmp_path):
     assert subprocess.run(args, capture_output=True).returncode == 0
     results = json.loads((out / "eval_result.json").read_text())
     assert len(results) == 24 and len({r["id"] for r in results}) == 24
-    by_id = {r["id"]: r for r in results}
-    assert all(by_id[r["id"]] == r for r in done_before)  # finished work was kept, not redone
+    by_id = {r["id"]: JudgeResult.model_validate(r) for r in results}
+    assert all(by_id[r["id"]] == JudgeResult.model_validate(r) for r in done_before)  # finished work was kept, not redone
 
 
 def test_torchrun_two_processes_merge_to_the_single_process_result(checkpoint, dataset, tmp_path):
@@ -173,6 +175,7 @@ def test_calibrator_adds_calibrated_scores(checkpoint, dataset, tmp_path):
     Calibrator(method="linear", source="expected_score", x=[0, 6], y=[2, 4], scale=(0, 6)).save(tmp_path / "cal.json")
     assert score(checkpoint, dataset, tmp_path / "out", "--mode", "logits", "--calibrator", str(tmp_path / "cal.json")) == 0
     for r in read(tmp_path / "out"):
+        assert list(r) == [*DOCUMENTED_KEYS[:8], "calibrated_score", *DOCUMENTED_KEYS[8:]]
         assert r["calibrated_score"] == pytest.approx(2 + r["expected_score"] / 3)
     (tmp_path / "broken.json").write_text("{}")
     assert score(checkpoint, dataset, tmp_path / "out2", "--calibrator", str(tmp_path / "broken.json")) == 2
@@ -184,7 +187,7 @@ def test_out_of_memory_splits_the_batch_instead_of_losing_samples(checkpoint, da
     judge, rubrics = load_judge(checkpoint), load_rubrics()
     options = ScoreOptions(max_new_tokens=4, token_budget=10**7, max_tiles=2)
     items = prepare(judge, list(enumerate(load_samples(dataset / "data.json", dataset))), rubrics, dataset, options)
-    expected = {r["id"]: r["feedback"] for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch}
+    expected = {r.id: r.feedback for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch}
     generate, sizes = judge.model.generate, []
 
     def small_memory(**inputs):  # a device that holds at most 2 sequences at once
@@ -194,5 +197,5 @@ def test_out_of_memory_splits_the_batch_instead_of_losing_samples(checkpoint, da
         return generate(**inputs)
 
     monkeypatch.setattr(judge.model, "generate", small_memory)
-    results = {r["id"]: r["feedback"] for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch}
+    results = {r.id: r.feedback for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch}
     assert results == expected and sizes[0] == 8 and max(s for s in sizes if s <= 2) == 2
