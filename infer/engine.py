@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from judge.data import JudgeResult, Sample
 from judge.model import Judge, with_max_tiles
@@ -113,6 +113,27 @@ def _batch_tensors(items: list[Prepared], pixels: list[torch.Tensor | None], pad
     return inputs
 
 
+class ScoreTokenLogits(LogitsProcessor):
+    """Records the logits of the score tokens alone at every generation step: a few numbers per sequence
+    and step, where generate's output_logits would keep the whole vocabulary of every step.
+
+    generate runs its own processors before this one; under greedy decoding they touch the stop token
+    only (min_new_tokens), unless a checkpoint's generation_config.json asks for penalties, which
+    InternVL2's does not. So these are the model's raw logits, as output_logits would give them."""
+
+    def __init__(self, token_ids: torch.Tensor):
+        self.token_ids = token_ids
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.steps.append(scores[:, self.token_ids])  # indexing copies: later processors cannot change it
+        return scores
+
+    def logits(self) -> torch.Tensor:
+        """(batch, steps, score tokens)"""
+        return torch.stack(self.steps, dim=1)
+
+
 class Scorer:
     """Runs prepared samples through one judge; `run` yields (Prepared, JudgeResult) pairs batch by batch."""
 
@@ -133,6 +154,10 @@ class Scorer:
                 if options.mode == "logits":
                     raise UsageError(f"--mode logits reads the score from one token, but rubric {rubric.category!r}: {err}; "
                                      "use --mode generate") from None
+        # Only these vocabulary columns are ever read ("score logits"); each scale's score tokens are a subset.
+        tokens = sorted({t for ids in self.score_ids.values() if ids for t in ids.values()})
+        self.score_tokens = torch.tensor(tokens, dtype=torch.long, device=device)
+        self.score_columns = {scale: [tokens.index(t) for t in ids.values()] for scale, ids in self.score_ids.items() if ids}
 
     def run(self, items: list[Prepared]) -> Iterator[list[tuple[Prepared, JudgeResult]]]:
         new_tokens = 0 if self.options.mode == "logits" else self.options.max_new_tokens
@@ -166,28 +191,31 @@ class Scorer:
         inputs = _batch_tensors(batch, pixels, self.pad_id, self.device, self.dtype)
         input_ids = inputs["input_ids"]
         if self.options.mode == "logits":
-            logits = self.judge.model(**inputs, logits_to_keep=1).logits[:, -1]
+            logits = self.judge.model(**inputs, logits_to_keep=1).logits[:, -1, self.score_tokens]
             return [(item, self._logits_result(item, logits[row])) for row, item in enumerate(batch)]
+        sequences, step_logits = self.generate(inputs)
+        new = sequences[:, input_ids.shape[1]:].tolist()
+        return [(item, self._generate_result(item, new[row], step_logits[row])) for row, item in enumerate(batch)]
+
+    def generate(self, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Greedy generation: the sequences (prompt and new tokens) and the score logits of every step."""
         config = GenerationConfig(
             max_new_tokens=self.options.max_new_tokens,
             min_new_tokens=self.options.max_new_tokens if self.options.ignore_stop else 0,
             do_sample=False,
             eos_token_id=None if self.options.ignore_stop else self.stop_id,
             pad_token_id=self.pad_id,
-            return_dict_in_generate=True,
-            output_logits=True,
         )
-        out = self.judge.model.generate(**inputs, generation_config=config)
-        new = out.sequences[:, input_ids.shape[1]:].tolist()
-        step_logits = torch.stack(out.logits, dim=1)  # (batch, steps, vocab)
-        return [(item, self._generate_result(item, new[row], step_logits[row])) for row, item in enumerate(batch)]
+        recorder = ScoreTokenLogits(self.score_tokens)
+        sequences = self.judge.model.generate(**inputs, generation_config=config, logits_processor=LogitsProcessorList([recorder]))
+        return sequences, recorder.logits()
 
-    def _distribution(self, scale: ScoreScale, logits: torch.Tensor) -> dict[str, float] | None:
-        ids = self.score_ids[scale]
-        if ids is None:
+    def _distribution(self, scale: ScoreScale, score_logits: torch.Tensor) -> dict[str, float] | None:
+        """The probability of each score value, from one position's score logits."""
+        if scale not in self.score_columns:
             return None
-        probs = logits[list(ids.values())].float().softmax(-1).tolist()
-        return {str(value): p for value, p in zip(ids, probs)}
+        probs = score_logits[self.score_columns[scale]].float().softmax(-1).tolist()
+        return {str(value): p for value, p in zip(self.score_ids[scale], probs)}
 
     def _generate_result(self, item: Prepared, tokens: list[int], logits: torch.Tensor) -> JudgeResult:
         if self.stop_id in tokens and not self.options.ignore_stop:

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import GenerationConfig
 
 from infer.cli import main
-from infer.engine import Scorer, ScoreOptions, plan_batches, prepare
-from judge.data import JudgeResult
+from infer.engine import Scorer, ScoreOptions, _batch_tensors, _load_pixels, plan_batches, prepare, score_token_ids
+from judge.data import JudgeResult, load_samples
 from judge.model import load_judge
 from judge.prompts import load_rubrics
 from judge.testing import write_dataset, write_original_checkpoint
@@ -32,6 +33,16 @@ def checkpoint(tmp_path_factory):
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     return write_dataset(tmp_path_factory.mktemp("data"), 8, seed=0).parent
+
+
+@pytest.fixture(scope="module")
+def judge(checkpoint):
+    return load_judge(checkpoint)
+
+
+@pytest.fixture(scope="module")
+def samples(dataset):
+    return list(enumerate(load_samples(dataset / "data.json", dataset)))
 
 
 def score(checkpoint, data_dir, out, *extra):
@@ -69,12 +80,8 @@ def test_scores_every_sample_in_input_order_with_all_fields(checkpoint, dataset,
     assert "Samples: 8" in capsys.readouterr().out
 
 
-def test_batched_generation_equals_one_sample_at_a_time(checkpoint, dataset):
-    judge = load_judge(checkpoint)
+def test_batched_generation_equals_one_sample_at_a_time(judge, samples, dataset):
     rubrics = load_rubrics()
-    from judge.data import load_samples
-
-    samples = list(enumerate(load_samples(dataset / "data.json", dataset)))
     outputs = {}
     for budget in (10**7, 1):  # everything in one padded batch, then batch size 1
         options = ScoreOptions(max_new_tokens=8, token_budget=budget, max_tiles=2)
@@ -83,6 +90,28 @@ def test_batched_generation_equals_one_sample_at_a_time(checkpoint, dataset):
         outputs[budget] = {r.id: (r.feedback, r.generated_tokens) for r in results}
     assert outputs[10**7] == outputs[1]
     assert len({text for text, _ in outputs[1].values()}) > 1  # not a degenerate constant output
+
+
+def test_generation_keeps_the_score_tokens_logits_exactly_as_the_full_logits_give_them(judge, samples, dataset):
+    """The score logits recorded per step are the very values generate's output_logits (the whole
+    vocabulary of every step) gives, at every step of every sequence, so distributions are unchanged."""
+    rubrics = load_rubrics()
+    options = ScoreOptions(max_new_tokens=8, max_tiles=2)
+    items = prepare(judge, samples[:4], rubrics, dataset, options)
+    scorer = Scorer(judge, rubrics, options, "cpu")
+    inputs = _batch_tensors(items, [_load_pixels(i) for i in items], scorer.pad_id, "cpu", torch.float32)
+    sequences, score_logits = scorer.generate(inputs)
+    config = GenerationConfig(max_new_tokens=8, do_sample=False, eos_token_id=scorer.stop_id, pad_token_id=scorer.pad_id,
+                              return_dict_in_generate=True, output_logits=True)
+    reference = judge.model.generate(**inputs, generation_config=config)
+    full = torch.stack(reference.logits, dim=1)  # (batch, steps, vocab)
+    assert torch.equal(sequences, reference.sequences)
+    assert torch.equal(score_logits, full[:, :, scorer.score_tokens])
+    scale = rubrics["SA"].score_scale
+    ids = list(score_token_ids(judge.tokenizer, scale).values())
+    for step in range(full.shape[1]):
+        old = dict(zip([str(v) for v in scale.levels], full[0, step, ids].float().softmax(-1).tolist()))
+        assert scorer._distribution(scale, score_logits[0, step]) == old
 
 
 def test_logits_mode_reports_a_distribution(checkpoint, dataset, tmp_path):
@@ -181,12 +210,10 @@ def test_calibrator_adds_calibrated_scores(checkpoint, dataset, tmp_path):
     assert score(checkpoint, dataset, tmp_path / "out2", "--calibrator", str(tmp_path / "broken.json")) == 2
 
 
-def test_out_of_memory_splits_the_batch_instead_of_losing_samples(checkpoint, dataset, monkeypatch):
-    from judge.data import load_samples
-
-    judge, rubrics = load_judge(checkpoint), load_rubrics()
+def test_out_of_memory_splits_the_batch_instead_of_losing_samples(judge, samples, dataset, monkeypatch):
+    rubrics = load_rubrics()
     options = ScoreOptions(max_new_tokens=4, token_budget=10**7, max_tiles=2)
-    items = prepare(judge, list(enumerate(load_samples(dataset / "data.json", dataset))), rubrics, dataset, options)
+    items = prepare(judge, samples, rubrics, dataset, options)
     expected = {r.id: r.feedback for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch}
     generate, sizes = judge.model.generate, []
 
