@@ -84,7 +84,7 @@ def reference_loop(judge: Judge, items, new_tokens: int, device: str) -> tuple[f
     start = time.perf_counter()
     for item in items:
         pixels = _load_pixels(item)
-        ids = torch.tensor([item.input_ids], device=device)
+        ids = item.input_ids[None].to(device, torch.long)
         images = {} if pixels is None else {"pixel_values": pixels.to(device, dtype)}
         out = judge.model.generate(input_ids=ids, **images, generation_config=config)
         outputs.append(out[0, ids.shape[1]:].tolist())
@@ -114,7 +114,7 @@ def prefill_flops(judge: Judge, items) -> float:
     text_cfg, vis_cfg = model.config.text_config, model.config.vision_config
     total = 0.0
     for item in items:
-        n, tiles = len(item.input_ids), item.prompt.n_tiles
+        n, tiles = len(item.input_ids), item.n_tiles
         total += 2 * llm * n + 4 * text_cfg.num_hidden_layers * text_cfg.hidden_size * n * n / 2  # causal: half the square
         total += tiles * (2 * vision * 1025 + 4 * vis_cfg.num_hidden_layers * vis_cfg.hidden_size * 1025**2)
         total += 2 * text_cfg.hidden_size * text_cfg.vocab_size  # the one position whose logits are read

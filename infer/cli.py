@@ -123,8 +123,10 @@ def _main(argv) -> int:
 
     scorer = Scorer(judge, rubrics, options, device)
     journal = Journal(output_dir, args.output_file, rank, run_id)
-    with tqdm(total=len(mine), unit="sample", desc="scoring", disable=rank != 0, file=sys.stderr) as bar:
-        for batch in scorer.run(prepare(judge, mine, rubrics, Path(args.input_dir), options)):
+    preparing = tqdm(mine, unit="sample", desc="preparing", disable=rank != 0, file=sys.stderr)
+    items = prepare(judge, preparing, rubrics, Path(args.input_dir), options)
+    with tqdm(total=len(items), unit="sample", desc="scoring", disable=rank != 0, file=sys.stderr) as bar:
+        for batch in scorer.run(items):
             journal.append([result for _, result in batch])
             bar.update(len(batch))
     journal.close()

@@ -8,7 +8,7 @@ model works, and the vision tower sees every tile of a batch in one call.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +20,7 @@ from judge.data import JudgeResult, Sample
 from judge.model import Judge, with_max_tiles
 from judge.cli import UsageError
 from judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
-from judge.prompts import JudgePrompt, Rubric, build_prompt
+from judge.prompts import PlannedImage, Rubric, build_prompt
 from judge.templates import get_template
 from judge.tiling import load_tiles
 
@@ -42,14 +42,23 @@ class ScoreOptions:
 
 @dataclass
 class Prepared:
+    """A sample ready for the model. The prompt's text is not kept: its token ids say the same, and the
+    text, with 256 `<IMG_CONTEXT>` spelled out per tile, would be the largest thing held per sample."""
+
     index: int  # position in the input file
     sample: Sample
-    prompt: JudgePrompt
-    input_ids: list[int]
+    images: list[PlannedImage]  # the images shown, in prompt order
+    truncated: list[str]
+    input_ids: torch.Tensor  # 1-D int32: a list of Python ints takes 9x the memory (GiBs for 20k long prompts)
+
+    @property
+    def n_tiles(self) -> int:
+        return sum(image.n_tiles for image in self.images)
 
 
-def prepare(judge: Judge, samples: list[tuple[int, Sample]], rubrics: dict[str, Rubric], image_root: Path, options: ScoreOptions) -> list[Prepared]:
-    """Prompts and token ids for every sample; cheap (image headers only, no pixel decoding)."""
+def prepare(judge: Judge, samples: Iterable[tuple[int, Sample]], rubrics: dict[str, Rubric], image_root: Path, options: ScoreOptions) -> list[Prepared]:
+    """Prompts and token ids for every sample; cheap per sample (image headers only, no pixel decoding),
+    but minutes for tens of thousands: callers pass `samples` through a progress bar."""
     settings = with_max_tiles(judge.settings, options.max_tiles)
     template = get_template(settings.template)
     count_tokens = lambda text: len(judge.tokenizer(text, add_special_tokens=False).input_ids)  # noqa: E731
@@ -60,7 +69,8 @@ def prepare(judge: Judge, samples: list[tuple[int, Sample]], rubrics: dict[str, 
             settings.tiling, settings.tokens_per_tile, options.image_token_budget, options.prompt_token_budget, count_tokens,
         )
         text = prompt.text + (f"{SCORE_HEADING}\n" if options.mode == "logits" else "")
-        prepared.append(Prepared(index, sample, prompt, judge.tokenizer(text).input_ids))
+        ids = torch.tensor(judge.tokenizer(text).input_ids, dtype=torch.int32)
+        prepared.append(Prepared(index, sample, prompt.images, prompt.truncated, ids))
     return prepared
 
 
@@ -92,8 +102,8 @@ def score_token_ids(tokenizer, scale: ScoreScale) -> dict[int, int]:
 
 
 def _load_pixels(item: Prepared) -> torch.Tensor | None:
-    tiles = [load_tiles(image.path, image.tiling) for image in item.prompt.images]
-    for image, t in zip(item.prompt.images, tiles):
+    tiles = [load_tiles(image.path, image.tiling) for image in item.images]
+    for image, t in zip(item.images, tiles):
         if t.shape[0] != image.n_tiles:
             raise RuntimeError(f"{image.path}: planned {image.n_tiles} tiles, tiling produced {t.shape[0]}")
     return torch.cat(tiles) if tiles else None
@@ -104,7 +114,7 @@ def _batch_tensors(items: list[Prepared], pixels: list[torch.Tensor | None], pad
     input_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(items), width), dtype=torch.long)
     for row, item in enumerate(items):  # left padding: every prompt ends at the last column
-        input_ids[row, width - len(item.input_ids):] = torch.tensor(item.input_ids)
+        input_ids[row, width - len(item.input_ids):] = item.input_ids
         attention_mask[row, width - len(item.input_ids):] = 1
     inputs = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
     # Only when there are images: generate() runs the image encoder on any pixel_values, None included.
@@ -254,9 +264,9 @@ class Scorer:
             score_distribution=distribution,
             expected_score=expected,
             parse_error=error,
-            truncated=item.prompt.truncated,
+            truncated=item.truncated,
             n_images=len(item.sample.images()),
-            n_tiles=item.prompt.n_tiles,
+            n_tiles=item.n_tiles,
             prompt_tokens=len(item.input_ids),
             generated_tokens=generated_tokens,
         )

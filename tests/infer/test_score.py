@@ -77,7 +77,17 @@ def test_scores_every_sample_in_input_order_with_all_fields(checkpoint, dataset,
         assert (r["score"] is None) == (r["parse_error"] is not None)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["samples"] == 8 and summary["parse_failures"] == sum(r["score"] is None for r in results)
-    assert "Samples: 8" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "Samples: 8" in out
+    assert "preparing: 100%" in err and "scoring: 100%" in err  # tokenizing 20k prompts takes minutes: shown too
+
+
+def test_prepared_samples_hold_their_token_ids_compactly(judge, samples, dataset):
+    items = prepare(judge, samples, load_rubrics(), dataset, ScoreOptions(max_tiles=2))
+    for item, (_, sample) in zip(items, samples):
+        # 4 bytes a token, not a Python int each (~36 bytes): 20k prompts of ~7k tokens stay far below 1 GiB
+        assert item.input_ids.dtype == torch.int32 and item.input_ids.dim() == 1
+        assert item.sample is sample and item.n_tiles >= len(item.images)
 
 
 def test_batched_generation_equals_one_sample_at_a_time(judge, samples, dataset):
