@@ -4,6 +4,15 @@ decoding (or one forward pass in logits mode) -> parsed results.
 Why it is fast: samples are sorted by length so padding stays small, a batch is as large as the token
 budget allows instead of one sample, image decoding and tiling run in background threads while the
 model works, and the vision tower sees every tile of a batch in one call.
+
+Score distributions (the probability of each score value, on scales whose scores are one token each;
+other scales have none):
+- logits mode: read right after the prompt plus a forced `### Score` heading; `score` is its argmax.
+- generate mode, score parsed: read at the token where the judge wrote its score.
+- generate mode, parse failure (`parse_error` set, `score` null): read right after a forced
+  `\n### Score\n` appended to everything the judge wrote, in one extra forward pass over the batch's
+  failures. `score` stays null; `expected_score` comes from this forced distribution. So a record with
+  both `parse_error` and `score_distribution` carries a forced reading.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ class ScoreOptions:
     max_tiles: int | None = None  # None: the checkpoint's own max_dynamic_patch
     workers: int = 4  # background threads that decode and tile images
     prefetch: int = 2  # batches prepared ahead of the model
-    ignore_stop: bool = False  # always generate max_new_tokens (benchmarks: equal work per sample)
+    ignore_stop: bool = False  # always generate max_new_tokens, no forced score heading (benchmarks: equal work per sample)
 
 
 @dataclass
@@ -87,18 +96,32 @@ def plan_batches(lengths: list[int], new_tokens: int, token_budget: int) -> list
     return batches
 
 
+def continuation_ids(tokenizer, text: str) -> list[int]:
+    """The token ids `text` adds after other text. Tokenized alone, a SentencePiece tokenizer would start
+    it with a word-start marker that it does not get in the middle of a text."""
+    before = tokenizer("x", add_special_tokens=False).input_ids
+    after = tokenizer(f"x{text}", add_special_tokens=False).input_ids
+    if after[: len(before)] != before:
+        raise ValueError(f"{text!r} merges with the text before it into other tokens")
+    return after[len(before):]
+
+
 def score_token_ids(tokenizer, scale: ScoreScale) -> dict[int, int]:
     """Token id of each score value as the judge writes it right after the score heading."""
     if not scale.integral:
         raise ValueError(f"scores on the scale {scale} are written with a decimal point, in several tokens")
-    prefix = tokenizer(f"x\n{SCORE_HEADING}\n", add_special_tokens=False).input_ids
+    heading = continuation_ids(tokenizer, f"\n{SCORE_HEADING}\n")
     ids = {}
     for value in scale.levels:
-        full = tokenizer(f"x\n{SCORE_HEADING}\n{value}", add_special_tokens=False).input_ids
-        if full[: len(prefix)] != prefix or len(full) != len(prefix) + 1:
+        full = continuation_ids(tokenizer, f"\n{SCORE_HEADING}\n{value}")
+        if full[: len(heading)] != heading or len(full) != len(heading) + 1:
             raise ValueError(f"score {value} is not a single token after '{SCORE_HEADING}'")
         ids[value] = full[-1]
     return ids
+
+
+def expected_score(distribution: dict[str, float] | None) -> float | None:
+    return sum(int(k) * p for k, p in distribution.items()) if distribution else None
 
 
 def _load_pixels(item: Prepared) -> torch.Tensor | None:
@@ -109,13 +132,13 @@ def _load_pixels(item: Prepared) -> torch.Tensor | None:
     return torch.cat(tiles) if tiles else None
 
 
-def _batch_tensors(items: list[Prepared], pixels: list[torch.Tensor | None], pad_id: int, device, dtype):
-    width = max(len(item.input_ids) for item in items)
-    input_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(items), width), dtype=torch.long)
-    for row, item in enumerate(items):  # left padding: every prompt ends at the last column
-        input_ids[row, width - len(item.input_ids):] = item.input_ids
-        attention_mask[row, width - len(item.input_ids):] = 1
+def _batch_tensors(sequences: list[torch.Tensor], pixels: list[torch.Tensor | None], pad_id: int, device, dtype):
+    width = max(len(ids) for ids in sequences)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, ids in enumerate(sequences):  # left padding: every prompt ends at the last column
+        input_ids[row, width - len(ids):] = ids
+        attention_mask[row, width - len(ids):] = 1
     inputs = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
     # Only when there are images: generate() runs the image encoder on any pixel_values, None included.
     if present := [p for p in pixels if p is not None]:
@@ -164,6 +187,7 @@ class Scorer:
                 if options.mode == "logits":
                     raise UsageError(f"--mode logits reads the score from one token, but rubric {rubric.category!r}: {err}; "
                                      "use --mode generate") from None
+        self.forced_heading = continuation_ids(tokenizer, f"\n{SCORE_HEADING}\n")
         # Only these vocabulary columns are ever read ("score logits"); each scale's score tokens are a subset.
         tokens = sorted({t for ids in self.score_ids.values() if ids for t in ids.values()})
         self.score_tokens = torch.tensor(tokens, dtype=torch.long, device=device)
@@ -198,14 +222,20 @@ class Scorer:
 
     @torch.no_grad()
     def _forward(self, batch: list[Prepared], pixels: list[torch.Tensor | None]) -> list[tuple[Prepared, JudgeResult]]:
-        inputs = _batch_tensors(batch, pixels, self.pad_id, self.device, self.dtype)
-        input_ids = inputs["input_ids"]
+        inputs = _batch_tensors([item.input_ids for item in batch], pixels, self.pad_id, self.device, self.dtype)
         if self.options.mode == "logits":
-            logits = self.judge.model(**inputs, logits_to_keep=1).logits[:, -1, self.score_tokens]
+            logits = self._last_score_logits(inputs)
             return [(item, self._logits_result(item, logits[row])) for row, item in enumerate(batch)]
         sequences, step_logits = self.generate(inputs)
-        new = sequences[:, input_ids.shape[1]:].tolist()
-        return [(item, self._generate_result(item, new[row], step_logits[row])) for row, item in enumerate(batch)]
+        written = [self._written(tokens) for tokens in sequences[:, inputs["input_ids"].shape[1]:].tolist()]
+        results = [self._generate_result(item, written[row], step_logits[row]) for row, item in enumerate(batch)]
+        if not self.options.ignore_stop:  # benchmarks compare equal generation work: no extra pass there
+            self._force_score_heading(batch, pixels, written, results)
+        return list(zip(batch, results))
+
+    def _last_score_logits(self, inputs: dict) -> torch.Tensor:
+        """One forward pass: the score logits at each sequence's last position, (batch, score tokens)."""
+        return self.judge.model(**inputs, logits_to_keep=1, use_cache=False).logits[:, -1, self.score_tokens]
 
     def generate(self, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Greedy generation: the sequences (prompt and new tokens) and the score logits of every step."""
@@ -227,16 +257,36 @@ class Scorer:
         probs = score_logits[self.score_columns[scale]].float().softmax(-1).tolist()
         return {str(value): p for value, p in zip(self.score_ids[scale], probs)}
 
-    def _generate_result(self, item: Prepared, tokens: list[int], logits: torch.Tensor) -> JudgeResult:
+    def _written(self, tokens: list[int]) -> list[int]:
+        """What the judge wrote: the new tokens up to its stop token included (the rest is padding)."""
         if self.stop_id in tokens and not self.options.ignore_stop:
-            tokens = tokens[: tokens.index(self.stop_id) + 1]
+            return tokens[: tokens.index(self.stop_id) + 1]
+        return tokens
+
+    def _generate_result(self, item: Prepared, tokens: list[int], logits: torch.Tensor) -> JudgeResult:
         text = self.judge.tokenizer.decode([t for t in tokens if t != self.stop_id], skip_special_tokens=True)
         rubric = self.rubrics[item.sample.category]
         judgement = parse_judgement(text, rubric.criteria, rubric.score_scale)
         distribution = None
-        if (step := self._score_step(tokens, rubric.score_scale)) is not None:
+        if judgement.error is None and (step := self._score_step(tokens, rubric.score_scale)) is not None:
             distribution = self._distribution(rubric.score_scale, logits[step])
         return self._result(item, text, judgement.score, judgement.criteria, judgement.error, distribution, len(tokens))
+
+    def _force_score_heading(self, batch: list[Prepared], pixels: list[torch.Tensor | None], written: list[list[int]],
+                             results: list[JudgeResult]) -> None:
+        """Give each parse failure on a one-token scale the distribution read right after `\n### Score\n`
+        appended to what the judge wrote (see the module docstring): one forward pass for all of them."""
+        rows = [row for row, result in enumerate(results)
+                if result.parse_error is not None and self.rubrics[result.category].score_scale in self.score_columns]
+        if not rows:
+            return
+        sequences = [torch.cat([batch[row].input_ids, torch.tensor(
+            [t for t in written[row] if t != self.stop_id] + self.forced_heading, dtype=torch.int32)]) for row in rows]
+        logits = self._last_score_logits(_batch_tensors(sequences, [pixels[row] for row in rows], self.pad_id, self.device, self.dtype))
+        for k, row in enumerate(rows):
+            distribution = self._distribution(self.rubrics[results[row].category].score_scale, logits[k])
+            results[row].score_distribution = distribution
+            results[row].expected_score = expected_score(distribution)
 
     def _score_step(self, tokens: list[int], scale: ScoreScale) -> int | None:
         """The generation step that wrote the overall score: the first score token after the heading."""
@@ -253,7 +303,6 @@ class Scorer:
         return self._result(item, "", score, {name: None for name in rubric.criteria}, None, distribution, 0)
 
     def _result(self, item, feedback, score, criteria, error, distribution, generated_tokens) -> JudgeResult:
-        expected = sum(int(k) * p for k, p in distribution.items()) if distribution else None
         return JudgeResult(
             id=item.sample.id,
             model=item.sample.model,
@@ -262,7 +311,7 @@ class Scorer:
             score=score,
             criteria=criteria,
             score_distribution=distribution,
-            expected_score=expected,
+            expected_score=expected_score(distribution),
             parse_error=error,
             truncated=item.truncated,
             n_images=len(item.sample.images()),

@@ -75,6 +75,10 @@ def test_scores_every_sample_in_input_order_with_all_fields(checkpoint, dataset,
         assert r["n_tiles"] >= r["n_images"]
         # a random judge writes no "### Score": the failure is reported, the sample kept
         assert (r["score"] is None) == (r["parse_error"] is not None)
+        # ... and still carries the judge's distribution, read after a forced score heading
+        assert list(r["score_distribution"]) == [str(v) for v in range(7)]
+        assert sum(r["score_distribution"].values()) == pytest.approx(1)
+        assert r["expected_score"] == pytest.approx(sum(int(k) * p for k, p in r["score_distribution"].items()))
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["samples"] == 8 and summary["parse_failures"] == sum(r["score"] is None for r in results)
     out, err = capsys.readouterr()
@@ -92,14 +96,18 @@ def test_prepared_samples_hold_their_token_ids_compactly(judge, samples, dataset
 
 def test_batched_generation_equals_one_sample_at_a_time(judge, samples, dataset):
     rubrics = load_rubrics()
-    outputs = {}
+    outputs, distributions = {}, {}
     for budget in (10**7, 1):  # everything in one padded batch, then batch size 1
         options = ScoreOptions(max_new_tokens=8, token_budget=budget, max_tiles=2)
         items = prepare(judge, samples, rubrics, dataset, options)
         results = [r for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch]
         outputs[budget] = {r.id: (r.feedback, r.generated_tokens) for r in results}
+        distributions[budget] = {r.id: r.score_distribution for r in results}
     assert outputs[10**7] == outputs[1]
     assert len({text for text, _ in outputs[1].values()}) > 1  # not a degenerate constant output
+    # the forced score heading's extra pass, padded in a batch, reads what it reads one sample at a time
+    for sample_id, alone in distributions[1].items():
+        assert distributions[10**7][sample_id] == pytest.approx(alone, abs=1e-5)
 
 
 def test_generation_keeps_the_score_tokens_logits_exactly_as_the_full_logits_give_them(judge, samples, dataset):
@@ -109,7 +117,7 @@ def test_generation_keeps_the_score_tokens_logits_exactly_as_the_full_logits_giv
     options = ScoreOptions(max_new_tokens=8, max_tiles=2)
     items = prepare(judge, samples[:4], rubrics, dataset, options)
     scorer = Scorer(judge, rubrics, options, "cpu")
-    inputs = _batch_tensors(items, [_load_pixels(i) for i in items], scorer.pad_id, "cpu", torch.float32)
+    inputs = _batch_tensors([i.input_ids for i in items], [_load_pixels(i) for i in items], scorer.pad_id, "cpu", torch.float32)
     sequences, score_logits = scorer.generate(inputs)
     config = GenerationConfig(max_new_tokens=8, do_sample=False, eos_token_id=scorer.stop_id, pad_token_id=scorer.pad_id,
                               return_dict_in_generate=True, output_logits=True)
@@ -122,6 +130,12 @@ def test_generation_keeps_the_score_tokens_logits_exactly_as_the_full_logits_giv
     for step in range(full.shape[1]):
         old = dict(zip([str(v) for v in scale.levels], full[0, step, ids].float().softmax(-1).tolist()))
         assert scorer._distribution(scale, score_logits[0, step]) == old
+
+
+def test_the_forced_score_heading_is_what_a_judge_writes_after_its_critique(judge):
+    scorer = Scorer(judge, load_rubrics(), ScoreOptions(), "cpu")
+    # no SentencePiece word-start marker (a space) in front: the heading continues the text, as a judge writes it
+    assert judge.tokenizer.decode([*judge.tokenizer("Fine.", add_special_tokens=False).input_ids, *scorer.forced_heading]) == "Fine.\n### Score\n"
 
 
 def test_logits_mode_reports_a_distribution(checkpoint, dataset, tmp_path):
@@ -205,7 +219,13 @@ def test_torchrun_two_processes_merge_to_the_single_process_result(checkpoint, d
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in (tmp_path / "multi").glob("*.journal.*")) == ["eval_result.json.journal.rank0.jsonl", "eval_result.json.journal.rank1.jsonl"]
-    assert read(tmp_path / "multi") == read(tmp_path / "single")
+    multi, single = read(tmp_path / "multi"), read(tmp_path / "single")
+    # Other batches (and threads) add floats in another order: distributions agree to float precision.
+    inexact = ("score_distribution", "expected_score")
+    assert [{k: v for k, v in r.items() if k not in inexact} for r in multi] == [{k: v for k, v in r.items() if k not in inexact} for r in single]
+    for m, s in zip(multi, single):
+        assert m["score_distribution"] == pytest.approx(s["score_distribution"], abs=1e-5)
+        assert m["expected_score"] == pytest.approx(s["expected_score"], abs=1e-4)
 
 
 def test_calibrator_adds_calibrated_scores(checkpoint, dataset, tmp_path):
