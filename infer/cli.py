@@ -19,7 +19,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from infer.engine import Scorer, ScoreOptions, prepare
-from infer.journal import Journal, clear, fingerprint, read_finished
+from infer.journal import Journal, clear, file_sha256, fingerprint, read_finished
 from infer.summary import format_summary, summarize
 from judge.calibrator import Calibrator
 from judge.cli import UsageError, add_common_flags, run, settings_from_config
@@ -79,12 +79,15 @@ def default_device() -> str:
 def run_fingerprint(args, options: ScoreOptions, rubrics, judge) -> str:
     model_dir = Path(args.model_path).resolve()
     weights = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in model_dir.iterdir() if f.is_file())
+    input_path = Path(args.input_dir) / args.input_file
+    # The content, not only the path: results of an input edited since must not be resumed as its results.
+    contents = {"input_sha256": file_sha256(input_path), "criteria_sha256": file_sha256(Path(args.criteria_file)) if args.criteria_file else None}
     return fingerprint({
         "model": str(model_dir), "weights": weights, "dtype": str(next(judge.model.parameters()).dtype),
         "rubrics": {k: r.model_dump() for k, r in rubrics.items()}, "settings": judge.settings.to_json(),
         "mode": options.mode, "max_new_tokens": options.max_new_tokens, "image_token_budget": options.image_token_budget,
         "prompt_token_budget": options.prompt_token_budget,
-        "ignore_stop": options.ignore_stop, "input": str((Path(args.input_dir) / args.input_file).resolve()),
+        "ignore_stop": options.ignore_stop, "input": str(input_path.resolve()), **contents,
     })
 
 

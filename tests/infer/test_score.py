@@ -185,6 +185,20 @@ def test_rerun_resumes_and_no_resume_starts_over(checkpoint, dataset, tmp_path, 
     assert all(r["generated_tokens"] <= 3 for r in read(tmp_path))
 
 
+def test_an_edited_input_is_not_resumed_as_if_unchanged(checkpoint, dataset, tmp_path, capsys):
+    records = json.loads((dataset / "data.json").read_text())[:2]
+    answers = tmp_path / "answers.json"  # same path before and after the edit
+    answers.write_text(json.dumps(records))
+    args = ["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", str(answers),
+            "--output_dir", str(tmp_path / "out"), *FAST, "--mode", "logits"]
+    assert main(args) == 0
+    records[1]["answer"] = "Another answer altogether."
+    answers.write_text(json.dumps(records))
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "was written by a run with other settings" in capsys.readouterr().err
+
+
 def _cli(*args):
     return [sys.executable, "-m", "infer.cli", *map(str, args)]
 
