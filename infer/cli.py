@@ -4,6 +4,8 @@
 
 Reads MMIE samples, or another benchmark's files (--format milebench|instit|megabench, detected when
 unambiguous), and writes eval_result.json and summary.json, plus the benchmark's own result files.
+Scoring options come from the format's preset, configs/score/<format>.yaml (the defaults shown below),
+and the flag of each option's name overrides it.
 Under `torchrun --nproc_per_node N` the same command shards the samples by rank; rank 0 merges.
 """
 
@@ -12,17 +14,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import typing
+from dataclasses import fields
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from infer.engine import Scorer, ScoreOptions, prepare
+from infer.engine import Scorer, ScoreOptions, option_problems, prepare
 from infer.journal import Journal, clear, file_sha256, fingerprint, read_finished
 from infer.summary import format_summary, summarize
 from judge.calibrator import Calibrator
-from judge.cli import UsageError, add_common_flags, run, settings_from_config
+from judge.cli import UsageError, add_common_flags, config_values, run
 from judge.data import InputError, JudgeResult, Problem, write_json_atomically
 from judge.formats import FORMATS, BenchmarkInput, Format, detect_format
 from judge.model import load_judge, with_max_tiles
@@ -36,28 +41,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model_path", "--model-path", required=True, help="judge checkpoint: original InternVL2, native, or a judge-train output")
     p.add_argument("--input_dir", "--input-dir", required=True, help="directory that image paths in the input are relative to")
     p.add_argument("--input_file", "--input-file", "--input_name", "--input-name", required=True, help="JSON list or JSONL of samples, relative to --input_dir")
-    p.add_argument("--output_dir", "--output-dir", default="eval_outputs", help="where results, summary and journal go (default: eval_outputs)")
-    p.add_argument("--output_file", "--output-file", "--output_name", "--output-name", default="eval_result.json", help="result file name (default: eval_result.json)")
+    p.add_argument("--output_dir", "--output-dir", default="eval_outputs", help="where results, summary and journal go (default: %(default)s)")
+    p.add_argument("--output_file", "--output-file", "--output_name", "--output-name", default="eval_result.json", help="result file name (default: %(default)s)")
     p.add_argument("--format", choices=list(FORMATS), help="the input's benchmark format (default: detected from the file)")
     p.add_argument("--criteria_file", "--criteria-file", help="MEGA-Bench only: each task's evaluation criteria, JSON or YAML")
     p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: the format's, configs/rubrics/sa|pbl|msr.yaml for MMIE)")
-    p.add_argument("--config", help="YAML of scoring options; flags below override it (default: configs/score/<format>.yaml)")
-    p.add_argument("--mode", choices=["generate", "logits"], help="generate: feedback and parsed scores (plus the score's distribution); logits: one forward pass, score distribution only (default: generate)")
-    p.add_argument("--max_new_tokens", "--max-new-tokens", type=int, help="longest feedback in tokens (default: 1024, MMIE's)")
-    p.add_argument("--max_tiles", "--max-tiles", type=int, help="tiles per image before the thumbnail (default: the checkpoint's max_dynamic_patch)")
-    p.add_argument("--token_budget", "--token-budget", type=int, help="tokens per batch, padded prompt + new tokens (default: 65536)")
-    p.add_argument("--image_token_budget", "--image-token-budget", type=int, help="image tokens per sample before tiles and images are cut (default: the preset's; MMIE: no limit)")
-    p.add_argument("--prompt_token_budget", "--prompt-token-budget", type=int,
-                   help="tokens per prompt before the question's oldest context is cut (default: the preset's; MMIE: no limit, MileBench: 8192)")
-    p.add_argument("--workers", type=int, help="background threads decoding images (default: 4)")
+    p.add_argument("--config", help="YAML of scoring options, overridden by the flags given (default: configs/score/<format>.yaml, "
+                                     "the format's preset: the defaults shown below are the presets')")
+    add_option_flags(p)
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda:LOCAL_RANK if a GPU is present, else cpu)")
     p.add_argument("--dtype", choices=list(DTYPES), help="model dtype (default: bfloat16 on GPU, float32 on CPU)")
-    p.add_argument("--limit", type=int, help="score only the first N valid samples (default: all)")
+    p.add_argument("--limit", type=int, help="score only the first N (at least 1) valid samples (default: all)")
     p.add_argument("--skip_invalid", "--skip-invalid", action="store_true", help="skip invalid records and list them in the summary instead of stopping (default: stop)")
     p.add_argument("--no_resume", "--no-resume", action="store_true", help="ignore and delete the journal of an earlier run (default: resume it)")
     p.add_argument("--calibrator", help="calibrator.json from judge-calibrate; adds calibrated_score to each record")
     add_common_flags(p)
     return p
+
+
+def preset(format_name: str) -> Path:
+    """The scoring options judge-score uses for a format unless --config names others."""
+    return CONFIG_DIR / "score" / f"{format_name}.yaml"
+
+
+def add_option_flags(parser: argparse.ArgumentParser) -> None:
+    """A flag for each ScoreOptions field that has one: its help is the field's, its default each preset's."""
+    hints = typing.get_type_hints(ScoreOptions)
+    presets = {name: config_values(ScoreOptions, preset(name), argparse.Namespace()) for name in FORMATS}
+    for f in fields(ScoreOptions):
+        if not f.metadata["flag"]:
+            continue
+        names = [f"--{f.name}", f"--{f.name.replace('_', '-')}"] if "_" in f.name else [f"--{f.name}"]
+        values = {"choices": typing.get_args(hints[f.name])} if typing.get_origin(hints[f.name]) is Literal else {"type": int}
+        parser.add_argument(*names, **values, help=f"{f.metadata['help']} ({preset_defaults(f.name, f.default, presets)})")
+
+
+def preset_defaults(name: str, default, presets: dict[str, dict]) -> str:
+    """'default: 4', or each format's default where the presets differ."""
+    formats_by_value: dict[str, list[str]] = {}
+    for format_name, values in presets.items():
+        value = values.get(name, default)
+        formats_by_value.setdefault("none" if value is None else str(value), []).append(format_name)
+    if len(formats_by_value) == 1:
+        return f"default: {next(iter(formats_by_value))}"
+    return "default: " + ", ".join(f"{value} for {'/'.join(names)}" for value, names in formats_by_value.items())
+
+
+def score_options(args, fmt: Format) -> ScoreOptions:
+    """The format's preset (or --config) overridden by the flags given; every value that cannot work, the
+    CLI-only --limit's too, in one error."""
+    config = args.config or preset(fmt.name)
+    values = config_values(ScoreOptions, config, args)
+    problems = option_problems(values)
+    if args.limit is not None and args.limit < 1:
+        problems.append(f"--limit must be at least 1, got {args.limit}")
+    if problems:
+        raise UsageError(f"invalid scoring options (from {config} and the flags):\n  " + "\n  ".join(problems))
+    return ScoreOptions(**values)
 
 
 def init_distributed() -> tuple[int, int]:
@@ -99,7 +139,7 @@ def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     input_path = Path(args.input_dir) / args.input_file
     fmt = FORMATS[args.format] if args.format else detect_format(input_path)
-    options = settings_from_config(ScoreOptions, args.config or CONFIG_DIR / "score" / f"{fmt.name}.yaml", args)
+    options = score_options(args, fmt)
     rank, world = init_distributed()
     bench = read_input(fmt, input_path, args)
     if bench.problems and not args.skip_invalid:

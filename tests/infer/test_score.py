@@ -12,8 +12,9 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from infer.cli import main
+from infer.cli import build_parser, main
 from infer.engine import Scorer, ScoreOptions, _batch_tensors, _load_pixels, plan_batches, prepare, score_token_ids
+from judge.cli import UsageError
 from judge.data import JudgeResult, load_samples
 from judge.model import load_judge
 from judge.prompts import load_rubrics
@@ -158,6 +159,27 @@ def test_bad_input_stops_before_loading_the_model(tmp_path, capsys):
     assert "record 0 (id 'SA_1'): answer[0].image: image not found" in err
     assert "record 1 (id 'X_2'): category: no category" in err
     assert "Traceback" not in err
+
+
+def test_every_option_that_cannot_work_is_reported_at_once_before_loading(dataset, tmp_path, capsys):
+    (tmp_path / "preset.yaml").write_text("mode: foo\nprefetch: -1\n")
+    code = main(["--model_path", str(tmp_path / "no-model"), "--input_dir", str(dataset), "--input_file", "data.json",
+                 "--config", str(tmp_path / "preset.yaml"), "--limit", "-1", "--workers", "0", "--max_tiles", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    for problem in ("mode must be one of generate, logits, got 'foo'", "prefetch must be a whole number of at least 0, got -1",
+                    "workers must be a whole number of at least 1, got 0",
+                    "max_tiles must be a whole number of at least 1 or none, got 0", "--limit must be at least 1, got -1"):
+        assert problem in err
+    with pytest.raises(UsageError, match="token_budget must be a whole number of at least 1"):
+        ScoreOptions(token_budget=0)  # options built in code are checked too
+
+
+def test_help_gives_each_formats_preset_as_the_default():
+    text = " ".join(build_parser().format_help().split())
+    assert "longest feedback in tokens (default: 1024 for mmie, 512 for milebench/instit/megabench)" in text
+    assert "checkpoint's max_dynamic_patch (default: none for mmie/instit/megabench, 1 for milebench)" in text
+    assert "(default: 65536)" in text  # the same in every preset
 
 
 def test_skip_invalid_scores_the_rest_and_lists_what_was_skipped(checkpoint, dataset, tmp_path):
