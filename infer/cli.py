@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 import typing
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Literal
@@ -103,6 +104,9 @@ def score_options(args, fmt: Format) -> ScoreOptions:
 def init_distributed() -> tuple[int, int]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
+        if torch.cuda.is_available():
+            # NCCL's own tensors (barrier, broadcast) go to the current device: this rank's, not all to GPU 0.
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return int(os.environ.get("RANK", "0")), world
 
@@ -110,6 +114,24 @@ def init_distributed() -> tuple[int, int]:
 def barrier(world: int) -> None:
     if world > 1:
         dist.barrier()
+
+
+def on_rank_zero(work: Callable[[], None], rank: int, world: int) -> None:
+    """Run `work` on rank 0 while the other ranks wait, and have every rank fail when it fails: a rank
+    left waiting for a rank 0 that died would hang (on other nodes, until the collective times out)."""
+    error = None
+    if rank == 0:
+        try:
+            work()
+        except BaseException as err:  # Ctrl-C too: the others must not wait for it
+            error = err
+    failed = [error is not None]
+    if world > 1:
+        dist.broadcast_object_list(failed, src=0)
+    if error is not None:
+        raise error
+    if failed[0]:
+        raise RuntimeError("rank 0 failed to merge the results (its error says why); the journals are kept: rerun to finish")
 
 
 def default_device() -> str:
@@ -174,11 +196,13 @@ def _main(argv) -> int:
             bar.update(len(batch))
     journal.close()
     barrier(world)
-    if rank == 0:
+
+    def merge() -> None:
         results = finish(output_dir, args.output_file, samples, run_id, calibrator, bench.problems, rubrics)
         for path in fmt.write(bench, {r.id: r for r in results}, output_dir):
             print(f"{fmt.name}: {path}")
-    barrier(world)
+
+    on_rank_zero(merge, rank, world)
     return 0
 
 

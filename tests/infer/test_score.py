@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -225,6 +226,13 @@ def _cli(*args):
     return [sys.executable, "-m", "infer.cli", *map(str, args)]
 
 
+def free_port() -> int:
+    """A port no other process listens on now: a fixed one collides with other test runs on the machine."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_kill_9_loses_at_most_the_batch_in_flight(checkpoint, tmp_path):
     data = write_dataset(tmp_path / "data", 24, seed=5).parent
     out = tmp_path / "out"
@@ -250,7 +258,7 @@ def test_kill_9_loses_at_most_the_batch_in_flight(checkpoint, tmp_path):
 def test_torchrun_two_processes_merge_to_the_single_process_result(checkpoint, dataset, tmp_path):
     assert score(checkpoint, dataset, tmp_path / "single") == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531", "-m", "infer.cli",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "infer.cli",
            "--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json", "--output_dir", str(tmp_path / "multi"), *FAST]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -262,6 +270,27 @@ def test_torchrun_two_processes_merge_to_the_single_process_result(checkpoint, d
     for m, s in zip(multi, single):
         assert m["score_distribution"] == pytest.approx(s["score_distribution"], abs=1e-5)
         assert m["expected_score"] == pytest.approx(s["expected_score"], abs=1e-4)
+
+
+def test_when_rank_0_fails_to_merge_every_rank_exits(checkpoint, dataset, tmp_path):
+    """Rank 0 cannot write the result file: rank 1 must learn it from rank 0 and exit saying so. (Here gloo
+    would also fail rank 1's barrier once rank 0's connection closes; NCCL across nodes waits for its
+    timeout instead.) The ranks are launched without torchrun, whose agent would kill rank 1 anyway."""
+    out = tmp_path / "out"
+    (out / "eval_result.json").mkdir(parents=True)  # a directory where rank 0 writes the merged results
+    port = str(free_port())
+    procs = [subprocess.Popen(_cli("--model_path", checkpoint, "--input_dir", dataset, "--input_file", "data.json", "--output_dir", out,
+                                   *FAST, "--mode", "logits", "--limit", "2"),
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    try:
+        errors = [proc.communicate(timeout=120)[1] for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    assert [proc.returncode for proc in procs] == [1, 1]
+    assert "IsADirectoryError" in errors[0] and "rank 0 failed to merge the results" in errors[1]
 
 
 def test_calibrator_adds_calibrated_scores(checkpoint, dataset, tmp_path):
