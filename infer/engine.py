@@ -10,7 +10,7 @@ other scales have none):
 - logits mode: read right after the prompt plus a forced `### Score` heading; `score` is its argmax.
 - generate mode, score parsed: read at the token where the judge wrote its score.
 - generate mode, parse failure (`parse_error` set, `score` null): read right after a forced
-  `\n### Score\n` appended to everything the judge wrote, in one extra forward pass over the batch's
+  `\\n### Score\\n` appended to everything the judge wrote, in one extra forward pass over the batch's
   failures. `score` stays null; `expected_score` comes from this forced distribution. So a record with
   both `parse_error` and `score_distribution` carries a forced reading.
 """
@@ -47,9 +47,9 @@ def _option(default, help: str, minimum: int | None = None, flag: bool = True):
 
 @dataclass(frozen=True)
 class ScoreOptions:
-    """How judge-score runs: the keys of configs/score/<format>.yaml, each format's preset, which holds
-    the defaults judge-score really uses, and of its flags. The defaults here are MMIE's, for code that
-    builds options itself (judge-train's evaluation, the benchmarks)."""
+    """How judge-score runs. The fields are the keys of configs/score/<format>.yaml, each format's preset
+    (the defaults judge-score really uses), and, where `flag`, judge-score's flags. The defaults here are
+    MMIE's, for code that builds options itself (judge-train's evaluation, the benchmarks)."""
 
     mode: Mode = _option("generate", "generate: feedback and parsed scores, with the score's distribution; "
                                      "logits: one forward pass, the score distribution only")
@@ -314,7 +314,7 @@ class Scorer:
 
     def _force_score_heading(self, batch: list[Prepared], pixels: list[torch.Tensor | None], written: list[list[int]],
                              results: list[JudgeResult]) -> None:
-        """Give each parse failure on a one-token scale the distribution read right after `\n### Score\n`
+        """Give each parse failure on a one-token scale the distribution read right after `\\n### Score\\n`
         appended to what the judge wrote (see the module docstring): one forward pass for all of them."""
         rows = [row for row, result in enumerate(results)
                 if result.parse_error is not None and self.rubrics[result.category].score_scale in self.score_columns]

@@ -116,12 +116,12 @@ def test_generation_keeps_the_score_tokens_logits_exactly_as_the_full_logits_giv
     """The score logits recorded per step are the very values generate's output_logits (the whole
     vocabulary of every step) gives, at every step of every sequence, so distributions are unchanged."""
     rubrics = load_rubrics()
-    options = ScoreOptions(max_new_tokens=8, max_tiles=2)
-    items = prepare(judge, samples[:4], rubrics, dataset, options)
+    options = ScoreOptions(max_new_tokens=5, max_tiles=2)
+    items = prepare(judge, samples[:3], rubrics, dataset, options)
     scorer = Scorer(judge, rubrics, options, "cpu")
     inputs = _batch_tensors([i.input_ids for i in items], [_load_pixels(i) for i in items], scorer.pad_id, "cpu", torch.float32)
     sequences, score_logits = scorer.generate(inputs)
-    config = GenerationConfig(max_new_tokens=8, do_sample=False, eos_token_id=scorer.stop_id, pad_token_id=scorer.pad_id,
+    config = GenerationConfig(max_new_tokens=5, do_sample=False, eos_token_id=scorer.stop_id, pad_token_id=scorer.pad_id,
                               return_dict_in_generate=True, output_logits=True)
     reference = judge.model.generate(**inputs, generation_config=config)
     full = torch.stack(reference.logits, dim=1)  # (batch, steps, vocab)
