@@ -4,10 +4,13 @@
     python benchmarks/score_throughput.py --model_path CKPT    # a real checkpoint
     python benchmarks/score_throughput.py --tiny --samples 4 --new_tokens 4 --max_tiles 1 --device cpu   # smoke test
 
-Workload (seeded, MMIE-shaped): 1-4 images per sample, tiles per image drawn from {1, 3, 5, 7, 7, 9, 13}
-(grid + thumbnail), 500-1200 text tokens. Both sides generate exactly --new_tokens tokens (the stop
-token is ignored) so they do equal work. Prefill utilisation is measured in logits mode (one forward
-pass per sample, no decoding) against --peak_tflops.
+The full-size architecture is configs/model/internvl2-4b.json, in the original checkpoint format and
+built by the loader's own conversion (its rope factors are placeholders: with random weights they cost
+the same). Workload (seeded, MMIE-shaped): 1-4 images per sample, tiles per image drawn from
+{1, 3, 5, 7, 7, 9, 13} (grid + thumbnail), 500-1200 text tokens of the judge's tokenizer. Both sides
+generate exactly --new_tokens tokens (the stop token is ignored) so they do equal work, and each runs
+the first eighth of its samples once untimed before it is timed (cold kernels and allocator). Prefill
+utilisation is measured in logits mode (one forward pass per sample, no decoding) against --peak_tflops.
 """
 
 from __future__ import annotations
@@ -21,42 +24,41 @@ from pathlib import Path
 
 import torch
 from PIL import Image
-from transformers import GenerationConfig, InternVLConfig, InternVLForConditionalGeneration, InternVLVisionConfig, Phi3Config
+from transformers import GenerationConfig, InternVLForConditionalGeneration
 
 from infer.engine import Scorer, ScoreOptions, prepare
 from judge.data import load_samples
-from judge.model import Judge, JudgeSettings, load_judge, load_tokenizer
-from judge.prompts import load_rubrics
+from judge.model import Judge, load_judge, load_tokenizer, native_config_from_original, settings_from_original
+from judge.prompts import CONFIG_DIR, load_rubrics
 from judge.testing import write_original_checkpoint, write_tokenizer
-from judge.tiling import TilingConfig
 
 # Image sizes whose InternVL grid (max 12 tiles) plus thumbnail gives these tile counts.
 SIZE_FOR_TILES = {1: (448, 448), 3: (896, 448), 5: (896, 896), 7: (1344, 896), 9: (1792, 896), 13: (1792, 1344)}
 WORDS = "the answer shows a boat leaving the harbour while the text explains each step of the plan".split()
+FULL_SIZE = CONFIG_DIR / "model" / "internvl2-4b.json"
 
 
 def full_size_judge(device: str, tokenizer_dir: Path) -> Judge:
-    """InternVL2-4B's architecture (InternViT-300M + Phi-3-mini) with random bf16 weights."""
-    tokenizer = write_tokenizer(tokenizer_dir)
-    text = Phi3Config(
-        vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32, num_attention_heads=32,
-        num_key_value_heads=32, max_position_embeddings=131072, original_max_position_embeddings=4096,
-        rope_scaling={"type": "su", "long_factor": [1.0] * 48, "short_factor": [1.0] * 48}, rope_theta=10000.0,
-        rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=32000, pad_token_id=32000, tie_word_embeddings=False,
-    )
-    vision = InternVLVisionConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
-                                  attention_bias=True, layer_scale_init_value=1.0, use_mean_pooling=True)
-    config = InternVLConfig(vision_config=vision, text_config=text, image_token_id=tokenizer.convert_tokens_to_ids("<IMG_CONTEXT>"),
-                            downsample_ratio=0.5, tie_word_embeddings=False)
+    """InternVL2-4B's architecture (InternViT-300M + Phi-3-mini, configs/model/internvl2-4b.json) with
+    random bf16 weights."""
+    write_tokenizer(tokenizer_dir)
+    tokenizer = load_tokenizer(tokenizer_dir)
+    config = json.loads(FULL_SIZE.read_text())
+    native = native_config_from_original(config, tokenizer)
     torch.set_default_dtype(torch.bfloat16)
     with torch.device(device):
-        model = InternVLForConditionalGeneration(config).eval()
+        model = InternVLForConditionalGeneration(native).eval()
     torch.set_default_dtype(torch.float32)
-    settings = JudgeSettings("phi3-chat", None, TilingConfig(max_tiles=12), 256)
-    return Judge(model, load_tokenizer(tokenizer_dir), settings, "native")
+    return Judge(model, tokenizer, settings_from_original(FULL_SIZE.parent, config, native), "native")
 
 
-def write_workload(root: Path, n: int, seed: int) -> Path:
+def vision_tokens_per_tile(judge: Judge) -> int:
+    """Patches of one tile plus the class token, as the vision tower sees it (1025 for InternViT-448)."""
+    vision = judge.model.config.vision_config
+    return (vision.image_size[0] // vision.patch_size[0]) ** 2 + 1
+
+
+def write_workload(root: Path, n: int, seed: int, tokenizer) -> Path:
     rng = random.Random(seed)
     (root / "images").mkdir(parents=True)
     samples = []
@@ -66,11 +68,23 @@ def write_workload(root: Path, n: int, seed: int) -> Path:
             path = f"images/{i}_{k}.png"
             Image.new("RGB", SIZE_FOR_TILES[rng.choice([1, 3, 5, 7, 7, 9, 13])], tuple(rng.randrange(256) for _ in range(3))).save(root / path)
             images.append(path)
-        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(500, 1200)))
-        samples.append({"id": f"SA_{i:05d}", "model": "bench", "question": [{"text": words[: len(words) // 3], "image": images[0]}],
-                        "answer": [{"text": words[len(words) // 3:]}] + [{"image": p} for p in images[1:]]})
+        question, answer = _text(rng, tokenizer, rng.randint(500, 1200))
+        samples.append({"id": f"SA_{i:05d}", "model": "bench", "question": [{"text": question, "image": images[0]}],
+                        "answer": [{"text": answer}] + [{"image": p} for p in images[1:]]})
     (root / "data.json").write_text(json.dumps(samples))
     return root
+
+
+def _text(rng: random.Random, tokenizer, n_tokens: int) -> tuple[str, str]:
+    """A question and an answer text of n_tokens tokens together (a third, two thirds). Every word is at
+    least one token, so n_tokens words are enough to cut from."""
+    ids = tokenizer(" ".join(rng.choice(WORDS) for _ in range(n_tokens)), add_special_tokens=False).input_ids[:n_tokens]
+    return tokenizer.decode(ids[: n_tokens // 3]), tokenizer.decode(ids[n_tokens // 3:])
+
+
+def warm_up_share(items: list) -> list:
+    """What each side runs untimed before it is timed: the first eighth of its samples, at least one."""
+    return items[: max(1, len(items) // 8)]
 
 
 def reference_loop(judge: Judge, items, new_tokens: int, device: str) -> tuple[float, list[list[int]]]:
@@ -84,7 +98,7 @@ def reference_loop(judge: Judge, items, new_tokens: int, device: str) -> tuple[f
     start = time.perf_counter()
     for item in items:
         pixels = _load_pixels(item)
-        ids = torch.tensor([item.input_ids], device=device)
+        ids = item.input_ids[None].to(device, torch.long)
         images = {} if pixels is None else {"pixel_values": pixels.to(device, dtype)}
         out = judge.model.generate(input_ids=ids, **images, generation_config=config)
         outputs.append(out[0, ids.shape[1]:].tolist())
@@ -96,7 +110,7 @@ def engine_run(judge, rubrics, items, options, device) -> tuple[float, dict]:
     scorer = Scorer(judge, rubrics, options, device)
     _sync(device)
     start = time.perf_counter()
-    results = {r["id"]: r for batch in scorer.run(items) for _, r in batch}
+    results = {r.id: r for batch in scorer.run(items) for _, r in batch}
     _sync(device)
     return time.perf_counter() - start, results
 
@@ -112,11 +126,12 @@ def prefill_flops(judge: Judge, items) -> float:
     llm = sum(p.numel() for p in model.model.language_model.parameters()) - model.model.language_model.get_input_embeddings().weight.numel()
     vision = sum(p.numel() for p in model.model.vision_tower.parameters())
     text_cfg, vis_cfg = model.config.text_config, model.config.vision_config
+    per_tile = vision_tokens_per_tile(judge)
     total = 0.0
     for item in items:
-        n, tiles = len(item.input_ids), item.prompt.n_tiles
+        n, tiles = len(item.input_ids), item.n_tiles
         total += 2 * llm * n + 4 * text_cfg.num_hidden_layers * text_cfg.hidden_size * n * n / 2  # causal: half the square
-        total += tiles * (2 * vision * 1025 + 4 * vis_cfg.num_hidden_layers * vis_cfg.hidden_size * 1025**2)
+        total += tiles * (2 * vision * per_tile + 4 * vis_cfg.num_hidden_layers * vis_cfg.hidden_size * per_tile**2)
         total += 2 * text_cfg.hidden_size * text_cfg.vocab_size  # the one position whose logits are read
     return total
 
@@ -144,7 +159,7 @@ def main() -> None:
             judge = load_judge(write_original_checkpoint(tmp / "tiny"), args.device)
         else:
             judge = full_size_judge(args.device, tmp / "tokenizer")
-        data = write_workload(tmp / "data", args.samples, args.seed)
+        data = write_workload(tmp / "data", args.samples, args.seed, judge.tokenizer)
         samples = list(enumerate(load_samples(data / "data.json", data)))
         rubrics = load_rubrics()
         generate = ScoreOptions(max_new_tokens=args.new_tokens, token_budget=args.token_budget, ignore_stop=True, max_tiles=args.max_tiles)
@@ -152,13 +167,15 @@ def main() -> None:
         n_ref = min(args.reference_samples, len(items))
         if args.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
+        reference_loop(judge, warm_up_share(items[:n_ref]), args.new_tokens, args.device)
         ref_time, ref_out = reference_loop(judge, items[:n_ref], args.new_tokens, args.device)
+        engine_run(judge, rubrics, warm_up_share(items), generate, args.device)
         eng_time, eng_out = engine_run(judge, rubrics, items, generate, args.device)
         logits = ScoreOptions(mode="logits", token_budget=args.token_budget, max_tiles=args.max_tiles)
         logit_items = prepare(judge, samples, rubrics, data, logits)
-        engine_run(judge, rubrics, logit_items[: max(1, len(logit_items) // 8)], logits, args.device)  # warm-up
+        engine_run(judge, rubrics, warm_up_share(logit_items), logits, args.device)
         log_time, _ = engine_run(judge, rubrics, logit_items, logits, args.device)
-        agree = sum(judge.tokenizer.decode(r, skip_special_tokens=True) == eng_out[items[i].sample.id]["feedback"] for i, r in enumerate(ref_out))
+        agree = sum(judge.tokenizer.decode(r, skip_special_tokens=True) == eng_out[items[i].sample.id].feedback for i, r in enumerate(ref_out))
         figures = {
             "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
             "samples": len(items), "new_tokens": args.new_tokens,

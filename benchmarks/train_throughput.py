@@ -1,4 +1,5 @@
-"""Training throughput of judge-train's setup: full-size InternVL2-4B architecture (random weights), LoRA
+"""Training throughput of judge-train's setup: full-size InternVL2-4B architecture (random weights, the
+shape in configs/model/internvl2-4b.json, built as the scoring benchmark builds it), LoRA
 r 16 on the language model, bf16, gradient checkpointing, sequences of about 4096 tokens (6 tiles + text).
 
     python benchmarks/train_throughput.py                          # one GPU, plain PyTorch + PEFT
@@ -7,7 +8,8 @@ r 16 on the language model, bf16, gradient checkpointing, sequences of about 409
 
 Model FLOPs per step count the language model's forward (2 x params x tokens), its backward for
 activation gradients only (2 x, frozen weights need no weight gradients; LoRA's are negligible), the
-recomputed forward under gradient checkpointing (2 x), and the vision forward (2 x params x 1025 x tiles).
+recomputed forward under gradient checkpointing (2 x), and the vision forward (2 x params x 1025 tokens
+x tiles, for 448-pixel tiles of 14-pixel patches plus a class token).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -25,12 +28,18 @@ from judge.model import load_judge
 from judge.testing import write_original_checkpoint
 from train.recipe import TrainConfig, apply_lora
 
+# The scoring benchmark, this script's neighbour, holds the one builder of the full-size judge.
+from score_throughput import full_size_judge, vision_tokens_per_tile
+
 
 def full_size(device: str):
-    # The scoring benchmark's builder (this script's neighbour): one definition of InternVL2-4B's shape.
-    from score_throughput import full_size_judge
-
     return full_size_judge(device, Path(tempfile.mkdtemp()) / "tokenizer")
+
+
+def free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
 
 
 def batch(judge, seq_len: int, tiles: int, batch_size: int, device: str, dtype) -> dict:
@@ -49,7 +58,7 @@ def batch(judge, seq_len: int, tiles: int, batch_size: int, device: str, dtype) 
 def step_flops(judge, tokens: int, tiles: int) -> float:
     llm = sum(p.numel() for p in judge.model.model.language_model.parameters())
     vision = sum(p.numel() for p in judge.model.model.vision_tower.parameters())
-    return 6 * llm * tokens + 2 * vision * 1025 * tiles  # forward + activation backward + recompute
+    return 6 * llm * tokens + 2 * vision * vision_tokens_per_tile(judge) * tiles  # forward + activation backward + recompute
 
 
 def main() -> None:
@@ -76,8 +85,9 @@ def main() -> None:
     if args.deepspeed:
         import deepspeed
 
-        for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29512"}.items():
-            os.environ.setdefault(key, value)  # world size 1 without a launcher
+        # World size 1 without a launcher; a free port, as a fixed one collides with other runs on the machine.
+        for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": free_port()}.items():
+            os.environ.setdefault(key, value)
         config = json.loads(Path(args.deepspeed).read_text())
         config |= {"train_micro_batch_size_per_gpu": args.batch_size, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
                    "bf16": {"enabled": dtype == torch.bfloat16}}

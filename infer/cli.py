@@ -4,6 +4,8 @@
 
 Reads MMIE samples, or another benchmark's files (--format milebench|instit|megabench, detected when
 unambiguous), and writes eval_result.json and summary.json, plus the benchmark's own result files.
+Scoring options come from the format's preset, configs/score/<format>.yaml (the defaults shown below),
+and the flag of each option's name overrides it.
 Under `torchrun --nproc_per_node N` the same command shards the samples by rank; rank 0 merges.
 """
 
@@ -12,18 +14,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import typing
+from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from infer.engine import Scorer, ScoreOptions, prepare
-from infer.journal import Journal, clear, fingerprint, read_finished
+from infer.engine import Scorer, ScoreOptions, option_problems, prepare
+from infer.journal import Journal, clear, file_sha256, fingerprint, read_finished
 from infer.summary import format_summary, summarize
 from judge.calibrator import Calibrator
-from judge.cli import UsageError, add_common_flags, run, settings_from_config
-from judge.data import InputError, Problem, write_json_atomically
+from judge.cli import UsageError, add_common_flags, config_values, run
+from judge.data import InputError, JudgeResult, Problem, write_json_atomically
 from judge.formats import FORMATS, BenchmarkInput, Format, detect_format
 from judge.model import load_judge, with_max_tiles
 from judge.prompts import CONFIG_DIR, load_rubrics
@@ -36,23 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model_path", "--model-path", required=True, help="judge checkpoint: original InternVL2, native, or a judge-train output")
     p.add_argument("--input_dir", "--input-dir", required=True, help="directory that image paths in the input are relative to")
     p.add_argument("--input_file", "--input-file", "--input_name", "--input-name", required=True, help="JSON list or JSONL of samples, relative to --input_dir")
-    p.add_argument("--output_dir", "--output-dir", default="eval_outputs", help="where results, summary and journal go (default: eval_outputs)")
-    p.add_argument("--output_file", "--output-file", "--output_name", "--output-name", default="eval_result.json", help="result file name (default: eval_result.json)")
+    p.add_argument("--output_dir", "--output-dir", default="eval_outputs", help="where results, summary and journal go (default: %(default)s)")
+    p.add_argument("--output_file", "--output-file", "--output_name", "--output-name", default="eval_result.json", help="result file name (default: %(default)s)")
     p.add_argument("--format", choices=list(FORMATS), help="the input's benchmark format (default: detected from the file)")
     p.add_argument("--criteria_file", "--criteria-file", help="MEGA-Bench only: each task's evaluation criteria, JSON or YAML")
     p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: the format's, configs/rubrics/sa|pbl|msr.yaml for MMIE)")
-    p.add_argument("--config", help="YAML of scoring options; flags below override it (default: configs/score/<format>.yaml)")
-    p.add_argument("--mode", choices=["generate", "logits"], help="generate: feedback and parsed scores (plus the score's distribution); logits: one forward pass, score distribution only (default: generate)")
-    p.add_argument("--max_new_tokens", "--max-new-tokens", type=int, help="longest feedback in tokens (default: 1024, MMIE's)")
-    p.add_argument("--max_tiles", "--max-tiles", type=int, help="tiles per image before the thumbnail (default: the checkpoint's max_dynamic_patch)")
-    p.add_argument("--token_budget", "--token-budget", type=int, help="tokens per batch, padded prompt + new tokens (default: 65536)")
-    p.add_argument("--image_token_budget", "--image-token-budget", type=int, help="image tokens per sample before tiles and images are cut (default: the preset's; MMIE: no limit)")
-    p.add_argument("--prompt_token_budget", "--prompt-token-budget", type=int,
-                   help="tokens per prompt before the question's oldest context is cut (default: the preset's; MMIE: no limit, MileBench: 8192)")
-    p.add_argument("--workers", type=int, help="background threads decoding images (default: 4)")
+    p.add_argument("--config", help="YAML of scoring options, overridden by the flags given (default: configs/score/<format>.yaml, "
+                                     "the format's preset: the defaults shown below are the presets')")
+    add_option_flags(p)
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda:LOCAL_RANK if a GPU is present, else cpu)")
     p.add_argument("--dtype", choices=list(DTYPES), help="model dtype (default: bfloat16 on GPU, float32 on CPU)")
-    p.add_argument("--limit", type=int, help="score only the first N valid samples (default: all)")
+    p.add_argument("--limit", type=int, help="score only the first N (at least 1) valid samples (default: all)")
     p.add_argument("--skip_invalid", "--skip-invalid", action="store_true", help="skip invalid records and list them in the summary instead of stopping (default: stop)")
     p.add_argument("--no_resume", "--no-resume", action="store_true", help="ignore and delete the journal of an earlier run (default: resume it)")
     p.add_argument("--calibrator", help="calibrator.json from judge-calibrate; adds calibrated_score to each record")
@@ -60,9 +60,53 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def preset(format_name: str) -> Path:
+    """The scoring options judge-score uses for a format unless --config names others."""
+    return CONFIG_DIR / "score" / f"{format_name}.yaml"
+
+
+def add_option_flags(parser: argparse.ArgumentParser) -> None:
+    """A flag for each ScoreOptions field that has one: its help is the field's, its default each preset's."""
+    hints = typing.get_type_hints(ScoreOptions)
+    presets = {name: config_values(ScoreOptions, preset(name), argparse.Namespace()) for name in FORMATS}
+    for f in fields(ScoreOptions):
+        if not f.metadata["flag"]:
+            continue
+        names = [f"--{f.name}", f"--{f.name.replace('_', '-')}"] if "_" in f.name else [f"--{f.name}"]
+        values = {"choices": typing.get_args(hints[f.name])} if typing.get_origin(hints[f.name]) is Literal else {"type": int}
+        parser.add_argument(*names, **values, help=f"{f.metadata['help']} ({preset_defaults(f.name, f.default, presets)})")
+
+
+def preset_defaults(name: str, default, presets: dict[str, dict]) -> str:
+    """'default: 4', or each format's default where the presets differ."""
+    formats_by_value: dict[str, list[str]] = {}
+    for format_name, values in presets.items():
+        value = values.get(name, default)
+        formats_by_value.setdefault("none" if value is None else str(value), []).append(format_name)
+    if len(formats_by_value) == 1:
+        return f"default: {next(iter(formats_by_value))}"
+    return "default: " + ", ".join(f"{value} for {'/'.join(names)}" for value, names in formats_by_value.items())
+
+
+def score_options(args, fmt: Format) -> ScoreOptions:
+    """The format's preset (or --config) overridden by the flags given; every value that cannot work, the
+    CLI-only --limit's too, in one error."""
+    config = args.config or preset(fmt.name)
+    values = config_values(ScoreOptions, config, args)
+    problems = option_problems(values)
+    if args.limit is not None and args.limit < 1:
+        problems.append(f"--limit must be at least 1, got {args.limit}")
+    if problems:
+        raise UsageError(f"invalid scoring options (from {config} and the flags):\n  " + "\n  ".join(problems))
+    return ScoreOptions(**values)
+
+
 def init_distributed() -> tuple[int, int]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
+        if torch.cuda.is_available():
+            # NCCL's own tensors (barrier, broadcast) go to the current device: this rank's, not all to GPU 0.
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return int(os.environ.get("RANK", "0")), world
 
@@ -72,6 +116,24 @@ def barrier(world: int) -> None:
         dist.barrier()
 
 
+def on_rank_zero(work: Callable[[], None], rank: int, world: int) -> None:
+    """Run `work` on rank 0 while the other ranks wait, and have every rank fail when it fails: a rank
+    left waiting for a rank 0 that died would hang (on other nodes, until the collective times out)."""
+    error = None
+    if rank == 0:
+        try:
+            work()
+        except BaseException as err:  # Ctrl-C too: the others must not wait for it
+            error = err
+    failed = [error is not None]
+    if world > 1:
+        dist.broadcast_object_list(failed, src=0)
+    if error is not None:
+        raise error
+    if failed[0]:
+        raise RuntimeError("rank 0 failed to merge the results (its error says why); the journals are kept: rerun to finish")
+
+
 def default_device() -> str:
     return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
 
@@ -79,12 +141,15 @@ def default_device() -> str:
 def run_fingerprint(args, options: ScoreOptions, rubrics, judge) -> str:
     model_dir = Path(args.model_path).resolve()
     weights = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in model_dir.iterdir() if f.is_file())
+    input_path = Path(args.input_dir) / args.input_file
+    # The content, not only the path: results of an input edited since must not be resumed as its results.
+    contents = {"input_sha256": file_sha256(input_path), "criteria_sha256": file_sha256(Path(args.criteria_file)) if args.criteria_file else None}
     return fingerprint({
         "model": str(model_dir), "weights": weights, "dtype": str(next(judge.model.parameters()).dtype),
         "rubrics": {k: r.model_dump() for k, r in rubrics.items()}, "settings": judge.settings.to_json(),
         "mode": options.mode, "max_new_tokens": options.max_new_tokens, "image_token_budget": options.image_token_budget,
         "prompt_token_budget": options.prompt_token_budget,
-        "ignore_stop": options.ignore_stop, "input": str((Path(args.input_dir) / args.input_file).resolve()),
+        "ignore_stop": options.ignore_stop, "input": str(input_path.resolve()), **contents,
     })
 
 
@@ -96,7 +161,7 @@ def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     input_path = Path(args.input_dir) / args.input_file
     fmt = FORMATS[args.format] if args.format else detect_format(input_path)
-    options = settings_from_config(ScoreOptions, args.config or CONFIG_DIR / "score" / f"{fmt.name}.yaml", args)
+    options = score_options(args, fmt)
     rank, world = init_distributed()
     bench = read_input(fmt, input_path, args)
     if bench.problems and not args.skip_invalid:
@@ -123,17 +188,21 @@ def _main(argv) -> int:
 
     scorer = Scorer(judge, rubrics, options, device)
     journal = Journal(output_dir, args.output_file, rank, run_id)
-    with tqdm(total=len(mine), unit="sample", desc="scoring", disable=rank != 0, file=sys.stderr) as bar:
-        for batch in scorer.run(prepare(judge, mine, rubrics, Path(args.input_dir), options)):
+    preparing = tqdm(mine, unit="sample", desc="preparing", disable=rank != 0, file=sys.stderr)
+    items = prepare(judge, preparing, rubrics, Path(args.input_dir), options)
+    with tqdm(total=len(items), unit="sample", desc="scoring", disable=rank != 0, file=sys.stderr) as bar:
+        for batch in scorer.run(items):
             journal.append([result for _, result in batch])
             bar.update(len(batch))
     journal.close()
     barrier(world)
-    if rank == 0:
+
+    def merge() -> None:
         results = finish(output_dir, args.output_file, samples, run_id, calibrator, bench.problems, rubrics)
-        for path in fmt.write(bench, {r["id"]: r for r in results}, output_dir):
+        for path in fmt.write(bench, {r.id: r for r in results}, output_dir):
             print(f"{fmt.name}: {path}")
-    barrier(world)
+
+    on_rank_zero(merge, rank, world)
     return 0
 
 
@@ -151,7 +220,7 @@ def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
     return bench
 
 
-def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator, skipped, rubrics) -> list[dict]:
+def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator, skipped, rubrics) -> list[JudgeResult]:
     """Merge every rank's journal into the result file, in input order, and write the summary."""
     finished = read_finished(output_dir, output_file, run_id)
     missing = [s.id for s in samples if s.id not in finished]
@@ -160,8 +229,11 @@ def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator,
     results = [finished[s.id] for s in samples]
     if calibrator is not None:
         for r in results:
-            r["calibrated_score"] = calibrator.apply(r.get(calibrator.source))
-    write_json_atomically(output_dir / output_file, results)
+            r.calibrated_score = calibrator.apply(getattr(r, calibrator.source))
+    # calibrated_score is a key of the file only when a calibrator gave it; otherwise the records have
+    # exactly MMIE's documented keys.
+    uncalibrated = {"calibrated_score"} if calibrator is None else None
+    write_json_atomically(output_dir / output_file, [r.model_dump(exclude=uncalibrated) for r in results])
     scale = next(iter(rubrics.values())).score_scale
     summary = summarize(results, skipped, scale)
     write_json_atomically(output_dir / "summary.json", summary)

@@ -4,52 +4,110 @@ decoding (or one forward pass in logits mode) -> parsed results.
 Why it is fast: samples are sorted by length so padding stays small, a batch is as large as the token
 budget allows instead of one sample, image decoding and tiling run in background threads while the
 model works, and the vision tower sees every tile of a batch in one call.
+
+Score distributions (the probability of each score value, on scales whose scores are one token each;
+other scales have none):
+- logits mode: read right after the prompt plus a forced `### Score` heading; `score` is its argmax.
+- generate mode, score parsed: read at the token where the judge wrote its score.
+- generate mode, parse failure (`parse_error` set, `score` null): read right after a forced
+  `\\n### Score\\n` appended to everything the judge wrote, in one extra forward pass over the batch's
+  failures. `score` stays null; `expected_score` comes from this forced distribution. So a record with
+  both `parse_error` and `score_distribution` carries a forced reading.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import typing
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Literal
 
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from judge.data import Sample
+from judge.data import JudgeResult, Sample
 from judge.model import Judge, with_max_tiles
 from judge.cli import UsageError
 from judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
-from judge.prompts import JudgePrompt, Rubric, build_prompt
+from judge.prompts import PlannedImage, Rubric, build_prompt
 from judge.templates import get_template
 from judge.tiling import load_tiles
 
 
+Mode = Literal["generate", "logits"]
+
+
+def _option(default, help: str, minimum: int | None = None, flag: bool = True):
+    """A ScoreOptions field. `help` is also its flag's; `minimum` is the least whole number that works;
+    `flag`: judge-score has a flag of the field's name (the others are for presets and code)."""
+    return field(default=default, metadata={"help": help, "minimum": minimum, "flag": flag})
+
+
 @dataclass(frozen=True)
 class ScoreOptions:
-    """How judge-score runs; the keys of configs/score/*.yaml and the defaults of its flags."""
+    """How judge-score runs. The fields are the keys of configs/score/<format>.yaml, each format's preset
+    (the defaults judge-score really uses), and, where `flag`, judge-score's flags. The defaults here are
+    MMIE's, for code that builds options itself (judge-train's evaluation, the benchmarks)."""
 
-    mode: str = "generate"  # "generate": free text, then parsed; "logits": score distribution only
-    max_new_tokens: int = 1024
-    token_budget: int = 65536  # per batch: batch size x (longest prompt + new tokens)
-    image_token_budget: int | None = None  # per sample, in <IMG_CONTEXT> tokens; None: no limit
-    prompt_token_budget: int | None = None  # per sample, whole prompt; the oldest context goes first; None: no limit
-    max_tiles: int | None = None  # None: the checkpoint's own max_dynamic_patch
-    workers: int = 4  # background threads that decode and tile images
-    prefetch: int = 2  # batches prepared ahead of the model
-    ignore_stop: bool = False  # always generate max_new_tokens (benchmarks: equal work per sample)
+    mode: Mode = _option("generate", "generate: feedback and parsed scores, with the score's distribution; "
+                                     "logits: one forward pass, the score distribution only")
+    max_new_tokens: int = _option(1024, "longest feedback in tokens", minimum=1)
+    token_budget: int = _option(65536, "tokens per batch: batch size x (longest prompt + new tokens)", minimum=1)
+    image_token_budget: int | None = _option(
+        None, "image tokens per sample before tiles, then whole images, are cut; none: no limit", minimum=0)
+    prompt_token_budget: int | None = _option(
+        None, "tokens per prompt before the question's oldest context is cut; none: no limit", minimum=1)
+    max_tiles: int | None = _option(None, "tiles per image before the thumbnail; none: the checkpoint's max_dynamic_patch", minimum=1)
+    workers: int = _option(4, "background threads that decode and tile images", minimum=1)
+    prefetch: int = _option(2, "batches prepared ahead of the model", minimum=0, flag=False)
+    ignore_stop: bool = _option(False, "always generate max_new_tokens, no forced score heading (benchmarks: equal work per sample)",
+                                flag=False)
+
+    def __post_init__(self):
+        if problems := option_problems(asdict(self)):
+            raise UsageError("invalid scoring options:\n  " + "\n  ".join(problems))
+
+
+def option_problems(values: dict) -> list[str]:
+    """Every value for a ScoreOptions field in `values` that cannot work, each with what would."""
+    hints = typing.get_type_hints(ScoreOptions)
+    problems = []
+    for f in fields(ScoreOptions):
+        value, hint = values.get(f.name, f.default), hints[f.name]
+        if typing.get_origin(hint) is Literal:
+            ok, wanted = value in typing.get_args(hint), "one of " + ", ".join(typing.get_args(hint))
+        elif hint is bool:
+            ok, wanted = isinstance(value, bool), "true or false"
+        else:  # a whole number, or none where the type allows it
+            optional = type(None) in typing.get_args(hint)
+            ok = (optional and value is None) or (type(value) is int and value >= f.metadata["minimum"])
+            wanted = f"a whole number of at least {f.metadata['minimum']}" + (" or none" if optional else "")
+        if not ok:
+            problems.append(f"{f.name} must be {wanted}, got {value!r}")
+    return problems
 
 
 @dataclass
 class Prepared:
+    """A sample ready for the model. The prompt's text is not kept: its token ids say the same, and the
+    text, with 256 `<IMG_CONTEXT>` spelled out per tile, would be the largest thing held per sample."""
+
     index: int  # position in the input file
     sample: Sample
-    prompt: JudgePrompt
-    input_ids: list[int]
+    images: list[PlannedImage]  # the images shown, in prompt order
+    truncated: list[str]
+    input_ids: torch.Tensor  # 1-D int32: a list of Python ints takes 9x the memory (GiBs for 20k long prompts)
+
+    @property
+    def n_tiles(self) -> int:
+        return sum(image.n_tiles for image in self.images)
 
 
-def prepare(judge: Judge, samples: list[tuple[int, Sample]], rubrics: dict[str, Rubric], image_root: Path, options: ScoreOptions) -> list[Prepared]:
-    """Prompts and token ids for every sample; cheap (image headers only, no pixel decoding)."""
+def prepare(judge: Judge, samples: Iterable[tuple[int, Sample]], rubrics: dict[str, Rubric], image_root: Path, options: ScoreOptions) -> list[Prepared]:
+    """Prompts and token ids for every sample; cheap per sample (image headers only, no pixel decoding),
+    but minutes for tens of thousands: callers pass `samples` through a progress bar."""
     settings = with_max_tiles(judge.settings, options.max_tiles)
     template = get_template(settings.template)
     count_tokens = lambda text: len(judge.tokenizer(text, add_special_tokens=False).input_ids)  # noqa: E731
@@ -60,7 +118,8 @@ def prepare(judge: Judge, samples: list[tuple[int, Sample]], rubrics: dict[str, 
             settings.tiling, settings.tokens_per_tile, options.image_token_budget, options.prompt_token_budget, count_tokens,
         )
         text = prompt.text + (f"{SCORE_HEADING}\n" if options.mode == "logits" else "")
-        prepared.append(Prepared(index, sample, prompt, judge.tokenizer(text).input_ids))
+        ids = torch.tensor(judge.tokenizer(text).input_ids, dtype=torch.int32)
+        prepared.append(Prepared(index, sample, prompt.images, prompt.truncated, ids))
     return prepared
 
 
@@ -77,35 +136,49 @@ def plan_batches(lengths: list[int], new_tokens: int, token_budget: int) -> list
     return batches
 
 
+def continuation_ids(tokenizer, text: str) -> list[int]:
+    """The token ids `text` adds after other text. Tokenized alone, a SentencePiece tokenizer would start
+    it with a word-start marker that it does not get in the middle of a text."""
+    before = tokenizer("x", add_special_tokens=False).input_ids
+    after = tokenizer(f"x{text}", add_special_tokens=False).input_ids
+    if after[: len(before)] != before:
+        raise ValueError(f"{text!r} merges with the text before it into other tokens")
+    return after[len(before):]
+
+
 def score_token_ids(tokenizer, scale: ScoreScale) -> dict[int, int]:
     """Token id of each score value as the judge writes it right after the score heading."""
     if not scale.integral:
         raise ValueError(f"scores on the scale {scale} are written with a decimal point, in several tokens")
-    prefix = tokenizer(f"x\n{SCORE_HEADING}\n", add_special_tokens=False).input_ids
+    heading = continuation_ids(tokenizer, f"\n{SCORE_HEADING}\n")
     ids = {}
     for value in scale.levels:
-        full = tokenizer(f"x\n{SCORE_HEADING}\n{value}", add_special_tokens=False).input_ids
-        if full[: len(prefix)] != prefix or len(full) != len(prefix) + 1:
+        full = continuation_ids(tokenizer, f"\n{SCORE_HEADING}\n{value}")
+        if full[: len(heading)] != heading or len(full) != len(heading) + 1:
             raise ValueError(f"score {value} is not a single token after '{SCORE_HEADING}'")
         ids[value] = full[-1]
     return ids
 
 
+def expected_score(distribution: dict[str, float] | None) -> float | None:
+    return sum(int(k) * p for k, p in distribution.items()) if distribution else None
+
+
 def _load_pixels(item: Prepared) -> torch.Tensor | None:
-    tiles = [load_tiles(image.path, image.tiling) for image in item.prompt.images]
-    for image, t in zip(item.prompt.images, tiles):
+    tiles = [load_tiles(image.path, image.tiling) for image in item.images]
+    for image, t in zip(item.images, tiles):
         if t.shape[0] != image.n_tiles:
             raise RuntimeError(f"{image.path}: planned {image.n_tiles} tiles, tiling produced {t.shape[0]}")
     return torch.cat(tiles) if tiles else None
 
 
-def _batch_tensors(items: list[Prepared], pixels: list[torch.Tensor | None], pad_id: int, device, dtype):
-    width = max(len(item.input_ids) for item in items)
-    input_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(items), width), dtype=torch.long)
-    for row, item in enumerate(items):  # left padding: every prompt ends at the last column
-        input_ids[row, width - len(item.input_ids):] = torch.tensor(item.input_ids)
-        attention_mask[row, width - len(item.input_ids):] = 1
+def _batch_tensors(sequences: list[torch.Tensor], pixels: list[torch.Tensor | None], pad_id: int, device, dtype):
+    width = max(len(ids) for ids in sequences)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, ids in enumerate(sequences):  # left padding: every prompt ends at the last column
+        input_ids[row, width - len(ids):] = ids
+        attention_mask[row, width - len(ids):] = 1
     inputs = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
     # Only when there are images: generate() runs the image encoder on any pixel_values, None included.
     if present := [p for p in pixels if p is not None]:
@@ -113,8 +186,29 @@ def _batch_tensors(items: list[Prepared], pixels: list[torch.Tensor | None], pad
     return inputs
 
 
+class ScoreTokenLogits(LogitsProcessor):
+    """Records the logits of the score tokens alone at every generation step: a few numbers per sequence
+    and step, where generate's output_logits would keep the whole vocabulary of every step.
+
+    generate runs its own processors before this one; under greedy decoding they touch the stop token
+    only (min_new_tokens), unless a checkpoint's generation_config.json asks for penalties, which
+    InternVL2's does not. So these are the model's raw logits, as output_logits would give them."""
+
+    def __init__(self, token_ids: torch.Tensor):
+        self.token_ids = token_ids
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.steps.append(scores[:, self.token_ids])  # indexing copies: later processors cannot change it
+        return scores
+
+    def logits(self) -> torch.Tensor:
+        """(batch, steps, score tokens)"""
+        return torch.stack(self.steps, dim=1)
+
+
 class Scorer:
-    """Runs prepared samples through one judge; `run` yields (Prepared, result dict) batch by batch."""
+    """Runs prepared samples through one judge; `run` yields (Prepared, JudgeResult) pairs batch by batch."""
 
     def __init__(self, judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str):
         self.judge, self.rubrics, self.options, self.device = judge, rubrics, options, device
@@ -133,8 +227,13 @@ class Scorer:
                 if options.mode == "logits":
                     raise UsageError(f"--mode logits reads the score from one token, but rubric {rubric.category!r}: {err}; "
                                      "use --mode generate") from None
+        self.forced_heading = continuation_ids(tokenizer, f"\n{SCORE_HEADING}\n")
+        # Only these vocabulary columns are ever read ("score logits"); each scale's score tokens are a subset.
+        tokens = sorted({t for ids in self.score_ids.values() if ids for t in ids.values()})
+        self.score_tokens = torch.tensor(tokens, dtype=torch.long, device=device)
+        self.score_columns = {scale: [tokens.index(t) for t in ids.values()] for scale, ids in self.score_ids.items() if ids}
 
-    def run(self, items: list[Prepared]) -> Iterator[list[tuple[Prepared, dict]]]:
+    def run(self, items: list[Prepared]) -> Iterator[list[tuple[Prepared, JudgeResult]]]:
         new_tokens = 0 if self.options.mode == "logits" else self.options.max_new_tokens
         batches = plan_batches([len(i.input_ids) for i in items], new_tokens, self.options.token_budget)
         with ThreadPoolExecutor(self.options.workers) as pool:
@@ -148,7 +247,7 @@ class Scorer:
                     yield self._score_batch(batch, [f.result() for f in pending[done]])
                     pending[done] = []
 
-    def _score_batch(self, batch: list[Prepared], pixels: list[torch.Tensor | None]) -> list[tuple[Prepared, dict]]:
+    def _score_batch(self, batch: list[Prepared], pixels: list[torch.Tensor | None]) -> list[tuple[Prepared, JudgeResult]]:
         """Score a batch; if the device runs out of memory anyway (the budget is an estimate), split it in
         halves and retry, down to one sample, so that no sample is lost to a too-large batch."""
         try:
@@ -162,43 +261,72 @@ class Scorer:
             return self._score_batch(batch[:half], pixels[:half]) + self._score_batch(batch[half:], pixels[half:])
 
     @torch.no_grad()
-    def _forward(self, batch: list[Prepared], pixels: list[torch.Tensor | None]) -> list[tuple[Prepared, dict]]:
-        inputs = _batch_tensors(batch, pixels, self.pad_id, self.device, self.dtype)
-        input_ids = inputs["input_ids"]
+    def _forward(self, batch: list[Prepared], pixels: list[torch.Tensor | None]) -> list[tuple[Prepared, JudgeResult]]:
+        inputs = _batch_tensors([item.input_ids for item in batch], pixels, self.pad_id, self.device, self.dtype)
         if self.options.mode == "logits":
-            logits = self.judge.model(**inputs, logits_to_keep=1).logits[:, -1]
+            logits = self._last_score_logits(inputs)
             return [(item, self._logits_result(item, logits[row])) for row, item in enumerate(batch)]
+        sequences, step_logits = self.generate(inputs)
+        written = [self._written(tokens) for tokens in sequences[:, inputs["input_ids"].shape[1]:].tolist()]
+        results = [self._generate_result(item, written[row], step_logits[row]) for row, item in enumerate(batch)]
+        if not self.options.ignore_stop:  # benchmarks compare equal generation work: no extra pass there
+            self._force_score_heading(batch, pixels, written, results)
+        return list(zip(batch, results))
+
+    def _last_score_logits(self, inputs: dict) -> torch.Tensor:
+        """One forward pass: the score logits at each sequence's last position, (batch, score tokens)."""
+        return self.judge.model(**inputs, logits_to_keep=1, use_cache=False).logits[:, -1, self.score_tokens]
+
+    def generate(self, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Greedy generation: the sequences (prompt and new tokens) and the score logits of every step."""
         config = GenerationConfig(
             max_new_tokens=self.options.max_new_tokens,
             min_new_tokens=self.options.max_new_tokens if self.options.ignore_stop else 0,
             do_sample=False,
             eos_token_id=None if self.options.ignore_stop else self.stop_id,
             pad_token_id=self.pad_id,
-            return_dict_in_generate=True,
-            output_logits=True,
         )
-        out = self.judge.model.generate(**inputs, generation_config=config)
-        new = out.sequences[:, input_ids.shape[1]:].tolist()
-        step_logits = torch.stack(out.logits, dim=1)  # (batch, steps, vocab)
-        return [(item, self._generate_result(item, new[row], step_logits[row])) for row, item in enumerate(batch)]
+        recorder = ScoreTokenLogits(self.score_tokens)
+        sequences = self.judge.model.generate(**inputs, generation_config=config, logits_processor=LogitsProcessorList([recorder]))
+        return sequences, recorder.logits()
 
-    def _distribution(self, scale: ScoreScale, logits: torch.Tensor) -> dict[str, float] | None:
-        ids = self.score_ids[scale]
-        if ids is None:
+    def _distribution(self, scale: ScoreScale, score_logits: torch.Tensor) -> dict[str, float] | None:
+        """The probability of each score value, from one position's score logits."""
+        if scale not in self.score_columns:
             return None
-        probs = logits[list(ids.values())].float().softmax(-1).tolist()
-        return {str(value): p for value, p in zip(ids, probs)}
+        probs = score_logits[self.score_columns[scale]].float().softmax(-1).tolist()
+        return {str(value): p for value, p in zip(self.score_ids[scale], probs)}
 
-    def _generate_result(self, item: Prepared, tokens: list[int], logits: torch.Tensor) -> dict:
+    def _written(self, tokens: list[int]) -> list[int]:
+        """What the judge wrote: the new tokens up to its stop token included (the rest is padding)."""
         if self.stop_id in tokens and not self.options.ignore_stop:
-            tokens = tokens[: tokens.index(self.stop_id) + 1]
+            return tokens[: tokens.index(self.stop_id) + 1]
+        return tokens
+
+    def _generate_result(self, item: Prepared, tokens: list[int], logits: torch.Tensor) -> JudgeResult:
         text = self.judge.tokenizer.decode([t for t in tokens if t != self.stop_id], skip_special_tokens=True)
         rubric = self.rubrics[item.sample.category]
         judgement = parse_judgement(text, rubric.criteria, rubric.score_scale)
         distribution = None
-        if (step := self._score_step(tokens, rubric.score_scale)) is not None:
+        if judgement.error is None and (step := self._score_step(tokens, rubric.score_scale)) is not None:
             distribution = self._distribution(rubric.score_scale, logits[step])
         return self._result(item, text, judgement.score, judgement.criteria, judgement.error, distribution, len(tokens))
+
+    def _force_score_heading(self, batch: list[Prepared], pixels: list[torch.Tensor | None], written: list[list[int]],
+                             results: list[JudgeResult]) -> None:
+        """Give each parse failure on a one-token scale the distribution read right after `\\n### Score\\n`
+        appended to what the judge wrote (see the module docstring): one forward pass for all of them."""
+        rows = [row for row, result in enumerate(results)
+                if result.parse_error is not None and self.rubrics[result.category].score_scale in self.score_columns]
+        if not rows:
+            return
+        sequences = [torch.cat([batch[row].input_ids, torch.tensor(
+            [t for t in written[row] if t != self.stop_id] + self.forced_heading, dtype=torch.int32)]) for row in rows]
+        logits = self._last_score_logits(_batch_tensors(sequences, [pixels[row] for row in rows], self.pad_id, self.device, self.dtype))
+        for k, row in enumerate(rows):
+            distribution = self._distribution(self.rubrics[results[row].category].score_scale, logits[k])
+            results[row].score_distribution = distribution
+            results[row].expected_score = expected_score(distribution)
 
     def _score_step(self, tokens: list[int], scale: ScoreScale) -> int | None:
         """The generation step that wrote the overall score: the first score token after the heading."""
@@ -208,27 +336,26 @@ class Scorer:
                 return step
         return None
 
-    def _logits_result(self, item: Prepared, logits: torch.Tensor) -> dict:
+    def _logits_result(self, item: Prepared, logits: torch.Tensor) -> JudgeResult:
         rubric = self.rubrics[item.sample.category]
         distribution = self._distribution(rubric.score_scale, logits)
         score = int(max(distribution, key=distribution.get))  # logits mode runs on integral scales only
         return self._result(item, "", score, {name: None for name in rubric.criteria}, None, distribution, 0)
 
-    def _result(self, item, feedback, score, criteria, error, distribution, generated_tokens) -> dict:
-        expected = sum(int(k) * p for k, p in distribution.items()) if distribution else None
-        return {
-            "id": item.sample.id,
-            "model": item.sample.model,
-            "category": item.sample.category,
-            "feedback": feedback,
-            "score": score,
-            "criteria": criteria,
-            "score_distribution": distribution,
-            "expected_score": expected,
-            "parse_error": error,
-            "truncated": item.prompt.truncated,
-            "n_images": len(item.sample.images()),
-            "n_tiles": item.prompt.n_tiles,
-            "prompt_tokens": len(item.input_ids),
-            "generated_tokens": generated_tokens,
-        }
+    def _result(self, item, feedback, score, criteria, error, distribution, generated_tokens) -> JudgeResult:
+        return JudgeResult(
+            id=item.sample.id,
+            model=item.sample.model,
+            category=item.sample.category,
+            feedback=feedback,
+            score=score,
+            criteria=criteria,
+            score_distribution=distribution,
+            expected_score=expected_score(distribution),
+            parse_error=error,
+            truncated=item.truncated,
+            n_images=len(item.sample.images()),
+            n_tiles=item.n_tiles,
+            prompt_tokens=len(item.input_ids),
+            generated_tokens=generated_tokens,
+        )

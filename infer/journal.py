@@ -2,7 +2,8 @@
 
 Each rank appends finished results to its own `{output_file}.journal.rank{R}.jsonl` under the output
 directory, one JSON line per sample, flushed and fsync'ed after every batch. The first line of each
-journal is the run's fingerprint (model, rubric and settings); a rerun resumes only when it matches.
+journal is the run's fingerprint (model, rubric, settings, and the input's content); a rerun resumes
+only when it matches.
 A `kill -9` can at worst leave a torn last line, which is ignored on reading, so at most the batch in
 flight is lost and no result is ever counted twice (results are keyed by sample id).
 """
@@ -15,32 +16,39 @@ import os
 from pathlib import Path
 
 from judge.cli import UsageError
+from judge.data import JudgeResult
 
 
 def fingerprint(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def file_sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def journal_paths(output_dir: Path, output_file: str) -> list[Path]:
     return sorted(output_dir.glob(f"{output_file}.journal.rank*.jsonl"))
 
 
-def read_finished(output_dir: Path, output_file: str, run_fingerprint: str) -> dict[str, dict]:
+def read_finished(output_dir: Path, output_file: str, run_fingerprint: str) -> dict[str, JudgeResult]:
     """Results already in the journals of every rank (any earlier world size), by sample id."""
-    finished: dict[str, dict] = {}
+    finished: dict[str, JudgeResult] = {}
     for path in journal_paths(output_dir, output_file):
         lines = path.read_text(encoding="utf-8").split("\n")
         header = _parse_line(lines[0])
         if header is None or header.get("fingerprint") != run_fingerprint:
             raise UsageError(
-                f"{path} was written by a run with other settings (model, rubric, mode or limits); "
+                f"{path} was written by a run with other settings (model, rubric, mode, limits or input content); "
                 "rerun with --no_resume to start over, or choose another --output_dir"
             )
         # The last element is "" after a complete line, or a torn line after a crash: skip either.
         for line in lines[1:-1]:
             record = _parse_line(line)
             if record is not None:
-                finished[record["id"]] = record
+                result = JudgeResult.model_validate(record)
+                finished[result.id] = result
     return finished
 
 
@@ -79,8 +87,8 @@ class Journal:
                 f.truncate(data.rfind(b"\n") + 1)
             self._file = self.path.open("a", encoding="utf-8")
 
-    def append(self, records: list[dict]) -> None:
-        self._file.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    def append(self, results: list[JudgeResult]) -> None:
+        self._file.write("".join(json.dumps(r.model_dump(), ensure_ascii=False) + "\n" for r in results))
         self._sync()
 
     def _sync(self) -> None:

@@ -3,25 +3,26 @@ per criterion, per evaluated model, parse failures, truncations and skipped reco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from statistics import mean
 
-from judge.data import CRITERIA, Problem
+from judge.data import CRITERIA, JudgeResult, Problem
 from judge.parsing import ScoreScale
 
 
-def _mean_by(results: list[dict], key: str) -> dict[str, dict]:
-    groups: dict[str, list[int]] = {}
+def _mean_by(results: list[JudgeResult], group: Callable[[JudgeResult], str | None]) -> dict[str, dict]:
+    groups: dict[str, list[int | float]] = {}
     for r in results:
-        if r["score"] is not None:
-            groups.setdefault(str(r[key]), []).append(r["score"])
+        if r.score is not None:
+            groups.setdefault(str(group(r)), []).append(r.score)
     return {name: {"n": len(scores), "mean_score": mean(scores)} for name, scores in sorted(groups.items())}
 
 
-def summarize(results: list[dict], skipped: list[Problem], scale: ScoreScale) -> dict:
-    scored = [r["score"] for r in results if r["score"] is not None]
+def summarize(results: list[JudgeResult], skipped: list[Problem], scale: ScoreScale) -> dict:
+    scored = [r.score for r in results if r.score is not None]
     criteria = {}
     for name in CRITERIA:
-        values = [r["criteria"][name] for r in results if r["criteria"].get(name) is not None]
+        values = [r.criteria[name] for r in results if r.criteria.get(name) is not None]
         if values:
             criteria[name] = {"n": len(values), "mean_score": mean(values)}
     overall = mean(scored) if scored else None
@@ -31,11 +32,11 @@ def summarize(results: list[dict], skipped: list[Problem], scale: ScoreScale) ->
         "mean_score": overall,
         # MMIE publishes the mean score as a percentage of the top of the scale.
         "percent": None if overall is None else 100 * (overall - scale.low) / (scale.high - scale.low),
-        "by_category": _mean_by(results, "category"),
-        "by_model": _mean_by(results, "model"),
+        "by_category": _mean_by(results, lambda r: r.category),
+        "by_model": _mean_by(results, lambda r: r.model),
         "by_criterion": criteria,
-        "parse_failures": sum(r["parse_error"] is not None for r in results),
-        "truncated": sum(bool(r["truncated"]) for r in results),
+        "parse_failures": sum(r.parse_error is not None for r in results),
+        "truncated": sum(bool(r.truncated) for r in results),
         "skipped_invalid": [str(p) for p in skipped],
     }
 

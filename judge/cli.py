@@ -41,6 +41,11 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
 def settings_from_config(cls, config: str | Path, args: argparse.Namespace):
     """A settings dataclass from a YAML preset whose keys are its fields, each overridden by the flag of
     the same name when the user gave it (flags default to None for this reason)."""
+    return cls(**config_values(cls, config, args))
+
+
+def config_values(cls, config: str | Path, args: argparse.Namespace) -> dict:
+    """The values `settings_from_config` builds `cls` from, for a caller that checks them first."""
     config = Path(config)
     if not config.is_file():
         raise UsageError(f"--config {config}: file not found")
@@ -49,7 +54,7 @@ def settings_from_config(cls, config: str | Path, args: argparse.Namespace):
     if unknown := set(values) - known:
         raise UsageError(f"{config}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
     values.update({k: v for k, v in vars(args).items() if k in known and v is not None})
-    return cls(**values)
+    return values
 
 
 def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:

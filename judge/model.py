@@ -135,7 +135,7 @@ def load_judge(path: str | Path, device: str = "cpu", dtype: torch.dtype | None 
     if kind == "original":
         config = json.loads((path / "config.json").read_text())
         model = _build_from_original(path, config, tokenizer, device, dtype)
-        settings = _settings_from_original(path, config, model.config)
+        settings = settings_from_original(path, config, model.config)
     else:
         model = InternVLForConditionalGeneration.from_pretrained(path, dtype=dtype).to(device)
         settings = _settings_from_native(path, model.config)
@@ -340,7 +340,8 @@ def _tokens_per_tile(config: InternVLConfig) -> int:
     return int((image_size // patch_size) ** 2 * config.downsample_ratio**2)
 
 
-def _settings_from_original(path: Path, config: dict, native: InternVLConfig) -> JudgeSettings:
+def settings_from_original(path: Path, config: dict, native: InternVLConfig) -> JudgeSettings:
+    """The template and tiling an original config asks for; `path` is its directory (conversation.py)."""
     template = config.get("template")
     if template not in TEMPLATES:
         raise CheckpointError(f"{path}/config.json: template {template!r} is not one of {', '.join(TEMPLATES)}")

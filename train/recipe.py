@@ -22,7 +22,7 @@ from transformers import Trainer, TrainingArguments, set_seed
 
 from calibration.stats import agreement_table
 from infer.engine import Scorer, ScoreOptions, prepare
-from judge.data import SCORE_FIELDS, Annotation, load_annotations
+from judge.data import SCORE_FIELDS, Annotation, JudgeResult, load_annotations
 from judge.model import Judge, load_judge, with_max_tiles, write_settings
 from judge.parsing import ScoreScale
 from judge.prompts import Rubric
@@ -154,9 +154,9 @@ def evaluate_judge(judge: Judge, annotations: list[Annotation], rubrics, image_r
     options = ScoreOptions(max_new_tokens=cfg.eval_max_new_tokens, token_budget=cfg.eval_token_budget, workers=1)
     rated = merge_annotators(annotations)
     items = prepare(judge, [(i, r.annotation) for i, r in enumerate(rated)], rubrics, image_root, options)
-    results = {r["id"]: r for batch in Scorer(judge, rubrics, options, device).run(items) for _, r in batch}
+    results = {r.id: r for batch in Scorer(judge, rubrics, options, device).run(items) for _, r in batch}
     model.train(was_training)
-    metrics = {"parse_failures": sum(r["score"] is None for r in results.values())}
+    metrics = {"parse_failures": sum(r.score is None for r in results.values())}
     for name in SCORE_FIELDS:
         pairs = [(_judge_value(results[r.annotation.id], name), r.scores[name]) for r in rated if name in r.scores]
         pairs = [(j, h) for j, h in pairs if j is not None]
@@ -165,8 +165,8 @@ def evaluate_judge(judge: Judge, annotations: list[Annotation], rubrics, image_r
     return metrics
 
 
-def _judge_value(result: dict, name: str):
-    return result["score"] if name == "overall" else result["criteria"].get(name)
+def _judge_value(result: JudgeResult, name: str):
+    return result.score if name == "overall" else result.criteria.get(name)
 
 
 def flat_metrics(metrics: dict) -> dict[str, float]:

@@ -9,7 +9,7 @@
 A format's `read` turns the file into `Sample`s and reports every problem of the file in the benchmark's
 own terms (item, field), all at once; its `write` puts the judge's results back into the benchmark's
 shape, so the benchmark's downstream tooling keeps working. Results reach `write` as judge-score's
-records (see `JudgeResult`), keyed by sample id.
+`JudgeResult`s, keyed by sample id.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from judge.data import Problem, Sample
+from judge.data import JudgeResult, Problem, Sample
 from judge.prompts import Rubric
 
 
@@ -26,7 +26,7 @@ class Format:
     default_rubrics: tuple[Path, ...]
     looks_like: Callable[[object], bool]  # on the file's content: is it this benchmark's?
     read: Callable[..., BenchmarkInput]  # (path, image_root, rubrics, criteria_file) -> BenchmarkInput
-    write: Callable[[BenchmarkInput, dict[str, dict], Path], list[Path]]  # -> the files written
+    write: Callable[[BenchmarkInput, dict[str, JudgeResult], Path], list[Path]]  # -> the files written
     outputs: tuple[str, ...] = ()  # file names `write` creates in the output directory
 
 

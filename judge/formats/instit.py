@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from judge.data import InputError, JudgeText, Problem, Sample, Segment, parse_records, read_json, write_json_atomically
+from judge.data import InputError, JudgeResult, JudgeText, Problem, Sample, Segment, parse_records, read_json, write_json_atomically
 from judge.formats.base import BenchmarkInput, Format, first_record
 from judge.prompts import CONFIG_DIR, Rubric
 
@@ -73,7 +73,7 @@ def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file
     return BenchmarkInput(path, samples, problems, rubrics, items)
 
 
-def write(bench: BenchmarkInput, results: dict[str, dict], output_dir: Path) -> list[Path]:
+def write(bench: BenchmarkInput, results: dict[str, JudgeResult], output_dir: Path) -> list[Path]:
     """The evaluate log of the items this run judged or found invalid (with --limit, the others are left
     out), in the input's order."""
     invalid = {p.index: p.message for p in bench.problems if p.index is not None}
@@ -83,10 +83,10 @@ def write(bench: BenchmarkInput, results: dict[str, dict], output_dir: Path) -> 
             verdict = {"score": 0, "valid": False, "error_in_gpt_eval": f"not judged, invalid input: {invalid[index]}"}
         elif (result := results.get(str(item["question_id"]))) is None:
             continue
-        elif result["score"] is None:
-            verdict = {"score": 0, "valid": False, "error_in_gpt_eval": f"no score in the judge's output: {result['parse_error']}"}
+        elif result.score is None:
+            verdict = {"score": 0, "valid": False, "error_in_gpt_eval": f"no score in the judge's output: {result.parse_error}"}
         else:
-            verdict = {"score": result["score"], "valid": True, "error_in_gpt_eval": "No Error."}
+            verdict = {"score": result.score, "valid": True, "error_in_gpt_eval": "No Error."}
         logged.append({**item, **verdict})
     valid = [entry["score"] for entry in logged if entry["valid"]]
     log = {

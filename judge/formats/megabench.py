@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from judge.data import (
     ImagePlace,
     InputError,
+    JudgeResult,
     JudgeText,
     Problem,
     Sample,
@@ -217,7 +218,7 @@ def reference_text(correct_answer: dict[str, object]) -> str:
     return "\n".join(f"{k}: {v}" for k, v in as_text.items())
 
 
-def write(bench: BenchmarkInput, results: dict[str, dict], output_dir: Path) -> list[Path]:
+def write(bench: BenchmarkInput, results: dict[str, JudgeResult], output_dir: Path) -> list[Path]:
     """The scored submission over the queries this run judged or found invalid (with --limit, the queries
     left out are not in it)."""
     invalid = {p.record_id: p.message for p in bench.problems if p.record_id is not None}
@@ -236,7 +237,7 @@ def write(bench: BenchmarkInput, results: dict[str, dict], output_dir: Path) -> 
     return [output_dir / OUTPUT]
 
 
-def _scored_queries(task: dict, invalid: dict[str, str], results: dict[str, dict], scale) -> list[dict]:
+def _scored_queries(task: dict, invalid: dict[str, str], results: dict[str, JudgeResult], scale) -> list[dict]:
     queries = []
     for k, query in enumerate(task["query_response"]):
         sid = f"{task['task_name']}/{k}"
@@ -244,11 +245,11 @@ def _scored_queries(task: dict, invalid: dict[str, str], results: dict[str, dict
             score, info = 0.0, f"not judged, invalid input: {reason}"
         elif (result := results.get(sid)) is None:
             continue
-        elif result["score"] is None:
-            score, info = 0.0, f"Score is NULL: {result['parse_error']}"
+        elif result.score is None:
+            score, info = 0.0, f"Score is NULL: {result.parse_error}"
         else:
-            score = (result["score"] - scale.low) / (scale.high - scale.low)
-            info = f"Score: {result['score']}; Explanation: {result['feedback'].strip()}"
+            score = (result.score - scale.low) / (scale.high - scale.low)
+            info = f"Score: {result.score}; Explanation: {result.feedback.strip()}"
         query = query if isinstance(query, dict) else {}  # a malformed query keeps only its scores
         answer = query.get("correct_answer")
         fields = list(answer) if isinstance(answer, dict) and answer else ["response"]

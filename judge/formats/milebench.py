@@ -38,6 +38,7 @@ from rouge import Rouge
 from judge.data import (
     ImagePlace,
     InputError,
+    JudgeResult,
     JudgeText,
     Problem,
     Sample,
@@ -169,12 +170,12 @@ def level(n_images: int) -> str:
     return next(name for name, low, high in LEVELS if n_images >= low and (high is None or n_images <= high))
 
 
-def write(bench: BenchmarkInput, results: dict[str, dict], output_dir: Path) -> list[Path]:
+def write(bench: BenchmarkInput, results: dict[str, JudgeResult], output_dir: Path) -> list[Path]:
     """eval.json and result.csv over the samples this run judged (invalid ones are in the summary)."""
     scale = bench.rubrics[CATEGORY].score_scale
     scored = [
         Scored(sample.model, level(len(sample.images())), rouge_l(sample.answer[0].text, sample.gt_answer[0].text),
-               None if r["score"] is None else (r["score"] - scale.low) / (scale.high - scale.low))
+               None if r.score is None else (r.score - scale.low) / (scale.high - scale.low))
         for sample in bench.samples
         if (r := results.get(sample.id)) is not None
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from judge.data import validate_samples
+from judge.data import JudgeResult, validate_samples
 from judge.formats.base import BenchmarkInput, Format, first_record
 from judge.prompts import DEFAULT_RUBRICS, Rubric
 
@@ -20,7 +20,7 @@ def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file
     return BenchmarkInput(path, samples, problems, rubrics, content=None, notes=notes)
 
 
-def write(bench: BenchmarkInput, results: dict[str, dict], output_dir: Path) -> list[Path]:
+def write(bench: BenchmarkInput, results: dict[str, JudgeResult], output_dir: Path) -> list[Path]:
     return []
 
 

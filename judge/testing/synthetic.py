@@ -28,6 +28,8 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from judge.data import JudgeResult
+
 CATEGORIES = ("SA", "PBL", "MSR")
 MODELS = ("model-a", "model-b", "model-c")
 MARKERS = {"poor": 0, "average": 3, "excellent": 5}
@@ -112,3 +114,11 @@ def write_dataset(out_dir: str | Path, n_samples: int, *, seed: int = 0, annotat
     path = out_dir / "data.json"
     path.write_text(json.dumps(records, indent=1))
     return path
+
+
+def judge_result(sample_id: str, score: int | float | None, **fields) -> JudgeResult:
+    """A judge-score result with this score and the given fields; the others are neutral (no model, no
+    images, no tokens), for tests of what reads results."""
+    neutral = {"model": None, "category": "SA", "feedback": "", "criteria": {}, "n_images": 0, "n_tiles": 0,
+               "prompt_tokens": 0, "generated_tokens": 0}
+    return JudgeResult(id=sample_id, score=score, **(neutral | fields))

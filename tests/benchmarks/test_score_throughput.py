@@ -1,9 +1,12 @@
-"""The throughput benchmark's CPU smoke run: it must run end to end and the two sides must agree."""
+"""The throughput benchmark: its CPU smoke run (end to end, both sides agree), and what of its full-size
+setup a CPU can check."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from judge.testing import write_tokenizer
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "score_throughput.py"
 
@@ -19,3 +22,27 @@ def test_benchmark_runs_on_cpu_with_a_tiny_judge(tmp_path):
     assert figures["greedy_agreement"] == "2/2"  # the engine's batched output equals the reference loop's
     assert figures["reference_samples_per_s"] > 0 and figures["engine_samples_per_s"] > 0 and figures["prefill_tflops"] > 0
     assert "speedup" in done.stdout
+
+
+def test_the_full_size_judge_is_built_from_the_shared_config(monkeypatch, tmp_path):
+    """Both benchmarks build InternVL2-4B from configs/model/internvl2-4b.json; on the meta device the
+    4 billion parameters take no memory."""
+    monkeypatch.syspath_prepend(str(BENCHMARK.parent))
+    from score_throughput import full_size_judge, vision_tokens_per_tile
+
+    judge = full_size_judge("meta", tmp_path / "tokenizer")
+    assert 4.1e9 < sum(p.numel() for p in judge.model.parameters()) < 4.2e9
+    assert (judge.settings.template, judge.settings.tiling.max_tiles, judge.settings.tokens_per_tile) == ("phi3-chat", 12, 256)
+    assert vision_tokens_per_tile(judge) == 1025
+
+
+def test_workload_texts_are_500_to_1200_tokens_of_the_judges_tokenizer(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(BENCHMARK.parent))
+    from score_throughput import write_workload
+
+    tokenizer = write_tokenizer(tmp_path / "tokenizer")
+    samples = json.loads((write_workload(tmp_path / "data", 6, 0, tokenizer) / "data.json").read_text())
+    for sample in samples:
+        texts = [sample["question"][0]["text"], sample["answer"][0]["text"]]
+        n = sum(len(tokenizer(text, add_special_tokens=False).input_ids) for text in texts)
+        assert 500 <= n <= 1201  # the answer, tokenized apart from the question, may start with a word-start marker

@@ -42,6 +42,7 @@ def test_instit(checkpoint, tmp_path, capsys):
     assert "instit: " in capsys.readouterr().out
     scored = results(tmp_path / "out")
     assert {r["category"] for r in scored.values()} == {"instit_image", "instit_video"}
+    assert all(r["score_distribution"] is None for r in scored.values())  # a score of 0-1 in tenths is several tokens
     log = json.loads((tmp_path / "out" / "instit_evaluate.json").read_text())
     assert log["total_num"] == 3
     for entry in log["model_predictons"]:
@@ -88,6 +89,9 @@ def test_megabench(checkpoint, tmp_path):
     for k, query in enumerate(written["query_response"]):
         mine = scored[f"caption/{k}"]["score"]
         assert query["scores"]["query"] == (0.0 if mine is None else mine / 10)
+    # The same criteria text for a text-only judge: other prompts (no image), so this run's journal must not be resumed.
+    write(tmp_path / "criteria.json", {"caption": {"eval_criteria_prompt": "Is the caption accurate?", "judge_model_type": "text only"}})
+    assert score(checkpoint, tmp_path, "open.json", out, "--criteria_file", str(tmp_path / "criteria.json")) == EXIT_BAD_INPUT
 
 
 def test_format_flags_that_cannot_work_are_refused_before_loading(tmp_path, capsys):

@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -11,14 +12,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from transformers import GenerationConfig
 
-from infer.cli import main
-from infer.engine import Scorer, ScoreOptions, plan_batches, prepare
+from infer.cli import build_parser, main
+from infer.engine import Scorer, ScoreOptions, _batch_tensors, _load_pixels, plan_batches, prepare, score_token_ids
+from judge.cli import UsageError
+from judge.data import JudgeResult, load_samples
 from judge.model import load_judge
 from judge.prompts import load_rubrics
 from judge.testing import write_dataset, write_original_checkpoint
 
 FAST = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
+# The record of eval_result.json as the README documents it, in this order.
+DOCUMENTED_KEYS = ["id", "model", "category", "feedback", "score", "criteria", "score_distribution", "expected_score",
+                   "parse_error", "truncated", "n_images", "n_tiles", "prompt_tokens", "generated_tokens"]
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +36,16 @@ def checkpoint(tmp_path_factory):
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     return write_dataset(tmp_path_factory.mktemp("data"), 8, seed=0).parent
+
+
+@pytest.fixture(scope="module")
+def judge(checkpoint):
+    return load_judge(checkpoint)
+
+
+@pytest.fixture(scope="module")
+def samples(dataset):
+    return list(enumerate(load_samples(dataset / "data.json", dataset)))
 
 
 def score(checkpoint, data_dir, out, *extra):
@@ -54,34 +71,74 @@ def test_scores_every_sample_in_input_order_with_all_fields(checkpoint, dataset,
     results = read(tmp_path)
     inputs = json.loads((dataset / "data.json").read_text())
     assert [r["id"] for r in results] == [s["id"] for s in inputs]
-    fields = {"id", "model", "category", "feedback", "score", "criteria", "score_distribution", "expected_score",
-              "parse_error", "truncated", "n_images", "n_tiles", "prompt_tokens", "generated_tokens"}
-    assert all(fields <= set(r) for r in results)
+    assert all(list(r) == DOCUMENTED_KEYS for r in results)
     for r, s in zip(results, inputs):
         assert r["category"] == s["id"].split("_")[0] and r["model"] == s["model"]
         assert 1 <= r["generated_tokens"] <= 6
         assert r["n_tiles"] >= r["n_images"]
         # a random judge writes no "### Score": the failure is reported, the sample kept
         assert (r["score"] is None) == (r["parse_error"] is not None)
+        # ... and still carries the judge's distribution, read after a forced score heading
+        assert list(r["score_distribution"]) == [str(v) for v in range(7)]
+        assert sum(r["score_distribution"].values()) == pytest.approx(1)
+        assert r["expected_score"] == pytest.approx(sum(int(k) * p for k, p in r["score_distribution"].items()))
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["samples"] == 8 and summary["parse_failures"] == sum(r["score"] is None for r in results)
-    assert "Samples: 8" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "Samples: 8" in out
+    assert "preparing: 100%" in err and "scoring: 100%" in err  # tokenizing 20k prompts takes minutes: shown too
 
 
-def test_batched_generation_equals_one_sample_at_a_time(checkpoint, dataset):
-    judge = load_judge(checkpoint)
+def test_prepared_samples_hold_their_token_ids_compactly(judge, samples, dataset):
+    items = prepare(judge, samples, load_rubrics(), dataset, ScoreOptions(max_tiles=2))
+    for item, (_, sample) in zip(items, samples):
+        # 4 bytes a token, not a Python int each (~36 bytes): 20k prompts of ~7k tokens stay far below 1 GiB
+        assert item.input_ids.dtype == torch.int32 and item.input_ids.dim() == 1
+        assert item.sample is sample and item.n_tiles >= len(item.images)
+
+
+def test_batched_generation_equals_one_sample_at_a_time(judge, samples, dataset):
     rubrics = load_rubrics()
-    from judge.data import load_samples
-
-    samples = list(enumerate(load_samples(dataset / "data.json", dataset)))
-    outputs = {}
+    outputs, distributions = {}, {}
     for budget in (10**7, 1):  # everything in one padded batch, then batch size 1
         options = ScoreOptions(max_new_tokens=8, token_budget=budget, max_tiles=2)
         items = prepare(judge, samples, rubrics, dataset, options)
         results = [r for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch]
-        outputs[budget] = {r["id"]: (r["feedback"], r["generated_tokens"]) for r in results}
+        outputs[budget] = {r.id: (r.feedback, r.generated_tokens) for r in results}
+        distributions[budget] = {r.id: r.score_distribution for r in results}
     assert outputs[10**7] == outputs[1]
     assert len({text for text, _ in outputs[1].values()}) > 1  # not a degenerate constant output
+    # the forced score heading's extra pass, padded in a batch, reads what it reads one sample at a time
+    for sample_id, alone in distributions[1].items():
+        assert distributions[10**7][sample_id] == pytest.approx(alone, abs=1e-5)
+
+
+def test_generation_keeps_the_score_tokens_logits_exactly_as_the_full_logits_give_them(judge, samples, dataset):
+    """The score logits recorded per step are the very values generate's output_logits (the whole
+    vocabulary of every step) gives, at every step of every sequence, so distributions are unchanged."""
+    rubrics = load_rubrics()
+    options = ScoreOptions(max_new_tokens=5, max_tiles=2)
+    items = prepare(judge, samples[:3], rubrics, dataset, options)
+    scorer = Scorer(judge, rubrics, options, "cpu")
+    inputs = _batch_tensors([i.input_ids for i in items], [_load_pixels(i) for i in items], scorer.pad_id, "cpu", torch.float32)
+    sequences, score_logits = scorer.generate(inputs)
+    config = GenerationConfig(max_new_tokens=5, do_sample=False, eos_token_id=scorer.stop_id, pad_token_id=scorer.pad_id,
+                              return_dict_in_generate=True, output_logits=True)
+    reference = judge.model.generate(**inputs, generation_config=config)
+    full = torch.stack(reference.logits, dim=1)  # (batch, steps, vocab)
+    assert torch.equal(sequences, reference.sequences)
+    assert torch.equal(score_logits, full[:, :, scorer.score_tokens])
+    scale = rubrics["SA"].score_scale
+    ids = list(score_token_ids(judge.tokenizer, scale).values())
+    for step in range(full.shape[1]):
+        old = dict(zip([str(v) for v in scale.levels], full[0, step, ids].float().softmax(-1).tolist()))
+        assert scorer._distribution(scale, score_logits[0, step]) == old
+
+
+def test_the_forced_score_heading_is_what_a_judge_writes_after_its_critique(judge):
+    scorer = Scorer(judge, load_rubrics(), ScoreOptions(), "cpu")
+    # no SentencePiece word-start marker (a space) in front: the heading continues the text, as a judge writes it
+    assert judge.tokenizer.decode([*judge.tokenizer("Fine.", add_special_tokens=False).input_ids, *scorer.forced_heading]) == "Fine.\n### Score\n"
 
 
 def test_logits_mode_reports_a_distribution(checkpoint, dataset, tmp_path):
@@ -104,6 +161,27 @@ def test_bad_input_stops_before_loading_the_model(tmp_path, capsys):
     assert "record 0 (id 'SA_1'): answer[0].image: image not found" in err
     assert "record 1 (id 'X_2'): category: no category" in err
     assert "Traceback" not in err
+
+
+def test_every_option_that_cannot_work_is_reported_at_once_before_loading(dataset, tmp_path, capsys):
+    (tmp_path / "preset.yaml").write_text("mode: foo\nprefetch: -1\n")
+    code = main(["--model_path", str(tmp_path / "no-model"), "--input_dir", str(dataset), "--input_file", "data.json",
+                 "--config", str(tmp_path / "preset.yaml"), "--limit", "-1", "--workers", "0", "--max_tiles", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    for problem in ("mode must be one of generate, logits, got 'foo'", "prefetch must be a whole number of at least 0, got -1",
+                    "workers must be a whole number of at least 1, got 0",
+                    "max_tiles must be a whole number of at least 1 or none, got 0", "--limit must be at least 1, got -1"):
+        assert problem in err
+    with pytest.raises(UsageError, match="token_budget must be a whole number of at least 1"):
+        ScoreOptions(token_budget=0)  # options built in code are checked too
+
+
+def test_help_gives_each_formats_preset_as_the_default():
+    text = " ".join(build_parser().format_help().split())
+    assert "longest feedback in tokens (default: 1024 for mmie, 512 for milebench/instit/megabench)" in text
+    assert "checkpoint's max_dynamic_patch (default: none for mmie/instit/megabench, 1 for milebench)" in text
+    assert "(default: 65536)" in text  # the same in every preset
 
 
 def test_skip_invalid_scores_the_rest_and_lists_what_was_skipped(checkpoint, dataset, tmp_path):
@@ -131,8 +209,29 @@ def test_rerun_resumes_and_no_resume_starts_over(checkpoint, dataset, tmp_path, 
     assert all(r["generated_tokens"] <= 3 for r in read(tmp_path))
 
 
+def test_an_edited_input_is_not_resumed_as_if_unchanged(checkpoint, dataset, tmp_path, capsys):
+    records = json.loads((dataset / "data.json").read_text())[:2]
+    answers = tmp_path / "answers.json"  # same path before and after the edit
+    answers.write_text(json.dumps(records))
+    args = ["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", str(answers),
+            "--output_dir", str(tmp_path / "out"), *FAST, "--mode", "logits"]
+    assert main(args) == 0
+    records[1]["answer"] = "Another answer altogether."
+    answers.write_text(json.dumps(records))
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "was written by a run with other settings" in capsys.readouterr().err
+
+
 def _cli(*args):
     return [sys.executable, "-m", "infer.cli", *map(str, args)]
+
+
+def free_port() -> int:
+    """A port no other process listens on now: a fixed one collides with other test runs on the machine."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_kill_9_loses_at_most_the_batch_in_flight(checkpoint, tmp_path):
@@ -153,19 +252,46 @@ def test_kill_9_loses_at_most_the_batch_in_flight(checkpoint, tmp_path):
     assert subprocess.run(args, capture_output=True).returncode == 0
     results = json.loads((out / "eval_result.json").read_text())
     assert len(results) == 24 and len({r["id"] for r in results}) == 24
-    by_id = {r["id"]: r for r in results}
-    assert all(by_id[r["id"]] == r for r in done_before)  # finished work was kept, not redone
+    by_id = {r["id"]: JudgeResult.model_validate(r) for r in results}
+    assert all(by_id[r["id"]] == JudgeResult.model_validate(r) for r in done_before)  # finished work was kept, not redone
 
 
 def test_torchrun_two_processes_merge_to_the_single_process_result(checkpoint, dataset, tmp_path):
     assert score(checkpoint, dataset, tmp_path / "single") == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531", "-m", "infer.cli",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "infer.cli",
            "--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json", "--output_dir", str(tmp_path / "multi"), *FAST]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in (tmp_path / "multi").glob("*.journal.*")) == ["eval_result.json.journal.rank0.jsonl", "eval_result.json.journal.rank1.jsonl"]
-    assert read(tmp_path / "multi") == read(tmp_path / "single")
+    multi, single = read(tmp_path / "multi"), read(tmp_path / "single")
+    # Other batches (and threads) add floats in another order: distributions agree to float precision.
+    inexact = ("score_distribution", "expected_score")
+    assert [{k: v for k, v in r.items() if k not in inexact} for r in multi] == [{k: v for k, v in r.items() if k not in inexact} for r in single]
+    for m, s in zip(multi, single):
+        assert m["score_distribution"] == pytest.approx(s["score_distribution"], abs=1e-5)
+        assert m["expected_score"] == pytest.approx(s["expected_score"], abs=1e-4)
+
+
+def test_when_rank_0_fails_to_merge_every_rank_exits(checkpoint, dataset, tmp_path):
+    """Rank 0 cannot write the result file: rank 1 must learn it from rank 0 and exit saying so. (Here gloo
+    would also fail rank 1's barrier once rank 0's connection closes; NCCL across nodes waits for its
+    timeout instead.) The ranks are launched without torchrun, whose agent would kill rank 1 anyway."""
+    out = tmp_path / "out"
+    (out / "eval_result.json").mkdir(parents=True)  # a directory where rank 0 writes the merged results
+    port = str(free_port())
+    procs = [subprocess.Popen(_cli("--model_path", checkpoint, "--input_dir", dataset, "--input_file", "data.json", "--output_dir", out,
+                                   *FAST, "--mode", "logits", "--limit", "2"),
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    try:
+        errors = [proc.communicate(timeout=120)[1] for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    assert [proc.returncode for proc in procs] == [1, 1]
+    assert "IsADirectoryError" in errors[0] and "rank 0 failed to merge the results" in errors[1]
 
 
 def test_calibrator_adds_calibrated_scores(checkpoint, dataset, tmp_path):
@@ -174,6 +300,7 @@ def test_calibrator_adds_calibrated_scores(checkpoint, dataset, tmp_path):
     Calibrator(method="linear", source="expected_score", x=[0, 6], y=[2, 4], scale=(0, 6)).save(tmp_path / "cal.json")
     assert score(checkpoint, dataset, tmp_path / "out", "--mode", "logits", "--calibrator", str(tmp_path / "cal.json")) == 0
     for r in read(tmp_path / "out"):
+        assert list(r) == [*DOCUMENTED_KEYS[:8], "calibrated_score", *DOCUMENTED_KEYS[8:]]
         assert r["calibrated_score"] == pytest.approx(2 + r["expected_score"] / 3)
     (tmp_path / "broken.json").write_text("{}")
     assert score(checkpoint, dataset, tmp_path / "out2", "--calibrator", str(tmp_path / "broken.json")) == 2
@@ -193,13 +320,11 @@ def test_an_old_calibrator_of_the_overall_score_applies_and_one_of_another_crite
     assert not (tmp_path / "out2").exists()  # refused before the model loads
 
 
-def test_out_of_memory_splits_the_batch_instead_of_losing_samples(checkpoint, dataset, monkeypatch):
-    from judge.data import load_samples
-
-    judge, rubrics = load_judge(checkpoint), load_rubrics()
+def test_out_of_memory_splits_the_batch_instead_of_losing_samples(judge, samples, dataset, monkeypatch):
+    rubrics = load_rubrics()
     options = ScoreOptions(max_new_tokens=4, token_budget=10**7, max_tiles=2)
-    items = prepare(judge, list(enumerate(load_samples(dataset / "data.json", dataset))), rubrics, dataset, options)
-    expected = {r["id"]: r["feedback"] for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch}
+    items = prepare(judge, samples, rubrics, dataset, options)
+    expected = {r.id: r.feedback for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch}
     generate, sizes = judge.model.generate, []
 
     def small_memory(**inputs):  # a device that holds at most 2 sequences at once
@@ -209,5 +334,5 @@ def test_out_of_memory_splits_the_batch_instead_of_losing_samples(checkpoint, da
         return generate(**inputs)
 
     monkeypatch.setattr(judge.model, "generate", small_memory)
-    results = {r["id"]: r["feedback"] for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch}
+    results = {r.id: r.feedback for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch}
     assert results == expected and sizes[0] == 8 and max(s for s in sizes if s <= 2) == 2

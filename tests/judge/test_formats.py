@@ -16,6 +16,7 @@ from judge.formats.instit import NO_VALID
 from judge.formats.megabench import load_criteria
 from judge.formats.milebench import normalize, question_segments, rouge_l
 from judge.prompts import load_rubrics
+from judge.testing import judge_result
 
 
 def write(path, value):
@@ -24,8 +25,8 @@ def write(path, value):
 
 
 def result(sample_id, score, feedback="Fine.", parse_error=None):
-    """A judge-score record, as much of it as the writers read."""
-    return {"id": sample_id, "score": score, "feedback": feedback, "parse_error": parse_error}
+    """A judge-score result with what the writers read."""
+    return judge_result(sample_id, score, feedback=feedback, parse_error=parse_error)
 
 
 def read(name, path, root, criteria_file=None):
