@@ -43,6 +43,8 @@ from transformers import (
 from transformers.initialization import no_init_weights
 from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
+from judge.cli import UsageError
+from judge.data import InputError, read_json
 from judge.templates import TEMPLATES, system_message_from_conversation_py
 from judge.tiling import TilingConfig
 
@@ -57,8 +59,9 @@ SUPPORTED_LLMS = ("phi3", "qwen2", "llama")
 TEMPLATE_BY_LLM = {"phi3": "phi3-chat", "qwen2": "Hermes-2", "llama": "Hermes-2"}
 
 
-class CheckpointError(Exception):
-    """A checkpoint directory that cannot be loaded; the message says what was expected."""
+class CheckpointError(UsageError):
+    """A checkpoint directory that cannot be loaded; the message says what was expected. The user's to
+    fix (a wrong --model_path, a broken or unsupported checkpoint), so commands exit with code 2."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ def checkpoint_format(path: Path) -> str:
             f"{path}: no config.json or adapter_config.json; expected an InternVL2 checkpoint directory "
             "(original InternVLChatModel format, native transformers InternVL, or a PEFT adapter)"
         )
-    config = json.loads(config_file.read_text())
+    config = read_json_object(config_file)
     if "InternVLChatModel" in (config.get("architectures") or []) or config.get("model_type") == "internvl_chat":
         return "original"
     if config.get("model_type") == "internvl":
@@ -133,7 +136,7 @@ def load_judge(path: str | Path, device: str = "cpu", dtype: torch.dtype | None 
         return _load_adapter(path, device, dtype)
     tokenizer = load_tokenizer(path)
     if kind == "original":
-        config = json.loads((path / "config.json").read_text())
+        config = read_json_object(path / "config.json")
         model = _build_from_original(path, config, tokenizer, device, dtype)
         settings = settings_from_original(path, config, model.config)
     else:
@@ -148,7 +151,7 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
     # Resolve the class named in tokenizer_config.json ourselves: AutoTokenizer would also read the
     # original config.json, whose auto_map names remote code that must never run.
     config_file = path / "tokenizer_config.json"
-    name = json.loads(config_file.read_text()).get("tokenizer_class") if config_file.is_file() else None
+    name = read_json_object(config_file).get("tokenizer_class") if config_file.is_file() else None
     tokenizer_class = tokenizer_class_from_name(name) if name else None
     try:
         if tokenizer_class is not None:
@@ -166,7 +169,7 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
 def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
     from peft import PeftModel
 
-    base_path = Path(json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path") or "")
+    base_path = Path(read_json_object(path / "adapter_config.json").get("base_model_name_or_path") or "")
     if not base_path.is_dir():
         raise CheckpointError(
             f"{path}/adapter_config.json: base_model_name_or_path {str(base_path)!r} is not a local directory; "
@@ -278,7 +281,10 @@ def native_tensors(key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tens
 def safetensors_files(path: Path) -> list[Path]:
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        weight_map = read_json_object(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index}: no \"weight_map\" object naming each tensor's shard")
+        shards = sorted(set(weight_map.values()))
         missing = [s for s in shards if not (path / s).is_file()]
         if missing:
             raise CheckpointError(f"{index}: lists shards that are missing: {', '.join(missing)}")
@@ -361,7 +367,7 @@ def _read_settings(path: Path, tokens_per_tile: int) -> JudgeSettings | None:
     file = path / SETTINGS_FILE
     if not file.is_file():
         return None
-    data = json.loads(file.read_text())
+    data = read_json_object(file)
     if data.get("template") not in TEMPLATES:
         raise CheckpointError(f"{file}: template {data.get('template')!r} is not one of {', '.join(TEMPLATES)}")
     tiling = TilingConfig(
@@ -395,6 +401,17 @@ def save_native(judge: Judge, out_dir: str | Path) -> Path:
 
 def write_settings(settings: JudgeSettings, out_dir: str | Path) -> None:
     (Path(out_dir) / SETTINGS_FILE).write_text(json.dumps(settings.to_json(), indent=2) + "\n")
+
+
+def read_json_object(file: Path) -> dict:
+    """A checkpoint's JSON file, which must hold an object; a broken one is a CheckpointError naming it."""
+    try:
+        value = read_json(file)
+    except InputError as err:
+        raise CheckpointError("; ".join(map(str, err.problems))) from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{file}: expected a JSON object, found a {type(value).__name__}")
+    return value
 
 
 def with_max_tiles(settings: JudgeSettings, max_tiles: int | None) -> JudgeSettings:

@@ -27,13 +27,16 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     hints = typing.get_type_hints(TrainConfig)
     for f in fields(TrainConfig):
         default = f.default if f.default is not MISSING else f.default_factory()
-        help_text = f"{f.metadata['help']} (default: {default})"
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default  # as typed on the command line
+        help_text = f"{f.metadata['help']} (default: {shown})"
         kind = hints[f.name]
         if kind is bool:
             parser.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        elif typing.get_origin(kind) in (list, tuple):
-            item = typing.get_args(kind)[0]
-            parser.add_argument(f"--{f.name}", nargs="+", type=item, default=None, help=help_text)
+        elif typing.get_origin(kind) is tuple:  # fixed length, e.g. scale: LOW HIGH
+            items = typing.get_args(kind)
+            parser.add_argument(f"--{f.name}", nargs=len(items), type=items[0], default=None, help=help_text)
+        elif typing.get_origin(kind) is list:
+            parser.add_argument(f"--{f.name}", nargs="+", type=typing.get_args(kind)[0], default=None, help=help_text)
         else:
             args = [a for a in typing.get_args(kind) if a is not type(None)] if isinstance(kind, types.UnionType) else [kind]
             parser.add_argument(f"--{f.name}", type=args[0], default=None, help=help_text)

@@ -172,6 +172,7 @@ def test_system_message_read_from_conversation_py_without_executing_it(original_
     "breakage, message",
     [
         (lambda d: (d / "config.json").unlink(), "no config.json or adapter_config.json"),
+        (lambda d: (d / "config.json").write_text('{"template": }'), r"config.json: invalid JSON at line 1, column 14"),
         (lambda d: _edit_config(d, architectures=["LlavaForConditionalGeneration"], model_type="llava"), "unsupported architecture"),
         (lambda d: _edit_config(d, llm_config={**_config(d)["llm_config"], "model_type": "internlm2"}), "unsupported language model 'internlm2'"),
         (lambda d: _edit_config(d, ps_version="v1"), "unsupported ps_version"),
