@@ -25,12 +25,12 @@ into a model allocated once in the target dtype, so host memory peaks near one c
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_validator, model_validator
 from safetensors import safe_open
 from transformers import (
     AutoConfig,
@@ -44,7 +44,7 @@ from transformers.initialization import no_init_weights
 from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
 from judge.cli import UsageError
-from judge.data import InputError, read_json
+from judge.data import InputError, field_name, read_json
 from judge.templates import TEMPLATES, system_message_from_conversation_py
 from judge.tiling import TilingConfig
 
@@ -77,15 +77,43 @@ class JudgeSettings:
     tokens_per_tile: int
 
     def to_json(self) -> dict:
-        tiling = asdict(self.tiling)
-        return {
-            "template": self.template,
-            "system_message": self.system_message,
-            "image_size": tiling["image_size"],
-            "min_tiles": tiling["min_tiles"],
-            "max_tiles": tiling["max_tiles"],
-            "use_thumbnail": tiling["use_thumbnail"],
-        }
+        return SettingsFile.of(self).model_dump()
+
+
+class SettingsFile(BaseModel):
+    """judge_config.json, beside a native checkpoint or an adapter: the judge's settings as stored. Its keys
+    are named here only; `write_settings` and `read_settings` go through this model."""
+
+    model_config = ConfigDict(extra="forbid")
+    template: str
+    system_message: str | None = None
+    image_size: PositiveInt
+    min_tiles: PositiveInt
+    max_tiles: PositiveInt
+    use_thumbnail: bool
+
+    @field_validator("template")
+    @classmethod
+    def _known_template(cls, template: str) -> str:
+        if template not in TEMPLATES:
+            raise ValueError(f"{template!r} is not one of {', '.join(TEMPLATES)}")
+        return template
+
+    @model_validator(mode="after")
+    def _tile_range(self) -> SettingsFile:
+        if self.min_tiles > self.max_tiles:
+            raise ValueError(f"min_tiles {self.min_tiles} is above max_tiles {self.max_tiles}")
+        return self
+
+    @classmethod
+    def of(cls, settings: JudgeSettings) -> SettingsFile:
+        tiling = settings.tiling
+        return cls(template=settings.template, system_message=settings.system_message, image_size=tiling.image_size,
+                   min_tiles=tiling.min_tiles, max_tiles=tiling.max_tiles, use_thumbnail=tiling.use_thumbnail)
+
+    def judge_settings(self, tokens_per_tile: int) -> JudgeSettings:
+        tiling = TilingConfig(image_size=self.image_size, min_tiles=self.min_tiles, max_tiles=self.max_tiles, use_thumbnail=self.use_thumbnail)
+        return JudgeSettings(self.template, self.system_message, tiling, tokens_per_tile)
 
 
 @dataclass
@@ -178,7 +206,7 @@ def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
     base = load_judge(base_path, device, dtype)
     model = PeftModel.from_pretrained(base.model, path).eval()
     tokenizer = load_tokenizer(path) if (path / "tokenizer_config.json").is_file() else base.tokenizer
-    settings = _read_settings(path, base.settings.tokens_per_tile) or base.settings
+    settings = read_settings(path, base.settings.tokens_per_tile) or base.settings
     return Judge(model, tokenizer, settings, "adapter")
 
 
@@ -363,23 +391,22 @@ def settings_from_original(path: Path, config: dict, native: InternVLConfig) -> 
     return JudgeSettings(template, system_message, tiling, _tokens_per_tile(native))
 
 
-def _read_settings(path: Path, tokens_per_tile: int) -> JudgeSettings | None:
+def read_settings(path: Path, tokens_per_tile: int) -> JudgeSettings | None:
     file = path / SETTINGS_FILE
     if not file.is_file():
         return None
-    data = read_json_object(file)
-    if data.get("template") not in TEMPLATES:
-        raise CheckpointError(f"{file}: template {data.get('template')!r} is not one of {', '.join(TEMPLATES)}")
-    tiling = TilingConfig(
-        image_size=data["image_size"], min_tiles=data["min_tiles"], max_tiles=data["max_tiles"], use_thumbnail=data["use_thumbnail"]
-    )
-    return JudgeSettings(data["template"], data.get("system_message"), tiling, tokens_per_tile)
+    try:
+        stored = SettingsFile.model_validate(read_json_object(file))
+    except ValidationError as err:
+        reasons = "; ".join(f"{field_name(e['loc']) or 'file'}: {e['msg'].removeprefix('Value error, ')}" for e in err.errors())
+        raise CheckpointError(f"{file}: {reasons}") from None
+    return stored.judge_settings(tokens_per_tile)
 
 
 def _settings_from_native(path: Path, config: InternVLConfig) -> JudgeSettings:
     """judge_config.json when present; otherwise the template of the LLM family and InternVL's default tiling."""
     tokens_per_tile = _tokens_per_tile(config)
-    if settings := _read_settings(path, tokens_per_tile):
+    if settings := read_settings(path, tokens_per_tile):
         return settings
     llm_type = config.text_config.model_type
     if llm_type not in TEMPLATE_BY_LLM:
@@ -400,7 +427,7 @@ def save_native(judge: Judge, out_dir: str | Path) -> Path:
 
 
 def write_settings(settings: JudgeSettings, out_dir: str | Path) -> None:
-    (Path(out_dir) / SETTINGS_FILE).write_text(json.dumps(settings.to_json(), indent=2) + "\n")
+    (Path(out_dir) / SETTINGS_FILE).write_text(SettingsFile.of(settings).model_dump_json(indent=2) + "\n")
 
 
 def read_json_object(file: Path) -> dict:
