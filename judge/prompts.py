@@ -36,6 +36,7 @@ from string import Formatter
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
+from judge.configs import CONFIG_DIR
 from judge.data import IMAGE_PLACEHOLDER, InputError, Problem, Sample, Segment, resolve_image
 from judge.parsing import ScoreScale
 from judge.templates import ChatTemplate
@@ -45,7 +46,6 @@ from judge.yamlfile import read_yaml
 OMITTED_IMAGE = "[image omitted]"
 CONTEXT_OMITTED = "[earlier context omitted]"
 TEMPLATE_FIELDS = ("instructions", "question", "answer", "reference")
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_RUBRICS = tuple(CONFIG_DIR / "rubrics" / f"{name}.yaml" for name in ("sa", "pbl", "msr"))
 
 
