@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+import types
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from importlib.metadata import PackageNotFoundError, version
@@ -38,6 +40,28 @@ def package_version() -> str:
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="show full tracebacks on errors (default: off)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+
+
+def add_settings_flags(parser: argparse.ArgumentParser, defaults) -> None:
+    """One flag per field of a settings dataclass, with the help in the field's metadata and the default
+    shown from `defaults`. The flags themselves default to None: settings_from_config applies only the
+    ones the user gave, over the --config file."""
+    hints = typing.get_type_hints(type(defaults))
+    for f in fields(defaults):
+        value = getattr(defaults, f.name)
+        shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else value  # as typed on the command line
+        help_text = f"{f.metadata['help']} (default: {shown})"
+        kind = hints[f.name]
+        if kind is bool:
+            parser.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif typing.get_origin(kind) is tuple:  # fixed length, e.g. scale: LOW HIGH
+            items = typing.get_args(kind)
+            parser.add_argument(f"--{f.name}", nargs=len(items), type=items[0], default=None, help=help_text)
+        elif typing.get_origin(kind) is list:
+            parser.add_argument(f"--{f.name}", nargs="+", type=typing.get_args(kind)[0], default=None, help=help_text)
+        else:
+            args = [a for a in typing.get_args(kind) if a is not type(None)] if isinstance(kind, types.UnionType) else [kind]
+            parser.add_argument(f"--{f.name}", type=args[0], default=None, help=help_text)
 
 
 def settings_from_config(cls, config: str | Path, args: argparse.Namespace):
