@@ -1,7 +1,8 @@
 """What every command shares on the command line: the exit codes and how errors reach the user.
 
-A user's mistake (bad file, bad flag value) is one clear message and exit code 2; a failure of the
-toolkit itself is exit code 1 with the traceback shown only under --verbose.
+A user's mistake (bad file, bad flag value, unusable checkpoint) is one clear message naming the file,
+and exit code 2; a failure of the toolkit itself is an "internal failure", exit code 1, with the
+traceback shown only under --verbose.
 """
 
 from __future__ import annotations
@@ -9,14 +10,17 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+import types
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import yaml
+from pydantic import TypeAdapter, ValidationError
 
-from judge.data import InputError
+from judge.data import InputError, field_name
+from judge.yamlfile import read_yaml
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
@@ -38,10 +42,37 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
 
 
+def add_settings_flags(parser: argparse.ArgumentParser, defaults) -> None:
+    """One flag per field of a settings dataclass, with the help in the field's metadata and the default
+    shown from `defaults`. The flags themselves default to None: settings_from_config applies only the
+    ones the user gave, over the --config file."""
+    hints = typing.get_type_hints(type(defaults))
+    for f in fields(defaults):
+        value = getattr(defaults, f.name)
+        shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else value  # as typed on the command line
+        help_text = f"{f.metadata['help']} (default: {shown})"
+        kind = hints[f.name]
+        if kind is bool:
+            parser.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif typing.get_origin(kind) is tuple:  # fixed length, e.g. scale: LOW HIGH
+            items = typing.get_args(kind)
+            parser.add_argument(f"--{f.name}", nargs=len(items), type=items[0], default=None, help=help_text)
+        elif typing.get_origin(kind) is list:
+            parser.add_argument(f"--{f.name}", nargs="+", type=typing.get_args(kind)[0], default=None, help=help_text)
+        else:
+            args = [a for a in typing.get_args(kind) if a is not type(None)] if isinstance(kind, types.UnionType) else [kind]
+            parser.add_argument(f"--{f.name}", type=args[0], default=None, help=help_text)
+
+
 def settings_from_config(cls, config: str | Path, args: argparse.Namespace):
     """A settings dataclass from a YAML preset whose keys are its fields, each overridden by the flag of
-    the same name when the user gave it (flags default to None for this reason)."""
-    return cls(**config_values(cls, config, args))
+    the same name when the user gave it (flags default to None for this reason). Values are checked
+    against the fields' types, so that YAML's surprises (`1e-4` is a string) are named here rather than
+    failing deep inside a run."""
+    try:
+        return TypeAdapter(cls).validate_python(config_values(cls, config, args))
+    except ValidationError as err:
+        raise UsageError(f"--config {config}: " + "; ".join(f"{field_name(e['loc'])}: {e['msg']}" for e in err.errors())) from None
 
 
 def config_values(cls, config: str | Path, args: argparse.Namespace) -> dict:
@@ -49,7 +80,9 @@ def config_values(cls, config: str | Path, args: argparse.Namespace) -> dict:
     config = Path(config)
     if not config.is_file():
         raise UsageError(f"--config {config}: file not found")
-    values = yaml.safe_load(config.read_text()) or {}
+    values = read_yaml(config) or {}
+    if not isinstance(values, dict):
+        raise UsageError(f"--config {config}: expected a mapping of setting: value, got a YAML {type(values).__name__}")
     known = {f.name for f in fields(cls)}
     if unknown := set(values) - known:
         raise UsageError(f"{config}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -64,7 +97,7 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
     try:
         return main(args) or 0
     except (InputError, UsageError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {_user_message(err)}", file=sys.stderr)
         if verbose:
             traceback.print_exc()
         return EXIT_BAD_INPUT
@@ -72,9 +105,16 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # the last line of defence: one line for the user, the trace on request
-        print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"error: internal failure: {type(err).__name__}: {err}", file=sys.stderr)
         if verbose:
             traceback.print_exc()
         else:
             print("(run again with --verbose for the full traceback)", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def _user_message(err: InputError | UsageError) -> str:
+    """One problem on one line; several under a heading that counts them."""
+    if isinstance(err, InputError) and len(err.problems) == 1:
+        return str(err.problems[0])
+    return str(err)

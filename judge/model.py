@@ -25,12 +25,12 @@ into a model allocated once in the target dtype, so host memory peaks near one c
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_validator, model_validator
 from safetensors import safe_open
 from transformers import (
     AutoConfig,
@@ -43,6 +43,8 @@ from transformers import (
 from transformers.initialization import no_init_weights
 from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
+from judge.cli import UsageError
+from judge.data import InputError, field_name, read_json
 from judge.templates import TEMPLATES, system_message_from_conversation_py
 from judge.tiling import TilingConfig
 
@@ -57,8 +59,9 @@ SUPPORTED_LLMS = ("phi3", "qwen2", "llama")
 TEMPLATE_BY_LLM = {"phi3": "phi3-chat", "qwen2": "Hermes-2", "llama": "Hermes-2"}
 
 
-class CheckpointError(Exception):
-    """A checkpoint directory that cannot be loaded; the message says what was expected."""
+class CheckpointError(UsageError):
+    """A checkpoint directory that cannot be loaded; the message says what was expected. The user's to
+    fix (a wrong --model_path, a broken or unsupported checkpoint), so commands exit with code 2."""
 
 
 @dataclass(frozen=True)
@@ -74,15 +77,43 @@ class JudgeSettings:
     tokens_per_tile: int
 
     def to_json(self) -> dict:
-        tiling = asdict(self.tiling)
-        return {
-            "template": self.template,
-            "system_message": self.system_message,
-            "image_size": tiling["image_size"],
-            "min_tiles": tiling["min_tiles"],
-            "max_tiles": tiling["max_tiles"],
-            "use_thumbnail": tiling["use_thumbnail"],
-        }
+        return SettingsFile.of(self).model_dump()
+
+
+class SettingsFile(BaseModel):
+    """judge_config.json, beside a native checkpoint or an adapter: the judge's settings as stored. Its keys
+    are named here only; `write_settings` and `read_settings` go through this model."""
+
+    model_config = ConfigDict(extra="forbid")
+    template: str
+    system_message: str | None = None
+    image_size: PositiveInt
+    min_tiles: PositiveInt
+    max_tiles: PositiveInt
+    use_thumbnail: bool
+
+    @field_validator("template")
+    @classmethod
+    def _known_template(cls, template: str) -> str:
+        if template not in TEMPLATES:
+            raise ValueError(f"{template!r} is not one of {', '.join(TEMPLATES)}")
+        return template
+
+    @model_validator(mode="after")
+    def _tile_range(self) -> SettingsFile:
+        if self.min_tiles > self.max_tiles:
+            raise ValueError(f"min_tiles {self.min_tiles} is above max_tiles {self.max_tiles}")
+        return self
+
+    @classmethod
+    def of(cls, settings: JudgeSettings) -> SettingsFile:
+        tiling = settings.tiling
+        return cls(template=settings.template, system_message=settings.system_message, image_size=tiling.image_size,
+                   min_tiles=tiling.min_tiles, max_tiles=tiling.max_tiles, use_thumbnail=tiling.use_thumbnail)
+
+    def judge_settings(self, tokens_per_tile: int) -> JudgeSettings:
+        tiling = TilingConfig(image_size=self.image_size, min_tiles=self.min_tiles, max_tiles=self.max_tiles, use_thumbnail=self.use_thumbnail)
+        return JudgeSettings(self.template, self.system_message, tiling, tokens_per_tile)
 
 
 @dataclass
@@ -111,7 +142,7 @@ def checkpoint_format(path: Path) -> str:
             f"{path}: no config.json or adapter_config.json; expected an InternVL2 checkpoint directory "
             "(original InternVLChatModel format, native transformers InternVL, or a PEFT adapter)"
         )
-    config = json.loads(config_file.read_text())
+    config = read_json_object(config_file)
     if "InternVLChatModel" in (config.get("architectures") or []) or config.get("model_type") == "internvl_chat":
         return "original"
     if config.get("model_type") == "internvl":
@@ -133,7 +164,7 @@ def load_judge(path: str | Path, device: str = "cpu", dtype: torch.dtype | None 
         return _load_adapter(path, device, dtype)
     tokenizer = load_tokenizer(path)
     if kind == "original":
-        config = json.loads((path / "config.json").read_text())
+        config = read_json_object(path / "config.json")
         model = _build_from_original(path, config, tokenizer, device, dtype)
         settings = settings_from_original(path, config, model.config)
     else:
@@ -148,7 +179,7 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
     # Resolve the class named in tokenizer_config.json ourselves: AutoTokenizer would also read the
     # original config.json, whose auto_map names remote code that must never run.
     config_file = path / "tokenizer_config.json"
-    name = json.loads(config_file.read_text()).get("tokenizer_class") if config_file.is_file() else None
+    name = read_json_object(config_file).get("tokenizer_class") if config_file.is_file() else None
     tokenizer_class = tokenizer_class_from_name(name) if name else None
     try:
         if tokenizer_class is not None:
@@ -166,7 +197,7 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
 def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
     from peft import PeftModel
 
-    base_path = Path(json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path") or "")
+    base_path = Path(read_json_object(path / "adapter_config.json").get("base_model_name_or_path") or "")
     if not base_path.is_dir():
         raise CheckpointError(
             f"{path}/adapter_config.json: base_model_name_or_path {str(base_path)!r} is not a local directory; "
@@ -175,7 +206,7 @@ def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
     base = load_judge(base_path, device, dtype)
     model = PeftModel.from_pretrained(base.model, path).eval()
     tokenizer = load_tokenizer(path) if (path / "tokenizer_config.json").is_file() else base.tokenizer
-    settings = _read_settings(path, base.settings.tokens_per_tile) or base.settings
+    settings = read_settings(path, base.settings.tokens_per_tile) or base.settings
     return Judge(model, tokenizer, settings, "adapter")
 
 
@@ -278,7 +309,10 @@ def native_tensors(key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tens
 def safetensors_files(path: Path) -> list[Path]:
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        weight_map = read_json_object(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index}: no \"weight_map\" object naming each tensor's shard")
+        shards = sorted(set(weight_map.values()))
         missing = [s for s in shards if not (path / s).is_file()]
         if missing:
             raise CheckpointError(f"{index}: lists shards that are missing: {', '.join(missing)}")
@@ -357,23 +391,22 @@ def settings_from_original(path: Path, config: dict, native: InternVLConfig) -> 
     return JudgeSettings(template, system_message, tiling, _tokens_per_tile(native))
 
 
-def _read_settings(path: Path, tokens_per_tile: int) -> JudgeSettings | None:
+def read_settings(path: Path, tokens_per_tile: int) -> JudgeSettings | None:
     file = path / SETTINGS_FILE
     if not file.is_file():
         return None
-    data = json.loads(file.read_text())
-    if data.get("template") not in TEMPLATES:
-        raise CheckpointError(f"{file}: template {data.get('template')!r} is not one of {', '.join(TEMPLATES)}")
-    tiling = TilingConfig(
-        image_size=data["image_size"], min_tiles=data["min_tiles"], max_tiles=data["max_tiles"], use_thumbnail=data["use_thumbnail"]
-    )
-    return JudgeSettings(data["template"], data.get("system_message"), tiling, tokens_per_tile)
+    try:
+        stored = SettingsFile.model_validate(read_json_object(file))
+    except ValidationError as err:
+        reasons = "; ".join(f"{field_name(e['loc']) or 'file'}: {e['msg'].removeprefix('Value error, ')}" for e in err.errors())
+        raise CheckpointError(f"{file}: {reasons}") from None
+    return stored.judge_settings(tokens_per_tile)
 
 
 def _settings_from_native(path: Path, config: InternVLConfig) -> JudgeSettings:
     """judge_config.json when present; otherwise the template of the LLM family and InternVL's default tiling."""
     tokens_per_tile = _tokens_per_tile(config)
-    if settings := _read_settings(path, tokens_per_tile):
+    if settings := read_settings(path, tokens_per_tile):
         return settings
     llm_type = config.text_config.model_type
     if llm_type not in TEMPLATE_BY_LLM:
@@ -394,7 +427,18 @@ def save_native(judge: Judge, out_dir: str | Path) -> Path:
 
 
 def write_settings(settings: JudgeSettings, out_dir: str | Path) -> None:
-    (Path(out_dir) / SETTINGS_FILE).write_text(json.dumps(settings.to_json(), indent=2) + "\n")
+    (Path(out_dir) / SETTINGS_FILE).write_text(SettingsFile.of(settings).model_dump_json(indent=2) + "\n")
+
+
+def read_json_object(file: Path) -> dict:
+    """A checkpoint's JSON file, which must hold an object; a broken one is a CheckpointError naming it."""
+    try:
+        value = read_json(file)
+    except InputError as err:
+        raise CheckpointError("; ".join(map(str, err.problems))) from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{file}: expected a JSON object, found a {type(value).__name__}")
+    return value
 
 
 def with_max_tiles(settings: JudgeSettings, max_tiles: int | None) -> JudgeSettings:

@@ -31,19 +31,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from string import Formatter
 
-import yaml
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
+from judge.configs import CONFIG_DIR
 from judge.data import IMAGE_PLACEHOLDER, InputError, Problem, Sample, Segment, resolve_image
 from judge.parsing import ScoreScale
 from judge.templates import ChatTemplate
 from judge.tiling import TilingConfig, count_tiles
+from judge.yamlfile import read_yaml
 
 OMITTED_IMAGE = "[image omitted]"
 CONTEXT_OMITTED = "[earlier context omitted]"
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+TEMPLATE_FIELDS = ("instructions", "question", "answer", "reference")
 DEFAULT_RUBRICS = tuple(CONFIG_DIR / "rubrics" / f"{name}.yaml" for name in ("sa", "pbl", "msr"))
 
 
@@ -56,11 +58,23 @@ class Rubric(BaseModel):
     step: float = 1  # Inst-It's judge scores 0-1 in steps of 0.1
     criteria: dict[str, str] = {}  # criterion name -> the label of its line in the judge's output
     instructions: str
-    template: str  # fields: {instructions} {question} {answer} {reference}
+    template: str  # fields: TEMPLATE_FIELDS, e.g. {question}
     use_reference: bool = False  # MMIE shows the reference answer (gt_answer's first text) for MSR only
     # MMIE's dataset.py reads the answer only until the prompt holds this many images (3); the rest of the
     # answer is left out (see `read_answer_as_mmie`). None reads every answer whole.
     answer_stops_at_images: int | None = None
+
+    @field_validator("template")
+    @classmethod
+    def _known_fields(cls, template: str) -> str:
+        # Checked when the rubric loads: `fill` would otherwise fail only after the model has loaded.
+        try:
+            names = [name for _, name, _, _ in Formatter().parse(template) if name is not None]
+        except ValueError as err:  # a lone { or }
+            raise ValueError(f"{err}; write a literal brace as {{{{ or }}}}") from None
+        if unknown := [name for name in names if name not in TEMPLATE_FIELDS]:
+            raise ValueError(f"unknown field(s) {_braced(unknown)}; a template may use {_braced(TEMPLATE_FIELDS)}")
+        return template
 
     @model_validator(mode="after")
     def _valid_scale(self) -> Rubric:
@@ -77,6 +91,10 @@ class Rubric(BaseModel):
         )
 
 
+def _braced(names) -> str:
+    return " ".join(f"{{{name}}}" for name in names)
+
+
 def load_rubrics(paths: list[str | Path] | tuple[Path, ...] = DEFAULT_RUBRICS) -> dict[str, Rubric]:
     """Rubrics by category from YAML files (each holds one rubric, or a list of them)."""
     rubrics: dict[str, Rubric] = {}
@@ -88,12 +106,17 @@ def load_rubrics(paths: list[str | Path] | tuple[Path, ...] = DEFAULT_RUBRICS) -
             if not file.is_file():
                 problems.append(Problem(str(file), "rubric file not found"))
                 continue
-            data = yaml.safe_load(file.read_text(encoding="utf-8"))
+            try:
+                data = read_yaml(file)
+            except InputError as err:
+                problems += err.problems
+                continue
             for index, entry in enumerate(data if isinstance(data, list) else [data]):
                 try:
                     rubric = Rubric.model_validate(entry)
                 except ValidationError as err:
-                    problems += [Problem(str(file), e["msg"], index, None, ".".join(map(str, e["loc"]))) for e in err.errors()]
+                    problems += [Problem(str(file), e["msg"].removeprefix("Value error, "), index, None, ".".join(map(str, e["loc"])))
+                                 for e in err.errors()]
                     continue
                 if rubric.category in rubrics:
                     problems.append(Problem(str(file), f"a second rubric for category {rubric.category}", index))

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from judge.cli import UsageError, add_common_flags, run
 from judge.prompts import Rubric
@@ -53,6 +54,8 @@ def _returned_prompt(body: list[ast.stmt], constants: dict[str, str]) -> tuple[s
 
 
 def import_rubrics(path: Path, scale: tuple[int, int]) -> list[Rubric]:
+    if not path.is_file():
+        raise UsageError(f"{path}: file not found")
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (OSError, SyntaxError, UnicodeDecodeError) as err:
@@ -64,15 +67,19 @@ def import_rubrics(path: Path, scale: tuple[int, int]) -> list[Rubric]:
             if (prompt := _returned_prompt(node.body, constants)) is None:
                 continue
             instructions, layout = prompt
-            rubrics.append(Rubric(
-                category=category,
-                scale=scale,
-                criteria={},  # MMIE's judge gives one overall score
-                instructions=instructions,
-                template="{instructions}" + layout.replace("{gt_answer}", "{reference}"),
-                use_reference="{gt_answer}" in layout,
-                answer_stops_at_images=MMIE_ANSWER_STOP,
-            ))
+            try:
+                rubrics.append(Rubric(
+                    category=category,
+                    scale=scale,
+                    criteria={},  # MMIE's judge gives one overall score
+                    instructions=instructions,
+                    template="{instructions}" + layout.replace("{gt_answer}", "{reference}"),
+                    use_reference="{gt_answer}" in layout,
+                    answer_stops_at_images=MMIE_ANSWER_STOP,
+                ))
+            except ValidationError as err:
+                reasons = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
+                raise UsageError(f"{path}: the {category} prompt (line {node.lineno}) makes no valid rubric: {reasons}") from None
     if not rubrics:
         raise UsageError(
             f"{path}: found no rubric; expected string constants and branches like "
@@ -89,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("path", help="the Python rubric file, e.g. MMIE's prompts.py")
     imp.add_argument("-o", "--output", required=True, help="the YAML file to write")
     imp.add_argument("--scale", nargs=2, type=int, default=[0, 6], metavar=("LOW", "HIGH"), help="score scale the prompts ask for (default: 0 6, MMIE's)")
+    add_common_flags(imp)
     return p
 
 
@@ -101,7 +109,10 @@ def _main(argv) -> int:
     rubrics = import_rubrics(Path(args.path), tuple(args.scale))
     header = f"# Imported by judge-rubric from {args.path}; the prompt text is kept byte for byte.\n"
     body = yaml.safe_dump([r.model_dump(mode="json") for r in rubrics], allow_unicode=True, sort_keys=False, width=10**6)
-    Path(args.output).write_text(header + body, encoding="utf-8")
+    try:
+        Path(args.output).write_text(header + body, encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"-o {args.output}: cannot write it ({err.strerror})") from None
     print(f"{args.output}: {', '.join(r.category for r in rubrics)}")
     return 0
 

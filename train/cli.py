@@ -11,32 +11,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import types
-import typing
-from dataclasses import MISSING, fields
 from pathlib import Path
 
-from judge.cli import UsageError, add_common_flags, run, settings_from_config
+from judge.cli import UsageError, add_common_flags, add_settings_flags, run, settings_from_config
 from judge.model import load_judge, save_native
 from judge.prompts import CONFIG_DIR, DEFAULT_RUBRICS, load_rubrics
 from train.recipe import TrainConfig, train
-
-
-def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field, with its help and default taken from the field itself."""
-    hints = typing.get_type_hints(TrainConfig)
-    for f in fields(TrainConfig):
-        default = f.default if f.default is not MISSING else f.default_factory()
-        help_text = f"{f.metadata['help']} (default: {default})"
-        kind = hints[f.name]
-        if kind is bool:
-            parser.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        elif typing.get_origin(kind) in (list, tuple):
-            item = typing.get_args(kind)[0]
-            parser.add_argument(f"--{f.name}", nargs="+", type=item, default=None, help=help_text)
-        else:
-            args = [a for a in typing.get_args(kind) if a is not type(None)] if isinstance(kind, types.UnionType) else [kind]
-            parser.add_argument(f"--{f.name}", type=args[0], default=None, help=help_text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: configs/rubrics/{sa,pbl,msr}.yaml)")
     p.add_argument("--deepspeed", help="DeepSpeed JSON, e.g. configs/deepspeed/zero2.json (default: none)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output_dir (default: start fresh)")
-    _add_config_flags(p)
+    add_settings_flags(p, TrainConfig())
     add_common_flags(p)
     return p
 

@@ -16,7 +16,7 @@ from einops import rearrange
 from safetensors.torch import load_file
 from transformers import Phi3Config, Phi3ForCausalLM
 
-from judge.model import CheckpointError, load_judge, save_native
+from judge.model import CheckpointError, load_judge, read_settings, save_native, write_settings
 from judge.testing import write_native_checkpoint, write_original_checkpoint
 
 
@@ -172,6 +172,7 @@ def test_system_message_read_from_conversation_py_without_executing_it(original_
     "breakage, message",
     [
         (lambda d: (d / "config.json").unlink(), "no config.json or adapter_config.json"),
+        (lambda d: (d / "config.json").write_text('{"template": }'), r"config.json: invalid JSON at line 1, column 14"),
         (lambda d: _edit_config(d, architectures=["LlavaForConditionalGeneration"], model_type="llava"), "unsupported architecture"),
         (lambda d: _edit_config(d, llm_config={**_config(d)["llm_config"], "model_type": "internlm2"}), "unsupported language model 'internlm2'"),
         (lambda d: _edit_config(d, ps_version="v1"), "unsupported ps_version"),
@@ -194,6 +195,32 @@ def _config(d):
 
 def _edit_config(d, **changes):
     (d / "config.json").write_text(json.dumps({**_config(d), **changes}))
+
+
+SETTINGS = {"template": "phi3-chat", "system_message": None, "image_size": 448, "min_tiles": 1, "max_tiles": 6, "use_thumbnail": True}
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"template": "phi3-chat",', "invalid JSON at line 1"),
+    ({k: v for k, v in SETTINGS.items() if k != "max_tiles"}, "max_tiles: Field required"),
+    ({**SETTINGS, "template": "vicuna"}, "template: 'vicuna' is not one of phi3-chat"),
+    ({**SETTINGS, "min_tiles": 7}, "file: min_tiles 7 is above max_tiles 6"),
+    ({**SETTINGS, "tiles": 6}, "tiles: Extra inputs are not permitted"),
+])
+def test_a_malformed_judge_config_is_named(tmp_path, content, message):
+    (tmp_path / "judge_config.json").write_text(content if isinstance(content, str) else json.dumps(content))
+    with pytest.raises(CheckpointError, match=f"judge_config.json: .*{message}"):
+        read_settings(tmp_path, 256)
+
+
+def test_judge_config_is_read_as_written(tmp_path):
+    (tmp_path / "judge_config.json").write_text(json.dumps({**SETTINGS, "system_message": "Be fair."}))
+    settings = read_settings(tmp_path, 256)
+    again = tmp_path / "again"
+    again.mkdir()
+    write_settings(settings, again)
+    assert json.loads((again / "judge_config.json").read_text()) == {**SETTINGS, "system_message": "Be fair."}
+    assert read_settings(again, 256) == settings
 
 
 def su_rope(config: dict, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -99,12 +99,20 @@ def test_default_rubrics_cover_mmie_categories_and_criteria():
 def test_bad_rubric_files_are_reported(tmp_path):
     (tmp_path / "a.yaml").write_text("category: SA\ntemplate: '{answer}'\n")
     (tmp_path / "b.yaml").write_text("category: SA\ninstructions: x\ntemplate: '{answer}'\ncolour: red\n")
+    (tmp_path / "c.yaml").write_text("category: PBL\ninstructions: \"x\ntemplate: '{answer}'\n")  # an unclosed quote
+    # Fields a template cannot fill are refused when the rubric loads, not when the first prompt is built.
+    (tmp_path / "d.yaml").write_text("- category: MSR\n  instructions: x\n  template: '{answer} {bogus} {0}'\n"
+                                     "- category: PBL\n  instructions: x\n  template: 'a lone } brace'\n")
     with pytest.raises(InputError) as info:
         load_rubrics([tmp_path, tmp_path / "missing.yaml"])
     text = str(info.value)
     assert "a.yaml: record 0: instructions: Field required" in text
     assert "b.yaml: record 0: colour: Extra inputs are not permitted" in text
+    assert "c.yaml: invalid YAML at line 4, column 1: found unexpected end of stream (while scanning a quoted scalar at line 2, column 15)" in text
+    assert "d.yaml: record 0: template: unknown field(s) {bogus} {0}; a template may use {instructions} {question} {answer} {reference}" in text
+    assert "d.yaml: record 1: template: Single '}' encountered in format string; write a literal brace as {{ or }}" in text
     assert "missing.yaml: rubric file not found" in text
+    assert "<unicode string>" not in text
 
 
 def count_words(text: str) -> int:

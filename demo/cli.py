@@ -1,0 +1,146 @@
+"""judge-demo: the whole toolkit end to end on a tiny random judge, in a few minutes on a CPU.
+
+    1. write a tiny InternVL2-style judge and a synthetic annotated MMIE-style dataset (real images),
+       split by id into train, validation and test
+    2. judge-score the test split with the untrained judge (--mode logits)
+    3. judge-train the judge on the train split; at every checkpoint it scores the validation split and
+       keeps the best checkpoint
+    4. judge-score the test split with the trained judge (--mode logits)
+    5. judge-calibrate both against the test split's human scores
+
+The test split is seen by neither training nor checkpoint selection, so the before/after figures are not
+flattered by the choice of checkpoint. Each step runs the real command a user would type, as a subprocess
+(this package imports none of the command packages), and the demo stops with that command's exit code if
+one fails. The settings are configs/demo.yaml's, each overridden by the flag of its name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from judge.cli import UsageError, add_common_flags, add_settings_flags, run, settings_from_config
+from judge.configs import CONFIG_DIR
+
+DEFAULT_CONFIG = CONFIG_DIR / "demo.yaml"
+SPLITS = ("train", "validation", "test")
+
+
+def _setting(help: str):
+    return field(metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """Every setting of judge-demo: configs/demo.yaml sets these keys and each has a flag of its name."""
+
+    samples: int = _setting("synthetic samples (one id each), split by id into train, validation and test")
+    validation_share: float = _setting("share of the ids that judge-train scores at every checkpoint to keep the best")
+    test_share: float = _setting("share of the ids for the before/after figures, seen by neither training nor selection")
+    max_steps: int | None = _setting("judge-train's optimizer steps (none: the epochs of configs/train/tiny.yaml)")
+    seed: int = _setting("seed of the judge, the dataset and the split")
+
+
+def split_sizes(settings: DemoSettings) -> dict[str, int]:
+    """The number of ids in each split; every split needs one at least."""
+    test = round(settings.samples * settings.test_share)
+    validation = round(settings.samples * settings.validation_share)
+    sizes = {"train": settings.samples - validation - test, "validation": validation, "test": test}
+    if empty := [name for name, size in sizes.items() if size < 1]:
+        raise UsageError(f"--samples {settings.samples}, --validation_share {settings.validation_share} and --test_share "
+                         f"{settings.test_share} leave no sample for {' and '.join(empty)}")
+    return sizes
+
+
+def split(data_dir: Path, sizes: dict[str, int], seed: int) -> dict[str, Path]:
+    """train.json, validation.json and test.json: the ids in a seeded random order, cut to the sizes. A
+    sample's annotators share its id, so they stay in one split."""
+    records = json.loads((data_dir / "data.json").read_text())
+    ids = sorted({r["id"] for r in records})
+    random.Random(seed).shuffle(ids)
+    paths, start = {}, 0
+    for name in SPLITS:
+        chosen = set(ids[start:start + sizes[name]])
+        start += sizes[name]
+        paths[name] = data_dir / f"{name}.json"
+        paths[name].write_text(json.dumps([r for r in records if r["id"] in chosen], indent=1))
+    return paths
+
+
+def step(title: str, args: list[str], log_dir: Path) -> None:
+    print(f"\n== {title}\n$ {shlex.join(args)}", flush=True)
+    start = time.perf_counter()
+    log = log_dir / f"{title.split(':')[0].strip().replace(' ', '_')}.log"
+    with log.open("w") as out:
+        done = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT)
+    print(f"   {'ok' if done.returncode == 0 else 'FAILED'} in {time.perf_counter() - start:.0f}s (log: {log})", flush=True)
+    if done.returncode != 0:
+        print(log.read_text()[-3000:], file=sys.stderr)
+        raise SystemExit(done.returncode)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="judge-demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--output_dir", default="demo_outputs", help="where everything is written (default: demo_outputs)")
+    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="YAML of the settings below (default: configs/demo.yaml)")
+    add_settings_flags(p, settings_from_config(DemoSettings, DEFAULT_CONFIG, argparse.Namespace()))
+    add_common_flags(p)
+    return p
+
+
+def main(argv=None) -> int:
+    return run(_main, argv)
+
+
+def _main(argv) -> int:
+    args = build_parser().parse_args(argv)
+    settings = settings_from_config(DemoSettings, args.config, args)
+    sizes = split_sizes(settings)
+    out = Path(args.output_dir).resolve()
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    py, seed = sys.executable, str(settings.seed)
+    rubric = ["--rubric", str(CONFIG_DIR / "rubrics" / "tiny")]
+    # Logits mode reads the score distribution right after a forced "### Score" heading. The untrained judge
+    # writes no score a parser could find, so generate mode would leave it nothing to compare: judge-calibrate
+    # needs scores on both sides. (judge-train's own evaluation of the validation split generates.)
+    score = ["--mode", "logits", "--max_tiles", "1", "--no_resume", *rubric]
+    steps = [] if settings.max_steps is None else ["--max_steps", str(settings.max_steps)]
+    start = time.perf_counter()
+
+    step("1a: write a tiny judge", [py, "-m", "judge.testing", "checkpoint", "--format", "original", "--seed", seed, str(out / "base-judge")], logs)
+    step("1b: write a dataset", [py, "-m", "judge.testing", "dataset", "--samples", str(settings.samples), "--annotated", "--seed", seed, str(out / "data")], logs)
+    files = split(out / "data", sizes, settings.seed)
+    step("2: score before training", [py, "-m", "infer.cli", "--model_path", str(out / "base-judge"), "--input_dir", str(out / "data"),
+                                       "--input_file", "test.json", "--output_dir", str(out / "scores-before"), *score], logs)
+    step("3: train", [py, "-m", "train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
+                      "--eval_file", str(files["validation"]), "--input_dir", str(out / "data"), "--output_dir", str(out / "trained-judge"),
+                      "--config", str(CONFIG_DIR / "train" / "tiny.yaml"), *steps, *rubric], logs)
+    step("4: score after training", [py, "-m", "infer.cli", "--model_path", str(out / "trained-judge"), "--input_dir", str(out / "data"),
+                                      "--input_file", "test.json", "--output_dir", str(out / "scores-after"), *score], logs)
+    step("5: calibrate", [py, "-m", "calibration.cli", "--predictions", str(out / "scores-before" / "eval_result.json"),
+                          str(out / "scores-after" / "eval_result.json"), "--names", "before", "after", "--human", str(files["test"]),
+                          "--output_dir", str(out / "report")], logs)
+
+    print_headline(out / "report" / "report.json", time.perf_counter() - start, sizes)
+    print(f"\nTrained judge: {out / 'trained-judge'}\nScores: {out / 'scores-before'}, {out / 'scores-after'}\nReport: {out / 'report' / 'report.html'}")
+    return 0
+
+
+def print_headline(report_file: Path, seconds: float, sizes: dict[str, int]) -> None:
+    report = json.loads(report_file.read_text())
+    print(f"\nDone in {seconds:.0f}s. Agreement with the human scores (overall) on the {sizes['test']} test samples, "
+          f"unseen in training ({sizes['train']}) and checkpoint selection ({sizes['validation']}):")
+    for name in ("before", "after"):
+        entry = report["judges"][name]["criteria"].get("overall", {})
+        r, n = entry.get("all", {}).get("pearson", {}), entry.get("all", {}).get("n", {}).get("value", 0)
+        why = entry.get("undefined") or r.get("reason")
+        value = "undefined" if r.get("value") is None else f"{r['value']:.3f}"
+        print(f"  {name:>6}: Pearson {value}, n = {n:.0f}{f'  ({why})' if why else ''}")

@@ -1,0 +1,105 @@
+"""The commands' error contract: a user's mistake is one line naming the file (and the record or field)
+and exit code 2, found before any model loads; anything else is an internal failure, exit code 1."""
+
+import argparse
+
+import pytest
+
+from infer.cli import main as score_main
+from infer.engine import ScoreOptions
+from judge.cli import UsageError, run, settings_from_config
+from judge.prompts import CONFIG_DIR
+from judge.rubric_cli import main as rubric_main
+from judge.testing import write_dataset
+from train.cli import main as train_main
+from train.recipe import TrainConfig
+
+MMIE_LIKE_PROMPTS = 'SA_PROMPT = """Rate it."""\n\ndef get_prompt(data_id):\n    if "SA" in data_id:\n        return SA_PROMPT + "{question}{answer}"\n'
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp("data"), 3, seed=0).parent
+
+
+def score(data, model_path, *extra):
+    return score_main(["--model_path", str(model_path), "--input_dir", str(data), "--input_file", "data.json",
+                       "--output_dir", str(data / "out"), *extra])
+
+
+def the_error(capsys) -> str:
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_a_missing_model_path_is_a_user_error(data, tmp_path, capsys):
+    assert score(data, tmp_path / "nowhere") == 2
+    assert the_error(capsys) == f"error: {tmp_path / 'nowhere'}: not a directory; --model_path must name a local checkpoint directory"
+
+
+def test_a_checkpoint_config_that_is_not_json_is_named(data, tmp_path, capsys):
+    (tmp_path / "config.json").write_text('{"architectures": ["InternVLChatModel"],\n "template": }')
+    assert score(data, tmp_path) == 2
+    assert the_error(capsys) == f"error: {tmp_path / 'config.json'}: invalid JSON at line 2, column 14: Expecting value"
+
+
+def test_a_rubric_error_is_found_before_the_model_loads(data, tmp_path, capsys):
+    (tmp_path / "sa.yaml").write_text("category: SA\ninstructions: x\ntemplate: '{question} {bogus}'\n")
+    assert score(data, tmp_path / "no-model-needed", "--rubric", str(tmp_path / "sa.yaml")) == 2
+    assert f"{tmp_path / 'sa.yaml'}: record 0: template: unknown field(s) {{bogus}}" in the_error(capsys)
+
+
+@pytest.mark.parametrize("text, kind", [("- mode: logits\n", "list"), ("512\n", "int")])
+def test_a_config_that_is_not_a_mapping_is_a_user_error(tmp_path, text, kind):
+    (tmp_path / "c.yaml").write_text(text)
+    with pytest.raises(UsageError, match=f"c.yaml: expected a mapping of setting: value, got a YAML {kind}"):
+        settings_from_config(ScoreOptions, tmp_path / "c.yaml", argparse.Namespace())
+
+
+def test_config_values_are_checked_against_the_settings_types(tmp_path):
+    (tmp_path / "ok.yaml").write_text("learning_rate: 1e-4\nscale: [1, 5]\n")  # YAML 1.1 reads 1e-4 as a string
+    cfg = settings_from_config(TrainConfig, tmp_path / "ok.yaml", argparse.Namespace(lora_r=4))
+    assert (cfg.learning_rate, cfg.scale, cfg.lora_r) == (1e-4, (1, 5), 4)
+    (tmp_path / "bad.yaml").write_text("learning_rate: fast\nscale: [0, 1, 2]\n")
+    with pytest.raises(UsageError) as info:
+        settings_from_config(TrainConfig, tmp_path / "bad.yaml", argparse.Namespace())
+    assert "bad.yaml: " in str(info.value)
+    assert "scale: Tuple should have at most 2 items" in str(info.value) and "learning_rate: Input should be a valid number" in str(info.value)
+
+
+def test_train_scale_takes_exactly_two_values(tmp_path, capsys):
+    args = ["--model_path", "m", "--train_file", "t.json", "--input_dir", ".", "--output_dir", str(tmp_path)]
+    with pytest.raises(SystemExit) as info:
+        train_main([*args, "--scale", "0", "1", "2"])
+    assert info.value.code == 2 and "unrecognized arguments: 2" in capsys.readouterr().err
+
+
+def test_rubric_import_names_a_missing_file_and_an_unwritable_output(tmp_path, capsys):
+    assert rubric_main(["import", str(tmp_path / "missing.py"), "-o", str(tmp_path / "r.yaml")]) == 2
+    assert the_error(capsys) == f"error: {tmp_path / 'missing.py'}: file not found"
+    (tmp_path / "prompts.py").write_text(MMIE_LIKE_PROMPTS)
+    assert rubric_main(["import", str(tmp_path / "prompts.py"), "-o", str(tmp_path / "no" / "r.yaml")]) == 2
+    assert the_error(capsys) == f"error: -o {tmp_path / 'no' / 'r.yaml'}: cannot write it (No such file or directory)"
+    assert rubric_main(["import", str(tmp_path / "prompts.py"), "-o", str(tmp_path / "r.yaml"), "--verbose"]) == 0
+
+
+def test_a_prompt_that_makes_no_valid_rubric_is_named(tmp_path, capsys):
+    (tmp_path / "prompts.py").write_text(MMIE_LIKE_PROMPTS.replace("{answer}", "{answer}{extra}"))
+    assert rubric_main(["import", str(tmp_path / "prompts.py"), "-o", str(tmp_path / "r.yaml")]) == 2
+    assert "prompts.py: the SA prompt (line 4) makes no valid rubric: unknown field(s) {extra}" in the_error(capsys)
+
+
+def test_anything_else_is_an_internal_failure(capsys):
+    def broken(argv):
+        raise KeyError("bogus")
+
+    assert run(broken, []) == 1
+    assert capsys.readouterr().err.splitlines() == ["error: internal failure: KeyError: 'bogus'", "(run again with --verbose for the full traceback)"]
+
+
+def test_the_shipped_presets_pass_the_checks_a_users_file_gets():
+    for preset in sorted((CONFIG_DIR / "score").glob("*.yaml")):
+        settings_from_config(ScoreOptions, preset, argparse.Namespace())
+    for preset in sorted((CONFIG_DIR / "train").glob("*.yaml")):
+        settings_from_config(TrainConfig, preset, argparse.Namespace())
