@@ -61,12 +61,17 @@ def test_milebench_cuts_the_oldest_context_and_writes_eval_json(checkpoint, tmp_
                              "question": "Follow the frames.\n" + "".join(f"Frame {k}: <ImageHere> " for k in range(n)) + "What next?",
                              "gt_response": "Open the door.", "pred_response": "Open it."}
     write(tmp_path / "outputs" / "m" / "ALFRED" / "pred.json", [record(1, 2), record(2, 8)])
+    assert score(checkpoint, tmp_path, "outputs/m/ALFRED/pred.json", tmp_path / "whole") == 0
+    whole = results(tmp_path / "whole")
+    assert whole["1"]["n_tiles"] == 2 and whole["2"]["n_tiles"] == 8  # the preset's one tile per image
+    budget = (whole["1"]["prompt_tokens"] + whole["2"]["prompt_tokens"]) // 2  # the long sample's context must be cut
     out = tmp_path / "out"
-    assert score(checkpoint, tmp_path, "outputs/m/ALFRED/pred.json", out, "--prompt_token_budget", "1200") == 0
+    assert score(checkpoint, tmp_path, "outputs/m/ALFRED/pred.json", out, "--prompt_token_budget", str(budget)) == 0
     scored = results(out)
-    assert scored["1"]["n_tiles"] == 2 and scored["1"]["truncated"] == []  # the preset's one tile per image
-    assert scored["2"]["prompt_tokens"] <= 1200 + 1  # + the BOS token the prompt text does not count
-    assert scored["2"]["truncated"][0].startswith("oldest question context omitted to fit 1200 prompt tokens")
+    kept = ("n_tiles", "prompt_tokens", "truncated")
+    assert [scored["1"][k] for k in kept] == [whole["1"][k] for k in kept] and scored["1"]["truncated"] == []  # it fits: untouched
+    assert scored["2"]["prompt_tokens"] <= budget + 1  # + the BOS token the prompt text does not count
+    assert scored["2"]["truncated"][0].startswith(f"oldest question context omitted to fit {budget} prompt tokens")
     assert 0 < scored["2"]["n_tiles"] < 8
     figures = json.loads((out / "eval.json").read_text())
     assert set(figures) == {"Rouge-L f", "image_quantity_level-Accuracy", "Judge score", "image_quantity_level-Result"}

@@ -18,6 +18,7 @@ from transformers import Phi3Config, Phi3ForCausalLM
 
 from judge.model import CheckpointError, load_judge, read_settings, save_native, write_settings
 from judge.testing import write_native_checkpoint, write_original_checkpoint
+from judge.testing.checkpoints import SIZES
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +93,7 @@ def test_original_checkpoint_matches_independent_forward(original_dir):
     config = json.loads((original_dir / "config.json").read_text())
     sd = original_state_dict(original_dir)
     torch.manual_seed(0)
-    pixels = torch.randn(2, 3, 448, 448)
+    pixels = torch.randn(2, 3, SIZES.image_size, SIZES.image_size)
     ids = prompt_ids(judge, n_tiles=2)
     llm = original_llm(sd, config)
     with torch.no_grad():
@@ -109,7 +110,7 @@ def test_greedy_generation_matches_independent_loop(original_dir):
     sd = original_state_dict(original_dir)
     llm = original_llm(sd, config)
     torch.manual_seed(1)
-    pixels = torch.randn(1, 3, 448, 448)
+    pixels = torch.randn(1, 3, SIZES.image_size, SIZES.image_size)
     ids = prompt_ids(judge, n_tiles=1)
     with torch.no_grad():
         generated = judge.model.generate(input_ids=ids, pixel_values=pixels, max_new_tokens=8, do_sample=False, eos_token_id=None)
@@ -123,8 +124,8 @@ def test_greedy_generation_matches_independent_loop(original_dir):
 def test_settings_come_from_the_original_config(original_dir):
     settings = load_judge(original_dir).settings
     assert settings.template == "phi3-chat"
-    assert settings.tiling.max_tiles == 6 and settings.tiling.use_thumbnail and settings.tiling.image_size == 448
-    assert settings.tokens_per_tile == 256
+    assert settings.tiling.max_tiles == 6 and settings.tiling.use_thumbnail and settings.tiling.image_size == SIZES.image_size
+    assert settings.tokens_per_tile == SIZES.tokens_per_tile
     assert settings.system_message is None  # no override: the template's default applies
 
 
@@ -141,7 +142,7 @@ def test_save_native_round_trip_keeps_logits_and_settings(original_dir, tmp_path
     again = load_judge(tmp_path / "native")
     assert again.source_format == "native" and again.settings == judge.settings
     ids = prompt_ids(judge, n_tiles=1)
-    pixels = torch.randn(1, 3, 448, 448)
+    pixels = torch.randn(1, 3, SIZES.image_size, SIZES.image_size)
     with torch.no_grad():
         torch.testing.assert_close(again.model(input_ids=ids, pixel_values=pixels).logits, judge.model(input_ids=ids, pixel_values=pixels).logits)
 

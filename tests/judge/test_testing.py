@@ -25,7 +25,7 @@ def expected_original_shapes() -> dict[str, tuple[int, ...]]:
     v, h, vi, hi, vocab = SIZES.vision_hidden, SIZES.llm_hidden, SIZES.vision_intermediate, SIZES.llm_intermediate, SIZES.vocab_size
     shapes = {
         "vision_model.embeddings.class_embedding": (1, 1, v),
-        "vision_model.embeddings.position_embedding": (1, 1025, v),  # 32 x 32 patches + CLS
+        "vision_model.embeddings.position_embedding": (1, (SIZES.image_size // 14) ** 2 + 1, v),  # the patches + CLS
         "vision_model.embeddings.patch_embedding.weight": (v, 3, 14, 14),
         "vision_model.embeddings.patch_embedding.bias": (v,),
         "mlp1.0.weight": (4 * v,), "mlp1.0.bias": (4 * v,),
@@ -100,7 +100,7 @@ def test_original_checkpoint_has_internvl2_keys_config_and_shards(tmp_path):
 
     config = json.loads((ckpt / "config.json").read_text())
     assert (config["architectures"], config["model_type"], config["template"], config["ps_version"]) == (["InternVLChatModel"], "internvl_chat", "phi3-chat", "v2")
-    assert (config["force_image_size"], config["downsample_ratio"], config["max_dynamic_patch"], config["tie_word_embeddings"]) == (448, 0.5, 6, False)
+    assert (config["force_image_size"], config["downsample_ratio"], config["max_dynamic_patch"], config["tie_word_embeddings"]) == (SIZES.image_size, 0.5, 6, False)
     assert all(isinstance(v, str) for v in config["auto_map"].values())
     llm, vision = config["llm_config"], config["vision_config"]
     assert (llm["architectures"], llm["model_type"], llm["tie_word_embeddings"], llm["vocab_size"]) == (["Phi3ForCausalLM"], "phi3", False, SIZES.vocab_size)
@@ -109,7 +109,7 @@ def test_original_checkpoint_has_internvl2_keys_config_and_shards(tmp_path):
     assert rope["type"] == "su" and len(rope["long_factor"]) == len(rope["short_factor"]) == half_head
     assert max(rope["long_factor"]) > 1 and max(rope["short_factor"]) > 1  # the longrope path really scales
     assert (llm["bos_token_id"], llm["eos_token_id"], llm["pad_token_id"]) == (1, SIZES.base_vocab, SIZES.base_vocab)
-    assert (vision["model_type"], vision["qkv_bias"], vision["qk_normalization"], vision["image_size"], vision["patch_size"]) == ("intern_vit_6b", True, False, 448, 14)
+    assert (vision["model_type"], vision["qkv_bias"], vision["qk_normalization"], vision["image_size"], vision["patch_size"]) == ("intern_vit_6b", True, False, SIZES.image_size, 14)
     stops = json.loads((ckpt / "generation_config.json").read_text())["eos_token_id"]
     assert stops == [2, SIZES.base_vocab, SIZES.base_vocab + 7]  # </s>, <|endoftext|>, <|end|> as [2, 32000, 32007]
 
@@ -130,12 +130,12 @@ def test_same_seed_same_bytes(tmp_path):
 def test_native_checkpoint_loads_untied_and_runs_one_tile(tmp_path):
     ckpt = write_native_checkpoint(tmp_path, seed=1)
     assert json.loads((ckpt / "judge_config.json").read_text()) == {
-        "template": "phi3-chat", "system_message": None, "image_size": 448, "min_tiles": 1, "max_tiles": 6, "use_thumbnail": True}
+        "template": "phi3-chat", "system_message": None, "image_size": SIZES.image_size, "min_tiles": 1, "max_tiles": 6, "use_thumbnail": True}
     raw = json.loads((ckpt / "config.json").read_text())
     assert raw["tie_word_embeddings"] is False and raw["text_config"]["tie_word_embeddings"] is False
     model = InternVLForConditionalGeneration.from_pretrained(ckpt).eval()
     config = model.config
-    assert config.text_config.model_type == "phi3" and config.image_token_id == SIZES.base_vocab + 13 and config.image_seq_length == 256
+    assert config.text_config.model_type == "phi3" and config.image_token_id == SIZES.base_vocab + 13 and config.image_seq_length == SIZES.tokens_per_tile
     rope = config.text_config.rope_parameters
     assert rope["rope_type"] == "longrope" and rope["original_max_position_embeddings"] == 4096 and max(rope["long_factor"]) > 1
     assert config.vision_config.use_mean_pooling and not config.vision_config.use_qk_norm and config.vision_config.attention_bias
@@ -143,11 +143,11 @@ def test_native_checkpoint_loads_untied_and_runs_one_tile(tmp_path):
     assert head.data_ptr() != embed.data_ptr() and not torch.equal(head, embed)
 
     tok = AutoTokenizer.from_pretrained(ckpt)
-    prompt = "<|user|>\n<img>" + "<IMG_CONTEXT>" * 256 + "</img>\nScore?<|end|><|assistant|>\n"
+    prompt = "<|user|>\n<img>" + "<IMG_CONTEXT>" * SIZES.tokens_per_tile + "</img>\nScore?<|end|><|assistant|>\n"
     ids = tok(prompt, return_tensors="pt").input_ids
-    assert (ids == config.image_token_id).sum() == 256
+    assert (ids == config.image_token_id).sum() == SIZES.tokens_per_tile
     with torch.no_grad():
-        logits = model(input_ids=ids, pixel_values=torch.randn(1, 3, 448, 448)).logits
+        logits = model(input_ids=ids, pixel_values=torch.randn(1, 3, SIZES.image_size, SIZES.image_size)).logits
     assert logits.shape == (1, ids.shape[1], SIZES.vocab_size) and torch.isfinite(logits).all()
 
 
