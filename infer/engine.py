@@ -31,7 +31,7 @@ from judge.data import JudgeResult, Sample
 from judge.model import Judge, with_max_tiles
 from judge.cli import UsageError
 from judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
-from judge.prompts import PlannedImage, Rubric, build_prompt
+from judge.prompts import IMAGE_TOKENS, PlannedImage, Rubric, build_prompt
 from judge.templates import get_template
 from judge.tiling import load_tiles
 
@@ -216,6 +216,7 @@ class Scorer:
         tokenizer = judge.tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.stop_id = tokenizer.convert_tokens_to_ids(get_template(judge.settings.template).stop_token)
+        self.image_token_ids = tokenizer.convert_tokens_to_ids(list(IMAGE_TOKENS))
         # A score distribution is read from the one token the judge writes its score with; scales whose
         # scores take several tokens (0.7, or 10 with a digit-splitting tokenizer) have none.
         self.score_ids: dict[ScoreScale, dict[int, int] | None] = {}
@@ -285,6 +286,9 @@ class Scorer:
             do_sample=False,
             eos_token_id=None if self.options.ignore_stop else self.stop_id,
             pad_token_id=self.pad_id,
+            # A judge writes text: an image token it wrote would stand for no image, and break any pass
+            # that reads its output back (the forced score heading).
+            suppress_tokens=self.image_token_ids,
         )
         recorder = ScoreTokenLogits(self.score_tokens)
         sequences = self.judge.model.generate(**inputs, generation_config=config, logits_processor=LogitsProcessorList([recorder]))

@@ -45,12 +45,10 @@ from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
 from judge.cli import UsageError
 from judge.data import InputError, field_name, read_json
+from judge.prompts import IMAGE_TOKENS, IMG_CONTEXT
 from judge.templates import TEMPLATES, system_message_from_conversation_py
 from judge.tiling import TilingConfig
 
-IMG_CONTEXT = "<IMG_CONTEXT>"
-IMG_START = "<img>"
-IMG_END = "</img>"
 SETTINGS_FILE = "judge_config.json"
 
 # LLMs that transformers implements natively; InternLM2 (InternVL2-2B/8B/26B) needs remote code.
@@ -188,7 +186,7 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{path}: cannot load the tokenizer ({err})") from None
-    missing = [t for t in (IMG_CONTEXT, IMG_START, IMG_END) if t not in tokenizer.get_vocab()]
+    missing = [t for t in IMAGE_TOKENS if t not in tokenizer.get_vocab()]
     if missing:
         raise CheckpointError(f"{path}: the tokenizer lacks InternVL's image tokens {missing}")
     return tokenizer

@@ -44,6 +44,9 @@ from judge.tiling import TilingConfig, count_tiles
 from judge.yamlfile import read_yaml
 
 OMITTED_IMAGE = "[image omitted]"
+# InternVL's image tokens: an image is IMG_START, IMG_CONTEXT once per image token of its tiles, IMG_END.
+IMG_START, IMG_CONTEXT, IMG_END = "<img>", "<IMG_CONTEXT>", "</img>"
+IMAGE_TOKENS = (IMG_START, IMG_CONTEXT, IMG_END)
 CONTEXT_OMITTED = "[earlier context omitted]"
 TEMPLATE_FIELDS = ("instructions", "question", "answer", "reference")
 DEFAULT_RUBRICS = tuple(CONFIG_DIR / "rubrics" / f"{name}.yaml" for name in ("sa", "pbl", "msr"))
@@ -244,7 +247,7 @@ def plan_images(
 
 
 def image_tokens(n_tiles: int, tokens_per_tile: int) -> str:
-    return "<img>" + "<IMG_CONTEXT>" * (tokens_per_tile * n_tiles) + "</img>"
+    return IMG_START + IMG_CONTEXT * (tokens_per_tile * n_tiles) + IMG_END
 
 
 def build_prompt(

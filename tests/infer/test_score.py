@@ -336,3 +336,23 @@ def test_out_of_memory_splits_the_batch_instead_of_losing_samples(judge, samples
     monkeypatch.setattr(judge.model, "generate", small_memory)
     results = {r.id: r.feedback for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch}
     assert results == expected and sizes[0] == 8 and max(s for s in sizes if s <= 2) == 2
+
+
+def test_a_judge_never_writes_image_tokens_so_its_output_can_be_read_back(checkpoint, samples, dataset):
+    """A barely trained judge may rank <IMG_CONTEXT> first; written out, it would stand for no image and
+    break the forced-heading pass that reads the output back. Generation suppresses image tokens."""
+    judge = load_judge(checkpoint)  # its own copy: the head is patched below
+    image_ids = torch.tensor(judge.tokenizer.convert_tokens_to_ids(["<img>", "<IMG_CONTEXT>", "</img>"]))
+    head = judge.model.lm_head
+
+    class PrefersImageTokens(torch.nn.Module):
+        def forward(self, hidden):
+            logits = head(hidden)
+            logits[..., image_ids] += 1e4
+            return logits
+
+    judge.model.lm_head = PrefersImageTokens()
+    rubrics, options = load_rubrics(), ScoreOptions(max_new_tokens=5, max_tiles=2)
+    results = [r for batch in Scorer(judge, rubrics, options, "cpu").run(prepare(judge, samples[:2], rubrics, dataset, options)) for _, r in batch]
+    assert all(r.score is None and r.score_distribution is not None for r in results)  # the forced pass ran
+    assert all(r.generated_tokens == 5 for r in results)
