@@ -15,7 +15,8 @@ import argparse
 import os
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 from typing import Literal
@@ -30,6 +31,7 @@ from infer.summary import format_summary, summarize
 from judge.calibrator import Calibrator
 from judge.cli import UsageError, add_common_flags, config_values, run
 from judge.data import InputError, JudgeResult, Problem, write_json_atomically
+from judge.distributed import end_process_group
 from judge.formats import FORMATS, BenchmarkInput, Format, detect_format
 from judge.model import load_judge, with_max_tiles
 from judge.prompts import CONFIG_DIR, load_rubrics
@@ -101,14 +103,19 @@ def score_options(args, fmt: Format) -> ScoreOptions:
     return ScoreOptions(**values)
 
 
-def init_distributed() -> tuple[int, int]:
+@contextmanager
+def distributed() -> Iterator[tuple[int, int]]:
+    """(rank, world) for the run, its process group torn down at the end whatever happens."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
         if torch.cuda.is_available():
             # NCCL's own tensors (barrier, broadcast) go to the current device: this rank's, not all to GPU 0.
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return int(os.environ.get("RANK", "0")), world
+    try:
+        yield int(os.environ.get("RANK", "0")), world
+    finally:
+        end_process_group()
 
 
 def barrier(world: int) -> None:
@@ -162,7 +169,12 @@ def _main(argv) -> int:
     input_path = Path(args.input_dir) / args.input_file
     fmt = FORMATS[args.format] if args.format else detect_format(input_path)
     options = score_options(args, fmt)
-    rank, world = init_distributed()
+    with distributed() as (rank, world):
+        return score_input(args, fmt, options, rank, world)
+
+
+def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int) -> int:
+    input_path = Path(args.input_dir) / args.input_file
     bench = read_input(fmt, input_path, args)
     if bench.problems and not args.skip_invalid:
         raise InputError(bench.problems)

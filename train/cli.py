@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from judge.cli import UsageError, add_common_flags, add_settings_flags, run, settings_from_config
+from judge.distributed import end_process_group
 from judge.model import load_judge, save_native
 from judge.prompts import CONFIG_DIR, DEFAULT_RUBRICS, load_rubrics
 from train.recipe import TrainConfig, train
@@ -61,8 +62,11 @@ def _main(argv) -> int:
         raise UsageError(f"--deepspeed {args.deepspeed}: file not found")
     rubrics = load_rubrics(args.rubric or DEFAULT_RUBRICS)
     out = Path(args.output_dir)
-    result = train(Path(args.model_path), Path(args.train_file), Path(args.eval_file) if args.eval_file else None,
-                   Path(args.input_dir), out, rubrics, cfg, args.deepspeed, args.resume)
+    try:
+        result = train(Path(args.model_path), Path(args.train_file), Path(args.eval_file) if args.eval_file else None,
+                       Path(args.input_dir), out, rubrics, cfg, args.deepspeed, args.resume)
+    finally:
+        end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
     print(f"trained judge: {out}  (steps: {result['global_step']}, best overall Pearson: {result['best_metric']})")
     return 0
 

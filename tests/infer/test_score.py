@@ -290,7 +290,7 @@ def test_when_rank_0_fails_to_merge_every_rank_exits(checkpoint, dataset, tmp_pa
     finally:
         for proc in procs:
             proc.kill()
-    assert [proc.returncode for proc in procs] == [1, 1]
+    assert [proc.returncode for proc in procs] == [1, 1], errors
     assert "IsADirectoryError" in errors[0] and "rank 0 failed to merge the results" in errors[1]
 
 
