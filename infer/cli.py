@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output_dir", "--output-dir", default="eval_outputs", help="where results, summary and journal go (default: %(default)s)")
     p.add_argument("--output_file", "--output-file", "--output_name", "--output-name", default="eval_result.json", help="result file name (default: %(default)s)")
     p.add_argument("--format", choices=list(FORMATS), help="the input's benchmark format (default: detected from the file)")
-    p.add_argument("--criteria_file", "--criteria-file", help="MEGA-Bench only: each task's evaluation criteria, JSON or YAML")
+    p.add_argument("--criteria_file", "--criteria-file", help="MEGA-Bench only: each task's evaluation criteria, JSON or YAML (default: none; --format megabench needs one)")
     p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: the format's, configs/rubrics/sa|pbl|msr.yaml for MMIE)")
     p.add_argument("--config", help="YAML of scoring options, overridden by the flags given (default: configs/score/<format>.yaml, "
                                      "the format's preset: the defaults shown below are the presets')")
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="score only the first N (at least 1) valid samples (default: all)")
     p.add_argument("--skip_invalid", "--skip-invalid", action="store_true", help="skip invalid records and list them in the summary instead of stopping (default: stop)")
     p.add_argument("--no_resume", "--no-resume", action="store_true", help="ignore and delete the journal of an earlier run (default: resume it)")
-    p.add_argument("--calibrator", help="calibrator.json from judge-calibrate; adds calibrated_score to each record")
+    p.add_argument("--calibrator", help="calibrator.json from judge-calibrate; adds calibrated_score to each record (default: none, no calibration)")
     add_common_flags(p)
     return p
 
