@@ -45,6 +45,7 @@ class Options:
     fit: str  # "isotonic", "linear" or "none"
     folds: int
     scale: ScoreScale
+    overall: str = "score"  # or "expected_score": which judge value the overall criterion compares
 
 
 @dataclass
@@ -276,6 +277,7 @@ class Report(BaseModel):
     seed: int
     human_file: str
     human_ids: int
+    overall: str  # the judge's value for the overall criterion: "score" (as written) or "expected_score"
     reference: str = REFERENCE
     ceiling_method: str = CEILING
     notes: list[str]
@@ -300,6 +302,6 @@ def analyse(ratings: Ratings, opts: Options, human_path: str, notes: list[str]) 
         judges[name] = JudgeReport(coverage=ratings.coverage[name], criteria=criteria, calibration=calibration)
     report = Report(
         scale=opts.scale.bounds, step=opts.scale.step, criteria=opts.criteria, group_by=opts.group_by, bootstrap=opts.bootstrap, seed=opts.seed,
-        human_file=human_path, human_ids=len(ratings.human), notes=notes, judges=judges,
+        human_file=human_path, human_ids=len(ratings.human), overall=opts.overall, notes=notes, judges=judges,
     )
     return report, plotted

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from calibration.analysis import Options, Report, analyse
-from calibration.inputs import Ratings, coverage_notes, load_ratings
+from calibration.inputs import Ratings, coverage_notes, expected_as_overall, load_ratings
 from calibration.report import slug, write_reports
 from judge.parsing import ScoreScale
 from judge.cli import UsageError, add_common_flags, run
@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for Pearson's interval; 0 turns it off (default: 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap, the calibration folds and the plot jitter (default: 0)")
     p.add_argument("--fit", choices=["isotonic", "linear", "none"], default="isotonic", help="calibration map (default: isotonic)")
+    p.add_argument("--overall", choices=["score", "expected_score"], default="score",
+                   help="the judge's overall value: the score it wrote, or its expected score over the score distribution "
+                        "(finer, and defined where its text did not parse) (default: score)")
     p.add_argument("--folds", type=int, default=5, help="cross-fitting folds for the held-out calibration errors (default: 5)")
     p.add_argument("--scale", nargs=2, type=float, default=[0, 6], metavar=("LOW", "HIGH"), help="the score scale (default: 0 6, MMIE's)")
     p.add_argument("--step", type=float, default=1,
@@ -101,8 +104,10 @@ def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     names, scale = check_args(args)
     ratings = load_ratings(args.predictions, names, args.human, scale)
+    if args.overall == "expected_score":
+        ratings = expected_as_overall(ratings)
     criteria = compared_criteria(ratings, args.criteria, args.human)
-    opts = Options(criteria, args.by, args.bootstrap, args.seed, args.fit, args.folds, scale)
+    opts = Options(criteria, args.by, args.bootstrap, args.seed, args.fit, args.folds, scale, args.overall)
     report, paired = analyse(ratings, opts, args.human, coverage_notes(ratings, args.human))
     out = Path(args.output_dir)
     write_reports(report, paired, out)

@@ -22,7 +22,7 @@ error (they are counted in `Coverage`) unless no id is shared at all.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel
 
@@ -350,6 +350,18 @@ def _from_flat(path: str, records: list, scale: ScoreScale) -> HumanFile:
 
 def _first(ids: set[str]) -> list[str]:
     return sorted(ids)[:SHOWN_IDS]
+
+
+def expected_as_overall(ratings: Ratings) -> Ratings:
+    """Each judge's overall value is its expected score (judge-score's probability-weighted score): finer
+    than the written score, and defined where the judge's text did not parse."""
+    judges = {
+        name: {rid: replace(r, scores={k: v for k, v in r.scores.items() if k != "overall"}
+                            | ({"overall": r.expected_score} if r.expected_score is not None else {}))
+               for rid, r in records.items()}
+        for name, records in ratings.judges.items()
+    }
+    return replace(ratings, judges=judges)
 
 
 def load_ratings(predictions: list[str], names: list[str], human_path: str, scale: ScoreScale) -> Ratings:

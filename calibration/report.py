@@ -174,6 +174,9 @@ def sections(report: Report) -> list[Section]:
     intro = [(f"Human scores: {report.human_file}, {report.human_ids} ids, scale {scale}; the human value of an id is {report.reference}. "
              f"Exact and within-1 agreement (within one step of {scale.step:g}), κ, histograms and confusion counts take each score "
              f"at its nearest of the scale's {scale.n_levels} levels. {intervals}")]
+    if report.overall == "expected_score":
+        intro.append("The judge's overall value is its expected score (the probability-weighted mean of its score distribution), "
+                     "not the score it wrote.")
     intro += [f"Note: {n}" for n in report.notes]
     return [Section("Judge agreement with human scores", 1, intro), *agreement_sections(report), system_section(report),
             calibration_section(report), bias_section(report), Section("Notes", 2, [COSINE_NOTE])]

@@ -341,3 +341,26 @@ def test_a_scale_of_tenths_that_float_division_gets_wrong_is_accepted(tmp_path):
     assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r"), "--scale", "0", "0.7", "--step", "0.1", "--fit", "none"]) == 0
     overall = json.loads((tmp_path / "r" / "report.json").read_text())["judges"]["p"]["criteria"]["overall"]
     assert overall["histogram"]["judge"] == [1] * 8 and overall["all"]["exact_agreement"]["value"] == 1
+
+
+def test_expected_scores_compare_where_no_written_score_parsed(tmp_path, capsys):
+    """judge-score gives every generated record an expected score, read after a forced score heading where
+    the judge's text did not parse: --overall expected_score compares those."""
+    rng = np.random.default_rng(3)
+    human = rng.integers(0, 7, 40)
+    expected = np.clip(human + rng.normal(0, 1.0, 40), 0, 6)
+    preds = [{"id": f"SA_{i}", "score": None, "criteria": {}, "expected_score": float(expected[i]), "parse_error": "no heading"} for i in range(40)]
+    flat = [{"id": f"SA_{i}", "overall": int(human[i])} for i in range(40)]
+    (tmp_path / "p.json").write_text(json.dumps(preds))
+    (tmp_path / "h.json").write_text(json.dumps(flat))
+    args = ["--predictions", str(tmp_path / "p.json"), "--human", str(tmp_path / "h.json"), "--bootstrap", "0"]
+    assert main([*args, "--output_dir", str(tmp_path / "written")]) == 2  # no written score to compare
+    assert "no criterion is scored both here and in the predictions" in capsys.readouterr().err
+    assert main([*args, "--output_dir", str(tmp_path / "r"), "--overall", "expected_score"]) == 0
+    report = json.loads((tmp_path / "r" / "report.json").read_text(), parse_constant=no_nan)
+    assert report["overall"] == "expected_score"
+    overall = report["judges"]["p"]["criteria"]["overall"]["all"]
+    assert overall["n"]["value"] == 40
+    assert overall["pearson"]["value"] == pytest.approx(sps.pearsonr(expected, human).statistic)
+    assert report["judges"]["p"]["calibration"]["source"] == "expected_score"
+    assert "The judge's overall value is its expected score" in (tmp_path / "r" / "report.md").read_text()
