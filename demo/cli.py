@@ -2,11 +2,11 @@
 
     1. write a tiny InternVL2-style judge and a synthetic annotated MMIE-style dataset (real images),
        split by id into train, validation and test
-    2. judge-score the test split with the untrained judge (--mode logits)
+    2. judge-score the test split with the untrained judge
     3. judge-train the judge on the train split; at every checkpoint it scores the validation split and
        keeps the best checkpoint
-    4. judge-score the test split with the trained judge (--mode logits)
-    5. judge-calibrate both against the test split's human scores
+    4. judge-score the test split with the trained judge
+    5. judge-calibrate both against the test split's human scores, on the judges' expected scores
 
 The test split is seen by neither training nor checkpoint selection, so the before/after figures are not
 flattered by the choice of checkpoint. Each step runs the real command a user would type, as a subprocess
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from judge.cli import UsageError, add_common_flags, add_settings_flags, run, settings_from_config
 from judge.configs import CONFIG_DIR
+from judge.yamlfile import read_yaml
 
 DEFAULT_CONFIG = CONFIG_DIR / "demo.yaml"
 SPLITS = ("train", "validation", "test")
@@ -108,10 +109,12 @@ def _main(argv) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     py, seed = sys.executable, str(settings.seed)
     rubric = ["--rubric", str(CONFIG_DIR / "rubrics" / "tiny")]
-    # Logits mode reads the score distribution right after a forced "### Score" heading. The untrained judge
-    # writes no score a parser could find, so generate mode would leave it nothing to compare: judge-calibrate
-    # needs scores on both sides. (judge-train's own evaluation of the validation split generates.)
-    score = ["--mode", "logits", "--max_tiles", "1", "--no_resume", *rubric]
+    training = CONFIG_DIR / "train" / "tiny.yaml"
+    # Both judges write their review as judge-train's evaluation has them write it, and are compared on their
+    # expected scores: the untrained judge writes no score a parser could find, but judge-score reads its
+    # score distribution after a forced "### Score" heading, so both sides are measured the same way.
+    review_tokens = str(read_yaml(training)["eval_max_new_tokens"])
+    score = ["--max_new_tokens", review_tokens, "--max_tiles", "1", "--no_resume", *rubric]
     steps = [] if settings.max_steps is None else ["--max_steps", str(settings.max_steps)]
     start = time.perf_counter()
 
@@ -122,12 +125,12 @@ def _main(argv) -> int:
                                        "--input_file", "test.json", "--output_dir", str(out / "scores-before"), *score], logs)
     step("3: train", [py, "-m", "train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
                       "--eval_file", str(files["validation"]), "--input_dir", str(out / "data"), "--output_dir", str(out / "trained-judge"),
-                      "--config", str(CONFIG_DIR / "train" / "tiny.yaml"), *steps, *rubric], logs)
+                      "--config", str(training), *steps, *rubric], logs)
     step("4: score after training", [py, "-m", "infer.cli", "--model_path", str(out / "trained-judge"), "--input_dir", str(out / "data"),
                                       "--input_file", "test.json", "--output_dir", str(out / "scores-after"), *score], logs)
     step("5: calibrate", [py, "-m", "calibration.cli", "--predictions", str(out / "scores-before" / "eval_result.json"),
                           str(out / "scores-after" / "eval_result.json"), "--names", "before", "after", "--human", str(files["test"]),
-                          "--output_dir", str(out / "report")], logs)
+                          "--overall", "expected_score", "--output_dir", str(out / "report")], logs)
 
     print_headline(out / "report" / "report.json", time.perf_counter() - start, sizes)
     print(f"\nTrained judge: {out / 'trained-judge'}\nScores: {out / 'scores-before'}, {out / 'scores-after'}\nReport: {out / 'report' / 'report.html'}")
@@ -136,7 +139,7 @@ def _main(argv) -> int:
 
 def print_headline(report_file: Path, seconds: float, sizes: dict[str, int]) -> None:
     report = json.loads(report_file.read_text())
-    print(f"\nDone in {seconds:.0f}s. Agreement with the human scores (overall) on the {sizes['test']} test samples, "
+    print(f"\nDone in {seconds:.0f}s. Agreement of the judge's expected score with the human overall score on the {sizes['test']} test samples, "
           f"unseen in training ({sizes['train']}) and checkpoint selection ({sizes['validation']}):")
     for name in ("before", "after"):
         entry = report["judges"][name]["criteria"].get("overall", {})
