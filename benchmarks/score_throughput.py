@@ -26,7 +26,8 @@ import torch
 from PIL import Image
 from transformers import GenerationConfig, InternVLForConditionalGeneration
 
-from infer.engine import Scorer, ScoreOptions, prepare
+from infer.engine import Scorer, prepare
+from infer.options import ScoreOptions
 from judge.data import load_samples
 from judge.model import Judge, load_judge, load_tokenizer, native_config_from_original, settings_from_original
 from judge.prompts import CONFIG_DIR, load_rubrics

@@ -26,7 +26,8 @@ import torch
 
 from judge.model import load_judge
 from judge.testing import write_original_checkpoint
-from train.recipe import TrainConfig, apply_lora
+from train.config import TrainConfig
+from train.recipe import apply_lora
 
 # The scoring benchmark, this script's neighbour, holds the one builder of the full-size judge.
 from score_throughput import full_size_judge, vision_tokens_per_tile

@@ -12,31 +12,18 @@ Under `torchrun --nproc_per_node N` the same command shards the samples by rank;
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import typing
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 from typing import Literal
 
-import torch
-import torch.distributed as dist
-from tqdm import tqdm
-
-from infer.engine import Scorer, ScoreOptions, option_problems, prepare
-from infer.journal import Journal, clear, file_sha256, fingerprint, read_finished
-from infer.summary import format_summary, summarize
-from judge.calibrator import Calibrator
+from infer.options import ScoreOptions, option_problems
 from judge.cli import UsageError, add_common_flags, config_values, run
-from judge.data import InputError, JudgeResult, Problem, write_json_atomically
-from judge.distributed import end_process_group
-from judge.formats import FORMATS, BenchmarkInput, Format, detect_format
-from judge.model import load_judge, with_max_tiles
-from judge.prompts import CONFIG_DIR, load_rubrics
+from judge.configs import CONFIG_DIR
+from judge.formats import FORMATS, Format, detect_format
 
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DTYPES = ("bfloat16", "float16", "float32")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "the format's preset: the defaults shown below are the presets')")
     add_option_flags(p)
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda:LOCAL_RANK if a GPU is present, else cpu)")
-    p.add_argument("--dtype", choices=list(DTYPES), help="model dtype (default: bfloat16 on GPU, float32 on CPU)")
+    p.add_argument("--dtype", choices=DTYPES, help="model dtype (default: bfloat16 on GPU, float32 on CPU)")
     p.add_argument("--limit", type=int, help="score only the first N (at least 1) valid samples (default: all)")
     p.add_argument("--skip_invalid", "--skip-invalid", action="store_true", help="skip invalid records and list them in the summary instead of stopping (default: stop)")
     p.add_argument("--no_resume", "--no-resume", action="store_true", help="ignore and delete the journal of an earlier run (default: resume it)")
@@ -103,63 +90,6 @@ def score_options(args, fmt: Format) -> ScoreOptions:
     return ScoreOptions(**values)
 
 
-@contextmanager
-def distributed() -> Iterator[tuple[int, int]]:
-    """(rank, world) for the run, its process group torn down at the end whatever happens."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        if torch.cuda.is_available():
-            # NCCL's own tensors (barrier, broadcast) go to the current device: this rank's, not all to GPU 0.
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    try:
-        yield int(os.environ.get("RANK", "0")), world
-    finally:
-        end_process_group()
-
-
-def barrier(world: int) -> None:
-    if world > 1:
-        dist.barrier()
-
-
-def on_rank_zero(work: Callable[[], None], rank: int, world: int) -> None:
-    """Run `work` on rank 0 while the other ranks wait, and have every rank fail when it fails: a rank
-    left waiting for a rank 0 that died would hang (on other nodes, until the collective times out)."""
-    error = None
-    if rank == 0:
-        try:
-            work()
-        except BaseException as err:  # Ctrl-C too: the others must not wait for it
-            error = err
-    failed = [error is not None]
-    if world > 1:
-        dist.broadcast_object_list(failed, src=0)
-    if error is not None:
-        raise error
-    if failed[0]:
-        raise RuntimeError("rank 0 failed to merge the results (its error says why); the journals are kept: rerun to finish")
-
-
-def default_device() -> str:
-    return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
-
-
-def run_fingerprint(args, options: ScoreOptions, rubrics, judge) -> str:
-    model_dir = Path(args.model_path).resolve()
-    weights = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in model_dir.iterdir() if f.is_file())
-    input_path = Path(args.input_dir) / args.input_file
-    # The content, not only the path: results of an input edited since must not be resumed as its results.
-    contents = {"input_sha256": file_sha256(input_path), "criteria_sha256": file_sha256(Path(args.criteria_file)) if args.criteria_file else None}
-    return fingerprint({
-        "model": str(model_dir), "weights": weights, "dtype": str(next(judge.model.parameters()).dtype),
-        "rubrics": {k: r.model_dump() for k, r in rubrics.items()}, "settings": judge.settings.to_json(),
-        "mode": options.mode, "max_new_tokens": options.max_new_tokens, "image_token_budget": options.image_token_budget,
-        "prompt_token_budget": options.prompt_token_budget,
-        "ignore_stop": options.ignore_stop, "input": str(input_path.resolve()), **contents,
-    })
-
-
 def main(argv=None) -> int:
     return run(_main, argv)
 
@@ -169,89 +99,9 @@ def _main(argv) -> int:
     input_path = Path(args.input_dir) / args.input_file
     fmt = FORMATS[args.format] if args.format else detect_format(input_path)
     options = score_options(args, fmt)
-    with distributed() as (rank, world):
-        return score_input(args, fmt, options, rank, world)
+    from infer.run import score  # torch and transformers load here: --help and --version need neither
 
-
-def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int) -> int:
-    input_path = Path(args.input_dir) / args.input_file
-    bench = read_input(fmt, input_path, args)
-    if bench.problems and not args.skip_invalid:
-        raise InputError(bench.problems)
-    samples = bench.samples[: args.limit] if args.limit else bench.samples
-    rubrics = bench.rubrics
-    if missing := sorted({s.category for s in samples} - set(rubrics)):
-        raise InputError([Problem(str(input_path), f"no rubric for category {c}; give one with --rubric") for c in missing])
-    calibrator = Calibrator.load(args.calibrator) if args.calibrator else None
-    output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-
-    device = args.device or default_device()
-    judge = load_judge(args.model_path, device, DTYPES.get(args.dtype))
-    judge.settings = with_max_tiles(judge.settings, options.max_tiles)
-    run_id = run_fingerprint(args, options, rubrics, judge)
-    if args.no_resume and rank == 0:
-        clear(output_dir, args.output_file)
-    barrier(world)
-    finished = read_finished(output_dir, args.output_file, run_id)
-    mine = [(i, s) for i, s in enumerate(samples) if i % world == rank and s.id not in finished]
-    if rank == 0 and finished:
-        print(f"resuming: {len(finished)} sample(s) already scored in {output_dir}", file=sys.stderr)
-
-    scorer = Scorer(judge, rubrics, options, device)
-    journal = Journal(output_dir, args.output_file, rank, run_id)
-    preparing = tqdm(mine, unit="sample", desc="preparing", disable=rank != 0, file=sys.stderr)
-    items = prepare(judge, preparing, rubrics, Path(args.input_dir), options)
-    with tqdm(total=len(items), unit="sample", desc="scoring", disable=rank != 0, file=sys.stderr) as bar:
-        for batch in scorer.run(items):
-            journal.append([result for _, result in batch])
-            bar.update(len(batch))
-    journal.close()
-    barrier(world)
-
-    def merge() -> None:
-        results = finish(output_dir, args.output_file, samples, run_id, calibrator, bench.problems, rubrics)
-        for path in fmt.write(bench, {r.id: r for r in results}, output_dir):
-            print(f"{fmt.name}: {path}")
-
-    on_rank_zero(merge, rank, world)
-    return 0
-
-
-def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
-    """The input in the toolkit's terms, its rubrics loaded; refuses what cannot work before a model loads."""
-    if args.criteria_file and fmt.name != "megabench":
-        raise UsageError(f"--criteria_file applies to --format megabench only, not {fmt.name}")
-    if clash := [name for name in (args.output_file, *fmt.outputs) if (Path(args.output_dir) / name).resolve() == input_path.resolve()]:
-        raise UsageError(f"--output_dir would overwrite the input {input_path} with {clash[0]}; choose another --output_dir")
-    rubrics = load_rubrics(args.rubric or fmt.default_rubrics)
-    bench = fmt.read(input_path, Path(args.input_dir), rubrics, Path(args.criteria_file) if args.criteria_file else None)
-    bench.problems.sort(key=lambda p: (p.index is not None, p.index or 0))
-    for note in bench.notes:
-        print(f"note: {note}", file=sys.stderr)
-    return bench
-
-
-def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator, skipped, rubrics) -> list[JudgeResult]:
-    """Merge every rank's journal into the result file, in input order, and write the summary."""
-    finished = read_finished(output_dir, output_file, run_id)
-    missing = [s.id for s in samples if s.id not in finished]
-    if missing:
-        raise RuntimeError(f"{len(missing)} sample(s) have no result (first: {missing[:3]}); rerun to finish them")
-    results = [finished[s.id] for s in samples]
-    if calibrator is not None:
-        for r in results:
-            r.calibrated_score = calibrator.apply(getattr(r, calibrator.source))
-    # calibrated_score is a key of the file only when a calibrator gave it; otherwise the records have
-    # exactly MMIE's documented keys.
-    uncalibrated = {"calibrated_score"} if calibrator is None else None
-    write_json_atomically(output_dir / output_file, [r.model_dump(exclude=uncalibrated) for r in results])
-    scale = next(iter(rubrics.values())).score_scale
-    summary = summarize(results, skipped, scale)
-    write_json_atomically(output_dir / "summary.json", summary)
-    print(format_summary(summary))
-    print(f"results: {output_dir / output_file}\nsummary: {output_dir / 'summary.json'}")
-    return results
+    return score(args, fmt, options)
 
 
 if __name__ == "__main__":

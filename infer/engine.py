@@ -17,76 +17,22 @@ other scales have none):
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
+from infer.options import ScoreOptions
+from judge.cli import UsageError
 from judge.data import JudgeResult, Sample
 from judge.model import Judge, with_max_tiles
-from judge.cli import UsageError
 from judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
 from judge.prompts import IMAGE_TOKENS, PlannedImage, Rubric, build_prompt
 from judge.templates import get_template
 from judge.tiling import load_tiles
-
-
-Mode = Literal["generate", "logits"]
-
-
-def _option(default, help: str, minimum: int | None = None, flag: bool = True):
-    """A ScoreOptions field. `help` is also its flag's; `minimum` is the least whole number that works;
-    `flag`: judge-score has a flag of the field's name (the others are for presets and code)."""
-    return field(default=default, metadata={"help": help, "minimum": minimum, "flag": flag})
-
-
-@dataclass(frozen=True)
-class ScoreOptions:
-    """How judge-score runs. The fields are the keys of configs/score/<format>.yaml, each format's preset
-    (the defaults judge-score really uses), and, where `flag`, judge-score's flags. The defaults here are
-    MMIE's, for code that builds options itself (judge-train's evaluation, the benchmarks)."""
-
-    mode: Mode = _option("generate", "generate: feedback and parsed scores, with the score's distribution; "
-                                     "logits: one forward pass, the score distribution only")
-    max_new_tokens: int = _option(1024, "longest feedback in tokens", minimum=1)
-    token_budget: int = _option(65536, "tokens per batch: batch size x (longest prompt + new tokens)", minimum=1)
-    image_token_budget: int | None = _option(
-        None, "image tokens per sample before tiles, then whole images, are cut; none: no limit", minimum=0)
-    prompt_token_budget: int | None = _option(
-        None, "tokens per prompt before the question's oldest context is cut; none: no limit", minimum=1)
-    max_tiles: int | None = _option(None, "tiles per image before the thumbnail; none: the checkpoint's max_dynamic_patch", minimum=1)
-    workers: int = _option(4, "background threads that decode and tile images", minimum=1)
-    prefetch: int = _option(2, "batches prepared ahead of the model", minimum=0, flag=False)
-    ignore_stop: bool = _option(False, "always generate max_new_tokens, no forced score heading (benchmarks: equal work per sample)",
-                                flag=False)
-
-    def __post_init__(self):
-        if problems := option_problems(asdict(self)):
-            raise UsageError("invalid scoring options:\n  " + "\n  ".join(problems))
-
-
-def option_problems(values: dict) -> list[str]:
-    """Every value for a ScoreOptions field in `values` that cannot work, each with what would."""
-    hints = typing.get_type_hints(ScoreOptions)
-    problems = []
-    for f in fields(ScoreOptions):
-        value, hint = values.get(f.name, f.default), hints[f.name]
-        if typing.get_origin(hint) is Literal:
-            ok, wanted = value in typing.get_args(hint), "one of " + ", ".join(typing.get_args(hint))
-        elif hint is bool:
-            ok, wanted = isinstance(value, bool), "true or false"
-        else:  # a whole number, or none where the type allows it
-            optional = type(None) in typing.get_args(hint)
-            ok = (optional and value is None) or (type(value) is int and value >= f.metadata["minimum"])
-            wanted = f"a whole number of at least {f.metadata['minimum']}" + (" or none" if optional else "")
-        if not ok:
-            problems.append(f"{f.name} must be {wanted}, got {value!r}")
-    return problems
 
 
 @dataclass

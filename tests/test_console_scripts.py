@@ -61,3 +61,12 @@ def test_help_states_every_default(outputs, run):
     done = outputs[(*run, "--help")]
     assert done.returncode == 0, done.stderr
     assert options_without_default(done.stdout) == []
+
+
+def test_the_command_lines_are_read_before_transformers_loads():
+    """--help, --version and a bad flag's message must not wait for transformers (seconds): the command
+    modules and their settings import without it, and the parsers build without it."""
+    code = ("import sys, infer.cli, train.cli; infer.cli.build_parser(); train.cli.build_parser(); train.cli.merge_parser(); "
+            "print(sorted(m for m in ('transformers', 'peft', 'deepspeed') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr

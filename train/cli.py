@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 
 from judge.cli import UsageError, add_common_flags, add_settings_flags, run, settings_from_config
-from judge.distributed import end_process_group
-from judge.model import load_judge, save_native
 from judge.prompts import CONFIG_DIR, DEFAULT_RUBRICS, load_rubrics
-from train.recipe import TrainConfig, train
+from train.config import TrainConfig
+
+# judge.model, judge.distributed and train.recipe are imported where they are used: they load torch and
+# transformers (seconds), which --help, --version and a bad flag's message do not need.
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,19 +50,30 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    if argv and argv[0] == "merge":
-        args = merge_parser().parse_args(argv[1:])
-        judge = load_judge(args.adapter)
-        if judge.source_format != "adapter":
-            raise UsageError(f"--adapter {args.adapter}: not a LoRA adapter directory (no adapter_config.json)")
-        print(f"merged checkpoint: {save_native(judge, args.output_dir)}")
-        return 0
+    return merge(argv[1:]) if argv and argv[0] == "merge" else fine_tune(argv)
+
+
+def merge(argv) -> int:
+    args = merge_parser().parse_args(argv)
+    from judge.model import load_judge, save_native
+
+    judge = load_judge(args.adapter)
+    if judge.source_format != "adapter":
+        raise UsageError(f"--adapter {args.adapter}: not a LoRA adapter directory (no adapter_config.json)")
+    print(f"merged checkpoint: {save_native(judge, args.output_dir)}")
+    return 0
+
+
+def fine_tune(argv) -> int:
     args = build_parser().parse_args(argv)
     cfg = settings_from_config(TrainConfig, args.config, args)
     if args.deepspeed and not Path(args.deepspeed).is_file():
         raise UsageError(f"--deepspeed {args.deepspeed}: file not found")
     rubrics = load_rubrics(args.rubric or DEFAULT_RUBRICS)
     out = Path(args.output_dir)
+    from judge.distributed import end_process_group
+    from train.recipe import train
+
     try:
         result = train(Path(args.model_path), Path(args.train_file), Path(args.eval_file) if args.eval_file else None,
                        Path(args.input_dir), out, rubrics, cfg, args.deepspeed, args.resume)

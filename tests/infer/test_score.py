@@ -15,7 +15,8 @@ import torch
 from transformers import GenerationConfig
 
 from infer.cli import build_parser, main
-from infer.engine import Scorer, ScoreOptions, _batch_tensors, _load_pixels, plan_batches, prepare, score_token_ids
+from infer.engine import Scorer, _batch_tensors, _load_pixels, plan_batches, prepare, score_token_ids
+from infer.options import ScoreOptions
 from judge.cli import UsageError
 from judge.data import JudgeResult, load_samples
 from judge.model import load_judge

@@ -6,13 +6,13 @@ import argparse
 import pytest
 
 from infer.cli import main as score_main
-from infer.engine import ScoreOptions
+from infer.options import ScoreOptions
 from judge.cli import UsageError, run, settings_from_config
 from judge.prompts import CONFIG_DIR
 from judge.rubric_cli import main as rubric_main
 from judge.testing import write_dataset
 from train.cli import main as train_main
-from train.recipe import TrainConfig
+from train.config import TrainConfig
 
 MMIE_LIKE_PROMPTS = 'SA_PROMPT = """Rate it."""\n\ndef get_prompt(data_id):\n    if "SA" in data_id:\n        return SA_PROMPT + "{question}{answer}"\n'
 

@@ -22,7 +22,8 @@ from judge.model import load_judge
 from judge.prompts import CONFIG_DIR
 from judge.testing import write_dataset, write_original_checkpoint
 from train.data import merge_annotators
-from train.recipe import TrainConfig, apply_lora
+from train.config import TrainConfig
+from train.recipe import apply_lora
 
 
 @pytest.fixture(scope="module")

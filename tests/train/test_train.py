@@ -13,7 +13,8 @@ from judge.prompts import CONFIG_DIR, load_rubrics
 from judge.testing import write_dataset, write_original_checkpoint
 from train.cli import main as train_main
 from train.data import IGNORE_INDEX, build_dataset, merge_annotators, target_text
-from train.recipe import TrainConfig, apply_lora, run_vision_in_every_batch
+from train.config import TrainConfig
+from train.recipe import apply_lora, run_vision_in_every_batch
 
 TINY_RUBRIC = [str(CONFIG_DIR / "rubrics" / "tiny")]
 

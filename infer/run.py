@@ -1,0 +1,169 @@
+"""One judge-score run, once its flags are read: the process group, the input and its rubrics, the judge,
+the resumable journal of results, the batched scoring, and rank 0's merge into the result files."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from infer.engine import Scorer, prepare
+from infer.journal import Journal, clear, file_sha256, fingerprint, read_finished
+from infer.options import ScoreOptions
+from infer.summary import format_summary, summarize
+from judge.calibrator import Calibrator
+from judge.cli import UsageError
+from judge.data import InputError, JudgeResult, Problem, write_json_atomically
+from judge.distributed import end_process_group
+from judge.formats import BenchmarkInput, Format
+from judge.model import load_judge, with_max_tiles
+from judge.prompts import load_rubrics
+
+
+def score(args, fmt: Format, options: ScoreOptions) -> int:
+    with distributed() as (rank, world):
+        return score_input(args, fmt, options, rank, world)
+
+
+def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int) -> int:
+    input_path = Path(args.input_dir) / args.input_file
+    bench = read_input(fmt, input_path, args)
+    if bench.problems and not args.skip_invalid:
+        raise InputError(bench.problems)
+    samples = bench.samples[: args.limit] if args.limit else bench.samples
+    rubrics = bench.rubrics
+    if missing := sorted({s.category for s in samples} - set(rubrics)):
+        raise InputError([Problem(str(input_path), f"no rubric for category {c}; give one with --rubric") for c in missing])
+    calibrator = Calibrator.load(args.calibrator) if args.calibrator else None
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    device = args.device or default_device()
+    judge = load_judge(args.model_path, device, getattr(torch, args.dtype) if args.dtype else None)
+    judge.settings = with_max_tiles(judge.settings, options.max_tiles)
+    run_id = run_fingerprint(args, options, rubrics, judge)
+    if args.no_resume and rank == 0:
+        clear(output_dir, args.output_file)
+    barrier(world)
+    finished = read_finished(output_dir, args.output_file, run_id)
+    mine = [(i, s) for i, s in enumerate(samples) if i % world == rank and s.id not in finished]
+    if rank == 0 and finished:
+        print(f"resuming: {len(finished)} sample(s) already scored in {output_dir}", file=sys.stderr)
+
+    scorer = Scorer(judge, rubrics, options, device)
+    journal = Journal(output_dir, args.output_file, rank, run_id)
+    preparing = tqdm(mine, unit="sample", desc="preparing", disable=rank != 0, file=sys.stderr)
+    items = prepare(judge, preparing, rubrics, Path(args.input_dir), options)
+    with tqdm(total=len(items), unit="sample", desc="scoring", disable=rank != 0, file=sys.stderr) as bar:
+        for batch in scorer.run(items):
+            journal.append([result for _, result in batch])
+            bar.update(len(batch))
+    journal.close()
+    barrier(world)
+
+    def merge() -> None:
+        results = finish(output_dir, args.output_file, samples, run_id, calibrator, bench.problems, rubrics)
+        for path in fmt.write(bench, {r.id: r for r in results}, output_dir):
+            print(f"{fmt.name}: {path}")
+
+    on_rank_zero(merge, rank, world)
+    return 0
+
+
+def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
+    """The input in the toolkit's terms, its rubrics loaded; refuses what cannot work before a model loads."""
+    if args.criteria_file and fmt.name != "megabench":
+        raise UsageError(f"--criteria_file applies to --format megabench only, not {fmt.name}")
+    if clash := [name for name in (args.output_file, *fmt.outputs) if (Path(args.output_dir) / name).resolve() == input_path.resolve()]:
+        raise UsageError(f"--output_dir would overwrite the input {input_path} with {clash[0]}; choose another --output_dir")
+    rubrics = load_rubrics(args.rubric or fmt.default_rubrics)
+    bench = fmt.read(input_path, Path(args.input_dir), rubrics, Path(args.criteria_file) if args.criteria_file else None)
+    bench.problems.sort(key=lambda p: (p.index is not None, p.index or 0))
+    for note in bench.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return bench
+
+
+def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator, skipped, rubrics) -> list[JudgeResult]:
+    """Merge every rank's journal into the result file, in input order, and write the summary."""
+    finished = read_finished(output_dir, output_file, run_id)
+    missing = [s.id for s in samples if s.id not in finished]
+    if missing:
+        raise RuntimeError(f"{len(missing)} sample(s) have no result (first: {missing[:3]}); rerun to finish them")
+    results = [finished[s.id] for s in samples]
+    if calibrator is not None:
+        for r in results:
+            r.calibrated_score = calibrator.apply(getattr(r, calibrator.source))
+    # calibrated_score is a key of the file only when a calibrator gave it; otherwise the records have
+    # exactly MMIE's documented keys.
+    uncalibrated = {"calibrated_score"} if calibrator is None else None
+    write_json_atomically(output_dir / output_file, [r.model_dump(exclude=uncalibrated) for r in results])
+    scale = next(iter(rubrics.values())).score_scale
+    summary = summarize(results, skipped, scale)
+    write_json_atomically(output_dir / "summary.json", summary)
+    print(format_summary(summary))
+    print(f"results: {output_dir / output_file}\nsummary: {output_dir / 'summary.json'}")
+    return results
+
+
+@contextmanager
+def distributed() -> Iterator[tuple[int, int]]:
+    """(rank, world) for the run, its process group torn down at the end whatever happens."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        if torch.cuda.is_available():
+            # NCCL's own tensors (barrier, broadcast) go to the current device: this rank's, not all to GPU 0.
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    try:
+        yield int(os.environ.get("RANK", "0")), world
+    finally:
+        end_process_group()
+
+
+def barrier(world: int) -> None:
+    if world > 1:
+        dist.barrier()
+
+
+def on_rank_zero(work: Callable[[], None], rank: int, world: int) -> None:
+    """Run `work` on rank 0 while the other ranks wait, and have every rank fail when it fails: a rank
+    left waiting for a rank 0 that died would hang (on other nodes, until the collective times out)."""
+    error = None
+    if rank == 0:
+        try:
+            work()
+        except BaseException as err:  # Ctrl-C too: the others must not wait for it
+            error = err
+    failed = [error is not None]
+    if world > 1:
+        dist.broadcast_object_list(failed, src=0)
+    if error is not None:
+        raise error
+    if failed[0]:
+        raise RuntimeError("rank 0 failed to merge the results (its error says why); the journals are kept: rerun to finish")
+
+
+def default_device() -> str:
+    return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
+
+
+def run_fingerprint(args, options: ScoreOptions, rubrics, judge) -> str:
+    model_dir = Path(args.model_path).resolve()
+    weights = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in model_dir.iterdir() if f.is_file())
+    input_path = Path(args.input_dir) / args.input_file
+    # The content, not only the path: results of an input edited since must not be resumed as its results.
+    contents = {"input_sha256": file_sha256(input_path), "criteria_sha256": file_sha256(Path(args.criteria_file)) if args.criteria_file else None}
+    return fingerprint({
+        "model": str(model_dir), "weights": weights, "dtype": str(next(judge.model.parameters()).dtype),
+        "rubrics": {k: r.model_dump() for k, r in rubrics.items()}, "settings": judge.settings.to_json(),
+        "mode": options.mode, "max_new_tokens": options.max_new_tokens, "image_token_budget": options.image_token_budget,
+        "prompt_token_budget": options.prompt_token_budget,
+        "ignore_stop": options.ignore_stop, "input": str(input_path.resolve()), **contents,
+    })
