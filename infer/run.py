@@ -23,7 +23,7 @@ from judge.data import InputError, JudgeResult, Problem, write_json_atomically
 from judge.distributed import end_process_group
 from judge.formats import BenchmarkInput, Format
 from judge.model import load_judge, with_max_tiles
-from judge.prompts import load_rubrics
+from judge.prompts import Rubric, load_rubrics
 
 
 def score(args, fmt: Format, options: ScoreOptions) -> int:
@@ -40,7 +40,7 @@ def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int)
     rubrics = bench.rubrics
     if missing := sorted({s.category for s in samples} - set(rubrics)):
         raise InputError([Problem(str(input_path), f"no rubric for category {c}; give one with --rubric") for c in missing])
-    calibrator = Calibrator.load(args.calibrator) if args.calibrator else None
+    calibrator = load_calibrator(args.calibrator, [rubrics[c] for c in sorted({s.category for s in samples})]) if args.calibrator else None
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
@@ -88,6 +88,19 @@ def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
     for note in bench.notes:
         print(f"note: {note}", file=sys.stderr)
     return bench
+
+
+def load_calibrator(path: str, rubrics: list[Rubric]) -> Calibrator:
+    """The calibrator, refused where the rubrics score on another scale: its map would read a 0-1 score as
+    if on 0-6 and write calibrated scores that look plausible and mean nothing."""
+    calibrator = Calibrator.load(path)
+    for rubric in rubrics:
+        scale = rubric.score_scale
+        if (scale.low, scale.high) != tuple(calibrator.scale):
+            low, high = calibrator.scale
+            raise UsageError(f"--calibrator {path} maps scores on the scale {low:g}-{high:g}, but rubric {rubric.category!r} "
+                             f"scores {scale.low:g}-{scale.high:g}; fit a calibrator on this benchmark's scores with judge-calibrate --scale")
+    return calibrator
 
 
 def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator, skipped, rubrics) -> list[JudgeResult]:

@@ -307,6 +307,15 @@ def test_calibrator_adds_calibrated_scores(checkpoint, dataset, tmp_path):
     assert score(checkpoint, dataset, tmp_path / "out2", "--calibrator", str(tmp_path / "broken.json")) == 2
 
 
+def test_a_calibrator_of_another_scale_is_refused_before_the_model_loads(checkpoint, dataset, tmp_path, capsys):
+    from judge.calibrator import Calibrator
+
+    Calibrator(method="linear", source="score", x=[0, 1], y=[0.2, 0.8], scale=(0, 1)).save(tmp_path / "cal.json")
+    assert score(tmp_path / "no-checkpoint-here", dataset, tmp_path / "out", "--calibrator", str(tmp_path / "cal.json")) == 2
+    err = capsys.readouterr().err
+    assert "maps scores on the scale 0-1, but rubric 'MSR' scores 0-6" in err and "no-checkpoint-here" not in err
+
+
 def test_an_old_calibrator_of_the_overall_score_applies_and_one_of_another_criterion_is_refused(checkpoint, dataset, tmp_path, capsys):
     # calibrator.json as judge-calibrate wrote it before 'criterion' was dropped, mapping the integer score
     old = {"method": "isotonic", "source": "score", "criterion": "overall", "x": [0, 3, 6], "y": [1, 1.5, 5], "scale": [0, 6]}
