@@ -19,7 +19,7 @@ from infer.options import ScoreOptions
 from infer.summary import format_summary, summarize
 from judge.calibrator import Calibrator
 from judge.cli import UsageError
-from judge.data import InputError, JudgeResult, Problem, write_json_atomically
+from judge.data import InputError, JudgeResult, Problem, Sample, resolve_image, write_json_atomically
 from judge.distributed import end_process_group
 from judge.formats import BenchmarkInput, Format
 from judge.model import load_judge, with_max_tiles
@@ -47,7 +47,7 @@ def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int)
     device = args.device or default_device()
     judge = load_judge(args.model_path, device, getattr(torch, args.dtype) if args.dtype else None)
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
-    run_id = run_fingerprint(args, options, rubrics, judge)
+    run_id = run_fingerprint(args, options, rubrics, judge, bench.samples)
     if args.no_resume and rank == 0:
         clear(output_dir, args.output_file)
     barrier(world)
@@ -167,12 +167,16 @@ def default_device() -> str:
     return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
 
 
-def run_fingerprint(args, options: ScoreOptions, rubrics, judge) -> str:
+def run_fingerprint(args, options: ScoreOptions, rubrics, judge, samples: list[Sample]) -> str:
     model_dir = Path(args.model_path).resolve()
     weights = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in model_dir.iterdir() if f.is_file())
     input_path = Path(args.input_dir) / args.input_file
     # The content, not only the path: results of an input edited since must not be resumed as its results.
     contents = {"input_sha256": file_sha256(input_path), "criteria_sha256": file_sha256(Path(args.criteria_file)) if args.criteria_file else None}
+    # An image replaced under the same name is caught by its size and time, as the weights are: hashing
+    # every image of a 20,000-sample benchmark would read gigabytes before the first batch.
+    images = sorted({resolve_image(image, args.input_dir) for sample in samples for image in sample.images()})
+    contents["images"] = fingerprint([(str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in images])
     return fingerprint({
         "model": str(model_dir), "weights": weights, "dtype": str(next(judge.model.parameters()).dtype),
         "rubrics": {k: r.model_dump() for k, r in rubrics.items()}, "settings": judge.settings.to_json(),

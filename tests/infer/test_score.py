@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from transformers import GenerationConfig
 
 from infer.cli import build_parser, main
@@ -221,6 +223,20 @@ def test_an_edited_input_is_not_resumed_as_if_unchanged(checkpoint, dataset, tmp
     answers.write_text(json.dumps(records))
     capsys.readouterr()
     assert main(args) == 2
+    assert "was written by a run with other settings" in capsys.readouterr().err
+
+
+def test_an_image_replaced_under_its_name_is_not_resumed_as_if_unchanged(checkpoint, dataset, tmp_path, capsys):
+    data = tmp_path / "data"
+    shutil.copytree(dataset, data)
+    out = tmp_path / "out"
+    assert score(checkpoint, data, out, "--mode", "logits", "--limit", "2") == 0
+    capsys.readouterr()
+    assert score(checkpoint, data, out, "--mode", "logits", "--limit", "2") == 0  # unchanged: resumed
+    assert "resuming: 2 sample(s)" in capsys.readouterr().err
+    first = next(i for s in load_samples(data / "data.json", data)[:2] for i in s.images())
+    Image.new("RGB", (97, 61), "red").save(data / first)
+    assert score(checkpoint, data, out, "--mode", "logits", "--limit", "2") == 2
     assert "was written by a run with other settings" in capsys.readouterr().err
 
 
