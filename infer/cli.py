@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import typing
-from dataclasses import fields
 from pathlib import Path
-from typing import Literal
 
 from infer.options import ScoreOptions, option_problems
-from judge.cli import UsageError, add_common_flags, config_values, run
+from judge.cli import UsageError, add_common_flags, add_settings_flags, config_values, run
 from judge.configs import CONFIG_DIR
 from judge.formats import FORMATS, Format, detect_format
 
@@ -55,26 +52,20 @@ def preset(format_name: str) -> Path:
 
 
 def add_option_flags(parser: argparse.ArgumentParser) -> None:
-    """A flag for each ScoreOptions field that has one: its help is the field's, its default each preset's."""
-    hints = typing.get_type_hints(ScoreOptions)
+    """A flag for each ScoreOptions field that has one; the default it shows is each format's preset's."""
     presets = {name: config_values(ScoreOptions, preset(name), argparse.Namespace()) for name in FORMATS}
-    for f in fields(ScoreOptions):
-        if not f.metadata["flag"]:
-            continue
-        names = [f"--{f.name}", f"--{f.name.replace('_', '-')}"] if "_" in f.name else [f"--{f.name}"]
-        values = {"choices": typing.get_args(hints[f.name])} if typing.get_origin(hints[f.name]) is Literal else {"type": int}
-        parser.add_argument(*names, **values, help=f"{f.metadata['help']} ({preset_defaults(f.name, f.default, presets)})")
+    add_settings_flags(parser, ScoreOptions(), lambda name: preset_defaults(name, presets))
 
 
-def preset_defaults(name: str, default, presets: dict[str, dict]) -> str:
-    """'default: 4', or each format's default where the presets differ."""
+def preset_defaults(name: str, presets: dict[str, dict]) -> str:
+    """'4', or each format's value where the presets differ: '1024 for mmie, 512 for milebench/instit'."""
     formats_by_value: dict[str, list[str]] = {}
     for format_name, values in presets.items():
-        value = values.get(name, default)
+        value = values.get(name, getattr(ScoreOptions, name))
         formats_by_value.setdefault("none" if value is None else str(value), []).append(format_name)
     if len(formats_by_value) == 1:
-        return f"default: {next(iter(formats_by_value))}"
-    return "default: " + ", ".join(f"{value} for {'/'.join(names)}" for value, names in formats_by_value.items())
+        return next(iter(formats_by_value))
+    return ", ".join(f"{value} for {'/'.join(names)}" for value, names in formats_by_value.items())
 
 
 def score_options(args, fmt: Format) -> ScoreOptions:

@@ -42,26 +42,33 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
 
 
-def add_settings_flags(parser: argparse.ArgumentParser, defaults) -> None:
-    """One flag per field of a settings dataclass, with the help in the field's metadata and the default
-    shown from `defaults`. The flags themselves default to None: settings_from_config applies only the
-    ones the user gave, over the --config file."""
+def add_settings_flags(parser: argparse.ArgumentParser, defaults, shown_default: Callable[[str], str] | None = None) -> None:
+    """One flag per field of a settings dataclass (a field whose metadata says `flag: False` has none),
+    spelled with underscores or hyphens, with the help in the field's metadata. The default shown is the
+    field's value in `defaults`, or `shown_default(name)` where the default depends on more than one
+    preset. The flags themselves default to None: settings_from_config applies only the ones the user
+    gave, over the --config file."""
     hints = typing.get_type_hints(type(defaults))
     for f in fields(defaults):
+        if not f.metadata.get("flag", True):
+            continue
         value = getattr(defaults, f.name)
-        shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else value  # as typed on the command line
+        shown = shown_default(f.name) if shown_default else " ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+        names = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
         help_text = f"{f.metadata['help']} (default: {shown})"
         kind = hints[f.name]
         if kind is bool:
-            parser.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            parser.add_argument(*names, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif typing.get_origin(kind) is typing.Literal:
+            parser.add_argument(*names, choices=typing.get_args(kind), default=None, help=help_text)
         elif typing.get_origin(kind) is tuple:  # fixed length, e.g. scale: LOW HIGH
             items = typing.get_args(kind)
-            parser.add_argument(f"--{f.name}", nargs=len(items), type=items[0], default=None, help=help_text)
+            parser.add_argument(*names, nargs=len(items), type=items[0], default=None, help=help_text)
         elif typing.get_origin(kind) is list:
-            parser.add_argument(f"--{f.name}", nargs="+", type=typing.get_args(kind)[0], default=None, help=help_text)
+            parser.add_argument(*names, nargs="+", type=typing.get_args(kind)[0], default=None, help=help_text)
         else:
             args = [a for a in typing.get_args(kind) if a is not type(None)] if isinstance(kind, types.UnionType) else [kind]
-            parser.add_argument(f"--{f.name}", type=args[0], default=None, help=help_text)
+            parser.add_argument(*names, type=args[0], default=None, help=help_text)
 
 
 def settings_from_config(cls, config: str | Path, args: argparse.Namespace):

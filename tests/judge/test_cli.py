@@ -75,6 +75,18 @@ def test_train_scale_takes_exactly_two_values(tmp_path, capsys):
     assert info.value.code == 2 and "unrecognized arguments: 2" in capsys.readouterr().err
 
 
+def test_settings_flags_take_either_spelling_and_leave_unflagged_fields_to_the_config():
+    from infer.cli import build_parser as score_parser
+    from train.cli import build_parser as train_parser
+
+    required = ["--model_path", "m", "--input_dir", ".", "--output_dir", "o"]
+    train = train_parser().parse_args([*required, "--train_file", "t.json", "--learning-rate", "3e-4", "--lora_r", "8", "--full-finetune"])
+    assert (train.learning_rate, train.lora_r, train.full_finetune, train.num_epochs) == (3e-4, 8, True, None)
+    score = score_parser().parse_args([*required, "--input_file", "d.json", "--max-new-tokens", "64", "--mode", "logits"])
+    assert (score.max_new_tokens, score.mode, score.token_budget) == (64, "logits", None)
+    assert not hasattr(score, "prefetch") and not hasattr(score, "ignore_stop")  # ScoreOptions fields without a flag
+
+
 def test_rubric_import_names_a_missing_file_and_an_unwritable_output(tmp_path, capsys):
     assert rubric_main(["import", str(tmp_path / "missing.py"), "-o", str(tmp_path / "r.yaml")]) == 2
     assert the_error(capsys) == f"error: {tmp_path / 'missing.py'}: file not found"
