@@ -197,13 +197,21 @@ class InputError(Exception):
         super().__init__(f"{len(problems)} problem(s) in the input:\n  {shown}{more}")
 
 
+def read_text(path: str | Path) -> str:
+    """A user's text file, which must be UTF-8: an undecodable one is a problem naming the file and byte."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError([Problem(str(path), f"not UTF-8 text (byte {err.start}: {err.reason}); save it as UTF-8")]) from None
+
+
 def read_json(path: str | Path) -> object:
     """The content of a JSON file, or of a JSONL file (`.jsonl`, one value per line) as a list; errors
     name the file and the line."""
     path = Path(path)
     if not path.is_file():
         raise InputError([Problem(str(path), "file not found")])
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     if not text.strip():
         raise InputError([Problem(str(path), "file is empty")])
     if path.suffix != ".jsonl":

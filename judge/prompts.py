@@ -37,7 +37,7 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from judge.configs import CONFIG_DIR
-from judge.data import IMAGE_PLACEHOLDER, InputError, Problem, Sample, Segment, resolve_image
+from judge.data import IMAGE_PLACEHOLDER, InputError, JudgeText, Problem, Sample, Segment, no_image_placeholder, resolve_image
 from judge.parsing import ScoreScale
 from judge.templates import ChatTemplate
 from judge.tiling import TilingConfig, count_tiles
@@ -59,8 +59,8 @@ class Rubric(BaseModel):
     category: str
     scale: tuple[float, float] = (0, 6)
     step: float = 1  # Inst-It's judge scores 0-1 in steps of 0.1
-    criteria: dict[str, str] = {}  # criterion name -> the label of its line in the judge's output
-    instructions: str
+    criteria: dict[str, JudgeText] = {}  # criterion name -> the label of its line in the judge's output
+    instructions: JudgeText
     template: str  # fields: TEMPLATE_FIELDS, e.g. {question}
     use_reference: bool = False  # MMIE shows the reference answer (gt_answer's first text) for MSR only
     # MMIE's dataset.py reads the answer only until the prompt holds this many images (3); the rest of the
@@ -77,7 +77,7 @@ class Rubric(BaseModel):
             raise ValueError(f"{err}; write a literal brace as {{{{ or }}}}") from None
         if unknown := [name for name in names if name not in TEMPLATE_FIELDS]:
             raise ValueError(f"unknown field(s) {_braced(unknown)}; a template may use {_braced(TEMPLATE_FIELDS)}")
-        return template
+        return no_image_placeholder(template)
 
     @model_validator(mode="after")
     def _valid_scale(self) -> Rubric:

@@ -19,6 +19,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from judge.data import InputError, Problem, read_text
+
 # InternVL2's default system message, as its conversation.py defines it for these templates.
 INTERNVL_SYSTEM_MESSAGE = "你是由上海人工智能实验室联合商汤科技开发的书生多模态大模型，英文名叫InternVL, 是一个有用无害的人工智能助手。"
 
@@ -77,7 +79,10 @@ def system_message_from_conversation_py(path: Path, template: str) -> str | None
 
     Looks for `Conversation(name=<template>, system_message=<literal>, ...)`; None when the file has no
     such literal (then the caller falls back to the template's default)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    try:
+        tree = ast.parse(read_text(path), filename=str(path))
+    except SyntaxError as err:
+        raise InputError([Problem(str(path), f"not valid Python at line {err.lineno}: {err.msg}")]) from None
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue

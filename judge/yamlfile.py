@@ -7,12 +7,12 @@ from pathlib import Path
 
 import yaml
 
-from judge.data import InputError, Problem
+from judge.data import InputError, Problem, read_text
 
 
 def read_yaml(path: Path) -> object:
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(read_text(path))
     except yaml.MarkedYAMLError as err:
         raise InputError([Problem(str(path), _describe(err))]) from None
 

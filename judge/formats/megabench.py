@@ -29,7 +29,6 @@ import json
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from judge.data import (
@@ -50,6 +49,7 @@ from judge.data import (
 )
 from judge.formats.base import BenchmarkInput, Format, first_record
 from judge.prompts import CONFIG_DIR, Rubric
+from judge.yamlfile import read_yaml
 
 BASE_RUBRIC = "megabench"
 CRITERIA_SLOT = "{task_criteria}"
@@ -66,7 +66,7 @@ class TaskCriteria(BaseModel):
     """One task's `gpt4o_eval_configs`, as MEGA-Bench's dataset holds it."""
 
     model_config = ConfigDict(extra="allow")
-    eval_criteria_prompt: str
+    eval_criteria_prompt: JudgeText  # it goes into the judge's prompt
     template_mapping: dict[str, str] = {}
     judge_model_type: Literal["with image", "text only"] = "with image"
     eval_context: dict[str, object] = {}
@@ -147,11 +147,7 @@ def load_criteria(path: Path) -> tuple[dict[str, TaskCriteria], list[Problem]]:
     """Task name -> criteria, from JSON or YAML; a plain text is the whole criteria."""
     if not path.is_file():
         raise InputError([Problem(str(path), "criteria file not found")])
-    text = path.read_text(encoding="utf-8")
-    try:
-        entries = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else read_json(path)
-    except yaml.YAMLError as err:
-        raise InputError([Problem(str(path), f"invalid YAML: {err}")]) from None
+    entries = read_yaml(path) if path.suffix in (".yaml", ".yml") else read_json(path)
     if not isinstance(entries, dict):
         raise InputError([Problem(str(path), "expected an object mapping each task name to its criteria")])
     criteria, problems = {}, []

@@ -87,6 +87,12 @@ def test_invalid_json_names_the_line(tmp_path):
         read_records(tmp_path / "x.jsonl")
 
 
+def test_a_file_that_is_not_utf8_is_named_with_the_byte(tmp_path):
+    (tmp_path / "latin1.json").write_bytes(json.dumps([sample()], ensure_ascii=False).replace("What next?", "Caf\u00e9?").encode("latin-1"))
+    with pytest.raises(InputError, match=r"latin1.json: not UTF-8 text \(byte \d+: invalid continuation byte\)"):
+        load_samples(tmp_path / "latin1.json")
+
+
 @pytest.mark.parametrize("content, message", [("", "file is empty"), ("{}", "expected a JSON list"), ("[]", "no records")])
 def test_empty_or_wrong_shape_files(tmp_path, content, message):
     (tmp_path / "f.json").write_text(content)

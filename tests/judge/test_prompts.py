@@ -103,6 +103,9 @@ def test_bad_rubric_files_are_reported(tmp_path):
     # Fields a template cannot fill are refused when the rubric loads, not when the first prompt is built.
     (tmp_path / "d.yaml").write_text("- category: MSR\n  instructions: x\n  template: '{answer} {bogus} {0}'\n"
                                      "- category: PBL\n  instructions: x\n  template: 'a lone } brace'\n")
+    # A literal <image> would be taken for an image of the sample: refused at load, not after the model loads.
+    (tmp_path / "e.yaml").write_text("- category: X\n  instructions: 'See <image>.'\n  template: '{answer}'\n"
+                                     "- category: Y\n  instructions: x\n  template: '<image>{answer}'\n")
     with pytest.raises(InputError) as info:
         load_rubrics([tmp_path, tmp_path / "missing.yaml"])
     text = str(info.value)
@@ -112,6 +115,7 @@ def test_bad_rubric_files_are_reported(tmp_path):
     assert "d.yaml: record 0: template: unknown field(s) {bogus} {0}; a template may use {instructions} {question} {answer} {reference}" in text
     assert "d.yaml: record 1: template: Single '}' encountered in format string; write a literal brace as {{ or }}" in text
     assert "missing.yaml: rubric file not found" in text
+    assert "e.yaml: record 0: instructions: contains '<image>'" in text and "e.yaml: record 1: template: contains '<image>'" in text
     assert "<unicode string>" not in text
 
 
