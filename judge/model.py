@@ -45,6 +45,7 @@ from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
 from judge.cli import UsageError
 from judge.data import InputError, field_name, read_json
+from judge.parsing import SCORE_HEADING
 from judge.prompts import IMAGE_TOKENS, IMG_CONTEXT
 from judge.templates import TEMPLATES, system_message_from_conversation_py
 from judge.tiling import TilingConfig
@@ -189,6 +190,12 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
     missing = [t for t in IMAGE_TOKENS if t not in tokenizer.get_vocab()]
     if missing:
         raise CheckpointError(f"{path}: the tokenizer lacks InternVL's image tokens {missing}")
+    # A tokenizer whose vocabulary file is missing still loads, with its added tokens only, and encodes
+    # every word to nothing or <unk>: the judge would then read prompts without text and score garbage.
+    probe = tokenizer(f"{SCORE_HEADING}\nImage quality: 4", add_special_tokens=False).input_ids
+    if not probe or all(i == tokenizer.unk_token_id for i in probe):
+        raise CheckpointError(f"{path}: the tokenizer encodes text to nothing; its vocabulary file "
+                              "(tokenizer.model, tokenizer.json or vocab.json) is missing or empty")
     return tokenizer
 
 
@@ -210,7 +217,10 @@ def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
 
 def native_config_from_original(config: dict, tokenizer: PreTrainedTokenizerBase) -> InternVLConfig:
     """Map an InternVLChatModel config onto transformers' InternVLConfig, refusing what it cannot represent."""
+    _require(config, ("llm_config", "vision_config", "downsample_ratio"), "config.json")
     llm, vision = dict(config["llm_config"]), config["vision_config"]
+    _require(vision, ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "image_size", "patch_size"),
+             "config.json vision_config")
     llm_type = llm.get("model_type")
     if llm_type not in SUPPORTED_LLMS:
         raise CheckpointError(
@@ -255,6 +265,11 @@ def native_config_from_original(config: dict, tokenizer: PreTrainedTokenizerBase
         vision_feature_select_strategy="default",
         tie_word_embeddings=False,
     )
+
+
+def _require(config: dict, keys: tuple[str, ...], where: str) -> None:
+    if missing := [k for k in keys if k not in config]:
+        raise CheckpointError(f"{where} lacks {', '.join(missing)}: not an original InternVL2 config")
 
 
 def _rope_parameters(rope: dict, llm: dict) -> dict:
@@ -379,7 +394,10 @@ def settings_from_original(path: Path, config: dict, native: InternVLConfig) -> 
         raise CheckpointError(f"{path}/config.json: template {template!r} is not one of {', '.join(TEMPLATES)}")
     system_message = config.get("system_message")
     if system_message is None and (path / "conversation.py").is_file():
-        system_message = system_message_from_conversation_py(path / "conversation.py", template)
+        try:
+            system_message = system_message_from_conversation_py(path / "conversation.py", template)
+        except InputError as err:
+            raise CheckpointError("; ".join(map(str, err.problems))) from None
     tiling = TilingConfig(
         image_size=config.get("force_image_size") or config["vision_config"]["image_size"],
         min_tiles=config.get("min_dynamic_patch", 1),

@@ -180,6 +180,10 @@ def test_system_message_read_from_conversation_py_without_executing_it(original_
         (lambda d: _edit_config(d, template="vicuna"), "template 'vicuna' is not one of"),
         (lambda d: [f.unlink() for f in d.glob("*.safetensors")], "no model.safetensors"),
         (lambda d: _edit_config(d, vision_config={**_config(d)["vision_config"], "hidden_size": 48}), "has shape"),
+        (lambda d: _drop_config_key(d, "llm_config"), "config.json lacks llm_config"),
+        (lambda d: _drop_config_key(d, "downsample_ratio"), "config.json lacks downsample_ratio"),
+        (lambda d: (d / "tokenizer.model").unlink(), "the tokenizer encodes text to nothing"),
+        (lambda d: (d / "conversation.py").write_text("def broken(:\n"), "conversation.py: not valid Python at line 1"),
     ],
 )
 def test_broken_checkpoints_fail_with_what_was_expected(original_dir, tmp_path, breakage, message):
@@ -196,6 +200,10 @@ def _config(d):
 
 def _edit_config(d, **changes):
     (d / "config.json").write_text(json.dumps({**_config(d), **changes}))
+
+
+def _drop_config_key(d, key):
+    (d / "config.json").write_text(json.dumps({k: v for k, v in _config(d).items() if k != key}))
 
 
 SETTINGS = {"template": "phi3-chat", "system_message": None, "image_size": 448, "min_tiles": 1, "max_tiles": 6, "use_thumbnail": True}
