@@ -85,11 +85,20 @@ def main(argv=None) -> int:
     return run(_main, argv)
 
 
+def check_output_paths(args) -> None:
+    output_dir = Path(args.output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise UsageError(f"--output_dir {output_dir}: a file is there; give a directory")
+    if Path(args.output_file).name != args.output_file:
+        raise UsageError(f"--output_file {args.output_file}: a file name, not a path; the directory is --output_dir")
+
+
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     input_path = Path(args.input_dir) / args.input_file
     fmt = FORMATS[args.format] if args.format else detect_format(input_path)
     options = score_options(args, fmt)
+    check_output_paths(args)
     from infer.run import score  # torch and transformers load here: --help and --version need neither
 
     return score(args, fmt, options)

@@ -34,17 +34,17 @@ def score(args, fmt: Format, options: ScoreOptions) -> int:
 def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int) -> int:
     input_path = Path(args.input_dir) / args.input_file
     bench = read_input(fmt, input_path, args)
-    if bench.problems and not args.skip_invalid:
-        raise InputError(bench.problems)
-    samples = bench.samples[: args.limit] if args.limit else bench.samples
     rubrics = bench.rubrics
-    if missing := sorted({s.category for s in samples} - set(rubrics)):
-        raise InputError([Problem(str(input_path), f"no rubric for category {c}; give one with --rubric") for c in missing])
+    skipped = bench.problems + rubric_problems(bench.samples, rubrics, input_path)
+    if skipped and not args.skip_invalid:
+        raise InputError(skipped)
+    scorable = [s for s in bench.samples if s.category in rubrics]
+    samples = scorable[: args.limit] if args.limit else scorable
     calibrator = load_calibrator(args.calibrator, [rubrics[c] for c in sorted({s.category for s in samples})]) if args.calibrator else None
+    device = checked_device(args.device or default_device())
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
-    device = args.device or default_device()
     judge = load_judge(args.model_path, device, getattr(torch, args.dtype) if args.dtype else None)
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
     run_id = run_fingerprint(args, options, rubrics, judge, bench.samples)
@@ -68,7 +68,7 @@ def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int)
     barrier(world)
 
     def merge() -> None:
-        results = finish(output_dir, args.output_file, samples, run_id, calibrator, bench.problems, rubrics)
+        results = finish(output_dir, args.output_file, samples, run_id, calibrator, skipped, rubrics)
         for path in fmt.write(bench, {r.id: r for r in results}, output_dir):
             print(f"{fmt.name}: {path}")
 
@@ -88,6 +88,30 @@ def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
     for note in bench.notes:
         print(f"note: {note}", file=sys.stderr)
     return bench
+
+
+def rubric_problems(samples: list[Sample], rubrics: dict[str, Rubric], input_path: Path) -> list[Problem]:
+    """One problem per category that no rubric covers, counting its samples (with --skip_invalid they are
+    skipped and listed in the summary)."""
+    uncovered: dict[str, list[str]] = {}
+    for sample in samples:
+        if sample.category not in rubrics:
+            uncovered.setdefault(sample.category, []).append(sample.id)
+    return [Problem(str(input_path), f"no rubric for category {category} ({len(ids)} sample(s), first id {ids[0]!r}); give one with --rubric")
+            for category, ids in sorted(uncovered.items())]
+
+
+def checked_device(device: str) -> str:
+    """The device, refused before anything loads where torch cannot use it."""
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise UsageError(f"--device {device}: not a device; give cpu, cuda or cuda:N") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {device}: torch sees no CUDA GPU here (use --device cpu, or a CUDA build of torch)")
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {device}: torch sees {torch.cuda.device_count()} GPU(s), numbered from 0")
+    return device
 
 
 def load_calibrator(path: str, rubrics: list[Rubric]) -> Calibrator:

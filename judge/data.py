@@ -182,6 +182,8 @@ class Problem:
         where = [self.file]
         if self.index is not None:
             where.append(f"record {self.index}" + (f" (id {self.record_id!r})" if self.record_id else ""))
+        elif self.record_id:
+            where.append(f"id {self.record_id!r}")
         if self.field:
             where.append(self.field)
         return f"{': '.join(where)}: {self.message}"

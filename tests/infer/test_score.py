@@ -25,6 +25,7 @@ from judge.model import load_judge
 from judge.prompts import load_rubrics
 from judge.testing import write_dataset, write_original_checkpoint
 
+ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
 # The record of eval_result.json as the README documents it, in this order.
 DOCUMENTED_KEYS = ["id", "model", "category", "feedback", "score", "criteria", "score_distribution", "expected_score",
@@ -196,6 +197,34 @@ def test_skip_invalid_scores_the_rest_and_lists_what_was_skipped(checkpoint, dat
     assert [r["id"] for r in read(tmp_path)] == [records[0]["id"], records[2]["id"]]
     skipped = json.loads((tmp_path / "summary.json").read_text())["skipped_invalid"]
     assert len(skipped) == 1 and "image not found" in skipped[0]
+
+
+def test_a_category_without_a_rubric_stops_the_run_or_is_skipped_and_listed(checkpoint, dataset, tmp_path, capsys):
+    only_sa = ["--rubric", str(ROOT / "configs" / "rubrics" / "sa.yaml"), "--mode", "logits"]
+    assert score(checkpoint, dataset, tmp_path / "stop", *only_sa) == 2
+    err = capsys.readouterr().err
+    assert "no rubric for category MSR (" in err and "no rubric for category PBL (" in err
+    assert score(checkpoint, dataset, tmp_path / "skip", *only_sa, "--skip_invalid") == 0
+    categories = {s.category for s in load_samples(dataset / "data.json", dataset)}
+    assert {r["category"] for r in read(tmp_path / "skip")} == {"SA"} and categories > {"SA"}
+    skipped = json.loads((tmp_path / "skip" / "summary.json").read_text())["skipped_invalid"]
+    assert sorted(p.split(": ", 1)[1].split(" (")[0] for p in skipped) == [f"no rubric for category {c}" for c in sorted(categories - {"SA"})]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--device", "toaster"], "--device toaster: not a device"),
+    (["--device", "cuda:99"], "--device cuda:99: torch sees"),  # no GPU here, or fewer than 100
+    (["--output_file", "sub/result.json"], "--output_file sub/result.json: a file name, not a path"),
+])
+def test_unusable_devices_and_output_paths_are_user_errors(checkpoint, dataset, tmp_path, capsys, flags, message):
+    assert score(checkpoint, dataset, tmp_path / "out", *flags) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_an_output_dir_that_is_a_file_is_a_user_error(checkpoint, dataset, tmp_path, capsys):
+    (tmp_path / "out").write_text("not a directory")
+    assert score(checkpoint, dataset, tmp_path / "out") == 2
+    assert "--output_dir" in capsys.readouterr().err and (tmp_path / "out").read_text() == "not a directory"
 
 
 def test_rerun_resumes_and_no_resume_starts_over(checkpoint, dataset, tmp_path, capsys):
