@@ -96,6 +96,17 @@ def test_instit_log_keeps_its_rules_and_spelling(tmp_path):
     assert (logged[3]["score"], logged[3]["valid"]) == (0, False) and "invalid input" in logged[3]["error_in_gpt_eval"]
 
 
+def test_instit_log_leaves_out_an_item_that_is_not_an_object(tmp_path):
+    # --skip_invalid: the run goes on, and the log must still be written, with items of Inst-It's shape only.
+    items = [INSTIT[0], "q3: a stray line", None, 7, INSTIT[2]]
+    bench = read("instit", write(tmp_path / "p.json", items), tmp_path)
+    assert sorted(p.index for p in bench.problems) == [1, 2, 3]  # each reported as an input problem
+    [path] = FORMATS["instit"].write(bench, {"q9": result("q9", 0.7), "q1": result("q1", 0.4)}, tmp_path)
+    log = json.loads(path.read_text())
+    assert [e["question_id"] for e in log["model_predictons"]] == ["q9", "q1"]
+    assert (log["total_num"], log["valid_num"]) == (2, 2) and log["accuracy"] == pytest.approx(55.0)
+
+
 def test_instit_log_without_a_valid_item_and_with_a_limit(tmp_path):
     bench = read("instit", write(tmp_path / "p.json", INSTIT), tmp_path)
     [path] = FORMATS["instit"].write(bench, {"q9": result("q9", None, parse_error="x")}, tmp_path)  # --limit 1
