@@ -302,6 +302,21 @@ def test_megabench_scored_file_for_its_breakdown_tool(megabench_dir):
     assert summary["micro_mean_score"]["llm"] == pytest.approx((0.8 + 0 + 0.5) / 3) == summary["overall_micro_mean_score"]
 
 
+def test_megabench_second_task_of_a_name_leaves_the_first_one_s_scores(megabench_dir, tmp_path):
+    root, path, criteria = megabench_dir
+    tasks = json.loads(path.read_text())
+    tasks.append({**tasks[0], "query_response": tasks[0]["query_response"][:1]})  # poem_writing again
+    bench = read("megabench", write(tmp_path / "twice.json", tasks), root, criteria)
+    assert [(p.index, p.message) for p in bench.problems] == [(3, "a second task of this name")]
+    results = {"poem_writing/0": result("poem_writing/0", 8), "poem_writing/1": result("poem_writing/1", 6),
+               "plan_trip/0": result("plan_trip/0", 5)}
+    [out] = FORMATS["megabench"].write(bench, results, root)
+    first, _, _, second = json.loads(out.read_text())["data"]
+    assert [q["scores"]["query"] for q in first["query_response"]] == [0.8, 0.6] and first["task_score"] == pytest.approx(1.4)
+    [query] = second["query_response"]
+    assert query["scores"]["query"] == 0.0 and query["scores"]["info"]["poem"] == "not judged, invalid input: a second task of this name"
+
+
 # ---------------------------------------------------------------- detection
 
 
