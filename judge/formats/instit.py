@@ -7,7 +7,7 @@ so this one does too. Each item is judged by the rubric of its split, `instit_im
 (configs/rubrics/instit.yaml), on Inst-It's scale: 0 to 1 in steps of 0.1.
 
 Writes instit_evaluate.json in the shape of Inst-It's evaluate log, with its rules: an item the judge
-could not score is `valid: false` with score 0 and leaves the denominator; `accuracy` is the sum of the
+could not score is `valid: false` with score 0 and leaves the denominator; `accuracy` is the mean of the
 scores over the valid items x 100, or the string "No valid evaluations." when none is valid. Item keys
 and the log's keys are Inst-It's own (`model_predictons` and `error_in_gpt_eval` included, spelled as its
 code spells them), so its leaderboard tooling and `judge-calibrate` read the file as they read GPT-4o's.
