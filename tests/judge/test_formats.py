@@ -202,6 +202,23 @@ def test_milebench_eval_and_result_csv(milebench_dir):
     assert rows[1] == ["my-model", str(round(figures["Rouge-L f"] * 100, 2)), str(round(figures["Judge score"] * 100, 2))]
 
 
+def test_milebench_eval_json_leaves_out_a_figure_no_sample_gives(milebench_dir, capsys):
+    # MileBench's score.py does round(value * 100, 2) on every key but the split ones, and a null there
+    # drops the model's row without a word; so an undefined figure is left out, and the user told.
+    root, pred_dir = milebench_dir
+    bench = read("milebench", write(pred_dir / "pred.json", [milebench_record(1, 2), milebench_record(2, 7)]), root)
+    unparsed = {sid: result(sid, None, parse_error="no '### Score' heading") for sid in ("1", "2")}
+    eval_path, csv_path = FORMATS["milebench"].write(bench, unparsed, pred_dir)
+    figures = json.loads(eval_path.read_text())
+    assert set(figures) == {"Rouge-L f", "image_quantity_level-Accuracy", "image_quantity_level-Result"}
+    assert figures["image_quantity_level-Result"] == {"Few": None, "Medium": None, "Many": None}  # split keys: score.py skips them
+    assert "note: ALFRED: no 'Judge score' in eval.json: none of the 2 judged sample(s) has one" in capsys.readouterr().err
+    assert list(csv.reader(csv_path.open()))[1] == ["my-model", str(round(figures["Rouge-L f"] * 100, 2)), ""]
+    eval_path, _ = FORMATS["milebench"].write(bench, {}, pred_dir)  # every sample invalid, under --skip_invalid
+    assert set(json.loads(eval_path.read_text())) == {"image_quantity_level-Accuracy", "image_quantity_level-Result"}
+    assert "note: ALFRED: no 'Rouge-L f' in eval.json: none of the 0 judged sample(s) has one" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- MEGA-Bench
 
 
