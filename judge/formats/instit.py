@@ -7,10 +7,12 @@ so this one does too. Each item is judged by the rubric of its split, `instit_im
 (configs/rubrics/instit.yaml), on Inst-It's scale: 0 to 1 in steps of 0.1.
 
 Writes instit_evaluate.json in the shape of Inst-It's evaluate log, with its rules: an item the judge
-could not score is `valid: false` with score 0 and leaves the denominator; `accuracy` is the sum of the
+could not score is `valid: false` with score 0 and leaves the denominator; `accuracy` is the mean of the
 scores over the valid items x 100, or the string "No valid evaluations." when none is valid. Item keys
 and the log's keys are Inst-It's own (`model_predictons` and `error_in_gpt_eval` included, spelled as its
 code spells them), so its leaderboard tooling and `judge-calibrate` read the file as they read GPT-4o's.
+An input item that is not a JSON object is left out of the log (its problem is in judge-score's summary):
+every item of Inst-It's log is an object, and `judge-calibrate` refuses a log with any other.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ def write(bench: BenchmarkInput, results: dict[str, JudgeResult], output_dir: Pa
     invalid = {p.index: p.message for p in bench.problems if p.index is not None}
     logged = []
     for index, item in enumerate(bench.content):
+        if not isinstance(item, dict):
+            continue  # no log entry can hold it (see the module docstring); its problem is in the summary
         if index in invalid:
             verdict = {"score": 0, "valid": False, "error_in_gpt_eval": f"not judged, invalid input: {invalid[index]}"}
         elif (result := results.get(str(item["question_id"]))) is None:

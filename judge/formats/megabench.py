@@ -217,13 +217,14 @@ def reference_text(correct_answer: dict[str, object]) -> str:
 def write(bench: BenchmarkInput, results: dict[str, JudgeResult], output_dir: Path) -> list[Path]:
     """The scored submission over the queries this run judged or found invalid (with --limit, the queries
     left out are not in it)."""
-    invalid = {p.record_id: p.message for p in bench.problems if p.record_id is not None}
+    # By the task's position too: a second task of a name is invalid, the first one of it is not.
+    invalid = {(p.index, p.record_id): p.message for p in bench.problems if p.index is not None}
     scale = bench.rubrics[BASE_RUBRIC].score_scale
     scored = []
-    for raw in bench.content:
+    for index, raw in enumerate(bench.content):
         if not isinstance(raw, dict) or not isinstance(raw.get("task_name"), str) or not isinstance(raw.get("query_response"), list):
             continue  # not a task: reported as invalid input
-        queries = _scored_queries(raw, invalid, results, scale)
+        queries = _scored_queries(index, raw, invalid, results, scale)
         if raw["query_response"] and not queries:
             continue
         total = sum(q["scores"]["query"] for q in queries)
@@ -233,11 +234,12 @@ def write(bench: BenchmarkInput, results: dict[str, JudgeResult], output_dir: Pa
     return [output_dir / OUTPUT]
 
 
-def _scored_queries(task: dict, invalid: dict[str, str], results: dict[str, JudgeResult], scale) -> list[dict]:
+def _scored_queries(index: int, task: dict, invalid: dict[tuple[int, str], str], results: dict[str, JudgeResult],
+                    scale) -> list[dict]:
     queries = []
     for k, query in enumerate(task["query_response"]):
         sid = f"{task['task_name']}/{k}"
-        if (reason := invalid.get(sid) or invalid.get(task["task_name"])) is not None:
+        if (reason := invalid.get((index, sid)) or invalid.get((index, task["task_name"]))) is not None:
             score, info = 0.0, f"not judged, invalid input: {reason}"
         elif (result := results.get(sid)) is None:
             continue

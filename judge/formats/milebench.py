@@ -16,11 +16,13 @@ Writes, for the dataset the file belongs to (its folder's name, as in MileBench'
 
 "Judge score" is the mean judge score as a share of the rubric's scale (0-1, like ROUGE-L). result.csv
 holds x100 values rounded to 2 decimals, as MileBench's score.py writes them; score.py reads this eval.json
-as it reads its own (it skips both split keys). ROUGE-L follows MileBench's evaluate.py: its answer
-normalisation (`normalize`), the `rouge` package's ROUGE-L F, and 0 for an empty prediction. Image-count
-levels count the record's images: Few < 6, Medium 6-31, Many > 31. Two deliberate differences: each
-sample is counted in its own level (MileBench's evaluate.py puts every ROUGE score in the level of the
-dataset's last sample), and a level with no sample is null, not 0.
+as it reads its own (it skips both split keys). A figure no judged sample gives ("Judge score" when no judge
+output had a score, both when no sample was judged) is left out of eval.json, with a note, never null:
+score.py rounds every other key x100 and, at a null, silently drops the model's row. ROUGE-L follows
+MileBench's evaluate.py: its answer normalisation (`normalize`), the `rouge` package's ROUGE-L F, and 0 for
+an empty prediction. Image-count levels count the record's images: Few < 6, Medium 6-31, Many > 31. Two
+deliberate differences: each sample is counted in its own level (MileBench's evaluate.py puts every ROUGE
+score in the level of the dataset's last sample), and a level with no sample is null, not 0.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
@@ -180,7 +183,10 @@ def write(bench: BenchmarkInput, results: dict[str, JudgeResult], output_dir: Pa
         if (r := results.get(sample.id)) is not None
     ]
     dataset = bench.path.resolve().parent.name
-    write_json_atomically(output_dir / EVAL, _figures(scored))
+    figures = _figures(scored)
+    for key in [k for k, v in figures.items() if v is None]:  # see the module docstring: never null
+        print(f"note: {dataset}: no {key!r} in eval.json: none of the {len(scored)} judged sample(s) has one", file=sys.stderr)
+    write_json_atomically(output_dir / EVAL, {k: v for k, v in figures.items() if v is not None})
     (output_dir / RESULT).write_text(_result_csv(scored, dataset), encoding="utf-8")
     return [output_dir / EVAL, output_dir / RESULT]
 

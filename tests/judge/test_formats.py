@@ -96,6 +96,17 @@ def test_instit_log_keeps_its_rules_and_spelling(tmp_path):
     assert (logged[3]["score"], logged[3]["valid"]) == (0, False) and "invalid input" in logged[3]["error_in_gpt_eval"]
 
 
+def test_instit_log_leaves_out_an_item_that_is_not_an_object(tmp_path):
+    # --skip_invalid: the run goes on, and the log must still be written, with items of Inst-It's shape only.
+    items = [INSTIT[0], "q3: a stray line", None, 7, INSTIT[2]]
+    bench = read("instit", write(tmp_path / "p.json", items), tmp_path)
+    assert sorted(p.index for p in bench.problems) == [1, 2, 3]  # each reported as an input problem
+    [path] = FORMATS["instit"].write(bench, {"q9": result("q9", 0.7), "q1": result("q1", 0.4)}, tmp_path)
+    log = json.loads(path.read_text())
+    assert [e["question_id"] for e in log["model_predictons"]] == ["q9", "q1"]
+    assert (log["total_num"], log["valid_num"]) == (2, 2) and log["accuracy"] == pytest.approx(55.0)
+
+
 def test_instit_log_without_a_valid_item_and_with_a_limit(tmp_path):
     bench = read("instit", write(tmp_path / "p.json", INSTIT), tmp_path)
     [path] = FORMATS["instit"].write(bench, {"q9": result("q9", None, parse_error="x")}, tmp_path)  # --limit 1
@@ -189,6 +200,23 @@ def test_milebench_eval_and_result_csv(milebench_dir):
     rows = list(csv.reader(csv_path.open()))
     assert rows[0] == ["Model", "ALFRED (Rouge-L f)", "ALFRED (Judge score)"]
     assert rows[1] == ["my-model", str(round(figures["Rouge-L f"] * 100, 2)), str(round(figures["Judge score"] * 100, 2))]
+
+
+def test_milebench_eval_json_leaves_out_a_figure_no_sample_gives(milebench_dir, capsys):
+    # MileBench's score.py does round(value * 100, 2) on every key but the split ones, and a null there
+    # drops the model's row without a word; so an undefined figure is left out, and the user told.
+    root, pred_dir = milebench_dir
+    bench = read("milebench", write(pred_dir / "pred.json", [milebench_record(1, 2), milebench_record(2, 7)]), root)
+    unparsed = {sid: result(sid, None, parse_error="no '### Score' heading") for sid in ("1", "2")}
+    eval_path, csv_path = FORMATS["milebench"].write(bench, unparsed, pred_dir)
+    figures = json.loads(eval_path.read_text())
+    assert set(figures) == {"Rouge-L f", "image_quantity_level-Accuracy", "image_quantity_level-Result"}
+    assert figures["image_quantity_level-Result"] == {"Few": None, "Medium": None, "Many": None}  # split keys: score.py skips them
+    assert "note: ALFRED: no 'Judge score' in eval.json: none of the 2 judged sample(s) has one" in capsys.readouterr().err
+    assert list(csv.reader(csv_path.open()))[1] == ["my-model", str(round(figures["Rouge-L f"] * 100, 2)), ""]
+    eval_path, _ = FORMATS["milebench"].write(bench, {}, pred_dir)  # every sample invalid, under --skip_invalid
+    assert set(json.loads(eval_path.read_text())) == {"image_quantity_level-Accuracy", "image_quantity_level-Result"}
+    assert "note: ALFRED: no 'Rouge-L f' in eval.json: none of the 0 judged sample(s) has one" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- MEGA-Bench
@@ -289,6 +317,21 @@ def test_megabench_scored_file_for_its_breakdown_tool(megabench_dir):
     assert summary["num_samples_all"] == {"rule": 0, "llm": 4}  # poem_writing's demonstration counts
     assert summary["macro_mean_score"]["llm"] == pytest.approx((0.4 + 0.5 + 0) / 3) == summary["overall_macro_mean_score"]
     assert summary["micro_mean_score"]["llm"] == pytest.approx((0.8 + 0 + 0.5) / 3) == summary["overall_micro_mean_score"]
+
+
+def test_megabench_second_task_of_a_name_leaves_the_first_one_s_scores(megabench_dir, tmp_path):
+    root, path, criteria = megabench_dir
+    tasks = json.loads(path.read_text())
+    tasks.append({**tasks[0], "query_response": tasks[0]["query_response"][:1]})  # poem_writing again
+    bench = read("megabench", write(tmp_path / "twice.json", tasks), root, criteria)
+    assert [(p.index, p.message) for p in bench.problems] == [(3, "a second task of this name")]
+    results = {"poem_writing/0": result("poem_writing/0", 8), "poem_writing/1": result("poem_writing/1", 6),
+               "plan_trip/0": result("plan_trip/0", 5)}
+    [out] = FORMATS["megabench"].write(bench, results, root)
+    first, _, _, second = json.loads(out.read_text())["data"]
+    assert [q["scores"]["query"] for q in first["query_response"]] == [0.8, 0.6] and first["task_score"] == pytest.approx(1.4)
+    [query] = second["query_response"]
+    assert query["scores"]["query"] == 0.0 and query["scores"]["info"]["poem"] == "not judged, invalid input: a second task of this name"
 
 
 # ---------------------------------------------------------------- detection
