@@ -30,7 +30,7 @@ from infer.engine import Scorer, prepare
 from infer.options import ScoreOptions
 from judge.data import load_samples
 from judge.model import Judge, load_judge, load_tokenizer, native_config_from_original, settings_from_original
-from judge.prompts import CONFIG_DIR, load_rubrics
+from judge.prompts import CONFIG_DIR, IMAGE_TOKENS, load_rubrics
 from judge.testing import write_original_checkpoint, write_tokenizer
 
 # Image sizes whose InternVL grid (max 12 tiles) plus thumbnail gives these tile counts.
@@ -93,7 +93,9 @@ def reference_loop(judge: Judge, items, new_tokens: int, device: str) -> tuple[f
     from infer.engine import _load_pixels
 
     dtype = next(judge.model.parameters()).dtype
-    config = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=judge.tokenizer.pad_token_id)
+    # The engine's decoding rule (no image tokens written), so that greedy agreement compares like with like.
+    config = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
+                              pad_token_id=judge.tokenizer.pad_token_id, suppress_tokens=judge.tokenizer.convert_tokens_to_ids(list(IMAGE_TOKENS)))
     outputs = []
     _sync(device)
     start = time.perf_counter()
