@@ -117,6 +117,31 @@ def test_batched_generation_equals_one_sample_at_a_time(judge, samples, dataset)
         assert distributions[10**7][sample_id] == pytest.approx(alone, abs=1e-5)
 
 
+def test_sequences_that_stop_early_in_a_batch_write_what_they_write_alone(judge, samples, dataset):
+    """The random judge never writes its template's stop token, so a token it does write, at different
+    steps in different samples, stands in for it: sequences of one padded batch then stop at different
+    steps, and each must equal its batch-1 output."""
+    rubrics = load_rubrics()
+    options = ScoreOptions(max_new_tokens=8, max_tiles=2)
+    items = prepare(judge, samples, rubrics, dataset, options)
+    scorer = Scorer(judge, rubrics, options, "cpu")
+    inputs = _batch_tensors([i.input_ids for i in items], [_load_pixels(i) for i in items], scorer.pad_id, "cpu", torch.float32)
+    written = scorer.generate(inputs)[0][:, inputs["input_ids"].shape[1]:].tolist()
+    first_step = {}  # token -> the step at which each sample first writes it
+    for row in written:
+        for step, token in enumerate(row):
+            first_step.setdefault(token, {}).setdefault(id(row), step)
+    stop = max(first_step, key=lambda t: len(set(first_step[t].values())))
+    outputs = {}
+    for budget in (10**7, 1):
+        scorer = Scorer(judge, rubrics, ScoreOptions(max_new_tokens=8, token_budget=budget, max_tiles=2), "cpu")
+        scorer.stop_id = stop
+        outputs[budget] = {r.id: (r.feedback, r.generated_tokens) for batch in scorer.run(items) for _, r in batch}
+    assert outputs[10**7] == outputs[1]
+    lengths = {n for _, n in outputs[1].values()}
+    assert min(lengths) < 8 and max(lengths) == 8  # some stopped while others in their batch went on
+
+
 def test_generation_keeps_the_score_tokens_logits_exactly_as_the_full_logits_give_them(judge, samples, dataset):
     """The score logits recorded per step are the very values generate's output_logits (the whole
     vocabulary of every step) gives, at every step of every sequence, so distributions are unchanged."""
