@@ -1,14 +1,17 @@
 """judge-rubric import on a file shaped like MMIE's prompts.py (placeholder wording of our own)."""
 
 import importlib.util
+import json
 
 import pytest
 from PIL import Image
 
+from infer.cli import main as score_main
 from judge.data import Sample
 from judge.prompts import build_prompt, load_rubrics
 from judge.rubric_cli import main
 from judge.templates import get_template
+from judge.testing import write_dataset, write_original_checkpoint
 from judge.tiling import TilingConfig
 
 PROMPTS_PY = '''
@@ -105,3 +108,14 @@ def test_file_without_rubrics_is_a_clear_error(tmp_path, capsys):
     assert "found no rubric" in capsys.readouterr().err
     assert main(["import", str(tmp_path / "bad.py"), "-o", str(tmp_path / "o.yaml")]) == 2
     assert "cannot read it as Python" in capsys.readouterr().err
+
+
+def test_the_readme_recipe_scores_with_an_imported_rubric(imported, tmp_path):
+    """README's exact-MMIE recipe: judge-rubric import, then judge-score --rubric mmie.yaml --max_tiles 12."""
+    data = write_dataset(tmp_path / "data", 4, seed=1).parent
+    checkpoint = write_original_checkpoint(tmp_path / "judge")
+    out = tmp_path / "out"
+    assert score_main(["--model_path", str(checkpoint), "--input_dir", str(data), "--input_file", "data.json", "--output_dir", str(out),
+                       "--rubric", str(tmp_path / "mmie.yaml"), "--max_tiles", "12", "--max_new_tokens", "4"]) == 0
+    results = json.loads((out / "eval_result.json").read_text())
+    assert len(results) == 4 and all(r["criteria"] == {} for r in results)  # MMIE's prompts ask for the overall score only
