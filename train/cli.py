@@ -15,7 +15,7 @@ from pathlib import Path
 
 from judge.cli import UsageError, add_common_flags, add_settings_flags, run, settings_from_config
 from judge.prompts import CONFIG_DIR, DEFAULT_RUBRICS, load_rubrics
-from train.config import TrainConfig
+from train.config import TrainConfig, config_problems
 
 # judge.model, judge.distributed and train.recipe are imported where they are used: they load torch and
 # transformers (seconds), which --help, --version and a bad flag's message do not need.
@@ -67,8 +67,12 @@ def merge(argv) -> int:
 def fine_tune(argv) -> int:
     args = build_parser().parse_args(argv)
     cfg = settings_from_config(TrainConfig, args.config, args)
+    problems = config_problems(cfg)
     if args.deepspeed and not Path(args.deepspeed).is_file():
-        raise UsageError(f"--deepspeed {args.deepspeed}: file not found")
+        problems.append(f"--deepspeed {args.deepspeed}: file not found")
+    if problems:
+        raise UsageError(problems[0] if len(problems) == 1 else
+                         f"{len(problems)} problems with the settings (from {args.config}) and flags:\n  " + "\n  ".join(problems))
     rubrics = load_rubrics(args.rubric or DEFAULT_RUBRICS)
     out = Path(args.output_dir)
     from judge.distributed import end_process_group

@@ -12,7 +12,7 @@ from judge.prompts import CONFIG_DIR
 from judge.rubric_cli import main as rubric_main
 from judge.testing import write_dataset
 from train.cli import main as train_main
-from train.config import TrainConfig
+from train.config import TrainConfig, config_problems
 
 MMIE_LIKE_PROMPTS = 'SA_PROMPT = """Rate it."""\n\ndef get_prompt(data_id):\n    if "SA" in data_id:\n        return SA_PROMPT + "{question}{answer}"\n'
 
@@ -75,6 +75,21 @@ def test_train_scale_takes_exactly_two_values(tmp_path, capsys):
     assert info.value.code == 2 and "unrecognized arguments: 2" in capsys.readouterr().err
 
 
+def test_every_training_setting_that_cannot_work_is_reported_at_once_before_loading(tmp_path, capsys):
+    args = ["--model_path", str(tmp_path / "no-model"), "--train_file", "missing.json", "--input_dir", ".", "--output_dir", str(tmp_path / "out")]
+    code = train_main([*args, "--save_steps", "0", "--per_device_batch_size", "0", "--lora_r", "0", "--gradient_accumulation_steps", "0",
+                       "--max_length", "0", "--learning_rate=-1e-4", "--warmup_ratio", "1.5", "--lr_scheduler", "cosin"])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: 8 problems with the settings" in err
+    for problem in ("save_steps must be a whole number of at least 1, got 0", "per_device_batch_size must be a whole number of at least 1, got 0",
+                    "lora_r must be a whole number of at least 1, got 0", "gradient_accumulation_steps must be a whole number of at least 1, got 0",
+                    "max_length must be a whole number of at least 1, got 0", "learning_rate must be a number of at least 0, got -0.0001",
+                    "warmup_ratio must be a number of at least 0 and below 1, got 1.5",  # 1.5 would silently mean 1 warmup step
+                    "lr_scheduler must be one of linear, cosine, "):
+        assert problem in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_settings_flags_take_either_spelling_and_leave_unflagged_fields_to_the_config():
     from infer.cli import build_parser as score_parser
     from train.cli import build_parser as train_parser
@@ -114,4 +129,4 @@ def test_the_shipped_presets_pass_the_checks_a_users_file_gets():
     for preset in sorted((CONFIG_DIR / "score").glob("*.yaml")):
         settings_from_config(ScoreOptions, preset, argparse.Namespace())
     for preset in sorted((CONFIG_DIR / "train").glob("*.yaml")):
-        settings_from_config(TrainConfig, preset, argparse.Namespace())
+        assert config_problems(settings_from_config(TrainConfig, preset, argparse.Namespace())) == [], preset
