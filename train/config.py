@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 
 from judge.cli import setting_problems
 
+CHECKPOINTS_DIR = "checkpoints"  # the Trainer's checkpoints, inside --output_dir
+
 
 def _opt(default, help: str, minimum: float | None = None, below: float | None = None):
     """A TrainConfig field. `help` is also its flag's; `minimum` is the least value that works and `below`

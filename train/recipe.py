@@ -27,7 +27,7 @@ from judge.data import SCORE_FIELDS, Annotation, JudgeResult, load_annotations
 from judge.model import Judge, load_judge, with_max_tiles, write_settings
 from judge.parsing import ScoreScale
 from judge.prompts import Rubric
-from train.config import TrainConfig
+from train.config import CHECKPOINTS_DIR, TrainConfig
 from train.data import Collator, build_dataset, merge_annotators
 
 
@@ -181,8 +181,6 @@ def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path
     train_annotations = load_annotations(train_file, image_root, cfg.scale)
     eval_annotations = load_annotations(eval_file, image_root, cfg.scale) if eval_file else []
     output_dir.mkdir(parents=True, exist_ok=True)
-    if not resume:  # a fresh run's history must not continue an earlier run's
-        (output_dir / "eval_history.json").unlink(missing_ok=True)
     judge = load_judge(base, "cpu", torch.bfloat16 if torch.cuda.is_available() else torch.float32)
     judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)
     judge.model.config.use_cache = False
@@ -192,7 +190,7 @@ def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path
     judge = Judge(model, judge.tokenizer, judge.settings, judge.source_format)
     trainer = JudgeTrainer(
         model=model,
-        args=training_arguments(cfg, output_dir / "checkpoints", deepspeed, bool(eval_annotations)),
+        args=training_arguments(cfg, output_dir / CHECKPOINTS_DIR, deepspeed, bool(eval_annotations)),
         train_dataset=dataset,
         eval_dataset=eval_annotations or None,
         data_collator=Collator(judge.tokenizer.pad_token_id, judge.settings.tiling),

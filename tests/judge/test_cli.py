@@ -90,6 +90,22 @@ def test_every_training_setting_that_cannot_work_is_reported_at_once_before_load
     assert not (tmp_path / "out").exists()
 
 
+def test_output_dir_resume_and_deepspeed_are_checked_before_loading(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "adapter_config.json").write_text("{}")  # an earlier LoRA run's, which judge-score would load
+    args = ["--model_path", str(tmp_path / "no-model"), "--train_file", "missing.json", "--input_dir", ".", "--output_dir", str(out)]
+    assert train_main(args) == 2
+    assert the_error(capsys) == (f"error: --output_dir {out} is not empty (an earlier run?); "
+                                 "give a new or empty directory, or --resume to continue that run")
+    assert (out / "adapter_config.json").exists()  # refused, not cleared
+    assert train_main([*args, "--resume"]) == 2
+    assert the_error(capsys) == f"error: --resume: nothing to resume in {out} (no checkpoint in {out / 'checkpoints'}); drop --resume to start a fresh run"
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2,}}')
+    assert train_main([*args[:-1], str(tmp_path / "new"), "--deepspeed", str(tmp_path / "ds.json")]) == 2
+    assert the_error(capsys).startswith(f"error: --deepspeed {tmp_path / 'ds.json'}: invalid JSON at line 1, column 35")
+
+
 def test_settings_flags_take_either_spelling_and_leave_unflagged_fields_to_the_config():
     from infer.cli import build_parser as score_parser
     from train.cli import build_parser as train_parser
