@@ -21,7 +21,8 @@ from statistics import mean
 import torch
 from datasets import Dataset
 
-from judge.data import Annotation, InputError, Problem
+from judge.cli import UsageError
+from judge.data import Annotation, InputError, Problem, load_annotations
 from judge.model import Judge
 from judge.parsing import format_judgement
 from judge.prompts import Rubric, build_prompt
@@ -29,6 +30,36 @@ from judge.templates import get_template
 from judge.tiling import TilingConfig, load_tiles
 
 IGNORE_INDEX = -100  # labels the loss skips (torch's cross_entropy default)
+
+
+def read_annotations(train_file: Path, eval_file: Path | None, image_root: Path, rubrics: dict[str, Rubric],
+                     scale: tuple[float, float]) -> tuple[list[Annotation], list[Annotation]]:
+    """The training and held-out annotations (none without an eval file), with every problem of both files in
+    one error: a record that cannot work, or a category no rubric judges (found before the model loads)."""
+    loaded, problems = {}, []
+    for file in filter(None, (train_file, eval_file)):
+        try:
+            loaded[file] = load_annotations(file, image_root, scale)
+        except InputError as err:
+            problems += err.problems
+            continue
+        # judge-score's wording for the same problem
+        problems += [Problem(str(file), f"no rubric for category {c}; give one with --rubric")
+                     for c in sorted({a.category for a in loaded[file]} - set(rubrics))]
+    if problems:
+        raise InputError(problems)
+    return loaded[train_file], loaded.get(eval_file, [])
+
+
+def check_scales(annotations: list[Annotation], rubrics: dict[str, Rubric], scale: tuple[float, float]) -> None:
+    """The rubrics that judge `annotations` must score on their scale: the targets are written on the
+    rubric's, where a human 8 of 0-10 is no 0-6 score at all ('### Score None')."""
+    low, high = scale
+    used = [rubrics[c] for c in sorted({a.category for a in annotations})]
+    if other := [r for r in used if r.score_scale.bounds != (low, high)]:
+        named = ", ".join(f"{r.category!r} ({r.score_scale.low:g}-{r.score_scale.high:g})" for r in other)
+        raise UsageError(f"the annotations' scale {low:g}-{high:g} (--scale, or the config's scale) is not that of rubric {named}; "
+                         f"give the rubrics' scale with --scale, or rubrics that score {low:g}-{high:g}")
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,12 @@ from transformers import Trainer, TrainingArguments, set_seed
 from calibration.stats import agreement_table
 from infer.engine import Scorer, prepare
 from infer.options import ScoreOptions
-from judge.data import SCORE_FIELDS, Annotation, JudgeResult, load_annotations
+from judge.data import SCORE_FIELDS, Annotation, JudgeResult
 from judge.model import Judge, load_judge, with_max_tiles, write_settings
 from judge.parsing import ScoreScale
 from judge.prompts import Rubric
 from train.config import CHECKPOINTS_DIR, TrainConfig
-from train.data import Collator, build_dataset, merge_annotators
+from train.data import Collator, build_dataset, check_scales, merge_annotators, read_annotations
 
 
 def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
@@ -178,8 +178,8 @@ def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None
 
 def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path, output_dir: Path,
           rubrics: dict[str, Rubric], cfg: TrainConfig, deepspeed: str | None, resume: bool) -> dict:
-    train_annotations = load_annotations(train_file, image_root, cfg.scale)
-    eval_annotations = load_annotations(eval_file, image_root, cfg.scale) if eval_file else []
+    train_annotations, eval_annotations = read_annotations(train_file, eval_file, image_root, rubrics, cfg.scale)
+    check_scales(train_annotations + eval_annotations, rubrics, cfg.scale)
     output_dir.mkdir(parents=True, exist_ok=True)
     judge = load_judge(base, "cpu", torch.bfloat16 if torch.cuda.is_available() else torch.float32)
     judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)
