@@ -67,20 +67,23 @@ class RatedSample:
     """One id with its annotators merged into the training target."""
 
     annotation: Annotation  # the first record of the id (question, answer, images)
+    index: int  # that record's place in the annotations: its record number in the file, for messages
     scores: dict[str, float]
     feedback: str | None
 
 
 def merge_annotators(annotations: list[Annotation]) -> list[RatedSample]:
     by_id: dict[str, list[Annotation]] = {}
-    for a in annotations:
+    first_index: dict[str, int] = {}
+    for index, a in enumerate(annotations):
         by_id.setdefault(a.id, []).append(a)
+        first_index.setdefault(a.id, index)
     merged = []
-    for group in by_id.values():
+    for sample_id, group in by_id.items():
         names = {name for a in group for name in a.human_scores.given()}
         scores = {name: mean(a.human_scores.given()[name] for a in group if name in a.human_scores.given()) for name in sorted(names)}
         feedback = next((a.feedback for a in group if a.feedback), None)
-        merged.append(RatedSample(group[0], scores, feedback))
+        merged.append(RatedSample(group[0], first_index[sample_id], scores, feedback))
     return merged
 
 
@@ -114,10 +117,11 @@ def build_dataset(
     max_length: int, image_token_budget: int | None, source: str,
 ) -> Dataset:
     """Encode every rated sample; any that is still longer than max_length is an error naming it."""
-    rows = [encode(judge, rated, rubrics[rated.annotation.category], image_root, image_token_budget) for rated in merge_annotators(annotations)]
-    too_long = [Problem(source, f"{r['length']} tokens after image-token budgeting exceed max_length {max_length}; "
-                                "raise max_length or lower image_token_budget / max_tiles", None, r["id"])
-                for r in rows if r["length"] > max_length]
+    rated = merge_annotators(annotations)
+    rows = [encode(judge, r, rubrics[r.annotation.category], image_root, image_token_budget) for r in rated]
+    too_long = [Problem(source, f"{row['length']} tokens after image-token budgeting exceed max_length {max_length}; "
+                                "raise max_length or lower image_token_budget / max_tiles", r.index, r.annotation.id)
+                for r, row in zip(rated, rows) if row["length"] > max_length]
     if too_long:
         raise InputError(too_long)
     return Dataset.from_list(rows)

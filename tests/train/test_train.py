@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from infer.cli import main as score_main
-from judge.data import load_annotations
+from judge.data import InputError, load_annotations
 from judge.model import load_judge
 from judge.prompts import CONFIG_DIR, load_rubrics
 from judge.testing import write_dataset, write_original_checkpoint
@@ -55,6 +55,20 @@ def test_loss_mask_covers_exactly_the_target_and_its_stop_token(base, data):
         assert judge.tokenizer.decode(ids[first:-1]) .strip() == target_text(r, rubrics[r.annotation.category]).strip()
         prompt = judge.tokenizer.decode(ids[:first])
         assert prompt.endswith("<|assistant|>\n") and "### Feedback" in prompt
+
+
+def test_a_sample_longer_than_max_length_is_named_by_its_first_record(base, data):
+    judge = load_judge(base)
+    annotations = load_annotations(data / "train.json", data)
+    rubrics = load_rubrics(TINY_RUBRIC)
+    lengths = build_dataset(judge, annotations, rubrics, data, max_length=8192, image_token_budget=None, source="train.json")["length"]
+    with pytest.raises(InputError) as info:
+        build_dataset(judge, annotations, rubrics, data, max_length=min(lengths) - 1, image_token_budget=None, source="train.json")
+    first_records = {}
+    for index, a in enumerate(annotations):  # a second annotator's record shifts the ids after it
+        first_records.setdefault(a.id, index)
+    assert [(p.index, p.record_id) for p in info.value.problems] == [(i, id_) for id_, i in first_records.items()]
+    assert str(info.value.problems[-1]).startswith(f"train.json: record {len(annotations) - 1} (id '{annotations[-1].id}'): {lengths[-1]} tokens")
 
 
 def test_merged_annotators_average_each_criterion(data):
