@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -23,6 +24,7 @@ from transformers import Trainer, TrainingArguments, set_seed
 from calibration.stats import agreement_table
 from infer.engine import Scorer, prepare
 from infer.options import ScoreOptions
+from judge.cli import UsageError
 from judge.data import SCORE_FIELDS, Annotation, JudgeResult
 from judge.model import Judge, load_judge, with_max_tiles, write_settings
 from judge.parsing import ScoreScale
@@ -44,14 +46,28 @@ def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
             for p in module.parameters():
                 p.requires_grad = True
         return judge.model
-    targets = "|".join(cfg.lora_targets)
+    check_lora_targets(judge.model, cfg.lora_targets)
     lora = LoraConfig(
         r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-        # anchored on the language model: the vision tower has its own projections
-        target_modules=rf".*language_model.*\.({targets})",
+        target_modules=lora_pattern(cfg.lora_targets),
         modules_to_save=["multi_modal_projector"] if cfg.train_projector else None,
     )
     return get_peft_model(judge.model, lora)
+
+
+def lora_pattern(targets: list[str]) -> str:
+    # anchored on the language model: the vision tower has its own projections
+    return rf".*language_model.*\.({'|'.join(targets)})"
+
+
+def check_lora_targets(model: torch.nn.Module, targets: list[str]) -> None:
+    """Each target must name a layer, as PEFT matches them: PEFT refuses only when none does (in its own
+    words), and a misspelt one beside a right one would silently train without it."""
+    names = [name for name, _ in model.named_modules()]
+    if unmatched := [t for t in targets if not any(re.fullmatch(lora_pattern([t]), name) for name in names)]:
+        linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                         if "language_model" in name and isinstance(module, torch.nn.Linear)})
+        raise UsageError(f"--lora_targets {' '.join(unmatched)}: no language-model layer of that name; its linear layers are {', '.join(linear)}")
 
 
 def run_vision_in_every_batch(model: torch.nn.Module) -> None:

@@ -167,3 +167,10 @@ def test_a_scale_other_than_the_rubrics_is_refused_before_loading(data, tmp_path
     assert capsys.readouterr().err.strip() == (
         "error: the annotations' scale 0-10 (--scale, or the config's scale) is not that of rubric 'MSR' (0-6), 'PBL' (0-6), 'SA' (0-6); "
         "give the rubrics' scale with --scale, or rubrics that score 0-10")
+
+
+def test_lora_targets_that_name_no_layer_are_refused(base, data, tmp_path, capsys):
+    # qkv_proj matches; the misspelt one alone would otherwise be skipped without a word
+    assert train_main(train_args(base, data, tmp_path / "out", "--no-full_finetune", "--lora_targets", "qkv_proj", "o_prj")) == 2
+    assert capsys.readouterr().err.strip() == ("error: --lora_targets o_prj: no language-model layer of that name; "
+                                               "its linear layers are down_proj, gate_up_proj, o_proj, qkv_proj")
