@@ -3,7 +3,8 @@
     judge-train --model_path BASE --train_file train.json --input_dir DATA --output_dir OUT [--eval_file heldout.json]
     judge-train merge --adapter OUT --output_dir MERGED
 
-Many GPUs or nodes: `torchrun --nproc_per_node N -m train.cli ...` (add --deepspeed configs/deepspeed/zero2.json).
+Many GPUs or nodes: `torchrun --nproc_per_node N -m train.cli ...` or `deepspeed --module train.cli ...` (add
+--deepspeed configs/deepspeed/zero2.json); README.md shows both, on one node and on several.
 Settings come from --config (a YAML in configs/train/) and each can be overridden by the flag of its name.
 """
 
@@ -34,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: configs/rubrics/{sa,pbl,msr}.yaml)")
     p.add_argument("--deepspeed", help="DeepSpeed JSON, e.g. configs/deepspeed/zero2.json (default: none)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output_dir (default: start fresh)")
+    # The deepspeed launcher passes this flag; the rank itself is read from LOCAL_RANK, which it sets as torchrun does.
+    p.add_argument("--local_rank", "--local-rank", type=int, help="this process's device on its node, passed by the deepspeed launcher "
+                                                                  "(default: set by the launcher)")
     add_settings_flags(p, TrainConfig())
     add_common_flags(p)
     return p

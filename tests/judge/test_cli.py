@@ -118,6 +118,13 @@ def test_settings_flags_take_either_spelling_and_leave_unflagged_fields_to_the_c
     assert not hasattr(score, "prefetch") and not hasattr(score, "ignore_stop")  # ScoreOptions fields without a flag
 
 
+def test_judge_train_accepts_the_local_rank_the_deepspeed_launcher_passes():
+    from train.cli import build_parser as train_parser
+
+    args = train_parser().parse_args(["--model_path", "m", "--train_file", "t.json", "--input_dir", ".", "--output_dir", "o", "--local_rank=1"])
+    assert args.local_rank == 1
+
+
 def test_rubric_import_names_a_missing_file_and_an_unwritable_output(tmp_path, capsys):
     assert rubric_main(["import", str(tmp_path / "missing.py"), "-o", str(tmp_path / "r.yaml")]) == 2
     assert the_error(capsys) == f"error: {tmp_path / 'missing.py'}: file not found"
