@@ -130,7 +130,7 @@ def evaluate_judge(judge: Judge, annotations: list[Annotation], rubrics, image_r
     model = judge.model
     was_training = model.training
     model.eval()
-    options = ScoreOptions(max_new_tokens=cfg.eval_max_new_tokens, token_budget=cfg.eval_token_budget, workers=1)
+    options = evaluation_options(cfg)
     rated = merge_annotators(annotations)
     items = prepare(judge, [(i, r.annotation) for i, r in enumerate(rated)], rubrics, image_root, options)
     results = {r.id: r for batch in Scorer(judge, rubrics, options, device).run(items) for _, r in batch}
@@ -142,6 +142,14 @@ def evaluate_judge(judge: Judge, annotations: list[Annotation], rubrics, image_r
         table = agreement_table([j for j, _ in pairs], [h for _, h in pairs], ScoreScale(*cfg.scale))
         metrics[name] = {stat: value.value for stat, value in table.items()}
     return metrics
+
+
+def evaluation_options(cfg: TrainConfig) -> ScoreOptions:
+    """judge-score's options for the held-out set, cut to the training examples' image-token budget: the
+    judge is measured on prompts like those it learns from. (Tiles per image need no option: cfg.max_tiles
+    is already in the judge's settings, which both use.)"""
+    return ScoreOptions(max_new_tokens=cfg.eval_max_new_tokens, token_budget=cfg.eval_token_budget,
+                        image_token_budget=cfg.image_token_budget, workers=1)
 
 
 def _judge_value(result: JudgeResult, name: str):

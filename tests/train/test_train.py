@@ -7,14 +7,15 @@ import pytest
 import torch
 
 from infer.cli import main as score_main
+from infer.engine import prepare
 from judge.data import InputError, load_annotations
-from judge.model import load_judge
+from judge.model import load_judge, with_max_tiles
 from judge.prompts import CONFIG_DIR, load_rubrics
 from judge.testing import write_dataset, write_original_checkpoint
 from train.cli import main as train_main
 from train.data import IGNORE_INDEX, build_dataset, merge_annotators, target_text
 from train.config import TrainConfig
-from train.recipe import apply_lora, run_vision_in_every_batch
+from train.recipe import apply_lora, evaluation_options, run_vision_in_every_batch
 
 TINY_RUBRIC = [str(CONFIG_DIR / "rubrics" / "tiny")]
 
@@ -69,6 +70,21 @@ def test_a_sample_longer_than_max_length_is_named_by_its_first_record(base, data
         first_records.setdefault(a.id, index)
     assert [(p.index, p.record_id) for p in info.value.problems] == [(i, id_) for id_, i in first_records.items()]
     assert str(info.value.problems[-1]).startswith(f"train.json: record {len(annotations) - 1} (id '{annotations[-1].id}'): {lengths[-1]} tokens")
+
+
+def test_evaluation_scores_the_prompts_training_learns_from(base, data):
+    judge = load_judge(base)
+    cfg = TrainConfig(max_tiles=1, image_token_budget=judge.settings.tokens_per_tile)  # one image's worth: the others are cut
+    judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)  # as train() does
+    annotations = load_annotations(data / "train.json", data)
+    rubrics = load_rubrics(TINY_RUBRIC)
+    dataset = build_dataset(judge, annotations, rubrics, data, cfg.max_length, cfg.image_token_budget, "train.json")
+    assert any(row["truncated"] for row in dataset)
+    rated = merge_annotators(annotations)
+    items = prepare(judge, [(i, r.annotation) for i, r in enumerate(rated)], rubrics, data, evaluation_options(cfg))
+    for row, item in zip(dataset, items, strict=True):
+        prompt_length = next(i for i, label in enumerate(row["labels"]) if label != IGNORE_INDEX)
+        assert item.input_ids.tolist() == row["input_ids"][:prompt_length]
 
 
 def test_merged_annotators_average_each_criterion(data):
