@@ -86,8 +86,17 @@ def fine_tune(argv) -> int:
                        Path(args.input_dir), out, rubrics, cfg, args.deepspeed, args.resume)
     finally:
         end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
-    print(f"trained judge: {out}  (steps: {result['global_step']}, best overall Pearson: {result['best_metric']})")
+    print(f"trained judge: {out}  (steps: {result['global_step']}, {chosen_by(result['best_pearson'], bool(args.eval_file))})")
     return 0
+
+
+def chosen_by(best_pearson: float | None, evaluated: bool) -> str:
+    """How the saved weights were chosen, in words."""
+    if not evaluated:
+        return "the last step's weights: no --eval_file to choose a checkpoint by"
+    if best_pearson is None:
+        return "best overall Pearson: undefined at every evaluation (too few overall scores parsed, or all alike); the first checkpoint kept"
+    return f"best overall Pearson: {best_pearson:.3f}"
 
 
 def run_problems(args, out: Path) -> list[str]:

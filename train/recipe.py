@@ -156,12 +156,17 @@ def _judge_value(result: JudgeResult, name: str):
     return result.score if name == "overall" else result.criteria.get(name)
 
 
+# The Trainer keeps the best checkpoint by this key, which every evaluation must log: the overall Pearson,
+# or -1 where it is undefined (e.g. nothing parsed yet), the lowest rank. pearson_overall itself is logged
+# only where measured, so that -1 is never reported as a measurement.
+RANKED_BY = "ranking_pearson_overall"
+
+
 def flat_metrics(metrics: dict) -> dict[str, float]:
     flat = {"parse_failures": float(metrics["parse_failures"])}
     for name in SCORE_FIELDS:
         flat |= {f"{stat}_{name}": value for stat, value in metrics[name].items() if value is not None}
-    # Trainer keeps the best checkpoint by this key; an undefined Pearson (e.g. nothing parsed yet) ranks lowest.
-    flat.setdefault("pearson_overall", -1.0)
+    flat[RANKED_BY] = flat.get("pearson_overall", -1.0)
     return flat
 
 
@@ -184,7 +189,7 @@ def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None
         save_steps=cfg.save_steps,
         eval_strategy="steps" if has_eval else "no",
         eval_steps=cfg.save_steps,
-        metric_for_best_model="pearson_overall" if has_eval else None,
+        metric_for_best_model=RANKED_BY if has_eval else None,
         greater_is_better=True,
         logging_steps=cfg.logging_steps,
         train_sampling_strategy="group_by_length",
@@ -223,7 +228,9 @@ def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path
     )
     trainer.train(resume_from_checkpoint=resume or None)
     save_judge(trainer, judge, base, output_dir, cfg)
-    return {"global_step": trainer.state.global_step, "best_metric": trainer.state.best_metric}
+    # The log history, restored on --resume, covers every evaluation of the run.
+    measured = any("eval_pearson_overall" in entry for entry in trainer.state.log_history)
+    return {"global_step": trainer.state.global_step, "best_pearson": trainer.state.best_metric if measured else None}
 
 
 # What a Trainer checkpoint holds of the model itself: a LoRA adapter, or the full native weights.

@@ -8,7 +8,7 @@ import torch
 
 from infer.cli import main as score_main
 from infer.engine import prepare
-from judge.data import InputError, load_annotations
+from judge.data import SCORE_FIELDS, InputError, load_annotations
 from judge.model import load_judge, with_max_tiles
 from judge.prompts import CONFIG_DIR, load_rubrics
 from judge.testing import write_dataset, write_original_checkpoint
@@ -190,3 +190,25 @@ def test_lora_targets_that_name_no_layer_are_refused(base, data, tmp_path, capsy
     assert train_main(train_args(base, data, tmp_path / "out", "--no-full_finetune", "--lora_targets", "qkv_proj", "o_prj")) == 2
     assert capsys.readouterr().err.strip() == ("error: --lora_targets o_prj: no language-model layer of that name; "
                                                "its linear layers are down_proj, gate_up_proj, o_proj, qkv_proj")
+
+
+@pytest.mark.parametrize("pearsons, said, best_step", [
+    ([0.2, 0.7, 0.5], "best overall Pearson: 0.700", 4),
+    # -1 ranks an undefined Pearson for the Trainer; it must not be reported as measured
+    ([None, None, None], "best overall Pearson: undefined at every evaluation", 2),
+])
+def test_the_saved_judge_is_the_best_evaluated_checkpoint(base, data, tmp_path, monkeypatch, capsys, pearsons, said, best_step):
+    measured = iter(pearsons)
+    monkeypatch.setattr("train.recipe.evaluate_judge", lambda *_: {"parse_failures": 0, **{name: {"pearson": None} for name in SCORE_FIELDS},
+                                                                    "overall": {"pearson": next(measured)}})
+    out = tmp_path / "judge"
+    assert train_main(train_args(base, data, out, "--max_steps", "6", "--save_steps", "2", "--no-full_finetune",
+                                 "--eval_file", str(data / "heldout.json"))) == 0
+    assert said in capsys.readouterr().out
+    history = json.loads((out / "eval_history.json").read_text())
+    assert [h["overall"]["pearson"] for h in history] == pearsons
+    if any(pearsons):
+        assert max(history, key=lambda h: h["overall"]["pearson"])["step"] == best_step
+    saved = (out / "adapter_model.safetensors").read_bytes()
+    checkpoints = out / "checkpoints"
+    assert [step for step in (2, 4, 6) if (checkpoints / f"checkpoint-{step}" / "adapter_model.safetensors").read_bytes() == saved] == [best_step]
