@@ -20,6 +20,7 @@ import argparse
 import json
 import random
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -123,6 +124,7 @@ def _main(argv) -> int:
     files = split(out / "data", sizes, settings.seed)
     step("2: score before training", [py, "-m", "infer.cli", "--model_path", str(out / "base-judge"), "--input_dir", str(out / "data"),
                                        "--input_file", "test.json", "--output_dir", str(out / "scores-before"), *score], logs)
+    shutil.rmtree(out / "trained-judge", ignore_errors=True)  # judge-train starts only in an empty directory: a rerun replaces the judge
     step("3: train", [py, "-m", "train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
                       "--eval_file", str(files["validation"]), "--input_dir", str(out / "data"), "--output_dir", str(out / "trained-judge"),
                       "--config", str(training), *steps, *rubric], logs)

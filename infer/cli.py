@@ -15,8 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from infer.options import ScoreOptions, option_problems
-from judge.cli import UsageError, add_common_flags, add_settings_flags, config_values, run
+from infer.options import ScoreOptions
+from judge.cli import UsageError, add_common_flags, add_settings_flags, config_values, run, setting_problems
 from judge.configs import CONFIG_DIR
 from judge.formats import FORMATS, Format, detect_format
 
@@ -73,7 +73,7 @@ def score_options(args, fmt: Format) -> ScoreOptions:
     CLI-only --limit's too, in one error."""
     config = args.config or preset(fmt.name)
     values = config_values(ScoreOptions, config, args)
-    problems = option_problems(values)
+    problems = setting_problems(ScoreOptions, values)
     if args.limit is not None and args.limit < 1:
         problems.append(f"--limit must be at least 1, got {args.limit}")
     if problems:

@@ -3,11 +3,10 @@ Free of torch, so that the command line can be built and checked before any mode
 
 from __future__ import annotations
 
-import typing
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from judge.cli import UsageError
+from judge.cli import UsageError, setting_problems
 
 
 Mode = Literal["generate", "logits"]
@@ -40,24 +39,5 @@ class ScoreOptions:
                                 flag=False)
 
     def __post_init__(self):
-        if problems := option_problems(asdict(self)):
+        if problems := setting_problems(ScoreOptions, asdict(self)):
             raise UsageError("invalid scoring options:\n  " + "\n  ".join(problems))
-
-
-def option_problems(values: dict) -> list[str]:
-    """Every value for a ScoreOptions field in `values` that cannot work, each with what would."""
-    hints = typing.get_type_hints(ScoreOptions)
-    problems = []
-    for f in fields(ScoreOptions):
-        value, hint = values.get(f.name, f.default), hints[f.name]
-        if typing.get_origin(hint) is Literal:
-            ok, wanted = value in typing.get_args(hint), "one of " + ", ".join(typing.get_args(hint))
-        elif hint is bool:
-            ok, wanted = isinstance(value, bool), "true or false"
-        else:  # a whole number, or none where the type allows it
-            optional = type(None) in typing.get_args(hint)
-            ok = (optional and value is None) or (type(value) is int and value >= f.metadata["minimum"])
-            wanted = f"a whole number of at least {f.metadata['minimum']}" + (" or none" if optional else "")
-        if not ok:
-            problems.append(f"{f.name} must be {wanted}, got {value!r}")
-    return problems

@@ -82,6 +82,37 @@ def settings_from_config(cls, config: str | Path, args: argparse.Namespace):
         raise UsageError(f"--config {config}: " + "; ".join(f"{field_name(e['loc'])}: {e['msg']}" for e in err.errors())) from None
 
 
+def setting_problems(cls, values: dict) -> list[str]:
+    """Every value in `values` for a field of the settings dataclass `cls` that cannot work, each with what
+    would: a Literal's choices, a bool, and a number's range where the field's metadata gives a `minimum`
+    (and a `below`, a bound it must stay under). Other fields are left to their types' checks."""
+    hints = typing.get_type_hints(cls)
+    problems = []
+    for f in fields(cls):
+        value, hint, minimum = values.get(f.name, f.default), hints[f.name], f.metadata.get("minimum")
+        if typing.get_origin(hint) is typing.Literal:
+            ok, wanted = value in typing.get_args(hint), "one of " + ", ".join(typing.get_args(hint))
+        elif hint is bool:
+            ok, wanted = isinstance(value, bool), "true or false"
+        elif minimum is not None:  # a number, or none where the type allows it
+            ok, wanted = _in_range(value, hint, minimum, f.metadata.get("below"))
+        else:
+            continue
+        if not ok:
+            problems.append(f"{f.name} must be {wanted}, got {value!r}")
+    return problems
+
+
+def _in_range(value, hint, minimum, below) -> tuple[bool, str]:
+    """Whether `value` is a number of the field's kind within [minimum, below), and what that means in words."""
+    optional = type(None) in typing.get_args(hint)
+    whole = int in (typing.get_args(hint) or (hint,))
+    kinds = (int,) if whole else (int, float)
+    number = type(value) in kinds and value >= minimum and (below is None or value < below)  # NaN fails both
+    wanted = f"{'a whole number' if whole else 'a number'} of at least {minimum:g}" + (f" and below {below:g}" if below is not None else "")
+    return (optional and value is None) or number, wanted + (" or none" if optional else "")
+
+
 def config_values(cls, config: str | Path, args: argparse.Namespace) -> dict:
     """The values `settings_from_config` builds `cls` from, for a caller that checks them first."""
     config = Path(config)

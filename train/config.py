@@ -3,43 +3,63 @@ so that the command line can be built and checked before any model code loads.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+
+from judge.cli import setting_problems
+
+CHECKPOINTS_DIR = "checkpoints"  # the Trainer's checkpoints, inside --output_dir
 
 
-def _opt(default, help: str):
-    factory = (lambda: list(default)) if isinstance(default, list) else None
-    return field(default_factory=factory, metadata={"help": help}) if factory else field(default=default, metadata={"help": help})
+def _opt(default, help: str, minimum: float | None = None, below: float | None = None):
+    """A TrainConfig field. `help` is also its flag's; `minimum` is the least value that works and `below`
+    a bound the value must stay under (checked by `config_problems`)."""
+    metadata = {"help": help, "minimum": minimum, "below": below}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
 class TrainConfig:
     """Every setting of judge-train: configs/train/*.yaml set these keys and each has a flag of its name."""
 
-    max_length: int = _opt(4096, "longest training sequence in tokens (prompt + image tokens + target)")
-    max_tiles: int = _opt(6, "tiles per image before the thumbnail (InternVL2-4B's fine-tuning uses 6)")
-    image_token_budget: int | None = _opt(None, "image tokens per sample before tiles and images are cut (none: no limit)")
+    max_length: int = _opt(4096, "longest training sequence in tokens (prompt + image tokens + target)", minimum=1)
+    max_tiles: int = _opt(6, "tiles per image before the thumbnail (InternVL2-4B's fine-tuning uses 6)", minimum=1)
+    image_token_budget: int | None = _opt(None, "image tokens per sample before tiles and images are cut (none: no limit)", minimum=0)
     scale: tuple[int, int] = _opt((0, 6), "the human score scale, LOW HIGH")
     full_finetune: bool = _opt(False, "train all language-model weights instead of LoRA (small models)")
-    lora_r: int = _opt(16, "LoRA rank")
-    lora_alpha: int = _opt(32, "LoRA alpha")
-    lora_dropout: float = _opt(0.05, "LoRA dropout")
+    lora_r: int = _opt(16, "LoRA rank", minimum=1)
+    lora_alpha: int = _opt(32, "LoRA alpha", minimum=1)
+    lora_dropout: float = _opt(0.05, "LoRA dropout", minimum=0, below=1)
     lora_targets: list[str] = _opt(["qkv_proj", "o_proj", "gate_up_proj", "down_proj"], "language-model linear layers that get LoRA")
     train_projector: bool = _opt(False, "also train the vision-language projector")
-    learning_rate: float = _opt(4e-5, "peak learning rate")
-    weight_decay: float = _opt(0.01, "AdamW weight decay")
-    warmup_ratio: float = _opt(0.03, "share of steps spent warming the learning rate up")
+    learning_rate: float = _opt(4e-5, "peak learning rate", minimum=0)
+    weight_decay: float = _opt(0.01, "AdamW weight decay", minimum=0)
+    warmup_ratio: float = _opt(0.03, "share of steps spent warming the learning rate up", minimum=0, below=1)
     lr_scheduler: str = _opt("cosine", "learning-rate schedule (transformers' names)")
-    num_epochs: float = _opt(1.0, "passes over the training set")
-    max_steps: int = _opt(-1, "stop after this many optimizer steps (-1: num_epochs decides)")
-    per_device_batch_size: int = _opt(1, "sequences per device per micro-step")
-    gradient_accumulation_steps: int = _opt(8, "micro-steps per optimizer step")
+    num_epochs: float = _opt(1.0, "passes over the training set", minimum=0)
+    max_steps: int = _opt(-1, "stop after this many optimizer steps (-1: num_epochs decides)", minimum=-1)
+    per_device_batch_size: int = _opt(1, "sequences per device per micro-step", minimum=1)
+    gradient_accumulation_steps: int = _opt(8, "micro-steps per optimizer step", minimum=1)
     gradient_checkpointing: bool = _opt(True, "recompute activations in backward to save memory")
-    save_steps: int = _opt(100, "checkpoint (and evaluate, with --eval_file) every this many steps")
-    logging_steps: int = _opt(10, "log the loss every this many steps")
-    eval_max_new_tokens: int = _opt(128, "longest judge output generated during evaluation")
-    eval_token_budget: int = _opt(65536, "tokens per evaluation batch")
-    dataloader_workers: int = _opt(2, "processes that decode and tile images")
-    seed: int = _opt(42, "seed for initialisation and data order")
+    save_steps: int = _opt(100, "checkpoint (and evaluate, with --eval_file) every this many steps", minimum=1)
+    logging_steps: int = _opt(10, "log the loss every this many steps", minimum=1)
+    eval_max_new_tokens: int = _opt(128, "longest judge output generated during evaluation", minimum=1)
+    eval_token_budget: int = _opt(65536, "tokens per evaluation batch", minimum=1)
+    dataloader_workers: int = _opt(2, "processes that decode and tile images", minimum=0)
+    seed: int = _opt(42, "seed for initialisation and data order", minimum=0)
 
     def __post_init__(self):
         self.scale = tuple(self.scale)  # YAML and flags give a list
+
+
+def config_problems(cfg: TrainConfig) -> list[str]:
+    """Every setting of `cfg` that cannot work, each with what would: found here, before the model loads,
+    rather than deep in the Trainer (or not at all: a warmup_ratio of 1.5 would be read as 1 step)."""
+    from transformers import SchedulerType  # here, not above: --help and a bad flag's message need no transformers
+
+    problems = setting_problems(TrainConfig, asdict(cfg))
+    schedulers = [s.value for s in SchedulerType]
+    if cfg.lr_scheduler not in schedulers:
+        problems.append(f"lr_scheduler must be one of {', '.join(schedulers)}, got {cfg.lr_scheduler!r}")
+    return problems

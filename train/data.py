@@ -21,7 +21,8 @@ from statistics import mean
 import torch
 from datasets import Dataset
 
-from judge.data import Annotation, InputError, Problem
+from judge.cli import UsageError
+from judge.data import Annotation, InputError, Problem, load_annotations
 from judge.model import Judge
 from judge.parsing import format_judgement
 from judge.prompts import Rubric, build_prompt
@@ -31,25 +32,58 @@ from judge.tiling import TilingConfig, load_tiles
 IGNORE_INDEX = -100  # labels the loss skips (torch's cross_entropy default)
 
 
+def read_annotations(train_file: Path, eval_file: Path | None, image_root: Path, rubrics: dict[str, Rubric],
+                     scale: tuple[float, float]) -> tuple[list[Annotation], list[Annotation]]:
+    """The training and held-out annotations (none without an eval file), with every problem of both files in
+    one error: a record that cannot work, or a category no rubric judges (found before the model loads)."""
+    loaded, problems = {}, []
+    for file in filter(None, (train_file, eval_file)):
+        try:
+            loaded[file] = load_annotations(file, image_root, scale)
+        except InputError as err:
+            problems += err.problems
+            continue
+        # judge-score's wording for the same problem
+        problems += [Problem(str(file), f"no rubric for category {c}; give one with --rubric")
+                     for c in sorted({a.category for a in loaded[file]} - set(rubrics))]
+    if problems:
+        raise InputError(problems)
+    return loaded[train_file], loaded.get(eval_file, [])
+
+
+def check_scales(annotations: list[Annotation], rubrics: dict[str, Rubric], scale: tuple[float, float]) -> None:
+    """The rubrics that judge `annotations` must score on their scale: the targets are written on the
+    rubric's, where a human 8 of 0-10 is no 0-6 score at all ('### Score None')."""
+    low, high = scale
+    used = [rubrics[c] for c in sorted({a.category for a in annotations})]
+    if other := [r for r in used if r.score_scale.bounds != (low, high)]:
+        named = ", ".join(f"{r.category!r} ({r.score_scale.low:g}-{r.score_scale.high:g})" for r in other)
+        raise UsageError(f"the annotations' scale {low:g}-{high:g} (--scale, or the config's scale) is not that of rubric {named}; "
+                         f"give the rubrics' scale with --scale, or rubrics that score {low:g}-{high:g}")
+
+
 @dataclass(frozen=True)
 class RatedSample:
     """One id with its annotators merged into the training target."""
 
     annotation: Annotation  # the first record of the id (question, answer, images)
+    index: int  # that record's place in the annotations: its record number in the file, for messages
     scores: dict[str, float]
     feedback: str | None
 
 
 def merge_annotators(annotations: list[Annotation]) -> list[RatedSample]:
     by_id: dict[str, list[Annotation]] = {}
-    for a in annotations:
+    first_index: dict[str, int] = {}
+    for index, a in enumerate(annotations):
         by_id.setdefault(a.id, []).append(a)
+        first_index.setdefault(a.id, index)
     merged = []
-    for group in by_id.values():
+    for sample_id, group in by_id.items():
         names = {name for a in group for name in a.human_scores.given()}
         scores = {name: mean(a.human_scores.given()[name] for a in group if name in a.human_scores.given()) for name in sorted(names)}
         feedback = next((a.feedback for a in group if a.feedback), None)
-        merged.append(RatedSample(group[0], scores, feedback))
+        merged.append(RatedSample(group[0], first_index[sample_id], scores, feedback))
     return merged
 
 
@@ -83,10 +117,11 @@ def build_dataset(
     max_length: int, image_token_budget: int | None, source: str,
 ) -> Dataset:
     """Encode every rated sample; any that is still longer than max_length is an error naming it."""
-    rows = [encode(judge, rated, rubrics[rated.annotation.category], image_root, image_token_budget) for rated in merge_annotators(annotations)]
-    too_long = [Problem(source, f"{r['length']} tokens after image-token budgeting exceed max_length {max_length}; "
-                                "raise max_length or lower image_token_budget / max_tiles", None, r["id"])
-                for r in rows if r["length"] > max_length]
+    rated = merge_annotators(annotations)
+    rows = [encode(judge, r, rubrics[r.annotation.category], image_root, image_token_budget) for r in rated]
+    too_long = [Problem(source, f"{row['length']} tokens after image-token budgeting exceed max_length {max_length}; "
+                                "raise max_length or lower image_token_budget / max_tiles", r.index, r.annotation.id)
+                for r, row in zip(rated, rows) if row["length"] > max_length]
     if too_long:
         raise InputError(too_long)
     return Dataset.from_list(rows)

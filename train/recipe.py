@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -23,12 +24,13 @@ from transformers import Trainer, TrainingArguments, set_seed
 from calibration.stats import agreement_table
 from infer.engine import Scorer, prepare
 from infer.options import ScoreOptions
-from judge.data import SCORE_FIELDS, Annotation, JudgeResult, load_annotations
+from judge.cli import UsageError
+from judge.data import SCORE_FIELDS, Annotation, JudgeResult
 from judge.model import Judge, load_judge, with_max_tiles, write_settings
 from judge.parsing import ScoreScale
 from judge.prompts import Rubric
-from train.config import TrainConfig
-from train.data import Collator, build_dataset, merge_annotators
+from train.config import CHECKPOINTS_DIR, TrainConfig
+from train.data import Collator, build_dataset, check_scales, merge_annotators, read_annotations
 
 
 def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
@@ -44,14 +46,28 @@ def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
             for p in module.parameters():
                 p.requires_grad = True
         return judge.model
-    targets = "|".join(cfg.lora_targets)
+    check_lora_targets(judge.model, cfg.lora_targets)
     lora = LoraConfig(
         r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-        # anchored on the language model: the vision tower has its own projections
-        target_modules=rf".*language_model.*\.({targets})",
+        target_modules=lora_pattern(cfg.lora_targets),
         modules_to_save=["multi_modal_projector"] if cfg.train_projector else None,
     )
     return get_peft_model(judge.model, lora)
+
+
+def lora_pattern(targets: list[str]) -> str:
+    # anchored on the language model: the vision tower has its own projections
+    return rf".*language_model.*\.({'|'.join(targets)})"
+
+
+def check_lora_targets(model: torch.nn.Module, targets: list[str]) -> None:
+    """Each target must name a layer, as PEFT matches them: PEFT refuses only when none does (in its own
+    words), and a misspelt one beside a right one would silently train without it."""
+    names = [name for name, _ in model.named_modules()]
+    if unmatched := [t for t in targets if not any(re.fullmatch(lora_pattern([t]), name) for name in names)]:
+        linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                         if "language_model" in name and isinstance(module, torch.nn.Linear)})
+        raise UsageError(f"--lora_targets {' '.join(unmatched)}: no language-model layer of that name; its linear layers are {', '.join(linear)}")
 
 
 def run_vision_in_every_batch(model: torch.nn.Module) -> None:
@@ -114,7 +130,7 @@ def evaluate_judge(judge: Judge, annotations: list[Annotation], rubrics, image_r
     model = judge.model
     was_training = model.training
     model.eval()
-    options = ScoreOptions(max_new_tokens=cfg.eval_max_new_tokens, token_budget=cfg.eval_token_budget, workers=1)
+    options = evaluation_options(cfg)
     rated = merge_annotators(annotations)
     items = prepare(judge, [(i, r.annotation) for i, r in enumerate(rated)], rubrics, image_root, options)
     results = {r.id: r for batch in Scorer(judge, rubrics, options, device).run(items) for _, r in batch}
@@ -128,16 +144,29 @@ def evaluate_judge(judge: Judge, annotations: list[Annotation], rubrics, image_r
     return metrics
 
 
+def evaluation_options(cfg: TrainConfig) -> ScoreOptions:
+    """judge-score's options for the held-out set, cut to the training examples' image-token budget: the
+    judge is measured on prompts like those it learns from. (Tiles per image need no option: cfg.max_tiles
+    is already in the judge's settings, which both use.)"""
+    return ScoreOptions(max_new_tokens=cfg.eval_max_new_tokens, token_budget=cfg.eval_token_budget,
+                        image_token_budget=cfg.image_token_budget, workers=1)
+
+
 def _judge_value(result: JudgeResult, name: str):
     return result.score if name == "overall" else result.criteria.get(name)
+
+
+# The Trainer keeps the best checkpoint by this key, which every evaluation must log: the overall Pearson,
+# or -1 where it is undefined (e.g. nothing parsed yet), the lowest rank. pearson_overall itself is logged
+# only where measured, so that -1 is never reported as a measurement.
+RANKED_BY = "ranking_pearson_overall"
 
 
 def flat_metrics(metrics: dict) -> dict[str, float]:
     flat = {"parse_failures": float(metrics["parse_failures"])}
     for name in SCORE_FIELDS:
         flat |= {f"{stat}_{name}": value for stat, value in metrics[name].items() if value is not None}
-    # Trainer keeps the best checkpoint by this key; an undefined Pearson (e.g. nothing parsed yet) ranks lowest.
-    flat.setdefault("pearson_overall", -1.0)
+    flat[RANKED_BY] = flat.get("pearson_overall", -1.0)
     return flat
 
 
@@ -160,7 +189,7 @@ def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None
         save_steps=cfg.save_steps,
         eval_strategy="steps" if has_eval else "no",
         eval_steps=cfg.save_steps,
-        metric_for_best_model="pearson_overall" if has_eval else None,
+        metric_for_best_model=RANKED_BY if has_eval else None,
         greater_is_better=True,
         logging_steps=cfg.logging_steps,
         train_sampling_strategy="group_by_length",
@@ -178,11 +207,9 @@ def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None
 
 def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path, output_dir: Path,
           rubrics: dict[str, Rubric], cfg: TrainConfig, deepspeed: str | None, resume: bool) -> dict:
-    train_annotations = load_annotations(train_file, image_root, cfg.scale)
-    eval_annotations = load_annotations(eval_file, image_root, cfg.scale) if eval_file else []
+    train_annotations, eval_annotations = read_annotations(train_file, eval_file, image_root, rubrics, cfg.scale)
+    check_scales(train_annotations + eval_annotations, rubrics, cfg.scale)
     output_dir.mkdir(parents=True, exist_ok=True)
-    if not resume:  # a fresh run's history must not continue an earlier run's
-        (output_dir / "eval_history.json").unlink(missing_ok=True)
     judge = load_judge(base, "cpu", torch.bfloat16 if torch.cuda.is_available() else torch.float32)
     judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)
     judge.model.config.use_cache = False
@@ -192,7 +219,7 @@ def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path
     judge = Judge(model, judge.tokenizer, judge.settings, judge.source_format)
     trainer = JudgeTrainer(
         model=model,
-        args=training_arguments(cfg, output_dir / "checkpoints", deepspeed, bool(eval_annotations)),
+        args=training_arguments(cfg, output_dir / CHECKPOINTS_DIR, deepspeed, bool(eval_annotations)),
         train_dataset=dataset,
         eval_dataset=eval_annotations or None,
         data_collator=Collator(judge.tokenizer.pad_token_id, judge.settings.tiling),
@@ -201,7 +228,9 @@ def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path
     )
     trainer.train(resume_from_checkpoint=resume or None)
     save_judge(trainer, judge, base, output_dir, cfg)
-    return {"global_step": trainer.state.global_step, "best_metric": trainer.state.best_metric}
+    # The log history, restored on --resume, covers every evaluation of the run.
+    measured = any("eval_pearson_overall" in entry for entry in trainer.state.log_history)
+    return {"global_step": trainer.state.global_step, "best_pearson": trainer.state.best_metric if measured else None}
 
 
 # What a Trainer checkpoint holds of the model itself: a LoRA adapter, or the full native weights.

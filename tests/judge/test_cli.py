@@ -12,7 +12,7 @@ from judge.prompts import CONFIG_DIR
 from judge.rubric_cli import main as rubric_main
 from judge.testing import write_dataset
 from train.cli import main as train_main
-from train.config import TrainConfig
+from train.config import TrainConfig, config_problems
 
 MMIE_LIKE_PROMPTS = 'SA_PROMPT = """Rate it."""\n\ndef get_prompt(data_id):\n    if "SA" in data_id:\n        return SA_PROMPT + "{question}{answer}"\n'
 
@@ -75,6 +75,37 @@ def test_train_scale_takes_exactly_two_values(tmp_path, capsys):
     assert info.value.code == 2 and "unrecognized arguments: 2" in capsys.readouterr().err
 
 
+def test_every_training_setting_that_cannot_work_is_reported_at_once_before_loading(tmp_path, capsys):
+    args = ["--model_path", str(tmp_path / "no-model"), "--train_file", "missing.json", "--input_dir", ".", "--output_dir", str(tmp_path / "out")]
+    code = train_main([*args, "--save_steps", "0", "--per_device_batch_size", "0", "--lora_r", "0", "--gradient_accumulation_steps", "0",
+                       "--max_length", "0", "--learning_rate=-1e-4", "--warmup_ratio", "1.5", "--lr_scheduler", "cosin"])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: 8 problems with the settings" in err
+    for problem in ("save_steps must be a whole number of at least 1, got 0", "per_device_batch_size must be a whole number of at least 1, got 0",
+                    "lora_r must be a whole number of at least 1, got 0", "gradient_accumulation_steps must be a whole number of at least 1, got 0",
+                    "max_length must be a whole number of at least 1, got 0", "learning_rate must be a number of at least 0, got -0.0001",
+                    "warmup_ratio must be a number of at least 0 and below 1, got 1.5",  # 1.5 would silently mean 1 warmup step
+                    "lr_scheduler must be one of linear, cosine, "):
+        assert problem in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_dir_resume_and_deepspeed_are_checked_before_loading(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "adapter_config.json").write_text("{}")  # an earlier LoRA run's, which judge-score would load
+    args = ["--model_path", str(tmp_path / "no-model"), "--train_file", "missing.json", "--input_dir", ".", "--output_dir", str(out)]
+    assert train_main(args) == 2
+    assert the_error(capsys) == (f"error: --output_dir {out} is not empty (an earlier run?); "
+                                 "give a new or empty directory, or --resume to continue that run")
+    assert (out / "adapter_config.json").exists()  # refused, not cleared
+    assert train_main([*args, "--resume"]) == 2
+    assert the_error(capsys) == f"error: --resume: nothing to resume in {out} (no checkpoint in {out / 'checkpoints'}); drop --resume to start a fresh run"
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2,}}')
+    assert train_main([*args[:-1], str(tmp_path / "new"), "--deepspeed", str(tmp_path / "ds.json")]) == 2
+    assert the_error(capsys).startswith(f"error: --deepspeed {tmp_path / 'ds.json'}: invalid JSON at line 1, column 35")
+
+
 def test_settings_flags_take_either_spelling_and_leave_unflagged_fields_to_the_config():
     from infer.cli import build_parser as score_parser
     from train.cli import build_parser as train_parser
@@ -85,6 +116,13 @@ def test_settings_flags_take_either_spelling_and_leave_unflagged_fields_to_the_c
     score = score_parser().parse_args([*required, "--input_file", "d.json", "--max-new-tokens", "64", "--mode", "logits"])
     assert (score.max_new_tokens, score.mode, score.token_budget) == (64, "logits", None)
     assert not hasattr(score, "prefetch") and not hasattr(score, "ignore_stop")  # ScoreOptions fields without a flag
+
+
+def test_judge_train_accepts_the_local_rank_the_deepspeed_launcher_passes():
+    from train.cli import build_parser as train_parser
+
+    args = train_parser().parse_args(["--model_path", "m", "--train_file", "t.json", "--input_dir", ".", "--output_dir", "o", "--local_rank=1"])
+    assert args.local_rank == 1
 
 
 def test_rubric_import_names_a_missing_file_and_an_unwritable_output(tmp_path, capsys):
@@ -114,4 +152,4 @@ def test_the_shipped_presets_pass_the_checks_a_users_file_gets():
     for preset in sorted((CONFIG_DIR / "score").glob("*.yaml")):
         settings_from_config(ScoreOptions, preset, argparse.Namespace())
     for preset in sorted((CONFIG_DIR / "train").glob("*.yaml")):
-        settings_from_config(TrainConfig, preset, argparse.Namespace())
+        assert config_problems(settings_from_config(TrainConfig, preset, argparse.Namespace())) == [], preset

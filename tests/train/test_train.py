@@ -7,14 +7,15 @@ import pytest
 import torch
 
 from infer.cli import main as score_main
-from judge.data import load_annotations
-from judge.model import load_judge
+from infer.engine import prepare
+from judge.data import SCORE_FIELDS, InputError, load_annotations
+from judge.model import load_judge, with_max_tiles
 from judge.prompts import CONFIG_DIR, load_rubrics
 from judge.testing import write_dataset, write_original_checkpoint
 from train.cli import main as train_main
 from train.data import IGNORE_INDEX, build_dataset, merge_annotators, target_text
 from train.config import TrainConfig
-from train.recipe import apply_lora, run_vision_in_every_batch
+from train.recipe import apply_lora, evaluation_options, run_vision_in_every_batch
 
 TINY_RUBRIC = [str(CONFIG_DIR / "rubrics" / "tiny")]
 
@@ -55,6 +56,35 @@ def test_loss_mask_covers_exactly_the_target_and_its_stop_token(base, data):
         assert judge.tokenizer.decode(ids[first:-1]) .strip() == target_text(r, rubrics[r.annotation.category]).strip()
         prompt = judge.tokenizer.decode(ids[:first])
         assert prompt.endswith("<|assistant|>\n") and "### Feedback" in prompt
+
+
+def test_a_sample_longer_than_max_length_is_named_by_its_first_record(base, data):
+    judge = load_judge(base)
+    annotations = load_annotations(data / "train.json", data)
+    rubrics = load_rubrics(TINY_RUBRIC)
+    lengths = build_dataset(judge, annotations, rubrics, data, max_length=8192, image_token_budget=None, source="train.json")["length"]
+    with pytest.raises(InputError) as info:
+        build_dataset(judge, annotations, rubrics, data, max_length=min(lengths) - 1, image_token_budget=None, source="train.json")
+    first_records = {}
+    for index, a in enumerate(annotations):  # a second annotator's record shifts the ids after it
+        first_records.setdefault(a.id, index)
+    assert [(p.index, p.record_id) for p in info.value.problems] == [(i, id_) for id_, i in first_records.items()]
+    assert str(info.value.problems[-1]).startswith(f"train.json: record {len(annotations) - 1} (id '{annotations[-1].id}'): {lengths[-1]} tokens")
+
+
+def test_evaluation_scores_the_prompts_training_learns_from(base, data):
+    judge = load_judge(base)
+    cfg = TrainConfig(max_tiles=1, image_token_budget=judge.settings.tokens_per_tile)  # one image's worth: the others are cut
+    judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)  # as train() does
+    annotations = load_annotations(data / "train.json", data)
+    rubrics = load_rubrics(TINY_RUBRIC)
+    dataset = build_dataset(judge, annotations, rubrics, data, cfg.max_length, cfg.image_token_budget, "train.json")
+    assert any(row["truncated"] for row in dataset)
+    rated = merge_annotators(annotations)
+    items = prepare(judge, [(i, r.annotation) for i, r in enumerate(rated)], rubrics, data, evaluation_options(cfg))
+    for row, item in zip(dataset, items, strict=True):
+        prompt_length = next(i for i, label in enumerate(row["labels"]) if label != IGNORE_INDEX)
+        assert item.input_ids.tolist() == row["input_ids"][:prompt_length]
 
 
 def test_merged_annotators_average_each_criterion(data):
@@ -107,11 +137,6 @@ def test_train_save_score_and_merge(base, data, tmp_path):
     assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer_config.json", "judge_config.json"} <= {p.name for p in out.iterdir()}
     history = json.loads((out / "eval_history.json").read_text())
     assert [h["step"] for h in history] == [2, 4] and "pearson" in history[0]["overall"]
-    again = tmp_path / "again"
-    for steps in ("4", "2"):  # a fresh run into the same directory starts a fresh history
-        assert train_main(train_args(base, data, again, "--max_steps", steps, "--save_steps", "2", "--no-full_finetune",
-                                     "--eval_file", str(data / "heldout.json"), "--eval_max_new_tokens", "2")) == 0
-    assert [h["step"] for h in json.loads((again / "eval_history.json").read_text())] == [2]
     judge = load_judge(out)
     assert judge.source_format == "adapter"
     assert score_main(["--model_path", str(out), "--input_dir", str(data), "--input_file", "heldout.json", "--output_dir", str(tmp_path / "s"),
@@ -139,3 +164,51 @@ def test_bad_annotations_are_reported_before_training(base, tmp_path, capsys):
     (tmp_path / "bad.json").write_text(json.dumps([{"id": "SA_1", "question": "q", "answer": "a", "human_scores": {"overall": 11}}]))
     code = train_main(["--model_path", str(base), "--train_file", str(tmp_path / "bad.json"), "--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "o")])
     assert code == 2 and "record 0 (id 'SA_1'): human_scores.overall: 11 is outside the scale 0-6" in capsys.readouterr().err
+
+
+def test_problems_of_both_files_and_categories_without_a_rubric_are_reported_together_before_loading(data, tmp_path, capsys):
+    (tmp_path / "heldout.json").write_text(json.dumps([{"id": "SA_1", "question": "q", "answer": "a", "human_scores": {"overall": 9}}]))
+    only_sa = ["--rubric", str(CONFIG_DIR / "rubrics" / "tiny" / "sa.yaml")]
+    code = train_main([*train_args(tmp_path / "no-model", data, tmp_path / "out", "--eval_file", str(tmp_path / "heldout.json")), *only_sa])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: 3 problem(s) in the input:" in err
+    for category in ("MSR", "PBL"):
+        assert f"{data / 'train.json'}: no rubric for category {category}; give one with --rubric" in err
+    assert f"{tmp_path / 'heldout.json'}: record 0 (id 'SA_1'): human_scores.overall: 9 is outside the scale 0-6" in err
+
+
+def test_a_scale_other_than_the_rubrics_is_refused_before_loading(data, tmp_path, capsys):
+    # The targets are written on the rubric's scale: a human 8 of 0-10 would be learned as '### Score None'.
+    assert train_main(train_args(tmp_path / "no-model", data, tmp_path / "out", "--scale", "0", "10")) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: the annotations' scale 0-10 (--scale, or the config's scale) is not that of rubric 'MSR' (0-6), 'PBL' (0-6), 'SA' (0-6); "
+        "give the rubrics' scale with --scale, or rubrics that score 0-10")
+
+
+def test_lora_targets_that_name_no_layer_are_refused(base, data, tmp_path, capsys):
+    # qkv_proj matches; the misspelt one alone would otherwise be skipped without a word
+    assert train_main(train_args(base, data, tmp_path / "out", "--no-full_finetune", "--lora_targets", "qkv_proj", "o_prj")) == 2
+    assert capsys.readouterr().err.strip() == ("error: --lora_targets o_prj: no language-model layer of that name; "
+                                               "its linear layers are down_proj, gate_up_proj, o_proj, qkv_proj")
+
+
+@pytest.mark.parametrize("pearsons, said, best_step", [
+    ([0.2, 0.7, 0.5], "best overall Pearson: 0.700", 4),
+    # -1 ranks an undefined Pearson for the Trainer; it must not be reported as measured
+    ([None, None, None], "best overall Pearson: undefined at every evaluation", 2),
+])
+def test_the_saved_judge_is_the_best_evaluated_checkpoint(base, data, tmp_path, monkeypatch, capsys, pearsons, said, best_step):
+    measured = iter(pearsons)
+    monkeypatch.setattr("train.recipe.evaluate_judge", lambda *_: {"parse_failures": 0, **{name: {"pearson": None} for name in SCORE_FIELDS},
+                                                                    "overall": {"pearson": next(measured)}})
+    out = tmp_path / "judge"
+    assert train_main(train_args(base, data, out, "--max_steps", "6", "--save_steps", "2", "--no-full_finetune",
+                                 "--eval_file", str(data / "heldout.json"))) == 0
+    assert said in capsys.readouterr().out
+    history = json.loads((out / "eval_history.json").read_text())
+    assert [h["overall"]["pearson"] for h in history] == pearsons
+    if any(pearsons):
+        assert max(history, key=lambda h: h["overall"]["pearson"])["step"] == best_step
+    saved = (out / "adapter_model.safetensors").read_bytes()
+    checkpoints = out / "checkpoints"
+    assert [step for step in (2, 4, 6) if (checkpoints / f"checkpoint-{step}" / "adapter_model.safetensors").read_bytes() == saved] == [best_step]
