@@ -23,7 +23,7 @@ from judge.data import InputError, JudgeResult, Problem, Sample, resolve_image, 
 from judge.distributed import end_process_group
 from judge.formats import BenchmarkInput, Format
 from judge.model import load_judge, with_max_tiles
-from judge.prompts import Rubric, load_rubrics
+from judge.prompts import Rubric, load_rubrics, rubric_problems
 
 
 def score(args, fmt: Format, options: ScoreOptions) -> int:
@@ -88,17 +88,6 @@ def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
     for note in bench.notes:
         print(f"note: {note}", file=sys.stderr)
     return bench
-
-
-def rubric_problems(samples: list[Sample], rubrics: dict[str, Rubric], input_path: Path) -> list[Problem]:
-    """One problem per category that no rubric covers, counting its samples (with --skip_invalid they are
-    skipped and listed in the summary)."""
-    uncovered: dict[str, list[str]] = {}
-    for sample in samples:
-        if sample.category not in rubrics:
-            uncovered.setdefault(sample.category, []).append(sample.id)
-    return [Problem(str(input_path), f"no rubric for category {category} ({len(ids)} sample(s), first id {ids[0]!r}); give one with --rubric")
-            for category, ids in sorted(uncovered.items())]
 
 
 def checked_device(device: str) -> str:

@@ -94,6 +94,17 @@ class Rubric(BaseModel):
         )
 
 
+def rubric_problems(samples: list[Sample], rubrics: dict[str, Rubric], file: Path) -> list[Problem]:
+    """One problem per category that no rubric covers, with its sample count and first id (judge-score
+    --skip_invalid skips those samples)."""
+    uncovered: dict[str, list[str]] = {}
+    for sample in samples:
+        if sample.category not in rubrics:
+            uncovered.setdefault(sample.category, []).append(sample.id)
+    return [Problem(str(file), f"no rubric for category {category} ({len(ids)} sample(s), first id {ids[0]!r}); give one with --rubric")
+            for category, ids in sorted(uncovered.items())]
+
+
 def _braced(names) -> str:
     return " ".join(f"{{{name}}}" for name in names)
 

@@ -25,7 +25,7 @@ from judge.cli import UsageError
 from judge.data import Annotation, InputError, Problem, load_annotations
 from judge.model import Judge
 from judge.parsing import format_judgement
-from judge.prompts import Rubric, build_prompt
+from judge.prompts import Rubric, build_prompt, rubric_problems
 from judge.templates import get_template
 from judge.tiling import TilingConfig, load_tiles
 
@@ -43,9 +43,7 @@ def read_annotations(train_file: Path, eval_file: Path | None, image_root: Path,
         except InputError as err:
             problems += err.problems
             continue
-        # judge-score's wording for the same problem
-        problems += [Problem(str(file), f"no rubric for category {c}; give one with --rubric")
-                     for c in sorted({a.category for a in loaded[file]} - set(rubrics))]
+        problems += rubric_problems(loaded[file], rubrics, file)
     if problems:
         raise InputError(problems)
     return loaded[train_file], loaded.get(eval_file, [])

@@ -173,7 +173,7 @@ def test_problems_of_both_files_and_categories_without_a_rubric_are_reported_tog
     err = capsys.readouterr().err
     assert code == 2 and "error: 3 problem(s) in the input:" in err
     for category in ("MSR", "PBL"):
-        assert f"{data / 'train.json'}: no rubric for category {category}; give one with --rubric" in err
+        assert f"{data / 'train.json'}: no rubric for category {category} (" in err
     assert f"{tmp_path / 'heldout.json'}: record 0 (id 'SA_1'): human_scores.overall: 9 is outside the scale 0-6" in err
 
 
