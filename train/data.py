@@ -91,7 +91,7 @@ def target_text(rated: RatedSample, rubric: Rubric) -> str:
 
 
 def encode(judge: Judge, rated: RatedSample, rubric: Rubric, image_root: Path, image_token_budget: int | None) -> dict:
-    """One example as plain lists, ready for a datasets.Dataset (and its cache)."""
+    """One example as plain lists, ready for a datasets.Dataset."""
     settings = judge.settings
     template = get_template(settings.template)
     prompt = build_prompt(rated.annotation, rubric, template, settings.system_message, image_root,
