@@ -196,12 +196,15 @@ class Scorer:
 
     def _score_batch(self, batch: list[Prepared], pixels: list[torch.Tensor | None]) -> list[tuple[Prepared, JudgeResult]]:
         """Score a batch; if the device runs out of memory anyway (the budget is an estimate), split it in
-        halves and retry, down to one sample, so that no sample is lost to a too-large batch."""
+        halves and retry, down to one sample, so that no sample is lost to a too-large batch. A sample that
+        does not fit alone stops the run with what to change (its finished batches stay in the journal)."""
         try:
             return self._forward(batch, pixels)
         except torch.OutOfMemoryError:
             if len(batch) == 1:
-                raise
+                item = batch[0]
+                raise UsageError(f"sample {item.sample.id!r} (record {item.index}: {len(item.input_ids)} prompt tokens, {item.n_tiles} tiles) "
+                                 f"does not fit in {self.device} memory even alone; lower --max_tiles or set --image_token_budget") from None
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
             half = len(batch) // 2

@@ -418,6 +418,24 @@ def test_out_of_memory_splits_the_batch_instead_of_losing_samples(judge, samples
     assert results == expected and sizes[0] == 8 and max(s for s in sizes if s <= 2) == 2
 
 
+def test_a_sample_too_large_for_memory_alone_stops_the_run_saying_what_to_change(judge, samples, dataset, monkeypatch):
+    rubrics = load_rubrics()
+    options = ScoreOptions(max_new_tokens=4, token_budget=10**7, max_tiles=2)
+    items = prepare(judge, samples, rubrics, dataset, options)
+    largest = max(items, key=lambda item: len(item.input_ids))
+    generate = judge.model.generate
+
+    def no_room_for_the_largest(**inputs):
+        if inputs["input_ids"].shape[1] >= len(largest.input_ids):
+            raise torch.OutOfMemoryError("simulated")
+        return generate(**inputs)
+
+    monkeypatch.setattr(judge.model, "generate", no_room_for_the_largest)
+    with pytest.raises(UsageError, match=rf"sample '{largest.sample.id}' \(record {largest.index}: .* does not fit in cpu memory even alone; "
+                                         r"lower --max_tiles or set --image_token_budget"):
+        list(Scorer(judge, rubrics, options, "cpu").run(items))
+
+
 def test_a_judge_never_writes_image_tokens_so_its_output_can_be_read_back(checkpoint, samples, dataset):
     """A barely trained judge may rank <IMG_CONTEXT> first; written out, it would stand for no image and
     break the forced-heading pass that reads the output back. Generation suppresses image tokens."""
