@@ -33,6 +33,7 @@ class TrainConfig:
     lora_dropout: float = _opt(0.05, "LoRA dropout", minimum=0, below=1)
     lora_targets: list[str] = _opt(["qkv_proj", "o_proj", "gate_up_proj", "down_proj"], "language-model linear layers that get LoRA")
     train_projector: bool = _opt(False, "also train the vision-language projector")
+    train_vision_tower: bool = _opt(False, "also train the vision tower (InternViT) in full; with LoRA the adapter then holds a copy of it")
     learning_rate: float = _opt(4e-5, "peak learning rate", minimum=0)
     weight_decay: float = _opt(0.01, "AdamW weight decay", minimum=0)
     warmup_ratio: float = _opt(0.03, "share of steps spent warming the learning rate up", minimum=0, below=1)

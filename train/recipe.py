@@ -39,9 +39,10 @@ def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
     set_seed(cfg.seed)
     for p in judge.model.parameters():
         p.requires_grad = False
+    # Trained in full when asked (LoRA's modules_to_save), whichever way the language model is trained.
+    whole = [name for name, asked in (("vision_tower", cfg.train_vision_tower), ("multi_modal_projector", cfg.train_projector)) if asked]
     if cfg.full_finetune:
-        trainable = [judge.model.model.language_model, judge.model.lm_head]
-        trainable += [judge.model.model.multi_modal_projector] if cfg.train_projector else []
+        trainable = [judge.model.model.language_model, judge.model.lm_head] + [getattr(judge.model.model, name) for name in whole]
         for module in trainable:
             for p in module.parameters():
                 p.requires_grad = True
@@ -50,7 +51,7 @@ def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
     lora = LoraConfig(
         r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
         target_modules=lora_pattern(cfg.lora_targets),
-        modules_to_save=["multi_modal_projector"] if cfg.train_projector else None,
+        modules_to_save=whole or None,
     )
     return get_peft_model(judge.model, lora)
 

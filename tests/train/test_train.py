@@ -12,6 +12,7 @@ from judge.data import SCORE_FIELDS, InputError, load_annotations
 from judge.model import load_judge, with_max_tiles
 from judge.prompts import CONFIG_DIR, load_rubrics
 from judge.testing import write_dataset, write_original_checkpoint
+from judge.testing.checkpoints import SIZES
 from train.cli import main as train_main
 from train.data import IGNORE_INDEX, build_dataset, merge_annotators, target_text
 from train.config import TrainConfig
@@ -99,6 +100,23 @@ def test_lora_wraps_only_language_model_layers(base):
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n and "language_model" in n for n in trainable)
     assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable} == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+
+
+@pytest.mark.parametrize("full_finetune", [False, True])
+def test_the_vision_tower_trains_only_when_asked_and_its_weights_reach_the_saved_judge(base, data, tmp_path, full_finetune):
+    frozen = apply_lora(load_judge(base), TrainConfig(full_finetune=full_finetune))
+    assert not any(p.requires_grad for n, p in frozen.named_parameters() if "vision_tower" in n)
+    out = tmp_path / "judge"
+    mode = "--full_finetune" if full_finetune else "--no-full_finetune"
+    assert train_main(train_args(base, data, out, mode, "--train_vision_tower", "--max_steps", "2", "--save_steps", "2",
+                                 "--per_device_batch_size", "2", "--learning_rate", "1e-2")) == 0
+    tiles = torch.randn(2, 3, SIZES.image_size, SIZES.image_size, generator=torch.Generator().manual_seed(0))
+    features = []
+    for judge in (load_judge(base), load_judge(out)):  # the saved judge, adapter or full, sees with the trained tower
+        model = judge.model.get_base_model() if judge.source_format == "adapter" else judge.model
+        with torch.no_grad():
+            features.append(model.model.vision_tower(pixel_values=tiles).last_hidden_state)
+    assert not torch.allclose(features[0], features[1])
 
 
 def test_lora_initialisation_follows_the_seed(base):
