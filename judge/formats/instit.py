@@ -11,8 +11,9 @@ could not score is `valid: false` with score 0 and leaves the denominator; `accu
 scores over the valid items x 100, or the string "No valid evaluations." when none is valid. Item keys
 and the log's keys are Inst-It's own (`model_predictons` and `error_in_gpt_eval` included, spelled as its
 code spells them), so its leaderboard tooling and `judge-calibrate` read the file as they read GPT-4o's.
-An input item that is not a JSON object is left out of the log (its problem is in judge-score's summary):
-every item of Inst-It's log is an object, and `judge-calibrate` refuses a log with any other.
+An input item that is not a JSON object, or has no question_id, is left out of the log (its problem is in
+judge-score's summary): every item of Inst-It's log is an object with one, and `judge-calibrate` refuses a
+log with any other.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def write(bench: BenchmarkInput, results: dict[str, JudgeResult], output_dir: Pa
     invalid = {p.index: p.message for p in bench.problems if p.index is not None}
     logged = []
     for index, item in enumerate(bench.content):
-        if not isinstance(item, dict):
+        if not isinstance(item, dict) or "question_id" not in item:
             continue  # no log entry can hold it (see the module docstring); its problem is in the summary
         if index in invalid:
             verdict = {"score": 0, "valid": False, "error_in_gpt_eval": f"not judged, invalid input: {invalid[index]}"}

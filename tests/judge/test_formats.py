@@ -96,11 +96,12 @@ def test_instit_log_keeps_its_rules_and_spelling(tmp_path):
     assert (logged[3]["score"], logged[3]["valid"]) == (0, False) and "invalid input" in logged[3]["error_in_gpt_eval"]
 
 
-def test_instit_log_leaves_out_an_item_that_is_not_an_object(tmp_path):
+def test_instit_log_leaves_out_an_item_that_is_not_an_object_or_has_no_question_id(tmp_path):
     # --skip_invalid: the run goes on, and the log must still be written, with items of Inst-It's shape only.
-    items = [INSTIT[0], "q3: a stray line", None, 7, INSTIT[2]]
+    no_id = {k: v for k, v in INSTIT[1].items() if k != "question_id"}
+    items = [INSTIT[0], "q3: a stray line", None, 7, no_id, INSTIT[2]]
     bench = read("instit", write(tmp_path / "p.json", items), tmp_path)
-    assert sorted(p.index for p in bench.problems) == [1, 2, 3]  # each reported as an input problem
+    assert sorted(p.index for p in bench.problems) == [1, 2, 3, 4]  # each reported as an input problem
     [path] = FORMATS["instit"].write(bench, {"q9": result("q9", 0.7), "q1": result("q1", 0.4)}, tmp_path)
     log = json.loads(path.read_text())
     assert [e["question_id"] for e in log["model_predictons"]] == ["q9", "q1"]
