@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from infer.cli import main as score_main
 from infer.engine import prepare
@@ -16,7 +17,7 @@ from judge.testing.checkpoints import SIZES
 from train.cli import main as train_main
 from train.data import IGNORE_INDEX, build_dataset, merge_annotators, target_text
 from train.config import TrainConfig
-from train.recipe import apply_lora, evaluation_options, run_vision_in_every_batch
+from train.recipe import JudgeTrainer, apply_lora, evaluation_options, run_vision_in_every_batch
 
 TINY_RUBRIC = [str(CONFIG_DIR / "rubrics" / "tiny")]
 
@@ -166,6 +167,32 @@ def test_train_save_score_and_merge(base, data, tmp_path):
     ids = judge.tokenizer("<|user|>\nhello<|end|><|assistant|>\n", return_tensors="pt").input_ids
     with torch.no_grad():
         torch.testing.assert_close(standalone.model(input_ids=ids).logits, judge.model(input_ids=ids).logits, rtol=1e-4, atol=1e-5)
+
+
+def test_a_run_interrupted_and_resumed_ends_where_an_uninterrupted_run_ends(base, data, tmp_path, monkeypatch):
+    """Ctrl-C at step 5 of 6, after the checkpoint of step 4: --resume trains steps 5 and 6 on the same
+    batches, with the same optimizer and schedule, as the run that was never stopped."""
+    args = ["--max_steps", "6", "--save_steps", "2", "--per_device_batch_size", "2", "--no-full_finetune"]
+    assert train_main(train_args(base, data, tmp_path / "whole", *args)) == 0
+
+    step = JudgeTrainer.training_step
+
+    def interrupted_at_step_5(self, *a, **k):
+        if self.state.global_step == 4:
+            raise KeyboardInterrupt
+        return step(self, *a, **k)
+
+    monkeypatch.setattr(JudgeTrainer, "training_step", interrupted_at_step_5)
+    assert train_main(train_args(base, data, tmp_path / "stopped", *args)) == 130
+    assert not (tmp_path / "stopped" / "adapter_model.safetensors").exists()
+    monkeypatch.setattr(JudgeTrainer, "training_step", step)
+    assert train_main(train_args(base, data, tmp_path / "stopped", *args, "--resume")) == 0
+    whole, resumed = (load_file(tmp_path / d / "adapter_model.safetensors") for d in ("whole", "stopped"))
+    assert whole.keys() == resumed.keys()
+    for name in whole:
+        torch.testing.assert_close(resumed[name], whole[name], rtol=0, atol=1e-6)
+    state = json.loads((tmp_path / "stopped" / "checkpoints" / "checkpoint-6" / "trainer_state.json").read_text())
+    assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3, 4, 5, 6]  # none trained twice
 
 
 def test_resume_continues_at_the_saved_step(base, data, tmp_path):
