@@ -235,12 +235,15 @@ def read_json(path: str | Path) -> object:
 
 
 def write_json_atomically(path: Path, value: object) -> None:
+    write_text_atomically(path, json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+
+
+def write_text_atomically(path: Path, text: str) -> None:
     """Write to a temporary file in the same directory and rename it over the target: readers see the old
     file or the new one, never half of one."""
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("w", encoding="utf-8") as f:
-        json.dump(value, f, ensure_ascii=False, indent=2)
-        f.write("\n")
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

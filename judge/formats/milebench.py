@@ -51,6 +51,7 @@ from judge.data import (
     read_records,
     resolve_image,
     write_json_atomically,
+    write_text_atomically,
 )
 from judge.formats.base import BenchmarkInput, Format, first_record
 from judge.prompts import CONFIG_DIR, Rubric
@@ -187,7 +188,7 @@ def write(bench: BenchmarkInput, results: dict[str, JudgeResult], output_dir: Pa
     for key in [k for k, v in figures.items() if v is None]:  # see the module docstring: never null
         print(f"note: {dataset}: no {key!r} in eval.json: none of the {len(scored)} judged sample(s) has one", file=sys.stderr)
     write_json_atomically(output_dir / EVAL, {k: v for k, v in figures.items() if v is not None})
-    (output_dir / RESULT).write_text(_result_csv(scored, dataset), encoding="utf-8")
+    write_text_atomically(output_dir / RESULT, _result_csv(scored, dataset))
     return [output_dir / EVAL, output_dir / RESULT]
 
 
