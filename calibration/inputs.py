@@ -6,7 +6,11 @@ Predictions: judge-score's records (`score`, `criteria`, `expected_score`, ...) 
 Either side may be an Inst-It Bench evaluate log, a JSON object whose `model_predictons` items each give
 one record: id = question_id, overall = score, category = split. An item marked `valid: false` is a
 failed judge call (Inst-It scores it 0 and leaves it out of its accuracy): it stays an id without a
-score, so that it is counted and named in the notes but never compared.
+score, so that it is counted and named in the notes but never compared. Either side may also be a
+MEGA-Bench scored file (`{"data": [tasks]}`, GPT-4o's or judge-score's data_with_scores_open.json): each
+query is a record, id `<task_name>/<k>` as judge-score names it, overall = its `scores.query` x 10 (the
+judge's 0-10, so compare with --scale 0 10), category = the task. MEGA-Bench scores a failed judge call 0
+and the file does not say which calls failed, so those zeros are compared as zeros.
 
 The human reference value of an id is the mean of its annotators' scores; the individual scores are
 kept for the human-human ceiling.
@@ -40,6 +44,7 @@ from judge.parsing import ScoreScale
 
 SHOWN_IDS = 5  # ids listed by name when some are on one side only
 LOG_ITEMS = "model_predictons"  # sic: Inst-It's evaluate.py spells the key so
+MEGABENCH_TASKS = "data"  # a MEGA-Bench scored file: {"data": [tasks]}
 NAME_ANNOTATORS = "; if these are two annotators, give each record an 'annotator'"
 INVALID = "marked valid: false (a failed judge call, which Inst-It scores 0 and leaves out of its accuracy)"
 
@@ -106,11 +111,11 @@ class HumanFile:
 
 @dataclass(frozen=True)
 class LogItem:
-    """One item of an Inst-It evaluate log."""
+    """One scored item of an Inst-It evaluate log, or one query of a MEGA-Bench scored file."""
 
     id: str
-    score: float | None  # None: the judge call failed (valid: false)
-    split: str
+    score: float | None  # None: the judge call failed (Inst-It's valid: false)
+    split: str  # Inst-It's split (image or video), or the MEGA-Bench task
 
 
 class _Checker:
@@ -191,12 +196,43 @@ def _raw_judge_scores(record: dict, check: _Checker, index: int, rid: str) -> di
 
 
 def _read_content(path: str) -> list | dict:
-    """A JSON list of records or JSONL, or an Inst-It evaluate log (a JSON object)."""
+    """A JSON list of records or JSONL, or (a JSON object) an Inst-It evaluate log or a MEGA-Bench scored file."""
     content = read_json(path)  # which names a missing, empty or broken file
-    if isinstance(content, list) or (isinstance(content, dict) and LOG_ITEMS in content):
+    if isinstance(content, list) or (isinstance(content, dict) and (LOG_ITEMS in content or MEGABENCH_TASKS in content)):
         return content
-    found = f"a JSON object without '{LOG_ITEMS}'" if isinstance(content, dict) else "neither a JSON list nor an object"
-    raise InputError([Problem(path, f"{found}: expected a JSON list of records, JSONL, or an Inst-It evaluate log")])
+    found = f"a JSON object without '{LOG_ITEMS}' or '{MEGABENCH_TASKS}'" if isinstance(content, dict) else "neither a JSON list nor an object"
+    raise InputError([Problem(path, f"{found}: expected a JSON list of records, JSONL, an Inst-It evaluate log or a MEGA-Bench scored file")])
+
+
+def _scored_items(content: dict, check: _Checker) -> list[LogItem]:
+    return _read_log(content, check) if LOG_ITEMS in content else _read_megabench(content, check)
+
+
+def _read_megabench(scored: dict, check: _Checker) -> list[LogItem]:
+    """A record per query of a MEGA-Bench scored file, its query score (N/10) on the judge's 0-10."""
+    tasks = scored[MEGABENCH_TASKS]
+    if not isinstance(tasks, list) or not tasks:
+        check.add("must be a non-empty list of tasks", field=MEGABENCH_TASKS)
+        return []
+    first: dict[str, tuple[str, LogItem]] = {}  # id -> (where, item)
+    for t, task in enumerate(tasks):
+        where = f"{MEGABENCH_TASKS}[{t}]"
+        if not isinstance(task, dict) or not isinstance(task.get("task_name"), str) or not isinstance(task.get("query_response"), list):
+            check.add("a task needs a task_name and a query_response list", field=where)
+            continue
+        for k, query in enumerate(task["query_response"]):
+            scores = query.get("scores") if isinstance(query, dict) else None
+            value = scores.get("query") if isinstance(scores, dict) else None
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                check.add("no scores.query number: not a scored file, or a query it left unscored", field=f"{where}.query_response[{k}]")
+                continue
+            item = LogItem(f"{task['task_name']}/{k}", check.score(round(value * 10, 6), None, None, f"{where}.query_response[{k}].scores.query x 10"),
+                           task["task_name"])
+            if item.id not in first:
+                first[item.id] = (where, item)
+            elif first[item.id][1] != item:  # a task name twice: its queries' ids collide
+                check.add(f"query {item.id!r} again, scored differently than in {first[item.id][0]}", field=where)
+    return [item for _, item in first.values()]
 
 
 def _read_log(log: dict, check: _Checker) -> list[LogItem]:
@@ -289,7 +325,7 @@ def read_predictions(path: str, scale: ScoreScale) -> PredictionsFile:
 
 def _predictions_from_log(path: str, log: dict, scale: ScoreScale) -> PredictionsFile:
     check = _Checker(path, scale)
-    items = _read_log(log, check)
+    items = _scored_items(log, check)
     records = {i.id: JudgeRecord({} if i.score is None else {"overall": i.score}, None, None, i.split, None) for i in items}
     return PredictionsFile(records, 0, [i.id for i in items if i.score is None], check.problems)
 
@@ -306,7 +342,7 @@ def read_human(path: str, scale: ScoreScale) -> HumanFile:
 def _human_from_log(path: str, log: dict, scale: ScoreScale) -> HumanFile:
     """One annotator (the log's judge) per id."""
     check = _Checker(path, scale)
-    items = _read_log(log, check)
+    items = _scored_items(log, check)
     records = {i.id: HumanRecord({} if i.score is None else {"overall": [i.score]}, None, i.split) for i in items}
     return HumanFile(records, [i.id for i in items if i.score is None], check.problems)
 

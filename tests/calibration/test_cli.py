@@ -364,3 +364,37 @@ def test_expected_scores_compare_where_no_written_score_parsed(tmp_path, capsys)
     assert overall["pearson"]["value"] == pytest.approx(sps.pearsonr(expected, human).statistic)
     assert report["judges"]["p"]["calibration"]["source"] == "expected_score"
     assert "The judge's overall value is its expected score" in (tmp_path / "r" / "report.md").read_text()
+
+
+def megabench_scored(path, tasks: dict[str, list[float]]) -> str:
+    """A MEGA-Bench scored file as its evaluator writes it: per query, scores.query is the judge's N/10."""
+    data = [{"task_name": name, "eval_type": "llm",
+             "query_response": [{"response": "r", "scores": {"info": {}, "query": s}} for s in scores]} for name, scores in tasks.items()]
+    path.write_text(json.dumps({"data": data}))
+    return str(path)
+
+
+def test_a_local_judge_against_gpt4o_on_megabench(tmp_path, capsys):
+    rng = np.random.default_rng(9)
+    gpt = {name: [int(v) / 10 for v in rng.integers(0, 11, 6)] for name in ("poetry", "meme_explain", "story")}
+    records = [{"id": f"{name}/{k}", "score": int(np.clip(round(s * 10) + rng.choice([-1, 0, 0, 1]), 0, 10)), "category": f"megabench/{name}"}
+               for name, scores in gpt.items() for k, s in enumerate(scores)]
+    (tmp_path / "eval_result.json").write_text(json.dumps(records))
+    human = megabench_scored(tmp_path / "data_with_scores_open.json", gpt)
+    out = tmp_path / "report"
+    args = ["--predictions", str(tmp_path / "eval_result.json"), "--human", human, "--bootstrap", "0", "--fit", "none"]
+    assert main([*args, "--output_dir", str(out), "--scale", "0", "10"]) == 0
+    overall = json.loads((out / "report.json").read_text(), parse_constant=no_nan)["judges"]["eval_result"]["criteria"]["overall"]["all"]
+    x = np.array([r["score"] for r in records], dtype=float)
+    y = np.array([s * 10 for scores in gpt.values() for s in scores])
+    assert overall["n"]["value"] == 18 and overall["pearson"]["value"] == pytest.approx(sps.pearsonr(x, y).statistic)
+    assert overall["exact_agreement"]["value"] == pytest.approx(np.mean(x == y))
+    # the 0-1 query scores read on the judge's 0-10: on MMIE's default 0-6 most are out of scale
+    assert main([*args, "--output_dir", str(tmp_path / "r6")]) == 2
+    assert "scores.query x 10" in capsys.readouterr().err
+    broken = megabench_scored(tmp_path / "unscored.json", {"poetry": [0.5]})
+    content = json.loads(Path(broken).read_text())
+    del content["data"][0]["query_response"][0]["scores"]
+    Path(broken).write_text(json.dumps(content))
+    assert main(["--predictions", str(tmp_path / "eval_result.json"), "--human", broken, "--output_dir", str(tmp_path / "r"), "--scale", "0", "10"]) == 2
+    assert "data[0].query_response[0]: no scores.query number" in capsys.readouterr().err

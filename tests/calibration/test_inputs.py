@@ -90,8 +90,8 @@ def test_a_log_without_scored_items_is_an_error(tmp_path, items, message):
 
 @pytest.mark.parametrize(
     "name, text, message",
-    [("other.json", json.dumps({"accuracy": 50, "predictions": []}), "other.json: a JSON object without 'model_predictons': expected a JSON list"),
-     ("number.json", "3", "number.json: neither a JSON list nor an object: expected a JSON list of records, JSONL, or an Inst-It evaluate log"),
+    [("other.json", json.dumps({"accuracy": 50, "predictions": []}), "other.json: a JSON object without 'model_predictons' or 'data': expected a JSON list"),
+     ("number.json", "3", "number.json: neither a JSON list nor an object: expected a JSON list of records, JSONL, an Inst-It evaluate log or a MEGA-Bench scored file"),
      ("broken.json", '{"model_predictons": [}', "broken.json: invalid JSON at line 1, column 23"),
      ("broken.jsonl", '{"id": 1, "overall": 2}\n{"id": 2,', "broken.jsonl: invalid JSON on line 2"),
      ("empty.json", " \n", "empty.json: file is empty"), ("missing.json", None, "missing.json: file not found")],
