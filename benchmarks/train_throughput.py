@@ -6,10 +6,12 @@ r 16 on the language model, bf16, gradient checkpointing, sequences of about 409
     python benchmarks/train_throughput.py --deepspeed configs/deepspeed/zero2.json   # ZeRO-2, world size 1
     python benchmarks/train_throughput.py --tiny --steps 2 --device cpu             # smoke test
 
-Model FLOPs per step count the language model's forward (2 x params x tokens), its backward for
-activation gradients only (2 x, frozen weights need no weight gradients; LoRA's are negligible), the
-recomputed forward under gradient checkpointing (2 x), and the vision forward (2 x params x 1025 tokens
-x tiles, for 448-pixel tiles of 14-pixel patches plus a class token).
+Model FLOPs per step count the language model's forward (2 x matmul params x tokens, the output layer
+included and the embedding lookup not), its backward for activation gradients only (2 x, frozen weights
+need no weight gradients; LoRA's are negligible), the recomputed forward under gradient checkpointing
+(2 x), causal attention (4 x layers x hidden x n^2 / 2 a forward; backward twice that, recompute once
+more), and the vision forward (2 x params x 1025 tokens x tiles, for 448-pixel tiles of 14-pixel patches
+plus a class token).
 """
 
 from __future__ import annotations
@@ -56,10 +58,17 @@ def batch(judge, seq_len: int, tiles: int, batch_size: int, device: str, dtype) 
             "pixel_values": torch.randn(batch_size * tiles, 3, size, size, device=device, dtype=dtype)}
 
 
-def step_flops(judge, tokens: int, tiles: int) -> float:
-    llm = sum(p.numel() for p in judge.model.model.language_model.parameters())
-    vision = sum(p.numel() for p in judge.model.model.vision_tower.parameters())
-    return 6 * llm * tokens + 2 * vision * vision_tokens_per_tile(judge) * tiles  # forward + activation backward + recompute
+def step_flops(judge, seq_len: int, batch_size: int, tiles: int) -> float:
+    model = judge.model.model
+    # The matmul weights: the language model's without its embedding lookup, plus the output layer.
+    llm = (sum(p.numel() for p in model.language_model.parameters()) - model.language_model.get_input_embeddings().weight.numel()
+           + judge.model.lm_head.weight.numel())
+    vision = sum(p.numel() for p in model.vision_tower.parameters())
+    text = judge.model.config.text_config
+    attention = 4 * text.num_hidden_layers * text.hidden_size * seq_len**2 / 2  # one causal forward: half of QK^T and AV
+    tokens = seq_len * batch_size
+    # linear layers: forward, activation backward, recompute (2 + 2 + 2); attention: forward, backward (2 x), recompute
+    return 6 * llm * tokens + 4 * attention * batch_size + 2 * vision * vision_tokens_per_tile(judge) * tiles
 
 
 def main() -> None:
@@ -123,7 +132,7 @@ def main() -> None:
         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
         "deepspeed": args.deepspeed, "seq_len": args.seq_len, "tiles": args.tiles, "batch_size": args.batch_size,
         "ms_per_step": 1000 * seconds, "tokens_per_s": tokens / seconds,
-        "mfu": step_flops(judge, tokens, args.tiles * args.batch_size) / seconds / 1e12 / args.peak_tflops,
+        "mfu": step_flops(judge, args.seq_len, args.batch_size, args.tiles * args.batch_size) / seconds / 1e12 / args.peak_tflops,
         "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if args.device.startswith("cuda") else None,
     }
     for key, value in figures.items():
