@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from infer.cli import main as score_main
 from infer.engine import prepare
 from judge.data import SCORE_FIELDS, InputError, load_annotations
-from judge.model import load_judge, with_max_tiles
+from judge.model import load_judge, save_native, with_max_tiles
 from judge.prompts import CONFIG_DIR, load_rubrics
 from judge.testing import write_dataset, write_original_checkpoint
 from judge.testing.checkpoints import SIZES
@@ -193,6 +193,22 @@ def test_a_run_interrupted_and_resumed_ends_where_an_uninterrupted_run_ends(base
         torch.testing.assert_close(resumed[name], whole[name], rtol=0, atol=1e-6)
     state = json.loads((tmp_path / "stopped" / "checkpoints" / "checkpoint-6" / "trainer_state.json").read_text())
     assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3, 4, 5, 6]  # none trained twice
+
+
+def test_an_adapter_trained_over_a_native_base_loads_and_merges(base, data, tmp_path):
+    native = tmp_path / "native"
+    save_native(load_judge(base), native)
+    out = tmp_path / "judge"
+    assert train_main(train_args(native, data, out, "--max_steps", "2", "--save_steps", "2", "--per_device_batch_size", "2",
+                                 "--no-full_finetune", "--learning_rate", "1e-2")) == 0
+    adapter = load_judge(out)
+    assert adapter.source_format == "adapter"
+    assert train_main(["merge", "--adapter", str(out), "--output_dir", str(tmp_path / "merged")]) == 0
+    ids = adapter.tokenizer("<|user|>\nhello<|end|><|assistant|>\n", return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = [judge.model(input_ids=ids).logits for judge in (load_judge(native), adapter, load_judge(tmp_path / "merged"))]
+    assert not torch.allclose(logits[0], logits[1])  # the adapter is applied over the native base
+    torch.testing.assert_close(logits[2], logits[1], rtol=1e-4, atol=1e-5)
 
 
 def test_resume_continues_at_the_saved_step(base, data, tmp_path):
