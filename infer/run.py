@@ -107,10 +107,10 @@ def load_calibrator(path: str, rubrics: list[Rubric]) -> Calibrator:
     """The calibrator, refused where the rubrics score on another scale: its map would read a 0-1 score as
     if on 0-6 and write calibrated scores that look plausible and mean nothing."""
     calibrator = Calibrator.load(path)
+    low, high = calibrator.scale
     for rubric in rubrics:
         scale = rubric.score_scale
-        if (scale.low, scale.high) != tuple(calibrator.scale):
-            low, high = calibrator.scale
+        if scale.bounds != (low, high):
             raise UsageError(f"--calibrator {path} maps scores on the scale {low:g}-{high:g}, but rubric {rubric.category!r} "
                              f"scores {scale.low:g}-{scale.high:g}; fit a calibrator on this benchmark's scores with judge-calibrate --scale")
     return calibrator

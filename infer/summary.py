@@ -31,7 +31,7 @@ def summarize(results: list[JudgeResult], skipped: list[Problem], scale: ScoreSc
         "scored": len(scored),
         "mean_score": overall,
         # MMIE publishes the mean score as a percentage of the top of the scale.
-        "percent": None if overall is None else 100 * (overall - scale.low) / (scale.high - scale.low),
+        "percent": None if overall is None else 100 * scale.share(overall),
         "by_category": _mean_by(results, lambda r: r.category),
         "by_model": _mean_by(results, lambda r: r.model),
         "by_criterion": criteria,

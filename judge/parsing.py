@@ -66,6 +66,11 @@ class ScoreScale:
     def bounds(self) -> tuple[float, float]:
         return float(self.low), float(self.high)
 
+    def share(self, value: float) -> float:
+        """Where a score lies on the scale: 0 at low, 1 at high (MMIE's percentages, MileBench's and
+        MEGA-Bench's 0-1 figures)."""
+        return (value - self.low) / (self.high - self.low)
+
     def level(self, k: int) -> int | float:
         value = self.low + k * self.step
         # Whole numbers stay ints (MMIE's scores are written 4, not 4.0); rounding off float error makes

@@ -246,7 +246,7 @@ def _scored_queries(index: int, task: dict, invalid: dict[tuple[int, str], str],
         elif result.score is None:
             score, info = 0.0, f"Score is NULL: {result.parse_error}"
         else:
-            score = (result.score - scale.low) / (scale.high - scale.low)
+            score = scale.share(result.score)
             info = f"Score: {result.score}; Explanation: {result.feedback.strip()}"
         query = query if isinstance(query, dict) else {}  # a malformed query keeps only its scores
         answer = query.get("correct_answer")

@@ -179,7 +179,7 @@ def write(bench: BenchmarkInput, results: dict[str, JudgeResult], output_dir: Pa
     scale = bench.rubrics[CATEGORY].score_scale
     scored = [
         Scored(sample.model, level(len(sample.images())), rouge_l(sample.answer[0].text, sample.gt_answer[0].text),
-               None if r.score is None else (r.score - scale.low) / (scale.high - scale.low))
+               None if r.score is None else scale.share(r.score))
         for sample in bench.samples
         if (r := results.get(sample.id)) is not None
     ]
