@@ -15,7 +15,7 @@ from judge.prompts import CONFIG_DIR, load_rubrics
 from judge.testing import write_dataset, write_original_checkpoint
 from judge.testing.checkpoints import SIZES
 from train.cli import main as train_main
-from train.data import IGNORE_INDEX, build_dataset, merge_annotators, target_text
+from train.data import IGNORE_INDEX, Collator, build_dataset, merge_annotators, target_text
 from train.config import TrainConfig
 from train.recipe import JudgeTrainer, apply_lora, evaluation_options, run_vision_in_every_batch
 
@@ -87,6 +87,25 @@ def test_evaluation_scores_the_prompts_training_learns_from(base, data):
     for row, item in zip(dataset, items, strict=True):
         prompt_length = next(i for i, label in enumerate(row["labels"]) if label != IGNORE_INDEX)
         assert item.input_ids.tolist() == row["input_ids"][:prompt_length]
+
+
+def test_a_padded_micro_batch_has_the_loss_of_its_sequences_alone(base, data, tmp_path):
+    """On a judge whose long rope switches between the shortest and the longest training sequence: the loss
+    of one right-padded micro-batch is the loss of its sequences alone (the Trainer averages over target
+    tokens, so each sequence weighs by its number of targets)."""
+    rubrics = load_rubrics(TINY_RUBRIC)
+    annotations = load_annotations(data / "train.json", data)
+    lengths = build_dataset(load_judge(base), annotations, rubrics, data, 8192, None, "train.json")["length"]
+    switch = sorted(lengths)[len(lengths) // 2]
+    judge = load_judge(write_original_checkpoint(tmp_path / "long-rope", original_max_position_embeddings=switch))
+    rows = list(build_dataset(judge, annotations, rubrics, data, 8192, None, "train.json"))
+    assert min(len(r["input_ids"]) for r in rows) <= switch < max(len(r["input_ids"]) for r in rows)
+    collate = Collator(judge.tokenizer.pad_token_id, judge.settings.tiling)
+    with torch.no_grad():
+        batched = judge.model(**collate(rows)).loss
+        alone = [judge.model(**collate([row])).loss for row in rows]
+    targets = [sum(label != IGNORE_INDEX for label in row["labels"][1:]) for row in rows]
+    assert batched.item() == pytest.approx(sum(loss.item() * n for loss, n in zip(alone, targets)) / sum(targets), abs=1e-5)
 
 
 def test_merged_annotators_average_each_criterion(data):
