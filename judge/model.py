@@ -25,7 +25,9 @@ into a model allocated once in the target dtype, so host memory peaks near one c
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -47,6 +49,9 @@ from judge.cli import UsageError
 from judge.data import InputError, field_name, read_json
 from judge.parsing import SCORE_HEADING
 from judge.prompts import IMAGE_TOKENS, IMG_CONTEXT
+from judge.detokenize import text_decoder
+from judge.kernels import use_fused_kernels
+from judge.rope import use_rowwise_rope
 from judge.templates import TEMPLATES, system_message_from_conversation_py
 from judge.tiling import TilingConfig
 
@@ -120,11 +125,16 @@ class Judge:
     model: torch.nn.Module
     tokenizer: PreTrainedTokenizerBase
     settings: JudgeSettings
-    source_format: str  # "original", "native" or "adapter"
+    source_format: str  # "original", "native", "adapter", or "training" for a model judge-train is training
 
     @property
     def image_token_id(self) -> int:
         return self.tokenizer.convert_tokens_to_ids(IMG_CONTEXT)
+
+    @functools.cached_property
+    def decode(self) -> Callable[[list[int]], str]:
+        """Token ids to text, as MMIE's reference decodes the judge's output (judge/detokenize.py)."""
+        return text_decoder(self.tokenizer)
 
 
 def default_dtype(device: str | torch.device) -> torch.dtype:
@@ -170,6 +180,8 @@ def load_judge(path: str | Path, device: str = "cpu", dtype: torch.dtype | None 
         model = InternVLForConditionalGeneration.from_pretrained(path, dtype=dtype).to(device)
         settings = _settings_from_native(path, model.config)
     _check_untied(model)
+    use_rowwise_rope(model.model.language_model)
+    use_fused_kernels(model, device)
     model.eval()
     return Judge(model, tokenizer, settings, kind)
 

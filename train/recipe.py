@@ -26,6 +26,7 @@ from infer.engine import Scorer, prepare
 from infer.options import ScoreOptions
 from judge.cli import UsageError
 from judge.data import SCORE_FIELDS, Annotation, JudgeResult
+from judge.kernels import use_fused_kernels
 from judge.model import Judge, load_judge, with_max_tiles, write_settings
 from judge.parsing import ScoreScale
 from judge.prompts import Rubric
@@ -212,6 +213,7 @@ def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path
     check_scales(train_annotations + eval_annotations, rubrics, cfg.scale)
     output_dir.mkdir(parents=True, exist_ok=True)
     judge = load_judge(base, "cpu", torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+    use_fused_kernels(judge.model, "cuda" if torch.cuda.is_available() else "cpu")  # the Trainer moves it to the GPU
     judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)
     judge.model.config.use_cache = False
     dataset = build_dataset(judge, train_annotations, rubrics, image_root, cfg.max_length, cfg.image_token_budget, str(train_file))
