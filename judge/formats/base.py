@@ -6,8 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from judge.data import JudgeResult, Problem, Sample
-from judge.prompts import Rubric
+
+if TYPE_CHECKING:  # judge.prompts imports torch (tiling); the formats are read by judge-calibrate too, which must not
+    from judge.prompts import Rubric
 
 
 @dataclass

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from judge.configs import CONFIG_DIR
 from judge.data import InputError, JudgeResult, JudgeText, Problem, Sample, Segment, parse_records, read_json, write_json_atomically
 from judge.formats.base import BenchmarkInput, Format, first_record
-from judge.prompts import CONFIG_DIR, Rubric
+
+if TYPE_CHECKING:
+    from judge.prompts import Rubric
 
 LOG_ITEMS = "model_predictons"  # sic, as Inst-It's evaluate.py writes it
 OUTPUT = "instit_evaluate.json"

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from judge.configs import CONFIG_DIR
 from judge.data import (
     ImagePlace,
     InputError,
@@ -48,8 +49,10 @@ from judge.data import (
     write_json_atomically,
 )
 from judge.formats.base import BenchmarkInput, Format, first_record
-from judge.prompts import CONFIG_DIR, Rubric
 from judge.yamlfile import read_yaml
+
+if TYPE_CHECKING:
+    from judge.prompts import Rubric
 
 BASE_RUBRIC = "megabench"
 CRITERIA_SLOT = "{task_criteria}"

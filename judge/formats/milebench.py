@@ -34,10 +34,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 from rouge import Rouge
 
+from judge.configs import CONFIG_DIR
 from judge.data import (
     ImagePlace,
     InputError,
@@ -54,7 +56,9 @@ from judge.data import (
     write_text_atomically,
 )
 from judge.formats.base import BenchmarkInput, Format, first_record
-from judge.prompts import CONFIG_DIR, Rubric
+
+if TYPE_CHECKING:
+    from judge.prompts import Rubric
 
 PLACEHOLDER = "<ImageHere>"
 CATEGORY = "milebench"

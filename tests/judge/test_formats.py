@@ -4,6 +4,8 @@ checked field by field on small hand-made files (no model: results are made up h
 import csv
 import json
 import re
+import subprocess
+import sys
 from datetime import datetime
 
 import pytest
@@ -347,3 +349,16 @@ def test_each_format_is_detected_and_an_unknown_shape_asks_for_format(tmp_path, 
         detect_format(write(tmp_path / "d.json", [{"foo": 1}]))
     with pytest.raises(InputError, match="no records"):
         detect_format(write(tmp_path / "e.json", []))
+
+
+def test_the_formats_load_without_torch():
+    # judge-calibrate reads the benchmarks' scored files through these modules, and it imports no torch.
+    code = ("import sys, importlib.abc\n"
+            "class NoTorch(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path, target=None):\n"
+            "        if name.split('.')[0] == 'torch': raise ImportError('torch is blocked')\n"
+            "sys.meta_path.insert(0, NoTorch())\n"
+            "import judge.formats\n"
+            "assert 'torch' not in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
