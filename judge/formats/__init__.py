@@ -22,7 +22,7 @@ from judge.formats.base import BenchmarkInput, Format, first_record
 
 FORMATS: dict[str, Format] = {f.name: f for f in (mmie.FORMAT, milebench.FORMAT, instit.FORMAT, megabench.FORMAT)}
 
-__all__ = ["FORMATS", "BenchmarkInput", "Format", "detect_format"]
+__all__ = ["FORMATS", "BenchmarkInput", "Format", "detect_format", "scored_format"]
 
 
 def detect_format(path: Path) -> Format:
@@ -37,3 +37,10 @@ def detect_format(path: Path) -> Format:
     seen = f"first record's keys {sorted(record)}" if record else f"a JSON {type(content).__name__}"
     which = "several formats" if matches else "no known format"
     raise InputError([Problem(str(path), f"{seen} fit {which}; give --format {'|'.join(FORMATS)}")])
+
+
+def scored_format(content: object) -> Format | None:
+    """The format whose scored file this content is (an Inst-It evaluate log, a MEGA-Bench scored file), or None."""
+    if not isinstance(content, dict):
+        return None
+    return next((f for f in FORMATS.values() if f.read_scores is not None and f.looks_like(content)), None)

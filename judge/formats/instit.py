@@ -14,6 +14,9 @@ code spells them), so its leaderboard tooling and `judge-calibrate` read the fil
 An input item that is not a JSON object, or has no question_id, is left out of the log (its problem is in
 judge-score's summary): every item of Inst-It's log is an object with one, and `judge-calibrate` refuses a
 log with any other.
+
+`read_scores` reads such a log, GPT-4o's or judge-score's, for judge-calibrate: an item marked
+`valid: false` is unscored (its 0 is no score).
 """
 
 from __future__ import annotations
@@ -26,14 +29,16 @@ from pydantic import BaseModel, ConfigDict
 
 from judge.configs import CONFIG_DIR
 from judge.data import InputError, JudgeResult, JudgeText, Problem, Sample, Segment, parse_records, read_json, write_json_atomically
-from judge.formats.base import BenchmarkInput, Format, first_record
+from judge.formats.base import BenchmarkInput, Format, ScoredFile, ScoredItem, first_record
 
 if TYPE_CHECKING:
+    from judge.parsing import ScoreScale
     from judge.prompts import Rubric
 
 LOG_ITEMS = "model_predictons"  # sic, as Inst-It's evaluate.py writes it
 OUTPUT = "instit_evaluate.json"
 NO_VALID = "No valid evaluations."  # Inst-It's accuracy when no item could be judged
+UNSCORED = "marked valid: false (a failed judge call, which Inst-It scores 0 and leaves out of its accuracy)"
 
 
 class Item(BaseModel):
@@ -116,4 +121,53 @@ def _prompt(bench: BenchmarkInput, logged: list[dict]) -> str | dict[str, str]:
     return next(iter(prompts.values())) if len(prompts) == 1 else prompts
 
 
-FORMAT = Format("instit", (CONFIG_DIR / "rubrics" / "instit.yaml",), looks_like, read, write, (OUTPUT,))
+def read_scores(path: str, log: dict, scale: ScoreScale) -> ScoredFile:
+    """The items of an Inst-It evaluate log, an identical repeat once; every malformed item is a problem."""
+    items, problems = log[LOG_ITEMS], []
+    if not isinstance(items, list):
+        return ScoredFile([], [Problem(path, f"must be a list of items, got {type(items).__name__}", field=LOG_ITEMS)], UNSCORED, LOG_ITEMS)
+    if not items:
+        return ScoredFile([], [Problem(path, "no items: the log scored no question", field=LOG_ITEMS)], UNSCORED, LOG_ITEMS)
+    first: dict[str, tuple[int, ScoredItem]] = {}  # id -> (index, item)
+    for index, raw in enumerate(items):
+        where = f"{LOG_ITEMS}[{index}]"
+        found, item = _scored_item(path, raw, where, scale)
+        problems += found
+        if item is None:
+            continue
+        if item.id not in first:
+            first[item.id] = (index, item)
+        elif first[item.id][1] != item:
+            problems.append(Problem(path, f"question_id {item.id!r} again, scored differently than {LOG_ITEMS}[{first[item.id][0]}]", field=where))
+    return ScoredFile([item for _, item in first.values()], problems, UNSCORED, LOG_ITEMS)
+
+
+def _found(item: dict, key: str) -> str:
+    return f"got {item[key]!r}" if key in item else "missing"
+
+
+def _scored_item(path: str, item: object, where: str, scale: ScoreScale) -> tuple[list[Problem], ScoredItem | None]:
+    """The item's problems, and the item when it has none."""
+    if not isinstance(item, dict):
+        return [Problem(path, f"an item must be an object, got {type(item).__name__}", field=where)], None
+    problems = []
+    qid, valid, split = item.get("question_id"), item.get("valid"), item.get("split")
+    if isinstance(qid, bool) or not isinstance(qid, (str, int)):
+        problems.append(Problem(path, f"must be a string or an integer, {_found(item, 'question_id')}", field=f"{where}.question_id"))
+    if not isinstance(valid, bool):
+        problems.append(Problem(path, f"must be true or false, {_found(item, 'valid')}", field=f"{where}.valid"))
+    if not isinstance(split, str):
+        problems.append(Problem(path, f"must be a string (image or video), {_found(item, 'split')}", field=f"{where}.split"))
+    score = None
+    if valid is True:  # a failed call's score (Inst-It writes 0) is no score: it is not read
+        score = item.get("score")
+        if score is None:
+            problems.append(Problem(path, f"a valid item needs a number, {_found(item, 'score')}", field=f"{where}.score"))
+        elif (problem := scale.problem(score)) is not None:
+            problems.append(Problem(path, problem, field=f"{where}.score"))
+    if problems:
+        return problems, None
+    return [], ScoredItem(str(qid), None if score is None else float(score), split)
+
+
+FORMAT = Format("instit", (CONFIG_DIR / "rubrics" / "instit.yaml",), looks_like, read, write, (OUTPUT,), read_scores)

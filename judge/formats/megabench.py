@@ -48,15 +48,17 @@ from judge.data import (
     validation_problems,
     write_json_atomically,
 )
-from judge.formats.base import BenchmarkInput, Format, first_record
+from judge.formats.base import BenchmarkInput, Format, ScoredFile, ScoredItem, first_record
 from judge.yamlfile import read_yaml
 
 if TYPE_CHECKING:
+    from judge.parsing import ScoreScale
     from judge.prompts import Rubric
 
 BASE_RUBRIC = "megabench"
 CRITERIA_SLOT = "{task_criteria}"
 OUTPUT = "data_with_scores_open.json"
+TASKS = "data"  # a scored file: {"data": [tasks], "summary": {...}}
 # Where an eval_criteria_prompt's placeholders point when the judge's prompt already shows the content.
 SECTIONS = {
     "model_output": 'the answer (under "### Answer")',
@@ -278,4 +280,58 @@ def summary(tasks: list[dict]) -> dict:
     }
 
 
-FORMAT = Format("megabench", (CONFIG_DIR / "rubrics" / "megabench.yaml",), looks_like, read, write, (OUTPUT,))
+JUDGED, NULL = "Score: ", "Score is NULL"  # how MEGA-Bench's judge begins a field's info: scored, or no score in its output
+UNSCORED = ("marked unscored (MEGA-Bench's -1; 'Score is NULL', a judge output without a score, which MEGA-Bench counts 0; "
+            "or no 0-10 judge field, as in ascii_art_30)")
+
+
+def read_scores(path: str, scored: dict, scale: ScoreScale) -> ScoredFile:
+    """A scored file's queries, GPT-4o's or judge-score's: each one's judge score is its judged field's N/10
+    read as N (the field whose info the judge wrote, "Score: N; ..."; other fields are rule-based).
+    Unscored: a query of -1, a judge field whose info says "Score is NULL" (MEGA-Bench scores it 0), and a
+    query no 0-10 judge scored (ascii_art_30's yes/no judge writes no info)."""
+    tasks, problems = scored[TASKS], []
+    if not isinstance(tasks, list) or not tasks:
+        return ScoredFile([], [Problem(path, "must be a non-empty list of tasks", field=TASKS)], UNSCORED, TASKS)
+    first: dict[str, tuple[str, ScoredItem]] = {}  # id -> (where, item)
+    for t, task in enumerate(tasks):
+        where = f"{TASKS}[{t}]"
+        if not isinstance(task, dict) or not isinstance(task.get("task_name"), str) or not isinstance(task.get("query_response"), list):
+            problems.append(Problem(path, "a task needs a task_name and a query_response list", field=where))
+            continue
+        for k, query in enumerate(task["query_response"]):
+            found, score = _judge_score(path, query, f"{where}.query_response[{k}]", scale)
+            problems += found
+            if found:
+                continue
+            item = ScoredItem(f"{task['task_name']}/{k}", score, task["task_name"])
+            if item.id not in first:
+                first[item.id] = (where, item)
+            elif first[item.id][1] != item:  # a task name twice: its queries' ids collide
+                problems.append(Problem(path, f"query {item.id!r} again, scored differently than in {first[item.id][0]}", field=where))
+    return ScoredFile([item for _, item in first.values()], problems, UNSCORED, TASKS)
+
+
+def _judge_score(path: str, query: object, where: str, scale: ScoreScale) -> tuple[list[Problem], float | None]:
+    scores = query.get("scores") if isinstance(query, dict) else None
+    value = scores.get("query") if isinstance(scores, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return [Problem(path, "no scores.query number: not a scored file, or a query it left unscored", field=where)], None
+    info, fields = scores.get("info"), scores.get("field")
+    info = info if isinstance(info, dict) else {}
+    judged = [name for name, text in info.items() if isinstance(text, str) and text.startswith(JUDGED)]
+    if value < 0 or not judged or any(isinstance(text, str) and text.startswith(NULL) for text in info.values()):
+        return [], None
+    values, problems = [], []
+    for name in judged:
+        field_value = fields.get(name) if isinstance(fields, dict) else None
+        if isinstance(field_value, bool) or not isinstance(field_value, (int, float)):
+            problems.append(Problem(path, f"the judge's info has no score beside it, got {field_value!r}", field=f"{where}.scores.field.{name}"))
+        elif (problem := scale.problem(round(field_value * 10, 6))) is not None:
+            problems.append(Problem(path, problem, field=f"{where}.scores.field.{name} x 10"))
+        else:
+            values.append(round(field_value * 10, 6))
+    return problems, (sum(values) / len(values) if values and not problems else None)
+
+
+FORMAT = Format("megabench", (CONFIG_DIR / "rubrics" / "megabench.yaml",), looks_like, read, write, (OUTPUT,), read_scores)
