@@ -6,14 +6,19 @@ items already carry GPT-4o's `score`. Inst-It's judge reads text only (question,
 so this one does too. Each item is judged by the rubric of its split, `instit_image` or `instit_video`
 (configs/rubrics/instit.yaml), on Inst-It's scale: 0 to 1 in steps of 0.1.
 
+Multiple-choice files have the same keys; Inst-It scores them by the option letter (A-D) found in the
+prediction, with no judge (evaluate.py --evaluation_formats mc). An item whose ground_truth is an option
+letter is such an item, and is refused: a file of them all in one message, before the model loads.
+
 Writes instit_evaluate.json in the shape of Inst-It's evaluate log, with its rules: an item the judge
 could not score is `valid: false` with score 0 and leaves the denominator; `accuracy` is the mean of the
-scores over the valid items x 100, or the string "No valid evaluations." when none is valid. Item keys
-and the log's keys are Inst-It's own (`model_predictons` and `error_in_gpt_eval` included, spelled as its
-code spells them), so its leaderboard tooling and `judge-calibrate` read the file as they read GPT-4o's.
-An input item that is not a JSON object, or has no question_id, is left out of the log (its problem is in
-judge-score's summary): every item of Inst-It's log is an object with one, and `judge-calibrate` refuses a
-log with any other.
+scores over the valid items x 100, or the string "No valid evaluations." when none is valid;
+`gpt_prompt` is one text, the instructions of the last item's split (Inst-It writes the prompt of the
+item it evaluated last, whatever the file mixes). Item keys and the log's keys are Inst-It's own
+(`model_predictons` and `error_in_gpt_eval` included, spelled as its code spells them), so its
+leaderboard tooling and `judge-calibrate` read the file as they read GPT-4o's. An input item that is not
+a JSON object, or has no question_id, is left out of the log (its problem is in judge-score's summary):
+every item of Inst-It's log is an object with one, and `judge-calibrate` refuses a log with any other.
 
 `read_scores` reads such a log, GPT-4o's or judge-score's, for judge-calibrate: an item marked
 `valid: false` is unscored (its 0 is no score).
@@ -38,6 +43,7 @@ if TYPE_CHECKING:
 LOG_ITEMS = "model_predictons"  # sic, as Inst-It's evaluate.py writes it
 OUTPUT = "instit_evaluate.json"
 NO_VALID = "No valid evaluations."  # Inst-It's accuracy when no item could be judged
+OPTIONS = ("A", "B", "C", "D")  # a multiple-choice item's ground truth is one of these
 UNSCORED = "marked valid: false (a failed judge call, which Inst-It scores 0 and leaves out of its accuracy)"
 
 
@@ -70,9 +76,18 @@ def _items(path: Path, content: object) -> list:
 def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file: Path | None = None) -> BenchmarkInput:
     items = _items(path, read_json(path))
     parsed, problems = parse_records(path, items, Item, "question_id")
+    choices = [(index, item) for index, item in parsed if item.ground_truth in OPTIONS]
+    if choices and len(choices) == len(items):
+        raise InputError([Problem(str(path), "a multiple-choice file (every ground_truth is an option letter A-D): Inst-It scores it by "
+                                             "the letter found in each prediction, with no judge (evaluate.py --evaluation_formats mc); "
+                                             "judge-score judges open-ended files")])
+    problems += [Problem(str(path), f"a multiple-choice item (ground_truth {item.ground_truth!r}): Inst-It scores it by the letter in "
+                                    "the prediction, with no judge", index, str(item.question_id), "ground_truth") for index, item in choices]
     samples, first_index = [], {}
     for index, item in parsed:
         qid = str(item.question_id)
+        if item.ground_truth in OPTIONS:
+            continue
         if qid in first_index:
             problems.append(Problem(str(path), f"duplicate question_id: item {first_index[qid]} has it too", index, qid, "question_id"))
             continue
@@ -114,11 +129,11 @@ def write(bench: BenchmarkInput, results: dict[str, JudgeResult], output_dir: Pa
     return [output_dir / OUTPUT]
 
 
-def _prompt(bench: BenchmarkInput, logged: list[dict]) -> str | dict[str, str]:
-    """The judge's instructions under Inst-It's key: one text, or one per split when the file mixes them."""
-    splits = sorted({entry["split"] for entry in logged if entry.get("split") in ("image", "video")})
-    prompts = {split: bench.rubrics[f"instit_{split}"].instructions for split in splits if f"instit_{split}" in bench.rubrics}
-    return next(iter(prompts.values())) if len(prompts) == 1 else prompts
+def _prompt(bench: BenchmarkInput, logged: list[dict]) -> str:
+    """The judge's instructions for the split of the last logged item that has a rubric, as Inst-It writes
+    the prompt of the item it evaluated last."""
+    splits = [entry.get("split") for entry in logged if f"instit_{entry.get('split')}" in bench.rubrics]
+    return bench.rubrics[f"instit_{splits[-1]}"].instructions if splits else ""
 
 
 def read_scores(path: str, log: dict, scale: ScoreScale) -> ScoredFile:

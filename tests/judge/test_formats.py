@@ -88,14 +88,37 @@ def test_instit_log_keeps_its_rules_and_spelling(tmp_path):
     assert log["total_num"] == 4 and log["valid_num"] == 2
     assert log["accuracy"] == pytest.approx((0.7 + 0.4) / 2 * 100)  # invalid items leave the denominator
     assert datetime.strptime(log["timestamp"], "%Y-%m-%d %H:%M:%S")
-    assert set(log["gpt_prompt"]) == {"image", "video"}  # this file mixes the splits: each split's instructions
-    assert log["gpt_prompt"]["image"].startswith("You grade answers to questions about particular objects or people in one image")
+    # One text, as Inst-It always writes: the prompt of the split of the item it evaluated last (this file mixes splits).
+    assert log["gpt_prompt"] == bench.rubrics["instit_image"].instructions
+    assert log["gpt_prompt"].startswith("You grade answers to questions about particular objects or people in one image")
     logged = log["model_predictons"]
     assert [e["question_id"] for e in logged] == ["q9", 3, "q1", "bad"]
     assert {k: logged[0][k] for k in INSTIT[0]} == INSTIT[0]  # every input key kept as it was
     assert (logged[0]["score"], logged[0]["valid"], logged[0]["error_in_gpt_eval"]) == (0.7, True, "No Error.")
     assert (logged[1]["score"], logged[1]["valid"]) == (0, False) and "no '### Score' heading" in logged[1]["error_in_gpt_eval"]
     assert (logged[3]["score"], logged[3]["valid"]) == (0, False) and "invalid input" in logged[3]["error_in_gpt_eval"]
+
+
+def test_instit_log_of_a_mixed_file_has_one_prompt_the_last_item_s(tmp_path):
+    # Inst-It's evaluate.py writes PROMPTS[split] of the item it evaluated last: always a text, never one per split.
+    bench = read("instit", write(tmp_path / "p.json", [INSTIT[0], INSTIT[2], INSTIT[1]]), tmp_path)
+    results = {"q9": result("q9", 0.7), "q1": result("q1", 0.4), "3": result("3", 0.2)}
+    [path] = FORMATS["instit"].write(bench, results, tmp_path)
+    assert json.loads(path.read_text())["gpt_prompt"] == bench.rubrics["instit_video"].instructions
+
+
+def test_instit_multiple_choice_is_refused_not_judged(tmp_path):
+    # inference_image.py / inference_video.py write multiple-choice predictions with the open-ended keys; the
+    # ground truth is an option letter, and Inst-It scores them by the letter it finds in the prediction.
+    choices = [{"question_id": "001-01", "question": "What new element is introduced at <4>?", "model_prediction": "B",
+                "ground_truth": "C", "split": "video"},
+               {"question_id": "001-02", "question": "How does [5] change?", "model_prediction": "The answer is D", "ground_truth": "D", "split": "video"}]
+    with pytest.raises(InputError, match=r"a multiple-choice file .*\(evaluate.py --evaluation_formats mc\)"):
+        read("instit", write(tmp_path / "video_mc_inference.json", choices), tmp_path)
+    bench = read("instit", write(tmp_path / "mixed.json", [INSTIT[0], choices[0]]), tmp_path)
+    assert [s.id for s in bench.samples] == ["q9"]
+    assert [(p.index, p.field) for p in bench.problems] == [(1, "ground_truth")]
+    assert bench.problems[0].message.startswith("a multiple-choice item (ground_truth 'C')")
 
 
 def test_instit_log_leaves_out_an_item_that_is_not_an_object_or_has_no_question_id(tmp_path):
