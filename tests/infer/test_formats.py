@@ -9,6 +9,7 @@ from PIL import Image
 
 from infer.cli import main
 from judge.cli import EXIT_BAD_INPUT
+from judge.formats.milebench import rouge_l
 from judge.testing import write_original_checkpoint
 
 FAST = ["--max_new_tokens", "6", "--workers", "2"]
@@ -55,9 +56,15 @@ def test_instit(checkpoint, tmp_path, capsys):
 
 
 def test_milebench_cuts_the_oldest_context_and_writes_eval_json(checkpoint, tmp_path):
+    images = tmp_path / "data" / "MileBench" / "ALFRED" / "images"
+    images.mkdir(parents=True)
     for k in range(8):
-        Image.new("RGB", (600, 300), (30 * k, 90, 0)).save(tmp_path / f"f{k}.png")  # 2 tiles + thumbnail unless max_tiles is 1
-    record = lambda sid, n: {"sample_id": sid, "image": [f"f{k}.png" for k in range(n)], "gen_model_id": "m",  # noqa: E731
+        Image.new("RGB", (600, 300), (30 * k, 90, 0)).save(images / f"f{k}.png")  # 2 tiles + thumbnail unless max_tiles is 1
+    write(images.parent / "ALFRED.json", {"meta_data": {"task_instruction": ["Follow the frames."], "question_type": "open-ended"},
+                                          "data": [{"sample_id": sid, "task_instruction_id": 0, "response": "Open the door.",
+                                                    "task_instance": {"context": "", "images_path": [f"f{k}.png" for k in range(n)]}}
+                                                   for sid, n in ((1, 2), (2, 8))]})
+    record = lambda sid, n: {"sample_id": sid, "image": [f"data/MileBench/ALFRED/images/f{k}.png" for k in range(n)], "gen_model_id": "m",  # noqa: E731
                              "question": "Follow the frames.\n" + "".join(f"Frame {k}: <ImageHere> " for k in range(n)) + "What next?",
                              "gt_response": "Open the door.", "pred_response": "Open it."}
     write(tmp_path / "outputs" / "m" / "ALFRED" / "pred.json", [record(1, 2), record(2, 8)])
@@ -76,8 +83,11 @@ def test_milebench_cuts_the_oldest_context_and_writes_eval_json(checkpoint, tmp_
     figures = json.loads((out / "eval.json").read_text())
     judge_scored = {"Judge score"} if any(r["score"] is not None for r in scored.values()) else set()  # else left out, not null
     assert set(figures) == {"Rouge-L f", "image_quantity_level-Accuracy", "image_quantity_level-Result"} | judge_scored
-    assert figures["image_quantity_level-Accuracy"]["Many"] is None
-    assert list(csv.reader((out / "result.csv").open()))[0] == ["Model", "ALFRED (Rouge-L f)", "ALFRED (Judge score)"]
+    rouge = rouge_l("Open it.", "Open the door.")
+    assert figures["image_quantity_level-Result"] == {"Few": [rouge, 1], "Medium": [rouge, 1], "Many": [0, 0]}  # 2 and 8 images
+    judged = json.loads((out / "eval_judge.json").read_text())
+    assert judged["judged"] == 2 and judged["unscored"] == sum(r["score"] is None for r in scored.values())
+    assert list(csv.reader((out / "result.csv").open()))[0] == ["Model", "ALFRED (Rouge-L f)"] + [f"ALFRED ({k})" for k in judge_scored]
 
 
 def test_megabench(checkpoint, tmp_path):

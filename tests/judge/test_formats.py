@@ -22,6 +22,7 @@ from judge.testing import judge_result
 
 
 def write(path, value):
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(value))
     return path
 
@@ -144,20 +145,34 @@ def test_instit_log_without_a_valid_item_and_with_a_limit(tmp_path):
 # ---------------------------------------------------------------- MileBench
 
 
+MILEBENCH = "data/MileBench"  # generate.py's default --data_dir: pred.json's image paths start with it
+
+
+def milebench_annotation(root, dataset, n_images: dict, question_type="open-ended"):
+    """`<dataset>/<dataset>.json` as MileBench ships it: sample id -> the images the sample has, untruncated."""
+    folder = root / MILEBENCH / dataset
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    for k in range(max(n_images.values(), default=0)):
+        Image.new("RGB", (32, 32), (k * 6 % 256, 0, 0)).save(folder / "images" / f"f{k}.jpg")
+    data = [{"sample_id": sid, "task_instruction_id": 0, "image_quantity_level": "Few", "response": "Put the mug in the sink.",
+             "task_instance": {"context": "".join(f"Step {k}: {{image#{k + 1}}}" for k in range(n)) + " What next?",
+                               "images_path": [f"f{k}.jpg" for k in range(n)]}} for sid, n in n_images.items()]
+    write(folder / f"{dataset}.json", {"meta_data": {"task_instruction": ["You are an agent; follow the steps."], "question_type": question_type},
+                                       "data": data})
+
+
 @pytest.fixture
 def milebench_dir(tmp_path):
-    images = tmp_path / "data" / "ALFRED" / "images"
-    images.mkdir(parents=True)
-    for k in range(40):
-        Image.new("RGB", (32, 32), (k * 6, 0, 0)).save(images / f"f{k}.jpg")
+    milebench_annotation(tmp_path, "ALFRED", {1: 2, 2: 7, 3: 40, 4: 3, 5: 2})
     pred_dir = tmp_path / "outputs" / "my-model" / "ALFRED"
     pred_dir.mkdir(parents=True)
     return tmp_path, pred_dir
 
 
-def milebench_record(sample_id, n_images, pred="put the mug in the sink", gt="Put the mug in the sink.", model="my-model"):
+def milebench_record(sample_id, n_images, pred="put the mug in the sink", gt="Put the mug in the sink.", model="my-model", dataset="ALFRED"):
+    """A pred.json record as generate.py writes it (its context cut to the last n_images under the token budget)."""
     context = "".join(f"Step {k}: <ImageHere>" for k in range(n_images))
-    return {"sample_id": sample_id, "image": [f"data/ALFRED/images/f{k}.jpg" for k in range(n_images)],
+    return {"sample_id": sample_id, "image": [f"{MILEBENCH}/{dataset}/images/f{k}.jpg" for k in range(n_images)],
             "question": f"You are an agent; follow the steps.\n{context}\nWhat is the next step?",
             "gt_response": gt, "gen_model_id": model, "pred_response": pred, "gen_kwargs": {"max_new_tokens": 32}}
 
@@ -192,15 +207,17 @@ def test_milebench_question_keeps_its_interleaving():
 
 def test_milebench_problems_are_named_as_its_fields(milebench_dir):
     root, pred_dir = milebench_dir
-    records = [milebench_record(1, 2), {**milebench_record(2, 2), "image": ["data/ALFRED/images/f0.jpg"]},
-               milebench_record(1, 1), milebench_record(4, 1, gt="..."), {**milebench_record(5, 1), "image": ["data/nope.jpg"]}]
+    records = [milebench_record(1, 2), {**milebench_record(2, 2), "image": [f"{MILEBENCH}/ALFRED/images/f0.jpg"]},
+               milebench_record(1, 1), milebench_record(4, 1, gt="..."), {**milebench_record(5, 1), "image": [f"{MILEBENCH}/ALFRED/nope.jpg"]},
+               milebench_record(9, 1)]
     bench = read("milebench", write(pred_dir / "pred.json", records), root)
     found = {(p.index, p.field): p.message for p in bench.problems}
     assert found == {
         (1, "question"): "2 <ImageHere> placeholder(s) for 1 image(s)",
         (2, "sample_id"): "duplicate sample_id: record 0 has it too",
         (3, "gt_response"): "no words once normalised as MileBench does: ROUGE-L is undefined",
-        (4, "image[0]"): f"image not found: {root / 'data/nope.jpg'}",
+        (4, "image[0]"): f"image not found: {root / MILEBENCH / 'ALFRED/nope.jpg'}",
+        (5, "sample_id"): f"no sample of this id in MileBench's annotation {root / MILEBENCH / 'ALFRED/ALFRED.json'}",
     }
     assert [s.id for s in bench.samples] == ["1"]
     sample = bench.samples[0]
@@ -208,24 +225,66 @@ def test_milebench_problems_are_named_as_its_fields(milebench_dir):
     assert sample.question[0].text == "You are an agent; follow the steps." and len(sample.images()) == 2
 
 
-def test_milebench_eval_and_result_csv(milebench_dir):
+def test_milebench_eval_json_is_the_one_evaluate_py_writes_plus_the_judge_s(milebench_dir, capsys):
     root, pred_dir = milebench_dir
-    records = [milebench_record(1, 2), milebench_record(2, 7, pred="wash the mug"), milebench_record(3, 33, pred=""),
-               milebench_record(4, 3, model=None), milebench_record(5, 2)]
+    # Sample 3 has 40 images in the annotation; generate.py cut its context to the last 3 under its token budget.
+    records = [milebench_record(1, 2), milebench_record(2, 7, pred="wash the mug"), milebench_record(3, 3, pred=""),
+               milebench_record(4, 3, model=None), milebench_record(5, 2, pred="the mug goes in the sink")]
     bench = read("milebench", write(pred_dir / "pred.json", records), root)
     assert bench.samples[3].model == "my-model"  # no gen_model_id: the folder of outputs/<model>/<dataset>/
-    results = {"1": result("1", 6), "2": result("2", 3), "3": result("3", None, parse_error="x"), "4": result("4", 0)}  # 5: --limit
-    eval_path, csv_path = FORMATS["milebench"].write(bench, results, pred_dir)
-    figures = json.loads(eval_path.read_text())
+    # 5 is left out by --limit; 3's judge output had no score.
+    results = {"1": result("1", 6), "2": result("2", 3), "3": result("3", None, parse_error="x"), "4": result("4", 0)}
+    eval_path, judge_path, _ = FORMATS["milebench"].write(bench, results, pred_dir)
     rouge = {r["sample_id"]: rouge_l(r["pred_response"], r["gt_response"]) for r in records}
-    assert rouge[3] == 0.0 and rouge[1] == pytest.approx(1.0)
-    assert figures["Rouge-L f"] == pytest.approx((rouge[1] + rouge[2] + rouge[3] + rouge[4]) / 4)
-    assert figures["image_quantity_level-Accuracy"] == pytest.approx({"Few": (rouge[1] + rouge[4]) / 2, "Medium": rouge[2], "Many": rouge[3]})
-    assert figures["Judge score"] == pytest.approx((1 + 0.5 + 0) / 3)  # shares of the 0-6 scale; the unparsed one left out
-    assert figures["image_quantity_level-Result"] == pytest.approx({"Few": 0.5, "Medium": 0.5, "Many": None})
-    rows = list(csv.reader(csv_path.open()))
-    assert rows[0] == ["Model", "ALFRED (Rouge-L f)", "ALFRED (Judge score)"]
-    assert rows[1] == ["my-model", str(round(figures["Rouge-L f"] * 100, 2)), str(round(figures["Judge score"] * 100, 2))]
+    few, medium, many = [rouge[1], rouge[4], rouge[5]], [rouge[2]], [rouge[3]]
+    assert rouge[3] == 0.0 and rouge[1] == pytest.approx(1.0) and 0 < rouge[5] < 1
+    # MileBench's own figures, over every prediction (whatever --limit judged), each sample in the level of
+    # the annotation's image count, the sums and counts per level, exactly as evaluate.py writes them.
+    assert json.loads(eval_path.read_text()) == {
+        "Rouge-L f": pytest.approx(sum(rouge.values()) / 5),
+        "image_quantity_level-Accuracy": {"Few": pytest.approx(sum(few) / 3), "Medium": pytest.approx(medium[0]), "Many": 0.0},
+        "image_quantity_level-Result": {"Few": [pytest.approx(sum(few)), 3], "Medium": [pytest.approx(medium[0]), 1], "Many": [0.0, 1]},
+        "Judge score": pytest.approx((1 + 0.5 + 0) / 3),  # shares of the 0-6 scale; the unscored one left out
+    }
+    assert json.loads(judge_path.read_text()) == {
+        "Judge score": pytest.approx(0.5), "image_quantity_level-Accuracy": {"Few": 0.5, "Medium": 0.5, "Many": None},
+        "image_quantity_level-Result": {"Few": [1.0, 2], "Medium": [0.5, 1], "Many": [0, 0]}, "judged": 4, "unscored": 1}
+    assert "note: ALFRED: 1 judged sample(s) have no score in the judge's output" in capsys.readouterr().err
+
+
+def test_milebench_result_csv_is_the_row_score_py_writes(milebench_dir):
+    # score.py names a model by its outputs/<model>/ folder, not by gen_model_id.
+    root, pred_dir = milebench_dir
+    bench = read("milebench", write(pred_dir / "pred.json", [milebench_record(1, 2, model="llava-v1.5-7b-hf"), milebench_record(2, 7)]), root)
+    eval_path, _, csv_path = FORMATS["milebench"].write(bench, {"1": result("1", 6), "2": result("2", 3)}, pred_dir)
+    figures = json.loads(eval_path.read_text())
+    assert list(csv.reader(csv_path.open())) == [
+        ["Model", "ALFRED (Rouge-L f)", "ALFRED (Judge score)"],
+        ["my-model", str(round(figures["Rouge-L f"] * 100, 2)), str(round(figures["Judge score"] * 100, 2))]]
+
+
+@pytest.mark.parametrize("dataset, question_type, metric", [
+    ("ActionLocalization", "multi-choice", "option accuracy ('multi-choice' in meta_data.question_type)"),
+    ("TextNeedleInAHaystack", "open-ended", "containment accuracy (a needle dataset)"),
+    ("MMCoQA", "open-ended", "containment accuracy (a needle dataset)"),
+])
+def test_milebench_datasets_scored_by_another_metric_are_refused(tmp_path, dataset, question_type, metric):
+    # evaluate.py picks the metric by the dataset: ROUGE-L only for open-ended, non-needle ones.
+    milebench_annotation(tmp_path, dataset, {1: 2}, question_type)
+    path = write(tmp_path / "outputs" / "m" / dataset / "pred.json", [milebench_record(1, 2, dataset=dataset)])
+    with pytest.raises(InputError) as err:
+        read("milebench", path, tmp_path)
+    assert f"MileBench scores {dataset} by {metric}, not ROUGE-L" in str(err.value)
+
+
+def test_milebench_without_its_annotation_says_where_it_looked(milebench_dir):
+    root, pred_dir = milebench_dir
+    (root / MILEBENCH / "ALFRED" / "ALFRED.json").unlink()
+    with pytest.raises(InputError, match=re.escape(f"{root / MILEBENCH / 'ALFRED/ALFRED.json'}: file not found")):
+        read("milebench", write(pred_dir / "pred.json", [milebench_record(1, 2)]), root)
+    path = write(root / "outputs" / "m" / "Other" / "pred.json", [milebench_record(1, 2)])
+    with pytest.raises(InputError, match=r"no image path of this file runs through a folder Other/"):
+        read("milebench", path, root)
 
 
 def test_milebench_eval_json_leaves_out_a_figure_no_sample_gives(milebench_dir, capsys):
@@ -234,15 +293,11 @@ def test_milebench_eval_json_leaves_out_a_figure_no_sample_gives(milebench_dir, 
     root, pred_dir = milebench_dir
     bench = read("milebench", write(pred_dir / "pred.json", [milebench_record(1, 2), milebench_record(2, 7)]), root)
     unparsed = {sid: result(sid, None, parse_error="no '### Score' heading") for sid in ("1", "2")}
-    eval_path, csv_path = FORMATS["milebench"].write(bench, unparsed, pred_dir)
+    eval_path, _, csv_path = FORMATS["milebench"].write(bench, unparsed, pred_dir)
     figures = json.loads(eval_path.read_text())
     assert set(figures) == {"Rouge-L f", "image_quantity_level-Accuracy", "image_quantity_level-Result"}
-    assert figures["image_quantity_level-Result"] == {"Few": None, "Medium": None, "Many": None}  # split keys: score.py skips them
-    assert "note: ALFRED: no 'Judge score' in eval.json: none of the 2 judged sample(s) has one" in capsys.readouterr().err
-    assert list(csv.reader(csv_path.open()))[1] == ["my-model", str(round(figures["Rouge-L f"] * 100, 2)), ""]
-    eval_path, _ = FORMATS["milebench"].write(bench, {}, pred_dir)  # every sample invalid, under --skip_invalid
-    assert set(json.loads(eval_path.read_text())) == {"image_quantity_level-Accuracy", "image_quantity_level-Result"}
-    assert "note: ALFRED: no 'Rouge-L f' in eval.json: none of the 0 judged sample(s) has one" in capsys.readouterr().err
+    assert "note: ALFRED: no 'Judge score' in eval.json: none of the 2 judged sample(s) has a judge score" in capsys.readouterr().err
+    assert list(csv.reader(csv_path.open()))[1] == ["my-model", str(round(figures["Rouge-L f"] * 100, 2))]
 
 
 # ---------------------------------------------------------------- MEGA-Bench
