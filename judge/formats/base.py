@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from judge.data import JudgeResult, Problem, Sample
+from judge.data import JudgeResult, Problem, Sample, Segment
 
 if TYPE_CHECKING:  # judge.prompts imports torch (tiling); the formats are read by judge-calibrate too, which must not
     from judge.parsing import ScoreScale
@@ -60,3 +60,10 @@ def first_record(content: object) -> dict | None:
     if isinstance(content, list) and content and isinstance(content[0], dict):
         return content[0]
     return None
+
+
+def interleaved(texts: list[str], images: list[str]) -> list[Segment]:
+    """A text with images at its markers, as segments: the text before each image with it, then the text
+    after the last; `texts` are the pieces between the markers (one more than the images), empty ones dropped."""
+    segments = [Segment(text=text or None, image=image) for text, image in zip(texts, images)]
+    return segments + [Segment(text=text) for text in texts[len(images):] if text]

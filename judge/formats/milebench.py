@@ -68,7 +68,7 @@ from judge.data import (
     write_json_atomically,
     write_text_atomically,
 )
-from judge.formats.base import BenchmarkInput, Format, first_record
+from judge.formats.base import BenchmarkInput, Format, first_record, interleaved
 
 if TYPE_CHECKING:
     from judge.prompts import Rubric
@@ -179,12 +179,7 @@ def question_segments(question: str, images: list[str]) -> list[Segment]:
     instruction, _, context = question.partition("\n")
     if PLACEHOLDER in instruction:  # no instruction line before the first image
         instruction, context = "", question
-    segments = [Segment(text=instruction)] if instruction else []
-    pieces = context.split(PLACEHOLDER)
-    segments += [Segment(text=text or None, image=image) for text, image in zip(pieces, images)]
-    if pieces[-1]:
-        segments.append(Segment(text=pieces[-1]))
-    return segments
+    return ([Segment(text=instruction)] if instruction else []) + interleaved(context.split(PLACEHOLDER), images)
 
 
 def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file: Path | None = None) -> BenchmarkInput:

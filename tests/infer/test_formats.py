@@ -90,24 +90,34 @@ def test_milebench_cuts_the_oldest_context_and_writes_eval_json(checkpoint, tmp_
     assert list(csv.reader((out / "result.csv").open()))[0] == ["Model", "ALFRED (Rouge-L f)"] + [f"ALFRED ({k})" for k in judge_scored]
 
 
+def megabench_rows(path, judge_model_type):
+    """The task's rows of MEGA-Bench's dataset, JSON Lines as `datasets` exports them."""
+    info = {"field_score_function": {"caption": "gpt_4o_as_judge"}, "aggregation": {"function": "mean", "field_weights": {"caption": 1}},
+            "response_parse_function": "answer_string",
+            "gpt4o_eval_configs": {"judge_model_type": judge_model_type, "eval_criteria_prompt": "Is {response} an accurate caption?",
+                                   "template_mapping": {"response": "model_output"}}}
+    path.write_text("".join(json.dumps({"task_name": "caption", "id": str(k), "metric_info": str(info), "eval_context": "{}"}) + "\n"
+                            for k in range(2)))
+
+
 def test_megabench(checkpoint, tmp_path):
     Image.new("RGB", (64, 48), "green").save(tmp_path / "q.png")
     task = {"task_name": "caption", "global_description": "", "global_images": [], "example_info": {"image_paths": [], "example_text": ""},
-            "query_response": [{"response": f"A green card {k}.", "correct_answer": {"caption": "A green card."}, "global_idx": k,
-                                "images": ["q.png"], "query_text": "Caption it."} for k in range(2)]}
+            "query_response": [{"response": f"Answer: A green card {k}.", "correct_answer": {"caption": "A green card."}, "global_idx": str(k),
+                                "query_idx": k, "images": ["q.png"], "query_text": "Caption <image> in a few words."} for k in range(2)]}
     write(tmp_path / "open.json", [task])
-    write(tmp_path / "criteria.json", {"caption": "Is the caption accurate?"})
+    megabench_rows(tmp_path / "rows.jsonl", "with image")
     out = tmp_path / "out"
-    assert score(checkpoint, tmp_path, "open.json", out, "--criteria_file", str(tmp_path / "criteria.json")) == 0
+    assert score(checkpoint, tmp_path, "open.json", out, "--criteria_file", str(tmp_path / "rows.jsonl")) == 0
     scored = results(out)
     assert set(scored) == {"caption/0", "caption/1"} and all(r["n_images"] == 1 for r in scored.values())
     [written] = json.loads((out / "data_with_scores_open.json").read_text())["data"]
     for k, query in enumerate(written["query_response"]):
         mine = scored[f"caption/{k}"]["score"]
-        assert query["scores"]["query"] == (0.0 if mine is None else mine / 10)
-    # The same criteria text for a text-only judge: other prompts (no image), so this run's journal must not be resumed.
-    write(tmp_path / "criteria.json", {"caption": {"eval_criteria_prompt": "Is the caption accurate?", "judge_model_type": "text only"}})
-    assert score(checkpoint, tmp_path, "open.json", out, "--criteria_file", str(tmp_path / "criteria.json")) == EXIT_BAD_INPUT
+        assert query["scores"]["query"] == (-1 if mine is None else mine / 10)  # no score: MEGA-Bench's -1, never a 0
+    # The same criteria for a text-only judge: other prompts (no image), so this run's journal must not be resumed.
+    megabench_rows(tmp_path / "rows.jsonl", "text only")
+    assert score(checkpoint, tmp_path, "open.json", out, "--criteria_file", str(tmp_path / "rows.jsonl")) == EXIT_BAD_INPUT
 
 
 def test_format_flags_that_cannot_work_are_refused_before_loading(tmp_path, capsys):
