@@ -418,8 +418,11 @@ def write(bench: BenchmarkInput, results: dict[str, JudgeResult], output_dir: Pa
             scores = _scores(submission.plans.get(sid), results.get(sid), reason, submission.judged_field.get(name, "query"), scale)
             queries.append({**(query if isinstance(query, dict) else {}), "scores": scores})  # a malformed query keeps only its scores
         scored.append({**raw, "query_response": queries, "eval_type": "llm", **_task_scores(queries)})
-    output = output_dir / OUTPUT
-    write_json_atomically(output, {TASKS: scored, "summary": summary(scored)})
+    output, figures = output_dir / OUTPUT, summary(scored)
+    write_json_atomically(output, {TASKS: scored, "summary": figures})
+    if not figures["num_tasks_evaluated"]["llm"]:
+        print(f"note: no task of {OUTPUT} has a scored query: MEGA-Bench's breakdown tool needs one in the open set's file, "
+              "as in the core set's", file=sys.stderr)
     if not [p for p in output_dir.glob("data_with_scores*.json") if p != output]:
         print(f"note: MEGA-Bench's breakdown tool (derive_breakdown_results.py --input_dir {output_dir}) needs the core set's scored "
               f"file beside {OUTPUT} (MEGA-Bench's data_with_scores_core.json, or its data_with_scores.json): copy it there", file=sys.stderr)

@@ -225,13 +225,15 @@ def test_problems_of_the_rows_and_of_the_queries_are_named(megabench, tmp_path):
 
 
 def test_the_breakdown_tool_s_core_file_is_asked_for(megabench, capsys):
-    root, path, criteria = megabench
-    bench = read(path, root, criteria)
+    root, _, criteria = megabench
+    bench = read(write(root / "no_empty_task.json", TASKS[:-1]), root, criteria)
     FMT.write(bench, {}, root)
-    assert "needs the core set's scored file beside data_with_scores_open.json" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "needs the core set's scored file beside data_with_scores_open.json" in err
+    assert "no task of data_with_scores_open.json has a scored query" in err  # the tool fails on an open file without one, too
     write(root / "data_with_scores_core.json", {"data": [], "summary": {}})
-    FMT.write(bench, {}, root)
-    assert "core set" not in capsys.readouterr().err
+    FMT.write(bench, {"poetry_generation/0": result("poetry_generation/0", 5)}, root)
+    assert "note" not in capsys.readouterr().err
 
 
 def test_judge_calibrate_reads_the_scored_file_back(megabench):
