@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output_dir", "--output-dir", default="eval_outputs", help="where results, summary and journal go (default: %(default)s)")
     p.add_argument("--output_file", "--output-file", "--output_name", "--output-name", default="eval_result.json", help="result file name (default: %(default)s)")
     p.add_argument("--format", choices=list(FORMATS), help="the input's benchmark format (default: detected from the file)")
-    p.add_argument("--criteria_file", "--criteria-file", help="MEGA-Bench only: each task's evaluation criteria, JSON or YAML (default: none; --format megabench needs one)")
+    p.add_argument("--criteria_file", "--criteria-file", help="MEGA-Bench only: the tasks' rows of MEGA-Bench's dataset, JSON Lines or a JSON list, for each task's metric_info "
+                                                                    "and each query's eval_context (default: none; --format megabench needs one)")
     p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: the format's, configs/rubrics/sa|pbl|msr.yaml for MMIE)")
     p.add_argument("--config", help="YAML of scoring options, overridden by the flags given (default: configs/score/<format>.yaml, "
                                      "the format's preset: the defaults shown below are the presets')")

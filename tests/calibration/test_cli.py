@@ -367,9 +367,11 @@ def test_expected_scores_compare_where_no_written_score_parsed(tmp_path, capsys)
 
 
 def megabench_scored(path, tasks: dict[str, list[float]]) -> str:
-    """A MEGA-Bench scored file as its evaluator writes it: per query, scores.query is the judge's N/10."""
-    data = [{"task_name": name, "eval_type": "llm",
-             "query_response": [{"response": "r", "scores": {"info": {}, "query": s}} for s in scores]} for name, scores in tasks.items()]
+    """A MEGA-Bench scored file as its evaluator writes it: per query, the judged field's N/10, its info, and
+    the query's score (the same N/10: one field)."""
+    query = lambda s: {"response": "r", "scores": {"field": {"reference": s}, "info": {"reference": f"Score: {round(s * 10)}; Explanation: ok"},  # noqa: E731
+                                                   "query": s}}
+    data = [{"task_name": name, "eval_type": "llm", "query_response": [query(s) for s in scores]} for name, scores in tasks.items()]
     path.write_text(json.dumps({"data": data}))
     return str(path)
 
@@ -391,7 +393,7 @@ def test_a_local_judge_against_gpt4o_on_megabench(tmp_path, capsys):
     assert overall["exact_agreement"]["value"] == pytest.approx(np.mean(x == y))
     # the 0-1 query scores read on the judge's 0-10: on MMIE's default 0-6 most are out of scale
     assert main([*args, "--output_dir", str(tmp_path / "r6")]) == 2
-    assert "scores.query x 10" in capsys.readouterr().err
+    assert "scores.field.reference x 10" in capsys.readouterr().err
     broken = megabench_scored(tmp_path / "unscored.json", {"poetry": [0.5]})
     content = json.loads(Path(broken).read_text())
     del content["data"][0]["query_response"][0]["scores"]
