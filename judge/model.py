@@ -6,6 +6,9 @@ Three kinds of directory are accepted, told apart by their files:
     native    config.json with "model_type": "internvl"                 (written by transformers or by us)
     adapter   adapter_config.json (PEFT) over either of the above        (written by judge-train)
 
+Each is named by its local directory or by a Hugging Face Hub id, fetched into huggingface_hub's cache
+(judge/hub.py) with only the files listed in CHECKPOINT_FILES.
+
 The original format is converted on the fly and nothing from the checkpoint is executed: the config is
 mapped field by field, and the weights are streamed one tensor at a time from the safetensors files
 into a model allocated once in the target dtype, so host memory peaks near one copy of the weights.
@@ -45,12 +48,20 @@ from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
 from judge.cli import UsageError
 from judge.data import InputError, field_name, read_json
+from judge.hub import Checkpoint, resolve
 from judge.parsing import SCORE_HEADING
 from judge.prompts import IMAGE_TOKENS, IMG_CONTEXT
 from judge.templates import TEMPLATES, system_message_from_conversation_py
 from judge.tiling import TilingConfig
 
 SETTINGS_FILE = "judge_config.json"
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "merges.txt")
+# Every file load_judge reads, as huggingface_hub allow patterns: a checkpoint named by its Hub id is fetched
+# with these only, so its own code (modeling_*.py; conversation.py is read as data) and pickled .bin weights
+# never reach the disk.
+CHECKPOINT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json", "model-*.safetensors",
+                    "adapter_config.json", "adapter_model.safetensors", SETTINGS_FILE, "conversation.py", *TOKENIZER_FILES)
 
 # LLMs that transformers implements natively; InternLM2 (InternVL2-2B/8B/26B) needs remote code.
 SUPPORTED_LLMS = ("phi3", "qwen2", "llama")
@@ -152,11 +163,14 @@ def checkpoint_format(path: Path) -> str:
     )
 
 
-def load_judge(path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None) -> Judge:
-    """Load any supported judge checkpoint (see module docstring) ready for inference."""
-    path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"{path}: not a directory; --model_path must name a local checkpoint directory")
+def find_checkpoint(name: str | Path, revision: str | None = None) -> Checkpoint:
+    """A checkpoint named by its local directory or its Hub id (judge/hub.py), with every file load_judge reads."""
+    return resolve(name, revision, CHECKPOINT_FILES)
+
+
+def load_judge(name: str | Path, device: str = "cpu", dtype: torch.dtype | None = None, revision: str | None = None) -> Judge:
+    """Load any supported judge checkpoint (see module docstring), by its directory or its Hub id, ready for inference."""
+    path = find_checkpoint(name, revision).path
     dtype = dtype or default_dtype(device)
     kind = checkpoint_format(path)
     if kind == "adapter":
@@ -202,17 +216,22 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
 def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
     from peft import PeftModel
 
-    base_path = Path(read_json_object(path / "adapter_config.json").get("base_model_name_or_path") or "")
-    if not base_path.is_dir():
-        raise CheckpointError(
-            f"{path}/adapter_config.json: base_model_name_or_path {str(base_path)!r} is not a local directory; "
-            "point it at the base checkpoint the adapter was trained on"
-        )
-    base = load_judge(base_path, device, dtype)
+    base = load_judge(adapter_base(path).path, device, dtype)
     model = PeftModel.from_pretrained(base.model, path).eval()
     tokenizer = load_tokenizer(path) if (path / "tokenizer_config.json").is_file() else base.tokenizer
     settings = read_settings(path, base.settings.tokens_per_tile) or base.settings
     return Judge(model, tokenizer, settings, "adapter")
+
+
+def adapter_base(path: Path) -> Checkpoint:
+    """The base an adapter applies to: its adapter_config.json's base_model_name_or_path, a directory or a
+    Hub id at the config's `revision` (judge-train pins the commit it trained over)."""
+    config = read_json_object(path / "adapter_config.json")
+    try:
+        return find_checkpoint(config.get("base_model_name_or_path") or "", config.get("revision"))
+    except UsageError as err:
+        raise CheckpointError(f"{path}/adapter_config.json: base_model_name_or_path: {err} "
+                              "(it names the base checkpoint the adapter was trained on)") from None
 
 
 def native_config_from_original(config: dict, tokenizer: PreTrainedTokenizerBase) -> InternVLConfig:

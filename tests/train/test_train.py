@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from huggingface_hub import constants
 from safetensors.torch import load_file
 
 from infer.cli import main as score_main
@@ -12,7 +13,7 @@ from infer.engine import prepare
 from judge.data import SCORE_FIELDS, InputError, load_annotations
 from judge.model import load_judge, save_native, with_max_tiles
 from judge.prompts import CONFIG_DIR, load_rubrics
-from judge.testing import write_dataset, write_original_checkpoint
+from judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
 from judge.testing.checkpoints import SIZES
 from train.cli import main as train_main
 from train.data import IGNORE_INDEX, build_dataset, merge_annotators, target_text
@@ -209,6 +210,35 @@ def test_an_adapter_trained_over_a_native_base_loads_and_merges(base, data, tmp_
         logits = [judge.model(input_ids=ids).logits for judge in (load_judge(native), adapter, load_judge(tmp_path / "merged"))]
     assert not torch.allclose(logits[0], logits[1])  # the adapter is applied over the native base
     torch.testing.assert_close(logits[2], logits[1], rtol=1e-4, atol=1e-5)
+
+
+def test_an_adapter_over_a_hub_base_names_it_by_id_at_its_commit_and_loads_offline(base, data, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+    snapshot = write_hub_cache(tmp_path / "hub", "org/tiny-base", base)
+    out = tmp_path / "judge"
+    assert train_main(train_args("org/tiny-base", data, out, "--max_steps", "2", "--save_steps", "2", "--per_device_batch_size", "2",
+                                 "--no-full_finetune", "--learning_rate", "1e-2")) == 0
+    config = json.loads((out / "adapter_config.json").read_text())
+    # The id, not the cache path, so that the adapter travels; the commit, so that it applies to the weights it was trained over.
+    assert (config["base_model_name_or_path"], config["revision"]) == ("org/tiny-base", snapshot.name)
+    adapter = load_judge(out)
+    ids = adapter.tokenizer("<|user|>\nhello<|end|><|assistant|>\n", return_tensors="pt").input_ids
+    assert train_main(["merge", "--adapter", str(out), "--output_dir", str(tmp_path / "merged")]) == 0
+    with torch.no_grad():
+        logits = [judge.model(input_ids=ids).logits for judge in (load_judge(base), adapter, load_judge(tmp_path / "merged"))]
+    assert not torch.allclose(logits[0], logits[1])  # the adapter is applied over the Hub base
+    torch.testing.assert_close(logits[2], logits[1], rtol=1e-4, atol=1e-5)
+    assert score_main(["--model_path", str(out), "--input_dir", str(data), "--input_file", "heldout.json", "--output_dir", str(tmp_path / "s"),
+                       "--max_new_tokens", "4", "--rubric", *TINY_RUBRIC]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "another-cache"))  # a machine where the base was never fetched
+    assert score_main(["--model_path", str(out), "--input_dir", str(data), "--input_file", "heldout.json", "--output_dir", str(tmp_path / "t"),
+                       "--max_new_tokens", "4", "--rubric", *TINY_RUBRIC]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("note:")]  # the input's repeated samples
+    assert len(err) == 1 and err[0].startswith(f"error: {out}/adapter_config.json: base_model_name_or_path: org/tiny-base: no local directory "
+                                                f"of that name, and revision {snapshot.name} of that Hub id is not (fully) in the Hugging Face cache")
 
 
 def test_resume_continues_at_the_saved_step(base, data, tmp_path):
