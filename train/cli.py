@@ -1,7 +1,7 @@
 """judge-train: fine-tune an InternVL2 judge on human-rated annotations.
 
     judge-train --model_path BASE --train_file train.json --input_dir DATA --output_dir OUT [--eval_file heldout.json]
-    judge-train merge --adapter OUT --output_dir MERGED
+    judge-train merge --adapter OUT --output_dir MERGED [--format native|original]
 
 Many GPUs or nodes: `torchrun --nproc_per_node N -m train.cli ...` or `deepspeed --module train.cli ...` (add
 --deepspeed configs/deepspeed/zero2.json); README.md shows both, on one node and on several.
@@ -46,10 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def merge_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="judge-train merge", description="Fold a LoRA adapter into its base and write a standalone native checkpoint.")
+    p = argparse.ArgumentParser(prog="judge-train merge", description="Fold a LoRA adapter into its base and write a standalone checkpoint.")
     p.add_argument("--adapter", required=True, help="a judge-train output holding an adapter: its directory or a Hugging Face Hub id")
     add_revision_flag(p, of="--adapter")
-    p.add_argument("--output_dir", required=True, help="where the merged checkpoint goes")
+    p.add_argument("--output_dir", required=True, help="where the merged checkpoint goes: a new or empty directory")
+    p.add_argument("--format", choices=("native", "original"), default="native",
+                   help="native: transformers' InternVL, as this toolkit and transformers read it; original: InternVL2's own format "
+                        "(InternVLChatModel) in the layout of the adapter's original base, with its code, as InternVL's code, MMIE's "
+                        "main.py, vLLM and LMDeploy read it (default: native)")
     add_common_flags(p)
     return p
 
@@ -64,12 +68,17 @@ def _main(argv) -> int:
 
 def merge(argv) -> int:
     args = merge_parser().parse_args(argv)
-    from judge.model import load_judge, save_native
+    out = Path(args.output_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"--output_dir {out} is not an empty directory; give a new or empty one")
+    from judge.model import checkpoint_format, find_checkpoint, load_judge, original_base, save_native, save_original
 
-    judge = load_judge(args.adapter, revision=args.revision)
-    if judge.source_format != "adapter":
+    adapter = find_checkpoint(args.adapter, args.revision).path
+    if checkpoint_format(adapter) != "adapter":
         raise UsageError(f"--adapter {args.adapter}: not a LoRA adapter directory (no adapter_config.json)")
-    print(f"merged checkpoint: {save_native(judge, args.output_dir)}")
+    base = original_base(adapter) if args.format == "original" else None  # refused here, before the weights load
+    judge = load_judge(adapter)
+    print(f"merged checkpoint ({args.format} format): {save_original(judge, base, out) if base else save_native(judge, out)}")
     return 0
 
 

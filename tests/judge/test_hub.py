@@ -14,7 +14,7 @@ from huggingface_hub.utils import filter_repo_objects
 
 import judge.hub
 from infer.cli import main as score_main
-from judge.model import CHECKPOINT_FILES, load_judge
+from judge.model import CHECKPOINT_FILES, REMOTE_CODE, load_judge, original_base
 from judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,9 +125,11 @@ def test_a_resumed_hub_run_is_the_same_commit(checkpoint, tmp_path, data, offlin
     assert "was written by a run with other settings (model," in capsys.readouterr().err
 
 
-def test_the_loader_fetches_its_own_files_only_never_code_or_pickles(tmp_path, monkeypatch):
-    """What is asked of the download: huggingface_hub's own matcher over InternVL2-4B's files keeps the
-    weights, config, tokenizer and conversation.py, and no other .py and no .bin; and those files load."""
+@pytest.fixture
+def hub_of_internvl2_4b(tmp_path, monkeypatch):
+    """The Hub as snapshot_download reaches it, serving a tiny checkpoint under InternVL2-4B's file names
+    (the files the loader never reads are stand-ins, and its code raises if run); returns the allow
+    patterns each download asked with."""
     published = write_original_checkpoint(tmp_path / "published", seed=0, shards=2)
     (published / "conversation.py").write_text(
         "raise SystemExit('this file must never run')\n"
@@ -138,7 +140,7 @@ def test_the_loader_fetches_its_own_files_only_never_code_or_pickles(tmp_path, m
             (published / name).write_text("raise SystemExit('executed')\n" if name.endswith(".py") else "not for the loader")
     asked = []
 
-    def download(repo_id, *, revision, allow_patterns):  # the Hub: hands out the files that match, as snapshot_download does
+    def download(repo_id, *, revision, allow_patterns):  # hands out the files that match, as snapshot_download does
         asked.append(allow_patterns)
         snapshot = tmp_path / "hub" / revision
         for name in filter_repo_objects(INTERNVL2_4B_FILES, allow_patterns=allow_patterns):
@@ -148,9 +150,26 @@ def test_the_loader_fetches_its_own_files_only_never_code_or_pickles(tmp_path, m
 
     monkeypatch.setattr(judge.hub, "snapshot_download", download)
     monkeypatch.chdir(tmp_path)
+    return asked
+
+
+def test_the_loader_fetches_its_own_files_only_never_code_or_pickles(hub_of_internvl2_4b):
+    """What is asked of the download: huggingface_hub's own matcher over InternVL2-4B's files keeps the
+    weights, config, tokenizer and conversation.py, and no other .py and no .bin; and those files load."""
     judge_ = load_judge("OpenGVLab/InternVL2-4B")
-    assert asked == [list(CHECKPOINT_FILES)]
-    fetched = set(filter_repo_objects(INTERNVL2_4B_FILES, allow_patterns=asked[0]))
+    assert hub_of_internvl2_4b == [list(CHECKPOINT_FILES)]
+    fetched = set(filter_repo_objects(INTERNVL2_4B_FILES, allow_patterns=hub_of_internvl2_4b[0]))
     assert fetched == FETCHED
     assert not [f for f in fetched if f.endswith(".bin") or (f.endswith(".py") and f != "conversation.py")]
     assert judge_.source_format == "original" and judge_.settings.system_message == "You are a careful judge."  # read as data
+
+
+def test_the_original_format_export_fetches_the_base_code_as_files_and_still_no_pickles(hub_of_internvl2_4b, tmp_path):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "OpenGVLab/InternVL2-4B", "revision": "0" * 40}))
+    base = original_base(adapter)
+    assert hub_of_internvl2_4b == [list(CHECKPOINT_FILES + REMOTE_CODE)]
+    code = {f for f in INTERNVL2_4B_FILES if f.endswith(".py")}
+    assert set(filter_repo_objects(INTERNVL2_4B_FILES, allow_patterns=hub_of_internvl2_4b[0])) == FETCHED | code
+    assert {f.name for f in base.iterdir() if f.suffix == ".py"} == code  # copied by the export, never imported
