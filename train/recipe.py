@@ -211,8 +211,8 @@ def train(model_path: str, revision: str | None, train_file: Path, eval_file: Pa
           rubrics: dict[str, Rubric], cfg: TrainConfig, deepspeed: str | None, resume: bool) -> dict:
     train_annotations, eval_annotations = read_annotations(train_file, eval_file, image_root, rubrics, cfg.scale)
     check_scales(train_annotations + eval_annotations, rubrics, cfg.scale)
-    output_dir.mkdir(parents=True, exist_ok=True)
     base = find_checkpoint(model_path, revision)
+    output_dir.mkdir(parents=True, exist_ok=True)
     judge = load_judge(base.path, "cpu", torch.bfloat16 if torch.cuda.is_available() else torch.float32)
     judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)
     judge.model.config.use_cache = False

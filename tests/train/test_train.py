@@ -245,6 +245,16 @@ def test_an_adapter_over_a_hub_base_names_it_by_id_at_its_commit_and_loads_offli
                                                 f"of that name, and revision {snapshot.name} of that Hub id is not (fully) in the Hugging Face cache")
 
 
+def test_a_hub_base_missing_from_the_offline_cache_stops_before_any_output(data, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+    assert train_main(train_args("org/missing", data, tmp_path / "judge")) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: org/missing: no local directory of that name, and revision main")
+    assert not (tmp_path / "judge").exists()
+
+
 REMOTE_CODE = {  # what InternVL2-4B ships for trust_remote_code; the export copies them as files and must never run them
     "modeling_internvl_chat.py": "raise SystemExit('remote code must never run here')\n",
     "configuration_internvl_chat.py": "raise SystemExit('remote code must never run here')\n",
