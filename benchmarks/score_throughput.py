@@ -29,6 +29,7 @@ from transformers import GenerationConfig, InternVLForConditionalGeneration
 
 from infer.engine import Scorer, prepare
 from infer.options import ScoreOptions
+from judge.cli import add_revision_flag
 from judge.data import load_samples
 from judge.model import Judge, load_judge, load_tokenizer, native_config_from_original, settings_from_original
 from judge.prompts import CONFIG_DIR, load_rubrics
@@ -165,7 +166,8 @@ def prefill_flops(judge: Judge, items) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model_path", help="a checkpoint to load instead of random full-size weights")
+    p.add_argument("--model_path", help="a checkpoint to load instead of random full-size weights: a directory or a Hugging Face Hub id")
+    add_revision_flag(p)
     p.add_argument("--tiny", action="store_true", help="a tiny random judge (CPU smoke test)")
     p.add_argument("--samples", type=int, default=48, help="workload size (default: 48)")
     p.add_argument("--reference_samples", type=int, default=8, help="samples timed in the reference loop (default: 8)")
@@ -183,7 +185,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if args.model_path:
-            judge = load_judge(args.model_path, args.device)
+            judge = load_judge(args.model_path, args.device, revision=args.revision)
         elif args.tiny:
             judge = load_judge(write_original_checkpoint(tmp / "tiny"), args.device)
         else:

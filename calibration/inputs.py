@@ -2,7 +2,8 @@
 
 Predictions: judge-score's records (`score`, `criteria`, `expected_score`, ...) or any JSON list with
 `id` and flat criterion fields (`overall`, `text_quality`, ...). Human scores: annotation records
-(`human_scores`; several annotators per id allowed) or a flat `{id, overall, ..., annotator?}` list.
+(`human_scores`; several annotators per id allowed), with their sample or without it (`{id, human_scores,
+annotator?}`), or a flat `{id, overall, ..., annotator?}` list.
 Either side may be a benchmark's scored file, read by its format's owner in `judge/formats/`: an Inst-It
 Bench evaluate log (an item per record: id = question_id, overall = score, category = split) or a
 MEGA-Bench scored file, GPT-4o's or judge-score's data_with_scores_open.json (a query per record: id
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from judge.data import (
     CRITERIA,
@@ -35,8 +36,9 @@ from judge.data import (
     InputError,
     Problem,
     category_from_id,
-    parse_records,
     read_json,
+    record_id_of,
+    validation_problems,
 )
 from judge.formats import scored_format
 from judge.formats.base import ScoredFile
@@ -260,15 +262,27 @@ def _human_from_log(path: str, log: dict, scale: ScoreScale) -> HumanFile:
 
 
 def _from_annotations(path: str, records: list, scale: ScoreScale) -> HumanFile:
+    """Annotation records. One with neither question nor answer is a rating only (`{id, human_scores,
+    annotator}`, as annotation tools export them): read as a flat record is, its scores inside
+    `human_scores`, so that what needs the answer (its length, its images) is unknown for it."""
     check = _Checker(path, scale)
-    parsed, check.problems = parse_records(path, records, Annotation)
     out: dict[str, HumanRecord] = {}
-    for index, a in parsed:
+    for index, r in enumerate(records):
+        if isinstance(r, dict) and not {"question", "answer"} & r.keys():
+            _add_rating(r, r.get("human_scores"), "human_scores.", index, check, out)
+            continue
+        try:
+            a = Annotation.model_validate(r)
+        except ValidationError as err:
+            check.problems += validation_problems(path, index, record_id_of(r), err)
+            continue
         scores = {name: s for name, v in a.human_scores.given().items() if (s := check.score(v, index, a.id, f"human_scores.{name}")) is not None}
         if not check.first_time((a.id, a.annotator), scores, index, a.id, NAME_ANNOTATORS if a.annotator is None else ""):
             continue
-        # Images the judge is shown (question and answer), counted as judge-score's n_images counts them.
-        human = out.setdefault(a.id, HumanRecord({}, a.model, a.category, sum(len(s.text or "") for s in a.answer), len(a.images())))
+        human = out.setdefault(a.id, HumanRecord({}, a.model, a.category))
+        if human.answer_chars is None:  # the first record of this id with its sample gives them
+            # Images the judge is shown (question and answer), counted as judge-score's n_images counts them.
+            human.answer_chars, human.n_images = sum(len(s.text or "") for s in a.answer), len(a.images())
         for name, value in scores.items():
             human.ratings.setdefault(name, []).append(value)
     return HumanFile(out, [], sorted(check.problems, key=lambda p: p.index or 0))
@@ -278,22 +292,33 @@ def _from_flat(path: str, records: list, scale: ScoreScale) -> HumanFile:
     check = _Checker(path, scale)
     out: dict[str, HumanRecord] = {}
     for index, r in enumerate(records):
-        if (rid := check.record_id(r, index)) is None:
-            continue
-        if not any(name in r for name in SCORE_FIELDS):
-            check.add(f"no score: give at least one of {', '.join(SCORE_FIELDS)}", index, rid)
-            continue
-        scores = {name: v for name in SCORE_FIELDS if (v := check.score(r.get(name), index, rid, name)) is not None}
-        annotator = check.text(r, "annotator", index, rid)
-        if not check.first_time((rid, annotator), scores, index, rid, NAME_ANNOTATORS if annotator is None else ""):
-            continue
-        category = check.text(r, "category", index, rid) or category_from_id(rid)
-        human = out.setdefault(rid, HumanRecord({}, check.text(r, "model", index, rid), category))
-        for name, value in scores.items():
-            human.ratings.setdefault(name, []).append(value)
+        _add_rating(r, r, "", index, check, out)
     if not records:
         check.add("no records")
     return HumanFile(out, [], check.problems)
+
+
+def _add_rating(record, scores, where: str, index: int, check: _Checker, out: dict[str, HumanRecord]) -> None:
+    """One record of a person's scores without the sample, `scores` read at `where` in it (the record
+    itself, or its `human_scores.`), added to `out` under its id; every problem goes to `check`."""
+    if (rid := check.record_id(record, index)) is None:
+        return
+    if where and not isinstance(scores, dict):
+        check.add(f"must be an object of criterion: score, got {type(scores).__name__}", index, rid, where.rstrip("."))
+        return
+    if not any(name in scores for name in SCORE_FIELDS):
+        check.add(f"no score: give at least one of {', '.join(SCORE_FIELDS)}", index, rid, where.rstrip(".") or None)
+        return
+    if where and (unknown := sorted(set(scores) - set(SCORE_FIELDS))):
+        check.add(f"unknown criterion {', '.join(map(repr, unknown))}; the criteria are {', '.join(SCORE_FIELDS)}", index, rid, where.rstrip("."))
+    values = {name: v for name in SCORE_FIELDS if (v := check.score(scores.get(name), index, rid, where + name)) is not None}
+    annotator = check.text(record, "annotator", index, rid)
+    if not check.first_time((rid, annotator), values, index, rid, NAME_ANNOTATORS if annotator is None else ""):
+        return
+    category = check.text(record, "category", index, rid) or category_from_id(rid)
+    human = out.setdefault(rid, HumanRecord({}, check.text(record, "model", index, rid), category))
+    for name, value in values.items():
+        human.ratings.setdefault(name, []).append(value)
 
 
 def _first(ids: set[str]) -> list[str]:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from infer.options import ScoreOptions
-from judge.cli import UsageError, add_common_flags, add_settings_flags, config_values, run, setting_problems
+from judge.cli import UsageError, add_common_flags, add_revision_flag, add_settings_flags, config_values, run, setting_problems
 from judge.configs import CONFIG_DIR
 from judge.formats import FORMATS, Format, detect_format
 
@@ -25,7 +25,9 @@ DTYPES = ("bfloat16", "float16", "float32")
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model_path", "--model-path", required=True, help="judge checkpoint: original InternVL2, native, or a judge-train output")
+    p.add_argument("--model_path", "--model-path", required=True,
+                   help="judge checkpoint, a local directory or a Hugging Face Hub id: original InternVL2, native, or a judge-train output")
+    add_revision_flag(p)
     p.add_argument("--input_dir", "--input-dir", required=True, help="directory that image paths in the input are relative to")
     p.add_argument("--input_file", "--input-file", "--input_name", "--input-name", required=True, help="JSON list or JSONL of samples, relative to --input_dir")
     p.add_argument("--output_dir", "--output-dir", default="eval_outputs", help="where results, summary and journal go (default: %(default)s)")

@@ -113,6 +113,26 @@ def test_flat_human_file_two_judges_linear_fit_and_a_collapsed_judge(files, tmp_
     assert Calibrator.load(out / "calibrator.json") == Calibrator.load(out / "calibrator_a.json")
 
 
+def test_ratings_without_their_samples_report_answer_diagnostics_undefined(files, tmp_path):
+    """Annotation records as rating tools export them ({id, human_scores, annotator}): the same figures as
+    the full annotations, except what needs the answer."""
+    preds, human, _ = files
+    ratings = [{k: v for k, v in r.items() if k not in ("question", "answer")} for r in json.loads(Path(human).read_text())]
+    reports = {}
+    for name, path in (("full", human), ("ratings", write(tmp_path / "ratings.json", ratings))):
+        assert main(["--predictions", preds, "--human", path, "--output_dir", str(tmp_path / name), "--names", "judge", "--bootstrap", "0"]) == 0
+        reports[name] = json.loads((tmp_path / name / "report.json").read_text(), parse_constant=no_nan)["judges"]["judge"]
+    full, rated = reports["full"]["criteria"]["overall"], reports["ratings"]["criteria"]["overall"]
+    assert rated["all"] == full["all"] and rated["ceiling"] == full["ceiling"] and rated["system_level"] == full["system_level"]
+    assert reports["ratings"]["coverage"] == reports["full"]["coverage"]
+    assert full["bias"]["residual_vs_answer_chars"]["n"] == 90
+    assert rated["bias"]["residual_vs_answer_chars"]["n"] == 0
+    assert rated["bias"]["residual_vs_answer_chars"]["pearson"]["reason"].startswith("answer length unknown")
+    # Image counts come from the predictions' n_images then, as for flat records (the full annotations' answers have none).
+    assert rated["bias"]["residual_vs_n_images"]["n"] == 90 and rated["bias"]["residual_vs_n_images"]["pearson"]["value"] is not None
+    assert full["bias"]["residual_vs_n_images"]["pearson"]["value"] is None
+
+
 def test_another_scale(tmp_path):
     rng = np.random.default_rng(1)
     human = rng.integers(1, 6, 40)
@@ -157,6 +177,14 @@ ANNOTATED = {"id": "SA_0", "question": "q", "answer": "a", "human_scores": {"ove
          "bad.json: record 1 (id 'SA_0'): duplicate id and annotator 'x' with different scores than record 0"),
         ("human", [{**ANNOTATED, "annotator": None}, {**ANNOTATED, "annotator": None, "human_scores": {"overall": 3}}],
          "bad.json: record 1 (id 'SA_0'): duplicate id with different scores than record 0; if these are two annotators, give each record an 'annotator'"),
+        ("human", [{"id": "SA_0", "human_scores": {"overall": 7}, "annotator": "x"}], "bad.json: record 0 (id 'SA_0'): human_scores.overall: 7 is outside the scale 0-6"),
+        ("human", [{"id": "SA_0", "human_scores": {"overal": 2}}], "bad.json: record 0 (id 'SA_0'): human_scores: no score: give at least one of overall"),
+        ("human", [{"id": "SA_0", "human_scores": {"overall": 2, "clarity": 3}}], "bad.json: record 0 (id 'SA_0'): human_scores: unknown criterion 'clarity'"),
+        ("human", [{"id": "SA_0", "human_scores": 2}], "bad.json: record 0 (id 'SA_0'): human_scores: must be an object of criterion: score, got int"),
+        ("human", [{"human_scores": {"overall": 2}}], "bad.json: record 0: a record needs an 'id'"),
+        ("human", [{"id": "SA_0", "question": "q", "human_scores": {"overall": 2}}], "bad.json: record 0 (id 'SA_0'): answer: Field required"),
+        ("human", [{"id": "SA_0", "human_scores": {"overall": 2}, "annotator": "x"}, {**ANNOTATED, "human_scores": {"overall": 3}}],
+         "bad.json: record 1 (id 'SA_0'): duplicate id and annotator 'x' with different scores than record 0"),
         ("predictions", [{"id": "SA_0", "score": 3, "expected_score": 6.5}], "bad.json: record 0 (id 'SA_0'): expected_score: 6.5 is outside"),
         ("predictions", [PRED, {"id": "SA_0", "score": 4}], "bad.json: record 1 (id 'SA_0'): duplicate id with different scores than record 0"),
         ("predictions", [{"id": "SA_0", "verdict": 3}], "bad.json: no scores found"),

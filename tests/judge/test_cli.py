@@ -35,7 +35,7 @@ def the_error(capsys) -> str:
 
 def test_a_missing_model_path_is_a_user_error(data, tmp_path, capsys):
     assert score(data, tmp_path / "nowhere") == 2
-    assert the_error(capsys) == f"error: {tmp_path / 'nowhere'}: not a directory; --model_path must name a local checkpoint directory"
+    assert the_error(capsys) == f"error: {tmp_path / 'nowhere'}: not a local directory, nor a Hugging Face Hub id (org/name)"
 
 
 def test_a_checkpoint_config_that_is_not_json_is_named(data, tmp_path, capsys):
