@@ -32,7 +32,8 @@ from infer.options import ScoreOptions
 from judge.cli import add_revision_flag
 from judge.data import load_samples
 from judge.model import Judge, load_judge, load_tokenizer, native_config_from_original, settings_from_original
-from judge.prompts import CONFIG_DIR, load_rubrics
+from judge.configs import CONFIG_DIR
+from judge.prompts import load_rubrics
 from judge.kernels import use_fused_kernels
 from judge.rope import use_rowwise_rope
 from judge.testing import write_original_checkpoint, write_tokenizer

@@ -17,8 +17,8 @@ from calibration.analysis import Options, Report, analyse
 from calibration.inputs import Ratings, coverage_notes, expected_as_overall, load_ratings
 from calibration.report import slug, write_reports
 from judge.parsing import ScoreScale
-from judge.cli import UsageError, add_common_flags, run
-from judge.data import SCORE_FIELDS, InputError, Problem
+from judge.cli import add_common_flags, run
+from judge.data import SCORE_FIELDS, InputError, Problem, UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,9 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the judge's overall value: the score it wrote, or its expected score over the score distribution "
                         "(finer, and defined where its text did not parse) (default: score)")
     p.add_argument("--folds", type=int, default=5, help="cross-fitting folds for the held-out calibration errors (default: 5)")
-    p.add_argument("--scale", nargs=2, type=float, default=[0, 6], metavar=("LOW", "HIGH"), help="the score scale (default: 0 6, MMIE's)")
-    p.add_argument("--step", type=float, default=1,
-                   help="the distance between score levels LOW, LOW+STEP, ..., HIGH (default: 1; Inst-It's GPT-4o scores: --scale 0 1 --step 0.1)")
+    p.add_argument("--scale", nargs=2, type=float, default=[ScoreScale.low, ScoreScale.high], metavar=("LOW", "HIGH"),
+                   help=f"the score scale (default: {ScoreScale.low} {ScoreScale.high}, MMIE's)")
+    p.add_argument("--step", type=float, default=ScoreScale.step,
+                   help=f"the distance between score levels LOW, LOW+STEP, ..., HIGH (default: {ScoreScale.step}; Inst-It's GPT-4o scores: "
+                        "--scale 0 1 --step 0.1)")
     add_common_flags(p)
     return p
 

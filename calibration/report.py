@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from calibration import plots
 from calibration.analysis import Ceiling, Paired, Report
 from calibration.stats import Agreement, Stat
+from judge.data import write_json_atomically, write_text_atomically
 
 # Rows of the side-by-side table: MMIE's four (Pearson, cosine, MSE, MAE) and the rest.
 ROWS = [("n", "n"), ("pearson", "Pearson r [95% Fisher z]"), ("pearson_bootstrap", "Pearson r 95% bootstrap"),
@@ -242,10 +242,9 @@ def slug(name: str) -> str:
 
 def write_reports(report: Report, paired: dict[str, Paired], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    # allow_nan=False: a NaN that slipped past the statistics fails here instead of landing in the file.
-    (out_dir / "report.json").write_text(json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+    write_json_atomically(out_dir / "report.json", report.model_dump(mode="json"))
     secs = sections(report)
-    (out_dir / "report.md").write_text(markdown(secs), encoding="utf-8")
+    write_text_atomically(out_dir / "report.md", markdown(secs))
     figures = make_plots(report, paired)
     (out_dir / "plots").mkdir(exist_ok=True)
     for file_name, png in figures:
@@ -253,4 +252,4 @@ def write_reports(report: Report, paired: dict[str, Paired], out_dir: Path) -> N
     images = "".join(f"<img alt='{html.escape(f)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>" for f, png in figures)
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Judge agreement with human scores</title><style>{STYLE}</style>"
             f"</head><body>{_html_blocks(secs)}<h2>Plots</h2><div class='plots'>{images}</div></body></html>\n")
-    (out_dir / "report.html").write_text(page, encoding="utf-8")
+    write_text_atomically(out_dir / "report.html", page)

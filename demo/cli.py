@@ -27,9 +27,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from judge.cli import UsageError, add_common_flags, add_settings_flags, run, settings_from_config
+from judge.cli import add_common_flags, add_settings_flags, config_values, flag_given, run, settings_from_config
+from judge.data import UsageError
 from judge.configs import CONFIG_DIR
-from judge.yamlfile import read_yaml
+from train.config import TrainConfig
 
 DEFAULT_CONFIG = CONFIG_DIR / "demo.yaml"
 SPLITS = ("train", "validation", "test")
@@ -88,11 +89,11 @@ def step(title: str, args: list[str], log_dir: Path) -> None:
         raise SystemExit(done.returncode)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output_dir", default="demo_outputs", help="where everything is written (default: demo_outputs)")
     p.add_argument("--config", default=str(DEFAULT_CONFIG), help="YAML of the settings below (default: configs/demo.yaml)")
-    add_settings_flags(p, settings_from_config(DemoSettings, DEFAULT_CONFIG, argparse.Namespace()))
+    add_settings_flags(p, DemoSettings, config_values(DemoSettings, flag_given(argv, "config") or DEFAULT_CONFIG, argparse.Namespace()))
     add_common_flags(p)
     return p
 
@@ -102,7 +103,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     settings = settings_from_config(DemoSettings, args.config, args)
     sizes = split_sizes(settings)
     out = Path(args.output_dir).resolve()
@@ -114,7 +115,7 @@ def _main(argv) -> int:
     # Both judges write their review as judge-train's evaluation has them write it, and are compared on their
     # expected scores: the untrained judge writes no score a parser could find, but judge-score reads its
     # score distribution after a forced "### Score" heading, so both sides are measured the same way.
-    review_tokens = str(read_yaml(training)["eval_max_new_tokens"])
+    review_tokens = str(settings_from_config(TrainConfig, training, argparse.Namespace()).eval_max_new_tokens)
     score = ["--max_new_tokens", review_tokens, "--max_tiles", "1", "--no_resume", *rubric]
     steps = [] if settings.max_steps is None else ["--max_steps", str(settings.max_steps)]
     start = time.perf_counter()

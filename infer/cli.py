@@ -4,8 +4,9 @@
 
 Reads MMIE samples, or another benchmark's files (--format milebench|instit|megabench, detected when
 unambiguous), and writes eval_result.json and summary.json, plus the benchmark's own result files.
-Scoring options come from the format's preset, configs/score/<format>.yaml (the defaults shown below),
-and the flag of each option's name overrides it.
+Scoring options are MMIE's defaults, changed by the format's preset (configs/score/<format>.yaml) or by
+--config, and then by the flag of each option's name; --help shows the values that apply (give --format or
+--config with it to see theirs).
 Under `torchrun --nproc_per_node N` the same command shards the samples by rank; rank 0 merges.
 """
 
@@ -13,17 +14,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from infer.options import ScoreOptions
-from judge.cli import UsageError, add_common_flags, add_revision_flag, add_settings_flags, config_values, run, setting_problems
+from judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, setting_problems
+from judge.data import UsageError
 from judge.configs import CONFIG_DIR
 from judge.formats import FORMATS, Format, detect_format
 
 DTYPES = ("bfloat16", "float16", "float32")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_path", "--model-path", required=True,
                    help="judge checkpoint, a local directory or a Hugging Face Hub id: original InternVL2, native, or a judge-train output")
@@ -36,9 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--criteria_file", "--criteria-file", help="MEGA-Bench only: the tasks' rows of MEGA-Bench's dataset, JSON Lines or a JSON list, for each task's metric_info "
                                                                     "and each query's eval_context (default: none; --format megabench needs one)")
     p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: the format's, configs/rubrics/sa|pbl|msr.yaml for MMIE)")
-    p.add_argument("--config", help="YAML of scoring options, overridden by the flags given (default: configs/score/<format>.yaml, "
-                                     "the format's preset: the defaults shown below are the presets')")
-    add_option_flags(p)
+    p.add_argument("--config", help="YAML of the scoring options that differ from the defaults, overridden by the flags given "
+                                     "(default: the format's preset, configs/score/<format>.yaml, where there is one)")
+    add_option_flags(p, flag_given(argv, "config"), flag_given(argv, "format"))
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda:LOCAL_RANK if a GPU is present, else cpu)")
     p.add_argument("--dtype", choices=DTYPES, help="model dtype (default: bfloat16 on GPU, float32 on CPU)")
     p.add_argument("--limit", type=int, help="score only the first N (at least 1) valid samples (default: all)")
@@ -49,22 +52,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def preset(format_name: str) -> Path:
-    """The scoring options judge-score uses for a format unless --config names others."""
-    return CONFIG_DIR / "score" / f"{format_name}.yaml"
+def preset(format_name: str) -> Path | None:
+    """What judge-score changes from the defaults for a format unless --config names others; None for MMIE,
+    whose options are the defaults."""
+    path = CONFIG_DIR / "score" / f"{format_name}.yaml"
+    return path if path.is_file() else None
 
 
-def add_option_flags(parser: argparse.ArgumentParser) -> None:
-    """A flag for each ScoreOptions field that has one; the default it shows is each format's preset's."""
+def add_option_flags(parser: argparse.ArgumentParser, config: str | None, format_name: str | None) -> None:
+    """A flag for each ScoreOptions field that has one, showing the value that applies: --config's, or
+    --format's preset's, or each format's where they differ."""
+    if config or format_name in FORMATS:
+        add_settings_flags(parser, ScoreOptions, config_values(ScoreOptions, config or preset(format_name), argparse.Namespace()))
+        return
     presets = {name: config_values(ScoreOptions, preset(name), argparse.Namespace()) for name in FORMATS}
-    add_settings_flags(parser, ScoreOptions(), lambda name: preset_defaults(name, presets))
+    add_settings_flags(parser, ScoreOptions, {f.name: preset_defaults(f.name, presets) for f in fields(ScoreOptions)})
 
 
 def preset_defaults(name: str, presets: dict[str, dict]) -> str:
     """'4', or each format's value where the presets differ: '1024 for mmie, 512 for milebench/instit'."""
     formats_by_value: dict[str, list[str]] = {}
     for format_name, values in presets.items():
-        value = values.get(name, getattr(ScoreOptions, name))
+        value = values[name]
         formats_by_value.setdefault("none" if value is None else str(value), []).append(format_name)
     if len(formats_by_value) == 1:
         return next(iter(formats_by_value))
@@ -80,7 +89,7 @@ def score_options(args, fmt: Format) -> ScoreOptions:
     if args.limit is not None and args.limit < 1:
         problems.append(f"--limit must be at least 1, got {args.limit}")
     if problems:
-        raise UsageError(f"invalid scoring options (from {config} and the flags):\n  " + "\n  ".join(problems))
+        raise UsageError(f"invalid scoring options (from {config or 'the defaults'} and the flags):\n  " + "\n  ".join(problems))
     return ScoreOptions(**values)
 
 
@@ -97,7 +106,7 @@ def check_output_paths(args) -> None:
 
 
 def _main(argv) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     input_path = Path(args.input_dir) / args.input_file
     fmt = FORMATS[args.format] if args.format else detect_format(input_path)
     options = score_options(args, fmt)

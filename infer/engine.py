@@ -26,8 +26,7 @@ import torch
 
 from infer.decoding import Completion, Decoder, OutOfMemory, Request
 from infer.options import ScoreOptions
-from judge.cli import UsageError
-from judge.data import JudgeResult, Sample
+from judge.data import JudgeResult, Sample, UsageError
 from judge.model import Judge, with_max_tiles
 from judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
 from judge.prompts import IMAGE_TOKENS, PlannedImage, Rubric, build_prompt

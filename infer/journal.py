@@ -15,8 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from judge.cli import UsageError
-from judge.data import JudgeResult
+from judge.data import JudgeResult, UsageError
 
 
 def fingerprint(settings: dict) -> str:

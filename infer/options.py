@@ -1,12 +1,17 @@
 """judge-score's scoring options: the keys of configs/score/<format>.yaml and, where marked, its flags.
-Free of torch, so that the command line can be built and checked before any model code loads."""
+Free of torch, so that the command line can be built and checked before any model code loads.
+
+The defaults live in the dataclass rather than in a preset per format because code builds options too
+(judge-train's evaluation, judge-serve, the benchmarks) and needs the same values a run gets; a preset that
+repeated them could drift from them unseen."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from judge.cli import UsageError, setting_problems
+from judge.cli import setting_problems
+from judge.data import UsageError
 
 
 Mode = Literal["generate", "logits"]
@@ -20,9 +25,9 @@ def _option(default, help: str, minimum: int | None = None, flag: bool = True):
 
 @dataclass(frozen=True)
 class ScoreOptions:
-    """How judge-score runs. The fields are the keys of configs/score/<format>.yaml, each format's preset
-    (the defaults judge-score really uses), and, where `flag`, judge-score's flags. The defaults here are
-    MMIE's, for code that builds options itself (judge-train's evaluation, the benchmarks)."""
+    """How judge-score runs. Each option is declared once, here, with its default, which is MMIE's;
+    configs/score/<format>.yaml is another format's preset and holds only what it changes. The fields are
+    the presets' keys and, where `flag`, judge-score's flags."""
 
     mode: Mode = _option("generate", "generate: feedback and parsed scores, with the score's distribution; "
                                      "logits: one forward pass, the score distribution only")

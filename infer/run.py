@@ -18,8 +18,7 @@ from infer.journal import Journal, clear, file_sha256, fingerprint, read_finishe
 from infer.options import ScoreOptions
 from infer.summary import format_summary, summarize
 from judge.calibrator import Calibrator
-from judge.cli import UsageError
-from judge.data import InputError, JudgeResult, Problem, Sample, resolve_image, write_json_atomically
+from judge.data import InputError, JudgeResult, Sample, UsageError, resolve_image, write_json_atomically
 from judge.distributed import end_process_group
 from judge.formats import BenchmarkInput, Format
 from judge.model import find_checkpoint, load_judge, with_max_tiles

@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from judge.data import InputError, Problem, read_json
+from judge.data import InputError, read_json, validation_problems, write_text_atomically
 
 
 class FittedOn(BaseModel):
@@ -82,11 +82,10 @@ class Calibrator(BaseModel):
         try:
             return cls.model_validate(content)
         except ValidationError as err:
-            problems = [Problem(str(path), e["msg"].removeprefix("Value error, "), field=".".join(map(str, e["loc"])) or None) for e in err.errors()]
-            raise InputError(problems) from None
+            raise InputError(validation_problems(path, None, None, err)) from None
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        write_text_atomically(Path(path), self.model_dump_json(indent=2) + "\n")
 
     def apply(self, value: float | None) -> float | None:
         """The calibrated score; None (a parse failure) stays None."""

@@ -13,21 +13,17 @@ import traceback
 import types
 import typing
 from collections.abc import Callable, Sequence
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from judge.data import InputError, field_name
+from judge.data import InputError, UsageError, validation_problems
 from judge.yamlfile import read_yaml
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
-
-
-class UsageError(Exception):
-    """A flag or setting the user gave that cannot work; the message says what to give instead."""
 
 
 def package_version() -> str:
@@ -46,18 +42,18 @@ def add_revision_flag(parser: argparse.ArgumentParser, of: str = "--model_path")
     parser.add_argument("--revision", help=f"branch, tag or commit of {of} where it is a Hugging Face Hub id (default: main)")
 
 
-def add_settings_flags(parser: argparse.ArgumentParser, defaults, shown_default: Callable[[str], str] | None = None) -> None:
-    """One flag per field of a settings dataclass (a field whose metadata says `flag: False` has none),
-    spelled with underscores or hyphens, with the help in the field's metadata. The default shown is the
-    field's value in `defaults`, or `shown_default(name)` where the default depends on more than one
-    preset. The flags themselves default to None: settings_from_config applies only the ones the user
+def add_settings_flags(parser: argparse.ArgumentParser, cls, applied: dict) -> None:
+    """One flag per field of the settings dataclass `cls` (a field whose metadata says `flag: False` has
+    none), spelled with underscores or hyphens, with the help in the field's metadata. The default shown
+    is the value a run would use, `applied[name]` (config_values' result, or a text where it depends on
+    the format). The flags themselves default to None: settings_from_config applies only the ones the user
     gave, over the --config file."""
-    hints = typing.get_type_hints(type(defaults))
-    for f in fields(defaults):
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
         if not f.metadata.get("flag", True):
             continue
-        value = getattr(defaults, f.name)
-        shown = shown_default(f.name) if shown_default else " ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+        value = applied[f.name]
+        shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else "none" if value is None else value
         names = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
         help_text = f"{f.metadata['help']} (default: {shown})"
         kind = hints[f.name]
@@ -75,15 +71,24 @@ def add_settings_flags(parser: argparse.ArgumentParser, defaults, shown_default:
             parser.add_argument(*names, type=args[0], default=None, help=help_text)
 
 
-def settings_from_config(cls, config: str | Path, args: argparse.Namespace):
-    """A settings dataclass from a YAML preset whose keys are its fields, each overridden by the flag of
-    the same name when the user gave it (flags default to None for this reason). Values are checked
-    against the fields' types, so that YAML's surprises (`1e-4` is a string) are named here rather than
-    failing deep inside a run."""
+def settings_from_config(cls, config: str | Path | None, args: argparse.Namespace):
+    """A settings dataclass from its declared defaults, overridden by a YAML preset whose keys are its
+    fields (when there is one), each overridden by the flag of the same name when the user gave it (flags
+    default to None for this reason). Values are checked against the fields' types, so that YAML's
+    surprises (`1e-4` is a string) are named here rather than failing deep inside a run."""
     try:
         return TypeAdapter(cls).validate_python(config_values(cls, config, args))
     except ValidationError as err:
-        raise UsageError(f"--config {config}: " + "; ".join(f"{field_name(e['loc'])}: {e['msg']}" for e in err.errors())) from None
+        raise InputError(validation_problems(config or "flags", None, None, err)) from None
+
+
+def flag_given(argv: Sequence[str] | None, flag: str) -> str | None:
+    """The value of `--flag` (or `--fl-ag`) in argv, read before the parser is built: --help shows the
+    settings that `--config` or `--format` would apply."""
+    names = [f"--{flag}"] + ([f"--{flag.replace('_', '-')}"] if "_" in flag else [])
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    early.add_argument(*names, dest="value")
+    return early.parse_known_args(list(argv or []))[0].value
 
 
 def setting_problems(cls, values: dict) -> list[str]:
@@ -117,9 +122,17 @@ def _in_range(value, hint, minimum, below) -> tuple[bool, str]:
     return (optional and value is None) or number, wanted + (" or none" if optional else "")
 
 
-def config_values(cls, config: str | Path, args: argparse.Namespace) -> dict:
-    """The values `settings_from_config` builds `cls` from, for a caller that checks them first."""
-    config = Path(config)
+def config_values(cls, config: str | Path | None, args: argparse.Namespace) -> dict:
+    """The values `settings_from_config` builds `cls` from, over the declared defaults, for a caller that
+    checks them first."""
+    defaults = {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+    defaults |= {f.name: f.default_factory() for f in fields(cls) if f.default_factory is not MISSING}
+    given = {k: v for k, v in vars(args).items() if k in {f.name for f in fields(cls)} and v is not None}
+    return defaults | (preset_values(cls, Path(config)) if config else {}) | given
+
+
+def preset_values(cls, config: Path) -> dict:
+    """The settings a YAML preset gives, each a field of `cls`."""
     if not config.is_file():
         raise UsageError(f"--config {config}: file not found")
     values = read_yaml(config) or {}
@@ -128,7 +141,6 @@ def config_values(cls, config: str | Path, args: argparse.Namespace) -> dict:
     known = {f.name for f in fields(cls)}
     if unknown := set(values) - known:
         raise UsageError(f"{config}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
-    values.update({k: v for k, v in vars(args).items() if k in known and v is not None})
     return values
 
 

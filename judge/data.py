@@ -16,6 +16,8 @@ from pathlib import Path
 from PIL import Image
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
+from judge.parsing import ScoreScale
+
 CRITERIA = ("text_quality", "image_quality", "text_image_coherence", "style_consistency")
 SCORE_FIELDS = ("overall", *CRITERIA)
 CATEGORIES = ("SA", "PBL", "MSR")  # MMIE's; other benchmarks' samples name their rubric's category
@@ -199,6 +201,10 @@ class InputError(Exception):
         super().__init__(f"{len(problems)} problem(s) in the input:\n  {shown}{more}")
 
 
+class UsageError(Exception):
+    """A flag or setting the user gave that cannot work; the message says what to give instead."""
+
+
 def read_text(path: str | Path) -> str:
     """A user's text file, which must be UTF-8: an undecodable one is a problem naming the file and byte."""
     try:
@@ -242,11 +248,15 @@ def write_text_atomically(path: Path, text: str) -> None:
     """Write to a temporary file in the same directory and rename it over the target: readers see the old
     file or the new one, never half of one."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_records(path: str | Path) -> list:
@@ -402,7 +412,7 @@ def load_samples(path: str | Path, image_root: str | Path | None = None) -> list
 
 
 def load_annotations(
-    path: str | Path, image_root: str | Path | None = None, scale: tuple[float, float] = (0, 6)
+    path: str | Path, image_root: str | Path | None = None, scale: tuple[float, float] = (ScoreScale.low, ScoreScale.high)
 ) -> list[Annotation]:
     """Human-rated samples. One id may be rated by several annotators, once each."""
     parsed, problems = _parse(path, Annotation)

@@ -26,7 +26,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import validate_repo_id
 
-from judge.cli import UsageError
+from judge.data import UsageError
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,9 @@ Three kinds of directory are accepted, told apart by their files:
     native    config.json with "model_type": "internvl"                 (written by transformers or by us)
     adapter   adapter_config.json (PEFT) over either of the above        (written by judge-train)
 
+A Judge's `source_format` is one of these, or "training" for the model judge-train is training, which its
+evaluation scores without a directory (train/recipe.py).
+
 Each is named by its local directory or by a Hugging Face Hub id, fetched into huggingface_hub's cache
 (judge/hub.py) with only the files listed in CHECKPOINT_FILES.
 
@@ -41,8 +44,7 @@ from transformers import (
 from transformers.initialization import no_init_weights
 from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
-from judge.cli import UsageError
-from judge.data import InputError, field_name, read_json, write_json_atomically
+from judge.data import InputError, UsageError, read_json, validation_problems, write_json_atomically, write_text_atomically
 from judge.hub import Checkpoint, resolve
 from judge.parsing import SCORE_HEADING
 from judge.prompts import IMAGE_TOKENS, IMG_CONTEXT
@@ -479,8 +481,7 @@ def read_settings(path: Path, tokens_per_tile: int) -> JudgeSettings | None:
     try:
         stored = SettingsFile.model_validate(read_json_object(file))
     except ValidationError as err:
-        reasons = "; ".join(f"{field_name(e['loc']) or 'file'}: {e['msg'].removeprefix('Value error, ')}" for e in err.errors())
-        raise CheckpointError(f"{file}: {reasons}") from None
+        raise InputError(validation_problems(file, None, None, err)) from None
     return stored.judge_settings(tokens_per_tile)
 
 
@@ -611,7 +612,7 @@ def save_native(judge: Judge, out_dir: str | Path) -> Path:
 
 
 def write_settings(settings: JudgeSettings, out_dir: str | Path) -> None:
-    (Path(out_dir) / SETTINGS_FILE).write_text(SettingsFile.of(settings).model_dump_json(indent=2) + "\n")
+    write_text_atomically(Path(out_dir) / SETTINGS_FILE, SettingsFile.of(settings).model_dump_json(indent=2) + "\n")
 
 
 def read_json_object(file: Path) -> dict:

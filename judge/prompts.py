@@ -34,10 +34,11 @@ from pathlib import Path
 from string import Formatter
 
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from judge.configs import CONFIG_DIR, DEFAULT_RUBRICS
-from judge.data import IMAGE_PLACEHOLDER, InputError, JudgeText, Problem, Sample, Segment, no_image_placeholder, resolve_image
+from judge.configs import DEFAULT_RUBRICS
+from judge.data import (IMAGE_PLACEHOLDER, InputError, JudgeText, Problem, Sample, Segment, no_image_placeholder, parse_records,
+                        resolve_image)
 from judge.parsing import ScoreScale
 from judge.templates import ChatTemplate
 from judge.tiling import TilingConfig, count_tiles
@@ -56,8 +57,8 @@ class Rubric(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     category: str
-    scale: tuple[float, float] = (0, 6)
-    step: float = 1  # Inst-It's judge scores 0-1 in steps of 0.1
+    scale: tuple[float, float] = (ScoreScale.low, ScoreScale.high)
+    step: float = ScoreScale.step  # Inst-It's judge scores 0-1 in steps of 0.1
     criteria: dict[str, JudgeText] = {}  # criterion name -> the label of its line in the judge's output
     instructions: JudgeText
     template: str  # fields: TEMPLATE_FIELDS, e.g. {question}
@@ -124,13 +125,9 @@ def load_rubrics(paths: list[str | Path] | tuple[Path, ...] = DEFAULT_RUBRICS) -
             except InputError as err:
                 problems += err.problems
                 continue
-            for index, entry in enumerate(data if isinstance(data, list) else [data]):
-                try:
-                    rubric = Rubric.model_validate(entry)
-                except ValidationError as err:
-                    problems += [Problem(str(file), e["msg"].removeprefix("Value error, "), index, None, ".".join(map(str, e["loc"])))
-                                 for e in err.errors()]
-                    continue
+            parsed, invalid = parse_records(file, data if isinstance(data, list) else [data], Rubric)
+            problems += invalid
+            for index, rubric in parsed:
                 if rubric.category in rubrics:
                     problems.append(Problem(str(file), f"a second rubric for category {rubric.category}", index))
                 rubrics[rubric.category] = rubric

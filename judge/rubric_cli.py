@@ -19,7 +19,9 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from judge.cli import UsageError, add_common_flags, run
+from judge.cli import add_common_flags, run
+from judge.data import UsageError, validation_problems, write_text_atomically
+from judge.parsing import ScoreScale
 from judge.prompts import Rubric
 
 # MMIE's dataset.py stops reading an answer once the prompt holds 3 images; the imported rubrics keep that.
@@ -78,7 +80,7 @@ def import_rubrics(path: Path, scale: tuple[int, int]) -> list[Rubric]:
                     answer_stops_at_images=MMIE_ANSWER_STOP,
                 ))
             except ValidationError as err:
-                reasons = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
+                reasons = "; ".join(p.message for p in validation_problems(path, None, None, err))
                 raise UsageError(f"{path}: the {category} prompt (line {node.lineno}) makes no valid rubric: {reasons}") from None
     if not rubrics:
         raise UsageError(
@@ -95,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     imp = sub.add_parser("import", help="convert a prompts.py file into rubric YAML")
     imp.add_argument("path", help="the Python rubric file, e.g. MMIE's prompts.py")
     imp.add_argument("-o", "--output", required=True, help="the YAML file to write")
-    imp.add_argument("--scale", nargs=2, type=int, default=[0, 6], metavar=("LOW", "HIGH"), help="score scale the prompts ask for (default: 0 6, MMIE's)")
+    imp.add_argument("--scale", nargs=2, type=int, default=[ScoreScale.low, ScoreScale.high], metavar=("LOW", "HIGH"),
+                     help=f"score scale the prompts ask for (default: {ScoreScale.low} {ScoreScale.high}, MMIE's)")
     add_common_flags(imp)
     return p
 
@@ -110,7 +113,7 @@ def _main(argv) -> int:
     header = f"# Imported by judge-rubric from {args.path}; the prompt text is kept byte for byte.\n"
     body = yaml.safe_dump([r.model_dump(mode="json") for r in rubrics], allow_unicode=True, sort_keys=False, width=10**6)
     try:
-        Path(args.output).write_text(header + body, encoding="utf-8")
+        write_text_atomically(Path(args.output), header + body)
     except OSError as err:
         raise UsageError(f"-o {args.output}: cannot write it ({err.strerror})") from None
     print(f"{args.output}: {', '.join(r.category for r in rubrics)}")

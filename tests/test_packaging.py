@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.prompts import CONFIG_DIR
+from judge.configs import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("judge", "infer", "train", "calibration", "demo")
@@ -46,7 +46,7 @@ def test_the_wheel_holds_every_module_and_config_file(wheel):
 def test_an_installed_judge_finds_its_configs_inside_the_package(wheel, tmp_path):
     site = tmp_path / "site-packages"
     zipfile.ZipFile(wheel).extractall(site)
-    probe = "import judge.prompts as p; print(p.CONFIG_DIR); print(sorted(p.load_rubrics()))"
+    probe = "import judge.configs as c, judge.prompts as p; print(c.CONFIG_DIR); print(sorted(p.load_rubrics()))"
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": ""},
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

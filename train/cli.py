@@ -5,7 +5,9 @@
 
 Many GPUs or nodes: `torchrun --nproc_per_node N -m train.cli ...` or `deepspeed --module train.cli ...` (add
 --deepspeed configs/deepspeed/zero2.json); README.md shows both, on one node and on several.
-Settings come from --config (a YAML in configs/train/) and each can be overridden by the flag of its name.
+Settings are TrainConfig's defaults (InternVL's LoRA recipe for InternVL2-4B), overridden by --config (a YAML
+in configs/train/ holding what differs) and then by the flag of each setting's name; --help shows the values
+that apply, --config's included when one is given.
 """
 
 from __future__ import annotations
@@ -14,16 +16,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from judge.cli import UsageError, add_common_flags, add_revision_flag, add_settings_flags, run, settings_from_config
-from judge.data import InputError, read_json
-from judge.prompts import CONFIG_DIR, DEFAULT_RUBRICS, load_rubrics
+from judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, settings_from_config
+from judge.data import InputError, UsageError, read_json
+from judge.prompts import DEFAULT_RUBRICS, load_rubrics
 from train.config import CHECKPOINTS_DIR, TrainConfig, config_problems
 
 # judge.model, judge.distributed and train.recipe are imported where they are used: they load torch and
 # transformers (seconds), which --help, --version and a bad flag's message do not need.
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_path", required=True, help="base judge checkpoint, a local directory or a Hugging Face Hub id "
                                                        "(original InternVL2, native, or a merged judge)")
@@ -33,14 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output_dir", required=True, help="where the trained judge, checkpoints and eval_history.json go: "
                                                        "a new or empty directory, unless --resume")
     p.add_argument("--eval_file", help="held-out annotations scored at every checkpoint (default: none)")
-    p.add_argument("--config", default=str(CONFIG_DIR / "train" / "lora.yaml"), help="YAML of training settings (default: configs/train/lora.yaml)")
+    p.add_argument("--config", help="YAML of the settings that differ from the defaults below, e.g. configs/train/tiny.yaml (default: none)")
     p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: configs/rubrics/{sa,pbl,msr}.yaml)")
     p.add_argument("--deepspeed", help="DeepSpeed JSON, e.g. configs/deepspeed/zero2.json (default: none)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output_dir (default: start fresh)")
     # The deepspeed launcher passes this flag; the rank itself is read from LOCAL_RANK, which it sets as torchrun does.
     p.add_argument("--local_rank", "--local-rank", type=int, help="this process's device on its node, passed by the deepspeed launcher "
                                                                   "(default: set by the launcher)")
-    add_settings_flags(p, TrainConfig())
+    add_settings_flags(p, TrainConfig, config_values(TrainConfig, flag_given(argv, "config"), argparse.Namespace()))
     add_common_flags(p)
     return p
 
@@ -83,12 +85,12 @@ def merge(argv) -> int:
 
 
 def fine_tune(argv) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     cfg = settings_from_config(TrainConfig, args.config, args)
     out = Path(args.output_dir)
     if problems := config_problems(cfg) + run_problems(args, out):
         raise UsageError(problems[0] if len(problems) == 1 else
-                         f"{len(problems)} problems with the settings (from {args.config}) and flags:\n  " + "\n  ".join(problems))
+                         f"{len(problems)} problems with the settings (from {args.config or 'the defaults'}) and flags:\n  " + "\n  ".join(problems))
     rubrics = load_rubrics(args.rubric or DEFAULT_RUBRICS)
     from judge.distributed import end_process_group
     from train.recipe import train

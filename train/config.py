@@ -1,11 +1,19 @@
-"""judge-train's settings: the keys of configs/train/*.yaml, each also a flag of its name. Free of torch,
-so that the command line can be built and checked before any model code loads."""
+"""judge-train's settings: each declared once, here, with its default; configs/train/*.yaml presets hold
+only the settings that differ from these, and each setting is also a flag of its name. Free of torch, so
+that the command line can be built and checked before any model code loads.
+
+The defaults live in the dataclass rather than in a preset because code builds a TrainConfig too (tests,
+benchmarks): a preset that repeated them could drift from them unseen, and `--help` shows them as they are.
+They are InternVL's official LoRA recipe for InternVL2-4B (r 16, alpha 32, lr 4e-5, cosine, 3% warmup,
+1 epoch, max length 4096, 6 tiles per image); global batch = GPUs x per_device_batch_size x
+gradient_accumulation_steps (official: 16)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
 from judge.cli import setting_problems
+from judge.parsing import ScoreScale
 
 CHECKPOINTS_DIR = "checkpoints"  # the Trainer's checkpoints, inside --output_dir
 
@@ -21,12 +29,13 @@ def _opt(default, help: str, minimum: float | None = None, below: float | None =
 
 @dataclass
 class TrainConfig:
-    """Every setting of judge-train: configs/train/*.yaml set these keys and each has a flag of its name."""
+    """Every setting of judge-train (module docstring): configs/train/*.yaml set these keys and each has a flag
+    of its name."""
 
     max_length: int = _opt(4096, "longest training sequence in tokens (prompt + image tokens + target)", minimum=1)
     max_tiles: int = _opt(6, "tiles per image before the thumbnail (InternVL2-4B's fine-tuning uses 6)", minimum=1)
     image_token_budget: int | None = _opt(None, "image tokens per sample before tiles and images are cut (none: no limit)", minimum=0)
-    scale: tuple[int, int] = _opt((0, 6), "the human score scale, LOW HIGH")
+    scale: tuple[int, int] = _opt((ScoreScale.low, ScoreScale.high), "the human score scale, LOW HIGH")
     full_finetune: bool = _opt(False, "train all language-model weights instead of LoRA (small models)")
     lora_r: int = _opt(16, "LoRA rank", minimum=1)
     lora_alpha: int = _opt(32, "LoRA alpha", minimum=1)

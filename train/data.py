@@ -21,8 +21,7 @@ from statistics import mean
 import torch
 from datasets import Dataset
 
-from judge.cli import UsageError
-from judge.data import Annotation, InputError, Problem, load_annotations
+from judge.data import Annotation, InputError, Problem, UsageError, load_annotations
 from judge.model import Judge
 from judge.parsing import format_judgement
 from judge.prompts import Rubric, build_prompt, rubric_problems

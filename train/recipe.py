@@ -24,8 +24,7 @@ from transformers import Trainer, TrainingArguments, set_seed
 from calibration.stats import agreement_table
 from infer.engine import Scorer, prepare
 from infer.options import ScoreOptions
-from judge.cli import UsageError
-from judge.data import SCORE_FIELDS, Annotation, JudgeResult
+from judge.data import SCORE_FIELDS, Annotation, JudgeResult, UsageError, write_json_atomically
 from judge.hub import Checkpoint
 from judge.kernels import use_fused_kernels
 from judge.model import Judge, find_checkpoint, load_judge, with_max_tiles, write_settings
@@ -116,9 +115,7 @@ class JudgeTrainer(Trainer):
                                  eval_dataset or self.eval_dataset, self.rubrics, self.image_root, self.cfg, self.args.device)
         flat = {f"{metric_key_prefix}_{k}": v for k, v in flat_metrics(metrics).items()}
         if self.is_world_process_zero():
-            history = json.loads(self.history_file.read_text()) if self.history_file.exists() else []
-            history.append({"step": self.state.global_step, "epoch": self.state.epoch, **metrics})
-            self.history_file.write_text(json.dumps(history, indent=2))
+            append_history(self.history_file, {"step": self.state.global_step, "epoch": self.state.epoch, **metrics})
         self.log(flat)
         self._evaluated = (self.state.global_step, flat)
         return flat
@@ -163,6 +160,13 @@ def _judge_value(result: JudgeResult, name: str):
 # or -1 where it is undefined (e.g. nothing parsed yet), the lowest rank. pearson_overall itself is logged
 # only where measured, so that -1 is never reported as a measurement.
 RANKED_BY = "ranking_pearson_overall"
+
+
+def append_history(history_file: Path, evaluation: dict) -> None:
+    """eval_history.json with one more evaluation, replaced whole: a crash while writing it leaves the
+    evaluations before, which a rerun with --resume reads and extends."""
+    history = json.loads(history_file.read_text()) if history_file.exists() else []
+    write_json_atomically(history_file, [*history, evaluation])
 
 
 def flat_metrics(metrics: dict) -> dict[str, float]:
@@ -265,7 +269,7 @@ def save_judge(trainer: Trainer, judge: Judge, base: Checkpoint, output_dir: Pat
         config = json.loads(adapter_config.read_text())
         # A Hub base by its id, pinned to the commit trained over: its cache path would not travel, and main may move on.
         where = {"base_model_name_or_path": base.hub_id, "revision": base.commit} if base.hub_id else {"base_model_name_or_path": str(base.path.resolve())}
-        adapter_config.write_text(json.dumps({**config, **where}, indent=2))
+        write_json_atomically(adapter_config, {**config, **where})
     judge.tokenizer.save_pretrained(output_dir)
     write_settings(judge.settings, output_dir)
-    (output_dir / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    write_json_atomically(output_dir / "train_config.json", asdict(cfg))

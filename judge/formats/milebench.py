@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 from rouge import Rouge
 
 from judge.configs import CONFIG_DIR
@@ -64,7 +64,6 @@ from judge.data import (
     read_json,
     read_records,
     resolve_image,
-    validation_problems,
     write_json_atomically,
     write_text_atomically,
 )
@@ -228,13 +227,9 @@ def load_annotation(path: Path) -> Annotation:
     data = content.get("data") if isinstance(content, dict) else None
     if not isinstance(meta, dict) or not isinstance(meta.get("question_type"), str) or not isinstance(data, list):
         raise InputError([Problem(str(path), "not a MileBench annotation: expected {\"meta_data\": {\"question_type\": ...}, \"data\": [samples]}")])
-    n_images, problems = {}, []
-    for index, raw in enumerate(data):
-        try:
-            sample = AnnotationSample.model_validate(raw)
-        except ValidationError as err:
-            problems += validation_problems(path, index, None, err)
-            continue
+    n_images = {}
+    parsed, problems = parse_records(path, data, AnnotationSample, id_key="sample_id")
+    for index, sample in parsed:
         if sample.n_images is None:
             problems.append(Problem(str(path), "task_instance.images_path must be a list", index, str(sample.sample_id), "task_instance"))
         n_images[str(sample.sample_id)] = sample.n_images

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from judge.cli import UsageError, add_common_flags, run
+from judge.cli import add_common_flags, run
+from judge.data import UsageError
 from judge.testing import write_dataset, write_native_checkpoint, write_original_checkpoint
 
 

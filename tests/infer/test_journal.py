@@ -3,7 +3,7 @@ import json
 import pytest
 
 from infer.journal import Journal, clear, read_finished
-from judge.cli import UsageError
+from judge.data import UsageError
 from judge.testing import judge_result
 
 

@@ -19,8 +19,7 @@ from infer.cli import build_parser, main
 from infer.decoding import Decoder
 from infer.engine import Scorer, prepare
 from infer.options import ScoreOptions
-from judge.cli import UsageError
-from judge.data import JudgeResult, load_samples
+from judge.data import JudgeResult, UsageError, load_samples
 from judge.model import load_judge
 from judge.prompts import load_rubrics
 from judge.testing import write_dataset, write_original_checkpoint

@@ -7,10 +7,12 @@ import pytest
 
 from infer.cli import main as score_main
 from infer.options import ScoreOptions
-from judge.cli import UsageError, run, settings_from_config
-from judge.prompts import CONFIG_DIR
+from judge.cli import run, settings_from_config
+from judge.data import InputError, UsageError
+from judge.configs import CONFIG_DIR
 from judge.rubric_cli import main as rubric_main
 from judge.testing import write_dataset
+from judge.yamlfile import read_yaml
 from train.cli import main as train_main
 from train.config import TrainConfig, config_problems
 
@@ -62,9 +64,9 @@ def test_config_values_are_checked_against_the_settings_types(tmp_path):
     cfg = settings_from_config(TrainConfig, tmp_path / "ok.yaml", argparse.Namespace(lora_r=4))
     assert (cfg.learning_rate, cfg.scale, cfg.lora_r) == (1e-4, (1, 5), 4)
     (tmp_path / "bad.yaml").write_text("learning_rate: fast\nscale: [0, 1, 2]\n")
-    with pytest.raises(UsageError) as info:
+    with pytest.raises(InputError) as info:
         settings_from_config(TrainConfig, tmp_path / "bad.yaml", argparse.Namespace())
-    assert "bad.yaml: " in str(info.value)
+    assert f"{tmp_path / 'bad.yaml'}: " in str(info.value)
     assert "scale: Tuple should have at most 2 items" in str(info.value) and "learning_rate: Input should be a valid number" in str(info.value)
 
 
@@ -153,3 +155,40 @@ def test_the_shipped_presets_pass_the_checks_a_users_file_gets():
         settings_from_config(ScoreOptions, preset, argparse.Namespace())
     for preset in sorted((CONFIG_DIR / "train").glob("*.yaml")):
         assert config_problems(settings_from_config(TrainConfig, preset, argparse.Namespace())) == [], preset
+
+
+@pytest.mark.parametrize("settings, folder", [(ScoreOptions, "score"), (TrainConfig, "train")])
+def test_a_preset_holds_only_what_differs_from_the_declared_defaults(settings, folder):
+    """Each default is declared once, in its settings dataclass: a preset key equal to it would be a second
+    declaration that could drift from the first unseen."""
+    defaults = settings_from_config(settings, None, argparse.Namespace())
+    presets = sorted((CONFIG_DIR / folder).glob("*.yaml"))
+    assert presets
+    for preset in presets:
+        values = read_yaml(preset)
+        assert values, preset
+        applied = settings_from_config(settings, preset, argparse.Namespace())
+        repeated = [name for name in values if getattr(applied, name) == getattr(defaults, name)]
+        assert repeated == [], f"{preset} repeats the defaults of {repeated}"
+
+
+def help_text(parser) -> str:
+    return " ".join(parser.format_help().split())
+
+
+def test_judge_train_help_shows_the_values_a_run_would_use():
+    from train.cli import build_parser as train_parser
+
+    assert "peak learning rate (default: 4e-05)" in help_text(train_parser([]))
+    tiny = str(CONFIG_DIR / "train" / "tiny.yaml")
+    text = help_text(train_parser(["--config", tiny, "--help"]))
+    assert "peak learning rate (default: 0.002)" in text and "LoRA rank (default: 16)" in text
+
+
+def test_judge_score_help_shows_the_values_of_the_format_or_config_given(tmp_path):
+    from infer.cli import build_parser as score_parser
+
+    assert "longest feedback in tokens (default: 512)" in help_text(score_parser(["--format", "milebench", "--help"]))
+    (tmp_path / "mine.yaml").write_text("max_new_tokens: 77\n")
+    text = help_text(score_parser(["--config", str(tmp_path / "mine.yaml")]))
+    assert "longest feedback in tokens (default: 77)" in text and "background threads that decode and tile images (default: 4)" in text

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from infer.cli import main as score_main
 from judge.data import load_annotations
 from judge.model import load_judge
-from judge.prompts import CONFIG_DIR
+from judge.configs import CONFIG_DIR
 from judge.testing import write_dataset, write_original_checkpoint
 from train.data import merge_annotators
 from train.config import TrainConfig

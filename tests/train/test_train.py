@@ -14,7 +14,8 @@ from infer.cli import main as score_main
 from infer.engine import prepare
 from judge.data import SCORE_FIELDS, InputError, load_annotations
 from judge.model import load_judge, save_native, with_max_tiles
-from judge.prompts import CONFIG_DIR, load_rubrics
+from judge.configs import CONFIG_DIR
+from judge.prompts import load_rubrics
 from judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
 from judge.testing.checkpoints import SIZES
 from train.cli import main as train_main
