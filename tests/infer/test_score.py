@@ -276,7 +276,7 @@ def test_torchrun_two_processes_merge_to_the_single_process_result(dataset, tmp_
     checkpoint = write_original_checkpoint(tmp_path / "ckpt", original_max_position_embeddings=700)
     assert score(checkpoint, dataset, tmp_path / "single") == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "infer.cli",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "infer.cli",
            "--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json", "--output_dir", str(tmp_path / "multi"), *FAST]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
