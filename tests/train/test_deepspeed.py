@@ -25,6 +25,8 @@ from train.data import merge_annotators
 from train.config import TrainConfig
 from train.recipe import apply_lora
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
