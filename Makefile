@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml requirements/lock.txt
 	touch $@
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 demo: setup
 	$(VENV)/bin/judge-demo --output_dir demo_outputs

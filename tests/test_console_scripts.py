@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 
+# Each test starts the commands as processes: seconds each, more than the quick loop affords.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SCRIPTS = sorted(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])

@@ -16,6 +16,7 @@ from demo.cli import main as demo_main
 BIN = Path(sys.executable).parent
 
 
+@pytest.mark.slow
 def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
     done = subprocess.run([str(BIN / "judge-demo"), "--output_dir", str(tmp_path)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
@@ -36,6 +37,7 @@ def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
     assert (tmp_path / "report" / "report.html").is_file()
 
 
+@pytest.mark.slow
 def test_demo_stops_with_the_failing_steps_exit_code(tmp_path, capsys):
     (tmp_path / "base-judge").write_text("a file where the demo writes its judge")
     with pytest.raises(SystemExit) as stopped:

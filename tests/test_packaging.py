@@ -34,6 +34,7 @@ def wheel(tmp_path_factory) -> Path:
     return next(out.glob("mmjudge-*.whl"))
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_every_module_and_config_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     files = project_files()
@@ -43,6 +44,7 @@ def test_the_wheel_holds_every_module_and_config_file(wheel):
     assert modules <= names, sorted(modules - names)
 
 
+@pytest.mark.slow
 def test_an_installed_judge_finds_its_configs_inside_the_package(wheel, tmp_path):
     site = tmp_path / "site-packages"
     zipfile.ZipFile(wheel).extractall(site)

@@ -6,11 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from judge.testing import write_tokenizer
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "score_throughput.py"
 
 
+@pytest.mark.slow
 def test_benchmark_runs_on_cpu_with_a_tiny_judge(tmp_path):
     out = tmp_path / "figures.json"
     cmd = [sys.executable, str(BENCHMARK), "--tiny", "--samples", "4", "--reference_samples", "2", "--new_tokens", "3",
@@ -27,6 +30,7 @@ def test_benchmark_runs_on_cpu_with_a_tiny_judge(tmp_path):
     assert figures["logits_max_distribution_gap"] < 1e-5
 
 
+@pytest.mark.slow
 def test_the_profile_runs_on_cpu_and_names_where_time_goes(tmp_path):
     out = tmp_path / "profile.txt"
     cmd = [sys.executable, str(BENCHMARK.parent / "profile_score.py"), "--tiny", "--samples", "3", "--new_tokens", "3",

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_train_benchmark_runs_on_cpu_under_zero2(tmp_path):
     deepspeed = ["--deepspeed", str(ROOT / "configs" / "deepspeed" / "zero2.json")]
     out = tmp_path / "figures.json"

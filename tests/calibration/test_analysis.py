@@ -87,6 +87,7 @@ def test_ceiling_counts_each_id_once_so_n_and_the_interval_are_those_of_the_ids(
     assert ceiling.alpha_interval_all_annotators.value == pytest.approx(krippendorff.alpha(reliability_data=matrix, level_of_measurement="interval"))
 
 
+@pytest.mark.slow
 def test_ceiling_intervals_cover_the_annotators_correlation_at_about_the_nominal_rate():
     # Pooling each annotator against the other counted 100 pairs for 50 ids: in this simulation its intervals
     # covered 87% (Fisher) and 84% (bootstrap).

@@ -47,6 +47,7 @@ def files(tmp_path):
     return write(tmp_path / "preds.json", preds), write(tmp_path / "human.json", annotations), tmp_path
 
 
+@pytest.mark.slow
 def test_reports_and_calibrator_are_written_with_their_content(files, capsys):
     preds, human, tmp = files
     out = tmp / "report"
@@ -91,6 +92,7 @@ def test_reports_and_calibrator_are_written_with_their_content(files, capsys):
     assert "judge overall: n 90, Pearson" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_flat_human_file_two_judges_linear_fit_and_a_collapsed_judge(files, tmp_path):
     preds, _, _ = files
     records = json.loads(Path(preds).read_text())
@@ -113,6 +115,7 @@ def test_flat_human_file_two_judges_linear_fit_and_a_collapsed_judge(files, tmp_
     assert Calibrator.load(out / "calibrator.json") == Calibrator.load(out / "calibrator_a.json")
 
 
+@pytest.mark.slow
 def test_ratings_without_their_samples_report_answer_diagnostics_undefined(files, tmp_path):
     """Annotation records as rating tools export them ({id, human_scores, annotator}): the same figures as
     the full annotations, except what needs the answer."""
@@ -213,6 +216,7 @@ def test_empty_files_and_every_problem_at_once(files, tmp_path, capsys):
     assert "h.json: record 0 (id 'SA_0'): overall: -1 is outside" in err and "p.json: record 0 (id 'SA_0'): score: 'x' is not a number" in err
 
 
+@pytest.mark.slow
 def test_identical_repeats_count_once_in_every_kind_of_file(files, tmp_path):
     preds, _, _ = files
     flat = [{"id": f"SA_{i}", "overall": i % 7} for i in (0, 3, 6, 9)]
@@ -266,6 +270,7 @@ def test_a_criterion_asked_for_that_no_shared_id_has_is_an_error(files, tmp_path
     assert "h.json: --criteria text_quality: no shared id is scored on it both here and in the predictions" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_every_calibration_module_imports_and_runs_without_torch(files):
     # A finder that refuses torch, so importing it fails as on a machine without it. (Setting
     # sys.modules["torch"] = None trips scipy's array-API check, which looks the module up by name.)

@@ -54,6 +54,7 @@ def assert_same_records(batched, alone):
         assert other.score_distribution == pytest.approx(one.score_distribution, abs=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["generate", "logits"])
 def test_a_record_is_the_same_in_one_large_batch_and_alone_on_both_sides_of_the_long_rope_switch(long_rope_judge, samples, dataset, mode):
     """Phi-3's long rope picks its factors from the largest position of a forward call; batched with a
@@ -69,6 +70,7 @@ def test_a_record_is_the_same_in_one_large_batch_and_alone_on_both_sides_of_the_
     assert_same_records(batched, alone)
 
 
+@pytest.mark.slow
 def test_a_long_rope_judge_alone_writes_what_transformers_generate_writes(long_rope_judge, samples, dataset):
     """Batch size 1 through transformers' own generate is the reference (MMIE's loop): same tokens, and
     the recorded score logits are the very values of its full logits, at every step."""
@@ -103,6 +105,7 @@ def _loader(items):
     return load
 
 
+@pytest.mark.slow
 def test_follow_up_tokens_read_what_a_forward_pass_over_the_whole_text_reads(judge, samples, dataset):
     """The forced score heading is fed after what the judge wrote, through its own cache; one forward pass
     over prompt, output and heading, alone, reads the same logits."""
@@ -123,6 +126,7 @@ def test_follow_up_tokens_read_what_a_forward_pass_over_the_whole_text_reads(jud
         torch.testing.assert_close(completion.follow_up_logits, logits[scorer.decoder.columns], rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_rows_that_stop_early_leave_their_slot_to_the_next_prompt_and_write_what_they_write_alone(judge, samples, dataset, monkeypatch):
     """A token the random judge writes at different steps in different samples stands in for its stop
     token. With two slots for eight prompts, a prompt starts as soon as a slot frees, not when its batch
@@ -185,6 +189,7 @@ def test_requests_are_cut_where_a_cache_would_hold_twice_the_slots():
     assert [[len(r.input_ids) for r in segment] for segment in _segments(requests, extra=100)] == [[2000, 1500], [900, 800], [300], [100]]
 
 
+@pytest.mark.slow
 def test_out_of_memory_in_prefill_splits_the_group_instead_of_losing_samples(judge, samples, dataset, monkeypatch):
     expected = records(judge, samples, dataset, max_new_tokens=4, token_budget=10**7)
     prefill, sizes = Decoder._prefill, []

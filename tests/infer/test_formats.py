@@ -55,6 +55,7 @@ def test_instit(checkpoint, tmp_path, capsys):
     assert "--mode logits reads the score from one token" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_milebench_cuts_the_oldest_context_and_writes_eval_json(checkpoint, tmp_path):
     images = tmp_path / "data" / "MileBench" / "ALFRED" / "images"
     images.mkdir(parents=True)

@@ -90,6 +90,7 @@ def test_prepared_samples_hold_their_token_ids_compactly(judge, samples, dataset
         assert item.sample is sample and item.n_tiles >= len(item.images)
 
 
+@pytest.mark.slow
 def test_batched_generation_equals_one_sample_at_a_time(judge, samples, dataset):
     rubrics = load_rubrics()
     outputs, distributions = {}, {}
@@ -155,6 +156,7 @@ def test_help_gives_each_formats_preset_as_the_default():
     assert "on a CPU 65536 (default: none)" in text  # the same in every preset
 
 
+@pytest.mark.slow
 def test_skip_invalid_scores_the_rest_and_lists_what_was_skipped(checkpoint, dataset, tmp_path):
     records = json.loads((dataset / "data.json").read_text())[:3]
     records[1]["answer"] = [{"image": "images/missing.png"}]
@@ -194,6 +196,7 @@ def test_an_output_dir_that_is_a_file_is_a_user_error(checkpoint, dataset, tmp_p
     assert "--output_dir" in capsys.readouterr().err and (tmp_path / "out").read_text() == "not a directory"
 
 
+@pytest.mark.slow
 def test_rerun_resumes_and_no_resume_starts_over(checkpoint, dataset, tmp_path, capsys):
     assert score(checkpoint, dataset, tmp_path, "--limit", "3") == 0
     first = read(tmp_path)
@@ -247,6 +250,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_kill_9_loses_at_most_the_batch_in_flight(checkpoint, tmp_path):
     data = write_dataset(tmp_path / "data", 24, seed=5).parent
     out = tmp_path / "out"
@@ -269,13 +273,14 @@ def test_kill_9_loses_at_most_the_batch_in_flight(checkpoint, tmp_path):
     assert all(by_id[r["id"]] == JudgeResult.model_validate(r) for r in done_before)  # finished work was kept, not redone
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_merge_to_the_single_process_result(dataset, tmp_path):
     """On a judge whose long rope switches at 700 tokens, inside the dataset's prompt lengths (673-781):
     each rank's batches hold other neighbours than one process's, and each record is the same."""
     checkpoint = write_original_checkpoint(tmp_path / "ckpt", original_max_position_embeddings=700)
     assert score(checkpoint, dataset, tmp_path / "single") == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "infer.cli",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "infer.cli",
            "--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json", "--output_dir", str(tmp_path / "multi"), *FAST]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -289,6 +294,7 @@ def test_torchrun_two_processes_merge_to_the_single_process_result(dataset, tmp_
         assert m["expected_score"] == pytest.approx(s["expected_score"], abs=1e-4)
 
 
+@pytest.mark.slow
 def test_when_rank_0_fails_to_merge_every_rank_exits(checkpoint, dataset, tmp_path):
     """Rank 0 cannot write the result file: rank 1 must learn it from rank 0 and exit saying so. (Here gloo
     would also fail rank 1's barrier once rank 0's connection closes; NCCL across nodes waits for its

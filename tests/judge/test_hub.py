@@ -65,6 +65,7 @@ def weights(judge):
     return judge.model.state_dict()["lm_head.weight"]
 
 
+@pytest.mark.slow
 def test_judge_score_takes_a_hub_id_from_the_cache_under_hf_home_offline(checkpoint, data, tmp_path):
     """As a user runs it: HF_HOME and HF_HUB_OFFLINE in the environment of a new process."""
     write_hub_cache(tmp_path / "hf" / "hub", REPO, checkpoint)

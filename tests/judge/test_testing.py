@@ -197,6 +197,7 @@ def test_annotated_scores_follow_the_documented_rule(tmp_path):
     assert all(isinstance(v, int) for r in json.loads(path.read_text()) for v in r["human_scores"].values())  # whole numbers, as people rate
 
 
+@pytest.mark.slow
 def test_command_line(tmp_path, capsys, monkeypatch):
     from judge.testing.__main__ import main
 

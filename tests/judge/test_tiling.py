@@ -105,6 +105,7 @@ def test_pixels_equal_reference_bit_for_bit(tmp_path, mode, fmt, size):
     assert torch.equal(ours, reference_tiles(path, 6))
 
 
+@pytest.mark.slow
 def test_huge_and_panorama_images(tmp_path):
     for size, name in (((4000, 3000), "huge.jpg"), ((10000, 50), "pano.png")):
         noisy("RGB", size).save(tmp_path / name)
@@ -126,6 +127,7 @@ def test_exif_rotation_is_ignored_by_default_and_applied_on_request(tmp_path, or
     assert as_stored.shape == upright.shape and not torch.equal(as_stored, upright)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_tiles", [1, 6, 12])
 @pytest.mark.parametrize("use_thumbnail", [True, False])
 def test_count_tiles_predicts_the_tiles_produced(tmp_path, max_tiles, use_thumbnail):

@@ -93,6 +93,7 @@ def test_evaluation_scores_the_prompts_training_learns_from(base, data):
         assert item.input_ids.tolist() == row["input_ids"][:prompt_length]
 
 
+@pytest.mark.slow
 def test_a_padded_micro_batch_has_the_loss_of_its_sequences_alone(base, data, tmp_path):
     """On a judge whose long rope switches between the shortest and the longest training sequence: the loss
     of one right-padded micro-batch is the loss of its sequences alone (the Trainer averages over target
@@ -126,6 +127,7 @@ def test_lora_wraps_only_language_model_layers(base):
     assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in trainable} == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("full_finetune", [False, True])
 def test_the_vision_tower_trains_only_when_asked_and_its_weights_reach_the_saved_judge(base, data, tmp_path, full_finetune):
     frozen = apply_lora(load_judge(base), TrainConfig(full_finetune=full_finetune))
@@ -152,6 +154,7 @@ def test_lora_initialisation_follows_the_seed(base):
     assert not torch.equal(lora_a(7), lora_a(8))
 
 
+@pytest.mark.slow
 def test_an_image_less_training_batch_runs_the_vision_tower_and_keeps_its_loss(base):
     judge = load_judge(base)
     model = judge.model.train()
@@ -171,6 +174,7 @@ def test_an_image_less_training_batch_runs_the_vision_tower_and_keeps_its_loss(b
     assert calls == ["vision"]  # evaluation runs no blank tile
 
 
+@pytest.mark.slow
 def test_train_save_score_and_merge(base, data, tmp_path):
     out = tmp_path / "judge"
     args = train_args(base, data, out, "--max_steps", "4", "--save_steps", "2", "--no-full_finetune", "--per_device_batch_size", "2",
@@ -192,6 +196,7 @@ def test_train_save_score_and_merge(base, data, tmp_path):
         torch.testing.assert_close(standalone.model(input_ids=ids).logits, judge.model(input_ids=ids).logits, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_run_interrupted_and_resumed_ends_where_an_uninterrupted_run_ends(base, data, tmp_path, monkeypatch):
     """Ctrl-C at step 5 of 6, after the checkpoint of step 4: --resume trains steps 5 and 6 on the same
     batches, with the same optimizer and schedule, as the run that was never stopped."""
@@ -218,6 +223,7 @@ def test_a_run_interrupted_and_resumed_ends_where_an_uninterrupted_run_ends(base
     assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3, 4, 5, 6]  # none trained twice
 
 
+@pytest.mark.slow
 def test_an_adapter_trained_over_a_native_base_loads_and_merges(base, data, tmp_path, capsys):
     native = tmp_path / "native"
     save_native(load_judge(base), native)
@@ -236,6 +242,7 @@ def test_an_adapter_trained_over_a_native_base_loads_and_merges(base, data, tmp_
     torch.testing.assert_close(logits[2], logits[1], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_an_adapter_over_a_hub_base_names_it_by_id_at_its_commit_and_loads_offline(base, data, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
@@ -307,6 +314,7 @@ def exportable(data, tmp_path_factory):
     return base, trained_over(base, data, root / "judge", "--train_projector")
 
 
+@pytest.mark.slow
 def test_the_original_format_export_loads_with_the_merged_logits_in_the_base_layout(exportable, tmp_path, capsys):
     base, adapter = exportable
     assert train_main(["merge", "--adapter", str(adapter), "--output_dir", str(tmp_path / "native")]) == 0
@@ -330,6 +338,7 @@ def test_the_original_format_export_loads_with_the_merged_logits_in_the_base_lay
     assert config == {**base_config, "max_dynamic_patch": 1}  # the tile limit the judge was trained with (tiny.yaml)
 
 
+@pytest.mark.slow
 def test_a_bfloat16_base_exports_in_bfloat16(data, tmp_path, capsys):
     base = write_original_checkpoint(tmp_path / "base", seed=5, dtype="bfloat16")
     adapter = trained_over(base, data, tmp_path / "judge")
@@ -344,6 +353,7 @@ def test_a_bfloat16_base_exports_in_bfloat16(data, tmp_path, capsys):
     assert all(torch.equal(exported[k], merged[k].to(torch.bfloat16).float()) for k in merged)  # the merged weights, rounded once
 
 
+@pytest.mark.slow
 def test_what_the_original_format_cannot_hold_is_refused(exportable, tmp_path, capsys):
     base, adapter = exportable
     (tmp_path / "taken").mkdir()
@@ -361,6 +371,7 @@ def test_what_the_original_format_cannot_hold_is_refused(exportable, tmp_path, c
     assert not (tmp_path / "out" / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_resume_continues_at_the_saved_step(base, data, tmp_path):
     out = tmp_path / "judge"
     assert train_main(train_args(base, data, out, "--max_steps", "2", "--save_steps", "2", "--per_device_batch_size", "2")) == 0
@@ -408,6 +419,7 @@ def test_lora_targets_that_name_no_layer_are_refused(base, data, tmp_path, capsy
     # -1 ranks an undefined Pearson for the Trainer; it must not be reported as measured
     ([None, None, None], "best overall Pearson: undefined at every evaluation", 2),
 ])
+@pytest.mark.slow
 def test_the_saved_judge_is_the_best_evaluated_checkpoint(base, data, tmp_path, monkeypatch, capsys, pearsons, said, best_step):
     measured = iter(pearsons)
     monkeypatch.setattr("train.recipe.evaluate_judge", lambda *_: {"parse_failures": 0, **{name: {"pearson": None} for name in SCORE_FIELDS},

@@ -1,0 +1,50 @@
+"""The suite's markers, kept honest: a test not marked `slow` that starts a training, distributed or demo
+run, or a wheel build (tens of seconds each, in the test or in a fixture it sets up) fails, so that
+`pytest -m "not slow and not gpu"` stays the quick loop (pyproject.toml registers the markers)."""
+
+import os
+import sys
+
+import pytest
+
+# What such a process runs: a module (`-m`), or a console script or launcher by name.
+SLOW_MODULES = {"torch.distributed.run", "train.cli", "demo.cli"}
+SLOW_PROGRAMS = {"torchrun", "deepspeed", "judge-train", "judge-demo", "train_throughput.py"}
+
+_running: list[pytest.Item] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _running.append(item)
+    try:
+        return (yield)
+    finally:
+        _running.pop()
+
+
+def slow_launch(argv: list[str], env) -> str | None:
+    """Why starting `argv` (with `env`) makes a test slow, or None."""
+    argv = [os.fsdecode(a) for a in argv]
+    if {"--help", "--version"} & set(argv):  # a question, not a run
+        return None
+    modules = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-m"}
+    if modules & SLOW_MODULES or {os.path.basename(a) for a in argv[:2]} & SLOW_PROGRAMS:
+        return "a training, distributed or demo run"
+    if "pip" in modules and "wheel" in argv:
+        return "a wheel build"
+    if env and env.get("WORLD_SIZE", "1") != "1":
+        return "a rank of a distributed run"
+    return None
+
+
+def _refuse_unmarked_slow_launches(event: str, args: tuple) -> None:
+    if event != "subprocess.Popen" or not _running or _running[-1].get_closest_marker("slow"):
+        return
+    _, argv, _, env = args
+    reason = slow_launch(list(argv) if isinstance(argv, (list, tuple)) else [argv], env)
+    if reason:
+        raise RuntimeError(f"{_running[-1].nodeid} starts {reason} ({' '.join(map(os.fsdecode, argv))[:200]}): mark it @pytest.mark.slow")
+
+
+sys.addaudithook(_refuse_unmarked_slow_launches)
