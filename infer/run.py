@@ -52,6 +52,7 @@ def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int)
         clear(output_dir, args.output_file)
     barrier(world)
     finished = read_finished(output_dir, args.output_file, run_id)
+    barrier(world)  # every rank has read the journals before any opens its own: a journal just created has no header yet
     mine = [(i, s) for i, s in enumerate(samples) if i % world == rank and s.id not in finished]
     if rank == 0 and finished:
         print(f"resuming: {len(finished)} sample(s) already scored in {output_dir}", file=sys.stderr)
