@@ -4,7 +4,9 @@ the judge goes from no agreement with the human scores to Pearson above 0.8, sco
 the saved output. A failing step stops the demo with its exit code."""
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +18,23 @@ from demo.cli import main as demo_main
 BIN = Path(sys.executable).parent
 
 
+def run_demo(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """judge-demo in a process group of its own: on a timeout its steps (judge-train, judge-score) are
+    killed with it, rather than left training after the test has failed."""
+    with subprocess.Popen([str(BIN / "judge-demo"), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as demo:
+        try:
+            stdout, stderr = demo.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.communicate()
+            raise
+    return subprocess.CompletedProcess(demo.args, demo.returncode, stdout, stderr)
+
+
 @pytest.mark.slow
 def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
-    done = subprocess.run([str(BIN / "judge-demo"), "--output_dir", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    done = run_demo(["--output_dir", str(tmp_path)], timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     ids = {name: {r["id"] for r in json.loads((tmp_path / "data" / f"{name}.json").read_text())} for name in ("train", "validation", "test")}
     assert [len(part) for part in ids.values()] == [240, 80, 80]  # configs/demo.yaml's 400 samples, 60/20/20
