@@ -8,6 +8,7 @@ traceback shown only under --verbose.
 from __future__ import annotations
 
 import argparse
+import reprlib
 import sys
 import traceback
 import types
@@ -99,7 +100,7 @@ def setting_problems(cls, values: dict) -> list[str]:
         else:
             continue
         if not ok:
-            problems.append(f"{f.name} must be {wanted}, got {value!r}")
+            problems.append(f"{f.name} must be {wanted}, got {reprlib.repr(value)}")  # a value may be megabytes
     return problems
 
 

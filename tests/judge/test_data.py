@@ -184,3 +184,52 @@ def test_atomic_write_replaces_whole_file(tmp_path):
     write_json_atomically(target, [{"id": "x"}])
     assert json.loads(target.read_text()) == [{"id": "x"}]
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085"])
+def test_jsonl_records_may_hold_line_separators_in_their_strings(tmp_path, separator):
+    # JSON lets these stand unescaped inside a string; only "\n" ends a JSONL record
+    (tmp_path / "s.jsonl").write_text(json.dumps(sample("SA_1", answer=f"one{separator}two"), ensure_ascii=False) + "\n" + json.dumps(sample("SA_2")) + "\n")
+    assert [s.answer[0].text for s in load_samples(tmp_path / "s.jsonl")] == [f"one{separator}two", "This."]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl"])
+def test_values_no_command_can_use_are_named_and_their_records_set_aside(tmp_path, suffix):
+    """NaN and Infinity are not JSON (an output echoing them would not be), 1e400 is no float, a
+    5000-digit number is none Python converts, and a lone surrogate (half a UTF-16 pair) is no character
+    a tokenizer or a UTF-8 file takes: each a problem of its record, which --skip_invalid sets aside."""
+    lines = [json.dumps(sample("SA_1")), json.dumps(sample("SA_2", extra=float("nan"))), json.dumps(sample("SA_3", extra=1.0)).replace("1.0", "1e400"),
+             json.dumps(sample("SA_4")).replace('"SA_4"', "4" * 5000), json.dumps(sample("SA_5", answer="half \ud800 pair")),
+             json.dumps(sample("SA_6", answer="a whole pair \U0001f600"))]
+    path = tmp_path / f"d{suffix}"
+    path.write_text("\n".join(lines) if suffix == ".jsonl" else "[" + ",\n".join(lines) + "]")
+    samples, problems, _ = validate_samples(path)
+    assert [s.id for s in samples] == ["SA_1", "SA_6"] and samples[1].answer[0].text == "a whole pair \U0001f600"
+    assert [(p.index, p.field, p.message) for p in problems] == [
+        (1, "extra", "NaN is not JSON; write null for no value"),
+        (2, "extra", "1e400 is beyond the range of a number"),
+        (3, "id", "a whole number of 5000 digits; no input holds one"),
+        (4, "answer", "holds a lone surrogate (\\ud800): half of a UTF-16 pair, no character"),
+    ]
+    with pytest.raises(InputError, match="record 1: extra: NaN is not JSON"):
+        read_records(path)
+
+
+@pytest.mark.parametrize("depth", [150, 100_000])
+def test_deeply_nested_json_is_refused_with_a_message_not_a_crash(tmp_path, depth):
+    (tmp_path / "deep.json").write_text("[" + json.dumps(sample()) + ", " + "[" * depth + "]" * depth + "]")
+    with pytest.raises(InputError, match="nested more than 100 levels deep"):
+        load_samples(tmp_path / "deep.json")
+
+
+def test_a_text_longer_than_any_judge_reads_is_refused_in_validation(tmp_path):
+    # A 1-MB answer once reached the model and asked for 341 GB; it is a problem of its record instead.
+    samples, problems, _ = validate_samples(write_json(tmp_path / "d.json", [sample("SA_1", answer="word " * 200_000), sample("SA_2")]))
+    assert [s.id for s in samples] == ["SA_2"]
+    assert [(p.index, p.field, p.message) for p in problems] == [
+        (0, "answer[0].text", "1,000,000 characters, more than the 500,000 a judge's context can hold")]
+
+
+def test_true_is_no_id(tmp_path):
+    _, problems, _ = validate_samples(write_json(tmp_path / "d.json", [sample(id=True, category="SA"), sample(id=7, category="SA")]))
+    assert [(p.index, p.field) for p in problems] == [(0, "id")]
