@@ -84,6 +84,17 @@ class Rubric(BaseModel):
         ScoreScale(*self.scale, self.step)  # a ValueError when the step does not divide the scale
         return self
 
+    @model_validator(mode="after")
+    def _shows_what_is_judged(self) -> Rubric:
+        # Without {answer} every prompt would be the same, whatever the sample says; without {instructions}
+        # or {question} the judge would score an answer to nothing by no rubric; with use_reference and no
+        # {reference}, the reference would never be shown.
+        needed = ["instructions", "question", "answer"] + (["reference"] if self.use_reference else [])
+        used = {name for _, name, _, _ in Formatter().parse(self.template)}
+        if missing := [name for name in needed if name not in used]:
+            raise ValueError(f"template: {_braced(missing)} missing; a judge's prompt needs {_braced(needed)}")
+        return self
+
     @property
     def score_scale(self) -> ScoreScale:
         return ScoreScale(*self.scale, self.step)

@@ -1,4 +1,5 @@
 import pytest
+import yaml
 from PIL import Image
 
 from judge.data import InputError, Sample
@@ -117,6 +118,20 @@ def test_bad_rubric_files_are_reported(tmp_path):
     assert "missing.yaml: rubric file not found" in text
     assert "e.yaml: record 0: instructions: contains '<image>'" in text and "e.yaml: record 1: template: contains '<image>'" in text
     assert "<unicode string>" not in text
+
+
+@pytest.mark.parametrize("template, use_reference, missing", [
+    ("{instructions}\n### Question\n{question}\n### Feedback\n", False, "{answer}"),  # every prompt would be the same
+    ("### Question\n{question}\n### Answer\n{answer}\n", False, "{instructions}"),
+    ("{instructions}\n### Answer\n{answer}\n", False, "{question}"),
+    ("{instructions}\n{question}\n{answer}\n", True, "{reference}"),  # the reference would never be shown
+])
+def test_a_rubric_whose_template_leaves_out_what_is_judged_is_refused_when_it_loads(tmp_path, template, use_reference, missing):
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump({"category": "SA", "instructions": "x", "template": template, "use_reference": use_reference}))
+    with pytest.raises(InputError) as info:
+        load_rubrics([tmp_path / "r.yaml"])
+    assert [str(p) for p in info.value.problems] == [f"{tmp_path / 'r.yaml'}: record 0: template: {missing} missing; a judge's prompt needs "
+                                                    "{instructions} {question} {answer}" + (" {reference}" if use_reference else "")]
 
 
 def count_words(text: str) -> int:
