@@ -28,8 +28,12 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def journal_pattern(output_file: str) -> str:
+    return f"{output_file}.journal.rank*.jsonl"
+
+
 def journal_paths(output_dir: Path, output_file: str) -> list[Path]:
-    return sorted(output_dir.glob(f"{output_file}.journal.rank*.jsonl"))
+    return sorted(output_dir.glob(journal_pattern(output_file)))
 
 
 def read_finished(output_dir: Path, output_file: str, run_fingerprint: str) -> dict[str, JudgeResult]:

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Annotated
@@ -365,13 +366,18 @@ def write_json_atomically(path: Path, value: object) -> None:
 
 def write_text_atomically(path: Path, text: str) -> None:
     """Write to a temporary file in the same directory and rename it over the target: readers see the old
-    file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    file or the new one, never half of one. The temporary file is this call's own (a random name, created
+    exclusively): two writers of one path each rename a whole file, never one the other is writing."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_records(path: str | Path) -> list:

@@ -11,11 +11,14 @@ Settings come from --config (a YAML in configs/train/) and each can be overridde
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from judge.cli import UsageError, add_common_flags, add_settings_flags, run, settings_from_config
 from judge.data import InputError, read_json
+from judge.outputs import LOCK_FILE, locked, overwritten_inputs
 from judge.prompts import CONFIG_DIR, DEFAULT_RUBRICS, load_rubrics
 from train.config import CHECKPOINTS_DIR, TrainConfig, config_problems
 
@@ -66,6 +69,9 @@ def merge(argv) -> int:
     judge = load_judge(args.adapter)
     if judge.source_format != "adapter":
         raise UsageError(f"--adapter {args.adapter}: not a LoRA adapter directory (no adapter_config.json)")
+    base = judge.model.peft_config[judge.model.active_adapter].base_model_name_or_path
+    if problems := overwritten_inputs(Path(args.output_dir), ["*"], [("--adapter", args.adapter), ("--adapter's base", base)]):
+        raise UsageError("\n  ".join(problems))
     print(f"merged checkpoint: {save_native(judge, args.output_dir)}")
     return 0
 
@@ -81,11 +87,13 @@ def fine_tune(argv) -> int:
     from judge.distributed import end_process_group
     from train.recipe import train
 
-    try:
-        result = train(Path(args.model_path), Path(args.train_file), Path(args.eval_file) if args.eval_file else None,
-                       Path(args.input_dir), out, rubrics, cfg, args.deepspeed, args.resume)
-    finally:
-        end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
+    # Rank 0 holds --output_dir for the run; the others wait for it in the Trainer's process group.
+    with locked(out, "judge-train") if int(os.environ.get("RANK", "0")) == 0 else nullcontext():
+        try:
+            result = train(Path(args.model_path), Path(args.train_file), Path(args.eval_file) if args.eval_file else None,
+                           Path(args.input_dir), out, rubrics, cfg, args.deepspeed, args.resume)
+        finally:
+            end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
     print(f"trained judge: {out}  (steps: {result['global_step']}, {chosen_by(result['best_pearson'], bool(args.eval_file))})")
     return 0
 
@@ -117,9 +125,12 @@ def run_problems(args, out: Path) -> list[str]:
     checkpoints = out / CHECKPOINTS_DIR
     if args.resume and not (checkpoints.is_dir() and get_last_checkpoint(checkpoints)):
         problems.append(f"--resume: nothing to resume in {out} (no checkpoint in {checkpoints}); drop --resume to start a fresh run")
-    if not args.resume and out.is_dir() and any(out.iterdir()):
+    if not args.resume and out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
         problems.append(f"--output_dir {out} is not empty (an earlier run?); give a new or empty directory, or --resume to continue that run")
-    return problems
+    # Everything in --output_dir is the run's: an input there could be overwritten by a checkpoint or the judge.
+    inputs = [("--model_path", args.model_path), ("--train_file", args.train_file), ("--eval_file", args.eval_file),
+              ("--config", args.config), ("--deepspeed", args.deepspeed), *[("--rubric", path) for path in args.rubric or DEFAULT_RUBRICS]]
+    return problems + overwritten_inputs(out, ["**"], inputs)
 
 
 if __name__ == "__main__":

@@ -238,6 +238,16 @@ def test_a_criterion_asked_for_that_no_shared_id_has_is_an_error(files, tmp_path
     assert "h.json: --criteria text_quality: no shared id is scored on it both here and in the predictions" in capsys.readouterr().err
 
 
+def test_an_input_in_the_output_dir_under_an_outputs_name_is_never_overwritten(files, capsys):
+    preds, human, tmp = files
+    (tmp / "out").mkdir()
+    (tmp / "out" / "report.json").write_text(Path(human).read_text())  # the human scores, saved where the report goes
+    before = (tmp / "out" / "report.json").read_bytes()
+    assert main(["--predictions", preds, "--human", str(tmp / "out" / "report.json"), "--output_dir", str(tmp / "out")]) == 2
+    assert f"--human {tmp / 'out' / 'report.json'}: this run would overwrite" in capsys.readouterr().err
+    assert (tmp / "out" / "report.json").read_bytes() == before and sorted(p.name for p in (tmp / "out").iterdir()) == ["report.json"]
+
+
 def test_every_calibration_module_imports_and_runs_without_torch(files):
     # A finder that refuses torch, so importing it fails as on a machine without it. (Setting
     # sys.modules["torch"] = None trips scipy's array-API check, which looks the module up by name.)

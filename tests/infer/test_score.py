@@ -454,3 +454,45 @@ def test_a_judge_never_writes_image_tokens_so_its_output_can_be_read_back(checkp
     results = [r for batch in Scorer(judge, rubrics, options, "cpu").run(prepare(judge, samples[:2], rubrics, dataset, options)) for _, r in batch]
     assert all(r.score is None and r.score_distribution is not None for r in results)  # the forced pass ran
     assert all(r.generated_tokens == 5 for r in results)
+
+
+@pytest.mark.parametrize("flag, name", [("--input_file", "summary.json"), ("--calibrator", "summary.json"), ("--rubric", "eval_result.json"),
+                                        ("--input_file", "eval_result.json.journal.rank0.jsonl")])  # --no_resume would delete it
+def test_no_output_replaces_or_deletes_an_input_and_the_model_never_loads(dataset, tmp_path, capsys, flag, name):
+    out = tmp_path / "out"
+    out.mkdir()
+    records = json.loads((dataset / "data.json").read_text())  # an input that bears an output's name, in --output_dir:
+    (out / name).write_text("".join(json.dumps(r) + "\n" for r in records) if name.endswith(".jsonl") else json.dumps(records))
+    before = (out / name).read_bytes()
+    given = {"--input_file": ["--input_file", str(out / name)], "--calibrator": ["--calibrator", str(out / name)],
+             "--rubric": ["--rubric", str(out / name)]}[flag]
+    args = ["--model_path", str(tmp_path / "no-model"), "--input_dir", str(dataset), "--output_dir", str(out), "--no_resume", *given]
+    code = main(args + ([] if flag == "--input_file" else ["--input_file", "data.json"]))
+    assert code == 2
+    assert f"error: {flag} {out / name}: this run would overwrite {out / name}, one of its inputs" in capsys.readouterr().err
+    assert (out / name).read_bytes() == before
+
+
+def test_a_second_run_on_an_output_dir_in_use_is_refused_before_the_model_loads(dataset, tmp_path, capsys):
+    from judge.outputs import locked
+
+    with locked(tmp_path / "out", "judge-score"):
+        assert main(["--model_path", str(tmp_path / "no-model"), "--input_dir", str(dataset), "--input_file", "data.json",
+                     "--output_dir", str(tmp_path / "out")]) == 2
+    assert f"--output_dir {tmp_path / 'out'} is in use by judge-score (pid {os.getpid()}" in capsys.readouterr().err
+
+
+def test_an_output_dir_that_cannot_be_written_is_refused_before_the_model_loads(dataset, tmp_path, capsys, monkeypatch):
+    import judge.outputs
+
+    opened = os.open
+
+    def read_only(path, *args, **kwargs):  # as root, a chmod'ed directory stays writable: the refusal is simulated
+        if str(path).startswith(str(tmp_path / "out")):
+            raise PermissionError(13, "Permission denied", str(path))
+        return opened(path, *args, **kwargs)
+
+    monkeypatch.setattr(judge.outputs.os, "open", read_only)
+    assert main(["--model_path", str(tmp_path / "no-model"), "--input_dir", str(dataset), "--input_file", "data.json",
+                 "--output_dir", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"error: --output_dir {tmp_path / 'out'}: cannot write there (Permission denied)\n"

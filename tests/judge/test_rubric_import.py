@@ -119,6 +119,13 @@ def test_a_prompt_without_the_answer_is_not_imported(tmp_path, capsys):
     assert not (tmp_path / "mmie.yaml").exists()
 
 
+def test_import_never_writes_over_the_file_it_reads(tmp_path, capsys):
+    (tmp_path / "prompts.py").write_text(PROMPTS_PY)
+    assert main(["import", str(tmp_path / "prompts.py"), "-o", str(tmp_path / "prompts.py")]) == 2
+    assert f"import {tmp_path / 'prompts.py'}: this run would overwrite" in capsys.readouterr().err
+    assert (tmp_path / "prompts.py").read_text() == PROMPTS_PY
+
+
 def test_the_readme_recipe_scores_with_an_imported_rubric(imported, tmp_path):
     """README's exact-MMIE recipe: judge-rubric import, then judge-score --rubric mmie.yaml --max_tiles 12."""
     data = write_dataset(tmp_path / "data", 4, seed=1).parent

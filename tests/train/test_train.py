@@ -160,6 +160,9 @@ def test_train_save_score_and_merge(base, data, tmp_path):
     assert judge.source_format == "adapter"
     assert score_main(["--model_path", str(out), "--input_dir", str(data), "--input_file", "heldout.json", "--output_dir", str(tmp_path / "s"),
                        "--max_new_tokens", "4", "--rubric", *TINY_RUBRIC]) == 0
+    adapter_files = {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()}
+    assert train_main(["merge", "--adapter", str(out), "--output_dir", str(out)]) == 2  # would write over the adapter's files
+    assert {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()} == adapter_files
     merged = tmp_path / "merged"
     assert train_main(["merge", "--adapter", str(out), "--output_dir", str(merged)]) == 0
     standalone = load_judge(merged)
@@ -273,3 +276,21 @@ def test_the_saved_judge_is_the_best_evaluated_checkpoint(base, data, tmp_path, 
     saved = (out / "adapter_model.safetensors").read_bytes()
     checkpoints = out / "checkpoints"
     assert [step for step in (2, 4, 6) if (checkpoints / f"checkpoint-{step}" / "adapter_model.safetensors").read_bytes() == saved] == [best_step]
+
+
+def test_resume_refuses_inputs_kept_in_the_output_dir(data, tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / "checkpoints" / "checkpoint-2").mkdir(parents=True)
+    (out / "train.json").write_bytes((data / "train.json").read_bytes())  # the run's checkpoints and judge are written here
+    args = train_args(tmp_path / "no-model", data, out, "--resume")
+    args[args.index("--train_file") + 1] = str(out / "train.json")
+    assert train_main(args) == 2
+    assert f"--train_file {out / 'train.json'}: this run would overwrite {out / 'train.json'}, one of its inputs" in capsys.readouterr().err
+
+
+def test_a_second_training_run_on_an_output_dir_in_use_is_refused(data, tmp_path, capsys):
+    from judge.outputs import locked
+
+    with locked(tmp_path / "out", "judge-train"):
+        assert train_main(train_args(tmp_path / "no-model", data, tmp_path / "out")) == 2
+    assert f"--output_dir {tmp_path / 'out'} is in use by judge-train" in capsys.readouterr().err
