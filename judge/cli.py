@@ -8,6 +8,7 @@ traceback shown only under --verbose.
 from __future__ import annotations
 
 import argparse
+import errno
 import reprlib
 import sys
 import traceback
@@ -135,21 +136,30 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
     verbose = "--verbose" in args
     try:
         return main(args) or 0
-    except (InputError, UsageError) as err:
-        print(f"error: {_user_message(err)}", file=sys.stderr)
-        if verbose:
-            traceback.print_exc()
-        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # the last line of defence: one line for the user, the trace on request
-        print(f"error: internal failure: {type(err).__name__}: {err}", file=sys.stderr)
+        message, code = _explained(err)
+        print(f"error: {message}", file=sys.stderr)
         if verbose:
             traceback.print_exc()
-        else:
+        elif code == EXIT_FAILURE:
             print("(run again with --verbose for the full traceback)", file=sys.stderr)
-        return EXIT_FAILURE
+        return code
+
+
+# OSErrors that say what the machine lacks (space, quota, permission), not what the toolkit got wrong.
+ENVIRONMENT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _explained(err: Exception) -> tuple[str, int]:
+    if isinstance(err, (InputError, UsageError)):
+        return _user_message(err), EXIT_BAD_INPUT
+    if isinstance(err, OSError) and err.errno in ENVIRONMENT_ERRORS:
+        # A full disk or a read-only directory is the user's to fix; what was finished is kept.
+        return f"{err.filename or 'a file'}: {err.strerror}", EXIT_BAD_INPUT
+    return f"internal failure: {type(err).__name__}: {err}", EXIT_FAILURE
 
 
 def _user_message(err: InputError | UsageError) -> str:

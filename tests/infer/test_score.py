@@ -496,3 +496,24 @@ def test_an_output_dir_that_cannot_be_written_is_refused_before_the_model_loads(
     assert main(["--model_path", str(tmp_path / "no-model"), "--input_dir", str(dataset), "--input_file", "data.json",
                  "--output_dir", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == f"error: --output_dir {tmp_path / 'out'}: cannot write there (Permission denied)\n"
+
+
+def test_a_disk_that_fills_during_the_run_is_one_line_and_the_finished_batches_stay(checkpoint, dataset, tmp_path, capsys, monkeypatch):
+    from infer.journal import Journal
+
+    append, batches = Journal.append, []
+
+    def fills_after_one_batch(self, results):
+        if batches:
+            raise OSError(28, "No space left on device", str(self.path))
+        batches.append(results)
+        append(self, results)
+
+    monkeypatch.setattr(Journal, "append", fills_after_one_batch)
+    assert score(checkpoint, dataset, tmp_path, "--mode", "logits", "--token_budget", "1") == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == f"error: {tmp_path / 'eval_result.json.journal.rank0.jsonl'}: No space left on device"
+    assert "Traceback" not in err
+    monkeypatch.setattr(Journal, "append", append)
+    assert score(checkpoint, dataset, tmp_path, "--mode", "logits", "--token_budget", "1") == 0
+    assert "resuming: 1 sample(s)" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """One run at a time in an output directory, no output in place of an input, and atomic writes that two
 writers cannot tear."""
 
+import errno
 import json
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import threading
 
 import pytest
 
-from judge.cli import UsageError
+from judge.cli import UsageError, run
 from judge.data import write_json_atomically
 from judge.outputs import LOCK_FILE, locked, overwritten_inputs
 
@@ -87,3 +88,13 @@ def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
         t.join()
     assert errors == [] and json.loads(target.read_text())["i"] == 199
     assert sorted(p.name for p in tmp_path.iterdir()) == [".summary.json.tmp", "summary.json"]
+
+
+@pytest.mark.parametrize("code, strerror", [(errno.ENOSPC, "No space left on device"), (errno.EROFS, "Read-only file system"),
+                                            (errno.EACCES, "Permission denied")])
+def test_a_full_disk_or_a_read_only_directory_is_one_line_and_exit_2(capsys, code, strerror):
+    def main(argv):
+        raise OSError(code, strerror, "out/eval_result.json")
+
+    assert run(main, []) == 2
+    assert capsys.readouterr().err == f"error: out/eval_result.json: {strerror}\n"
