@@ -92,7 +92,7 @@ class Journal:
             self._file = self.path.open("a", encoding="utf-8")
 
     def append(self, results: list[JudgeResult]) -> None:
-        self._file.write("".join(json.dumps(r.model_dump(), ensure_ascii=False) + "\n" for r in results))
+        self._file.write("".join(json.dumps(r.model_dump(), ensure_ascii=False, allow_nan=False) + "\n" for r in results))
         self._sync()
 
     def _sync(self) -> None:

@@ -167,6 +167,7 @@ class Annotation(Sample):
 class JudgeResult(BaseModel):
     """One scored sample as `judge-score` writes it."""
 
+    model_config = ConfigDict(validate_assignment=True)  # the engine adds a forced reading's distribution later
     id: str
     model: str | None
     category: str
@@ -182,6 +183,14 @@ class JudgeResult(BaseModel):
     n_tiles: int
     prompt_tokens: int
     generated_tokens: int
+
+    @field_validator("score_distribution", "expected_score", "calibrated_score")
+    @classmethod
+    def _numbers_or_none(cls, value):
+        # Read from logits that are no numbers (a float16 overflow), a distribution is no measurement, and
+        # JSON has no NaN (its bare NaN made eval_result.json unreadable to other parsers): none.
+        values = value.values() if isinstance(value, dict) else [value]
+        return value if all(v is None or math.isfinite(v) for v in values) else None
 
 
 @dataclass(frozen=True)
@@ -361,7 +370,8 @@ def _located(path: Path, where: tuple, message: str) -> Problem:
 
 
 def write_json_atomically(path: Path, value: object) -> None:
-    write_text_atomically(path, json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+    # allow_nan=False: a NaN that reached an output fails here rather than write a file that is not JSON.
+    write_text_atomically(path, json.dumps(value, ensure_ascii=False, indent=2, allow_nan=False) + "\n")
 
 
 def write_text_atomically(path: Path, text: str) -> None:

@@ -530,3 +530,26 @@ def test_control_and_image_tokens_in_a_sample_are_judged_as_text(checkpoint, dat
                  "--output_dir", str(tmp_path / "out"), *FAST, "--mode", "logits"]) == 0
     results = read(tmp_path / "out")
     assert [r["id"] for r in results] == [r["id"] for r in records] and all(r["score_distribution"] for r in results)
+
+
+def test_logits_that_are_no_numbers_give_no_distribution_and_the_outputs_stay_json(checkpoint, dataset, tmp_path, monkeypatch):
+    """A float16 overflow makes NaN logits: their distribution is no measurement (null), and no output may
+    hold a bare NaN, which is not JSON (other parsers refuse the file)."""
+    import infer.run
+
+    def judge_with_nan_logits(*args, **kwargs):
+        judge = load_judge(*args, **kwargs)
+        judge.model.lm_head.register_forward_hook(lambda module, inputs, logits: logits * float("nan"))
+        return judge
+
+    monkeypatch.setattr(infer.run, "load_judge", judge_with_nan_logits)
+    assert score(checkpoint, dataset, tmp_path, "--limit", "2", "--max_new_tokens", "2") == 0
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} in an output")
+
+    for name in ("eval_result.json", "summary.json"):
+        json.loads((tmp_path / name).read_text(), parse_constant=refuse)
+    for line in (tmp_path / "eval_result.json.journal.rank0.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=refuse)
+    assert [(r["score_distribution"], r["expected_score"]) for r in read(tmp_path)] == [(None, None), (None, None)]

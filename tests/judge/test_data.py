@@ -233,3 +233,15 @@ def test_a_text_longer_than_any_judge_reads_is_refused_in_validation(tmp_path):
 def test_true_is_no_id(tmp_path):
     _, problems, _ = validate_samples(write_json(tmp_path / "d.json", [sample(id=True, category="SA"), sample(id=7, category="SA")]))
     assert [(p.index, p.field) for p in problems] == [(0, "id")]
+
+
+def test_a_result_holds_numbers_or_none_and_no_output_holds_nan(tmp_path):
+    from judge.testing import judge_result
+
+    result = judge_result("SA_1", 3, score_distribution={"0": float("nan"), "1": 0.5}, expected_score=float("nan"))
+    assert (result.score_distribution, result.expected_score) == (None, None)
+    result.score_distribution, result.calibrated_score = {"0": 1.0, "1": float("inf")}, float("nan")  # as the engine sets them later
+    assert (result.score_distribution, result.calibrated_score) == (None, None)
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        write_json_atomically(tmp_path / "out.json", {"x": float("nan")})
+    assert list(tmp_path.iterdir()) == []
