@@ -336,7 +336,9 @@ def test_a_local_judge_against_gpt4o_on_inst_it_logs(tmp_path):
 @pytest.mark.parametrize(
     "flags, message",
     [(["--scale", "0", "1", "--step", "0.3"], "--scale LOW HIGH, --step STEP: step 0.3 does not divide the scale 0-1 into whole steps"),
-     (["--step", "0"], "a scale needs low < high and step > 0"), (["--scale", "0", "nan"], "a scale needs finite numbers")],
+     (["--step", "0"], "a scale needs low < high and step > 0"), (["--scale", "0", "nan"], "a scale needs finite numbers"),
+     # 60,000 levels: their confusion counts once asked for 26.8 GiB
+     (["--step", "0.0001"], "--scale LOW HIGH, --step STEP: 0-6 in steps of 0.0001 is 60,000 steps; a scale has at most 1,000")],
 )
 def test_a_step_that_does_not_fit_the_scale_is_a_usage_error(files, tmp_path, capsys, flags, message):
     preds, human, _ = files
