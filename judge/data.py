@@ -458,11 +458,20 @@ def resolve_image(image: str, image_root: str | Path) -> Path:
     return path if path.is_absolute() else Path(image_root) / path
 
 
+# A 48-megapixel phone photo is the largest image a benchmark could hold; the judge sees any image as a
+# few 448-px tiles. Beyond, decoding alone takes hundreds of MB an image (eight crafted 13000 x 13000 PNGs
+# of 164 KB each, under PIL's own limit, took validation to 3.7 GB).
+MAX_IMAGE_PIXELS = 50_000_000
+
+
 def _image_problem(path: Path) -> str | None:
     if not path.is_file():
         return f"image not found: {path}"
     try:
         with Image.open(path) as img:
+            if (pixels := img.width * img.height) > MAX_IMAGE_PIXELS:  # from the header: nothing decoded yet
+                return (f"image of {img.width} x {img.height} pixels ({pixels / 1e6:.0f} megapixels), more than the "
+                        f"{MAX_IMAGE_PIXELS / 1e6:.0f} any image needs: {path}; the judge sees it as a few 448-px tiles, so resize it")
             img.load()
     except Exception as err:  # PIL raises many types for a broken file; all mean the same to the user.
         return f"image cannot be decoded: {path} ({type(err).__name__}: {err})"

@@ -245,3 +245,16 @@ def test_a_result_holds_numbers_or_none_and_no_output_holds_nan(tmp_path):
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
         write_json_atomically(tmp_path / "out.json", {"x": float("nan")})
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")  # PIL warns when it opens the header
+def test_an_image_larger_than_any_real_one_is_refused_from_its_header(tmp_path):
+    """Eight 13000 x 13000 PNGs of a few hundred KB each (one colour) took validation to 3.7 GB decoding them;
+    they are refused from their headers, without decoding a pixel."""
+    Image.new("1", (13000, 13000)).save(tmp_path / "huge.png")
+    Image.new("RGB", (8000, 6000)).save(tmp_path / "photo.png")  # a 48-megapixel photo is still read
+    records = [sample(f"SA_{k}", answer=[{"image": "huge.png"}]) for k in range(8)] + [sample("SA_9", answer=[{"image": "photo.png"}])]
+    samples, problems, _ = validate_samples(write_json(tmp_path / "d.json", records), image_root=tmp_path)
+    assert [s.id for s in samples] == ["SA_9"] and len(problems) == 8
+    assert problems[0].message == (f"image of 13000 x 13000 pixels (169 megapixels), more than the 50 any image needs: {tmp_path / 'huge.png'}; "
+                                   "the judge sees it as a few 448-px tiles, so resize it")
