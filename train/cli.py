@@ -20,6 +20,7 @@ from judge.cli import UsageError, add_common_flags, add_settings_flags, run, set
 from judge.data import InputError, read_json
 from judge.outputs import LOCK_FILE, locked, overwritten_inputs
 from judge.prompts import CONFIG_DIR, DEFAULT_RUBRICS, load_rubrics
+from train.checkpoints import resume_point
 from train.config import CHECKPOINTS_DIR, TrainConfig, config_problems
 
 # judge.model, judge.distributed and train.recipe are imported where they are used: they load torch and
@@ -114,8 +115,6 @@ def run_problems(args, out: Path) -> list[str]:
     --full_finetune run, judge-score would load the earlier LoRA adapter), and its checkpoints would be
     resumed later. Refusing is safer than deleting: a mistyped directory costs a message, not a judge.
     Every rank checks before any writes there: the Trainer writes only once all have joined the process group."""
-    from transformers.trainer_utils import get_last_checkpoint  # here: --help needs no transformers
-
     problems = []
     if args.deepspeed:
         try:
@@ -123,8 +122,11 @@ def run_problems(args, out: Path) -> list[str]:
         except InputError as err:
             problems += [f"--deepspeed {problem}" for problem in err.problems]
     checkpoints = out / CHECKPOINTS_DIR
-    if args.resume and not (checkpoints.is_dir() and get_last_checkpoint(checkpoints)):
-        problems.append(f"--resume: nothing to resume in {out} (no checkpoint in {checkpoints}); drop --resume to start a fresh run")
+    if args.resume:
+        checkpoint, skipped = resume_point(checkpoints) if checkpoints.is_dir() else (None, [])
+        if checkpoint is None:
+            problems.append(f"--resume: nothing to resume in {out}: no checkpoint saved whole in {checkpoints}"
+                            + "".join(f"; {line}" for line in skipped) + "; drop --resume to start a fresh run in a new or empty --output_dir")
     if not args.resume and out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
         problems.append(f"--output_dir {out} is not empty (an earlier run?); give a new or empty directory, or --resume to continue that run")
     # Everything in --output_dir is the run's: an input there could be overwritten by a checkpoint or the judge.

@@ -100,7 +100,8 @@ def test_output_dir_resume_and_deepspeed_are_checked_before_loading(tmp_path, ca
                                  "give a new or empty directory, or --resume to continue that run")
     assert (out / "adapter_config.json").exists()  # refused, not cleared
     assert train_main([*args, "--resume"]) == 2
-    assert the_error(capsys) == f"error: --resume: nothing to resume in {out} (no checkpoint in {out / 'checkpoints'}); drop --resume to start a fresh run"
+    assert the_error(capsys) == (f"error: --resume: nothing to resume in {out}: no checkpoint saved whole in {out / 'checkpoints'}; "
+                                 "drop --resume to start a fresh run in a new or empty --output_dir")
     (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2,}}')
     assert train_main([*args[:-1], str(tmp_path / "new"), "--deepspeed", str(tmp_path / "ds.json")]) == 2
     assert the_error(capsys).startswith(f"error: --deepspeed {tmp_path / 'ds.json'}: invalid JSON at line 1, column 35")

@@ -215,6 +215,28 @@ def test_a_run_interrupted_and_resumed_ends_where_an_uninterrupted_run_ends(base
     assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3, 4, 5, 6]  # none trained twice
 
 
+def test_resume_after_a_kill_while_saving_takes_the_newest_whole_checkpoint_and_says_which_it_skipped(base, data, tmp_path, capsys):
+    """A kill while checkpoint-2 was being saved left it without trainer_state.json (written last) and with
+    half its weights: --resume failed on it every time, and a fresh run is refused in a non-empty directory."""
+    out = tmp_path / "judge"
+    args = ["--max_steps", "2", "--save_steps", "1", "--per_device_batch_size", "2", "--no-full_finetune"]
+    assert train_main(train_args(base, data, out, *args)) == 0
+    torn = out / "checkpoints" / "checkpoint-2"
+    (torn / "trainer_state.json").unlink()
+    adapter = torn / "adapter_model.safetensors"
+    adapter.write_bytes(adapter.read_bytes()[:100])
+    capsys.readouterr()
+    assert train_main(train_args(base, data, out, *args, "--resume")) == 0
+    assert "note: checkpoint-2 was not saved whole (no trainer_state.json: a run stopped while saving it); resuming from checkpoint-1" in capsys.readouterr().err
+    state = json.loads((torn / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2]
+    load_judge(out)  # the saved judge is whole again
+    for checkpoint in (out / "checkpoints").iterdir():
+        (checkpoint / "trainer_state.json").write_text('{"global_step": ')  # torn mid-write: none left whole
+    assert train_main(train_args(base, data, out, *args, "--resume")) == 2
+    assert "no checkpoint saved whole" in capsys.readouterr().err
+
+
 def test_an_adapter_trained_over_a_native_base_loads_and_merges(base, data, tmp_path):
     native = tmp_path / "native"
     save_native(load_judge(base), native)
