@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import reprlib
 import sys
 import traceback
@@ -134,6 +135,7 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
     """Call a command's main, turning known errors into a message and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in args
+    forbid_pickled_code()
     try:
         return main(args) or 0
     except KeyboardInterrupt:
@@ -147,6 +149,15 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
         elif code == EXIT_FAILURE:
             print("(run again with --verbose for the full traceback)", file=sys.stderr)
         return code
+
+
+def forbid_pickled_code() -> None:
+    """Every torch.load of this process and its children reads weights only: tensors, plain data and the
+    types allow-listed with torch.serialization.add_safe_globals, never an arbitrary global, even where a
+    library asks for weights_only=False (DeepSpeed does, for its checkpoints). The toolkit trusts a
+    checkpoint's tensors and data files, never its code or pickled objects."""
+    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # torch refuses to load at all when both are set
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
 
 
 # OSErrors that say what the machine lacks (space, quota, permission), not what the toolkit got wrong.

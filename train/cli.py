@@ -20,7 +20,7 @@ from judge.cli import UsageError, add_common_flags, add_settings_flags, run, set
 from judge.data import InputError, read_json
 from judge.outputs import LOCK_FILE, locked, overwritten_inputs
 from judge.prompts import CONFIG_DIR, DEFAULT_RUBRICS, load_rubrics
-from train.checkpoints import resume_point
+from train.checkpoints import resume_point, unsafe_pickles
 from train.config import CHECKPOINTS_DIR, TrainConfig, config_problems
 
 # judge.model, judge.distributed and train.recipe are imported where they are used: they load torch and
@@ -127,6 +127,8 @@ def run_problems(args, out: Path) -> list[str]:
         if checkpoint is None:
             problems.append(f"--resume: nothing to resume in {out}: no checkpoint saved whole in {checkpoints}"
                             + "".join(f"; {line}" for line in skipped) + "; drop --resume to start a fresh run in a new or empty --output_dir")
+        else:
+            problems += [f"--resume: {problem}" for problem in unsafe_pickles(checkpoint)]
     if not args.resume and out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
         problems.append(f"--output_dir {out} is not empty (an earlier run?); give a new or empty directory, or --resume to continue that run")
     # Everything in --output_dir is the run's: an input there could be overwritten by a checkpoint or the judge.

@@ -30,7 +30,7 @@ from judge.data import SCORE_FIELDS, Annotation, JudgeResult
 from judge.model import Judge, load_judge, with_max_tiles, write_settings
 from judge.parsing import ScoreScale
 from judge.prompts import Rubric
-from train.checkpoints import resume_point
+from train.checkpoints import allow_checkpoint_types, resume_point
 from train.config import CHECKPOINTS_DIR, TrainConfig
 from train.data import Collator, build_dataset, check_scales, merge_annotators, read_annotations
 
@@ -229,6 +229,7 @@ def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path
         judge=judge, rubrics=rubrics, image_root=image_root, cfg=cfg,
         history_file=output_dir / "eval_history.json",
     )
+    allow_checkpoint_types()  # on every rank, before DeepSpeed reads its shards weights-only
     trainer.train(resume_from_checkpoint=resumed_checkpoint(output_dir / CHECKPOINTS_DIR) if resume else None)
     save_judge(trainer, judge, base, output_dir, cfg)
     # The log history, restored on --resume, covers every evaluation of the run.
