@@ -160,8 +160,9 @@ def forbid_pickled_code() -> None:
     os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
 
 
-# OSErrors that say what the machine lacks (space, quota, permission), not what the toolkit got wrong.
-ENVIRONMENT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+# OSErrors that say what the machine lacks (space, quota, permission) or cannot take (a path too long), not
+# what the toolkit got wrong.
+ENVIRONMENT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG)
 
 
 def _explained(err: Exception) -> tuple[str, int]:

@@ -465,7 +465,11 @@ MAX_IMAGE_PIXELS = 50_000_000
 
 
 def _image_problem(path: Path) -> str | None:
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as err:  # a name longer than the filesystem takes
+        return f"image path unusable: {path} ({err.strerror})"
+    if not found:
         return f"image not found: {path}"
     try:
         with Image.open(path) as img:

@@ -230,6 +230,12 @@ def test_a_text_longer_than_any_judge_reads_is_refused_in_validation(tmp_path):
         (0, "answer[0].text", "1,000,000 characters, more than the 500,000 a judge's context can hold")]
 
 
+def test_an_image_path_the_filesystem_cannot_take_is_a_problem_of_its_record(tmp_path):
+    samples, problems, _ = validate_samples(write_json(tmp_path / "d.json", [sample("SA_1", answer=[{"image": "x" * 5000 + ".png"}]), sample("SA_2")]),
+                                            image_root=tmp_path)
+    assert [s.id for s in samples] == ["SA_2"] and problems[0].message.endswith("(File name too long)")
+
+
 def test_true_is_no_id(tmp_path):
     _, problems, _ = validate_samples(write_json(tmp_path / "d.json", [sample(id=True, category="SA"), sample(id=7, category="SA")]))
     assert [(p.index, p.field) for p in problems] == [(0, "id")]
