@@ -25,6 +25,8 @@ def read_yaml(path: Path) -> object:
         value = yaml.safe_load(read_text(path))
     except yaml.MarkedYAMLError as err:
         raise InputError([Problem(str(path), _describe(err))]) from None
+    except yaml.reader.ReaderError as err:  # a character YAML does not allow (a NUL, a control character)
+        raise InputError([Problem(str(path), f"invalid YAML: character {err.character!r} at position {err.position}: {err.reason}")]) from None
     except RecursionError:  # PyYAML composes and constructs recursively, once per level
         raise InputError([Problem(str(path), TOO_DEEP)]) from None
     if problems := value_problems(value, max_values=MAX_YAML_VALUES):

@@ -81,9 +81,9 @@ def fine_tune(argv) -> int:
     args = build_parser().parse_args(argv)
     cfg = settings_from_config(TrainConfig, args.config, args)
     out = Path(args.output_dir)
-    if problems := config_problems(cfg) + run_problems(args, out):
-        raise UsageError(problems[0] if len(problems) == 1 else
-                         f"{len(problems)} problems with the settings (from {args.config}) and flags:\n  " + "\n  ".join(problems))
+    # A setting's problem names the config it may come from; the others name their flag or file.
+    if problems := [f"{args.config} (or its flag): {p}" for p in config_problems(cfg)] + run_problems(args, out):
+        raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the settings and flags:\n  " + "\n  ".join(problems))
     rubrics = load_rubrics(args.rubric or DEFAULT_RUBRICS)
     from judge.distributed import end_process_group
     from train.recipe import train
