@@ -224,6 +224,22 @@ def test_skip_invalid_scores_the_rest_and_lists_what_was_skipped(checkpoint, dat
     assert len(skipped) == 1 and "image not found" in skipped[0]
 
 
+def test_samples_that_once_failed_after_the_model_loaded_are_found_before_it_and_skipped(checkpoint, dataset, tmp_path, capsys):
+    """A lone surrogate and a 1-MB text reached the model (a tokenizer error; a 341-GB allocation): every
+    problem of a sample is found in validation, before the model loads, and --skip_invalid sets it aside."""
+    records = json.loads((dataset / "data.json").read_text())[:4]
+    records[1]["answer"] = "half \ud800 pair"
+    records[2]["question"] = [{"text": "word " * 200_000}]
+    (tmp_path / "hostile.json").write_text(json.dumps(records))
+    args = ["--input_dir", str(dataset), "--input_file", str(tmp_path / "hostile.json"), *FAST, "--mode", "logits"]
+    assert main(["--model_path", str(tmp_path / "no-model"), "--output_dir", str(tmp_path / "stop"), *args]) == 2
+    err = capsys.readouterr().err
+    assert "lone surrogate" in err and "1,000,000 characters" in err and "no-model" not in err
+    assert main(["--model_path", str(checkpoint), "--output_dir", str(tmp_path / "skip"), *args, "--skip_invalid"]) == 0
+    assert [r["id"] for r in read(tmp_path / "skip")] == [records[0]["id"], records[3]["id"]]
+    assert len(json.loads((tmp_path / "skip" / "summary.json").read_text())["skipped_invalid"]) == 2
+
+
 def test_a_category_without_a_rubric_stops_the_run_or_is_skipped_and_listed(checkpoint, dataset, tmp_path, capsys):
     only_sa = ["--rubric", str(ROOT / "configs" / "rubrics" / "sa.yaml"), "--mode", "logits"]
     assert score(checkpoint, dataset, tmp_path / "stop", *only_sa) == 2
