@@ -7,6 +7,7 @@ run killed with kill -9 leaves nothing stale behind.
 
 Before anything is written, `overwritten_inputs` names every input that an output would replace or
 delete: an input file that happens to be called summary.json in --output_dir was silently overwritten.
+A directory written as a whole (an exported checkpoint) appears only once it is complete (`written_whole`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import secrets
+import shutil
 import socket
 import sys
 from collections.abc import Iterable, Iterator
@@ -50,6 +53,29 @@ def locked(output_dir: Path, command: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+@contextmanager
+def written_whole(out_dir: Path) -> Iterator[Path]:
+    """A hidden sibling directory to write `out_dir`'s files into, renamed to `out_dir` (new or empty) when
+    the block ends without error: a run stopped half-way by an error or a full disk leaves no half-written
+    `out_dir` that looks like a checkpoint and makes a rerun refuse a non-empty directory. (After kill -9,
+    only the hidden `.NAME.*.tmp` sibling is left.)"""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = out_dir.with_name(f".{out_dir.name}.{secrets.token_hex(8)}.tmp")
+    staging.mkdir()
+    try:
+        yield staging
+        try:
+            os.replace(staging, out_dir)  # rename(2) replaces an empty directory, never a non-empty one
+        except OSError as err:
+            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                raise
+            raise UsageError(f"--output_dir {out_dir}: something was written there while this run wrote (another run?); "
+                             "give a new or empty directory") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def overwritten_inputs(output_dir: Path, written: Iterable[str], inputs: Iterable[tuple[str, str | Path | None]]) -> list[str]:

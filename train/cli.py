@@ -18,7 +18,7 @@ from pathlib import Path
 
 from judge.cli import UsageError, add_common_flags, add_revision_flag, add_settings_flags, run, settings_from_config
 from judge.data import InputError, read_json
-from judge.outputs import LOCK_FILE, locked, overwritten_inputs
+from judge.outputs import LOCK_FILE, locked, overwritten_inputs, written_whole
 from judge.prompts import CONFIG_DIR, DEFAULT_RUBRICS, load_rubrics
 from train.checkpoints import resume_point, unsafe_pickles
 from train.config import CHECKPOINTS_DIR, TrainConfig, config_problems
@@ -82,7 +82,9 @@ def merge(argv) -> int:
         raise UsageError(f"--adapter {args.adapter}: not a LoRA adapter directory (no adapter_config.json)")
     base = original_base(adapter) if args.format == "original" else None  # refused here, before the weights load
     judge = load_judge(adapter)
-    print(f"merged checkpoint ({args.format} format): {save_original(judge, base, out) if base else save_native(judge, out)}")
+    with written_whole(out) as staging:
+        save_original(judge, base, staging) if base else save_native(judge, staging)
+    print(f"merged checkpoint ({args.format} format): {out}")
     return 0
 
 

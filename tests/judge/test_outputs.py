@@ -11,7 +11,7 @@ import pytest
 
 from judge.cli import UsageError, run
 from judge.data import write_json_atomically
-from judge.outputs import LOCK_FILE, locked, overwritten_inputs
+from judge.outputs import LOCK_FILE, locked, overwritten_inputs, written_whole
 
 
 def test_a_second_run_on_a_directory_in_use_is_refused_naming_the_first(tmp_path):
@@ -98,3 +98,21 @@ def test_a_full_disk_or_a_read_only_directory_is_one_line_and_exit_2(capsys, cod
 
     assert run(main, []) == 2
     assert capsys.readouterr().err == f"error: out/eval_result.json: {strerror}\n"
+
+
+def test_a_directory_written_whole_appears_only_once_complete(tmp_path):
+    out = tmp_path / "export"
+    with pytest.raises(OSError, match="No space left"):
+        with written_whole(out) as staging:
+            (staging / "model.safetensors").write_bytes(b"half")
+            raise OSError(errno.ENOSPC, "No space left on device")  # as a full disk stops an export
+    assert list(tmp_path.iterdir()) == []  # nothing half-written, so a rerun is not refused a non-empty directory
+    out.mkdir()  # new or empty: both taken
+    with written_whole(out) as staging:
+        (staging / "config.json").write_text("{}")
+        assert not (out / "config.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["export"] and (out / "config.json").read_text() == "{}"
+    with pytest.raises(UsageError, match="something was written there while this run wrote"):
+        with written_whole(out) as staging:
+            (staging / "config.json").write_text("{}")
+    assert [p.name for p in tmp_path.iterdir()] == ["export"]
