@@ -41,17 +41,25 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database
 SAMPLE = {"id": "SA_1", "model": "m", "question": [{"text": "What next?", "image": "images/a.png"}],
           "answer": [{"text": "It sails."}, {"image": "images/a.png"}], "gt_answer": [{"text": "It docks."}]}
 ANNOTATION = {**SAMPLE, "human_scores": {"overall": 4, "text_quality": 3}, "annotator": "a", "feedback": "Fine."}
-MILEBENCH = {"sample_id": 1, "image": ["images/a.png"], "question": "Task.\nA boat <ImageHere> what next?", "gt_response": "It docks.",
+# MileBench's layout: outputs/<model>/<dataset>/pred.json, images and the annotation under <data_dir>/<dataset>/.
+MILEBENCH = {"sample_id": 1, "image": ["ALFRED/images/a.png"], "question": "Task.\nA boat <ImageHere> what next?", "gt_response": "It docks.",
              "gen_model_id": "m", "pred_response": "It sails.", "gen_kwargs": {"max_new_tokens": 32}}
+MILEBENCH_ANNOTATION = {"meta_data": {"task_instruction": ["Task."], "question_type": "open-ended"},
+                        "data": [{"sample_id": k, "task_instruction_id": 0, "response": "It docks.",
+                                  "task_instance": {"context": "", "images_path": ["a.png"]}} for k in (1, 2)]}
 INSTIT = {"question_id": "001-01", "question": "What is [1] doing?", "model_prediction": "walking", "ground_truth": "running", "split": "image"}
 INSTIT_LOG = {"accuracy": 50.0, "total_num": 1, "valid_num": 1, "timestamp": "2025-01-02 03:04:05", "gpt_prompt": "Rate it.",
               "model_predictons": [{**INSTIT, "score": 0.5, "valid": True, "error_in_gpt_eval": "No Error."}]}
 MEGABENCH = {"task_name": "caption", "global_description": "", "global_images": [], "example_info": {"image_paths": [], "example_text": ""},
              "query_response": [{"response": "A cup.", "correct_answer": {"caption": "A red cup."}, "global_idx": 0, "query_idx": 0,
-                                 "images": ["images/a.png"], "query_text": "Describe it."}]}
+                                 "images": ["images/a.png"], "query_text": "Describe <image>."}]}
 MEGABENCH_SCORED = {"data": [{**MEGABENCH, "query_response": [{**MEGABENCH["query_response"][0], "scores": {"query": 0.7}}]}]}
-CRITERIA = {"caption": {"eval_criteria_prompt": "Is the {x} accurate?", "template_mapping": {"x": "eval_context.what"},
-                        "judge_model_type": "with image", "eval_context": {"what": "caption"}}}
+# A task's rows of MEGA-Bench's dataset (--criteria_file), metric_info and eval_context as the Python and JSON texts it holds.
+METRIC_INFO = {"field_score_function": {"caption": "gpt_4o_as_judge"}, "aggregation": {"function": "mean", "field_weights": {"caption": 1}},
+               "response_parse_function": "answer_string",
+               "gpt4o_eval_configs": {"judge_model_type": "with image", "eval_criteria_prompt": "Is {response} an accurate caption of {what}?",
+                                      "template_mapping": {"response": "model_output", "what": "eval_context.what"}}}
+MEGABENCH_ROW = {"task_name": "caption", "id": "0", "metric_info": str(METRIC_INFO), "eval_context": json.dumps({"what": "the cup"})}
 CALIBRATOR = {"method": "linear", "source": "score", "x": [0, 6], "y": [1, 5], "scale": [0, 6], "fitted_on": {"n": 10}}
 RUBRIC = {"category": "SA", "scale": [0, 6], "criteria": {"text_quality": "Text quality"}, "instructions": "Judge it.",
           "template": "{instructions}\n### Question\n{question}\n### Answer\n{answer}\n### Feedback\n", "use_reference": False}
@@ -128,8 +136,10 @@ def file_bytes(draw, template, kind="json"):
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")
-    (root / "images").mkdir()
+    for folder in (root / "images", root / "ALFRED" / "images", root / "outputs" / "m" / "ALFRED"):
+        folder.mkdir(parents=True)
     Image.new("RGB", (40, 30), "red").save(root / "images" / "a.png")
+    Image.new("RGB", (40, 30), "red").save(root / "ALFRED" / "images" / "a.png")
     return root
 
 
@@ -221,17 +231,27 @@ def test_journals(root, lines, header, torn):
     assert_taken_or_refused(*outcome(lambda: run(lambda argv: Journal(out, "r.json", 0, "fp").close(), [])), journal)
 
 
+@st.composite
+def megabench_rows(draw):
+    """Rows whose metric_info is a damaged Python text (read with ast.literal_eval), or a damaged row."""
+    info = draw(damaged(METRIC_INFO))
+    row = {**MEGABENCH_ROW, "metric_info": str(info)}
+    return draw(st.one_of(file_bytes([row, {**row, "id": "1"}], "jsonl"), file_bytes([MEGABENCH_ROW], "jsonl")))
+
+
 @FUZZ
-@given(milebench=file_bytes([MILEBENCH, {**MILEBENCH, "sample_id": 2}]), instit=file_bytes([INSTIT]), log=file_bytes(INSTIT_LOG),
-       megabench=file_bytes([MEGABENCH]), criteria=st.one_of(file_bytes(CRITERIA), file_bytes(CRITERIA, "yaml")), detect=st.booleans())
-def test_benchmark_formats(root, milebench, instit, log, megabench, criteria, detect):
+@given(milebench=file_bytes([MILEBENCH, {**MILEBENCH, "sample_id": 2}]), annotation=file_bytes(MILEBENCH_ANNOTATION),
+       instit=file_bytes([INSTIT]), log=file_bytes(INSTIT_LOG), megabench=file_bytes([MEGABENCH]), rows=megabench_rows(), detect=st.booleans())
+def test_benchmark_formats(root, milebench, annotation, instit, log, megabench, rows, detect):
     (root / "bench").mkdir(exist_ok=True)
-    for fmt, name, data, extra in (("milebench", "pred.json", milebench, []), ("instit", "oe.json", instit, []), ("instit", "log.json", log, []),
-                                   ("megabench", "open.json", megabench, ["--criteria_file", str(root / "criteria.yaml")])):
-        (root / "bench" / name).write_bytes(data)
-        (root / "criteria.yaml").write_bytes(criteria)
-        code, err = score(root, f"bench/{name}", *([] if detect else ["--format", fmt]), *extra)
-        assert_taken_or_refused(code, err, root / "bench" / name, root / "criteria.yaml", root / "no-model")
+    (root / "ALFRED" / "ALFRED.json").write_bytes(annotation)
+    (root / "rows.jsonl").write_bytes(rows)
+    inputs = root / "outputs" / "m" / "ALFRED" / "pred.json", root / "bench" / "oe.json", root / "bench" / "log.json", root / "bench" / "open.json"
+    for fmt, path, data, extra in (("milebench", inputs[0], milebench, []), ("instit", inputs[1], instit, []), ("instit", inputs[2], log, []),
+                                   ("megabench", inputs[3], megabench, ["--criteria_file", str(root / "rows.jsonl")])):
+        path.write_bytes(data)
+        code, err = score(root, str(path.relative_to(root)), *([] if detect else ["--format", fmt]), *extra)
+        assert_taken_or_refused(code, err, path, root / "ALFRED" / "ALFRED.json", root / "rows.jsonl", root / "no-model")
 
 
 @FUZZ
