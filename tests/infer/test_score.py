@@ -424,16 +424,19 @@ def test_no_output_replaces_or_deletes_an_input_and_the_model_never_loads(datase
     assert (out / name).read_bytes() == before
 
 
-def test_a_second_run_on_an_output_dir_in_use_is_refused_before_the_model_loads(dataset, tmp_path, capsys):
+def test_a_second_run_on_an_output_dir_in_use_is_refused_before_the_model_loads(checkpoint, dataset, tmp_path, capsys, monkeypatch):
+    import infer.run
     from judge.outputs import locked
 
+    monkeypatch.setattr(infer.run, "load_judge", lambda *args: pytest.fail("the model loaded"))
     with locked(tmp_path / "out", "judge-score"):
-        assert main(["--model_path", str(tmp_path / "no-model"), "--input_dir", str(dataset), "--input_file", "data.json",
+        assert main(["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json",
                      "--output_dir", str(tmp_path / "out")]) == 2
     assert f"--output_dir {tmp_path / 'out'} is in use by judge-score (pid {os.getpid()}" in capsys.readouterr().err
 
 
-def test_an_output_dir_that_cannot_be_written_is_refused_before_the_model_loads(dataset, tmp_path, capsys, monkeypatch):
+def test_an_output_dir_that_cannot_be_written_is_refused_before_the_model_loads(checkpoint, dataset, tmp_path, capsys, monkeypatch):
+    import infer.run
     import judge.outputs
 
     opened = os.open
@@ -444,7 +447,8 @@ def test_an_output_dir_that_cannot_be_written_is_refused_before_the_model_loads(
         return opened(path, *args, **kwargs)
 
     monkeypatch.setattr(judge.outputs.os, "open", read_only)
-    assert main(["--model_path", str(tmp_path / "no-model"), "--input_dir", str(dataset), "--input_file", "data.json",
+    monkeypatch.setattr(infer.run, "load_judge", lambda *args: pytest.fail("the model loaded"))
+    assert main(["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json",
                  "--output_dir", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == f"error: --output_dir {tmp_path / 'out'}: cannot write there (Permission denied)\n"
 
