@@ -19,6 +19,7 @@ from calibration.report import slug, write_reports
 from judge.parsing import ScoreScale
 from judge.cli import add_common_flags, run
 from judge.data import SCORE_FIELDS, InputError, Problem, UsageError
+from judge.outputs import locked, overwritten_inputs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,20 +106,24 @@ def _short(value: float | None) -> str:
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     names, scale = check_args(args)
+    out = Path(args.output_dir)
+    inputs = [("--human", args.human), *[("--predictions", path) for path in args.predictions]]
+    if problems := overwritten_inputs(out, ["report.json", "report.md", "report.html", "plots/*", "calibrator*.json"], inputs):
+        raise UsageError("\n  ".join(problems))
     ratings = load_ratings(args.predictions, names, args.human, scale)
     if args.overall == "expected_score":
         ratings = expected_as_overall(ratings)
     criteria = compared_criteria(ratings, args.criteria, args.human)
     opts = Options(criteria, args.by, args.bootstrap, args.seed, args.fit, args.folds, scale, args.overall)
     report, paired = analyse(ratings, opts, args.human, coverage_notes(ratings, args.human))
-    out = Path(args.output_dir)
-    write_reports(report, paired, out)
-    calibrators = {name: j.calibration.calibrator for name, j in report.judges.items() if j.calibration and j.calibration.calibrator}
-    for k, (name, calibrator) in enumerate(calibrators.items()):
-        if k == 0:
-            calibrator.save(out / "calibrator.json")
-        if len(report.judges) > 1:
-            calibrator.save(out / f"calibrator_{slug(name)}.json")
+    with locked(out, "judge-calibrate"):
+        write_reports(report, paired, out)
+        calibrators = {name: j.calibration.calibrator for name, j in report.judges.items() if j.calibration and j.calibration.calibrator}
+        for k, (name, calibrator) in enumerate(calibrators.items()):
+            if k == 0:
+                calibrator.save(out / "calibrator.json")
+            if len(report.judges) > 1:
+                calibrator.save(out / f"calibrator_{slug(name)}.json")
     print_summary(report, out)
     return 0
 

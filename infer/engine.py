@@ -29,7 +29,7 @@ from infer.options import ScoreOptions
 from judge.data import JudgeResult, Sample, UsageError
 from judge.model import Judge, with_max_tiles
 from judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
-from judge.prompts import IMAGE_TOKENS, PlannedImage, Rubric, build_prompt
+from judge.prompts import IMAGE_TOKENS, PlannedImage, Rubric, build_prompt, encode_prompt
 from judge.templates import get_template
 from judge.tiling import load_tiles
 
@@ -63,7 +63,7 @@ def prepare(judge: Judge, samples: Iterable[tuple[int, Sample]], rubrics: dict[s
             settings.tiling, settings.tokens_per_tile, options.image_token_budget, options.prompt_token_budget, count_tokens,
         )
         text = prompt.text + (f"{SCORE_HEADING}\n" if options.mode == "logits" else "")
-        ids = torch.tensor(judge.tokenizer(text).input_ids, dtype=torch.int32)
+        ids = torch.tensor(encode_prompt(judge.tokenizer, text, prompt.controls), dtype=torch.int32)
         prepared.append(Prepared(index, sample, prompt.images, prompt.truncated, ids))
     return prepared
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from judge.data import JudgeResult, UsageError
 
@@ -27,34 +30,50 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def journal_pattern(output_file: str) -> str:
+    return f"{output_file}.journal.rank*.jsonl"
+
+
 def journal_paths(output_dir: Path, output_file: str) -> list[Path]:
-    return sorted(output_dir.glob(f"{output_file}.journal.rank*.jsonl"))
+    return sorted(output_dir.glob(journal_pattern(output_file)))
 
 
 def read_finished(output_dir: Path, output_file: str, run_fingerprint: str) -> dict[str, JudgeResult]:
-    """Results already in the journals of every rank (any earlier world size), by sample id."""
+    """Results already in the journals of every rank (any earlier world size), by sample id. A line that is
+    not a result (a damaged file) is named, and its sample scored again."""
     finished: dict[str, JudgeResult] = {}
     for path in journal_paths(output_dir, output_file):
-        lines = path.read_text(encoding="utf-8").split("\n")
+        lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+        if len(lines) == 1:  # no complete line: a run killed before its header was written holds no result
+            continue
         header = _parse_line(lines[0])
-        if header is None or header.get("fingerprint") != run_fingerprint:
+        if header is None or "fingerprint" not in header:
+            raise UsageError(f"{path}: its first line is not a journal header (a damaged file?); "
+                             "rerun with --no_resume to start over, or choose another --output_dir")
+        if header["fingerprint"] != run_fingerprint:
             raise UsageError(
                 f"{path} was written by a run with other settings (model, rubric, mode, limits, input or images); "
                 "rerun with --no_resume to start over, or choose another --output_dir"
             )
         # The last element is "" after a complete line, or a torn line after a crash: skip either.
-        for line in lines[1:-1]:
-            record = _parse_line(line)
-            if record is not None:
-                result = JudgeResult.model_validate(record)
-                finished[result.id] = result
+        damaged = []
+        for lineno, line in enumerate(lines[1:-1], 2):
+            try:
+                result = JudgeResult.model_validate(_parse_line(line))
+            except ValidationError:
+                damaged.append(lineno)
+                continue
+            finished[result.id] = result
+        if damaged:
+            print(f"note: {path}: line(s) {', '.join(map(str, damaged[:10]))}{' ...' if len(damaged) > 10 else ''} "
+                  "hold no result (a damaged journal); those samples are scored again", file=sys.stderr)
     return finished
 
 
 def _parse_line(line: str) -> dict | None:
     try:
         value = json.loads(line)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, a number Python does not convert, nesting too deep to read
         return None
     return value if isinstance(value, dict) else None
 
@@ -69,11 +88,9 @@ class Journal:
 
     def __init__(self, output_dir: Path, output_file: str, rank: int, run_fingerprint: str):
         self.path = output_dir / f"{output_file}.journal.rank{rank}.jsonl"
-        fresh = not self.path.exists() or self.path.stat().st_size == 0
         self._file = self.path.open("a", encoding="utf-8")
-        if not fresh:
-            self._drop_torn_tail()
-        if fresh:
+        self._drop_torn_tail()
+        if self.path.stat().st_size == 0:  # new, or killed before its header was whole
             self._file.write(json.dumps({"fingerprint": run_fingerprint}) + "\n")
             self._sync()
 
@@ -87,7 +104,7 @@ class Journal:
             self._file = self.path.open("a", encoding="utf-8")
 
     def append(self, results: list[JudgeResult]) -> None:
-        self._file.write("".join(json.dumps(r.model_dump(), ensure_ascii=False) + "\n" for r in results))
+        self._file.write("".join(json.dumps(r.model_dump(), ensure_ascii=False, allow_nan=False) + "\n" for r in results))
         self._sync()
 
     def _sync(self) -> None:

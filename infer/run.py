@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import torch
@@ -14,7 +14,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from infer.engine import Scorer, prepare
-from infer.journal import Journal, clear, file_sha256, fingerprint, read_finished
+from infer.journal import Journal, clear, file_sha256, fingerprint, journal_pattern, read_finished
 from infer.options import ScoreOptions
 from infer.summary import format_summary, summarize
 from judge.calibrator import Calibrator
@@ -22,15 +22,19 @@ from judge.data import InputError, JudgeResult, Sample, UsageError, resolve_imag
 from judge.distributed import end_process_group
 from judge.formats import BenchmarkInput, Format
 from judge.model import find_checkpoint, load_judge, with_max_tiles
+from judge.outputs import locked, overwritten_inputs
 from judge.prompts import Rubric, load_rubrics, rubric_problems
+
+SUMMARY = "summary.json"
 
 
 def score(args, fmt: Format, options: ScoreOptions) -> int:
-    with distributed() as (rank, world):
-        return score_input(args, fmt, options, rank, world)
+    with distributed() as (rank, world), ExitStack() as held:
+        return score_input(args, fmt, options, rank, world, held)
 
 
-def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int) -> int:
+def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int, held: ExitStack) -> int:
+    """`held` keeps --output_dir locked until the run ends."""
     input_path = Path(args.input_dir) / args.input_file
     bench = read_input(fmt, input_path, args)
     rubrics = bench.rubrics
@@ -43,7 +47,7 @@ def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int)
     device = checked_device(args.device or default_device())
     model_dir = find_checkpoint(args.model_path, args.revision).path
     output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    on_rank_zero(lambda: held.enter_context(locked(output_dir, "judge-score")), rank, world, "take --output_dir")
 
     judge = load_judge(model_dir, device, getattr(torch, args.dtype) if args.dtype else None)
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
@@ -81,8 +85,11 @@ def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
     """The input in the toolkit's terms, its rubrics loaded; refuses what cannot work before a model loads."""
     if args.criteria_file and fmt.name != "megabench":
         raise UsageError(f"--criteria_file applies to --format megabench only, not {fmt.name}")
-    if clash := [name for name in (args.output_file, *fmt.outputs) if (Path(args.output_dir) / name).resolve() == input_path.resolve()]:
-        raise UsageError(f"--output_dir would overwrite the input {input_path} with {clash[0]}; choose another --output_dir")
+    written = [args.output_file, SUMMARY, *fmt.outputs, journal_pattern(args.output_file)]
+    inputs = [("--input_file", input_path), ("--criteria_file", args.criteria_file), ("--calibrator", args.calibrator),
+              ("--model_path", args.model_path), *[("--rubric", path) for path in args.rubric or fmt.default_rubrics]]
+    if problems := overwritten_inputs(Path(args.output_dir), written, inputs):
+        raise UsageError("\n  ".join(problems))
     rubrics = load_rubrics(args.rubric or fmt.default_rubrics)
     bench = fmt.read(input_path, Path(args.input_dir), rubrics, Path(args.criteria_file) if args.criteria_file else None)
     bench.problems.sort(key=lambda p: (p.index is not None, p.index or 0))
@@ -133,9 +140,9 @@ def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator,
     write_json_atomically(output_dir / output_file, [r.model_dump(exclude=uncalibrated) for r in results])
     scale = next(iter(rubrics.values())).score_scale
     summary = summarize(results, skipped, scale)
-    write_json_atomically(output_dir / "summary.json", summary)
+    write_json_atomically(output_dir / SUMMARY, summary)
     print(format_summary(summary))
-    print(f"results: {output_dir / output_file}\nsummary: {output_dir / 'summary.json'}")
+    print(f"results: {output_dir / output_file}\nsummary: {output_dir / SUMMARY}")
     return results
 
 
@@ -159,7 +166,7 @@ def barrier(world: int) -> None:
         dist.barrier()
 
 
-def on_rank_zero(work: Callable[[], None], rank: int, world: int) -> None:
+def on_rank_zero(work: Callable[[], None], rank: int, world: int, what: str = "merge the results") -> None:
     """Run `work` on rank 0 while the other ranks wait, and have every rank fail when it fails: a rank
     left waiting for a rank 0 that died would hang (on other nodes, until the collective times out)."""
     error = None
@@ -174,7 +181,7 @@ def on_rank_zero(work: Callable[[], None], rank: int, world: int) -> None:
     if error is not None:
         raise error
     if failed[0]:
-        raise RuntimeError("rank 0 failed to merge the results (its error says why); the journals are kept: rerun to finish")
+        raise RuntimeError(f"rank 0 failed to {what} (its error says why); the journals are kept: rerun to finish")
 
 
 def default_device() -> str:

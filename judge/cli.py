@@ -8,6 +8,9 @@ traceback shown only under --verbose.
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import reprlib
 import sys
 import traceback
 import types
@@ -108,7 +111,7 @@ def setting_problems(cls, values: dict) -> list[str]:
         else:
             continue
         if not ok:
-            problems.append(f"{f.name} must be {wanted}, got {value!r}")
+            problems.append(f"{f.name} must be {wanted}, got {reprlib.repr(value)}")  # a value may be megabytes
     return problems
 
 
@@ -148,23 +151,43 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
     """Call a command's main, turning known errors into a message and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in args
+    forbid_pickled_code()
     try:
         return main(args) or 0
-    except (InputError, UsageError) as err:
-        print(f"error: {_user_message(err)}", file=sys.stderr)
-        if verbose:
-            traceback.print_exc()
-        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # the last line of defence: one line for the user, the trace on request
-        print(f"error: internal failure: {type(err).__name__}: {err}", file=sys.stderr)
+        message, code = _explained(err)
+        print(f"error: {message}", file=sys.stderr)
         if verbose:
             traceback.print_exc()
-        else:
+        elif code == EXIT_FAILURE:
             print("(run again with --verbose for the full traceback)", file=sys.stderr)
-        return EXIT_FAILURE
+        return code
+
+
+def forbid_pickled_code() -> None:
+    """Every torch.load of this process and its children reads weights only: tensors, plain data and the
+    types allow-listed with torch.serialization.add_safe_globals, never an arbitrary global, even where a
+    library asks for weights_only=False (DeepSpeed does, for its checkpoints). The toolkit trusts a
+    checkpoint's tensors and data files, never its code or pickled objects."""
+    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # torch refuses to load at all when both are set
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+
+
+# OSErrors that say what the machine lacks (space, quota, permission) or cannot take (a path too long), not
+# what the toolkit got wrong.
+ENVIRONMENT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG)
+
+
+def _explained(err: Exception) -> tuple[str, int]:
+    if isinstance(err, (InputError, UsageError)):
+        return _user_message(err), EXIT_BAD_INPUT
+    if isinstance(err, OSError) and err.errno in ENVIRONMENT_ERRORS:
+        # A full disk or a read-only directory is the user's to fix; what was finished is kept.
+        return f"{err.filename or 'a file'}: {err.strerror}", EXIT_BAD_INPUT
+    return f"internal failure: {type(err).__name__}: {err}", EXIT_FAILURE
 
 
 def _user_message(err: InputError | UsageError) -> str:

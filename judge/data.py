@@ -8,7 +8,10 @@ dataset in one pass instead of one crash at a time.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Annotated
@@ -26,14 +29,27 @@ CATEGORIES = ("SA", "PBL", "MSR")  # MMIE's; other benchmarks' samples name thei
 IMAGE_PLACEHOLDER = "<image>"  # where the judge's prompt puts an image (InternVL's chat protocol)
 
 
+# A text of 500,000 characters is some 125,000 tokens, the whole context of an InternVL2 judge; no text of
+# MMIE, MileBench, Inst-It or MEGA-Bench comes near it. Beyond it the prompt could not be judged, and its
+# attention alone would take more memory than any machine has.
+MAX_TEXT_CHARS = 500_000
+
+
 def no_image_placeholder(text: str) -> str:
     if IMAGE_PLACEHOLDER in text:
         raise ValueError(f"contains '{IMAGE_PLACEHOLDER}', which the judge would take for an image; remove or reword it")
     return text
 
 
-# Text of a sample that goes into the judge's prompt: it may not fake an image placeholder.
-JudgeText = Annotated[str, AfterValidator(no_image_placeholder)]
+def judgeable_length(text: str) -> str:
+    if len(text) > MAX_TEXT_CHARS:
+        raise ValueError(f"{len(text):,} characters, more than the {MAX_TEXT_CHARS:,} a judge's context can hold")
+    return text
+
+
+# Text of a sample that goes into the judge's prompt: it may not fake an image placeholder, and must fit a
+# judge's context. (Special tokens in it are read as text: see judge.prompts.encode_prompt.)
+JudgeText = Annotated[str, AfterValidator(judgeable_length), AfterValidator(no_image_placeholder)]
 
 
 class Segment(BaseModel):
@@ -96,7 +112,7 @@ class Sample(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        if isinstance(data.get("id"), int):
+        if isinstance(data.get("id"), int) and not isinstance(data["id"], bool):  # `true` is no id
             data["id"] = str(data["id"])
         for key in ("question", "answer", "gt_answer"):
             if key in data:
@@ -153,6 +169,7 @@ class Annotation(Sample):
 class JudgeResult(BaseModel):
     """One scored sample as `judge-score` writes it."""
 
+    model_config = ConfigDict(validate_assignment=True)  # the engine adds a forced reading's distribution later
     id: str
     model: str | None
     category: str
@@ -168,6 +185,14 @@ class JudgeResult(BaseModel):
     n_tiles: int
     prompt_tokens: int
     generated_tokens: int
+
+    @field_validator("score_distribution", "expected_score", "calibrated_score")
+    @classmethod
+    def _numbers_or_none(cls, value):
+        # Read from logits that are no numbers (a float16 overflow), a distribution is no measurement, and
+        # JSON has no NaN (its bare NaN made eval_result.json unreadable to other parsers): none.
+        values = value.values() if isinstance(value, dict) else [value]
+        return value if all(v is None or math.isfinite(v) for v in values) else None
 
 
 @dataclass(frozen=True)
@@ -215,41 +240,153 @@ def read_text(path: str | Path) -> str:
 
 def read_json(path: str | Path) -> object:
     """The content of a JSON file, or of a JSONL file (`.jsonl`, one value per line) as a list; errors
-    name the file and the line."""
+    name the file and the line, or the record and field (see `value_problems`)."""
+    content, problems = load_json(path)
+    if problems:
+        raise InputError(problems)
+    return content
+
+
+def load_json(path: str | Path) -> tuple[object, list[Problem]]:
+    """`read_json`'s content and the problems of its values (a top-level list's index is the record), for
+    a reader that sets those records aside (`--skip_invalid`); a file that cannot be read raises."""
     path = Path(path)
     if not path.is_file():
         raise InputError([Problem(str(path), "file not found")])
     text = read_text(path)
     if not text.strip():
         raise InputError([Problem(str(path), "file is empty")])
+    strings = _SURROGATE_ESCAPE.search(text) is not None  # only then can a string hold a lone surrogate
     if path.suffix != ".jsonl":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as err:
-            raise InputError([Problem(str(path), f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}")]) from None
-    records, problems = [], []
-    for lineno, line in enumerate(text.splitlines(), 1):
+        content = _loads(text, path)
+        return content, [_located(path, where, message) for where, message in value_problems(content, strings)]
+    records, problems, unreadable = [], [], []
+    # Lines end at "\n" only: JSON strings may hold U+2028, U+2029 or U+0085 unescaped, where splitlines
+    # would cut a record in two.
+    for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            problems.append(Problem(str(path), f"invalid JSON on line {lineno}: {err.msg}"))
-    if problems:
-        raise InputError(problems)
-    return records
+            record = _loads(line, path, lineno)
+        except InputError as err:
+            unreadable += err.problems
+            continue
+        problems += [_located(path, (len(records), *where), message) for where, message in value_problems(record, strings)]
+        records.append(record)
+    if unreadable:
+        raise InputError(unreadable)
+    return records, problems
+
+
+@dataclass(frozen=True)
+class _NotANumber:
+    """A number that Python's json module reads and JSON does not have (NaN, Infinity, a float beyond
+    range), or one no input needs (a whole number of thousands of digits): a problem, not a value, since an
+    output that echoes it would not be JSON."""
+
+    message: str
+
+
+def _parse_float(literal: str) -> float | _NotANumber:
+    value = float(literal)
+    return value if math.isfinite(value) else _NotANumber(f"{literal[:40]} is beyond the range of a number")
+
+
+def _parse_int(literal: str) -> int | _NotANumber:
+    try:
+        return int(literal)
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits())
+        return _NotANumber(f"a whole number of {len(literal)} digits; no input holds one")
+
+
+def _parse_constant(literal: str) -> _NotANumber:
+    return _NotANumber(f"{literal} is not JSON; write null for no value")
+
+
+def _loads(text: str, path: Path, line: int | None = None) -> object:
+    """One JSON value; `line`: the line of a JSONL file it is on."""
+    hooks = {"parse_float": _parse_float, "parse_constant": _parse_constant}
+    try:
+        try:
+            return json.loads(text, **hooks)
+        except json.JSONDecodeError:
+            raise
+        except ValueError:  # a whole number of more digits than Python converts; read again to say where
+            return json.loads(text, parse_int=_parse_int, **hooks)
+    except json.JSONDecodeError as err:
+        where = f"on line {line}" if line else f"at line {err.lineno}, column {err.colno}"
+        raise InputError([Problem(str(path), f"invalid JSON {where}: {err.msg}")]) from None
+    except RecursionError:  # json's C scanner recurses once per level
+        raise InputError([Problem(str(path), TOO_DEEP + (f" (line {line})" if line else ""))]) from None
+
+
+MAX_DEPTH = 100  # levels of nesting in a JSON or YAML input; the toolkit's inputs nest a few levels
+TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep; no input of this toolkit nests so deep"
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def value_problems(value: object, strings: bool = True, max_values: int | None = None) -> list[tuple[tuple, str]]:
+    """(where, what) for each part of a value read from a file that no command can use: nesting deeper than
+    MAX_DEPTH, a `_NotANumber`, more than `max_values` values (YAML's aliases can make a few lines stand for
+    billions), and, when `strings`, a lone surrogate: half of a UTF-16 pair (JSON's \\ud800 escape), no
+    character, which no tokenizer or UTF-8 output takes. Walked without recursion, so that no depth can
+    crash it; a clean value (nearly every one) in one quick pass, a value with problems again to say where."""
+    if not _walk(value, strings, max_values, locate=False):
+        return []
+    return _walk(value, strings, max_values, locate=True)
+
+
+def _walk(value: object, strings: bool, max_values: int | None, locate: bool) -> list[tuple[tuple, str]]:
+    problems: list[tuple[tuple, str]] = []
+
+    def check(where: tuple, item: object) -> None:
+        if type(item) is _NotANumber:
+            problems.append((where, item.message))
+        elif strings and type(item) is str and (found := _LONE_SURROGATE.search(item)):
+            problems.append((where, f"holds a lone surrogate (\\u{ord(found.group()):04x}): half of a UTF-16 pair, no character"))
+
+    check((), value)
+    stack, seen = [((), 0, value)] if type(value) in (dict, list) else [], 0
+    while stack and (locate or not problems):
+        where, depth, item = stack.pop()
+        if depth >= MAX_DEPTH:
+            problems.append((where[:3], TOO_DEEP))
+            continue
+        seen += len(item)
+        if max_values is not None and seen > max_values:
+            problems.append(((), f"more than {max_values:,} values (aliases expanded); no input of this toolkit holds so many"))
+            break
+        for key, child in item.items() if type(item) is dict else enumerate(item):
+            kind = type(child)  # by type, not isinstance: this loop sees every value of a 100 MB file
+            if kind is dict or kind is list:
+                stack.append(((*where, key) if locate else where, depth + 1, child))
+            elif kind is _NotANumber or (strings and kind is str):
+                check((*where, key), child)
+            if strings and type(key) is str:
+                check((*where, key), key)
+    return problems
+
+
+def _located(path: Path, where: tuple, message: str) -> Problem:
+    """A problem at `where` in a file's value: a top-level list's index is the record."""
+    if where and isinstance(where[0], int):
+        return Problem(str(path), message, where[0], None, field_name(where[1:]) or None)
+    return Problem(str(path), message, None, None, field_name(where) or None)
 
 
 def write_json_atomically(path: Path, value: object) -> None:
-    write_text_atomically(path, json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+    # allow_nan=False: a NaN that reached an output fails here rather than write a file that is not JSON.
+    write_text_atomically(path, json.dumps(value, ensure_ascii=False, indent=2, allow_nan=False) + "\n")
 
 
 def write_text_atomically(path: Path, text: str) -> None:
     """Write to a temporary file in the same directory and rename it over the target: readers see the old
-    file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    file or the new one, never half of one. The temporary file is this call's own (a random name, created
+    exclusively): two writers of one path each rename a whole file, never one the other is writing."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     try:
-        with tmp.open("w", encoding="utf-8") as f:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -263,8 +400,11 @@ def read_records(path: str | Path) -> list:
     """Records of a JSON list, or of a JSONL file."""
     records = read_json(path)
     if not isinstance(records, list):
-        raise InputError([Problem(str(path), "expected a JSON list of records or JSONL, one record per line")])
+        raise InputError([Problem(str(path), RECORDS_EXPECTED)])
     return records
+
+
+RECORDS_EXPECTED = "expected a JSON list of records or JSONL, one record per line"
 
 
 def field_name(loc: tuple) -> str:
@@ -306,8 +446,14 @@ def parse_records(path: str | Path, records: list, model: type[BaseModel], id_ke
 
 def _parse(path: str | Path, model: type[Sample]) -> tuple[list, list[Problem]]:
     """Every record of the file that validates, and the problems of those that do not."""
-    records = read_records(path)
-    parsed, problems = parse_records(path, records, model)
+    records, problems = load_json(path)
+    if not isinstance(records, list):
+        raise InputError([Problem(str(path), RECORDS_EXPECTED)])
+    if file_problems := [p for p in problems if p.index is None]:
+        raise InputError(file_problems)
+    unusable = {p.index for p in problems}
+    parsed, invalid = parse_records(path, [None if i in unusable else r for i, r in enumerate(records)], model)
+    problems += [p for p in invalid if p.index not in unusable]
     if not records:
         problems.append(Problem(str(path), "no records"))
     return parsed, problems
@@ -318,11 +464,24 @@ def resolve_image(image: str, image_root: str | Path) -> Path:
     return path if path.is_absolute() else Path(image_root) / path
 
 
+# A 48-megapixel phone photo is the largest image a benchmark could hold; the judge sees any image as a
+# few 448-px tiles. Beyond, decoding alone takes hundreds of MB an image (eight crafted 13000 x 13000 PNGs
+# of 164 KB each, under PIL's own limit, took validation to 3.7 GB).
+MAX_IMAGE_PIXELS = 50_000_000
+
+
 def _image_problem(path: Path) -> str | None:
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as err:  # a name longer than the filesystem takes
+        return f"image path unusable: {path} ({err.strerror})"
+    if not found:
         return f"image not found: {path}"
     try:
         with Image.open(path) as img:
+            if (pixels := img.width * img.height) > MAX_IMAGE_PIXELS:  # from the header: nothing decoded yet
+                return (f"image of {img.width} x {img.height} pixels ({pixels / 1e6:.0f} megapixels), more than the "
+                        f"{MAX_IMAGE_PIXELS / 1e6:.0f} any image needs: {path}; the judge sees it as a few 448-px tiles, so resize it")
             img.load()
     except Exception as err:  # PIL raises many types for a broken file; all mean the same to the user.
         return f"image cannot be decoded: {path} ({type(err).__name__}: {err})"

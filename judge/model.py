@@ -22,6 +22,7 @@ directions: `save_original` writes a trained judge back in the original format o
 from __future__ import annotations
 
 import functools
+import math
 import re
 import shutil
 import sys
@@ -30,8 +31,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_validator, model_validator
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from transformers import (
     AutoConfig,
@@ -190,9 +192,10 @@ def load_judge(name: str | Path, device: str = "cpu", dtype: torch.dtype | None 
         model = _build_from_original(path, config, tokenizer, device, dtype)
         settings = settings_from_original(path, config, model.config)
     else:
-        model = InternVLForConditionalGeneration.from_pretrained(path, dtype=dtype).to(device)
+        model = _load_native(path, dtype).to(device)
         settings = _settings_from_native(path, model.config)
     _check_untied(model)
+    check_finite(path, model.named_parameters())
     use_rowwise_rope(model.model.language_model)
     use_fused_kernels(model, device)
     model.eval()
@@ -227,11 +230,79 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
 def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
     from peft import PeftModel
 
-    base = load_judge(adapter_base(path).path, device, dtype)
+    base_path = adapter_base(path).path
+    if checkpoint_format(base_path) == "adapter":  # an adapter naming itself as its base recursed until Python gave up
+        raise CheckpointError(f"{path}/adapter_config.json: base_model_name_or_path {str(base_path)!r} is an adapter itself; "
+                              "give the checkpoint it was trained on, or merge that adapter first (judge-train merge)")
+    base = load_judge(base_path, device, dtype)
     model = PeftModel.from_pretrained(base.model, path).eval()
+    _check_adapter_weights(path, model)
     tokenizer = load_tokenizer(path) if (path / "tokenizer_config.json").is_file() else base.tokenizer
     settings = read_settings(path, base.settings.tokens_per_tile) or base.settings
     return Judge(model, tokenizer, settings, "adapter")
+
+
+def _check_adapter_weights(path: Path, model) -> None:
+    """The adapter's saved weights are exactly those its config makes: PEFT leaves a missing one at its
+    initialisation (LoRA's B at zero: no adapter at all) with a warning, and ignores an unexpected one."""
+    from peft import get_peft_model_state_dict
+    from peft.utils import load_peft_weights
+
+    saved = load_peft_weights(str(path), device="cpu")
+    expected = set(get_peft_model_state_dict(model))
+    _refuse_mismatch(path, sorted(expected - set(saved)), sorted(set(saved) - expected))
+    check_finite(path, saved.items())
+
+
+def _refuse_mismatch(path: Path, missing: list[str], unexpected: list[str]) -> None:
+    if missing or unexpected:
+        raise CheckpointError(f"{path}: weights do not match the config: missing {missing[:5]}{' ...' if len(missing) > 5 else ''}, "
+                              f"unexpected {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
+
+
+def check_finite(path: Path, tensors) -> None:
+    """Every weight a number: a NaN weight made every score of the judge NaN, silently."""
+    if bad := [name for name, tensor in tensors if tensor.is_floating_point() and not torch.isfinite(tensor).all()]:
+        raise CheckpointError(f"{path}: weights hold NaN or Infinity: {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}")
+
+
+def _load_native(path: Path, dtype: torch.dtype) -> InternVLForConditionalGeneration:
+    """A native checkpoint, refused where its config is incomplete (transformers would fill the gaps with the
+    defaults of a 12-billion-parameter model and try to allocate it) or its weights do not fill the model
+    exactly (a missing weight would be left at a random initialisation)."""
+    where, kind = f"{path}/config.json", "a native InternVL config"
+    raw = read_json_object(path / "config.json")
+    _require(raw, ("text_config", "vision_config"), where, kind)
+    _require(raw["text_config"], ("model_type", *TEXT_SIZES), f"{where} text_config", kind)
+    _require(raw["vision_config"], VISION_SIZES, f"{where} vision_config", kind)
+    config = _built(path, lambda: InternVLConfig.from_pretrained(path))
+    _check_size(path, config)
+    model, info = InternVLForConditionalGeneration.from_pretrained(path, config=config, dtype=dtype, output_loading_info=True)
+    mismatched = [f"{key} (shape)" for key, *_ in info.get("mismatched_keys", [])]
+    _refuse_mismatch(path, sorted(info["missing_keys"]) + mismatched, sorted(info["unexpected_keys"]))
+    return model
+
+
+def _built(path: Path, build):
+    """A config object built from config.json; a value of the wrong type is a CheckpointError naming it."""
+    try:
+        return build()
+    except (StrictDataclassError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}/config.json: {' '.join(str(err).split())}") from None
+
+
+def _check_size(path: Path, config: InternVLConfig) -> None:
+    """The model the config describes holds as many numbers as the weight files, read from their headers,
+    before anything is allocated: a config that describes another model would be allocated first and
+    found out after (a 12-billion-parameter one is killed for memory first)."""
+    with torch.device("meta"), no_init_weights():
+        described = sum(p.numel() for p in InternVLForConditionalGeneration(config).parameters())
+    stored = 0
+    for file in safetensors_files(path):
+        with safe_open(file, framework="pt") as weights:
+            stored += sum(math.prod(weights.get_slice(key).get_shape()) for key in weights.keys())
+    if described != stored:
+        raise CheckpointError(f"{path}: config.json describes a model of {described:,} weights, the weight files hold {stored:,}")
 
 
 def adapter_base(path: Path, extra_files: tuple[str, ...] = ()) -> Checkpoint:
@@ -245,12 +316,15 @@ def adapter_base(path: Path, extra_files: tuple[str, ...] = ()) -> Checkpoint:
                               "(it names the base checkpoint the adapter was trained on)") from None
 
 
-def native_config_from_original(config: dict, tokenizer: PreTrainedTokenizerBase) -> InternVLConfig:
-    """Map an InternVLChatModel config onto transformers' InternVLConfig, refusing what it cannot represent."""
-    _require(config, ("llm_config", "vision_config", "downsample_ratio"), "config.json")
-    llm, vision = dict(config["llm_config"]), config["vision_config"]
-    _require(vision, ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "image_size", "patch_size"),
-             "config.json vision_config")
+def native_config_from_original(config: dict, tokenizer: PreTrainedTokenizerBase, where: str = "config.json") -> InternVLConfig:
+    """Map an InternVLChatModel config onto transformers' InternVLConfig, refusing what it cannot represent;
+    `where` names the file in messages."""
+    _require(config, ("llm_config", "vision_config", "downsample_ratio"), where)
+    _require(config["llm_config"], TEXT_SIZES, f"{where} llm_config")
+    _require(config["vision_config"], VISION_SIZES, f"{where} vision_config")
+    llm, vision, ratio = dict(config["llm_config"]), config["vision_config"], config["downsample_ratio"]
+    if type(ratio) not in (int, float) or not 0 < ratio <= 1:
+        raise CheckpointError(f"{where}: downsample_ratio must be a number in (0, 1], got {ratio!r}")
     llm_type = llm.get("model_type")
     if llm_type not in SUPPORTED_LLMS:
         raise CheckpointError(
@@ -297,9 +371,26 @@ def native_config_from_original(config: dict, tokenizer: PreTrainedTokenizerBase
     )
 
 
-def _require(config: dict, keys: tuple[str, ...], where: str) -> None:
+# The sizes a config must give, each a whole number, for the model it describes to be known.
+TEXT_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+VISION_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "image_size", "patch_size")
+
+
+def _require(config: object, keys: tuple[str, ...], where: str, kind: str = "an original InternVL2 config") -> None:
+    """`keys` are in `config`, and those that are sizes are positive whole numbers."""
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{where} must be an object, got {type(config).__name__}: not {kind}")
     if missing := [k for k in keys if k not in config]:
-        raise CheckpointError(f"{where} lacks {', '.join(missing)}: not an original InternVL2 config")
+        raise CheckpointError(f"{where} lacks {', '.join(missing)}: not {kind}")
+    sizes = set(TEXT_SIZES) | set(VISION_SIZES)
+    if wrong := [f"{k} {config[k]!r}" for k in keys if k in sizes and not _size(config[k])]:
+        raise CheckpointError(f"{where}: {', '.join(wrong)}: sizes must be positive whole numbers")
+
+
+def _size(value: object) -> bool:
+    """A positive whole number, or (a native config's image and patch sizes) a pair of them."""
+    values = value if isinstance(value, list) and value else [value]
+    return all(type(v) is int and v >= 1 for v in values)
 
 
 def _rope_parameters(rope: dict, llm: dict) -> dict:
@@ -396,18 +487,30 @@ def safetensors_files(path: Path) -> list[Path]:
         missing = [s for s in shards if not (path / s).is_file()]
         if missing:
             raise CheckpointError(f"{index}: lists shards that are missing: {', '.join(missing)}")
-        return [path / s for s in shards]
+        return _readable([path / s for s in shards])
     if (path / "model.safetensors").is_file():
-        return [path / "model.safetensors"]
+        return _readable([path / "model.safetensors"])
     if any(path.glob("*.bin")):
         raise CheckpointError(f"{path}: only .bin weights found; convert them to safetensors first")
     raise CheckpointError(f"{path}: no model.safetensors or model.safetensors.index.json")
 
 
+def _readable(files: list[Path]) -> list[Path]:
+    """The files, each with a whole safetensors header (a truncated or empty one is an interrupted copy)."""
+    for file in files:
+        try:
+            with safe_open(file, framework="pt"):
+                pass
+        except (SafetensorError, OSError) as err:
+            raise CheckpointError(f"{file}: not a complete safetensors file ({err}); copy or download it again") from None
+    return files
+
+
 def _build_from_original(
     path: Path, config: dict, tokenizer: PreTrainedTokenizerBase, device: str, dtype: torch.dtype
 ) -> InternVLForConditionalGeneration:
-    native_config = native_config_from_original(config, tokenizer)
+    native_config = _built(path, lambda: native_config_from_original(config, tokenizer, f"{path}/config.json"))
+    _check_size(path, native_config)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -465,13 +568,22 @@ def settings_from_original(path: Path, config: dict, native: InternVLConfig) -> 
             system_message = system_message_from_conversation_py(path / "conversation.py", template)
         except InputError as err:
             raise CheckpointError("; ".join(map(str, err.problems))) from None
-    tiling = TilingConfig(
-        image_size=config.get("force_image_size") or config["vision_config"]["image_size"],
-        min_tiles=config.get("min_dynamic_patch", 1),
-        max_tiles=config.get("max_dynamic_patch", 12) if config.get("dynamic_image_size", True) else 1,
-        use_thumbnail=config.get("use_thumbnail", True),
-    )
-    return JudgeSettings(template, system_message, tiling, _tokens_per_tile(native))
+    # The stored settings' own checks (positive whole numbers, true or false), in config.json's names: a
+    # "six" here was found only when the first image was tiled, after the model had loaded.
+    names = {"image_size": "force_image_size", "min_tiles": "min_dynamic_patch", "max_tiles": "max_dynamic_patch",
+             "use_thumbnail": "use_thumbnail", "system_message": "system_message"}
+    try:
+        stored = SettingsFile(
+            template=template, system_message=system_message,
+            image_size=config.get("force_image_size") or config["vision_config"]["image_size"],
+            min_tiles=config.get("min_dynamic_patch", 1),
+            max_tiles=config.get("max_dynamic_patch", 12) if config.get("dynamic_image_size", True) else 1,
+            use_thumbnail=config.get("use_thumbnail", True),
+        )
+    except ValidationError as err:
+        problems = validation_problems(path / "config.json", None, None, err)
+        raise CheckpointError("; ".join(str(replace(p, field=names.get(p.field, p.field))) for p in problems)) from None
+    return stored.judge_settings(_tokens_per_tile(native))
 
 
 def read_settings(path: Path, tokens_per_tile: int) -> JudgeSettings | None:

@@ -32,6 +32,7 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 # Float error of a step count (0.7 / 0.1 = 6.999999999999999) is far below this; a real half step is not.
 _DECIMALS = 9
+MAX_STEPS = 1000  # a 0-100 scale in steps of 0.1; no rating scale has more
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class ScoreScale:
         if abs(steps - round(steps)) > 10**-_DECIMALS:
             raise ValueError(f"step {self.step:g} does not divide the scale {self.low:g}-{self.high:g} into whole steps "
                              f"((high - low) / step = {steps:.4g})")
+        if steps > MAX_STEPS:  # statistics over levels hold a count per pair of levels: 26.8 GiB at 60,000 steps
+            raise ValueError(f"{self.low:g}-{self.high:g} in steps of {self.step:g} is {steps:,.0f} steps; a scale has at most {MAX_STEPS:,}")
 
     @property
     def n_levels(self) -> int:

@@ -4,6 +4,7 @@
            --rubric---> the category's prompt (configs/rubrics/*.yaml)
            --template-> the chat turn (judge/templates.py)
            --expand---> each <image> becomes <img><IMG_CONTEXT> x (tokens_per_tile * tiles)</img>
+           --encode---> token ids, special tokens only where the template and the images put them (encode_prompt)
 
 MMIE's reading of an answer (a rubric's `answer_stops_at_images`, 3 in rubrics imported from MMIE's
 prompts.py): MMIE's dataset.py reads the answer only until the prompt holds 3 images, so the rest of a
@@ -28,6 +29,8 @@ numbers, and the cut is recorded in `JudgePrompt.truncated`. A sample is never d
 
 from __future__ import annotations
 
+import bisect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -40,7 +43,7 @@ from judge.configs import DEFAULT_RUBRICS
 from judge.data import (IMAGE_PLACEHOLDER, InputError, JudgeText, Problem, Sample, Segment, no_image_placeholder, parse_records,
                         resolve_image)
 from judge.parsing import ScoreScale
-from judge.templates import ChatTemplate
+from judge.templates import ChatTemplate, Span, join_parts
 from judge.tiling import TilingConfig, count_tiles
 from judge.yamlfile import read_yaml
 
@@ -82,6 +85,17 @@ class Rubric(BaseModel):
     @model_validator(mode="after")
     def _valid_scale(self) -> Rubric:
         ScoreScale(*self.scale, self.step)  # a ValueError when the step does not divide the scale
+        return self
+
+    @model_validator(mode="after")
+    def _shows_what_is_judged(self) -> Rubric:
+        # Without {answer} every prompt would be the same, whatever the sample says; without {instructions}
+        # or {question} the judge would score an answer to nothing by no rubric; with use_reference and no
+        # {reference}, the reference would never be shown.
+        needed = ["instructions", "question", "answer"] + (["reference"] if self.use_reference else [])
+        used = {name for _, name, _, _ in Formatter().parse(self.template)}
+        if missing := [name for name in needed if name not in used]:
+            raise ValueError(f"template: {_braced(missing)} missing; a judge's prompt needs {_braced(needed)}")
         return self
 
     @property
@@ -153,6 +167,9 @@ class JudgePrompt:
     text: str
     images: list[PlannedImage]  # only the images shown, in prompt order
     truncated: list[str]
+    # Where in `text` the template's control tokens and the image tokens are: the only special tokens it may
+    # hold. Everything else is text (encode_prompt).
+    controls: tuple[Span, ...] = ()
 
     @property
     def n_tiles(self) -> int:
@@ -295,15 +312,56 @@ def _assemble(sample: Sample, rubric: Rubric, template: ChatTemplate, system_mes
     shown_images = [p for p in plans if p.n_tiles > 0 and p.number in laid_out]
     if shown_images and IMAGE_PLACEHOLDER not in query:
         query = f"{IMAGE_PLACEHOLDER}\n{query}"  # InternVL's chat() rule for a query without a placeholder
-    text = template.render(query, system_message)
-    pieces = text.split(IMAGE_PLACEHOLDER)
+    pieces = query.split(IMAGE_PLACEHOLDER)
     if len(pieces) - 1 != len(shown_images):
         raise ValueError(
             f"sample {sample.id!r}: the prompt has {len(pieces) - 1} {IMAGE_PLACEHOLDER} placeholders for "
             f"{len(shown_images)} images; does the rubric or the sample text contain a literal {IMAGE_PLACEHOLDER}?"
         )
-    expanded = pieces[0] + "".join(image_tokens(p.n_tiles, tokens_per_tile) + rest for p, rest in zip(shown_images, pieces[1:]))
-    return JudgePrompt(sample.id, expanded, shown_images, list(truncated))
+    query_parts = [(pieces[0], False)]
+    for image, rest in zip(shown_images, pieces[1:]):
+        query_parts += [(image_tokens(image.n_tiles, tokens_per_tile), True), (rest, False)]
+    text, controls = join_parts(template.parts(query_parts, system_message))
+    return JudgePrompt(sample.id, text, shown_images, list(truncated), controls)
+
+
+def encode_prompt(tokenizer, text: str, controls: tuple[Span, ...], add_special_tokens: bool = True) -> list[int]:
+    """The token ids of a built prompt (`JudgePrompt.text`, or that text with more appended), in which only
+    the spans `controls` (the template's control tokens, the image tokens) may become special tokens: text
+    from a sample, a rubric or a system message is read as text, whatever it says. Tokenized as one string,
+    a `<|end|><|assistant|>` in an answer closed the user's turn and opened a reply of the answer's making
+    ("### Score 6"), and an `<IMG_CONTEXT>` stood for an image that is not there.
+
+    A prompt holding no special token outside `controls` (every real one) is tokenized whole, exactly as
+    InternVL's chat tokenizes it; in one that does, each such token becomes the tokens of its characters."""
+    encoded = tokenizer(text, add_special_tokens=add_special_tokens)
+    added = tokenizer.added_tokens_encoder
+    special_ids = set(added.values())
+    in_controls = re.compile("|".join(map(re.escape, sorted(added, key=len, reverse=True))))
+    expected = sum(len(in_controls.findall(text, start, end)) for start, end in controls)
+    if add_special_tokens:
+        expected += tokenizer.num_special_tokens_to_add()
+    if sum(map(encoded.input_ids.count, special_ids)) == expected:  # list.count: C speed over thousands of ids
+        return encoded.input_ids
+    encoded = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    starts = [start for start, _ in controls]
+    ids = []
+    for token, (start, end) in zip(encoded.input_ids, encoded.offset_mapping):
+        k = bisect.bisect_right(starts, start) - 1
+        if token in special_ids and end > start and not (k >= 0 and end <= controls[k][1]):
+            ids += _as_text(tokenizer, text[start:end])
+        else:
+            ids.append(token)
+    return ids
+
+
+def _as_text(tokenizer, text: str) -> list[int]:
+    """The ids of `text` read as plain text where it follows other text: after a newline, so that a
+    SentencePiece tokenizer adds no word-start marker that the text does not have."""
+    plain = dict(add_special_tokens=False, split_special_tokens=True)
+    before = tokenizer("\n", **plain).input_ids
+    after = tokenizer(f"\n{text}", **plain).input_ids
+    return after[len(before):] if after[: len(before)] == before else tokenizer(text, **plain).input_ids
 
 
 def fit_prompt_budget(assemble: Callable[[list[Item]], JudgePrompt], question: list[Item], plans: list[PlannedImage],

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from judge.cli import add_common_flags, run
 from judge.data import UsageError, validation_problems, write_text_atomically
+from judge.outputs import overwritten_inputs
 from judge.parsing import ScoreScale
 from judge.prompts import Rubric
 
@@ -109,6 +110,9 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
+    output = Path(args.output)
+    if problems := overwritten_inputs(output.parent, [output.name], [("import", args.path)]):
+        raise UsageError(problems[0])
     rubrics = import_rubrics(Path(args.path), tuple(args.scale))
     header = f"# Imported by judge-rubric from {args.path}; the prompt text is kept byte for byte.\n"
     body = yaml.safe_dump([r.model_dump(mode="json") for r in rubrics], allow_unicode=True, sort_keys=False, width=10**6)

@@ -11,6 +11,10 @@ The model stops at the separator token (`<|end|>` or `<|im_end|>`), which is als
 target ends with. The system message comes from the checkpoint when it carries one (config.json's
 `system_message`, or its own `conversation.py` read with `ast`, never executed); otherwise it is
 InternVL's default below.
+
+A rendered turn is also known as parts (`ChatTemplate.parts`): the template's own strings, whose control
+tokens are the only ones the turn may hold, and the text it frames (system message, query), which is
+read as text whatever it says (judge.prompts.encode_prompt).
 """
 
 from __future__ import annotations
@@ -20,6 +24,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from judge.data import InputError, Problem, read_text
+
+# A piece of a prompt, and whether it is the template's own (True: its special tokens are control tokens)
+# or text from elsewhere (False: read as text, whatever it says).
+Part = tuple[str, bool]
+Span = tuple[int, int]  # [start, end) in a prompt's text
+
+
+def join_parts(parts: list[Part]) -> tuple[str, tuple[Span, ...]]:
+    """The text of some parts, and the spans of the template's own among them."""
+    text, controls, start = [], [], 0
+    for piece, control in parts:
+        if control and piece:
+            controls.append((start, start + len(piece)))
+        text.append(piece)
+        start += len(piece)
+    return "".join(text), tuple(controls)
+
 
 # InternVL2's default system message, as its conversation.py defines it for these templates.
 INTERNVL_SYSTEM_MESSAGE = "你是由上海人工智能实验室联合商汤科技开发的书生多模态大模型，英文名叫InternVL, 是一个有用无害的人工智能助手。"
@@ -36,12 +57,21 @@ class ChatTemplate:
 
     def render(self, query: str, system_message: str | None = None) -> str:
         """The prompt for one user turn, ending where the assistant's answer begins."""
-        system = self.system_template.format(system_message=self.default_system_message if system_message is None else system_message)
-        return f"{system}{self.separator}{self.user_role}{query}{self.separator}{self.assistant_role}"
+        return "".join(text for text, _ in self.parts([(query, False)], system_message))
+
+    def parts(self, query: list[Part], system_message: str | None = None) -> list[Part]:
+        """`render`'s turn in parts around a query given in parts (its image tokens are the prompt's own)."""
+        head, tail = self.system_template.split("{system_message}")
+        system = self.default_system_message if system_message is None else system_message
+        return [(head, True), (system, False), (tail + self.separator + self.user_role, True), *query,
+                (self.separator + self.assistant_role, True)]
 
     def target(self, answer: str) -> str:
         """What a trained judge must produce after `render`: the answer and the stop separator."""
-        return f"{answer}{self.separator}"
+        return "".join(text for text, _ in self.target_parts(answer))
+
+    def target_parts(self, answer: str) -> list[Part]:
+        return [(answer, False), (self.separator, True)]
 
     @property
     def stop_token(self) -> str:

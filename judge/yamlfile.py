@@ -1,5 +1,7 @@
-"""Reading the YAML files a user gives (rubrics, presets): a file that does not parse is one problem that
-names the file and the line, where PyYAML's own message speaks of "<unicode string>"."""
+"""Reading the YAML files a user gives (rubrics, presets, criteria): a file that does not parse is one
+problem that names the file and the line, where PyYAML's own message speaks of "<unicode string>"; a file
+no real rubric or preset comes near in size, nesting or (through aliases) values is refused before it can
+take the machine's memory."""
 
 from __future__ import annotations
 
@@ -7,14 +9,29 @@ from pathlib import Path
 
 import yaml
 
-from judge.data import InputError, Problem, read_text
+from judge.data import TOO_DEEP, InputError, Problem, field_name, read_text, value_problems
+
+# PyYAML's pure-Python parser takes some 300 bytes of memory per byte of YAML (a 30 MB rubric took 8 GB);
+# the largest file read here, a MEGA-Bench criteria file, is some 100 KB.
+MAX_YAML_BYTES = 4 * 2**20
+# A few lines of aliases (*name) can stand for billions of values; a rubric or preset holds hundreds.
+MAX_YAML_VALUES = 1_000_000
 
 
 def read_yaml(path: Path) -> object:
+    if (size := Path(path).stat().st_size) > MAX_YAML_BYTES:
+        raise InputError([Problem(str(path), f"{size:,} bytes; a YAML file read here holds at most {MAX_YAML_BYTES:,}")])
     try:
-        return yaml.safe_load(read_text(path))
+        value = yaml.safe_load(read_text(path))
     except yaml.MarkedYAMLError as err:
         raise InputError([Problem(str(path), _describe(err))]) from None
+    except yaml.reader.ReaderError as err:  # a character YAML does not allow (a NUL, a control character)
+        raise InputError([Problem(str(path), f"invalid YAML: character {err.character!r} at position {err.position}: {err.reason}")]) from None
+    except RecursionError:  # PyYAML composes and constructs recursively, once per level
+        raise InputError([Problem(str(path), TOO_DEEP)]) from None
+    if problems := value_problems(value, max_values=MAX_YAML_VALUES):
+        raise InputError([Problem(str(path), message, field=field_name(where) or None) for where, message in problems])
+    return value
 
 
 def _describe(err: yaml.MarkedYAMLError) -> str:

@@ -13,12 +13,16 @@ that apply, --config's included when one is given.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, settings_from_config
 from judge.data import InputError, UsageError, read_json
+from judge.outputs import LOCK_FILE, locked, overwritten_inputs, written_whole
 from judge.prompts import DEFAULT_RUBRICS, load_rubrics
+from train.checkpoints import resume_point, unsafe_pickles
 from train.config import CHECKPOINTS_DIR, TrainConfig, config_problems
 
 # judge.model, judge.distributed and train.recipe are imported where they are used: they load torch and
@@ -80,7 +84,9 @@ def merge(argv) -> int:
         raise UsageError(f"--adapter {args.adapter}: not a LoRA adapter directory (no adapter_config.json)")
     base = original_base(adapter) if args.format == "original" else None  # refused here, before the weights load
     judge = load_judge(adapter)
-    print(f"merged checkpoint ({args.format} format): {save_original(judge, base, out) if base else save_native(judge, out)}")
+    with written_whole(out) as staging:
+        save_original(judge, base, staging) if base else save_native(judge, staging)
+    print(f"merged checkpoint ({args.format} format): {out}")
     return 0
 
 
@@ -88,18 +94,20 @@ def fine_tune(argv) -> int:
     args = build_parser(argv).parse_args(argv)
     cfg = settings_from_config(TrainConfig, args.config, args)
     out = Path(args.output_dir)
-    if problems := config_problems(cfg) + run_problems(args, out):
-        raise UsageError(problems[0] if len(problems) == 1 else
-                         f"{len(problems)} problems with the settings (from {args.config or 'the defaults'}) and flags:\n  " + "\n  ".join(problems))
+    # A setting's problem names the config it may come from; the others name their flag or file.
+    if problems := [f"{args.config} (or its flag): {p}" if args.config else p for p in config_problems(cfg)] + run_problems(args, out):
+        raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the settings and flags:\n  " + "\n  ".join(problems))
     rubrics = load_rubrics(args.rubric or DEFAULT_RUBRICS)
     from judge.distributed import end_process_group
     from train.recipe import train
 
-    try:
-        result = train(args.model_path, args.revision, Path(args.train_file), Path(args.eval_file) if args.eval_file else None,
-                       Path(args.input_dir), out, rubrics, cfg, args.deepspeed, args.resume)
-    finally:
-        end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
+    # Rank 0 holds --output_dir for the run; the others wait for it in the Trainer's process group.
+    with locked(out, "judge-train") if int(os.environ.get("RANK", "0")) == 0 else nullcontext():
+        try:
+            result = train(args.model_path, args.revision, Path(args.train_file), Path(args.eval_file) if args.eval_file else None,
+                           Path(args.input_dir), out, rubrics, cfg, args.deepspeed, args.resume)
+        finally:
+            end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
     print(f"trained judge: {out}  (steps: {result['global_step']}, {chosen_by(result['best_pearson'], bool(args.eval_file))})")
     return 0
 
@@ -120,8 +128,6 @@ def run_problems(args, out: Path) -> list[str]:
     --full_finetune run, judge-score would load the earlier LoRA adapter), and its checkpoints would be
     resumed later. Refusing is safer than deleting: a mistyped directory costs a message, not a judge.
     Every rank checks before any writes there: the Trainer writes only once all have joined the process group."""
-    from transformers.trainer_utils import get_last_checkpoint  # here: --help needs no transformers
-
     problems = []
     if args.deepspeed:
         try:
@@ -129,11 +135,19 @@ def run_problems(args, out: Path) -> list[str]:
         except InputError as err:
             problems += [f"--deepspeed {problem}" for problem in err.problems]
     checkpoints = out / CHECKPOINTS_DIR
-    if args.resume and not (checkpoints.is_dir() and get_last_checkpoint(checkpoints)):
-        problems.append(f"--resume: nothing to resume in {out} (no checkpoint in {checkpoints}); drop --resume to start a fresh run")
-    if not args.resume and out.is_dir() and any(out.iterdir()):
+    if args.resume:
+        checkpoint, skipped = resume_point(checkpoints) if checkpoints.is_dir() else (None, [])
+        if checkpoint is None:
+            problems.append(f"--resume: nothing to resume in {out}: no checkpoint saved whole in {checkpoints}"
+                            + "".join(f"; {line}" for line in skipped) + "; drop --resume to start a fresh run in a new or empty --output_dir")
+        else:
+            problems += [f"--resume: {problem}" for problem in unsafe_pickles(checkpoint)]
+    if not args.resume and out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
         problems.append(f"--output_dir {out} is not empty (an earlier run?); give a new or empty directory, or --resume to continue that run")
-    return problems
+    # Everything in --output_dir is the run's: an input there could be overwritten by a checkpoint or the judge.
+    inputs = [("--model_path", args.model_path), ("--train_file", args.train_file), ("--eval_file", args.eval_file),
+              ("--config", args.config), ("--deepspeed", args.deepspeed), *[("--rubric", path) for path in args.rubric or DEFAULT_RUBRICS]]
+    return problems + overwritten_inputs(out, ["**"], inputs)
 
 
 if __name__ == "__main__":

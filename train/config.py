@@ -73,4 +73,8 @@ def config_problems(cfg: TrainConfig) -> list[str]:
     schedulers = [s.value for s in SchedulerType]
     if cfg.lr_scheduler not in schedulers:
         problems.append(f"lr_scheduler must be one of {', '.join(schedulers)}, got {cfg.lr_scheduler!r}")
+    try:
+        ScoreScale(*cfg.scale)
+    except ValueError as err:  # [0, 0], or [0, false] (YAML's false reads as 0): no annotation would fit
+        problems.append(f"scale: {err}")
     return problems

@@ -24,8 +24,8 @@ from datasets import Dataset
 from judge.data import Annotation, InputError, Problem, UsageError, load_annotations
 from judge.model import Judge
 from judge.parsing import format_judgement
-from judge.prompts import Rubric, build_prompt, rubric_problems
-from judge.templates import get_template
+from judge.prompts import Rubric, build_prompt, encode_prompt, rubric_problems
+from judge.templates import get_template, join_parts
 from judge.tiling import TilingConfig, load_tiles
 
 IGNORE_INDEX = -100  # labels the loss skips (torch's cross_entropy default)
@@ -95,8 +95,8 @@ def encode(judge: Judge, rated: RatedSample, rubric: Rubric, image_root: Path, i
     template = get_template(settings.template)
     prompt = build_prompt(rated.annotation, rubric, template, settings.system_message, image_root,
                           settings.tiling, settings.tokens_per_tile, image_token_budget)
-    prompt_ids = judge.tokenizer(prompt.text).input_ids
-    target_ids = judge.tokenizer(template.target(target_text(rated, rubric)), add_special_tokens=False).input_ids
+    prompt_ids = encode_prompt(judge.tokenizer, prompt.text, prompt.controls)
+    target_ids = encode_prompt(judge.tokenizer, *join_parts(template.target_parts(target_text(rated, rubric))), add_special_tokens=False)
     return {
         "id": rated.annotation.id,
         "input_ids": prompt_ids + target_ids,

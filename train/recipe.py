@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from judge.kernels import use_fused_kernels
 from judge.model import Judge, find_checkpoint, load_judge, with_max_tiles, write_settings
 from judge.parsing import ScoreScale
 from judge.prompts import Rubric
+from train.checkpoints import allow_checkpoint_types, resume_point
 from train.config import CHECKPOINTS_DIR, TrainConfig
 from train.data import Collator, build_dataset, check_scales, merge_annotators, read_annotations
 
@@ -235,11 +237,21 @@ def train(model_path: str, revision: str | None, train_file: Path, eval_file: Pa
         judge=judge, rubrics=rubrics, image_root=image_root, cfg=cfg,
         history_file=output_dir / "eval_history.json",
     )
-    trainer.train(resume_from_checkpoint=resume or None)
+    allow_checkpoint_types()  # on every rank, before DeepSpeed reads its shards weights-only
+    trainer.train(resume_from_checkpoint=resumed_checkpoint(output_dir / CHECKPOINTS_DIR) if resume else None)
     save_judge(trainer, judge, base, output_dir, cfg)
     # The log history, restored on --resume, covers every evaluation of the run.
     measured = any("eval_pearson_overall" in entry for entry in trainer.state.log_history)
     return {"global_step": trainer.state.global_step, "best_pearson": trainer.state.best_metric if measured else None}
+
+
+def resumed_checkpoint(checkpoints: Path) -> str:
+    """The newest checkpoint saved whole (judge-train checked there is one), saying which newer ones it skips."""
+    checkpoint, skipped = resume_point(checkpoints)
+    if int(os.environ.get("RANK", "0")) == 0:
+        for line in skipped:
+            print(f"note: {line}; resuming from {checkpoint.name}", file=sys.stderr)
+    return str(checkpoint)
 
 
 # What a Trainer checkpoint holds of the model itself: a LoRA adapter, or the full native weights.

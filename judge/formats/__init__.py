@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from judge.data import InputError, Problem, read_json
+from judge.data import InputError, Problem, load_json
 from judge.formats import instit, megabench, milebench, mmie
 from judge.formats.base import BenchmarkInput, Format, first_record
 
@@ -28,8 +28,10 @@ __all__ = ["FORMATS", "BenchmarkInput", "Format", "detect_format", "scored_forma
 
 
 def detect_format(path: Path) -> Format:
-    """The one format whose shape the file has; an error that asks for --format otherwise."""
-    content = read_json(path)
+    """The one format whose shape the file has; an error that asks for --format otherwise. A value no
+    command can use (a lone surrogate, NaN) is left to the format's reader, which names its record and,
+    under --skip_invalid, sets only that record aside."""
+    content, _ = load_json(path)
     if isinstance(content, list) and not content:
         raise InputError([Problem(str(path), "no records")])
     matches = [f for f in FORMATS.values() if f.looks_like(content)]

@@ -293,3 +293,14 @@ def write_native_checkpoint(out_dir: str | Path, *, seed: int = 0) -> Path:
     tiling = TilingConfig(image_size=SIZES.image_size, min_tiles=1, max_tiles=SIZES.max_tiles, use_thumbnail=True)
     write_settings(JudgeSettings("phi3-chat", None, tiling, config.image_seq_length), out_dir)
     return out_dir
+
+
+class Planted:
+    """An object that, unpickled, creates the file `marker`, where a planted one could run any code: for
+    the tests that no command of the toolkit unpickles it (judge.cli.forbid_pickled_code)."""
+
+    def __init__(self, marker: str | Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")

@@ -270,6 +270,16 @@ def test_a_criterion_asked_for_that_no_shared_id_has_is_an_error(files, tmp_path
     assert "h.json: --criteria text_quality: no shared id is scored on it both here and in the predictions" in capsys.readouterr().err
 
 
+def test_an_input_in_the_output_dir_under_an_outputs_name_is_never_overwritten(files, capsys):
+    preds, human, tmp = files
+    (tmp / "out").mkdir()
+    (tmp / "out" / "report.json").write_text(Path(human).read_text())  # the human scores, saved where the report goes
+    before = (tmp / "out" / "report.json").read_bytes()
+    assert main(["--predictions", preds, "--human", str(tmp / "out" / "report.json"), "--output_dir", str(tmp / "out")]) == 2
+    assert f"--human {tmp / 'out' / 'report.json'}: this run would overwrite" in capsys.readouterr().err
+    assert (tmp / "out" / "report.json").read_bytes() == before and sorted(p.name for p in (tmp / "out").iterdir()) == ["report.json"]
+
+
 @pytest.mark.slow
 def test_every_calibration_module_imports_and_runs_without_torch(files):
     # A finder that refuses torch, so importing it fails as on a machine without it. (Setting
@@ -359,7 +369,9 @@ def test_a_local_judge_against_gpt4o_on_inst_it_logs(tmp_path):
 @pytest.mark.parametrize(
     "flags, message",
     [(["--scale", "0", "1", "--step", "0.3"], "--scale LOW HIGH, --step STEP: step 0.3 does not divide the scale 0-1 into whole steps"),
-     (["--step", "0"], "a scale needs low < high and step > 0"), (["--scale", "0", "nan"], "a scale needs finite numbers")],
+     (["--step", "0"], "a scale needs low < high and step > 0"), (["--scale", "0", "nan"], "a scale needs finite numbers"),
+     # 60,000 levels: their confusion counts once asked for 26.8 GiB
+     (["--step", "0.0001"], "--scale LOW HIGH, --step STEP: 0-6 in steps of 0.0001 is 60,000 steps; a scale has at most 1,000")],
 )
 def test_a_step_that_does_not_fit_the_scale_is_a_usage_error(files, tmp_path, capsys, flags, message):
     preds, human, _ = files

@@ -61,7 +61,7 @@ def test_every_problem_of_a_malformed_log_at_once(tmp_path):
     no_valid = item(4, 0.5)
     del no_valid["valid"]
     items = [item(0, 0.5), "not an item", item(None, 0.5), item(3, 1.5), no_valid, item(5, None), item(6, "0.8"),
-             item(7, 0.2, split=None), item(8, True), item(0, 0.6), item(9, float("nan"), valid=False)]
+             item(7, 0.2, split=None), item(8, True), item(0, 0.6), item(9, "n/a", valid=False)]
     path = log(tmp_path / "bad.json", items)
     problems = [str(p) for p in read_predictions(path, TENTHS).problems]
     assert problems == [

@@ -127,7 +127,7 @@ def test_format_flags_that_cannot_work_are_refused_before_loading(tmp_path, caps
     assert main([*args, "--criteria_file", "c.json"]) == EXIT_BAD_INPUT
     assert "--criteria_file applies to --format megabench only, not instit" in capsys.readouterr().err
     assert main([*args, "--output_dir", str(tmp_path), "--output_file", "p.json"]) == EXIT_BAD_INPUT
-    assert "would overwrite the input" in capsys.readouterr().err
+    assert "this run would overwrite" in capsys.readouterr().err
     assert main([*args, "--format", "megabench"]) == EXIT_BAD_INPUT
     assert "give --criteria_file" in capsys.readouterr().err
 

@@ -46,3 +46,33 @@ def test_other_settings_refuse_to_resume(tmp_path):
     Journal(tmp_path, "r.json", rank=0, run_fingerprint="one").close()
     with pytest.raises(UsageError, match="--no_resume"):
         read_finished(tmp_path, "r.json", "two")
+
+
+@pytest.mark.parametrize("content", [b"", b'{"fingerpr'])  # killed before its header was written whole
+def test_a_journal_without_a_whole_header_holds_no_result_and_is_started_again(tmp_path, content):
+    (tmp_path / "r.json.journal.rank0.jsonl").write_bytes(content)
+    assert read_finished(tmp_path, "r.json", "fp") == {}  # it was refused "as written by a run with other settings"
+    journal = Journal(tmp_path, "r.json", rank=0, run_fingerprint="fp")
+    journal.append([judge_result("a", 1)])
+    journal.close()
+    assert list(read_finished(tmp_path, "r.json", "fp")) == ["a"]
+
+
+def test_damaged_lines_are_named_and_their_samples_scored_again(tmp_path, capsys):
+    journal = Journal(tmp_path, "r.json", rank=0, run_fingerprint="fp")
+    journal.append([judge_result("a", 1)])
+    journal.close()
+    damage = [b'{"id": "b", "score": "not a result"}', b"\xff\xfe not UTF-8", b"[" * 100_000, b'{"id": ' + b"9" * 5000 + b"}", b"[1, 2]"]
+    with (tmp_path / "r.json.journal.rank0.jsonl").open("ab") as f:
+        f.write(b"\n".join(damage) + b"\n")
+    journal = Journal(tmp_path, "r.json", rank=0, run_fingerprint="fp")
+    journal.append([judge_result("c", 3)])
+    journal.close()
+    assert sorted(read_finished(tmp_path, "r.json", "fp")) == ["a", "c"]
+    assert f"{tmp_path / 'r.json.journal.rank0.jsonl'}: line(s) 3, 4, 5, 6, 7 hold no result (a damaged journal)" in capsys.readouterr().err
+
+
+def test_a_journal_whose_first_line_is_no_header_is_named_as_damaged(tmp_path):
+    (tmp_path / "r.json.journal.rank0.jsonl").write_text('{"id": "a"}\n')
+    with pytest.raises(UsageError, match="its first line is not a journal header"):
+        read_finished(tmp_path, "r.json", "fp")

@@ -80,15 +80,15 @@ def test_train_scale_takes_exactly_two_values(tmp_path, capsys):
 def test_every_training_setting_that_cannot_work_is_reported_at_once_before_loading(tmp_path, capsys):
     args = ["--model_path", str(tmp_path / "no-model"), "--train_file", "missing.json", "--input_dir", ".", "--output_dir", str(tmp_path / "out")]
     code = train_main([*args, "--save_steps", "0", "--per_device_batch_size", "0", "--lora_r", "0", "--gradient_accumulation_steps", "0",
-                       "--max_length", "0", "--learning_rate=-1e-4", "--warmup_ratio", "1.5", "--lr_scheduler", "cosin"])
+                       "--max_length", "0", "--learning_rate=-1e-4", "--warmup_ratio", "1.5", "--lr_scheduler", "cosin", "--scale", "3", "3"])
     err = capsys.readouterr().err
-    assert code == 2 and "error: 8 problems with the settings" in err
+    assert code == 2 and "error: 9 problems with the settings and flags:" in err
     for problem in ("save_steps must be a whole number of at least 1, got 0", "per_device_batch_size must be a whole number of at least 1, got 0",
                     "lora_r must be a whole number of at least 1, got 0", "gradient_accumulation_steps must be a whole number of at least 1, got 0",
                     "max_length must be a whole number of at least 1, got 0", "learning_rate must be a number of at least 0, got -0.0001",
                     "warmup_ratio must be a number of at least 0 and below 1, got 1.5",  # 1.5 would silently mean 1 warmup step
-                    "lr_scheduler must be one of linear, cosine, "):
-        assert problem in err
+                    "lr_scheduler must be one of linear, cosine, ", "scale: a scale needs low < high and step > 0, got 3-3 step 1"):
+        assert f"\n  {problem}" in err  # from the flags: no config was given
     assert not (tmp_path / "out").exists()
 
 
@@ -102,7 +102,8 @@ def test_output_dir_resume_and_deepspeed_are_checked_before_loading(tmp_path, ca
                                  "give a new or empty directory, or --resume to continue that run")
     assert (out / "adapter_config.json").exists()  # refused, not cleared
     assert train_main([*args, "--resume"]) == 2
-    assert the_error(capsys) == f"error: --resume: nothing to resume in {out} (no checkpoint in {out / 'checkpoints'}); drop --resume to start a fresh run"
+    assert the_error(capsys) == (f"error: --resume: nothing to resume in {out}: no checkpoint saved whole in {out / 'checkpoints'}; "
+                                 "drop --resume to start a fresh run in a new or empty --output_dir")
     (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2,}}')
     assert train_main([*args[:-1], str(tmp_path / "new"), "--deepspeed", str(tmp_path / "ds.json")]) == 2
     assert the_error(capsys).startswith(f"error: --deepspeed {tmp_path / 'ds.json'}: invalid JSON at line 1, column 35")

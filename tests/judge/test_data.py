@@ -184,3 +184,83 @@ def test_atomic_write_replaces_whole_file(tmp_path):
     write_json_atomically(target, [{"id": "x"}])
     assert json.loads(target.read_text()) == [{"id": "x"}]
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085"])
+def test_jsonl_records_may_hold_line_separators_in_their_strings(tmp_path, separator):
+    # JSON lets these stand unescaped inside a string; only "\n" ends a JSONL record
+    (tmp_path / "s.jsonl").write_text(json.dumps(sample("SA_1", answer=f"one{separator}two"), ensure_ascii=False) + "\n" + json.dumps(sample("SA_2")) + "\n")
+    assert [s.answer[0].text for s in load_samples(tmp_path / "s.jsonl")] == [f"one{separator}two", "This."]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl"])
+def test_values_no_command_can_use_are_named_and_their_records_set_aside(tmp_path, suffix):
+    """NaN and Infinity are not JSON (an output echoing them would not be), 1e400 is no float, a
+    5000-digit number is none Python converts, and a lone surrogate (half a UTF-16 pair) is no character
+    a tokenizer or a UTF-8 file takes: each a problem of its record, which --skip_invalid sets aside."""
+    lines = [json.dumps(sample("SA_1")), json.dumps(sample("SA_2", extra=float("nan"))), json.dumps(sample("SA_3", extra=1.0)).replace("1.0", "1e400"),
+             json.dumps(sample("SA_4")).replace('"SA_4"', "4" * 5000), json.dumps(sample("SA_5", answer="half \ud800 pair")),
+             json.dumps(sample("SA_6", answer="a whole pair \U0001f600"))]
+    path = tmp_path / f"d{suffix}"
+    path.write_text("\n".join(lines) if suffix == ".jsonl" else "[" + ",\n".join(lines) + "]")
+    samples, problems, _ = validate_samples(path)
+    assert [s.id for s in samples] == ["SA_1", "SA_6"] and samples[1].answer[0].text == "a whole pair \U0001f600"
+    assert [(p.index, p.field, p.message) for p in problems] == [
+        (1, "extra", "NaN is not JSON; write null for no value"),
+        (2, "extra", "1e400 is beyond the range of a number"),
+        (3, "id", "a whole number of 5000 digits; no input holds one"),
+        (4, "answer", "holds a lone surrogate (\\ud800): half of a UTF-16 pair, no character"),
+    ]
+    with pytest.raises(InputError, match="record 1: extra: NaN is not JSON"):
+        read_records(path)
+
+
+@pytest.mark.parametrize("depth", [150, 100_000])
+def test_deeply_nested_json_is_refused_with_a_message_not_a_crash(tmp_path, depth):
+    (tmp_path / "deep.json").write_text("[" + json.dumps(sample()) + ", " + "[" * depth + "]" * depth + "]")
+    with pytest.raises(InputError, match="nested more than 100 levels deep"):
+        load_samples(tmp_path / "deep.json")
+
+
+def test_a_text_longer_than_any_judge_reads_is_refused_in_validation(tmp_path):
+    # A 1-MB answer once reached the model and asked for 341 GB; it is a problem of its record instead.
+    samples, problems, _ = validate_samples(write_json(tmp_path / "d.json", [sample("SA_1", answer="word " * 200_000), sample("SA_2")]))
+    assert [s.id for s in samples] == ["SA_2"]
+    assert [(p.index, p.field, p.message) for p in problems] == [
+        (0, "answer[0].text", "1,000,000 characters, more than the 500,000 a judge's context can hold")]
+
+
+def test_an_image_path_the_filesystem_cannot_take_is_a_problem_of_its_record(tmp_path):
+    samples, problems, _ = validate_samples(write_json(tmp_path / "d.json", [sample("SA_1", answer=[{"image": "x" * 5000 + ".png"}]), sample("SA_2")]),
+                                            image_root=tmp_path)
+    assert [s.id for s in samples] == ["SA_2"] and problems[0].message.endswith("(File name too long)")
+
+
+def test_true_is_no_id(tmp_path):
+    _, problems, _ = validate_samples(write_json(tmp_path / "d.json", [sample(id=True, category="SA"), sample(id=7, category="SA")]))
+    assert [(p.index, p.field) for p in problems] == [(0, "id")]
+
+
+def test_a_result_holds_numbers_or_none_and_no_output_holds_nan(tmp_path):
+    from judge.testing import judge_result
+
+    result = judge_result("SA_1", 3, score_distribution={"0": float("nan"), "1": 0.5}, expected_score=float("nan"))
+    assert (result.score_distribution, result.expected_score) == (None, None)
+    result.score_distribution, result.calibrated_score = {"0": 1.0, "1": float("inf")}, float("nan")  # as the engine sets them later
+    assert (result.score_distribution, result.calibrated_score) == (None, None)
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        write_json_atomically(tmp_path / "out.json", {"x": float("nan")})
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")  # PIL warns when it opens the header
+def test_an_image_larger_than_any_real_one_is_refused_from_its_header(tmp_path):
+    """Eight 13000 x 13000 PNGs of a few hundred KB each (one colour) took validation to 3.7 GB decoding them;
+    they are refused from their headers, without decoding a pixel."""
+    Image.new("1", (13000, 13000)).save(tmp_path / "huge.png")
+    Image.new("RGB", (8000, 6000)).save(tmp_path / "photo.png")  # a 48-megapixel photo is still read
+    records = [sample(f"SA_{k}", answer=[{"image": "huge.png"}]) for k in range(8)] + [sample("SA_9", answer=[{"image": "photo.png"}])]
+    samples, problems, _ = validate_samples(write_json(tmp_path / "d.json", records), image_root=tmp_path)
+    assert [s.id for s in samples] == ["SA_9"] and len(problems) == 8
+    assert problems[0].message == (f"image of 13000 x 13000 pixels (169 megapixels), more than the 50 any image needs: {tmp_path / 'huge.png'}; "
+                                   "the judge sees it as a few 448-px tiles, so resize it")

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from einops import rearrange
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from transformers import Phi3Config, Phi3ForCausalLM
 
 from judge.data import InputError
@@ -206,16 +206,31 @@ def test_system_message_read_from_conversation_py_without_executing_it(original_
         (lambda d: _edit_config(d, ps_version="v1"), "unsupported ps_version"),
         (lambda d: _edit_config(d, template="vicuna"), "template 'vicuna' is not one of"),
         (lambda d: [f.unlink() for f in d.glob("*.safetensors")], "no model.safetensors"),
-        (lambda d: _edit_config(d, vision_config={**_config(d)["vision_config"], "hidden_size": 48}), "has shape"),
+        # found from the files' headers, before a model of the config's size is allocated
+        (lambda d: _edit_config(d, vision_config={**_config(d)["vision_config"], "hidden_size": 48}), "config.json describes a model of"),
         (lambda d: _drop_config_key(d, "llm_config"), "config.json lacks llm_config"),
         (lambda d: _drop_config_key(d, "downsample_ratio"), "config.json lacks downsample_ratio"),
         (lambda d: (d / "tokenizer.model").unlink(), "the tokenizer encodes text to nothing"),
         (lambda d: (d / "conversation.py").write_text("def broken(:\n"), "conversation.py: not valid Python at line 1"),
+        # an interrupted copy, and values of the wrong type: one line each, where they were tracebacks
+        (lambda d: _truncate(d / "model.safetensors"), "model.safetensors: not a complete safetensors file"),
+        (lambda d: (d / "model.safetensors").write_bytes(b""), "model.safetensors: not a complete safetensors file"),
+        (lambda d: _edit_config(d, vision_config={**_config(d)["vision_config"], "hidden_size": "32"}),
+         r"config.json vision_config: hidden_size '32': sizes must be positive whole numbers"),
+        (lambda d: _edit_config(d, max_dynamic_patch="six"), "config.json: max_dynamic_patch: Input should be a valid integer"),
+        (lambda d: _edit_config(d, use_thumbnail="sometimes"), "config.json: use_thumbnail: Input should be a valid boolean"),
+        (lambda d: _edit_config(d, downsample_ratio="half"), "config.json: downsample_ratio must be a number in"),
+        (lambda d: _edit_weights(d, nan="language_model.model.norm.weight"), "weights hold NaN or Infinity: model.language_model.norm.weight"),
     ],
 )
 def test_broken_checkpoints_fail_with_what_was_expected(original_dir, tmp_path, breakage, message):
+    assert_refused(original_dir, tmp_path, breakage, message)
+
+
+def assert_refused(checkpoint, tmp_path, breakage, message):
+    """A copy of `checkpoint`, broken by `breakage`, does not load, and the error says `message`."""
     ckpt = tmp_path / "ckpt"
-    shutil.copytree(original_dir, ckpt)
+    shutil.copytree(checkpoint, ckpt)
     breakage(ckpt)
     with pytest.raises(CheckpointError, match=message):
         load_judge(ckpt)
@@ -231,6 +246,90 @@ def _edit_config(d, **changes):
 
 def _drop_config_key(d, key):
     (d / "config.json").write_text(json.dumps({k: v for k, v in _config(d).items() if k != key}))
+
+
+def _truncate(file):
+    file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+
+
+def _edit_weights(d, drop: str = "", nan: str = "", rename: tuple[str, str] = ("", ""), add: str = ""):
+    """Damage model.safetensors: drop the tensors whose names hold `drop`, put a NaN in `nan`, rename one
+    tensor, or add one of 2 numbers that the model does not have."""
+    weights = {k: v for k, v in load_file(d / "model.safetensors").items() if not (drop and drop in k)}
+    if nan:
+        weights[nan] = weights[nan].clone()
+        weights[nan].view(-1)[0] = float("nan")
+    if rename[0]:
+        weights[rename[1]] = weights.pop(rename[0])
+    if add:
+        weights[add] = torch.zeros(2)
+    save_file(weights, d / "model.safetensors", metadata={"format": "pt"})
+
+
+@pytest.fixture(scope="module")
+def native_dir(tmp_path_factory):
+    return write_native_checkpoint(tmp_path_factory.mktemp("native"), seed=1)
+
+
+@pytest.mark.parametrize("breakage, message", [
+    # the projector was left at a random initialisation, and the judge scored with it, exit 0
+    (lambda d: _edit_weights(d, drop="multi_modal_projector"), r"config.json describes a model of [\d,]+ weights, the weight files hold"),
+    (lambda d: _edit_weights(d, add="bogus.weight"), r"config.json describes a model of [\d,]+ weights, the weight files hold"),
+    (lambda d: _edit_weights(d, rename=("multi_modal_projector.linear_2.bias", "multi_modal_projector.linear_9.bias")),
+     r"weights do not match the config: missing \['model.multi_modal_projector.linear_2.bias'\], unexpected \['model.multi_modal_projector.linear_9.bias'\]"),
+    # NaN weights wrote a bare NaN into eval_result.json
+    (lambda d: _edit_weights(d, nan="multi_modal_projector.linear_1.weight"), "weights hold NaN or Infinity: model.multi_modal_projector.linear_1.weight"),
+    (lambda d: _truncate(d / "model.safetensors"), "model.safetensors: not a complete safetensors file"),
+    # transformers filled the gap with the defaults of a 12-billion-parameter model, and the kernel killed it for memory
+    (lambda d: _drop_config_key(d, "text_config"), "config.json lacks text_config: not a native InternVL config"),
+    (lambda d: _edit_config(d, text_config={k: v for k, v in _config(d)["text_config"].items() if k != "hidden_size"}),
+     "config.json text_config lacks hidden_size"),
+    (lambda d: _edit_config(d, text_config={**_config(d)["text_config"], "num_hidden_layers": 200}), r"config.json describes a model of"),
+    (lambda d: _edit_config(d, vision_config={**_config(d)["vision_config"], "hidden_size": "32"}), "hidden_size '32': sizes must be positive"),
+])
+def test_a_damaged_native_checkpoint_is_refused_before_it_scores(native_dir, tmp_path, breakage, message):
+    assert_refused(native_dir, tmp_path, breakage, message)
+
+
+def adapter_over(base, out, **damage):
+    """A LoRA adapter of `base` as PEFT saves it, optionally damaged like _edit_weights."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(load_judge(base).model, LoraConfig(r=2, target_modules=r".*language_model.*\.(qkv_proj|o_proj)"))
+    model.save_pretrained(out)
+    config = json.loads((out / "adapter_config.json").read_text())
+    (out / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(base)}))
+    if damage:
+        weights = load_file(out / "adapter_model.safetensors")
+        if (drop := damage.get("drop")):
+            weights = {k: v for k, v in weights.items() if drop not in k}
+        if (nan := damage.get("nan")):
+            name = next(k for k in weights if nan in k)
+            weights[name] = torch.full_like(weights[name], float("nan"))
+        if damage.get("add"):
+            weights[damage["add"]] = torch.zeros(2)
+        save_file(weights, out / "adapter_model.safetensors", metadata={"format": "pt"})
+    return out
+
+
+@pytest.mark.parametrize("damage, message", [
+    # PEFT left a missing LoRA weight at its initialisation (B at zero: no adapter at all), with a warning
+    ({"drop": "layers.1.self_attn.o_proj.lora_B"}, r"weights do not match the config: missing \['base_model.model.model.language_model.layers.1.self_attn.o_proj.lora_B.weight'\]"),
+    ({"add": "base_model.model.bogus.lora_A.weight"}, r"unexpected \['base_model.model.bogus.lora_A.weight'\]"),
+    ({"nan": "lora_A"}, "weights hold NaN or Infinity"),
+])
+def test_a_damaged_adapter_is_refused(original_dir, tmp_path, damage, message):
+    assert load_judge(adapter_over(original_dir, tmp_path / "whole")).source_format == "adapter"
+    with pytest.raises(CheckpointError, match=message):
+        load_judge(adapter_over(original_dir, tmp_path / "damaged", **damage))
+
+
+def test_an_adapter_whose_base_is_an_adapter_is_refused_not_a_recursion(original_dir, tmp_path):
+    adapter = adapter_over(original_dir, tmp_path / "adapter")
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(adapter)}))  # itself
+    with pytest.raises(CheckpointError, match=r"adapter_config.json: base_model_name_or_path '.*adapter' is an adapter itself"):
+        load_judge(adapter)
 
 
 SETTINGS = {"template": "phi3-chat", "system_message": None, "image_size": 448, "min_tiles": 1, "max_tiles": 6, "use_thumbnail": True}

@@ -110,6 +110,22 @@ def test_file_without_rubrics_is_a_clear_error(tmp_path, capsys):
     assert "cannot read it as Python" in capsys.readouterr().err
 
 
+def test_a_prompt_without_the_answer_is_not_imported(tmp_path, capsys):
+    # Every prompt would be the same, whatever the answer: refused at import, as at load.
+    (tmp_path / "prompts.py").write_text(PROMPTS_PY.replace('"### Question\\n{question}\\n### Answer\\n{answer}\\n### Feedback\\n"\n    elif "PBL"',
+                                                            '"### Question\\n{question}\\n### Feedback\\n"\n    elif "PBL"'))
+    assert main(["import", str(tmp_path / "prompts.py"), "-o", str(tmp_path / "mmie.yaml")]) == 2
+    assert "the SA prompt (line 9) makes no valid rubric: template: {answer} missing" in capsys.readouterr().err
+    assert not (tmp_path / "mmie.yaml").exists()
+
+
+def test_import_never_writes_over_the_file_it_reads(tmp_path, capsys):
+    (tmp_path / "prompts.py").write_text(PROMPTS_PY)
+    assert main(["import", str(tmp_path / "prompts.py"), "-o", str(tmp_path / "prompts.py")]) == 2
+    assert f"import {tmp_path / 'prompts.py'}: this run would overwrite" in capsys.readouterr().err
+    assert (tmp_path / "prompts.py").read_text() == PROMPTS_PY
+
+
 def test_the_readme_recipe_scores_with_an_imported_rubric(imported, tmp_path):
     """README's exact-MMIE recipe: judge-rubric import, then judge-score --rubric mmie.yaml --max_tiles 12."""
     data = write_dataset(tmp_path / "data", 4, seed=1).parent

@@ -66,3 +66,9 @@ def test_float_steps_that_divide_the_scale_are_accepted(high, step):
 def test_a_bad_scale_says_why(low, high, step, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         ScoreScale(low, high, step)
+
+
+def test_a_scale_of_more_steps_than_any_rating_scale_is_refused():
+    assert ScoreScale(0, 100, 0.1).n_levels == 1001
+    with pytest.raises(ValueError, match="0-100 in steps of 0.05 is 2,000 steps; a scale has at most 1,000"):
+        ScoreScale(0, 100, 0.05)

@@ -4,7 +4,8 @@ load and score in judge-score.
 
 Every run covers one step in which one rank's batch has no image while the other's has (ZeRO-3 needs the
 vision tower run on both). The ZeRO-3 runs partition every weight, and one of them also trains the
-projector with gradient checkpointing on and evaluates (generation on every rank) at every step."""
+projector with gradient checkpointing on and evaluates (generation on every rank) at every step. The ZeRO-2
+run is resumed, once with an object planted in its checkpoint (refused, never run) and once as saved."""
 
 import json
 import os
@@ -20,7 +21,7 @@ from infer.cli import main as score_main
 from judge.data import load_annotations
 from judge.model import load_judge
 from judge.configs import CONFIG_DIR
-from judge.testing import write_dataset, write_original_checkpoint
+from judge.testing import Planted, write_dataset, write_original_checkpoint
 from train.data import merge_annotators
 from train.config import TrainConfig
 from train.recipe import apply_lora
@@ -40,6 +41,11 @@ def setup(tmp_path_factory):
     return base, root / "data"
 
 
+# --standalone: torchrun's rendezvous takes a free port and holds it, so that test runs side by side never collide
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
 def deepspeed_config(stage: str, tmp_path) -> str:
     """The shipped config, except that under ZeRO-3 every weight is partitioned: the tiny judge's weights
     are all below DeepSpeed's default persistence threshold (1e5 elements), under which ZeRO-3 keeps a
@@ -53,21 +59,19 @@ def deepspeed_config(stage: str, tmp_path) -> str:
     return str(tmp_path / "ds.json")
 
 
-# thorough: also train the projector, with gradient checkpointing, and evaluate at every step
-@pytest.mark.parametrize("stage, thorough", [("zero2", False), ("zero3", True), ("zero3_offload", False)])
-def test_deepspeed_trains_on_two_cpu_processes_and_the_adapter_scores(setup, tmp_path, stage, thorough):
+# thorough: also train the projector, with gradient checkpointing, and evaluate at every step; resume: see below
+@pytest.mark.parametrize("stage, thorough, resume", [("zero2", False, True), ("zero3", True, False), ("zero3_offload", False, False)])
+def test_deepspeed_trains_on_two_cpu_processes_and_the_adapter_scores(setup, tmp_path, stage, thorough, resume):
     base, data = setup
     rated = merge_annotators(load_annotations(data / "train.json", data))
     assert len(rated) == 4 and [not r.annotation.images() for r in rated].count(True) == 1
     out = tmp_path / "judge"
     extra = ["--train_projector", "--gradient_checkpointing", "--eval_file", str(data / "heldout.json"), "--eval_max_new_tokens", "4"] if thorough else []
-    # --standalone: torchrun's rendezvous takes a free port and holds it, so that test runs side by side never collide
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "train.cli", "--model_path", str(base), "--train_file", str(data / "train.json"), "--input_dir", str(data),
-           "--output_dir", str(out), "--config", str(CONFIG_DIR / "train" / "tiny.yaml"), "--rubric", str(CONFIG_DIR / "rubrics" / "tiny"),
-           "--no-full_finetune", "--max_steps", "2", "--per_device_batch_size", "1", "--save_steps", "1", "--warmup_ratio", "0",
-           "--dataloader_workers", "0", "--deepspeed", deepspeed_config(stage, tmp_path), *extra]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    args = ["-m", "train.cli", "--model_path", str(base), "--train_file", str(data / "train.json"), "--input_dir", str(data),
+            "--output_dir", str(out), "--config", str(CONFIG_DIR / "train" / "tiny.yaml"), "--rubric", str(CONFIG_DIR / "rubrics" / "tiny"),
+            "--no-full_finetune", "--max_steps", "2", "--per_device_batch_size", "1", "--save_steps", "1", "--warmup_ratio", "0",
+            "--dataloader_workers", "0", "--deepspeed", deepspeed_config(stage, tmp_path), *extra]
+    done = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=600, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
     state = json.loads((out / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())
     # Two steps of one sample on each of two ranks is exactly one epoch of the four: the image-less sample
@@ -80,6 +84,31 @@ def test_deepspeed_trains_on_two_cpu_processes_and_the_adapter_scores(setup, tmp
     assert judge.source_format == "adapter"
     assert score_main(["--model_path", str(out), "--input_dir", str(data), "--input_file", "heldout.json", "--output_dir", str(tmp_path / "s"),
                        "--max_new_tokens", "2", "--limit", "2", "--rubric", str(CONFIG_DIR / "rubrics" / "tiny")]) == 0
+    if resume:
+        resume_refuses_a_planted_object_and_resumes_the_real_checkpoint(out, args, tmp_path)
+
+
+def resume_refuses_a_planted_object_and_resumes_the_real_checkpoint(out, args, tmp_path):
+    """An object planted in DeepSpeed's model states (which DeepSpeed unpickles with any global) ran code on
+    --resume, and the run exited 0: it is refused, with the file and the reason, before any model loads.
+    The same checkpoint, clean, resumes under the process-wide weights-only loading: DeepSpeed's own types
+    (its loss scaler, ZeRO stage, fragment addresses) are allowed, nothing else."""
+    states = out / "checkpoints" / "checkpoint-2" / "global_step2" / "mp_rank_00_model_states.pt"
+    clean = states.read_bytes()
+    with torch.serialization.safe_globals([]):
+        state = torch.load(states, weights_only=True)
+    torch.save({**state, "planted": Planted(tmp_path / "ran")}, states)
+    resumed = [*TORCHRUN, *args[:args.index("--max_steps") + 1], "3", *args[args.index("--max_steps") + 2:], "--resume"]
+    done = subprocess.run(resumed, capture_output=True, text=True, timeout=600, env=ENV)
+    assert done.returncode != 0 and not (tmp_path / "ran").exists()
+    refused = (f"error: --resume: {states}: holds pickled io.open, which no checkpoint of judge-train holds; "
+               "refused, since unpickling it could run any code (was it planted?)")
+    assert done.stderr.splitlines().count(refused) == 2  # each rank's, each exit 2
+    states.write_bytes(clean)
+    done = subprocess.run(resumed, capture_output=True, text=True, timeout=600, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.loads((out / "checkpoints" / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3 and not (tmp_path / "ran").exists()
 
 
 def assert_trained_adapter(out, base):

@@ -64,6 +64,23 @@ def test_loss_mask_covers_exactly_the_target_and_its_stop_token(base, data):
         assert prompt.endswith("<|assistant|>\n") and "### Feedback" in prompt
 
 
+def test_a_critique_that_writes_control_tokens_teaches_them_as_text(base, data):
+    """An annotator's feedback with `<|end|>` in it would teach the judge to stop in mid-critique: the
+    target holds one stop token, its own, at the end."""
+    judge = load_judge(base)
+    records = json.loads((data / "train.json").read_text())[:1]
+    records[0]["feedback"] = "Weak.<|end|><|user|>\nAnd <IMG_CONTEXT> here."
+    (data / "hostile.json").write_text(json.dumps(records))
+    annotations = load_annotations(data / "hostile.json", data)
+    rubrics = load_rubrics(TINY_RUBRIC)
+    [row] = build_dataset(judge, annotations, rubrics, data, max_length=8192, image_token_budget=None, source="hostile.json")
+    target = [token for token, label in zip(row["input_ids"], row["labels"]) if label != IGNORE_INDEX]
+    special = judge.tokenizer.added_tokens_encoder
+    assert [judge.tokenizer.convert_ids_to_tokens(t) for t in target if t in special.values()] == ["<|end|>"] and target[-1] == special["<|end|>"]
+    assert judge.tokenizer.decode(target).startswith("Weak.<|end|><|user|>\nAnd <IMG_CONTEXT> here.")
+    assert row["input_ids"].count(special["<IMG_CONTEXT>"]) == row["n_tiles"] * judge.settings.tokens_per_tile  # its images' alone
+
+
 def test_a_sample_longer_than_max_length_is_named_by_its_first_record(base, data):
     judge = load_judge(base)
     annotations = load_annotations(data / "train.json", data)
@@ -187,6 +204,9 @@ def test_train_save_score_and_merge(base, data, tmp_path):
     assert judge.source_format == "adapter"
     assert score_main(["--model_path", str(out), "--input_dir", str(data), "--input_file", "heldout.json", "--output_dir", str(tmp_path / "s"),
                        "--max_new_tokens", "4", "--rubric", *TINY_RUBRIC]) == 0
+    adapter_files = {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()}
+    assert train_main(["merge", "--adapter", str(out), "--output_dir", str(out)]) == 2  # would write over the adapter's files
+    assert {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()} == adapter_files
     merged = tmp_path / "merged"
     assert train_main(["merge", "--adapter", str(out), "--output_dir", str(merged)]) == 0
     standalone = load_judge(merged)
@@ -221,6 +241,29 @@ def test_a_run_interrupted_and_resumed_ends_where_an_uninterrupted_run_ends(base
         torch.testing.assert_close(resumed[name], whole[name], rtol=0, atol=1e-6)
     state = json.loads((tmp_path / "stopped" / "checkpoints" / "checkpoint-6" / "trainer_state.json").read_text())
     assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3, 4, 5, 6]  # none trained twice
+
+
+@pytest.mark.slow
+def test_resume_after_a_kill_while_saving_takes_the_newest_whole_checkpoint_and_says_which_it_skipped(base, data, tmp_path, capsys):
+    """A kill while checkpoint-2 was being saved left it without trainer_state.json (written last) and with
+    half its weights: --resume failed on it every time, and a fresh run is refused in a non-empty directory."""
+    out = tmp_path / "judge"
+    args = ["--max_steps", "2", "--save_steps", "1", "--per_device_batch_size", "2", "--no-full_finetune"]
+    assert train_main(train_args(base, data, out, *args)) == 0
+    torn = out / "checkpoints" / "checkpoint-2"
+    (torn / "trainer_state.json").unlink()
+    adapter = torn / "adapter_model.safetensors"
+    adapter.write_bytes(adapter.read_bytes()[:100])
+    capsys.readouterr()
+    assert train_main(train_args(base, data, out, *args, "--resume")) == 0
+    assert "note: checkpoint-2 was not saved whole (no trainer_state.json: a run stopped while saving it); resuming from checkpoint-1" in capsys.readouterr().err
+    state = json.loads((torn / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2]
+    load_judge(out)  # the saved judge is whole again
+    for checkpoint in (out / "checkpoints").iterdir():
+        (checkpoint / "trainer_state.json").write_text('{"global_step": ')  # torn mid-write: none left whole
+    assert train_main(train_args(base, data, out, *args, "--resume")) == 2
+    assert "no checkpoint saved whole" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -435,3 +478,21 @@ def test_the_saved_judge_is_the_best_evaluated_checkpoint(base, data, tmp_path, 
     saved = (out / "adapter_model.safetensors").read_bytes()
     checkpoints = out / "checkpoints"
     assert [step for step in (2, 4, 6) if (checkpoints / f"checkpoint-{step}" / "adapter_model.safetensors").read_bytes() == saved] == [best_step]
+
+
+def test_resume_refuses_inputs_kept_in_the_output_dir(data, tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / "checkpoints" / "checkpoint-2").mkdir(parents=True)
+    (out / "train.json").write_bytes((data / "train.json").read_bytes())  # the run's checkpoints and judge are written here
+    args = train_args(tmp_path / "no-model", data, out, "--resume")
+    args[args.index("--train_file") + 1] = str(out / "train.json")
+    assert train_main(args) == 2
+    assert f"--train_file {out / 'train.json'}: this run would overwrite {out / 'train.json'}, one of its inputs" in capsys.readouterr().err
+
+
+def test_a_second_training_run_on_an_output_dir_in_use_is_refused(data, tmp_path, capsys):
+    from judge.outputs import locked
+
+    with locked(tmp_path / "out", "judge-train"):
+        assert train_main(train_args(tmp_path / "no-model", data, tmp_path / "out")) == 2
+    assert f"--output_dir {tmp_path / 'out'} is in use by judge-train" in capsys.readouterr().err

@@ -1,0 +1,119 @@
+"""One run at a time in an output directory, no output in place of an input, and atomic writes that two
+writers cannot tear."""
+
+import errno
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from judge.cli import run
+from judge.data import UsageError
+from judge.data import write_json_atomically
+from judge.outputs import LOCK_FILE, locked, overwritten_inputs, written_whole
+
+
+def test_a_second_run_on_a_directory_in_use_is_refused_naming_the_first(tmp_path):
+    with locked(tmp_path / "out", "judge-score"):
+        with pytest.raises(UsageError, match=r"--output_dir .*out is in use by judge-score \(pid \d+ on .*\); wait for it to end"):
+            with locked(tmp_path / "out", "judge-calibrate"):
+                pass
+    with locked(tmp_path / "out", "judge-calibrate"):  # released at the end of the first run
+        pass
+
+
+def test_a_run_killed_with_kill_9_leaves_no_lock_behind(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom judge.outputs import locked\n"
+                               f"with locked(Path({str(tmp_path)!r}), 'judge-train'):\n    print('held', flush=True)\n    time.sleep(600)\n"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(UsageError, match="is in use by judge-train"):
+            with locked(tmp_path, "judge-score"):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with locked(tmp_path, "judge-score"):
+        pass
+
+
+def test_a_directory_that_cannot_be_written_is_a_user_error(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match=r"--output_dir .*file/out: cannot write there \(Not a directory\)"):
+        with locked(tmp_path / "file" / "out", "judge-score"):
+            pass
+
+
+def test_an_input_an_output_would_replace_or_delete_is_named(tmp_path):
+    out = tmp_path / "out"
+    (out / "plots").mkdir(parents=True)
+    for name in ("summary.json", "r.json.journal.rank3.jsonl", "plots/x.png", "notes.json", LOCK_FILE):
+        (out / name).write_text("{}")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    written = ["summary.json", "r.json.journal.rank*.jsonl", "plots/*"]
+    inputs = [("--a", out / "summary.json"), ("--b", out / "r.json.journal.rank3.jsonl"), ("--c", out / "plots" / "x.png"),
+              ("--d", out / "notes.json"), ("--e", out / LOCK_FILE), ("--f", tmp_path / "model"), ("--g", None), ("--h", tmp_path / "missing")]
+    problems = overwritten_inputs(out, written, inputs)
+    assert [p.split(":")[0] for p in problems] == [f"--a {out / 'summary.json'}", f"--b {out / 'r.json.journal.rank3.jsonl'}",
+                                                   f"--c {out / 'plots' / 'x.png'}", f"--e {out / LOCK_FILE}"]
+    assert problems[0] == (f"--a {out / 'summary.json'}: this run would overwrite {out / 'summary.json'}, one of its inputs; "
+                           "give another output directory, or move the input")
+    # A checkpoint directory stands for its files: writing into it (not beside it) is refused.
+    assert overwritten_inputs(tmp_path / "model", ["*"], [("--model_path", tmp_path / "model")]) != []
+    assert overwritten_inputs(tmp_path, ["*"], [("--model_path", tmp_path / "model")]) == []
+
+
+def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path):
+    target = tmp_path / "summary.json"
+    other = tmp_path / ".summary.json.tmp"  # the fixed name another writer once had open
+    other.write_text("another writer's half-written file")
+    write_json_atomically(target, {"n": 1})
+    assert other.read_text() == "another writer's half-written file" and json.loads(target.read_text()) == {"n": 1}
+    errors = []
+
+    def write_many(k):
+        try:
+            for i in range(200):
+                write_json_atomically(target, {"writer": k, "i": i})
+        except Exception as err:  # noqa: BLE001  (collected for the assertion)
+            errors.append(err)
+
+    threads = [threading.Thread(target=write_many, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and json.loads(target.read_text())["i"] == 199
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".summary.json.tmp", "summary.json"]
+
+
+@pytest.mark.parametrize("code, strerror", [(errno.ENOSPC, "No space left on device"), (errno.EROFS, "Read-only file system"),
+                                            (errno.EACCES, "Permission denied")])
+def test_a_full_disk_or_a_read_only_directory_is_one_line_and_exit_2(capsys, code, strerror):
+    def main(argv):
+        raise OSError(code, strerror, "out/eval_result.json")
+
+    assert run(main, []) == 2
+    assert capsys.readouterr().err == f"error: out/eval_result.json: {strerror}\n"
+
+
+def test_a_directory_written_whole_appears_only_once_complete(tmp_path):
+    out = tmp_path / "export"
+    with pytest.raises(OSError, match="No space left"):
+        with written_whole(out) as staging:
+            (staging / "model.safetensors").write_bytes(b"half")
+            raise OSError(errno.ENOSPC, "No space left on device")  # as a full disk stops an export
+    assert list(tmp_path.iterdir()) == []  # nothing half-written, so a rerun is not refused a non-empty directory
+    out.mkdir()  # new or empty: both taken
+    with written_whole(out) as staging:
+        (staging / "config.json").write_text("{}")
+        assert not (out / "config.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["export"] and (out / "config.json").read_text() == "{}"
+    with pytest.raises(UsageError, match="something was written there while this run wrote"):
+        with written_whole(out) as staging:
+            (staging / "config.json").write_text("{}")
+    assert [p.name for p in tmp_path.iterdir()] == ["export"]
