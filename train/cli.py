@@ -99,13 +99,19 @@ def fine_tune(argv) -> int:
         raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the settings and flags:\n  " + "\n  ".join(problems))
     rubrics = load_rubrics(args.rubric or DEFAULT_RUBRICS)
     from judge.distributed import end_process_group
+    from judge.model import find_checkpoint
+    from train.data import check_scales, read_annotations
     from train.recipe import train
 
+    # Every problem of the inputs, then of the base, before --output_dir is taken: a run refused leaves none behind.
+    train_file, image_root = Path(args.train_file), Path(args.input_dir)
+    annotations = read_annotations(train_file, Path(args.eval_file) if args.eval_file else None, image_root, rubrics, cfg.scale)
+    check_scales(annotations[0] + annotations[1], rubrics, cfg.scale)
+    base = find_checkpoint(args.model_path, args.revision)
     # Rank 0 holds --output_dir for the run; the others wait for it in the Trainer's process group.
     with locked(out, "judge-train") if int(os.environ.get("RANK", "0")) == 0 else nullcontext():
         try:
-            result = train(args.model_path, args.revision, Path(args.train_file), Path(args.eval_file) if args.eval_file else None,
-                           Path(args.input_dir), out, rubrics, cfg, args.deepspeed, args.resume)
+            result = train(base, annotations, train_file, image_root, out, rubrics, cfg, args.deepspeed, args.resume)
         finally:
             end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
     print(f"trained judge: {out}  (steps: {result['global_step']}, {chosen_by(result['best_pearson'], bool(args.eval_file))})")

@@ -28,12 +28,12 @@ from infer.options import ScoreOptions
 from judge.data import SCORE_FIELDS, Annotation, JudgeResult, UsageError, write_json_atomically
 from judge.hub import Checkpoint
 from judge.kernels import use_fused_kernels
-from judge.model import Judge, find_checkpoint, load_judge, with_max_tiles, write_settings
+from judge.model import Judge, load_judge, with_max_tiles, write_settings
 from judge.parsing import ScoreScale
 from judge.prompts import Rubric
 from train.checkpoints import allow_checkpoint_types, resume_point
 from train.config import CHECKPOINTS_DIR, TrainConfig
-from train.data import Collator, build_dataset, check_scales, merge_annotators, read_annotations
+from train.data import Collator, build_dataset, merge_annotators
 
 
 def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
@@ -214,11 +214,10 @@ def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None
     )
 
 
-def train(model_path: str, revision: str | None, train_file: Path, eval_file: Path | None, image_root: Path, output_dir: Path,
-          rubrics: dict[str, Rubric], cfg: TrainConfig, deepspeed: str | None, resume: bool) -> dict:
-    train_annotations, eval_annotations = read_annotations(train_file, eval_file, image_root, rubrics, cfg.scale)
-    check_scales(train_annotations + eval_annotations, rubrics, cfg.scale)
-    base = find_checkpoint(model_path, revision)
+def train(base: Checkpoint, annotations: tuple[list[Annotation], list[Annotation]], train_file: Path, image_root: Path,
+          output_dir: Path, rubrics: dict[str, Rubric], cfg: TrainConfig, deepspeed: str | None, resume: bool) -> dict:
+    """Fine-tune `base` on the (training, held-out) annotations read from train_file and the eval file."""
+    train_annotations, eval_annotations = annotations
     output_dir.mkdir(parents=True, exist_ok=True)
     judge = load_judge(base.path, "cpu", torch.bfloat16 if torch.cuda.is_available() else torch.float32)
     use_fused_kernels(judge.model, "cuda" if torch.cuda.is_available() else "cpu")  # the Trainer moves it to the GPU

@@ -490,9 +490,10 @@ def test_resume_refuses_inputs_kept_in_the_output_dir(data, tmp_path, capsys):
     assert f"--train_file {out / 'train.json'}: this run would overwrite {out / 'train.json'}, one of its inputs" in capsys.readouterr().err
 
 
-def test_a_second_training_run_on_an_output_dir_in_use_is_refused(data, tmp_path, capsys):
+def test_a_second_training_run_on_an_output_dir_in_use_is_refused(base, data, tmp_path, capsys, monkeypatch):
     from judge.outputs import locked
 
+    monkeypatch.setattr("train.recipe.load_judge", lambda *a, **k: pytest.fail("the model loaded"))
     with locked(tmp_path / "out", "judge-train"):
-        assert train_main(train_args(tmp_path / "no-model", data, tmp_path / "out")) == 2
+        assert train_main(train_args(base, data, tmp_path / "out")) == 2
     assert f"--output_dir {tmp_path / 'out'} is in use by judge-train" in capsys.readouterr().err
