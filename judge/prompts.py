@@ -157,6 +157,9 @@ class JudgePrompt:
     text: str
     images: list[PlannedImage]  # only the images shown, in prompt order
     truncated: list[str]
+    # The user turn before the chat template and image expansion, an `<image>` where each shown image goes:
+    # what a chat API takes (judge-score --backend openai sends it, and judge-serve renders it back to `text`).
+    query: str
 
     @property
     def n_tiles(self) -> int:
@@ -300,14 +303,20 @@ def _assemble(sample: Sample, rubric: Rubric, template: ChatTemplate, system_mes
     if shown_images and IMAGE_PLACEHOLDER not in query:
         query = f"{IMAGE_PLACEHOLDER}\n{query}"  # InternVL's chat() rule for a query without a placeholder
     text = template.render(query, system_message)
-    pieces = text.split(IMAGE_PLACEHOLDER)
-    if len(pieces) - 1 != len(shown_images):
+    if text.count(IMAGE_PLACEHOLDER) != len(shown_images):
         raise ValueError(
-            f"sample {sample.id!r}: the prompt has {len(pieces) - 1} {IMAGE_PLACEHOLDER} placeholders for "
+            f"sample {sample.id!r}: the prompt has {text.count(IMAGE_PLACEHOLDER)} {IMAGE_PLACEHOLDER} placeholders for "
             f"{len(shown_images)} images; does the rubric or the sample text contain a literal {IMAGE_PLACEHOLDER}?"
         )
-    expanded = pieces[0] + "".join(image_tokens(p.n_tiles, tokens_per_tile) + rest for p, rest in zip(shown_images, pieces[1:]))
-    return JudgePrompt(sample.id, expanded, shown_images, list(truncated))
+    expanded = expand_images(text, [p.n_tiles for p in shown_images], tokens_per_tile)
+    return JudgePrompt(sample.id, expanded, shown_images, list(truncated), query)
+
+
+def expand_images(text: str, tiles: list[int], tokens_per_tile: int) -> str:
+    """Each `<image>` of a text, in order, as the image tokens of that many tiles; the counts must match."""
+    pieces = text.split(IMAGE_PLACEHOLDER)
+    assert len(pieces) - 1 == len(tiles), "one tile count per <image>"
+    return pieces[0] + "".join(image_tokens(n, tokens_per_tile) + rest for n, rest in zip(tiles, pieces[1:]))
 
 
 def fit_prompt_budget(assemble: Callable[[list[Item]], JudgePrompt], question: list[Item], plans: list[PlannedImage],
