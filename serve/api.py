@@ -12,9 +12,9 @@ list of `text` and `image_url` parts; decoding is greedy. Fields a client sends 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from judge.data import Sample, field_name
 
@@ -59,25 +59,35 @@ class ImageURL(BaseModel):
     detail: str | None = None  # OpenAI's resolution hint; InternVL tiles every image the same way
 
 
-class TextPart(BaseModel):
-    type: Literal["text"]
-    text: str
+class Part(BaseModel):
+    """A piece of a message's content: `{"type": "text", "text": ...}` or `{"type": "image_url", "image_url": {"url": ...}}`."""
 
+    type: Literal["text", "image_url"]
+    text: str | None = None
+    image_url: ImageURL | None = None
 
-class ImagePart(BaseModel):
-    type: Literal["image_url"]
-    image_url: ImageURL
-
-
-Part = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+    @model_validator(mode="after")
+    def _filled(self) -> Part:
+        if getattr(self, self.type) is None:
+            raise ValueError(f"a {self.type!r} part needs its '{self.type}' field")
+        return self
 
 
 class Message(BaseModel):
     role: Literal["system", "user", "assistant"]
-    content: str | list[Part]
+    content: list[Part]
 
-    def parts(self) -> list[TextPart | ImagePart]:
-        return [TextPart(type="text", text=self.content)] if isinstance(self.content, str) else self.content
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_alone(cls, content: object) -> object:
+        return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+    def images(self) -> list[tuple[int, Part]]:
+        return [(n, part) for n, part in enumerate(self.content) if part.type == "image_url"]
+
+    def text(self) -> str:
+        """The text parts, each on its own line, as vLLM joins them."""
+        return "\n".join(part.text for part in self.content if part.type == "text")
 
 
 class ProcessorKwargs(BaseModel):
@@ -124,9 +134,9 @@ class ChatRequest(BaseModel):
             raise RequestError(400, "messages", f"one user message, after at most one system message, is what a judge reads; got roles {roles}")
         system = None
         if roles[0] == "system":
-            if any(isinstance(part, ImagePart) for part in self.messages[0].parts()):
+            if self.messages[0].images():
                 raise RequestError(400, "messages[0].content", "a system message holds text only")
-            system = "\n".join(part.text for part in self.messages[0].parts())
+            system = self.messages[0].text()
         if self.top_logprobs and not self.logprobs:
             raise RequestError(400, "top_logprobs", "needs logprobs: true")
         return system, self.messages[-1]

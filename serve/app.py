@@ -39,7 +39,7 @@ from judge.model import Judge
 from judge.prompts import Rubric, expand_images
 from judge.templates import get_template
 from judge.tiling import load_tiles
-from serve.api import ChatRequest, ImagePart, RequestError, ScoreRequest, validated
+from serve.api import ChatRequest, RequestError, ScoreRequest, validated
 from serve.generation import ChatPrompt, Generated
 from serve.images import RequestImages
 from serve.options import ServeOptions
@@ -181,12 +181,11 @@ async def chat_completions(request: Request, service: Service) -> Response:
     body = validated(ChatRequest, await read_json(request, service.limits.max_request_bytes))
     system, user = body.turns()
     max_new_tokens = body.new_tokens(service.score_options.max_new_tokens)
-    parts = user.parts()
     index = len(body.messages) - 1
-    image_parts = [(n, part) for n, part in enumerate(parts) if isinstance(part, ImagePart)]
+    image_parts = user.images()
     if len(image_parts) > service.limits.max_images:
         raise RequestError(413, f"messages[{index}].content", f"{len(image_parts)} images, over this server's limit of {service.limits.max_images} (--max_images)")
-    query = user_query(parts, len(image_parts), f"messages[{index}].content")
+    query = user_query(user.text(), len(image_parts), f"messages[{index}].content")
     settings = service.judge.settings
     tiling = settings.tiling
     if body.mm_processor_kwargs and (max_tiles := body.mm_processor_kwargs.max_dynamic_patch):
@@ -209,11 +208,10 @@ async def chat_completions(request: Request, service: Service) -> Response:
     return JSONResponse(await run_in_threadpool(completion, service, body, prompt, answer))
 
 
-def user_query(parts: list, n_images: int, field: str) -> str:
+def user_query(text: str, n_images: int, field: str) -> str:
     """The user's text with an `<image>` where each image goes: where the text puts them (InternVL's and
     vLLM's convention), and those it leaves out before it, each on a line of its own, as InternVL's chat()
     and vLLM do."""
-    text = "\n".join(part.text for part in parts if not isinstance(part, ImagePart))
     placed = text.count(IMAGE_PLACEHOLDER)
     if placed > n_images:
         raise RequestError(400, field, f"the text has {placed} {IMAGE_PLACEHOLDER} placeholders for {n_images} image(s)")
