@@ -99,8 +99,9 @@ def build_app(service: Service) -> Starlette:
 def check_key(request: Request, api_key: str | None) -> None:
     if api_key is None:
         return
-    given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-    if not hmac.compare_digest(given.encode(), api_key.encode()):  # constant time: no guessing it a byte at a time
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    # compare_digest takes constant time: the key cannot be guessed a byte at a time
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), api_key.encode()):
         raise RequestError(401, None, "missing or wrong API key: send it as 'Authorization: Bearer KEY'", "authentication_error")
 
 

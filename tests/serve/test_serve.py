@@ -242,15 +242,15 @@ def test_a_path_outside_the_root_and_a_missing_one_get_the_same_answer(server):
     assert len(answers) == 1  # nothing tells a client which files exist
 
 
-@pytest.mark.parametrize("key", [None, "wrong-key", KEY + "x"])
-def test_a_missing_or_wrong_key_is_refused_and_health_needs_none(server, key):
-    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong-key", f"Bearer {KEY}x", KEY, f"Basic {KEY}"])
+def test_a_missing_or_wrong_key_is_refused_and_health_needs_none(server, authorization):
+    headers = {} if authorization is None else {"Authorization": authorization}
     for path, method in (("/v1/models", "GET"), ("/metrics", "GET"), ("/v1/score", "POST"), ("/v1/chat/completions", "POST")):
         response = httpx2.request(method, f"{server}{path}", headers=headers, json={})
         assert response.status_code == 401 and response.json()["error"]["type"] == "authentication_error"
     assert httpx2.get(f"{server}/health").json() == {"status": "ok"}
     with pytest.raises(openai.AuthenticationError):
-        openai.OpenAI(base_url=f"{server}/v1", api_key=key or "none", max_retries=0).models.list()
+        openai.OpenAI(base_url=f"{server}/v1", api_key=f"not-{KEY}", max_retries=0).models.list()
 
 
 @pytest.mark.parametrize("flags, env, message", [
