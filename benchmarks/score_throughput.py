@@ -20,6 +20,7 @@ import json
 import random
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -28,15 +29,19 @@ from transformers import GenerationConfig, InternVLForConditionalGeneration
 
 from infer.engine import Scorer, prepare
 from infer.options import ScoreOptions
+from judge.cli import add_revision_flag
 from judge.data import load_samples
 from judge.model import Judge, load_judge, load_tokenizer, native_config_from_original, settings_from_original
-from judge.prompts import CONFIG_DIR, IMAGE_TOKENS, load_rubrics
+from judge.prompts import CONFIG_DIR, load_rubrics
+from judge.kernels import use_fused_kernels
+from judge.rope import use_rowwise_rope
 from judge.testing import write_original_checkpoint, write_tokenizer
 
 # Image sizes whose InternVL grid (max 12 tiles) plus thumbnail gives these tile counts.
 SIZE_FOR_TILES = {1: (448, 448), 3: (896, 448), 5: (896, 896), 7: (1344, 896), 9: (1792, 896), 13: (1792, 1344)}
 WORDS = "the answer shows a boat leaving the harbour while the text explains each step of the plan".split()
 FULL_SIZE = CONFIG_DIR / "model" / "internvl2-4b.json"
+MMIE_SAMPLES = 20_100
 
 
 def full_size_judge(device: str, tokenizer_dir: Path) -> Judge:
@@ -50,6 +55,7 @@ def full_size_judge(device: str, tokenizer_dir: Path) -> Judge:
     with torch.device(device):
         model = InternVLForConditionalGeneration(native).eval()
     torch.set_default_dtype(torch.float32)
+    use_rowwise_rope(model.model.language_model)  # as load_judge does
     return Judge(model, tokenizer, settings_from_original(FULL_SIZE.parent, config, native), "native")
 
 
@@ -90,19 +96,19 @@ def warm_up_share(items: list) -> list:
 
 def reference_loop(judge: Judge, items, new_tokens: int, device: str) -> tuple[float, list[list[int]]]:
     """MMIE's way: per sample, decode its images, then batch-1 HF generate."""
-    from infer.engine import _load_pixels
+    from infer.engine import _load_pixels, unwritable_tokens
 
     dtype = next(judge.model.parameters()).dtype
     # The engine's decoding rule (no image tokens written), so that greedy agreement compares like with like.
     config = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
-                              pad_token_id=judge.tokenizer.pad_token_id, suppress_tokens=judge.tokenizer.convert_tokens_to_ids(list(IMAGE_TOKENS)))
+                              pad_token_id=judge.tokenizer.pad_token_id, suppress_tokens=unwritable_tokens(judge))
     outputs = []
     _sync(device)
     start = time.perf_counter()
     for item in items:
-        pixels = _load_pixels(item)
+        pixels = _load_pixels(item, dtype, pin=False)
         ids = item.input_ids[None].to(device, torch.long)
-        images = {} if pixels is None else {"pixel_values": pixels.to(device, dtype)}
+        images = {} if pixels is None else {"pixel_values": pixels.to(device)}
         out = judge.model.generate(input_ids=ids, **images, generation_config=config)
         outputs.append(out[0, ids.shape[1]:].tolist())
     _sync(device)
@@ -116,6 +122,25 @@ def engine_run(judge, rubrics, items, options, device) -> tuple[float, dict]:
     results = {r.id: r for batch in scorer.run(items) for _, r in batch}
     _sync(device)
     return time.perf_counter() - start, results
+
+
+def invariance(judge, rubrics, samples, data, generate: ScoreOptions, logits: ScoreOptions, batched: dict, device: str) -> dict:
+    """How many records scored alone differ from the same records scored in the benchmark's batches: the
+    generated tokens (generate mode) and the score distributions (logits mode, largest difference and
+    argmax flips). On a GPU in bf16, batched kernels round differently from batch-1 ones."""
+    alone = replace(generate, token_budget=1)
+    _, gen_alone = engine_run(judge, rubrics, prepare(judge, samples, rubrics, data, alone), alone, device)
+    logit_items = prepare(judge, samples, rubrics, data, logits)
+    _, log_batched = engine_run(judge, rubrics, logit_items, logits, device)
+    _, log_alone = engine_run(judge, rubrics, logit_items, replace(logits, token_budget=1), device)
+    gaps = [max(abs(log_alone[k].score_distribution[v] - log_batched[k].score_distribution[v]) for v in log_alone[k].score_distribution)
+            for k in log_alone]
+    return {
+        "invariance_samples": len(samples),
+        "generate_tokens_differ": sum(gen_alone[k].feedback != batched[k].feedback for k in gen_alone),
+        "logits_score_differs": sum(log_alone[k].score != log_batched[k].score for k in log_alone),
+        "logits_max_distribution_gap": max(gaps),
+    }
 
 
 def _sync(device: str) -> None:
@@ -141,15 +166,18 @@ def prefill_flops(judge: Judge, items) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model_path", help="a checkpoint to load instead of random full-size weights")
+    p.add_argument("--model_path", help="a checkpoint to load instead of random full-size weights: a directory or a Hugging Face Hub id")
+    add_revision_flag(p)
     p.add_argument("--tiny", action="store_true", help="a tiny random judge (CPU smoke test)")
     p.add_argument("--samples", type=int, default=48, help="workload size (default: 48)")
     p.add_argument("--reference_samples", type=int, default=8, help="samples timed in the reference loop (default: 8)")
     p.add_argument("--new_tokens", type=int, default=256, help="tokens generated per sample on both sides (default: 256)")
-    p.add_argument("--token_budget", type=int, default=65536, help="engine batch budget (default: 65536)")
+    p.add_argument("--token_budget", type=int, help="the engine's KV-cache tokens (default: judge-score's: what free GPU memory holds)")
     p.add_argument("--max_tiles", type=int, default=12, help="tiles per image, as MMIE-Eval uses (default: 12)")
     p.add_argument("--peak_tflops", type=float, default=989.0, help="bf16 dense peak of the GPU, for utilisation (default: 989, H100 SXM)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--invariance_samples", type=int, default=0,
+                   help="also score this many samples alone (--token_budget 1) and count records that differ from the batched ones")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args()
@@ -157,11 +185,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if args.model_path:
-            judge = load_judge(args.model_path, args.device)
+            judge = load_judge(args.model_path, args.device, revision=args.revision)
         elif args.tiny:
             judge = load_judge(write_original_checkpoint(tmp / "tiny"), args.device)
         else:
             judge = full_size_judge(args.device, tmp / "tokenizer")
+            use_fused_kernels(judge.model, args.device)  # as load_judge does on a GPU
         data = write_workload(tmp / "data", args.samples, args.seed, judge.tokenizer)
         samples = list(enumerate(load_samples(data / "data.json", data)))
         rubrics = load_rubrics()
@@ -178,7 +207,7 @@ def main() -> None:
         logit_items = prepare(judge, samples, rubrics, data, logits)
         engine_run(judge, rubrics, warm_up_share(logit_items), logits, args.device)
         log_time, _ = engine_run(judge, rubrics, logit_items, logits, args.device)
-        agree = sum(judge.tokenizer.decode(r, skip_special_tokens=True) == eng_out[items[i].sample.id].feedback for i, r in enumerate(ref_out))
+        agree = sum(judge.decode(r) == eng_out[items[i].sample.id].feedback for i, r in enumerate(ref_out))
         figures = {
             "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
             "samples": len(items), "new_tokens": args.new_tokens,
@@ -188,9 +217,14 @@ def main() -> None:
             "logits_samples_per_s": len(items) / log_time,
             "prefill_tflops": prefill_flops(judge, logit_items) / log_time / 1e12,
             "greedy_agreement": f"{agree}/{n_ref}",
+            # The workload is MMIE-shaped: the whole benchmark's 20,100 samples at these rates.
+            "mmie_hours_generate": MMIE_SAMPLES / (len(items) / eng_time) / 3600,
+            "mmie_hours_logits": MMIE_SAMPLES / (len(items) / log_time) / 3600,
             "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if args.device.startswith("cuda") else None,
         }
         figures["prefill_utilisation"] = figures["prefill_tflops"] / args.peak_tflops
+        if args.invariance_samples:
+            figures |= invariance(judge, rubrics, samples[: args.invariance_samples], data, generate, logits, eng_out, args.device)
         for key, value in figures.items():
             print(f"{key:>26}: {value:.3f}" if isinstance(value, float) else f"{key:>26}: {value}")
         if args.json:

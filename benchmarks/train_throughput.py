@@ -1,17 +1,19 @@
-"""Training throughput of judge-train's setup: full-size InternVL2-4B architecture (random weights, the
-shape in configs/model/internvl2-4b.json, built as the scoring benchmark builds it), LoRA
-r 16 on the language model, bf16, gradient checkpointing, sequences of about 4096 tokens (6 tiles + text).
+"""Training throughput as judge-train trains: full-size InternVL2-4B architecture (random weights, the shape
+in configs/model/internvl2-4b.json, built as the scoring benchmark builds it), LoRA r 16 on the language
+model (judge-train's `apply_lora` and defaults), bf16, the fused kernels judge-train uses on a GPU,
+sequences of about 4096 tokens (6 tiles + text). The training loop itself is this script's own, a plain
+step (or DeepSpeed's engine), so that the figure is the model's step without the Trainer's bookkeeping.
 
     python benchmarks/train_throughput.py                          # one GPU, plain PyTorch + PEFT
     python benchmarks/train_throughput.py --deepspeed configs/deepspeed/zero2.json   # ZeRO-2, world size 1
     python benchmarks/train_throughput.py --tiny --steps 2 --device cpu             # smoke test
 
-Model FLOPs per step count the language model's forward (2 x matmul params x tokens, the output layer
+MFU counts model FLOPs: the language model's forward (2 x matmul params x tokens, the output layer
 included and the embedding lookup not), its backward for activation gradients only (2 x, frozen weights
-need no weight gradients; LoRA's are negligible), the recomputed forward under gradient checkpointing
-(2 x), causal attention (4 x layers x hidden x n^2 / 2 a forward; backward twice that, recompute once
-more), and the vision forward (2 x params x 1025 tokens x tiles, for 448-pixel tiles of 14-pixel patches
-plus a class token).
+need no weight gradients; LoRA's are negligible), causal attention (4 x layers x hidden x n^2 / 2 a
+forward; backward twice that), and the vision forward (2 x params x 1025 tokens x tiles, for 448-pixel
+tiles of 14-pixel patches plus a class token). HFU also counts the forward that gradient checkpointing
+recomputes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from judge.kernels import use_fused_kernels
 from judge.model import load_judge
 from judge.testing import write_original_checkpoint
 from train.config import TrainConfig
@@ -58,7 +61,7 @@ def batch(judge, seq_len: int, tiles: int, batch_size: int, device: str, dtype) 
             "pixel_values": torch.randn(batch_size * tiles, 3, size, size, device=device, dtype=dtype)}
 
 
-def step_flops(judge, seq_len: int, batch_size: int, tiles: int) -> float:
+def step_flops(judge, seq_len: int, batch_size: int, tiles: int, recompute: bool) -> float:
     model = judge.model.model
     # The matmul weights: the language model's without its embedding lookup, plus the output layer.
     llm = (sum(p.numel() for p in model.language_model.parameters()) - model.language_model.get_input_embeddings().weight.numel()
@@ -67,8 +70,10 @@ def step_flops(judge, seq_len: int, batch_size: int, tiles: int) -> float:
     text = judge.model.config.text_config
     attention = 4 * text.num_hidden_layers * text.hidden_size * seq_len**2 / 2  # one causal forward: half of QK^T and AV
     tokens = seq_len * batch_size
-    # linear layers: forward, activation backward, recompute (2 + 2 + 2); attention: forward, backward (2 x), recompute
-    return 6 * llm * tokens + 4 * attention * batch_size + 2 * vision * vision_tokens_per_tile(judge) * tiles
+    # linear layers: forward, activation backward (2 + 2), and with recompute one more forward; attention: forward,
+    # backward (2 x), and with recompute one more forward
+    passes = 3 if recompute else 2
+    return 2 * passes * llm * tokens + (passes + 1) * attention * batch_size + 2 * vision * vision_tokens_per_tile(judge) * tiles
 
 
 def main() -> None:
@@ -79,6 +84,8 @@ def main() -> None:
     p.add_argument("--batch_size", type=int, default=1, help="sequences per step (default: 1)")
     p.add_argument("--steps", type=int, default=10, help="timed steps after 2 warm-up steps (default: 10)")
     p.add_argument("--deepspeed", help="a DeepSpeed JSON (ZeRO-2) to wrap the model with, world size 1")
+    p.add_argument("--gradient_checkpointing", action="store_true", help="recompute activations in backward (judge-train's flag)")
+    p.add_argument("--unfused", action="store_true", help="transformers' own kernels instead of the fused ones judge-train uses on a GPU")
     p.add_argument("--peak_tflops", type=float, default=989.0, help="bf16 dense peak of the GPU (default: 989, H100 SXM)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--json", help="also write the figures to this file")
@@ -87,8 +94,10 @@ def main() -> None:
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     with tempfile.TemporaryDirectory() as tmp:
         judge = load_judge(write_original_checkpoint(Path(tmp) / "tiny"), args.device, dtype) if args.tiny else full_size(args.device)
+    fused = not args.unfused and use_fused_kernels(judge.model, args.device)
     model = apply_lora(judge, TrainConfig())
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=4e-5)
     engine = None
@@ -132,7 +141,10 @@ def main() -> None:
         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
         "deepspeed": args.deepspeed, "seq_len": args.seq_len, "tiles": args.tiles, "batch_size": args.batch_size,
         "ms_per_step": 1000 * seconds, "tokens_per_s": tokens / seconds,
-        "mfu": step_flops(judge, args.seq_len, args.batch_size, args.tiles * args.batch_size) / seconds / 1e12 / args.peak_tflops,
+        "gradient_checkpointing": args.gradient_checkpointing, "fused_kernels": fused,
+        # model FLOPs (forward and activation backward); "hfu" also counts the recomputed forward
+        "mfu": step_flops(judge, args.seq_len, args.batch_size, args.tiles * args.batch_size, False) / seconds / 1e12 / args.peak_tflops,
+        "hfu": step_flops(judge, args.seq_len, args.batch_size, args.tiles * args.batch_size, args.gradient_checkpointing) / seconds / 1e12 / args.peak_tflops,
         "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if args.device.startswith("cuda") else None,
     }
     for key, value in figures.items():

@@ -2,15 +2,15 @@
 
 Predictions: judge-score's records (`score`, `criteria`, `expected_score`, ...) or any JSON list with
 `id` and flat criterion fields (`overall`, `text_quality`, ...). Human scores: annotation records
-(`human_scores`; several annotators per id allowed) or a flat `{id, overall, ..., annotator?}` list.
-Either side may be an Inst-It Bench evaluate log, a JSON object whose `model_predictons` items each give
-one record: id = question_id, overall = score, category = split. An item marked `valid: false` is a
-failed judge call (Inst-It scores it 0 and leaves it out of its accuracy): it stays an id without a
-score, so that it is counted and named in the notes but never compared. Either side may also be a
-MEGA-Bench scored file (`{"data": [tasks]}`, GPT-4o's or judge-score's data_with_scores_open.json): each
-query is a record, id `<task_name>/<k>` as judge-score names it, overall = its `scores.query` x 10 (the
-judge's 0-10, so compare with --scale 0 10), category = the task. MEGA-Bench scores a failed judge call 0
-and the file does not say which calls failed, so those zeros are compared as zeros.
+(`human_scores`; several annotators per id allowed), with their sample or without it (`{id, human_scores,
+annotator?}`), or a flat `{id, overall, ..., annotator?}` list.
+Either side may be a benchmark's scored file, read by its format's owner in `judge/formats/`: an Inst-It
+Bench evaluate log (an item per record: id = question_id, overall = score, category = split) or a
+MEGA-Bench scored file, GPT-4o's or judge-score's data_with_scores_open.json (a query per record: id
+`<task_name>/<k>` as judge-score names it, overall = the judge's N of 0-10, so compare with --scale 0 10,
+category = the task). An item the file marks unscored (Inst-It's `valid: false`; MEGA-Bench's -1 or
+"Score is NULL") stays an id without a score, so that it is counted and named in the notes but never
+compared.
 
 The human reference value of an id is the mean of its annotators' scores; the individual scores are
 kept for the human-human ceiling.
@@ -25,10 +25,9 @@ error (they are counted in `Coverage`) unless no id is shared at all.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from judge.data import (
     CRITERIA,
@@ -37,16 +36,16 @@ from judge.data import (
     InputError,
     Problem,
     category_from_id,
-    parse_records,
     read_json,
+    record_id_of,
+    validation_problems,
 )
+from judge.formats import scored_format
+from judge.formats.base import ScoredFile
 from judge.parsing import ScoreScale
 
 SHOWN_IDS = 5  # ids listed by name when some are on one side only
-LOG_ITEMS = "model_predictons"  # sic: Inst-It's evaluate.py spells the key so
-MEGABENCH_TASKS = "data"  # a MEGA-Bench scored file: {"data": [tasks]}
 NAME_ANNOTATORS = "; if these are two annotators, give each record an 'annotator'"
-INVALID = "marked valid: false (a failed judge call, which Inst-It scores 0 and leaves out of its accuracy)"
 
 
 @dataclass
@@ -82,8 +81,9 @@ class Coverage(BaseModel):
     only_in_human: int
     only_in_human_first: list[str]
     parse_failures: int  # records with no overall score (judge-score writes null when it cannot parse)
-    invalid: int = 0  # Inst-It items whose judge call failed
+    invalid: int = 0  # items of a benchmark's scored file that it marks unscored
     invalid_first: list[str] = []
+    invalid_means: str = ""  # how that benchmark marks them, in words
 
 
 @dataclass
@@ -91,31 +91,25 @@ class Ratings:
     judges: dict[str, dict[str, JudgeRecord]]  # judge name -> id -> record
     human: dict[str, HumanRecord]
     coverage: dict[str, Coverage]
-    human_invalid: list[str] = field(default_factory=list)  # ids of the human file's Inst-It items whose judge call failed
+    human_invalid: list[str] = field(default_factory=list)  # ids the human file (a benchmark's scored file) marks unscored
+    human_invalid_means: str = ""
 
 
 @dataclass
 class PredictionsFile:
     records: dict[str, JudgeRecord]
     parse_failures: int
-    invalid: list[str]  # ids of Inst-It items whose judge call failed
+    invalid: list[str]  # ids a benchmark's scored file marks unscored
     problems: list[Problem]
+    invalid_means: str = ""
 
 
 @dataclass
 class HumanFile:
     records: dict[str, HumanRecord]
-    invalid: list[str]  # ids of Inst-It items whose judge call failed
+    invalid: list[str]  # ids a benchmark's scored file marks unscored
     problems: list[Problem]
-
-
-@dataclass(frozen=True)
-class LogItem:
-    """One scored item of an Inst-It evaluate log, or one query of a MEGA-Bench scored file."""
-
-    id: str
-    score: float | None  # None: the judge call failed (Inst-It's valid: false)
-    split: str  # Inst-It's split (image or video), or the MEGA-Bench task
+    invalid_means: str = ""
 
 
 class _Checker:
@@ -132,15 +126,10 @@ class _Checker:
         """A score on the scale, or None for null; anything else is a problem."""
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.add(f"{value!r} is not a number", index, record_id, field)
-        elif not math.isfinite(value):
-            self.add(f"{value} is not a finite number", index, record_id, field)
-        elif not self.scale.low <= value <= self.scale.high:
-            self.add(f"{value:g} is outside the scale {self.scale.low:g}-{self.scale.high:g}", index, record_id, field)
-        else:
-            return float(value)
-        return None
+        if (problem := self.scale.problem(value)) is not None:
+            self.add(problem, index, record_id, field)
+            return None
+        return float(value)
 
     def text(self, record: dict, key: str, index: int, record_id: str) -> str | None:
         """An optional string field; another type is a problem (a number would not sort with the names)."""
@@ -196,93 +185,20 @@ def _raw_judge_scores(record: dict, check: _Checker, index: int, rid: str) -> di
 
 
 def _read_content(path: str) -> list | dict:
-    """A JSON list of records or JSONL, or (a JSON object) an Inst-It evaluate log or a MEGA-Bench scored file."""
+    """A JSON list of records or JSONL, or (a JSON object) a benchmark's scored file."""
     content = read_json(path)  # which names a missing, empty or broken file
-    if isinstance(content, list) or (isinstance(content, dict) and (LOG_ITEMS in content or MEGABENCH_TASKS in content)):
+    if isinstance(content, list) or scored_format(content) is not None:
         return content
-    found = f"a JSON object without '{LOG_ITEMS}' or '{MEGABENCH_TASKS}'" if isinstance(content, dict) else "neither a JSON list nor an object"
-    raise InputError([Problem(path, f"{found}: expected a JSON list of records, JSONL, an Inst-It evaluate log or a MEGA-Bench scored file")])
+    found = "a JSON object that is no benchmark's scored file" if isinstance(content, dict) else "neither a JSON list nor an object"
+    raise InputError([Problem(path, f"{found}: expected a JSON list of records, JSONL, an Inst-It evaluate log ('model_predictons') "
+                                    "or a MEGA-Bench scored file ('data': [tasks])")])
 
 
-def _scored_items(content: dict, check: _Checker) -> list[LogItem]:
-    return _read_log(content, check) if LOG_ITEMS in content else _read_megabench(content, check)
-
-
-def _read_megabench(scored: dict, check: _Checker) -> list[LogItem]:
-    """A record per query of a MEGA-Bench scored file, its query score (N/10) on the judge's 0-10."""
-    tasks = scored[MEGABENCH_TASKS]
-    if not isinstance(tasks, list) or not tasks:
-        check.add("must be a non-empty list of tasks", field=MEGABENCH_TASKS)
-        return []
-    first: dict[str, tuple[str, LogItem]] = {}  # id -> (where, item)
-    for t, task in enumerate(tasks):
-        where = f"{MEGABENCH_TASKS}[{t}]"
-        if not isinstance(task, dict) or not isinstance(task.get("task_name"), str) or not isinstance(task.get("query_response"), list):
-            check.add("a task needs a task_name and a query_response list", field=where)
-            continue
-        for k, query in enumerate(task["query_response"]):
-            scores = query.get("scores") if isinstance(query, dict) else None
-            value = scores.get("query") if isinstance(scores, dict) else None
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                check.add("no scores.query number: not a scored file, or a query it left unscored", field=f"{where}.query_response[{k}]")
-                continue
-            item = LogItem(f"{task['task_name']}/{k}", check.score(round(value * 10, 6), None, None, f"{where}.query_response[{k}].scores.query x 10"),
-                           task["task_name"])
-            if item.id not in first:
-                first[item.id] = (where, item)
-            elif first[item.id][1] != item:  # a task name twice: its queries' ids collide
-                check.add(f"query {item.id!r} again, scored differently than in {first[item.id][0]}", field=where)
-    return [item for _, item in first.values()]
-
-
-def _read_log(log: dict, check: _Checker) -> list[LogItem]:
-    """The items of an Inst-It evaluate log, an identical repeat once; every malformed item is a problem."""
-    items = log[LOG_ITEMS]
-    if not isinstance(items, list):
-        check.add(f"must be a list of items, got {type(items).__name__}", field=LOG_ITEMS)
-        return []
-    if not items:
-        check.add("no items: the log scored no question", field=LOG_ITEMS)
-        return []
-    first: dict[str, tuple[int, LogItem]] = {}  # id -> (index, item)
-    for index, raw in enumerate(items):
-        if (item := _log_item(raw, f"{LOG_ITEMS}[{index}]", check)) is None:
-            continue
-        if item.id not in first:
-            first[item.id] = (index, item)
-        elif first[item.id][1] != item:
-            check.add(f"question_id {item.id!r} again, scored differently than {LOG_ITEMS}[{first[item.id][0]}]", field=f"{LOG_ITEMS}[{index}]")
-    if first and all(item.score is None for _, item in first.values()):
-        check.add(f"every item is {INVALID}: no score to compare", field=LOG_ITEMS)
-    return [item for _, item in first.values()]
-
-
-def _found(item: dict, key: str) -> str:
-    return f"got {item[key]!r}" if key in item else "missing"
-
-
-def _log_item(item: object, where: str, check: _Checker) -> LogItem | None:
-    """The item, or None when something in it is wrong (each problem is added)."""
-    if not isinstance(item, dict):
-        check.add(f"an item must be an object, got {type(item).__name__}", field=where)
-        return None
-    problems_before = len(check.problems)
-    qid, valid, split = item.get("question_id"), item.get("valid"), item.get("split")
-    if isinstance(qid, bool) or not isinstance(qid, (str, int)):
-        check.add(f"must be a string or an integer, {_found(item, 'question_id')}", field=f"{where}.question_id")
-    if not isinstance(valid, bool):
-        check.add(f"must be true or false, {_found(item, 'valid')}", field=f"{where}.valid")
-    if not isinstance(split, str):
-        check.add(f"must be a string (image or video), {_found(item, 'split')}", field=f"{where}.split")
-    score = None
-    if valid is True:  # a failed call's score (Inst-It writes 0) is no score: it is not read
-        if item.get("score") is None:
-            check.add(f"a valid item needs a number, {_found(item, 'score')}", field=f"{where}.score")
-        else:
-            score = check.score(item["score"], None, None, f"{where}.score")
-    if len(check.problems) > problems_before:
-        return None
-    return LogItem(str(qid), score, split)
+def _scored_items(path: str, content: dict, scale: ScoreScale) -> ScoredFile:
+    scored = scored_format(content).read_scores(path, content, scale)
+    if scored.items and all(item.score is None for item in scored.items):
+        scored.problems.append(Problem(path, f"every item is {scored.unscored}: no score to compare", field=scored.where))
+    return scored
 
 
 def read_predictions(path: str, scale: ScoreScale) -> PredictionsFile:
@@ -324,10 +240,9 @@ def read_predictions(path: str, scale: ScoreScale) -> PredictionsFile:
 
 
 def _predictions_from_log(path: str, log: dict, scale: ScoreScale) -> PredictionsFile:
-    check = _Checker(path, scale)
-    items = _scored_items(log, check)
-    records = {i.id: JudgeRecord({} if i.score is None else {"overall": i.score}, None, None, i.split, None) for i in items}
-    return PredictionsFile(records, 0, [i.id for i in items if i.score is None], check.problems)
+    scored = _scored_items(path, log, scale)
+    records = {i.id: JudgeRecord({} if i.score is None else {"overall": i.score}, None, None, i.group, None) for i in scored.items}
+    return PredictionsFile(records, 0, [i.id for i in scored.items if i.score is None], scored.problems, scored.unscored)
 
 
 def read_human(path: str, scale: ScoreScale) -> HumanFile:
@@ -340,23 +255,34 @@ def read_human(path: str, scale: ScoreScale) -> HumanFile:
 
 
 def _human_from_log(path: str, log: dict, scale: ScoreScale) -> HumanFile:
-    """One annotator (the log's judge) per id."""
-    check = _Checker(path, scale)
-    items = _scored_items(log, check)
-    records = {i.id: HumanRecord({} if i.score is None else {"overall": [i.score]}, None, i.split) for i in items}
-    return HumanFile(records, [i.id for i in items if i.score is None], check.problems)
+    """One annotator (the file's judge) per id."""
+    scored = _scored_items(path, log, scale)
+    records = {i.id: HumanRecord({} if i.score is None else {"overall": [i.score]}, None, i.group) for i in scored.items}
+    return HumanFile(records, [i.id for i in scored.items if i.score is None], scored.problems, scored.unscored)
 
 
 def _from_annotations(path: str, records: list, scale: ScoreScale) -> HumanFile:
+    """Annotation records. One with neither question nor answer is a rating only (`{id, human_scores,
+    annotator}`, as annotation tools export them): read as a flat record is, its scores inside
+    `human_scores`, so that what needs the answer (its length, its images) is unknown for it."""
     check = _Checker(path, scale)
-    parsed, check.problems = parse_records(path, records, Annotation)
     out: dict[str, HumanRecord] = {}
-    for index, a in parsed:
+    for index, r in enumerate(records):
+        if isinstance(r, dict) and not {"question", "answer"} & r.keys():
+            _add_rating(r, r.get("human_scores"), "human_scores.", index, check, out)
+            continue
+        try:
+            a = Annotation.model_validate(r)
+        except ValidationError as err:
+            check.problems += validation_problems(path, index, record_id_of(r), err)
+            continue
         scores = {name: s for name, v in a.human_scores.given().items() if (s := check.score(v, index, a.id, f"human_scores.{name}")) is not None}
         if not check.first_time((a.id, a.annotator), scores, index, a.id, NAME_ANNOTATORS if a.annotator is None else ""):
             continue
-        # Images the judge is shown (question and answer), counted as judge-score's n_images counts them.
-        human = out.setdefault(a.id, HumanRecord({}, a.model, a.category, sum(len(s.text or "") for s in a.answer), len(a.images())))
+        human = out.setdefault(a.id, HumanRecord({}, a.model, a.category))
+        if human.answer_chars is None:  # the first record of this id with its sample gives them
+            # Images the judge is shown (question and answer), counted as judge-score's n_images counts them.
+            human.answer_chars, human.n_images = sum(len(s.text or "") for s in a.answer), len(a.images())
         for name, value in scores.items():
             human.ratings.setdefault(name, []).append(value)
     return HumanFile(out, [], sorted(check.problems, key=lambda p: p.index or 0))
@@ -366,22 +292,33 @@ def _from_flat(path: str, records: list, scale: ScoreScale) -> HumanFile:
     check = _Checker(path, scale)
     out: dict[str, HumanRecord] = {}
     for index, r in enumerate(records):
-        if (rid := check.record_id(r, index)) is None:
-            continue
-        if not any(name in r for name in SCORE_FIELDS):
-            check.add(f"no score: give at least one of {', '.join(SCORE_FIELDS)}", index, rid)
-            continue
-        scores = {name: v for name in SCORE_FIELDS if (v := check.score(r.get(name), index, rid, name)) is not None}
-        annotator = check.text(r, "annotator", index, rid)
-        if not check.first_time((rid, annotator), scores, index, rid, NAME_ANNOTATORS if annotator is None else ""):
-            continue
-        category = check.text(r, "category", index, rid) or category_from_id(rid)
-        human = out.setdefault(rid, HumanRecord({}, check.text(r, "model", index, rid), category))
-        for name, value in scores.items():
-            human.ratings.setdefault(name, []).append(value)
+        _add_rating(r, r, "", index, check, out)
     if not records:
         check.add("no records")
     return HumanFile(out, [], check.problems)
+
+
+def _add_rating(record, scores, where: str, index: int, check: _Checker, out: dict[str, HumanRecord]) -> None:
+    """One record of a person's scores without the sample, `scores` read at `where` in it (the record
+    itself, or its `human_scores.`), added to `out` under its id; every problem goes to `check`."""
+    if (rid := check.record_id(record, index)) is None:
+        return
+    if where and not isinstance(scores, dict):
+        check.add(f"must be an object of criterion: score, got {type(scores).__name__}", index, rid, where.rstrip("."))
+        return
+    if not any(name in scores for name in SCORE_FIELDS):
+        check.add(f"no score: give at least one of {', '.join(SCORE_FIELDS)}", index, rid, where.rstrip(".") or None)
+        return
+    if where and (unknown := sorted(set(scores) - set(SCORE_FIELDS))):
+        check.add(f"unknown criterion {', '.join(map(repr, unknown))}; the criteria are {', '.join(SCORE_FIELDS)}", index, rid, where.rstrip("."))
+    values = {name: v for name in SCORE_FIELDS if (v := check.score(scores.get(name), index, rid, where + name)) is not None}
+    annotator = check.text(record, "annotator", index, rid)
+    if not check.first_time((rid, annotator), values, index, rid, NAME_ANNOTATORS if annotator is None else ""):
+        return
+    category = check.text(record, "category", index, rid) or category_from_id(rid)
+    human = out.setdefault(rid, HumanRecord({}, check.text(record, "model", index, rid), category))
+    for name, value in values.items():
+        human.ratings.setdefault(name, []).append(value)
 
 
 def _first(ids: set[str]) -> list[str]:
@@ -423,11 +360,11 @@ def load_ratings(predictions: list[str], names: list[str], human_path: str, scal
             predictions=path, records=len(found.records), shared_ids=len(ids & human_ids),
             only_in_predictions=len(ids - human_ids), only_in_predictions_first=_first(ids - human_ids),
             only_in_human=len(human_ids - ids), only_in_human_first=_first(human_ids - ids), parse_failures=found.parse_failures,
-            invalid=len(found.invalid), invalid_first=_first(set(found.invalid)),
+            invalid=len(found.invalid), invalid_first=_first(set(found.invalid)), invalid_means=found.invalid_means,
         )
     if problems:
         raise InputError(problems)
-    return Ratings(judges, human.records, coverage, human.invalid)
+    return Ratings(judges, human.records, coverage, human.invalid, human.invalid_means)
 
 
 def _listed(count: int, first: list[str]) -> str:
@@ -439,7 +376,7 @@ def coverage_notes(ratings: Ratings, human_path: str) -> list[str]:
     notes = []
     if ratings.human_invalid:
         count = len(ratings.human_invalid)
-        notes.append(f"{count} item(s) of {human_path} {INVALID}, left out: {_listed(count, _first(set(ratings.human_invalid)))}")
+        notes.append(f"{count} item(s) of {human_path} {ratings.human_invalid_means}, left out: {_listed(count, _first(set(ratings.human_invalid)))}")
     for name, c in ratings.coverage.items():
         if c.only_in_predictions:
             notes.append(f"{name}: {c.only_in_predictions} id(s) only in {c.predictions}, left out: {_listed(c.only_in_predictions, c.only_in_predictions_first)}")
@@ -448,5 +385,5 @@ def coverage_notes(ratings: Ratings, human_path: str) -> list[str]:
         if c.parse_failures:
             notes.append(f"{name}: {c.parse_failures} parse failure(s) (null score) left out of the statistics")
         if c.invalid:
-            notes.append(f"{name}: {c.invalid} item(s) of {c.predictions} {INVALID}, left out: {_listed(c.invalid, c.invalid_first)}")
+            notes.append(f"{name}: {c.invalid} item(s) of {c.predictions} {c.invalid_means}, left out: {_listed(c.invalid, c.invalid_first)}")
     return notes

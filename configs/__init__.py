@@ -7,3 +7,5 @@ same way: through the import system, at CONFIG_DIR."""
 from pathlib import Path
 
 CONFIG_DIR = Path(__file__).resolve().parent
+# MMIE's three categories: the rubrics judge-score and judge-train use unless told others.
+DEFAULT_RUBRICS = tuple(CONFIG_DIR / "rubrics" / f"{name}.yaml" for name in ("sa", "pbl", "msr"))

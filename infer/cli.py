@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from infer.options import ScoreOptions
-from judge.cli import UsageError, add_common_flags, add_settings_flags, config_values, run, setting_problems
+from judge.cli import UsageError, add_common_flags, add_revision_flag, add_settings_flags, config_values, run, setting_problems
 from judge.configs import CONFIG_DIR
 from judge.formats import FORMATS, Format, detect_format
 
@@ -28,13 +28,16 @@ BACKENDS = ("local", "openai")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_path", "--model-path", required=True,
-                   help="judge checkpoint: original InternVL2, native, or a judge-train output; with --backend openai, the model's name on the server")
+                   help="judge checkpoint, a local directory or a Hugging Face Hub id: original InternVL2, native, or a judge-train output; "
+                        "with --backend openai, the model's name on the server")
+    add_revision_flag(p)
     p.add_argument("--input_dir", "--input-dir", required=True, help="directory that image paths in the input are relative to")
     p.add_argument("--input_file", "--input-file", "--input_name", "--input-name", required=True, help="JSON list or JSONL of samples, relative to --input_dir")
     p.add_argument("--output_dir", "--output-dir", default="eval_outputs", help="where results, summary and journal go (default: %(default)s)")
     p.add_argument("--output_file", "--output-file", "--output_name", "--output-name", default="eval_result.json", help="result file name (default: %(default)s)")
     p.add_argument("--format", choices=list(FORMATS), help="the input's benchmark format (default: detected from the file)")
-    p.add_argument("--criteria_file", "--criteria-file", help="MEGA-Bench only: each task's evaluation criteria, JSON or YAML (default: none; --format megabench needs one)")
+    p.add_argument("--criteria_file", "--criteria-file", help="MEGA-Bench only: the tasks' rows of MEGA-Bench's dataset, JSON Lines or a JSON list, for each task's metric_info "
+                                                                    "and each query's eval_context (default: none; --format megabench needs one)")
     p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: the format's, configs/rubrics/sa|pbl|msr.yaml for MMIE)")
     p.add_argument("--config", help="YAML of scoring options, overridden by the flags given (default: configs/score/<format>.yaml, "
                                      "the format's preset: the defaults shown below are the presets')")
@@ -73,7 +76,7 @@ def backend_problems(args, options: ScoreOptions) -> list[str]:
     if args.base_url is None or not args.base_url.startswith(("http://", "https://")):
         problems.append(f"--backend openai needs --base_url http(s)://HOST:PORT/v1, got {args.base_url!r}")
     problems += [f"--{name} applies to the local backend only: the server chooses its own"
-                 for name in ("device", "dtype") if getattr(args, name) is not None]
+                 for name in ("device", "dtype", "revision") if getattr(args, name) is not None]
     if args.concurrency < 1:
         problems.append(f"--concurrency must be at least 1, got {args.concurrency}")
     if args.max_retries < 0:

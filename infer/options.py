@@ -27,14 +27,15 @@ class ScoreOptions:
     mode: Mode = _option("generate", "generate: feedback and parsed scores, with the score's distribution; "
                                      "logits: one forward pass, the score distribution only")
     max_new_tokens: int = _option(1024, "longest feedback in tokens", minimum=1)
-    token_budget: int = _option(65536, "tokens per batch: batch size x (longest prompt + new tokens)", minimum=1)
+    token_budget: int | None = _option(
+        None, "tokens of KV cache for decoding, batch size x (longest prompt + new tokens); prefill groups hold at most "
+              "this many too; none: on a GPU what its free memory holds, on a CPU 65536", minimum=1)
     image_token_budget: int | None = _option(
         None, "image tokens per sample before tiles, then whole images, are cut; none: no limit", minimum=0)
     prompt_token_budget: int | None = _option(
         None, "tokens per prompt before the question's oldest context is cut; none: no limit", minimum=1)
     max_tiles: int | None = _option(None, "tiles per image before the thumbnail; none: the checkpoint's max_dynamic_patch", minimum=1)
     workers: int = _option(4, "background threads that decode and tile images", minimum=1)
-    prefetch: int = _option(2, "batches prepared ahead of the model", minimum=0, flag=False)
     ignore_stop: bool = _option(False, "always generate max_new_tokens, no forced score heading (benchmarks: equal work per sample)",
                                 flag=False)
 

@@ -23,7 +23,7 @@ from judge.cli import UsageError
 from judge.data import InputError, JudgeResult, Problem, Sample, resolve_image, write_json_atomically
 from judge.distributed import end_process_group
 from judge.formats import BenchmarkInput, Format
-from judge.model import load_judge, with_max_tiles
+from judge.model import find_checkpoint, load_judge, with_max_tiles
 from judge.prompts import Rubric, load_rubrics, rubric_problems
 
 
@@ -69,12 +69,13 @@ def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int)
     run = scoring_input(args, fmt)
     rubrics = run.rubrics
     device = checked_device(args.device or default_device())
+    model_dir = find_checkpoint(args.model_path, args.revision).path
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
-    judge = load_judge(args.model_path, device, getattr(torch, args.dtype) if args.dtype else None)
+    judge = load_judge(model_dir, device, getattr(torch, args.dtype) if args.dtype else None)
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
-    run_id = run_fingerprint(args, options, rubrics, judge, run.bench.samples)
+    run_id = run_fingerprint(args, model_dir, options, rubrics, judge, run.bench.samples)
     finished = finished_results(args, run_id, rank, world)
     mine = [(i, s) for i, s in enumerate(run.samples) if i % world == rank and s.id not in finished]
 
@@ -216,8 +217,10 @@ def default_device() -> str:
     return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
 
 
-def run_fingerprint(args, options: ScoreOptions, rubrics, judge, samples: list[Sample]) -> str:
-    model_dir = Path(args.model_path).resolve()
+def run_fingerprint(args, model_dir: Path, options: ScoreOptions, rubrics, judge, samples: list[Sample]) -> str:
+    """What must be unchanged for a journal's results to be resumed; `model_dir` is where the checkpoint's
+    files are (a Hub id's cache snapshot, whose path names its commit)."""
+    model_dir = model_dir.resolve()
     weights = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in model_dir.iterdir() if f.is_file())
     return fingerprint({
         "model": str(model_dir), "weights": weights, "dtype": str(next(judge.model.parameters()).dtype),

@@ -42,6 +42,10 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
 
 
+def add_revision_flag(parser: argparse.ArgumentParser, of: str = "--model_path") -> None:
+    parser.add_argument("--revision", help=f"branch, tag or commit of {of} where it is a Hugging Face Hub id (default: main)")
+
+
 def add_settings_flags(parser: argparse.ArgumentParser, defaults, shown_default: Callable[[str], str] | None = None) -> None:
     """One flag per field of a settings dataclass (a field whose metadata says `flag: False` has none),
     spelled with underscores or hyphens, with the help in the field's metadata. The default shown is the

@@ -6,32 +6,30 @@ Three kinds of directory are accepted, told apart by their files:
     native    config.json with "model_type": "internvl"                 (written by transformers or by us)
     adapter   adapter_config.json (PEFT) over either of the above        (written by judge-train)
 
+Each is named by its local directory or by a Hugging Face Hub id, fetched into huggingface_hub's cache
+(judge/hub.py) with only the files listed in CHECKPOINT_FILES.
+
 The original format is converted on the fly and nothing from the checkpoint is executed: the config is
 mapped field by field, and the weights are streamed one tensor at a time from the safetensors files
-into a model allocated once in the target dtype, so host memory peaks near one copy of the weights.
-
-    original key                                     native key
-    vision_model.embeddings.class_embedding          model.vision_tower.embeddings.cls_token
-    vision_model.embeddings.position_embedding       model.vision_tower.embeddings.position_embeddings
-    vision_model.embeddings.patch_embedding.*        model.vision_tower.embeddings.patch_embeddings.projection.*
-    vision_model.encoder.layers.N.attn.qkv.*         ...encoder.layer.N.attention.{q,k,v}_proj.*  (rows split in 3)
-    vision_model.encoder.layers.N.attn.proj.*        ...encoder.layer.N.attention.projection_layer.*
-    vision_model.encoder.layers.N.norm1/norm2.*      ...encoder.layer.N.layernorm_before/layernorm_after.*
-    vision_model.encoder.layers.N.ls1/ls2            ...encoder.layer.N.lambda_1/lambda_2
-    mlp1.0 / mlp1.1 / mlp1.3                         model.multi_modal_projector.layer_norm / linear_1 / linear_2
-    language_model.model.*                           model.language_model.*
-    language_model.lm_head.weight                    lm_head.weight
+into a model allocated once in the target dtype, so host memory peaks near one copy of the weights. The
+key names map through one table, KEY_MAP (and FUSED_QKV for InternViT's fused qkv), read in both
+directions: `save_original` writes a trained judge back in the original format of its base.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import shutil
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_validator, model_validator
 from safetensors import safe_open
+from safetensors.torch import save_file
 from transformers import (
     AutoConfig,
     AutoTokenizer,
@@ -44,13 +42,27 @@ from transformers.initialization import no_init_weights
 from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
 from judge.cli import UsageError
-from judge.data import InputError, field_name, read_json
+from judge.data import InputError, field_name, read_json, write_json_atomically
+from judge.hub import Checkpoint, resolve
 from judge.parsing import SCORE_HEADING
 from judge.prompts import IMAGE_TOKENS, IMG_CONTEXT
+from judge.detokenize import text_decoder
+from judge.kernels import use_fused_kernels
+from judge.rope import use_rowwise_rope
 from judge.templates import TEMPLATES, system_message_from_conversation_py
 from judge.tiling import TilingConfig
 
 SETTINGS_FILE = "judge_config.json"
+INDEX_FILE = "model.safetensors.index.json"
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "merges.txt")
+# Every file load_judge reads, as huggingface_hub allow patterns: a checkpoint named by its Hub id is fetched
+# with these only, so its own code (modeling_*.py; conversation.py is read as data) and pickled .bin weights
+# never reach the disk.
+CHECKPOINT_FILES = ("config.json", "generation_config.json", "model.safetensors", INDEX_FILE, "model-*.safetensors",
+                    "adapter_config.json", "adapter_model.safetensors", SETTINGS_FILE, "conversation.py", *TOKENIZER_FILES)
+# An original checkpoint's own code, which trust_remote_code loads: fetched only for save_original to copy, never run.
+REMOTE_CODE = ("*.py",)
 
 # LLMs that transformers implements natively; InternLM2 (InternVL2-2B/8B/26B) needs remote code.
 SUPPORTED_LLMS = ("phi3", "qwen2", "llama")
@@ -120,11 +132,16 @@ class Judge:
     model: torch.nn.Module
     tokenizer: PreTrainedTokenizerBase
     settings: JudgeSettings
-    source_format: str  # "original", "native" or "adapter"
+    source_format: str  # "original", "native", "adapter", or "training" for a model judge-train is training
 
     @property
     def image_token_id(self) -> int:
         return self.tokenizer.convert_tokens_to_ids(IMG_CONTEXT)
+
+    @functools.cached_property
+    def decode(self) -> Callable[[list[int]], str]:
+        """Token ids to text, as MMIE's reference decodes the judge's output (judge/detokenize.py)."""
+        return text_decoder(self.tokenizer)
 
 
 def default_dtype(device: str | torch.device) -> torch.dtype:
@@ -152,11 +169,15 @@ def checkpoint_format(path: Path) -> str:
     )
 
 
-def load_judge(path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None) -> Judge:
-    """Load any supported judge checkpoint (see module docstring) ready for inference."""
-    path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"{path}: not a directory; --model_path must name a local checkpoint directory")
+def find_checkpoint(name: str | Path, revision: str | None = None, extra_files: tuple[str, ...] = ()) -> Checkpoint:
+    """A checkpoint named by its local directory or its Hub id (judge/hub.py), with every file load_judge
+    reads and the `extra_files` patterns."""
+    return resolve(name, revision, CHECKPOINT_FILES + extra_files)
+
+
+def load_judge(name: str | Path, device: str = "cpu", dtype: torch.dtype | None = None, revision: str | None = None) -> Judge:
+    """Load any supported judge checkpoint (see module docstring), by its directory or its Hub id, ready for inference."""
+    path = find_checkpoint(name, revision).path
     dtype = dtype or default_dtype(device)
     kind = checkpoint_format(path)
     if kind == "adapter":
@@ -170,6 +191,8 @@ def load_judge(path: str | Path, device: str = "cpu", dtype: torch.dtype | None 
         model = InternVLForConditionalGeneration.from_pretrained(path, dtype=dtype).to(device)
         settings = _settings_from_native(path, model.config)
     _check_untied(model)
+    use_rowwise_rope(model.model.language_model)
+    use_fused_kernels(model, device)
     model.eval()
     return Judge(model, tokenizer, settings, kind)
 
@@ -202,17 +225,22 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
 def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
     from peft import PeftModel
 
-    base_path = Path(read_json_object(path / "adapter_config.json").get("base_model_name_or_path") or "")
-    if not base_path.is_dir():
-        raise CheckpointError(
-            f"{path}/adapter_config.json: base_model_name_or_path {str(base_path)!r} is not a local directory; "
-            "point it at the base checkpoint the adapter was trained on"
-        )
-    base = load_judge(base_path, device, dtype)
+    base = load_judge(adapter_base(path).path, device, dtype)
     model = PeftModel.from_pretrained(base.model, path).eval()
     tokenizer = load_tokenizer(path) if (path / "tokenizer_config.json").is_file() else base.tokenizer
     settings = read_settings(path, base.settings.tokens_per_tile) or base.settings
     return Judge(model, tokenizer, settings, "adapter")
+
+
+def adapter_base(path: Path, extra_files: tuple[str, ...] = ()) -> Checkpoint:
+    """The base an adapter applies to: its adapter_config.json's base_model_name_or_path, a directory or a
+    Hub id at the config's `revision` (judge-train pins the commit it trained over)."""
+    config = read_json_object(path / "adapter_config.json")
+    try:
+        return find_checkpoint(config.get("base_model_name_or_path") or "", config.get("revision"), extra_files)
+    except UsageError as err:
+        raise CheckpointError(f"{path}/adapter_config.json: base_model_name_or_path: {err} "
+                              "(it names the base checkpoint the adapter was trained on)") from None
 
 
 def native_config_from_original(config: dict, tokenizer: PreTrainedTokenizerBase) -> InternVLConfig:
@@ -286,41 +314,78 @@ def _rope_parameters(rope: dict, llm: dict) -> dict:
     return params
 
 
-_RENAMES = [
-    (r"^vision_model\.embeddings\.class_embedding$", "model.vision_tower.embeddings.cls_token"),
-    (r"^vision_model\.embeddings\.position_embedding$", "model.vision_tower.embeddings.position_embeddings"),
-    (r"^vision_model\.embeddings\.patch_embedding\.", "model.vision_tower.embeddings.patch_embeddings.projection."),
-    (r"^vision_model\.encoder\.layers\.(\d+)\.attn\.proj\.", r"model.vision_tower.encoder.layer.\1.attention.projection_layer."),
-    (r"^vision_model\.encoder\.layers\.(\d+)\.norm1\.", r"model.vision_tower.encoder.layer.\1.layernorm_before."),
-    (r"^vision_model\.encoder\.layers\.(\d+)\.norm2\.", r"model.vision_tower.encoder.layer.\1.layernorm_after."),
-    (r"^vision_model\.encoder\.layers\.(\d+)\.ls1$", r"model.vision_tower.encoder.layer.\1.lambda_1"),
-    (r"^vision_model\.encoder\.layers\.(\d+)\.ls2$", r"model.vision_tower.encoder.layer.\1.lambda_2"),
-    (r"^vision_model\.encoder\.layers\.(\d+)\.mlp\.", r"model.vision_tower.encoder.layer.\1.mlp."),
-    (r"^mlp1\.0\.", "model.multi_modal_projector.layer_norm."),
-    (r"^mlp1\.1\.", "model.multi_modal_projector.linear_1."),
-    (r"^mlp1\.3\.", "model.multi_modal_projector.linear_2."),
-    (r"^language_model\.model\.", "model.language_model."),
-    (r"^language_model\.lm_head\.", "lm_head."),
-]
-_FUSED_QKV = re.compile(r"^vision_model\.encoder\.layers\.(\d+)\.attn\.qkv\.(weight|bias)$")
+# Original key <-> native key, one table read in both directions (loading, and save_original). "{n}" is a
+# layer number; a key ending in "." is a prefix whose rest (weight, bias) is kept as it is.
+KEY_MAP = (
+    ("vision_model.embeddings.class_embedding", "model.vision_tower.embeddings.cls_token"),
+    ("vision_model.embeddings.position_embedding", "model.vision_tower.embeddings.position_embeddings"),
+    ("vision_model.embeddings.patch_embedding.", "model.vision_tower.embeddings.patch_embeddings.projection."),
+    ("vision_model.encoder.layers.{n}.attn.proj.", "model.vision_tower.encoder.layer.{n}.attention.projection_layer."),
+    ("vision_model.encoder.layers.{n}.norm1.", "model.vision_tower.encoder.layer.{n}.layernorm_before."),
+    ("vision_model.encoder.layers.{n}.norm2.", "model.vision_tower.encoder.layer.{n}.layernorm_after."),
+    ("vision_model.encoder.layers.{n}.ls1", "model.vision_tower.encoder.layer.{n}.lambda_1"),
+    ("vision_model.encoder.layers.{n}.ls2", "model.vision_tower.encoder.layer.{n}.lambda_2"),
+    ("vision_model.encoder.layers.{n}.mlp.", "model.vision_tower.encoder.layer.{n}.mlp."),
+    ("mlp1.0.", "model.multi_modal_projector.layer_norm."),
+    ("mlp1.1.", "model.multi_modal_projector.linear_1."),
+    ("mlp1.3.", "model.multi_modal_projector.linear_2."),
+    ("language_model.model.", "model.language_model."),
+    ("language_model.lm_head.", "lm_head."),
+)
+# InternViT's fused qkv is three native projections: its rows are [q; k; v], as InternViT reshapes its qkv output.
+FUSED_QKV = ("vision_model.encoder.layers.{n}.attn.qkv.", "model.vision_tower.encoder.layer.{n}.attention.{part}_proj.")
+QKV_PARTS = ("q", "k", "v")
+ORIGINAL, NATIVE = 0, 1  # the sides of KEY_MAP and FUSED_QKV
+
+
+@functools.cache
+def _key_pattern(template: str) -> re.Pattern:
+    """A key template of KEY_MAP or FUSED_QKV as a regex: {n} and {part} captured, a prefix's rest too."""
+    body = "".join(
+        {"{n}": r"(?P<n>\d+)", "{part}": f"(?P<part>{'|'.join(QKV_PARTS)})"}.get(piece, re.escape(piece))
+        for piece in re.split(r"(\{n\}|\{part\})", template)
+    )
+    return re.compile(body + ("(?P<rest>.+)" if template.endswith(".") else "") + "$")
+
+
+def _translate(key: str, pair: tuple[str, str], side: int, **fill: str) -> str | None:
+    """`key`, written on `side` of `pair`, as the other side writes it; None if the pair does not name it."""
+    if not (match := _key_pattern(pair[side]).match(key)):
+        return None
+    groups = match.groupdict() | fill
+    return pair[1 - side].format(**groups) + (groups.get("rest") or "")
+
+
+def _renamed(key: str, side: int) -> str:
+    """The key on the other side of KEY_MAP; a key the table does not name stays as it is (and is then refused
+    as unexpected by whoever compares it with a model)."""
+    return next((new for pair in KEY_MAP if (new := _translate(key, pair, side)) is not None), key)
 
 
 def native_tensors(key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     """The native (name, tensor) pairs for one original tensor: a rename, or the split of a fused qkv."""
-    if match := _FUSED_QKV.match(key):
-        layer, kind = match.groups()
-        q, k, v = tensor.chunk(3, dim=0)  # rows are [q; k; v], as InternViT reshapes its qkv output
-        prefix = f"model.vision_tower.encoder.layer.{layer}.attention"
-        return [(f"{prefix}.q_proj.{kind}", q), (f"{prefix}.k_proj.{kind}", k), (f"{prefix}.v_proj.{kind}", v)]
-    for pattern, replacement in _RENAMES:
-        new_key, count = re.subn(pattern, replacement, key)
-        if count:
-            return [(new_key, tensor)]
-    return [(key, tensor)]
+    if _key_pattern(FUSED_QKV[ORIGINAL]).match(key):
+        return [(_translate(key, FUSED_QKV, ORIGINAL, part=part), t) for part, t in zip(QKV_PARTS, tensor.chunk(3, dim=0))]
+    return [(_renamed(key, ORIGINAL), tensor)]
+
+
+def original_tensors(native: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The original state dict of a native one: `native_tensors` undone, each q, k, v fused again."""
+    original, fused = {}, {}
+    for key, tensor in native.items():
+        if (qkv := _key_pattern(FUSED_QKV[NATIVE]).match(key)) is not None:
+            fused.setdefault(_translate(key, FUSED_QKV, NATIVE), {})[qkv["part"]] = tensor
+        else:
+            original[_renamed(key, NATIVE)] = tensor
+    for key, parts in fused.items():
+        if missing := [p for p in QKV_PARTS if p not in parts]:
+            raise CheckpointError(f"{key}: the vision tower has no {'/'.join(missing)} projection to fuse with {'/'.join(parts)}")
+        original[key] = torch.cat([parts[p] for p in QKV_PARTS])
+    return original
 
 
 def safetensors_files(path: Path) -> list[Path]:
-    index = path / "model.safetensors.index.json"
+    index = path / INDEX_FILE
     if index.is_file():
         weight_map = read_json_object(index).get("weight_map")
         if not isinstance(weight_map, dict):
@@ -430,6 +495,109 @@ def _settings_from_native(path: Path, config: InternVLConfig) -> JudgeSettings:
     return JudgeSettings(
         TEMPLATE_BY_LLM[llm_type], None, TilingConfig(image_size=config.vision_config.image_size[0]), tokens_per_tile
     )
+
+
+def original_base(adapter: Path) -> Path:
+    """The original checkpoint an adapter was trained over, with its own Python files (fetched as data where
+    it is a Hub id): what `save_original` takes the config, code and layout from. Refused before any
+    weights load where the base is in another format."""
+    base = adapter_base(adapter, REMOTE_CODE).path
+    if (kind := checkpoint_format(base)) != "original":
+        raise CheckpointError(f"{base}: the adapter's base is a {kind} checkpoint; the original format takes its config.json, code and "
+                              "weight layout from an original (InternVLChatModel) base: train over the original checkpoint "
+                              "(e.g. OpenGVLab/InternVL2-4B) to export in that format")
+    return base
+
+
+def save_original(judge: Judge, base: Path, out_dir: str | Path) -> Path:
+    """Write a judge (an adapter is merged first) as an original InternVL2 checkpoint, laid out like `base`,
+    the original checkpoint it was trained over (`original_base`): the base's config.json with the judge's
+    settings, the weights under the original key names in the base's dtypes and shards, and the base's
+    tokenizer files, generation_config.json and Python files (the remote code `trust_remote_code` loads,
+    and conversation.py), copied as files and never run. Refuses weights or a tokenizer that the base's
+    config cannot describe. config.json is written last: an export cut short cannot be loaded."""
+    out_dir = Path(out_dir)
+    model = judge.model.merge_and_unload() if hasattr(judge.model, "merge_and_unload") else judge.model
+    tensors = original_tensors({k: t.detach() for k, t in model.state_dict().items()})
+    layout = _weight_layout(base)
+    _check_expressible(tensors, layout, judge.tokenizer, base)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for shard in sorted({entry.shard for entry in layout.values()}):
+        save_file({k: tensors[k].to(e.dtype).contiguous() for k, e in layout.items() if e.shard == shard}, out_dir / shard, metadata={"format": "pt"})
+    if (base / INDEX_FILE).is_file():
+        total = sum(tensors[k].numel() * e.dtype.itemsize for k, e in layout.items())
+        write_json_atomically(out_dir / INDEX_FILE, {"metadata": {"total_size": total}, "weight_map": {k: e.shard for k, e in sorted(layout.items())}})
+    copied = [f for f in base.iterdir() if f.is_file() and (f.suffix == ".py" or f.name in (*TOKENIZER_FILES, "generation_config.json"))]
+    for file in copied:
+        shutil.copyfile(file, out_dir / file.name)
+    config = read_json_object(base / "config.json")
+    _note_missing_remote_code(config, base)
+    write_json_atomically(out_dir / "config.json", original_config(config, judge.settings, settings_from_original(base, config, model.config)))
+    return out_dir
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    shard: str  # the safetensors file that holds it
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+
+_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def _weight_layout(path: Path) -> dict[str, StoredTensor]:
+    """Where and how an original checkpoint stores each tensor, read from the safetensors headers only."""
+    layout = {}
+    for file in safetensors_files(path):
+        with safe_open(file, framework="pt") as weights:
+            for key in weights.keys():
+                stored = weights.get_slice(key)
+                if stored.get_dtype() not in _DTYPES:
+                    raise CheckpointError(f"{file}: {key} is stored as {stored.get_dtype()}; the export writes {', '.join(_DTYPES)} only")
+                layout[key] = StoredTensor(file.name, _DTYPES[stored.get_dtype()], tuple(stored.get_shape()))
+    return layout
+
+
+def _check_expressible(tensors: dict[str, torch.Tensor], layout: dict[str, StoredTensor], tokenizer: PreTrainedTokenizerBase, base: Path) -> None:
+    """What the base's config.json and tokenizer cannot describe, refused in one message."""
+    problems = []
+    if extra := sorted(set(tensors) - set(layout)):
+        problems.append(f"weights the base has no place for: {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}")
+    if missing := sorted(set(layout) - set(tensors)):
+        problems.append(f"base weights the judge lacks: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+    if reshaped := [k for k in sorted(set(tensors) & set(layout)) if tuple(tensors[k].shape) != layout[k].shape]:
+        k = reshaped[0]
+        problems.append(f"{len(reshaped)} weight(s) of another shape than the base's, e.g. {k} {tuple(tensors[k].shape)} (base {layout[k].shape})")
+    if tokenizer.get_vocab() != load_tokenizer(base).get_vocab():
+        problems.append("the judge's tokenizer has another vocabulary than the base's")
+    if problems:
+        raise CheckpointError(f"cannot be written in the original format of {base}: " + "; ".join(problems))
+
+
+def original_config(config: dict, settings: JudgeSettings, base: JudgeSettings) -> dict:
+    """The base's original config.json carrying the judge's settings: `settings_from_original` reads them back."""
+    tiling = settings.tiling
+    config = {**config, "template": settings.template, "force_image_size": tiling.image_size, "min_dynamic_patch": tiling.min_tiles,
+              "max_dynamic_patch": tiling.max_tiles, "use_thumbnail": tiling.use_thumbnail,
+              "dynamic_image_size": config.get("dynamic_image_size", True) or tiling.max_tiles > 1}
+    system_message = _effective_system_message(settings)
+    if system_message != _effective_system_message(base):
+        config["system_message"] = system_message  # conversation.py stays the base's: the config's own field overrides it
+    return config
+
+
+def _effective_system_message(settings: JudgeSettings) -> str:
+    return TEMPLATES[settings.template].default_system_message if settings.system_message is None else settings.system_message
+
+
+def _note_missing_remote_code(config: dict, base: Path) -> None:
+    """The modules config.json's auto_map names that the base does not have: without them neither the base nor
+    the export loads with trust_remote_code (here both load without)."""
+    modules = sorted({f"{ref.split('.')[0]}.py" for ref in (config.get("auto_map") or {}).values() if isinstance(ref, str)})
+    if missing := [m for m in modules if not (base / m).is_file()]:
+        print(f"note: {base} lacks {', '.join(missing)}, which its config.json's auto_map names: the export, like its base, "
+              "loads with this toolkit but not with trust_remote_code until they are added", file=sys.stderr)
 
 
 def save_native(judge: Judge, out_dir: str | Path) -> Path:

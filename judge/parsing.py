@@ -66,6 +66,16 @@ class ScoreScale:
     def bounds(self) -> tuple[float, float]:
         return float(self.low), float(self.high)
 
+    def problem(self, value: object) -> str | None:
+        """Why a value read from a file is not a score on this scale, or None when it is one."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{value!r} is not a number"
+        if not math.isfinite(value):
+            return f"{value} is not a finite number"
+        if not self.low <= value <= self.high:
+            return f"{value:g} is outside the scale {self.low:g}-{self.high:g}"
+        return None
+
     def share(self, value: float) -> float:
         """Where a score lies on the scale: 0 at low, 1 at high (MMIE's percentages, MileBench's and
         MEGA-Bench's 0-1 figures)."""

@@ -36,7 +36,7 @@ from string import Formatter
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
-from judge.configs import CONFIG_DIR
+from judge.configs import CONFIG_DIR, DEFAULT_RUBRICS
 from judge.data import IMAGE_PLACEHOLDER, InputError, JudgeText, Problem, Sample, Segment, no_image_placeholder, resolve_image
 from judge.parsing import ScoreScale
 from judge.templates import ChatTemplate
@@ -49,7 +49,6 @@ IMG_START, IMG_CONTEXT, IMG_END = "<img>", "<IMG_CONTEXT>", "</img>"
 IMAGE_TOKENS = (IMG_START, IMG_CONTEXT, IMG_END)
 CONTEXT_OMITTED = "[earlier context omitted]"
 TEMPLATE_FIELDS = ("instructions", "question", "answer", "reference")
-DEFAULT_RUBRICS = tuple(CONFIG_DIR / "rubrics" / f"{name}.yaml" for name in ("sa", "pbl", "msr"))
 
 
 class Rubric(BaseModel):

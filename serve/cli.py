@@ -21,7 +21,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from infer.options import ScoreOptions
-from judge.cli import UsageError, add_common_flags, add_settings_flags, config_values, run, setting_problems
+from judge.cli import UsageError, add_common_flags, add_revision_flag, add_settings_flags, config_values, run, setting_problems
 from judge.configs import CONFIG_DIR
 from judge.prompts import DEFAULT_RUBRICS, load_rubrics
 from serve.options import ServeOptions
@@ -31,7 +31,9 @@ DEFAULT_CONFIG = CONFIG_DIR / "score" / "mmie.yaml"
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model_path", "--model-path", required=True, help="judge checkpoint: original InternVL2, native, or a judge-train output")
+    p.add_argument("--model_path", "--model-path", required=True,
+                   help="judge checkpoint, a local directory or a Hugging Face Hub id: original InternVL2, native, or a judge-train output")
+    add_revision_flag(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on; any but a loopback address needs --api_key_env (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     p.add_argument("--api_key_env", "--api-key-env",
@@ -66,7 +68,7 @@ def _main(argv) -> int:
     from serve.worker import Worker
 
     device = checked_device(args.device or default_device())
-    judge = load_judge(args.model_path, device, getattr(torch, args.dtype) if args.dtype else None)
+    judge = load_judge(args.model_path, device, getattr(torch, args.dtype) if args.dtype else None, revision=args.revision)
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
     worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000)
     service = Service(args.model_path, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,

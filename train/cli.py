@@ -1,7 +1,7 @@
 """judge-train: fine-tune an InternVL2 judge on human-rated annotations.
 
     judge-train --model_path BASE --train_file train.json --input_dir DATA --output_dir OUT [--eval_file heldout.json]
-    judge-train merge --adapter OUT --output_dir MERGED
+    judge-train merge --adapter OUT --output_dir MERGED [--format native|original]
 
 Many GPUs or nodes: `torchrun --nproc_per_node N -m train.cli ...` or `deepspeed --module train.cli ...` (add
 --deepspeed configs/deepspeed/zero2.json); README.md shows both, on one node and on several.
@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from judge.cli import UsageError, add_common_flags, add_settings_flags, run, settings_from_config
+from judge.cli import UsageError, add_common_flags, add_revision_flag, add_settings_flags, run, settings_from_config
 from judge.data import InputError, read_json
 from judge.prompts import CONFIG_DIR, DEFAULT_RUBRICS, load_rubrics
 from train.config import CHECKPOINTS_DIR, TrainConfig, config_problems
@@ -25,7 +25,9 @@ from train.config import CHECKPOINTS_DIR, TrainConfig, config_problems
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model_path", required=True, help="base judge checkpoint (original InternVL2, native, or a merged judge)")
+    p.add_argument("--model_path", required=True, help="base judge checkpoint, a local directory or a Hugging Face Hub id "
+                                                       "(original InternVL2, native, or a merged judge)")
+    add_revision_flag(p)
     p.add_argument("--train_file", required=True, help="annotations to learn from (JSON list or JSONL)")
     p.add_argument("--input_dir", required=True, help="directory that image paths in the annotations are relative to")
     p.add_argument("--output_dir", required=True, help="where the trained judge, checkpoints and eval_history.json go: "
@@ -44,9 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def merge_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="judge-train merge", description="Fold a LoRA adapter into its base and write a standalone native checkpoint.")
-    p.add_argument("--adapter", required=True, help="a judge-train output directory holding an adapter")
-    p.add_argument("--output_dir", required=True, help="where the merged checkpoint goes")
+    p = argparse.ArgumentParser(prog="judge-train merge", description="Fold a LoRA adapter into its base and write a standalone checkpoint.")
+    p.add_argument("--adapter", required=True, help="a judge-train output holding an adapter: its directory or a Hugging Face Hub id")
+    add_revision_flag(p, of="--adapter")
+    p.add_argument("--output_dir", required=True, help="where the merged checkpoint goes: a new or empty directory")
+    p.add_argument("--format", choices=("native", "original"), default="native",
+                   help="native: transformers' InternVL, as this toolkit and transformers read it; original: InternVL2's own format "
+                        "(InternVLChatModel) in the layout of the adapter's original base, with its code, as InternVL's code, MMIE's "
+                        "main.py, vLLM and LMDeploy read it (default: native)")
     add_common_flags(p)
     return p
 
@@ -61,12 +68,17 @@ def _main(argv) -> int:
 
 def merge(argv) -> int:
     args = merge_parser().parse_args(argv)
-    from judge.model import load_judge, save_native
+    out = Path(args.output_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"--output_dir {out} is not an empty directory; give a new or empty one")
+    from judge.model import checkpoint_format, find_checkpoint, load_judge, original_base, save_native, save_original
 
-    judge = load_judge(args.adapter)
-    if judge.source_format != "adapter":
+    adapter = find_checkpoint(args.adapter, args.revision).path
+    if checkpoint_format(adapter) != "adapter":
         raise UsageError(f"--adapter {args.adapter}: not a LoRA adapter directory (no adapter_config.json)")
-    print(f"merged checkpoint: {save_native(judge, args.output_dir)}")
+    base = original_base(adapter) if args.format == "original" else None  # refused here, before the weights load
+    judge = load_judge(adapter)
+    print(f"merged checkpoint ({args.format} format): {save_original(judge, base, out) if base else save_native(judge, out)}")
     return 0
 
 
@@ -82,7 +94,7 @@ def fine_tune(argv) -> int:
     from train.recipe import train
 
     try:
-        result = train(Path(args.model_path), Path(args.train_file), Path(args.eval_file) if args.eval_file else None,
+        result = train(args.model_path, args.revision, Path(args.train_file), Path(args.eval_file) if args.eval_file else None,
                        Path(args.input_dir), out, rubrics, cfg, args.deepspeed, args.resume)
     finally:
         end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not

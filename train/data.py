@@ -126,7 +126,9 @@ def build_dataset(
 
 
 class Collator:
-    """Right-pads a batch and loads its image tiles (decoding happens in DataLoader workers)."""
+    """Right-pads a batch and loads its image tiles (decoding happens in DataLoader workers). Each row's
+    position ids are its own, its pads repeating its last position: a row's long-rope regime then comes
+    from its own length, not the batch's width (judge/rope.py), and its loss is the loss it has alone."""
 
     def __init__(self, pad_id: int, tiling: TilingConfig):
         self.pad_id, self.tiling = pad_id, tiling
@@ -136,13 +138,15 @@ class Collator:
         input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        position_ids = torch.arange(width).repeat(len(rows), 1)
         tiles = []
         for i, r in enumerate(rows):
             n = len(r["input_ids"])
             input_ids[i, :n], labels[i, :n], attention_mask[i, :n] = torch.tensor(r["input_ids"]), torch.tensor(r["labels"]), 1
+            position_ids[i, n:] = n - 1
             for path, max_tiles in zip(r["image_paths"], r["image_max_tiles"]):
                 tiles.append(load_tiles(path, TilingConfig(**{**self.tiling.__dict__, "max_tiles": max_tiles, "min_tiles": min(self.tiling.min_tiles, max_tiles)})))
-        batch = {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
+        batch = {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask, "position_ids": position_ids}
         if tiles:
             batch["pixel_values"] = torch.cat(tiles)
         return batch

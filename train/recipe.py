@@ -26,7 +26,9 @@ from infer.engine import Scorer, prepare
 from infer.options import ScoreOptions
 from judge.cli import UsageError
 from judge.data import SCORE_FIELDS, Annotation, JudgeResult
-from judge.model import Judge, load_judge, with_max_tiles, write_settings
+from judge.hub import Checkpoint
+from judge.kernels import use_fused_kernels
+from judge.model import Judge, find_checkpoint, load_judge, with_max_tiles, write_settings
 from judge.parsing import ScoreScale
 from judge.prompts import Rubric
 from train.config import CHECKPOINTS_DIR, TrainConfig
@@ -206,12 +208,14 @@ def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None
     )
 
 
-def train(base: Path, train_file: Path, eval_file: Path | None, image_root: Path, output_dir: Path,
+def train(model_path: str, revision: str | None, train_file: Path, eval_file: Path | None, image_root: Path, output_dir: Path,
           rubrics: dict[str, Rubric], cfg: TrainConfig, deepspeed: str | None, resume: bool) -> dict:
     train_annotations, eval_annotations = read_annotations(train_file, eval_file, image_root, rubrics, cfg.scale)
     check_scales(train_annotations + eval_annotations, rubrics, cfg.scale)
+    base = find_checkpoint(model_path, revision)
     output_dir.mkdir(parents=True, exist_ok=True)
-    judge = load_judge(base, "cpu", torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+    judge = load_judge(base.path, "cpu", torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+    use_fused_kernels(judge.model, "cuda" if torch.cuda.is_available() else "cpu")  # the Trainer moves it to the GPU
     judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)
     judge.model.config.use_cache = False
     dataset = build_dataset(judge, train_annotations, rubrics, image_root, cfg.max_length, cfg.image_token_budget, str(train_file))
@@ -239,7 +243,7 @@ MODEL_FILES = ("adapter_model.safetensors", "adapter_config.json", "config.json"
                "model.safetensors", "model.safetensors.index.json")
 
 
-def save_judge(trainer: Trainer, judge: Judge, base: Path, output_dir: Path, cfg: TrainConfig) -> None:
+def save_judge(trainer: Trainer, judge: Judge, base: Checkpoint, output_dir: Path, cfg: TrainConfig) -> None:
     """What judge-score --model_path OUT needs: the best checkpoint's adapter (or full weights), the
     tokenizer and the judge settings. The best checkpoint's files are copied as they are: reloading them
     through the Trainer would go through key renames that InternVL's saved names do not survive.
@@ -259,7 +263,9 @@ def save_judge(trainer: Trainer, judge: Judge, base: Path, output_dir: Path, cfg
     adapter_config = output_dir / "adapter_config.json"
     if adapter_config.exists():  # point the adapter at its base wherever the run started from
         config = json.loads(adapter_config.read_text())
-        adapter_config.write_text(json.dumps({**config, "base_model_name_or_path": str(base.resolve())}, indent=2))
+        # A Hub base by its id, pinned to the commit trained over: its cache path would not travel, and main may move on.
+        where = {"base_model_name_or_path": base.hub_id, "revision": base.commit} if base.hub_id else {"base_model_name_or_path": str(base.path.resolve())}
+        adapter_config.write_text(json.dumps({**config, **where}, indent=2))
     judge.tokenizer.save_pretrained(output_dir)
     write_settings(judge.settings, output_dir)
     (output_dir / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))

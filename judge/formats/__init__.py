@@ -1,15 +1,17 @@
 """The benchmark files judge-score reads and writes: one module per benchmark, each holding both ways.
 
-    format     reads                                            writes (besides judge-score's own files)
-    mmie       MMIE samples (JSON list or JSONL)                nothing: eval_result.json is MMIE's shape
-    milebench  MileBench pred.json                              eval.json (ROUGE-L beside the judge), result.csv
-    instit     Inst-It Bench open-ended predictions, or a log   its evaluate log, instit_evaluate.json
-    megabench  MEGA-Bench open-set submission + criteria file   data_with_scores_open.json, for its breakdown tool
+    format     reads                                                 writes (besides judge-score's own files)
+    mmie       MMIE samples (JSON list or JSONL)                     nothing: eval_result.json is MMIE's shape
+    milebench  MileBench pred.json + the dataset's annotation        eval.json (evaluate.py's + the judge's), eval_judge.json, result.csv
+    instit     Inst-It Bench open-ended predictions, or a log        its evaluate log, instit_evaluate.json
+    megabench  MEGA-Bench open-set submission + its dataset's rows   data_with_scores_open.json, for its breakdown tool
 
 A format's `read` turns the file into `Sample`s and reports every problem of the file in the benchmark's
 own terms (item, field), all at once; its `write` puts the judge's results back into the benchmark's
 shape, so the benchmark's downstream tooling keeps working. Results reach `write` as judge-score's
-`JudgeResult`s, keyed by sample id.
+`JudgeResult`s, keyed by sample id. Where the benchmark's judge writes a scored file (Inst-It's log,
+MEGA-Bench's data_with_scores), `read_scores` reads it back, GPT-4o's or judge-score's, for
+judge-calibrate: each file format has this one owner. Nothing here imports torch (judge-calibrate does not).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from judge.formats.base import BenchmarkInput, Format, first_record
 
 FORMATS: dict[str, Format] = {f.name: f for f in (mmie.FORMAT, milebench.FORMAT, instit.FORMAT, megabench.FORMAT)}
 
-__all__ = ["FORMATS", "BenchmarkInput", "Format", "detect_format"]
+__all__ = ["FORMATS", "BenchmarkInput", "Format", "detect_format", "scored_format"]
 
 
 def detect_format(path: Path) -> Format:
@@ -37,3 +39,10 @@ def detect_format(path: Path) -> Format:
     seen = f"first record's keys {sorted(record)}" if record else f"a JSON {type(content).__name__}"
     which = "several formats" if matches else "no known format"
     raise InputError([Problem(str(path), f"{seen} fit {which}; give --format {'|'.join(FORMATS)}")])
+
+
+def scored_format(content: object) -> Format | None:
+    """The format whose scored file this content is (an Inst-It evaluate log, a MEGA-Bench scored file), or None."""
+    if not isinstance(content, dict):
+        return None
+    return next((f for f in FORMATS.values() if f.read_scores is not None and f.looks_like(content)), None)

@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from judge.data import JudgeResult, Problem, Sample
-from judge.prompts import Rubric
+from judge.data import JudgeResult, Problem, Sample, Segment
+
+if TYPE_CHECKING:  # judge.prompts imports torch (tiling); the formats are read by judge-calibrate too, which must not
+    from judge.parsing import ScoreScale
+    from judge.prompts import Rubric
 
 
 @dataclass
@@ -21,6 +25,25 @@ class BenchmarkInput:
 
 
 @dataclass(frozen=True)
+class ScoredItem:
+    """One judged item of a benchmark's scored file: an Inst-It log item, a MEGA-Bench query."""
+
+    id: str  # as judge-score names the sample
+    score: float | None  # on the judge's own scale; None where the file marks the item unscored
+    group: str  # Inst-It's split, MEGA-Bench's task
+
+
+@dataclass
+class ScoredFile:
+    """A scored file as judge-calibrate reads it: every item once, and every problem of the file."""
+
+    items: list[ScoredItem]
+    problems: list[Problem]
+    unscored: str  # how the benchmark marks an unscored item, in words, for the notes that count them
+    where: str  # the key that holds the items, to name in a problem of them all
+
+
+@dataclass(frozen=True)
 class Format:
     name: str
     default_rubrics: tuple[Path, ...]
@@ -28,9 +51,19 @@ class Format:
     read: Callable[..., BenchmarkInput]  # (path, image_root, rubrics, criteria_file) -> BenchmarkInput
     write: Callable[[BenchmarkInput, dict[str, JudgeResult], Path], list[Path]]  # -> the files written
     outputs: tuple[str, ...] = ()  # file names `write` creates in the output directory
+    # (path, the file's content, the scale its scores must be on) -> its judged items; None: the benchmark
+    # has no scored file of a judge's (`write`'s output is one where it has).
+    read_scores: Callable[[str, dict, ScoreScale], ScoredFile] | None = None
 
 
 def first_record(content: object) -> dict | None:
     if isinstance(content, list) and content and isinstance(content[0], dict):
         return content[0]
     return None
+
+
+def interleaved(texts: list[str], images: list[str]) -> list[Segment]:
+    """A text with images at its markers, as segments: the text before each image with it, then the text
+    after the last; `texts` are the pieces between the markers (one more than the images), empty ones dropped."""
+    segments = [Segment(text=text or None, image=image) for text, image in zip(texts, images)]
+    return segments + [Segment(text=text) for text in texts[len(images):] if text]

@@ -4,10 +4,14 @@ the output MMIE's scorer writes, so this format only reads."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from judge.configs import DEFAULT_RUBRICS
 from judge.data import JudgeResult, validate_samples
 from judge.formats.base import BenchmarkInput, Format, first_record
-from judge.prompts import DEFAULT_RUBRICS, Rubric
+
+if TYPE_CHECKING:
+    from judge.prompts import Rubric
 
 
 def looks_like(content: object) -> bool:

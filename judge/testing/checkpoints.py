@@ -161,12 +161,12 @@ def _rope_scaling(head_dim: int) -> dict:
     return {"type": "su", "short_factor": [1.0 + 0.1 * i / n for i in range(n)], "long_factor": [1.0 + 0.5 * i / n for i in range(n)]}
 
 
-def _llm_config(tokenizer: PreTrainedTokenizerBase) -> dict:
+def _llm_config(tokenizer: PreTrainedTokenizerBase, original_max_position_embeddings: int) -> dict:
     s = SIZES
     return {
         "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": s.llm_hidden, "num_hidden_layers": s.llm_layers,
         "num_attention_heads": s.llm_heads, "num_key_value_heads": s.llm_heads, "intermediate_size": s.llm_intermediate,
-        "vocab_size": s.vocab_size, "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+        "vocab_size": s.vocab_size, "max_position_embeddings": 131072, "original_max_position_embeddings": original_max_position_embeddings,
         "rope_theta": 10000.0, "rope_scaling": _rope_scaling(s.llm_hidden // s.llm_heads), "rms_norm_eps": 1e-5,
         "hidden_act": "silu", "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
         "pad_token_id": tokenizer.pad_token_id, "tie_word_embeddings": False, "sliding_window": 262144,
@@ -174,7 +174,7 @@ def _llm_config(tokenizer: PreTrainedTokenizerBase) -> dict:
     }
 
 
-def _original_config(tokenizer: PreTrainedTokenizerBase) -> dict:
+def _original_config(tokenizer: PreTrainedTokenizerBase, original_max_position_embeddings: int = 4096) -> dict:
     s = SIZES
     vision = {
         "architectures": ["InternVisionModel"], "model_type": "intern_vit_6b", "hidden_size": s.vision_hidden,
@@ -188,7 +188,7 @@ def _original_config(tokenizer: PreTrainedTokenizerBase) -> dict:
         # Names of the remote code a real checkpoint ships; no code is written, and the loader never runs any.
         "auto_map": {"AutoConfig": "configuration_internvl_chat.InternVLChatConfig", "AutoModel": "modeling_internvl_chat.InternVLChatModel",
                      "AutoModelForCausalLM": "modeling_internvl_chat.InternVLChatModel"},
-        "llm_config": _llm_config(tokenizer), "vision_config": vision, "force_image_size": s.image_size, "downsample_ratio": 0.5,
+        "llm_config": _llm_config(tokenizer, original_max_position_embeddings), "vision_config": vision, "force_image_size": s.image_size, "downsample_ratio": 0.5,
         "ps_version": "v2", "select_layer": -1, "template": "phi3-chat", "dynamic_image_size": True, "use_thumbnail": True,
         "min_dynamic_patch": 1, "max_dynamic_patch": s.max_tiles, "use_backbone_lora": 0, "use_llm_lora": 0,
         "tie_word_embeddings": False, "torch_dtype": "bfloat16",
@@ -242,16 +242,19 @@ def _original_weights(seed: int) -> dict[str, torch.Tensor]:
     return w
 
 
-def write_original_checkpoint(out_dir: str | Path, *, seed: int = 0, shards: int = 1, dtype: str = "float32") -> Path:
+def write_original_checkpoint(out_dir: str | Path, *, seed: int = 0, shards: int = 1, dtype: str = "float32",
+                              original_max_position_embeddings: int = 4096) -> Path:
     """A tiny checkpoint in InternVL2-4B's original (InternVLChatModel) format. The real one is stored in
-    bfloat16; float32 is the default here so that parity checks against it can be exact."""
+    bfloat16; float32 is the default here so that parity checks against it can be exact.
+    `original_max_position_embeddings` is where Phi-3's long-rope switches to its long factors (4096 in
+    InternVL2-4B); a small one puts a test's short prompts on both sides of it."""
     if shards < 1:
         raise ValueError(f"shards must be at least 1, got {shards}")
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
     out_dir = Path(out_dir)
     tokenizer = write_tokenizer(out_dir)
-    _write_json(out_dir / "config.json", _original_config(tokenizer))
+    _write_json(out_dir / "config.json", _original_config(tokenizer, original_max_position_embeddings))
     _write_json(out_dir / "generation_config.json", {"eos_token_id": _stop_tokens(tokenizer)})
     weights = {k: t.to(getattr(torch, dtype)).contiguous() for k, t in _original_weights(seed).items()}
     _save_shards(out_dir, weights, shards)

@@ -14,7 +14,7 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "score_throughp
 def test_benchmark_runs_on_cpu_with_a_tiny_judge(tmp_path):
     out = tmp_path / "figures.json"
     cmd = [sys.executable, str(BENCHMARK), "--tiny", "--samples", "4", "--reference_samples", "2", "--new_tokens", "3",
-           "--max_tiles", "1", "--device", "cpu", "--json", str(out)]
+           "--max_tiles", "1", "--device", "cpu", "--invariance_samples", "4", "--json", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(out.read_text())
@@ -22,6 +22,19 @@ def test_benchmark_runs_on_cpu_with_a_tiny_judge(tmp_path):
     assert figures["greedy_agreement"] == "2/2"  # the engine's batched output equals the reference loop's
     assert figures["reference_samples_per_s"] > 0 and figures["engine_samples_per_s"] > 0 and figures["prefill_tflops"] > 0
     assert "speedup" in done.stdout
+    # scored alone, the same records: on a CPU in fp32 batching changes nothing
+    assert figures["generate_tokens_differ"] == 0 and figures["logits_score_differs"] == 0
+    assert figures["logits_max_distribution_gap"] < 1e-5
+
+
+def test_the_profile_runs_on_cpu_and_names_where_time_goes(tmp_path):
+    out = tmp_path / "profile.txt"
+    cmd = [sys.executable, str(BENCHMARK.parent / "profile_score.py"), "--tiny", "--samples", "3", "--new_tokens", "3",
+           "--max_tiles", "1", "--device", "cpu", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = out.read_text()
+    assert "== generate: 3 samples" in text and "== logits: 3 samples" in text and "aten::mm" in text
 
 
 def test_the_full_size_judge_is_built_from_the_shared_config(monkeypatch, tmp_path):

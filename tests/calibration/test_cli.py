@@ -113,6 +113,26 @@ def test_flat_human_file_two_judges_linear_fit_and_a_collapsed_judge(files, tmp_
     assert Calibrator.load(out / "calibrator.json") == Calibrator.load(out / "calibrator_a.json")
 
 
+def test_ratings_without_their_samples_report_answer_diagnostics_undefined(files, tmp_path):
+    """Annotation records as rating tools export them ({id, human_scores, annotator}): the same figures as
+    the full annotations, except what needs the answer."""
+    preds, human, _ = files
+    ratings = [{k: v for k, v in r.items() if k not in ("question", "answer")} for r in json.loads(Path(human).read_text())]
+    reports = {}
+    for name, path in (("full", human), ("ratings", write(tmp_path / "ratings.json", ratings))):
+        assert main(["--predictions", preds, "--human", path, "--output_dir", str(tmp_path / name), "--names", "judge", "--bootstrap", "0"]) == 0
+        reports[name] = json.loads((tmp_path / name / "report.json").read_text(), parse_constant=no_nan)["judges"]["judge"]
+    full, rated = reports["full"]["criteria"]["overall"], reports["ratings"]["criteria"]["overall"]
+    assert rated["all"] == full["all"] and rated["ceiling"] == full["ceiling"] and rated["system_level"] == full["system_level"]
+    assert reports["ratings"]["coverage"] == reports["full"]["coverage"]
+    assert full["bias"]["residual_vs_answer_chars"]["n"] == 90
+    assert rated["bias"]["residual_vs_answer_chars"]["n"] == 0
+    assert rated["bias"]["residual_vs_answer_chars"]["pearson"]["reason"].startswith("answer length unknown")
+    # Image counts come from the predictions' n_images then, as for flat records (the full annotations' answers have none).
+    assert rated["bias"]["residual_vs_n_images"]["n"] == 90 and rated["bias"]["residual_vs_n_images"]["pearson"]["value"] is not None
+    assert full["bias"]["residual_vs_n_images"]["pearson"]["value"] is None
+
+
 def test_another_scale(tmp_path):
     rng = np.random.default_rng(1)
     human = rng.integers(1, 6, 40)
@@ -157,6 +177,14 @@ ANNOTATED = {"id": "SA_0", "question": "q", "answer": "a", "human_scores": {"ove
          "bad.json: record 1 (id 'SA_0'): duplicate id and annotator 'x' with different scores than record 0"),
         ("human", [{**ANNOTATED, "annotator": None}, {**ANNOTATED, "annotator": None, "human_scores": {"overall": 3}}],
          "bad.json: record 1 (id 'SA_0'): duplicate id with different scores than record 0; if these are two annotators, give each record an 'annotator'"),
+        ("human", [{"id": "SA_0", "human_scores": {"overall": 7}, "annotator": "x"}], "bad.json: record 0 (id 'SA_0'): human_scores.overall: 7 is outside the scale 0-6"),
+        ("human", [{"id": "SA_0", "human_scores": {"overal": 2}}], "bad.json: record 0 (id 'SA_0'): human_scores: no score: give at least one of overall"),
+        ("human", [{"id": "SA_0", "human_scores": {"overall": 2, "clarity": 3}}], "bad.json: record 0 (id 'SA_0'): human_scores: unknown criterion 'clarity'"),
+        ("human", [{"id": "SA_0", "human_scores": 2}], "bad.json: record 0 (id 'SA_0'): human_scores: must be an object of criterion: score, got int"),
+        ("human", [{"human_scores": {"overall": 2}}], "bad.json: record 0: a record needs an 'id'"),
+        ("human", [{"id": "SA_0", "question": "q", "human_scores": {"overall": 2}}], "bad.json: record 0 (id 'SA_0'): answer: Field required"),
+        ("human", [{"id": "SA_0", "human_scores": {"overall": 2}, "annotator": "x"}, {**ANNOTATED, "human_scores": {"overall": 3}}],
+         "bad.json: record 1 (id 'SA_0'): duplicate id and annotator 'x' with different scores than record 0"),
         ("predictions", [{"id": "SA_0", "score": 3, "expected_score": 6.5}], "bad.json: record 0 (id 'SA_0'): expected_score: 6.5 is outside"),
         ("predictions", [PRED, {"id": "SA_0", "score": 4}], "bad.json: record 1 (id 'SA_0'): duplicate id with different scores than record 0"),
         ("predictions", [{"id": "SA_0", "verdict": 3}], "bad.json: no scores found"),
@@ -367,9 +395,11 @@ def test_expected_scores_compare_where_no_written_score_parsed(tmp_path, capsys)
 
 
 def megabench_scored(path, tasks: dict[str, list[float]]) -> str:
-    """A MEGA-Bench scored file as its evaluator writes it: per query, scores.query is the judge's N/10."""
-    data = [{"task_name": name, "eval_type": "llm",
-             "query_response": [{"response": "r", "scores": {"info": {}, "query": s}} for s in scores]} for name, scores in tasks.items()]
+    """A MEGA-Bench scored file as its evaluator writes it: per query, the judged field's N/10, its info, and
+    the query's score (the same N/10: one field)."""
+    query = lambda s: {"response": "r", "scores": {"field": {"reference": s}, "info": {"reference": f"Score: {round(s * 10)}; Explanation: ok"},  # noqa: E731
+                                                   "query": s}}
+    data = [{"task_name": name, "eval_type": "llm", "query_response": [query(s) for s in scores]} for name, scores in tasks.items()]
     path.write_text(json.dumps({"data": data}))
     return str(path)
 
@@ -391,7 +421,7 @@ def test_a_local_judge_against_gpt4o_on_megabench(tmp_path, capsys):
     assert overall["exact_agreement"]["value"] == pytest.approx(np.mean(x == y))
     # the 0-1 query scores read on the judge's 0-10: on MMIE's default 0-6 most are out of scale
     assert main([*args, "--output_dir", str(tmp_path / "r6")]) == 2
-    assert "scores.query x 10" in capsys.readouterr().err
+    assert "scores.field.reference x 10" in capsys.readouterr().err
     broken = megabench_scored(tmp_path / "unscored.json", {"poetry": [0.5]})
     content = json.loads(Path(broken).read_text())
     del content["data"][0]["query_response"][0]["scores"]

@@ -1,4 +1,4 @@
-"""Inst-It Bench evaluate logs as either side of judge-calibrate."""
+"""Benchmarks' scored files (Inst-It Bench evaluate logs, MEGA-Bench scored files) as either side of judge-calibrate."""
 
 import json
 
@@ -90,8 +90,9 @@ def test_a_log_without_scored_items_is_an_error(tmp_path, items, message):
 
 @pytest.mark.parametrize(
     "name, text, message",
-    [("other.json", json.dumps({"accuracy": 50, "predictions": []}), "other.json: a JSON object without 'model_predictons' or 'data': expected a JSON list"),
-     ("number.json", "3", "number.json: neither a JSON list nor an object: expected a JSON list of records, JSONL, an Inst-It evaluate log or a MEGA-Bench scored file"),
+    [("other.json", json.dumps({"accuracy": 50, "predictions": []}), "other.json: a JSON object that is no benchmark's scored file: expected a JSON list"),
+     ("number.json", "3", "number.json: neither a JSON list nor an object: expected a JSON list of records, JSONL, an Inst-It evaluate log "
+                          "('model_predictons') or a MEGA-Bench scored file ('data': [tasks])"),
      ("broken.json", '{"model_predictons": [}', "broken.json: invalid JSON at line 1, column 23"),
      ("broken.jsonl", '{"id": 1, "overall": 2}\n{"id": 2,', "broken.jsonl: invalid JSON on line 2"),
      ("empty.json", " \n", "empty.json: file is empty"), ("missing.json", None, "missing.json: file not found")],
@@ -107,3 +108,35 @@ def test_unreadable_files_are_named_as_judge_data_names_them(tmp_path, name, tex
 def test_jsonl_records_are_read(tmp_path):
     (tmp_path / "h.jsonl").write_text('{"id": "a", "overall": 0.2}\n\n{"id": "b", "overall": 0.9}\n')
     assert {i: r.ratings for i, r in read_human(str(tmp_path / "h.jsonl"), TENTHS).records.items()} == {"a": {"overall": [0.2]}, "b": {"overall": [0.9]}}
+
+
+# ---------------------------------------------------------------- MEGA-Bench
+
+def query(field, info=None, total=None, **rule_fields):
+    """A query of a MEGA-Bench scored file: the judged field `reference` (its value and info) beside any
+    rule-based fields, aggregated by their mean unless `total` says otherwise."""
+    fields = {"reference": field, **rule_fields}
+    return {"response": "r", "correct_answer": dict.fromkeys(fields, "x"),
+            "scores": {"field": fields, "info": {} if info is None else {"reference": info},
+                       "query": total if total is not None else sum(fields.values()) / len(fields)}}
+
+
+def test_megabench_unscored_queries_are_not_read_as_zeros(tmp_path):
+    # GPT-4o's file scores a judge output without a score 0 ("Score is NULL"), judge-score's marks a query it
+    # did not score -1 with no field, and a yes/no judge (ascii_art_30) writes no info: none of them is a 0-10
+    # judge score. A query with a rule-based field beside the judged one is compared on the judged field alone.
+    tasks = [{"task_name": "poetry", "query_response": [
+                 query(0.7, "Score: 7; Explanation: vivid"), query(0, "Score is NULL: I cannot help with that.;"),
+                 {"response": "r", "scores": {"field": {}, "info": {"reference": "not scored: no '### Score' heading"}, "query": -1}}]},
+             {"task_name": "scibench_w_solution_open_ended", "query_response": [query(0.3, "Score: 3; Explanation: wrong", Answer=1.0)]},
+             {"task_name": "ascii_art_30", "query_response": [{"response": "r", "scores": {"field": {"ascii art": 1}, "info": {}, "query": 1.0}}]}]
+    path = tmp_path / "data_with_scores_open.json"
+    path.write_text(json.dumps({"data": tasks, "summary": {}}))
+    judge = read_predictions(str(path), ScoreScale(0, 10))
+    assert judge.problems == []
+    assert {i: r.scores for i, r in judge.records.items()} == {
+        "poetry/0": {"overall": 7.0}, "poetry/1": {}, "poetry/2": {}, "scibench_w_solution_open_ended/0": {"overall": 3.0}, "ascii_art_30/0": {}}
+    assert sorted(judge.invalid) == ["ascii_art_30/0", "poetry/1", "poetry/2"]
+    assert judge.records["scibench_w_solution_open_ended/0"].category == "scibench_w_solution_open_ended"
+    human = read_human(str(path), ScoreScale(0, 10))
+    assert human.problems == [] and sorted(human.invalid) == sorted(judge.invalid) and human.invalid_means.startswith("marked unscored")

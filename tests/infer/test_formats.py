@@ -9,6 +9,7 @@ from PIL import Image
 
 from infer.cli import main
 from judge.cli import EXIT_BAD_INPUT
+from judge.formats.milebench import rouge_l
 from judge.testing import write_original_checkpoint
 
 FAST = ["--max_new_tokens", "6", "--workers", "2"]
@@ -55,9 +56,15 @@ def test_instit(checkpoint, tmp_path, capsys):
 
 
 def test_milebench_cuts_the_oldest_context_and_writes_eval_json(checkpoint, tmp_path):
+    images = tmp_path / "data" / "MileBench" / "ALFRED" / "images"
+    images.mkdir(parents=True)
     for k in range(8):
-        Image.new("RGB", (600, 300), (30 * k, 90, 0)).save(tmp_path / f"f{k}.png")  # 2 tiles + thumbnail unless max_tiles is 1
-    record = lambda sid, n: {"sample_id": sid, "image": [f"f{k}.png" for k in range(n)], "gen_model_id": "m",  # noqa: E731
+        Image.new("RGB", (600, 300), (30 * k, 90, 0)).save(images / f"f{k}.png")  # 2 tiles + thumbnail unless max_tiles is 1
+    write(images.parent / "ALFRED.json", {"meta_data": {"task_instruction": ["Follow the frames."], "question_type": "open-ended"},
+                                          "data": [{"sample_id": sid, "task_instruction_id": 0, "response": "Open the door.",
+                                                    "task_instance": {"context": "", "images_path": [f"f{k}.png" for k in range(n)]}}
+                                                   for sid, n in ((1, 2), (2, 8))]})
+    record = lambda sid, n: {"sample_id": sid, "image": [f"data/MileBench/ALFRED/images/f{k}.png" for k in range(n)], "gen_model_id": "m",  # noqa: E731
                              "question": "Follow the frames.\n" + "".join(f"Frame {k}: <ImageHere> " for k in range(n)) + "What next?",
                              "gt_response": "Open the door.", "pred_response": "Open it."}
     write(tmp_path / "outputs" / "m" / "ALFRED" / "pred.json", [record(1, 2), record(2, 8)])
@@ -76,28 +83,41 @@ def test_milebench_cuts_the_oldest_context_and_writes_eval_json(checkpoint, tmp_
     figures = json.loads((out / "eval.json").read_text())
     judge_scored = {"Judge score"} if any(r["score"] is not None for r in scored.values()) else set()  # else left out, not null
     assert set(figures) == {"Rouge-L f", "image_quantity_level-Accuracy", "image_quantity_level-Result"} | judge_scored
-    assert figures["image_quantity_level-Accuracy"]["Many"] is None
-    assert list(csv.reader((out / "result.csv").open()))[0] == ["Model", "ALFRED (Rouge-L f)", "ALFRED (Judge score)"]
+    rouge = rouge_l("Open it.", "Open the door.")
+    assert figures["image_quantity_level-Result"] == {"Few": [rouge, 1], "Medium": [rouge, 1], "Many": [0, 0]}  # 2 and 8 images
+    judged = json.loads((out / "eval_judge.json").read_text())
+    assert judged["judged"] == 2 and judged["unscored"] == sum(r["score"] is None for r in scored.values())
+    assert list(csv.reader((out / "result.csv").open()))[0] == ["Model", "ALFRED (Rouge-L f)"] + [f"ALFRED ({k})" for k in judge_scored]
+
+
+def megabench_rows(path, judge_model_type):
+    """The task's rows of MEGA-Bench's dataset, JSON Lines as `datasets` exports them."""
+    info = {"field_score_function": {"caption": "gpt_4o_as_judge"}, "aggregation": {"function": "mean", "field_weights": {"caption": 1}},
+            "response_parse_function": "answer_string",
+            "gpt4o_eval_configs": {"judge_model_type": judge_model_type, "eval_criteria_prompt": "Is {response} an accurate caption?",
+                                   "template_mapping": {"response": "model_output"}}}
+    path.write_text("".join(json.dumps({"task_name": "caption", "id": str(k), "metric_info": str(info), "eval_context": "{}"}) + "\n"
+                            for k in range(2)))
 
 
 def test_megabench(checkpoint, tmp_path):
     Image.new("RGB", (64, 48), "green").save(tmp_path / "q.png")
     task = {"task_name": "caption", "global_description": "", "global_images": [], "example_info": {"image_paths": [], "example_text": ""},
-            "query_response": [{"response": f"A green card {k}.", "correct_answer": {"caption": "A green card."}, "global_idx": k,
-                                "images": ["q.png"], "query_text": "Caption it."} for k in range(2)]}
+            "query_response": [{"response": f"Answer: A green card {k}.", "correct_answer": {"caption": "A green card."}, "global_idx": str(k),
+                                "query_idx": k, "images": ["q.png"], "query_text": "Caption <image> in a few words."} for k in range(2)]}
     write(tmp_path / "open.json", [task])
-    write(tmp_path / "criteria.json", {"caption": "Is the caption accurate?"})
+    megabench_rows(tmp_path / "rows.jsonl", "with image")
     out = tmp_path / "out"
-    assert score(checkpoint, tmp_path, "open.json", out, "--criteria_file", str(tmp_path / "criteria.json")) == 0
+    assert score(checkpoint, tmp_path, "open.json", out, "--criteria_file", str(tmp_path / "rows.jsonl")) == 0
     scored = results(out)
     assert set(scored) == {"caption/0", "caption/1"} and all(r["n_images"] == 1 for r in scored.values())
     [written] = json.loads((out / "data_with_scores_open.json").read_text())["data"]
     for k, query in enumerate(written["query_response"]):
         mine = scored[f"caption/{k}"]["score"]
-        assert query["scores"]["query"] == (0.0 if mine is None else mine / 10)
-    # The same criteria text for a text-only judge: other prompts (no image), so this run's journal must not be resumed.
-    write(tmp_path / "criteria.json", {"caption": {"eval_criteria_prompt": "Is the caption accurate?", "judge_model_type": "text only"}})
-    assert score(checkpoint, tmp_path, "open.json", out, "--criteria_file", str(tmp_path / "criteria.json")) == EXIT_BAD_INPUT
+        assert query["scores"]["query"] == (-1 if mine is None else mine / 10)  # no score: MEGA-Bench's -1, never a 0
+    # The same criteria for a text-only judge: other prompts (no image), so this run's journal must not be resumed.
+    megabench_rows(tmp_path / "rows.jsonl", "text only")
+    assert score(checkpoint, tmp_path, "open.json", out, "--criteria_file", str(tmp_path / "rows.jsonl")) == EXIT_BAD_INPUT
 
 
 def test_format_flags_that_cannot_work_are_refused_before_loading(tmp_path, capsys):

@@ -35,7 +35,7 @@ def the_error(capsys) -> str:
 
 def test_a_missing_model_path_is_a_user_error(data, tmp_path, capsys):
     assert score(data, tmp_path / "nowhere") == 2
-    assert the_error(capsys) == f"error: {tmp_path / 'nowhere'}: not a directory; --model_path must name a local checkpoint directory"
+    assert the_error(capsys) == f"error: {tmp_path / 'nowhere'}: not a local directory, nor a Hugging Face Hub id (org/name)"
 
 
 def test_a_checkpoint_config_that_is_not_json_is_named(data, tmp_path, capsys):
@@ -115,7 +115,7 @@ def test_settings_flags_take_either_spelling_and_leave_unflagged_fields_to_the_c
     assert (train.learning_rate, train.lora_r, train.full_finetune, train.num_epochs) == (3e-4, 8, True, None)
     score = score_parser().parse_args([*required, "--input_file", "d.json", "--max-new-tokens", "64", "--mode", "logits"])
     assert (score.max_new_tokens, score.mode, score.token_budget) == (64, "logits", None)
-    assert not hasattr(score, "prefetch") and not hasattr(score, "ignore_stop")  # ScoreOptions fields without a flag
+    assert not hasattr(score, "ignore_stop")  # a ScoreOptions field without a flag
 
 
 def test_judge_train_accepts_the_local_rank_the_deepspeed_launcher_passes():

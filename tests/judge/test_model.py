@@ -5,6 +5,7 @@
 the qkv split, the projector or the config mapping were wrong, the logits would differ.
 """
 
+import dataclasses
 import json
 import math
 import shutil
@@ -16,9 +17,11 @@ from einops import rearrange
 from safetensors.torch import load_file
 from transformers import Phi3Config, Phi3ForCausalLM
 
-from judge.model import CheckpointError, load_judge, read_settings, save_native, write_settings
+from judge.model import (CheckpointError, load_judge, native_tensors, original_config, original_tensors, read_settings, save_native,
+                         settings_from_original, write_settings)
 from judge.testing import write_native_checkpoint, write_original_checkpoint
 from judge.testing.checkpoints import SIZES
+from judge.tiling import TilingConfig
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +122,29 @@ def test_greedy_generation_matches_independent_loop(original_dir):
             next_id = original_forward(loop, pixels, sd, config, llm, judge.image_token_id)[:, -1].argmax(-1, keepdim=True)
             loop = torch.cat([loop, next_id], dim=1)
     assert generated.tolist() == loop.tolist()
+
+
+def test_one_key_map_reads_both_ways(original_dir):
+    """native_tensors gives the native model's own names; original_tensors undoes it exactly, fused qkv included."""
+    original = original_state_dict(original_dir)
+    native = dict(pair for key, tensor in original.items() for pair in native_tensors(key, tensor))
+    assert native.keys() == dict(load_judge(original_dir).model.named_parameters()).keys()
+    back = original_tensors(native)
+    assert back.keys() == original.keys() and all(torch.equal(back[k], original[k]) for k in original)
+    del native["model.vision_tower.encoder.layer.1.attention.k_proj.bias"]
+    with pytest.raises(CheckpointError, match=r"vision_model.encoder.layers.1.attn.qkv.bias: the vision tower has no k projection"):
+        original_tensors(native)
+
+
+@pytest.mark.parametrize("changes", [{}, {"system_message": "Judge strictly."}, {"template": "Hermes-2"},
+                                     {"tiling": TilingConfig(image_size=SIZES.image_size, min_tiles=2, max_tiles=4, use_thumbnail=False)}])
+def test_original_config_carries_the_judges_settings_back(original_dir, changes):
+    judge = load_judge(original_dir)
+    config = json.loads((original_dir / "config.json").read_text())
+    settings = dataclasses.replace(judge.settings, **changes)
+    written = original_config(config, settings, judge.settings)
+    assert settings_from_original(original_dir, written, judge.model.config) == settings
+    assert ("system_message" in written) == ("system_message" in changes)  # the base's conversation.py says the rest
 
 
 def test_settings_come_from_the_original_config(original_dir):

@@ -2,9 +2,12 @@
 loads, resume at the right step, merge, and LoRA placement."""
 
 import json
+import shutil
 
 import pytest
 import torch
+from huggingface_hub import constants
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from infer.cli import main as score_main
@@ -12,10 +15,10 @@ from infer.engine import prepare
 from judge.data import SCORE_FIELDS, InputError, load_annotations
 from judge.model import load_judge, save_native, with_max_tiles
 from judge.prompts import CONFIG_DIR, load_rubrics
-from judge.testing import write_dataset, write_original_checkpoint
+from judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
 from judge.testing.checkpoints import SIZES
 from train.cli import main as train_main
-from train.data import IGNORE_INDEX, build_dataset, merge_annotators, target_text
+from train.data import IGNORE_INDEX, Collator, build_dataset, merge_annotators, target_text
 from train.config import TrainConfig
 from train.recipe import JudgeTrainer, apply_lora, evaluation_options, run_vision_in_every_batch
 
@@ -87,6 +90,25 @@ def test_evaluation_scores_the_prompts_training_learns_from(base, data):
     for row, item in zip(dataset, items, strict=True):
         prompt_length = next(i for i, label in enumerate(row["labels"]) if label != IGNORE_INDEX)
         assert item.input_ids.tolist() == row["input_ids"][:prompt_length]
+
+
+def test_a_padded_micro_batch_has_the_loss_of_its_sequences_alone(base, data, tmp_path):
+    """On a judge whose long rope switches between the shortest and the longest training sequence: the loss
+    of one right-padded micro-batch is the loss of its sequences alone (the Trainer averages over target
+    tokens, so each sequence weighs by its number of targets)."""
+    rubrics = load_rubrics(TINY_RUBRIC)
+    annotations = load_annotations(data / "train.json", data)
+    lengths = build_dataset(load_judge(base), annotations, rubrics, data, 8192, None, "train.json")["length"]
+    switch = sorted(lengths)[len(lengths) // 2]
+    judge = load_judge(write_original_checkpoint(tmp_path / "long-rope", original_max_position_embeddings=switch))
+    rows = list(build_dataset(judge, annotations, rubrics, data, 8192, None, "train.json"))
+    assert min(len(r["input_ids"]) for r in rows) <= switch < max(len(r["input_ids"]) for r in rows)
+    collate = Collator(judge.tokenizer.pad_token_id, judge.settings.tiling)
+    with torch.no_grad():
+        batched = judge.model(**collate(rows)).loss
+        alone = [judge.model(**collate([row])).loss for row in rows]
+    targets = [sum(label != IGNORE_INDEX for label in row["labels"][1:]) for row in rows]
+    assert batched.item() == pytest.approx(sum(loss.item() * n for loss, n in zip(alone, targets)) / sum(targets), abs=1e-5)
 
 
 def test_merged_annotators_average_each_criterion(data):
@@ -195,7 +217,7 @@ def test_a_run_interrupted_and_resumed_ends_where_an_uninterrupted_run_ends(base
     assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3, 4, 5, 6]  # none trained twice
 
 
-def test_an_adapter_trained_over_a_native_base_loads_and_merges(base, data, tmp_path):
+def test_an_adapter_trained_over_a_native_base_loads_and_merges(base, data, tmp_path, capsys):
     native = tmp_path / "native"
     save_native(load_judge(base), native)
     out = tmp_path / "judge"
@@ -204,11 +226,138 @@ def test_an_adapter_trained_over_a_native_base_loads_and_merges(base, data, tmp_
     adapter = load_judge(out)
     assert adapter.source_format == "adapter"
     assert train_main(["merge", "--adapter", str(out), "--output_dir", str(tmp_path / "merged")]) == 0
+    assert train_main(["merge", "--adapter", str(out), "--output_dir", str(tmp_path / "exported"), "--format", "original"]) == 2
+    assert f"{native}: the adapter's base is a native checkpoint; the original format takes its config.json" in capsys.readouterr().err
     ids = adapter.tokenizer("<|user|>\nhello<|end|><|assistant|>\n", return_tensors="pt").input_ids
     with torch.no_grad():
         logits = [judge.model(input_ids=ids).logits for judge in (load_judge(native), adapter, load_judge(tmp_path / "merged"))]
     assert not torch.allclose(logits[0], logits[1])  # the adapter is applied over the native base
     torch.testing.assert_close(logits[2], logits[1], rtol=1e-4, atol=1e-5)
+
+
+def test_an_adapter_over_a_hub_base_names_it_by_id_at_its_commit_and_loads_offline(base, data, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+    snapshot = write_hub_cache(tmp_path / "hub", "org/tiny-base", base)
+    out = tmp_path / "judge"
+    assert train_main(train_args("org/tiny-base", data, out, "--max_steps", "2", "--save_steps", "2", "--per_device_batch_size", "2",
+                                 "--no-full_finetune", "--learning_rate", "1e-2")) == 0
+    config = json.loads((out / "adapter_config.json").read_text())
+    # The id, not the cache path, so that the adapter travels; the commit, so that it applies to the weights it was trained over.
+    assert (config["base_model_name_or_path"], config["revision"]) == ("org/tiny-base", snapshot.name)
+    adapter = load_judge(out)
+    ids = adapter.tokenizer("<|user|>\nhello<|end|><|assistant|>\n", return_tensors="pt").input_ids
+    assert train_main(["merge", "--adapter", str(out), "--output_dir", str(tmp_path / "merged")]) == 0
+    with torch.no_grad():
+        logits = [judge.model(input_ids=ids).logits for judge in (load_judge(base), adapter, load_judge(tmp_path / "merged"))]
+    assert not torch.allclose(logits[0], logits[1])  # the adapter is applied over the Hub base
+    torch.testing.assert_close(logits[2], logits[1], rtol=1e-4, atol=1e-5)
+    assert score_main(["--model_path", str(out), "--input_dir", str(data), "--input_file", "heldout.json", "--output_dir", str(tmp_path / "s"),
+                       "--max_new_tokens", "4", "--rubric", *TINY_RUBRIC]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "another-cache"))  # a machine where the base was never fetched
+    assert score_main(["--model_path", str(out), "--input_dir", str(data), "--input_file", "heldout.json", "--output_dir", str(tmp_path / "t"),
+                       "--max_new_tokens", "4", "--rubric", *TINY_RUBRIC]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("note:")]  # the input's repeated samples
+    assert len(err) == 1 and err[0].startswith(f"error: {out}/adapter_config.json: base_model_name_or_path: org/tiny-base: no local directory "
+                                                f"of that name, and revision {snapshot.name} of that Hub id is not (fully) in the Hugging Face cache")
+
+
+def test_a_hub_base_missing_from_the_offline_cache_stops_before_any_output(data, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+    assert train_main(train_args("org/missing", data, tmp_path / "judge")) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: org/missing: no local directory of that name, and revision main")
+    assert not (tmp_path / "judge").exists()
+
+
+REMOTE_CODE = {  # what InternVL2-4B ships for trust_remote_code; the export copies them as files and must never run them
+    "modeling_internvl_chat.py": "raise SystemExit('remote code must never run here')\n",
+    "configuration_internvl_chat.py": "raise SystemExit('remote code must never run here')\n",
+    "conversation.py": "raise SystemExit('never run')\nregister_conv_template(Conversation(name='phi3-chat', system_message='Judge carefully.'))\n",
+}
+
+
+def headers(path):
+    """Each tensor's shard, dtype and shape, as the safetensors headers give them."""
+    layout = {}
+    for file in sorted(path.glob("*.safetensors")):
+        with safe_open(file, framework="pt") as weights:
+            layout |= {k: (file.name, weights.get_slice(k).get_dtype(), weights.get_slice(k).get_shape()) for k in weights.keys()}
+    return layout
+
+
+def trained_over(base, data, out, *extra):
+    for name, text in REMOTE_CODE.items():
+        (base / name).write_text(text)
+    assert train_main(train_args(base, data, out, "--max_steps", "2", "--save_steps", "2", "--per_device_batch_size", "2",
+                                 "--no-full_finetune", "--learning_rate", "1e-2", *extra)) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def exportable(data, tmp_path_factory):
+    """A LoRA judge (projector trained too) over a sharded original base that ships remote code."""
+    root = tmp_path_factory.mktemp("exportable")
+    base = write_original_checkpoint(root / "base", seed=4, shards=3)
+    return base, trained_over(base, data, root / "judge", "--train_projector")
+
+
+def test_the_original_format_export_loads_with_the_merged_logits_in_the_base_layout(exportable, tmp_path, capsys):
+    base, adapter = exportable
+    assert train_main(["merge", "--adapter", str(adapter), "--output_dir", str(tmp_path / "native")]) == 0
+    assert train_main(["merge", "--adapter", str(adapter), "--output_dir", str(tmp_path / "exported"), "--format", "original"]) == 0
+    assert f"merged checkpoint (original format): {tmp_path / 'exported'}" in capsys.readouterr().out
+    exported, native = load_judge(tmp_path / "exported"), load_judge(tmp_path / "native")
+    assert exported.source_format == "original" and exported.settings == load_judge(adapter).settings
+    ids = exported.tokenizer("<|user|>\n<img>" + "<IMG_CONTEXT>" * SIZES.tokens_per_tile + "</img>\nhello<|end|><|assistant|>\n",
+                             return_tensors="pt").input_ids
+    pixels = torch.randn(1, 3, SIZES.image_size, SIZES.image_size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = [j.model(input_ids=ids, pixel_values=pixels).logits for j in (exported, native, load_judge(base))]
+    torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=1e-5)
+    assert not torch.allclose(logits[0], logits[2])  # the trained weights, not the base's
+    assert headers(tmp_path / "exported") == headers(base)  # names, shards, dtypes, shapes
+    assert json.loads((tmp_path / "exported" / "model.safetensors.index.json").read_text())["weight_map"] == \
+        json.loads((base / "model.safetensors.index.json").read_text())["weight_map"]
+    copied = [*REMOTE_CODE, "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "generation_config.json"]
+    assert all((tmp_path / "exported" / f).read_bytes() == (base / f).read_bytes() for f in copied)
+    config, base_config = (json.loads((d / "config.json").read_text()) for d in (tmp_path / "exported", base))
+    assert config == {**base_config, "max_dynamic_patch": 1}  # the tile limit the judge was trained with (tiny.yaml)
+
+
+def test_a_bfloat16_base_exports_in_bfloat16(data, tmp_path, capsys):
+    base = write_original_checkpoint(tmp_path / "base", seed=5, dtype="bfloat16")
+    adapter = trained_over(base, data, tmp_path / "judge")
+    (base / "configuration_internvl_chat.py").unlink()
+    assert train_main(["merge", "--adapter", str(adapter), "--output_dir", str(tmp_path / "native")]) == 0
+    assert train_main(["merge", "--adapter", str(adapter), "--output_dir", str(tmp_path / "exported"), "--format", "original"]) == 0
+    assert (f"note: {base} lacks configuration_internvl_chat.py, which its config.json's auto_map names: the export, like its base, "
+            "loads with this toolkit but not with trust_remote_code") in capsys.readouterr().err
+    assert headers(tmp_path / "exported") == headers(base)
+    exported, merged = load_judge(tmp_path / "exported").model.state_dict(), load_judge(tmp_path / "native").model.state_dict()
+    assert exported.keys() == merged.keys()
+    assert all(torch.equal(exported[k], merged[k].to(torch.bfloat16).float()) for k in merged)  # the merged weights, rounded once
+
+
+def test_what_the_original_format_cannot_hold_is_refused(exportable, tmp_path, capsys):
+    base, adapter = exportable
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "config.json").write_text("{}")
+    assert train_main(["merge", "--adapter", str(adapter), "--output_dir", str(tmp_path / "taken"), "--format", "original"]) == 2
+    assert f"--output_dir {tmp_path / 'taken'} is not an empty directory" in capsys.readouterr().err
+    assert (tmp_path / "taken" / "config.json").read_text() == "{}"
+    grown = tmp_path / "grown"
+    shutil.copytree(adapter, grown)
+    tokenizer = load_judge(grown).tokenizer
+    tokenizer.add_tokens(["<verdict>"])
+    tokenizer.save_pretrained(grown)
+    assert train_main(["merge", "--adapter", str(grown), "--output_dir", str(tmp_path / "out"), "--format", "original"]) == 2
+    assert "the judge's tokenizer has another vocabulary than the base's" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "config.json").exists()
 
 
 def test_resume_continues_at_the_saved_step(base, data, tmp_path):

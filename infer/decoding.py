@@ -1,0 +1,395 @@
+"""Greedy decoding of many prompts at once, each computed as it would be alone.
+
+    requests (longest first) -> prefill groups -> slots of a preallocated KV cache -> decoding steps
+                                                  ^ a slot freed by a finished row takes the next request
+
+Prefill: a group of prompts of similar length runs as one right-padded batch. Right padding puts every
+pad after its row's last token, so causal attention alone keeps the pads out of every real token's view:
+no padding mask is needed, and attention runs its causal flash kernel. Each row's position ids are its own
+(pads repeat the row's last position), so each row gets its own long-rope regime (judge/rope.py). The
+group's keys and values go straight into the rows' slots.
+
+Decoding: one token per busy slot and step, each row at its own position, attending to its own slot up to
+that position. On a GPU each step is a CUDA graph (one per cache width in steps of `WIDTH_STEP`), so a
+step costs the kernels' time rather than Python's. A row that finishes leaves its slot at once and the
+next prompt is prefilled into it, so the batch stays full instead of waiting for its longest answer.
+
+A finished row may be given follow-up tokens (the forced `### Score` heading of a judge whose output did
+not parse): they are fed after what it wrote, in the same slot, and the logits after the last one are
+read, as if the judge had written them itself.
+
+The model is driven through its own modules (embeddings, decoder layers, norm, output layer), so PEFT
+adapters and DeepSpeed's hooks apply as in its own forward; the key/value cache is this module's.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import torch
+
+# Prefill groups hold at most this many tokens, padding included: enough rows for the matrix units to run
+# at full rate, few enough that the group's activations stay small beside the KV cache.
+PREFILL_TOKENS = 16384
+# Decoding attends to the slots' first `width` positions, rounded up to this step: a CUDA graph per width.
+WIDTH_STEP = 512
+
+
+@dataclass
+class Request:
+    index: int
+    input_ids: torch.Tensor  # 1-D prompt
+    pixels: Future | None = None  # its tiles (n, 3, h, w) in prompt order, or None; set when its turn nears
+
+
+Loader = Callable[[Request], Future]  # starts loading a request's tiles in the background
+
+
+@dataclass
+class Completion:
+    index: int
+    tokens: list[int]  # what was written, the stop token included when it stopped
+    logits: torch.Tensor  # (len(tokens), columns): the recorded columns of the logits that chose each token
+    follow_up_logits: torch.Tensor | None = None  # (columns,) after the follow-up tokens, when there were some
+
+
+class OutOfMemory(Exception):
+    """A single prompt whose prefill does not fit in the device's memory."""
+
+    def __init__(self, request: Request):
+        super().__init__(f"request {request.index} does not fit in memory")
+        self.request = request
+
+
+@dataclass
+class _Row:
+    request: Request
+    position: int  # where its next input token goes in the slot
+    tokens: list[int] = field(default_factory=list)
+    logits: list[torch.Tensor] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)  # follow-up tokens still to feed
+    following: bool = False
+    follow_up_logits: torch.Tensor | None = None
+
+
+class SlotCache:
+    """Keys and values of `slots` sequences of up to `capacity` tokens, for every layer. Passed to the
+    decoder layers as their cache: `update` stores a step's (or a prefill's) keys and values and returns
+    what attention reads."""
+
+    def __init__(self, layers: int, slots: int, heads: int, capacity: int, head_dim: int, dtype, device):
+        shape = (layers, slots, heads, capacity, head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.rows = torch.arange(slots, device=device)
+        self.positions = torch.zeros(slots, dtype=torch.long, device=device)  # decoding: each slot's write position
+        self.width = capacity
+        self.prefill: list[tuple[int, int, int]] | None = None  # (row of the group, slot, length) while prefilling
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer: int, cache_kwargs=None):
+        if self.prefill is not None:
+            for row, slot, length in self.prefill:
+                self.keys[layer, slot, :, :length] = key[row, :, :length]
+                self.values[layer, slot, :, :length] = value[row, :, :length]
+            return key, value  # the group attends to itself
+        self.keys[layer, self.rows, :, self.positions] = key[:, :, 0]
+        self.values[layer, self.rows, :, self.positions] = value[:, :, 0]
+        return self.keys[layer, :, :, : self.width], self.values[layer, :, :, : self.width]
+
+
+class Decoder:
+    """Greedy decoding (module docstring) with one model. `columns` are the vocabulary entries whose logits
+    are recorded at every written token (a judge's score tokens); `suppress` are never written."""
+
+    def __init__(self, model: torch.nn.Module, *, device, pad_id: int, stop_id: int | None, suppress: list[int],
+                 columns: torch.Tensor, token_budget: int | None, cuda_graphs: bool = True):
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.vlm, self.lm_head = base.model, base.lm_head
+        self.lm = self.vlm.language_model
+        self.config = self.lm.config
+        self.device = torch.device(device)
+        self.dtype = self.lm.embed_tokens.weight.dtype
+        self.pad_id, self.stop_id = pad_id, stop_id
+        self.suppress = torch.tensor(suppress, dtype=torch.long, device=self.device)
+        self.columns = columns.to(self.device)
+        self.image_token_id = base.config.image_token_id
+        self.token_budget = token_budget
+        # Graphs need every weight in place: not under ZeRO-3, whose hooks gather weights as each layer runs.
+        self.cuda_graphs = cuda_graphs and self.device.type == "cuda" and not any(hasattr(p, "ds_id") for p in model.parameters())
+
+    # -- the model, driven by hand --------------------------------------------------------------------
+
+    def _embed(self, input_ids: torch.Tensor, pixels: torch.Tensor | None) -> torch.Tensor:
+        embeds = self.lm.embed_tokens(input_ids)
+        if pixels is not None:
+            features = self.vlm.get_image_features(pixel_values=pixels, return_dict=True).pooler_output
+            placeholders = (input_ids == self.image_token_id).unsqueeze(-1)
+            embeds = embeds.masked_scatter(placeholders, features.to(embeds.dtype))
+        return embeds
+
+    def _layers(self, hidden: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor | None, cache: SlotCache | None) -> torch.Tensor:
+        position_embeddings = self.lm.rotary_emb(hidden, position_ids=position_ids)
+        for layer in self.lm.layers[: self.config.num_hidden_layers]:
+            hidden = layer(hidden, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
+                           position_embeddings=position_embeddings)
+        return self.lm.norm(hidden)
+
+    def _head(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(greedy token, recorded columns) from last-position hidden states (rows, hidden)."""
+        logits = self.lm_head(hidden).float()
+        recorded = logits[:, self.columns]
+        if len(self.suppress):
+            logits.index_fill_(1, self.suppress, float("-inf"))
+        return logits.argmax(-1), recorded
+
+    @torch.no_grad()
+    def _prefill(self, group: list[Request], cache: SlotCache | None, slots: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One right-padded forward over the group (module docstring); its keys and values go to `slots`."""
+        lengths = torch.tensor([len(r.input_ids) for r in group])
+        width = int(lengths.max())
+        input_ids = torch.full((len(group), width), self.pad_id, dtype=torch.long)
+        for row, request in enumerate(group):
+            input_ids[row, : len(request.input_ids)] = request.input_ids
+        # pads repeat their row's last position, so that no row's largest position is another's
+        position_ids = torch.minimum(torch.arange(width), (lengths - 1)[:, None])
+        pixels = [p for r in group if (p := r.pixels.result()) is not None]
+        input_ids, position_ids = input_ids.to(self.device), position_ids.to(self.device)
+        # each copied from its own pinned buffer (a concatenation on the host would not be pinned)
+        pixel_values = torch.cat([p.to(self.device, self.dtype, non_blocking=True) for p in pixels]) if pixels else None
+        if cache is not None:
+            cache.prefill = [(row, slot, int(length)) for row, (slot, length) in enumerate(zip(slots, lengths))]
+        try:
+            hidden = self._layers(self._embed(input_ids, pixel_values), position_ids, None, cache)
+        finally:
+            if cache is not None:
+                cache.prefill = None
+        return self._head(hidden[torch.arange(len(group), device=self.device), (lengths - 1).to(self.device)])
+
+    @torch.no_grad()
+    def _step(self, cache: SlotCache, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decoding step of every slot: tokens (slots,) at cache.positions."""
+        positions = cache.positions[:, None]
+        mask = (torch.arange(cache.width, device=self.device) <= positions)[:, None, None, :]
+        hidden = self._layers(self.lm.embed_tokens(tokens[:, None]), positions, mask, cache)
+        return self._head(hidden[:, -1])
+
+    # -- logits mode ------------------------------------------------------------------------------------
+
+    def logits(self, requests: list[Request], load: Loader) -> Iterator[list[tuple[int, torch.Tensor]]]:
+        """The recorded columns at each prompt's last position, group by group (no cache, no decoding)."""
+        waiting = _Lookahead(requests, 64, load)
+        while waiting:
+            group = self._group(waiting, len(waiting.buffer))
+            recorded = self._prefill_splitting(group, None, [0] * len(group))[1]
+            yield [(r.index, recorded[row].cpu()) for row, r in enumerate(group)]
+
+    def _group(self, waiting: _Lookahead, most: int) -> list[Request]:
+        """The next requests that fit in one prefill group: longest first, so the first sets the width."""
+        budget = min(PREFILL_TOKENS, self.token_budget or PREFILL_TOKENS)
+        group = [waiting.popleft()]
+        width = len(group[0].input_ids)
+        while waiting and len(group) < most and (len(group) + 1) * max(width, len(waiting.peek().input_ids)) <= budget:
+            group.append(waiting.popleft())
+        return group
+
+    def _prefill_splitting(self, group: list[Request], cache: SlotCache | None, slots: list[int]):
+        """_prefill, split in halves when the device runs out of memory; OutOfMemory for a lone prompt."""
+        try:
+            return self._prefill(group, cache, slots)
+        except torch.OutOfMemoryError:
+            if len(group) == 1:
+                raise OutOfMemory(group[0]) from None
+        _empty_cache(self.device)
+        half = len(group) // 2
+        first = self._prefill_splitting(group[:half], cache, slots[:half])
+        second = self._prefill_splitting(group[half:], cache, slots[half:])
+        return torch.cat([first[0], second[0]]), torch.cat([first[1], second[1]])
+
+    # -- generate mode ----------------------------------------------------------------------------------
+
+    def generate(self, requests: list[Request], load: Loader, max_new_tokens: int,
+                 follow_up: Callable[[int, list[int]], list[int]] | None = None, follow_up_tokens: int = 0) -> Iterator[list[Completion]]:
+        """Greedy completions of up to max_new_tokens, yielded as rows finish. `follow_up(index, tokens)`
+        returns the tokens to feed after a finished row's output (at most follow_up_tokens), or [].
+
+        Requests come longest first. Every slot of a cache holds its longest request, so one cache for a
+        whole benchmark would size every slot for its single longest prompt: the requests are cut into
+        segments, a new one (and a new cache) wherever the slots would at least double."""
+        extra = max_new_tokens + follow_up_tokens + 1
+        for segment in _segments(requests, extra):
+            yield from self._generate(segment, load, max_new_tokens, follow_up, max(len(r.input_ids) for r in segment) + extra)
+
+    def _generate(self, requests, load, max_new_tokens, follow_up, capacity) -> Iterator[list[Completion]]:
+        cache = self._allocate(capacity, len(requests))
+        slots: list[_Row | None] = [None] * cache.rows.numel()
+        waiting = _Lookahead(requests, 2 * len(slots), load)
+        tokens = torch.full((len(slots),), self.pad_id, dtype=torch.long)
+        graphs = _StepGraphs()
+        while waiting or any(slots):
+            finished = self._admit(waiting, slots, cache, tokens, max_new_tokens, follow_up)
+            if any(slots):
+                width = min(capacity, -(-max(row.position + 1 for row in slots if row) // WIDTH_STEP) * WIDTH_STEP)
+                cache.positions.copy_(torch.tensor([row.position if row else 0 for row in slots]))
+                chosen, recorded = self._run_step(cache, tokens, width, graphs)
+                for slot, row in enumerate(slots):
+                    if row is None:
+                        continue
+                    row.position += 1
+                    if self._accept(row, int(chosen[slot]), recorded[slot], tokens, slot, max_new_tokens, follow_up):
+                        finished.append(_completion(row))
+                        slots[slot] = None
+            if finished:
+                yield finished
+
+    def _admit(self, waiting, slots, cache, tokens, max_new_tokens, follow_up) -> list[Completion]:
+        """Prefill waiting requests into free slots; returns rows that finished at their first token."""
+        finished = []
+        while waiting and (free := [s for s, row in enumerate(slots) if row is None]):
+            group = self._group(waiting, len(free))
+            chosen, recorded = self._prefill_splitting(group, cache, free[: len(group)])
+            chosen, recorded = chosen.tolist(), recorded.cpu()
+            for k, request in enumerate(group):
+                row = _Row(request, position=len(request.input_ids))
+                if self._accept(row, chosen[k], recorded[k], tokens, free[k], max_new_tokens, follow_up):
+                    finished.append(_completion(row))
+                else:
+                    slots[free[k]] = row
+        return finished
+
+    def _accept(self, row: _Row, token: int, recorded: torch.Tensor, tokens: torch.Tensor, slot: int, max_new_tokens: int,
+                follow_up) -> bool:
+        """Take a step's output for one row and set its next input; True when the row is done."""
+        if row.following:
+            if not row.pending:
+                row.follow_up_logits = recorded
+                return True
+        else:
+            row.tokens.append(token)
+            row.logits.append(recorded)
+            stopped = token == self.stop_id
+            if not stopped and len(row.tokens) < max_new_tokens:
+                tokens[slot] = token
+                return False
+            row.pending = follow_up(row.request.index, row.tokens) if follow_up else []
+            if not row.pending:
+                return True
+            row.following = True
+            if not stopped:  # the last written token is not in the cache yet
+                row.pending.insert(0, token)
+        tokens[slot] = row.pending.pop(0)
+        return False
+
+    def _run_step(self, cache: SlotCache, tokens: torch.Tensor, width: int, graphs: _StepGraphs) -> tuple[torch.Tensor, torch.Tensor]:
+        cache.width = width
+        if not self.cuda_graphs:
+            chosen, recorded = self._step(cache, tokens.to(self.device))
+            return chosen.cpu(), recorded.cpu()
+        if width not in graphs.by_width:
+            graphs.by_width[width] = self._capture(cache, tokens, graphs)
+        graph, inputs, (chosen, recorded) = graphs.by_width[width]
+        inputs.copy_(tokens, non_blocking=True)
+        graph.replay()
+        return chosen.cpu(), recorded.cpu()
+
+    def _capture(self, cache: SlotCache, tokens: torch.Tensor, graphs: _StepGraphs) -> tuple:
+        """A CUDA graph of one step at the cache's current width. Warming up writes keys and values at
+        the slots' current positions, which the real step then overwrites before anything reads them."""
+        inputs = tokens.to(self.device)
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            self._step(cache, inputs)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        if graphs.pool is None:
+            graphs.pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=graphs.pool):
+            outputs = self._step(cache, inputs)
+        return graph, inputs, outputs
+
+    def _allocate(self, capacity: int, requests: int) -> SlotCache:
+        """A cache of as many slots of `capacity` tokens as the token budget allows (or, with none given on
+        a GPU, as free memory holds, beside room for prefill), and no more than there are requests."""
+        config = self.config
+        heads = config.num_key_value_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        bytes_per_token = 2 * config.num_hidden_layers * heads * head_dim * self.dtype.itemsize
+        budget = self.token_budget or _memory_budget(self.device, bytes_per_token) or 65536
+        slots = max(1, min(requests, budget // capacity))
+        while True:
+            try:
+                return SlotCache(config.num_hidden_layers, slots, heads, capacity, head_dim, self.dtype, self.device)
+            except torch.OutOfMemoryError:
+                if slots == 1:
+                    raise
+                slots //= 2
+                _empty_cache(self.device)
+
+
+@dataclass
+class _StepGraphs:
+    """A cache's decoding-step graphs, one per width, sharing one memory pool. They live and die with their
+    cache: a pool whose graphs are gone cannot take another capture."""
+
+    by_width: dict[int, tuple] = field(default_factory=dict)
+    pool: tuple | None = None
+
+
+def _segments(requests: list[Request], extra: int) -> Iterator[list[Request]]:
+    """Runs of the (longest-first) requests, a new run where a slot for the next request would take at
+    most half the tokens of one for the run's first: its cache then holds at least twice the slots."""
+    start = 0
+    for i, request in enumerate(requests):
+        if 2 * (len(request.input_ids) + extra) <= len(requests[start].input_ids) + extra:
+            yield requests[start:i]
+            start = i
+    if requests:
+        yield requests[start:]
+
+
+def _completion(row: _Row) -> Completion:
+    return Completion(row.request.index, row.tokens, torch.stack(row.logits), row.follow_up_logits)
+
+
+def _memory_budget(device: torch.device, bytes_per_token: int) -> int | None:
+    """KV-cache tokens that fit in free GPU memory, keeping room for a prefill group's activations."""
+    if device.type != "cuda":
+        return None
+    # memory this process's allocator holds but no tensor uses (an earlier segment's cache) is free too
+    free = torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    reserve = 6 * 2**30 + PREFILL_TOKENS * bytes_per_token  # the group's activations and its keys and values in flight
+    return max(0, free - reserve) // bytes_per_token
+
+
+def _empty_cache(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+class _Lookahead:
+    """Requests pulled from an iterable a few at a time, so that only those near their turn have their
+    images loading (20,000 samples' tiles would not fit in host memory)."""
+
+    def __init__(self, requests: Iterable[Request], ahead: int, load: Loader):
+        self.source, self.ahead, self.load = iter(requests), ahead, load
+        self.buffer: deque[Request] = deque()
+        self._fill()
+
+    def _fill(self) -> None:
+        while len(self.buffer) < self.ahead and (request := next(self.source, None)) is not None:
+            request.pixels = self.load(request)
+            self.buffer.append(request)
+
+    def __bool__(self) -> bool:
+        return bool(self.buffer)
+
+    def peek(self) -> Request:
+        return self.buffer[0]
+
+    def popleft(self) -> Request:
+        request = self.buffer.popleft()
+        self._fill()
+        return request

@@ -1,0 +1,93 @@
+"""The judge's tokens as text, the way MMIE's reference writes them.
+
+MMIE's `main.py` loads the judge's tokenizer with `use_fast=False`: for InternVL2-4B (and MMIE-Eval) that
+is the SentencePiece tokenizer of the transformers release InternVL's code targets (4.37), and
+`model.chat` decodes the judge's output with it, skipping special tokens. transformers 5 has no such
+tokenizer any more; its fast tokenizer turns the same ids into other text where the judge wrote
+byte-fallback pieces (`<0xE2>`...) that are not valid UTF-8: it renders such a run as replacement
+characters as a whole, where SentencePiece keeps each valid byte and replaces only the invalid ones.
+
+`text_decoder` rebuilds the reference's decoding from the checkpoint's own files: its `tokenizer.model`
+and `tokenizer_config.json`. Special tokens (bos, eos, unk, pad, additional ones) are skipped; other added
+tokens stand alone, joined to the text around them by a space; each run of SentencePiece pieces loses the
+word-start marker of its first piece and is decoded by SentencePiece itself. A tokenizer without a
+SentencePiece model (Qwen2, Llama 3) decodes with its own `decode`, which is what the reference does too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import sentencepiece as spm
+from transformers import PreTrainedTokenizerBase
+
+WORD_START = "\u2581"  # SentencePiece's word-start marker
+
+
+def text_decoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]], str]:
+    model_file = Path(getattr(tokenizer, "vocab_file", None) or "")
+    config_file = model_file.parent / "tokenizer_config.json"
+    if model_file.suffix != ".model" or not model_file.is_file() or not config_file.is_file():
+        return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    processor = _processor(model_file, legacy=config.get("legacy") is not False)
+    added = {int(i): entry["content"] for i, entry in (config.get("added_tokens_decoder") or {}).items()}
+    special_names = [config.get(key) for key in ("bos_token", "eos_token", "unk_token", "pad_token")]
+    special_names += config.get("additional_special_tokens") or []
+    by_name = {name: i for i, name in added.items()}
+    special = {by_name.get(name, processor.piece_to_id(name)) for name in map(_content, special_names) if name}
+
+    def decode(ids: list[int]) -> str:
+        texts, pieces = [], []
+        for i in ids:
+            if i in special:
+                continue
+            if i in added:
+                if pieces and (text := _decode_pieces(processor, pieces)):
+                    texts.append(text)
+                pieces = []
+                texts.append(added[i])
+            else:
+                pieces.append(processor.id_to_piece(i))
+        if pieces:
+            texts.append(_decode_pieces(processor, pieces))
+        text = " ".join(texts)
+        return _clean_up(text) if config.get("clean_up_tokenization_spaces", True) else text
+
+    return decode
+
+
+def _processor(model_file: Path, legacy: bool) -> spm.SentencePieceProcessor:
+    """The SentencePiece model as the reference loads it: without its dummy word-start prefix when the
+    tokenizer is not 'legacy' (Phi-3's is not)."""
+    processor = spm.SentencePieceProcessor()
+    if legacy:
+        processor.Load(str(model_file))
+        return processor
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto.FromString(model_file.read_bytes())
+    proto.normalizer_spec.add_dummy_prefix = False
+    processor.LoadFromSerializedProto(proto.SerializeToString())
+    return processor
+
+
+def _decode_pieces(processor: spm.SentencePieceProcessor, pieces: list[str]) -> str:
+    if pieces[0].startswith(WORD_START):
+        pieces = [pieces[0][1:], *pieces[1:]]
+    return processor.decode_pieces(pieces)
+
+
+def _clean_up(text: str) -> str:
+    """The reference's optional clean-up: no space before punctuation and English contractions."""
+    for spaced, joined in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+                           (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(spaced, joined)
+    return text
+
+
+def _content(token) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string, or an AddedToken's dict."""
+    return token.get("content") if isinstance(token, dict) else token

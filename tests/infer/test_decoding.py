@@ -1,0 +1,200 @@
+"""The decoder behind judge-score (infer/decoding.py) on the tiny judge: each row computed as it would be
+alone, whatever its batch, its slot or its neighbours' lengths; and equal to transformers' own generate."""
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from infer.decoding import Decoder, Request
+from infer.engine import Scorer, _load_pixels, prepare, unwritable_tokens
+from infer.options import ScoreOptions
+from judge.data import load_samples
+from judge.model import load_judge
+from judge.prompts import load_rubrics
+from judge.testing import write_dataset, write_original_checkpoint
+
+# The tiny dataset's prompts run from 673 to 781 tokens with --max_tiles 2: a long-rope switch at 700
+# puts prompts on both sides of it, and 16 new tokens take the prompts just under it across it.
+ROPE_SWITCH = 700
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp("data"), 8, seed=0).parent
+
+
+@pytest.fixture(scope="module")
+def samples(dataset):
+    return list(enumerate(load_samples(dataset / "data.json", dataset)))
+
+
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory):
+    return load_judge(write_original_checkpoint(tmp_path_factory.mktemp("ckpt"), seed=0))
+
+
+@pytest.fixture(scope="module")
+def long_rope_judge(tmp_path_factory):
+    return load_judge(write_original_checkpoint(tmp_path_factory.mktemp("long-rope"), seed=0, original_max_position_embeddings=ROPE_SWITCH))
+
+
+def records(judge, samples, dataset, **options):
+    rubrics = load_rubrics()
+    options = ScoreOptions(max_tiles=2, **options)
+    items = prepare(judge, samples, rubrics, dataset, options)
+    return {r.id: r for batch in Scorer(judge, rubrics, options, "cpu").run(items) for _, r in batch}
+
+
+def assert_same_records(batched, alone):
+    assert batched.keys() == alone.keys()
+    for key, one in alone.items():
+        other = batched[key]
+        assert (other.feedback, other.score, other.criteria, other.generated_tokens) == (one.feedback, one.score, one.criteria, one.generated_tokens)
+        assert other.score_distribution.keys() == one.score_distribution.keys()
+        assert other.score_distribution == pytest.approx(one.score_distribution, abs=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["generate", "logits"])
+def test_a_record_is_the_same_in_one_large_batch_and_alone_on_both_sides_of_the_long_rope_switch(long_rope_judge, samples, dataset, mode):
+    """Phi-3's long rope picks its factors from the largest position of a forward call; batched with a
+    longer prompt, a short one used to get the long factors and another score. Each row now has its own."""
+    new_tokens = 16 if mode == "generate" else 1
+    batched = records(long_rope_judge, samples, dataset, mode=mode, max_new_tokens=new_tokens, token_budget=10**7)
+    alone = records(long_rope_judge, samples, dataset, mode=mode, max_new_tokens=new_tokens, token_budget=1)
+    prompts = [r.prompt_tokens for r in alone.values()]
+    assert min(prompts) < ROPE_SWITCH < max(prompts)
+    if mode == "generate":  # some rows cross the switch while they write (and while their score heading is forced)
+        assert any(r.prompt_tokens < ROPE_SWITCH < r.prompt_tokens + r.generated_tokens for r in alone.values())
+        assert len({r.feedback for r in alone.values()}) > 1  # not a degenerate constant output
+    assert_same_records(batched, alone)
+
+
+def test_a_long_rope_judge_alone_writes_what_transformers_generate_writes(long_rope_judge, samples, dataset):
+    """Batch size 1 through transformers' own generate is the reference (MMIE's loop): same tokens, and
+    the recorded score logits are the very values of its full logits, at every step."""
+    judge = long_rope_judge
+    rubrics = load_rubrics()
+    options = ScoreOptions(max_new_tokens=12, max_tiles=2, token_budget=10**7)
+    items = prepare(judge, samples, rubrics, dataset, options)
+    scorer = Scorer(judge, rubrics, options, "cpu")
+    decoder = scorer.decoder
+    requests = [Request(i, item.input_ids.long()) for i, item in enumerate(items)]
+    completions = {c.index: c for done in decoder.generate(requests, _loader(items), 12) for c in done}
+    suppress = unwritable_tokens(judge)
+    for i, item in enumerate(items):
+        pixels = _load_pixels(item, torch.float32, pin=False)
+        config = GenerationConfig(max_new_tokens=12, do_sample=False, eos_token_id=scorer.stop_id, pad_token_id=decoder.pad_id,
+                                  suppress_tokens=suppress, return_dict_in_generate=True, output_logits=True)
+        ids = item.input_ids[None].long()
+        reference = judge.model.generate(input_ids=ids, **({} if pixels is None else {"pixel_values": pixels}), generation_config=config)
+        assert completions[i].tokens == reference.sequences[0, ids.shape[1]:].tolist()
+        full = torch.stack(reference.logits, dim=1)[0]  # (steps, vocabulary)
+        torch.testing.assert_close(completions[i].logits, full[:, decoder.columns], rtol=0, atol=1e-5)
+
+
+def _loader(items):
+    from concurrent.futures import Future
+
+    def load(request):
+        future = Future()
+        future.set_result(_load_pixels(items[request.index], torch.float32, pin=False))
+        return future
+
+    return load
+
+
+def test_follow_up_tokens_read_what_a_forward_pass_over_the_whole_text_reads(judge, samples, dataset):
+    """The forced score heading is fed after what the judge wrote, through its own cache; one forward pass
+    over prompt, output and heading, alone, reads the same logits."""
+    rubrics = load_rubrics()
+    options = ScoreOptions(max_new_tokens=6, max_tiles=2, token_budget=10**7)
+    items = prepare(judge, samples[:4], rubrics, dataset, options)
+    scorer = Scorer(judge, rubrics, options, "cpu")
+    heading = scorer.forced_heading
+    requests = [Request(i, item.input_ids.long()) for i, item in enumerate(items)]
+    completions = list(c for done in scorer.decoder.generate(requests, _loader(items), 6, lambda i, t: list(heading), len(heading)) for c in done)
+    assert len(completions) == 4
+    for completion in completions:
+        item = items[completion.index]
+        written = [t for t in completion.tokens if t != scorer.stop_id]
+        pixels = _load_pixels(item, torch.float32, pin=False)
+        ids = torch.tensor([[*item.input_ids.tolist(), *written, *heading]])
+        logits = judge.model(input_ids=ids, **({} if pixels is None else {"pixel_values": pixels})).logits[0, -1]
+        torch.testing.assert_close(completion.follow_up_logits, logits[scorer.decoder.columns], rtol=0, atol=1e-5)
+
+
+def test_rows_that_stop_early_leave_their_slot_to_the_next_prompt_and_write_what_they_write_alone(judge, samples, dataset, monkeypatch):
+    """A token the random judge writes at different steps in different samples stands in for its stop
+    token. With two slots for eight prompts, a prompt starts as soon as a slot frees, not when its batch
+    ends, and every output equals its batch-1 output."""
+    rubrics = load_rubrics()
+    free_run = records(judge, samples, dataset, max_new_tokens=8, token_budget=10**7)
+    tokens = {key: judge.tokenizer(r.feedback, add_special_tokens=False).input_ids for key, r in free_run.items()}
+    firsts = {}
+    for written in tokens.values():
+        for step, token in enumerate(written):
+            firsts.setdefault(token, {}).setdefault(id(written), step)
+    stop = max(firsts, key=lambda t: len(set(firsts[t].values())))
+    outputs, steps = {}, {}
+    capacity = max(len(i.input_ids) for i in prepare(judge, samples, rubrics, dataset, ScoreOptions(max_tiles=2))) + 8 + 8
+    for budget in (2 * capacity, 1):
+        options = ScoreOptions(max_new_tokens=8, token_budget=budget, max_tiles=2)
+        scorer = Scorer(judge, rubrics, options, "cpu")
+        scorer.stop_id = scorer.decoder.stop_id = stop
+        scorer._follow_up = lambda item, tokens: []  # count the written tokens' steps only
+        count = []
+        run_step = scorer.decoder._run_step
+        monkeypatch.setattr(scorer.decoder, "_run_step", lambda *args: count.append(1) or run_step(*args))
+        items = prepare(judge, samples, rubrics, dataset, options)
+        outputs[budget] = {r.id: (r.feedback, r.generated_tokens) for batch in scorer.run(items) for _, r in batch}
+        steps[budget] = len(count)
+    assert outputs[2 * capacity] == outputs[1]
+    lengths = [n for _, n in outputs[1].values()]
+    assert min(lengths) < 8 and max(lengths) == 8  # some stopped while others went on
+    # A row's first token comes from its prefill, each other from a step. One slot: a step per token. Two
+    # slots kept busy: about half, and at most what pairs that wait for their longer row would take.
+    by_prompt = [outputs[1][item.sample.id][1] for item in sorted(items, key=lambda item: -len(item.input_ids))]
+    assert steps[1] == sum(n - 1 for n in lengths)
+    assert steps[2 * capacity] <= sum(max(pair) - 1 for pair in zip(by_prompt[::2], by_prompt[1::2]))
+    assert steps[2 * capacity] <= steps[1] / 2 + 8
+
+
+def test_prefill_groups_hold_at_most_the_budget_longest_first_and_drop_nothing(judge):
+    decoder = Decoder(judge.model, device="cpu", pad_id=0, stop_id=None, suppress=[], columns=torch.tensor([1]), token_budget=1200)
+    lengths = [2000, 900, 300, 300, 100, 50]
+    requests = [Request(i, torch.ones(n, dtype=torch.long)) for i, n in enumerate(lengths)]
+    from infer.decoding import _Lookahead
+
+    waiting = _Lookahead(requests, 3, lambda request: None)
+    groups = []
+    while waiting:
+        groups.append([r.index for r in decoder._group(waiting, 8)])
+    assert sorted(i for g in groups for i in g) == list(range(6))
+    assert groups[0] == [0]  # longer than the budget: alone, not dropped
+    for g in groups[1:]:
+        assert len(g) * max(lengths[i] for i in g) <= 1200
+    assert groups == [[0], [1], [2, 3, 4, 5]]
+
+
+def test_requests_are_cut_where_a_cache_would_hold_twice_the_slots():
+    """Every slot of a cache holds its longest request: a benchmark's one longest prompt must not size the
+    slots of all the others."""
+    from infer.decoding import _segments
+
+    requests = [Request(i, torch.ones(n, dtype=torch.long)) for i, n in enumerate([2000, 1500, 900, 800, 300, 100])]
+    assert [[len(r.input_ids) for r in segment] for segment in _segments(requests, extra=100)] == [[2000, 1500], [900, 800], [300], [100]]
+
+
+def test_out_of_memory_in_prefill_splits_the_group_instead_of_losing_samples(judge, samples, dataset, monkeypatch):
+    expected = records(judge, samples, dataset, max_new_tokens=4, token_budget=10**7)
+    prefill, sizes = Decoder._prefill, []
+
+    def small_memory(self, group, cache, slots):  # a device that prefills at most 2 prompts at once
+        sizes.append(len(group))
+        if len(group) > 2:
+            raise torch.OutOfMemoryError("simulated")
+        return prefill(self, group, cache, slots)
+
+    monkeypatch.setattr(Decoder, "_prefill", small_memory)
+    assert_same_records(records(judge, samples, dataset, max_new_tokens=4, token_budget=10**7), expected)
+    assert sizes[0] == 8 and max(s for s in sizes if s <= 2) == 2

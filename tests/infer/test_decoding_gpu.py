@@ -1,0 +1,69 @@
+"""The decoder's GPU-only paths on the tiny judge: CUDA-graph decoding and pinned tile transfers. Skipped
+without a CUDA GPU (CI has none); run on a GPU machine with `pytest -m gpu`."""
+
+import pytest
+import torch
+
+import infer.decoding
+from infer.engine import Scorer, prepare
+from infer.options import ScoreOptions
+from judge.data import load_samples
+from judge.model import load_judge
+from judge.prompts import load_rubrics
+from judge.testing import write_dataset, write_original_checkpoint
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp("data"), 8, seed=0).parent
+
+
+def run(judge, dataset, cuda_graphs: bool, device="cuda", **options):
+    rubrics = load_rubrics()
+    options = ScoreOptions(max_tiles=2, **options)
+    items = prepare(judge, list(enumerate(load_samples(dataset / "data.json", dataset))), rubrics, dataset, options)
+    scorer = Scorer(judge, rubrics, options, device)
+    scorer.decoder.cuda_graphs = cuda_graphs
+    return {r.id: r for batch in scorer.run(items) for _, r in batch}
+
+
+def test_fused_kernels_write_what_transformers_kernels_write(tmp_path, dataset):
+    """First in this file: the rotary kernel is patched into transformers' module once a judge is fused."""
+    checkpoint = write_original_checkpoint(tmp_path / "ckpt", original_max_position_embeddings=700)
+    unfused = load_judge(checkpoint, "cpu", torch.float32)  # loaded elsewhere than the GPU: nothing fused
+    unfused.model.to("cuda")
+    expected = run(unfused, dataset, True, max_new_tokens=24)
+    fused = load_judge(checkpoint, "cuda", torch.float32)
+    assert fused.model.model.language_model.norm.forward != type(fused.model.model.language_model.norm).forward
+    got = run(fused, dataset, True, max_new_tokens=24)
+    for key, one in expected.items():
+        assert (got[key].feedback, got[key].generated_tokens) == (one.feedback, one.generated_tokens)
+        assert got[key].score_distribution == pytest.approx(one.score_distribution, abs=1e-4)
+    # the patched rotary function falls back to transformers' own for CPU tensors
+    assert len(run(load_judge(checkpoint, "cpu", torch.float32), dataset, False, max_new_tokens=4, device="cpu")) == 8
+
+
+def test_cuda_graph_steps_write_what_eager_steps_write(tmp_path, dataset, monkeypatch):
+    """Graphs replayed at many widths (a small width step makes rows cross several), with slots refilled,
+    forced score headings fed, and three caches in turn (each with its own graphs): the same tokens and
+    distributions as the eager steps, in fp32."""
+    monkeypatch.setattr(infer.decoding, "WIDTH_STEP", 64)
+    monkeypatch.setattr(infer.decoding, "_segments", lambda requests, extra: [requests[:3], requests[3:6], requests[6:]])
+    judge = load_judge(write_original_checkpoint(tmp_path / "ckpt", original_max_position_embeddings=700), "cuda", torch.float32)
+    slots3 = 2600  # three slots of a prompt (at most 781 tokens) + 40 new + the forced heading: eight prompts take turns
+    graphs = run(judge, dataset, True, max_new_tokens=40, token_budget=slots3)
+    eager = run(judge, dataset, False, max_new_tokens=40, token_budget=slots3)
+    alone = run(judge, dataset, False, max_new_tokens=40, token_budget=1)
+    for key, one in eager.items():
+        for other in (graphs[key], alone[key]):
+            assert (other.feedback, other.generated_tokens) == (one.feedback, one.generated_tokens)
+            assert other.score_distribution == pytest.approx(one.score_distribution, abs=1e-4)
+
+
+def test_bf16_scoring_on_the_gpu_gives_every_record(tmp_path, dataset):
+    judge = load_judge(write_original_checkpoint(tmp_path / "ckpt"), "cuda")  # bf16, the GPU default
+    for mode in ("generate", "logits"):
+        results = run(judge, dataset, True, mode=mode, max_new_tokens=16)
+        assert len(results) == 8 and all(r.score_distribution for r in results.values())
