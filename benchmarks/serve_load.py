@@ -8,7 +8,8 @@ number of POST /v1/chat/completions requests (--requests) from that many threads
 next request as soon as its last is answered; a level stops early at --time_limit_s, and the server is
 stopped at the end. Each request is a judge prompt of the synthetic dataset (the sample's text and its
 first image, as a data URL) with max_tokens --new_tokens, greedy; the random judge never stops early, so
-every request generates exactly that many tokens. The forward batches per level come from /metrics.
+every request generates exactly that many tokens. The forward passes of each level (prefill groups and
+decoding steps; alone, a request takes one prefill and a step per token after its first) come from /metrics.
 """
 
 from __future__ import annotations
@@ -44,15 +45,17 @@ def requests_of(data_dir: Path, new_tokens: int) -> list[dict]:
     return bodies
 
 
-def forward_batches(base: str) -> int:
-    text = httpx2.get(f"{base}/metrics").text
-    return int(next(line.split()[1] for line in text.splitlines() if line.startswith("judge_forward_batches_total ")))
+def forward_passes(base: str) -> tuple[int, int]:
+    """Prefill groups and decoding steps the server has run."""
+    lines = httpx2.get(f"{base}/metrics").text.splitlines()
+    return tuple(int(next(line.split()[1] for line in lines if line.startswith(f"{name} ")))
+                 for name in ("judge_prefill_batches_total", "judge_decoding_steps_total"))
 
 
 def load_level(base: str, bodies: list[dict], clients: int, count: int, time_limit_s: float) -> dict:
     """`count` requests from `clients` threads, stopped early at the time limit; latencies of those answered."""
     latencies, failures, next_index, lock = [], [], iter(range(count)), threading.Lock()
-    batches_before = forward_batches(base)
+    passes_before = forward_passes(base)
     start = time.perf_counter()
 
     def client() -> None:
@@ -75,7 +78,8 @@ def load_level(base: str, bodies: list[dict], clients: int, count: int, time_lim
     percentile = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None  # noqa: E731
     return {"clients": clients, "requests": len(latencies), "failed": len(failures), "seconds": elapsed,
             "requests_per_s": len(latencies) / elapsed, "p50_s": percentile(0.5), "p90_s": percentile(0.9), "p99_s": percentile(0.99),
-            "mean_s": statistics.fmean(latencies) if latencies else None, "forward_batches": forward_batches(base) - batches_before}
+            "mean_s": statistics.fmean(latencies) if latencies else None,
+            **{name: after - before for name, after, before in zip(("prefills", "steps"), forward_passes(base), passes_before)}}
 
 
 def main() -> None:
@@ -104,10 +108,10 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(timeout=60)
-    print(f"{'clients':>8} {'requests':>9} {'failed':>7} {'req/s':>8} {'p50 s':>8} {'p90 s':>8} {'p99 s':>8} {'batches':>8}")
+    print(f"{'clients':>8} {'requests':>9} {'failed':>7} {'req/s':>8} {'p50 s':>8} {'p90 s':>8} {'p99 s':>8} {'prefills':>9} {'steps':>6}")
     for level in levels:
         print(f"{level['clients']:>8} {level['requests']:>9} {level['failed']:>7} {level['requests_per_s']:>8.2f} {level['p50_s']:>8.3f} "
-              f"{level['p90_s']:>8.3f} {level['p99_s']:>8.3f} {level['forward_batches']:>8}")
+              f"{level['p90_s']:>8.3f} {level['p99_s']:>8.3f} {level['prefills']:>9} {level['steps']:>6}")
     if args.json:
         Path(args.json).write_text(json.dumps({"device": args.device, "new_tokens": args.new_tokens, "levels": levels}, indent=2))
 

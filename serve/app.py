@@ -1,7 +1,7 @@
 """judge-serve's HTTP API (Starlette): what each endpoint reads, checks and answers.
 
     GET  /health               {"status": "ok"} while the model thread runs; no key needed
-    GET  /metrics              Prometheus text: forward batches, requests, samples, completions
+    GET  /metrics              Prometheus text: forward passes, requests, samples, completions
     GET  /v1/models            the one model served
     POST /v1/score             MMIE samples -> the records judge-score writes (serve/api.py)
     POST /v1/chat/completions  OpenAI's chat completions, greedy, with logprobs (serve/api.py)
@@ -31,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from infer.decoding import Completion
 from infer.engine import prepare
 from infer.options import ScoreOptions
 from judge.cli import UsageError
@@ -40,10 +41,9 @@ from judge.prompts import Rubric, expand_images
 from judge.templates import get_template
 from judge.tiling import load_tiles
 from serve.api import ChatRequest, RequestError, ScoreRequest, validated
-from serve.generation import ChatPrompt, Generated
 from serve.images import RequestImages
 from serve.options import ServeOptions
-from serve.worker import Worker
+from serve.worker import ChatPrompt, Worker
 
 
 @dataclass
@@ -128,10 +128,11 @@ async def health(request: Request, service: Service) -> Response:
 
 
 async def metrics(request: Request, service: Service) -> Response:
-    counts = service.worker.counts
+    counts, forwards = service.worker.counts, service.worker.forward_passes()
     lines = []
     for name, value, help_text in [
-        ("judge_forward_batches_total", counts["forward_batches"], "batches run through the model (scoring batches and chat batches)"),
+        ("judge_prefill_batches_total", forwards["prefill"], "prefill forward passes: each a group of prompts, scoring and chat alike"),
+        ("judge_decoding_steps_total", forwards["step"], "decoding forward passes: each one token for every sequence being written"),
         ("judge_rounds_total", counts["rounds"], "rounds of the model thread: the requests waiting, taken together"),
         ("judge_samples_total", counts["samples"], "samples scored through /v1/score"),
         ("judge_completions_total", counts["completions"], "chat completions generated"),
@@ -198,8 +199,9 @@ async def chat_completions(request: Request, service: Service) -> Response:
         text = get_template(settings.template).render(query, settings.system_message if system is None else system)
         text = expand_images(text, [t.shape[0] for t in tiles], settings.tokens_per_tile)
         input_ids = service.tokenizer(text, return_tensors="pt").input_ids[0]
-        top_logprobs = (body.top_logprobs or 0) if body.logprobs else 0
-        return ChatPrompt(input_ids, torch.cat(tiles) if tiles else None, max_new_tokens, top_logprobs)
+        # the written token's log-probability is the first of its step's likeliest
+        logprobs = max(1, body.top_logprobs or 0) if body.logprobs else 0
+        return ChatPrompt(input_ids, torch.cat(tiles) if tiles else None, max_new_tokens, logprobs)
 
     try:
         prompt = await run_in_threadpool(tokenized)
@@ -227,17 +229,21 @@ async def answer_of(future):
         raise RequestError(413, None, str(err)) from None
 
 
-def completion(service: Service, body: ChatRequest, prompt: ChatPrompt, answer: Generated) -> dict:
-    tokenizer = service.tokenizer
-    stop_id = tokenizer.convert_tokens_to_ids(get_template(service.judge.settings.template).stop_token)
-    stopped = bool(answer.tokens) and answer.tokens[-1] == stop_id
+def completion(service: Service, body: ChatRequest, prompt: ChatPrompt, answer: Completion) -> dict:
+    """The answer in OpenAI's shape; its text decoded as judge-score decodes feedback, so that a remote
+    judge-score writes what a local one writes."""
+    decode = service.judge.decode
+    stop_id = service.tokenizer.convert_tokens_to_ids(get_template(service.judge.settings.template).stop_token)
+    stopped = answer.tokens[-1] == stop_id
     text_tokens = answer.tokens[:-1] if stopped else answer.tokens
-    choice = {"index": 0, "message": {"role": "assistant", "content": tokenizer.decode(text_tokens, skip_special_tokens=True)},
+    choice = {"index": 0, "message": {"role": "assistant", "content": decode(text_tokens)},
               "finish_reason": "stop" if stopped else "length", "logprobs": None}
     if body.logprobs:
+        shown = body.top_logprobs or 0
         choice["logprobs"] = {"content": [
-            {**token_entry(tokenizer, text_tokens[:step], token, answer.logprobs[step]),
-             "top_logprobs": [token_entry(tokenizer, text_tokens[:step], alternative, logprob) for alternative, logprob in answer.top[step]]}
+            {**token_entry(decode, text_tokens[:step], token, answer.top_logprobs[step, 0].item()),
+             "top_logprobs": [token_entry(decode, text_tokens[:step], alternative, logprob)
+                              for alternative, logprob in zip(answer.top_ids[step, :shown].tolist(), answer.top_logprobs[step, :shown].tolist())]}
             for step, token in enumerate(text_tokens)
         ]}
     return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()), "model": service.model_name,
@@ -245,11 +251,11 @@ def completion(service: Service, body: ChatRequest, prompt: ChatPrompt, answer: 
                                            "total_tokens": len(prompt.input_ids) + len(answer.tokens)}}
 
 
-def token_entry(tokenizer, before: list[int], token: int, logprob: float) -> dict:
+def token_entry(decode, before: list[int], token: int, logprob: float) -> dict:
     """A token as OpenAI's logprobs show it: the text it adds after the tokens before it (a SentencePiece
     token decoded alone loses its leading space), and that text's UTF-8 bytes."""
     context = before[-4:]
-    prefix = tokenizer.decode(context, skip_special_tokens=True)
-    whole = tokenizer.decode(context + [token], skip_special_tokens=True)
-    text = whole[len(prefix):] if whole.startswith(prefix) else tokenizer.decode([token])
+    prefix = decode(context)
+    whole = decode(context + [token])
+    text = whole[len(prefix):] if whole.startswith(prefix) else decode([token])
     return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}

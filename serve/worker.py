@@ -1,10 +1,12 @@
 """The one thread that runs the model: requests queue up, and each round takes every request waiting (the
-first one waits up to --batch_wait_ms for others), so that concurrent requests share forward batches.
+first one waits up to --batch_wait_ms for others), so that concurrent requests share forward passes.
 
-    request threads --submit--> queue --round--> /v1/score samples: the scoring engine, whose token budget
-                                                 plans the batches (Scorer.run)
-                                                 chat prompts: batches in arrival order within the same
-                                                 token budget (generate_greedy)
+    request threads --submit--> queue --round--> /v1/score samples: the scoring engine (Scorer.run)
+                                                 chat prompts: the same decoder (infer/decoding.py), with
+                                                 each prompt's own max_tokens and top log-probabilities
+
+Either way each answer is the one its request gets alone: the decoder computes every row as it would be
+alone, whatever is batched beside it.
 
 A round that fails runs its requests again one at a time, so that only the request at fault gets the
 error; nothing a request does stops the thread.
@@ -19,12 +21,23 @@ from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from infer.engine import Prepared, Scorer
+import torch
+
+from infer.decoding import Completion, OutOfMemory, Request
+from infer.engine import Prepared, Scorer, judge_decoder
 from infer.options import ScoreOptions
+from judge.cli import UsageError
 from judge.data import JudgeResult
 from judge.model import Judge
 from judge.prompts import Rubric
-from serve.generation import ChatPrompt, Generated, generate_greedy
+
+
+@dataclass
+class ChatPrompt:
+    input_ids: torch.Tensor  # 1-D: the rendered prompt, image tokens expanded
+    pixels: torch.Tensor | None  # every tile of every image, in prompt order
+    max_new_tokens: int
+    logprobs: int  # how many of each step's likeliest tokens to return with their log-probabilities (0: none)
 
 
 @dataclass
@@ -36,13 +49,15 @@ class ScoreJob:
 @dataclass
 class ChatJob:
     prompt: ChatPrompt
-    future: Future  # -> Generated
+    future: Future  # -> Completion: the tokens written, the stop token included when it stopped
 
 
 class Worker:
     def __init__(self, judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str, batch_wait_s: float):
-        self.judge, self.options, self.batch_wait_s = judge, options, batch_wait_s
+        self.options, self.device, self.batch_wait_s = options, device, batch_wait_s
         self.scorer = Scorer(judge, rubrics, options, device)
+        # A chat answer ends at the stop token whatever --ignore_stop says (a benchmarking switch), and records no score logits.
+        self.chat_decoder = judge_decoder(judge, device, options.token_budget, columns=[])
         self.counts: Counter[str] = Counter()  # the metrics endpoint's counters; written by this thread only
         self._queue: queue.Queue[ScoreJob | ChatJob] = queue.Queue()
         self._thread = threading.Thread(target=self._serve, name="judge-model", daemon=True)
@@ -53,6 +68,11 @@ class Worker:
 
     def waiting(self) -> int:
         return self._queue.qsize()
+
+    def forward_passes(self) -> dict[str, int]:
+        """Prefill groups and decoding steps run so far, scoring and chat together."""
+        decoders = (self.scorer.decoder, self.chat_decoder)
+        return {"prefill": sum(d.prefills for d in decoders), "step": sum(d.steps for d in decoders)}
 
     def score(self, items: list[Prepared]) -> Future:
         return self._submit(ScoreJob(items, Future()))
@@ -99,31 +119,30 @@ class Worker:
         items = [item for job in jobs for item in job.items]
         results: dict[int, JudgeResult] = {}  # by id() of the Prepared: samples of two requests may share an id
         for batch in self.scorer.run(items):
-            self.counts["forward_batches"] += 1
             results.update((id(item), result) for item, result in batch)
         self.counts["samples"] += len(items)
         for job in jobs:
             job.future.set_result([results[id(item)] for item in job.items])
 
     def _chat(self, jobs: list[ChatJob]) -> None:
-        for batch in chat_batches(jobs, self.options.token_budget):
-            answers: list[Generated] = generate_greedy(self.judge, [job.prompt for job in batch])
-            self.counts["forward_batches"] += 1
-            self.counts["completions"] += len(batch)
-            for job, answer in zip(batch, answers):
-                job.future.set_result(answer)
+        """The round's chat prompts through the decoder, longest first as it takes them; each job answered
+        as its row finishes."""
+        prompts = [job.prompt for job in jobs]
+        requests = [Request(k, prompts[k].input_ids.long(), max_new_tokens=prompts[k].max_new_tokens)
+                    for k in sorted(range(len(jobs)), key=lambda k: -len(prompts[k].input_ids))]
 
+        def load(request: Request) -> Future:  # the tiles were made in the request's own thread
+            future = Future()
+            future.set_result(prompts[request.index].pixels)
+            return future
 
-def chat_batches(jobs: list[ChatJob], token_budget: int) -> list[list[ChatJob]]:
-    """Consecutive jobs while batch size x (longest prompt + most new tokens) stays within the budget; a
-    job over the budget alone still gets a batch of its own."""
-    batches: list[list[ChatJob]] = []
-    for job in jobs:
-        batch = batches[-1] if batches else []
-        longest = max((len(j.prompt.input_ids) for j in batch + [job]))
-        new_tokens = max(j.prompt.max_new_tokens for j in batch + [job])
-        if batch and (len(batch) + 1) * (longest + new_tokens) <= token_budget:
-            batch.append(job)
-        else:
-            batches.append([job])
-    return batches
+        try:
+            for done in self.chat_decoder.generate(requests, load, max(p.max_new_tokens for p in prompts),
+                                                   top_logprobs=max(p.logprobs for p in prompts)):
+                for completion in done:
+                    jobs[completion.index].future.set_result(completion)
+                    self.counts["completions"] += 1
+        except OutOfMemory as err:
+            prompt = prompts[err.request.index]
+            raise UsageError(f"the prompt ({len(prompt.input_ids)} tokens, {0 if prompt.pixels is None else len(prompt.pixels)} tiles) "
+                             f"does not fit in {self.device} memory even alone; send fewer or smaller images") from None

@@ -61,9 +61,14 @@ def post(server, path, body, key=KEY, **kwargs):
                        **({"content": body} if isinstance(body, (bytes, str)) else {"json": body}))
 
 
-def forward_batches(server) -> int:
+def metric(server, name: str) -> int:
     text = httpx2.get(f"{server}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
-    return int(next(line.split()[1] for line in text.splitlines() if line.startswith("judge_forward_batches_total ")))
+    return int(next(line.split()[1] for line in text.splitlines() if line.startswith(f"{name} ")))
+
+
+def forward_passes(server) -> tuple[int, int]:
+    """Prefill groups and decoding steps the model has run."""
+    return metric(server, "judge_prefill_batches_total"), metric(server, "judge_decoding_steps_total")
 
 
 def data_url(path) -> str:
@@ -137,30 +142,34 @@ def chat_body(dataset, k: int) -> dict:
     return {"model": "judge", "messages": [{"role": "user", "content": content}], "max_tokens": 4 + k % 3, "logprobs": True, "top_logprobs": 2}
 
 
-def test_concurrent_requests_share_forward_batches_and_answer_as_alone(server, dataset):
+def test_concurrent_requests_share_forward_passes_and_answer_as_alone(server, dataset):
     bodies = [chat_body(dataset, k) for k in range(32)]
-    before = forward_batches(server)
+    prefills, steps = forward_passes(server)
     alone = [post(server, "/v1/chat/completions", body).json() for body in bodies]
-    assert forward_batches(server) - before == 32  # one request at a time: a batch each
-    before = forward_batches(server)
+    written = sum(a["usage"]["completion_tokens"] for a in alone)
+    # one request at a time: a prefill each, then a step for each token after the first
+    assert forward_passes(server) == (prefills + 32, steps + written - 32)
+    prefills, steps = forward_passes(server)
     with ThreadPoolExecutor(32) as pool:
         together = list(pool.map(lambda body: post(server, "/v1/chat/completions", body).json(), bodies))
-    batches = forward_batches(server) - before
-    assert batches < 32, f"{batches} forward batches for 32 concurrent requests"
+    batched_prefills, batched_steps = (after - before for after, before in zip(forward_passes(server), (prefills, steps)))
+    assert batched_prefills < 32 and batched_prefills + batched_steps < written, (batched_prefills, batched_steps, written)
     for a, t in zip(alone, together):
         assert t["choices"][0]["message"] == a["choices"][0]["message"] and t["usage"] == a["usage"]
         for x, y in zip(a["choices"][0]["logprobs"]["content"], t["choices"][0]["logprobs"]["content"]):
-            assert y["token"] == x["token"] and y["logprob"] == pytest.approx(x["logprob"], abs=1e-4)
+            assert y["token"] == x["token"] and y["logprob"] == pytest.approx(x["logprob"], abs=1e-5)
+            assert [u["token"] for u in y["top_logprobs"]] == [u["token"] for u in x["top_logprobs"]]
+            assert y["top_logprobs"][0]["token"] == y["token"]  # the first of the likeliest is the written token
     assert len({a["choices"][0]["message"]["content"] for a in alone}) > 1
 
 
 def test_concurrent_score_requests_answer_as_alone(server, dataset):
     samples = json.loads((dataset / "data.json").read_text())
     alone = [post(server, "/v1/score", {"samples": [s]}).json()["results"][0] for s in samples]
-    before = forward_batches(server)
+    prefills = forward_passes(server)[0]
     with ThreadPoolExecutor(len(samples)) as pool:
         together = [r.json()["results"][0] for r in pool.map(lambda s: post(server, "/v1/score", {"samples": [s]}), samples)]
-    assert forward_batches(server) - before < len(samples)
+    assert forward_passes(server)[0] - prefills < len(samples)
     exact = lambda r: {k: v for k, v in r.items() if k not in ("score_distribution", "expected_score")}  # noqa: E731
     assert [exact(r) for r in together] == [exact(r) for r in alone]
     for a, t in zip(alone, together):
@@ -291,8 +300,7 @@ def test_the_server_killed_mid_run_loses_nothing_and_scores_nothing_twice(checkp
         done = subprocess.run(client, capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         assert f"resuming: {len(before)} sample(s)" in done.stderr
-        completions = int(next(line.split()[1] for line in httpx2.get(f"http://127.0.0.1:{port}/metrics").text.splitlines()
-                               if line.startswith("judge_completions_total ")))
+        completions = metric(f"http://127.0.0.1:{port}", "judge_completions_total")
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -303,3 +311,4 @@ def test_the_server_killed_mid_run_loses_nothing_and_scores_nothing_twice(checkp
     assert [r["id"] for r in results] == [s["id"] for s in json.loads((data / "data.json").read_text())]
     by_id = {r["id"]: JudgeResult.model_validate(r) for r in results}
     assert all(by_id[r["id"]] == JudgeResult.model_validate(r) for r in before)  # the work finished before the kill was kept, not redone
+
