@@ -14,11 +14,12 @@ from pathlib import Path
 import httpx2
 import openai
 import pytest
+from huggingface_hub import constants
 from PIL import Image
 
 from infer.cli import main as score_main
 from judge.data import JudgeResult
-from judge.testing import write_dataset, write_original_checkpoint
+from judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
 from serve.cli import main as serve_main
 from serve.process import free_port, start_server
 
@@ -312,3 +313,29 @@ def test_the_server_killed_mid_run_loses_nothing_and_scores_nothing_twice(checkp
     by_id = {r["id"]: JudgeResult.model_validate(r) for r in results}
     assert all(by_id[r["id"]] == JudgeResult.model_validate(r) for r in before)  # the work finished before the kill was kept, not redone
 
+
+def test_the_judge_is_named_by_a_hub_id_at_a_revision_as_judge_score_names_it(server, checkpoint, tmp_path):
+    write_hub_cache(tmp_path / "hf" / "hub", "org/tiny-judge", checkpoint, revision="v1")
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("HF_HUB_CACHE", None)
+    port = free_port()
+    hub_server = start_server(["--model_path", "org/tiny-judge", "--revision", "v1", *FAST], port, tmp_path / "serve.log", env)
+    body = {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "Is this answer good?"}]}
+    try:
+        assert [m["id"] for m in httpx2.get(f"http://127.0.0.1:{port}/v1/models").json()["data"]] == ["org/tiny-judge"]
+        answer = httpx2.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=120).json()
+    finally:
+        hub_server.terminate()
+        hub_server.wait(timeout=30)
+    assert answer["choices"] == post(server, "/v1/chat/completions", body).json()["choices"]  # the module's server: the same files
+    assert "org/tiny-judge (revision v1): " in (tmp_path / "serve.log").read_text()
+
+
+def test_a_hub_id_missing_from_the_offline_cache_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+    assert serve_main(["--model_path", "org/missing", "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: org/missing: no local directory of that name, and revision main of that Hub id is not (fully) in the "
+                          "Hugging Face cache") and "Traceback" not in err
