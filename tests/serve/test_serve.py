@@ -247,9 +247,23 @@ def test_malformed_and_over_limit_requests_are_refused_by_field_and_the_server_g
     assert post(server, "/v1/chat/completions", {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "still there?"}]}).status_code == 200
 
 
-def test_a_path_outside_the_root_and_a_missing_one_get_the_same_answer(server):
-    answers = {post(server, "/v1/score", image_sample(path)).json()["error"]["message"] for path in ("/etc/passwd", "/no/such/file", "images/none.png")}
-    assert len(answers) == 1  # nothing tells a client which files exist
+def test_no_answer_tells_which_files_exist_outside_the_image_root_or_in_it(server, dataset, tmp_path):
+    """Issue 17, item 4: a real image outside --image_root (by absolute path, by ../, through a link inside
+    the root), a file there that is no image, a directory, and a missing file get one and the same answer."""
+    outside = tmp_path / "secret.png"
+    outside.write_bytes(png(8, 8))
+    link = dataset / f"link-{tmp_path.name}.png"
+    link.symlink_to(outside)
+    escape = os.path.relpath(outside, dataset)
+    paths = [str(outside), escape, link.name, "/etc/passwd", str(tmp_path / "missing.png"), "images/none.png", "data.json", "images"]
+    try:
+        answers = [post(server, "/v1/score", image_sample(path)) for path in paths]
+    finally:
+        link.unlink()
+    assert {(a.status_code, json.dumps(a.json(), sort_keys=True)) for a in answers} == {(400, json.dumps(answers[0].json(), sort_keys=True))}
+    assert OUTSIDE in answers[0].json()["error"]["message"] and str(tmp_path) not in answers[0].text
+    image = next((dataset / "images").glob("*.png")).relative_to(dataset)
+    assert post(server, "/v1/score", image_sample(str(image))).status_code == 200  # an image under the root is read
 
 
 @pytest.mark.parametrize("authorization", [None, "Bearer wrong-key", f"Bearer {KEY}x", KEY, f"Basic {KEY}"])
