@@ -19,5 +19,7 @@ def test_the_load_benchmark_reports_each_level_and_batches_concurrent_clients(tm
     for level in figures["levels"]:
         assert level["requests"] == 8 and level["failed"] == 0 and level["requests_per_s"] > 0
         assert 0 < level["p50_s"] <= level["p90_s"] <= level["p99_s"]
-    assert alone["forward_batches"] == 8 and together["forward_batches"] < 8  # one client: a batch per request
+    # one client: a prefill per request and a step per token after its first; four share both
+    assert (alone["prefills"], alone["steps"]) == (8, 8 * 2)
+    assert together["prefills"] < 8 and together["steps"] < 8 * 2
     assert "req/s" in done.stdout
