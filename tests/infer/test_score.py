@@ -350,10 +350,10 @@ def test_a_sample_too_large_for_memory_alone_stops_the_run_saying_what_to_change
     largest = max(items, key=lambda item: len(item.input_ids))
     prefill = Decoder._prefill
 
-    def no_room_for_the_largest(self, group, cache, slots):
+    def no_room_for_the_largest(self, group, *args):
         if any(len(request.input_ids) >= len(largest.input_ids) for request in group):
             raise torch.OutOfMemoryError("simulated")
-        return prefill(self, group, cache, slots)
+        return prefill(self, group, *args)
 
     monkeypatch.setattr(Decoder, "_prefill", no_room_for_the_largest)
     with pytest.raises(UsageError, match=rf"sample '{largest.sample.id}' \(record {largest.index}: .* does not fit in cpu memory even alone; "
