@@ -37,7 +37,7 @@ from infer.options import ScoreOptions
 from judge.cli import UsageError
 from judge.data import IMAGE_PLACEHOLDER, Sample
 from judge.model import Judge
-from judge.prompts import Rubric, expand_images
+from judge.prompts import IMAGE_TOKENS, Rubric, expand_images
 from judge.templates import get_template
 from judge.tiling import load_tiles
 from serve.api import ChatRequest, RequestError, ScoreRequest, validated
@@ -215,6 +215,9 @@ def user_query(text: str, n_images: int, field: str) -> str:
     """The user's text with an `<image>` where each image goes: where the text puts them (InternVL's and
     vLLM's convention), and those it leaves out before it, each on a line of its own, as InternVL's chat()
     and vLLM do."""
+    if faked := [token for token in IMAGE_TOKENS if token in text]:
+        # the model would read these as image features that no image supplies
+        raise RequestError(400, field, f"the text holds the image token {faked[0]}; images come as image_url parts")
     placed = text.count(IMAGE_PLACEHOLDER)
     if placed > n_images:
         raise RequestError(400, field, f"the text has {placed} {IMAGE_PLACEHOLDER} placeholders for {n_images} image(s)")

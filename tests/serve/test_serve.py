@@ -222,6 +222,8 @@ REFUSALS = {
         {"type": "image_url", "image_url": {"url": "data:,"}}] * 5}]}, 413, "messages[0].content", "5 images, over this server's limit of 4"),
     "more placeholders than images": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "<image> <image>"}]}, 400,
                                       "messages[0].content", "2 <image> placeholders for 0 image(s)"),
+    "a chat text faking image tokens": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "a <IMG_CONTEXT> b"}]}, 400,
+                                        "messages[0].content", "the image token <IMG_CONTEXT>"),
     "a body over the size limit": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x" * 3 * 2**20}]}, 413,
                                    "body", "over this server's limit of 2097152"),
     "sampling": ("/v1/chat/completions", {"model": "m", "temperature": 0.7, "messages": [{"role": "user", "content": "hi"}]}, 400,
