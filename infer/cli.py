@@ -13,6 +13,7 @@ Under `torchrun --nproc_per_node N` the same command shards the samples by rank;
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -24,12 +25,14 @@ from judge.configs import CONFIG_DIR
 from judge.formats import FORMATS, Format, detect_format
 
 DTYPES = ("bfloat16", "float16", "float32")
+BACKENDS = ("local", "openai")
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_path", "--model-path", required=True,
-                   help="judge checkpoint, a local directory or a Hugging Face Hub id: original InternVL2, native, or a judge-train output")
+                   help="judge checkpoint, a local directory or a Hugging Face Hub id: original InternVL2, native, or a judge-train output; "
+                        "with --backend openai, the model's name on the server")
     add_revision_flag(p)
     p.add_argument("--input_dir", "--input-dir", required=True, help="directory that image paths in the input are relative to")
     p.add_argument("--input_file", "--input-file", "--input_name", "--input-name", required=True, help="JSON list or JSONL of samples, relative to --input_dir")
@@ -48,8 +51,47 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--skip_invalid", "--skip-invalid", action="store_true", help="skip invalid records and list them in the summary instead of stopping (default: stop)")
     p.add_argument("--no_resume", "--no-resume", action="store_true", help="ignore and delete the journal of an earlier run (default: resume it)")
     p.add_argument("--calibrator", help="calibrator.json from judge-calibrate; adds calibrated_score to each record (default: none, no calibration)")
+    add_backend_flags(p)
     add_common_flags(p)
     return p
+
+
+def add_backend_flags(parser: argparse.ArgumentParser) -> None:
+    remote = parser.add_argument_group("the judge on an OpenAI-compatible server (README: judge-serve, vllm serve, GPT-4o)")
+    remote.add_argument("--backend", choices=BACKENDS, default="local",
+                        help="local: load --model_path here; openai: send each sample to the chat-completions API at --base_url, "
+                             "--model_path then naming the model there (default: %(default)s)")
+    remote.add_argument("--base_url", "--base-url", help="the API's root, e.g. http://127.0.0.1:8000/v1 (default: none; --backend openai needs one)")
+    remote.add_argument("--api_key_env", "--api-key-env",
+                        help="name of the environment variable holding the API key, sent as a Bearer token; "
+                             "the key itself never goes on a command line, where every user sees it (default: none, no key sent)")
+    remote.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (default: %(default)s)")
+    remote.add_argument("--max_retries", "--max-retries", type=int, default=5,
+                        help="tries after the first of a request answered 429 or 5xx or not at all, with exponential backoff (default: %(default)s)")
+
+
+def backend_problems(args, options: ScoreOptions) -> list[str]:
+    """What cannot work in the chosen backend's flags, found before anything loads or connects."""
+    if args.backend == "local":
+        given = [f"--{name}" for name in ("base_url", "api_key_env") if getattr(args, name) is not None]
+        return [f"{flag} applies to --backend openai only" for flag in given]
+    problems = []
+    if args.base_url is None or not args.base_url.startswith(("http://", "https://")):
+        problems.append(f"--backend openai needs --base_url http(s)://HOST:PORT/v1, got {args.base_url!r}")
+    problems += [f"--{name} applies to the local backend only: the server chooses its own"
+                 for name in ("device", "dtype", "revision") if getattr(args, name) is not None]
+    if args.concurrency < 1:
+        problems.append(f"--concurrency must be at least 1, got {args.concurrency}")
+    if args.max_retries < 0:
+        problems.append(f"--max_retries must be at least 0, got {args.max_retries}")
+    if args.api_key_env is not None and not os.environ.get(args.api_key_env):
+        problems.append(f"--api_key_env {args.api_key_env}: that environment variable is not set or empty")
+    if options.mode == "logits":
+        problems.append("--mode logits reads the score after a forced '### Score' heading, which a chat API cannot add; use --mode generate")
+    if options.prompt_token_budget is not None:
+        problems.append(f"prompt_token_budget {options.prompt_token_budget} counts the judge's tokens, and its tokenizer is on the server; "
+                        "give a --config with prompt_token_budget: null")
+    return problems
 
 
 def preset(format_name: str) -> Path | None:
@@ -110,6 +152,8 @@ def _main(argv) -> int:
     input_path = Path(args.input_dir) / args.input_file
     fmt = FORMATS[args.format] if args.format else detect_format(input_path)
     options = score_options(args, fmt)
+    if problems := backend_problems(args, options):
+        raise UsageError("\n  ".join(["the backend's flags cannot work:", *problems]))
     check_output_paths(args)
     from infer.run import score  # torch and transformers load here: --help and --version need neither
 

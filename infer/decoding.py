@@ -14,6 +14,11 @@ that position. On a GPU each step is a CUDA graph (one per cache width in steps 
 step costs the kernels' time rather than Python's. A row that finishes leaves its slot at once and the
 next prompt is prefilled into it, so the batch stays full instead of waiting for its longest answer.
 
+A request may carry its own limit on new tokens (a chat request's `max_tokens`), below the one the cache
+is sized for. Asked for `top_logprobs`, each step also returns the log-probabilities of its k likeliest
+tokens over the whole vocabulary (image tokens and the other unwritable ones excluded), computed per row
+like everything else; scoring asks for none and computes none.
+
 A finished row may be given follow-up tokens (the forced `### Score` heading of a judge whose output did
 not parse): they are fed after what it wrote, in the same slot, and the logits after the last one are
 read, as if the judge had written them itself.
@@ -28,6 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -43,6 +49,7 @@ class Request:
     index: int
     input_ids: torch.Tensor  # 1-D prompt
     pixels: Future | None = None  # its tiles (n, 3, h, w) in prompt order, or None; set when its turn nears
+    max_new_tokens: int | None = None  # its own limit, at most generate's; None: generate's
 
 
 Loader = Callable[[Request], Future]  # starts loading a request's tiles in the background
@@ -54,6 +61,8 @@ class Completion:
     tokens: list[int]  # what was written, the stop token included when it stopped
     logits: torch.Tensor  # (len(tokens), columns): the recorded columns of the logits that chose each token
     follow_up_logits: torch.Tensor | None = None  # (columns,) after the follow-up tokens, when there were some
+    top_logprobs: torch.Tensor | None = None  # (len(tokens), k): each step's k largest log-probabilities, when asked
+    top_ids: torch.Tensor | None = None  # (len(tokens), k): their tokens
 
 
 class OutOfMemory(Exception):
@@ -64,12 +73,29 @@ class OutOfMemory(Exception):
         self.request = request
 
 
+class Step(NamedTuple):
+    """What the model gives for each row of a forward pass, at the row's last position."""
+
+    chosen: torch.Tensor  # (rows,) the greedy token
+    recorded: torch.Tensor  # (rows, columns) the recorded columns of the logits
+    top_logprobs: torch.Tensor  # (rows, k) the k largest log-probabilities (k = 0 unless asked)
+    top_ids: torch.Tensor  # (rows, k) their tokens
+
+    def cpu(self) -> Step:
+        return Step(*(t.cpu() for t in self))
+
+    def rows(self) -> list[Step]:
+        """Each row's outputs, the token as an int: one call per output rather than one per row and output."""
+        return [Step(*row) for row in zip(self.chosen.tolist(), self.recorded.unbind(), self.top_logprobs.unbind(), self.top_ids.unbind())]
+
+
 @dataclass
 class _Row:
     request: Request
     position: int  # where its next input token goes in the slot
     tokens: list[int] = field(default_factory=list)
     logits: list[torch.Tensor] = field(default_factory=list)
+    top: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # each step's (log-probabilities, ids)
     pending: list[int] = field(default_factory=list)  # follow-up tokens still to feed
     following: bool = False
     follow_up_logits: torch.Tensor | None = None
@@ -119,6 +145,8 @@ class Decoder:
         self.token_budget = token_budget
         # Graphs need every weight in place: not under ZeRO-3, whose hooks gather weights as each layer runs.
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda" and not any(hasattr(p, "ds_id") for p in model.parameters())
+        # Forward passes run, for a server's metrics: prefill groups and decoding steps (one for all busy slots).
+        self.prefills = self.steps = 0
 
     # -- the model, driven by hand --------------------------------------------------------------------
 
@@ -137,16 +165,24 @@ class Decoder:
                            position_embeddings=position_embeddings)
         return self.lm.norm(hidden)
 
-    def _head(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(greedy token, recorded columns) from last-position hidden states (rows, hidden)."""
+    def _head(self, hidden: torch.Tensor, top_k: int) -> Step:
+        """A step's outputs from last-position hidden states (rows, hidden); each of fixed shape, so that a
+        CUDA graph can return them."""
         logits = self.lm_head(hidden).float()
         recorded = logits[:, self.columns]
         if len(self.suppress):
             logits.index_fill_(1, self.suppress, float("-inf"))
-        return logits.argmax(-1), recorded
+        chosen = logits.argmax(-1)
+        if not top_k:
+            return Step(chosen, recorded, logits[:, :0], chosen[:, None][:, :0])
+        logprobs = logits.log_softmax(-1)
+        # The written token first even where a tie lets topk put another first (bf16 logits tie often).
+        top_logprobs, top_ids = logprobs.scatter(1, chosen[:, None], float("inf")).topk(top_k, dim=-1)
+        top_logprobs = torch.cat([logprobs.gather(1, chosen[:, None]), top_logprobs[:, 1:]], dim=1)
+        return Step(chosen, recorded, top_logprobs, top_ids)
 
     @torch.no_grad()
-    def _prefill(self, group: list[Request], cache: SlotCache | None, slots: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _prefill(self, group: list[Request], cache: SlotCache | None, slots: list[int], top_k: int) -> Step:
         """One right-padded forward over the group (module docstring); its keys and values go to `slots`."""
         lengths = torch.tensor([len(r.input_ids) for r in group])
         width = int(lengths.max())
@@ -166,15 +202,16 @@ class Decoder:
         finally:
             if cache is not None:
                 cache.prefill = None
-        return self._head(hidden[torch.arange(len(group), device=self.device), (lengths - 1).to(self.device)])
+        self.prefills += 1
+        return self._head(hidden[torch.arange(len(group), device=self.device), (lengths - 1).to(self.device)], top_k)
 
     @torch.no_grad()
-    def _step(self, cache: SlotCache, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _step(self, cache: SlotCache, tokens: torch.Tensor, top_k: int) -> Step:
         """One decoding step of every slot: tokens (slots,) at cache.positions."""
         positions = cache.positions[:, None]
         mask = (torch.arange(cache.width, device=self.device) <= positions)[:, None, None, :]
         hidden = self._layers(self.lm.embed_tokens(tokens[:, None]), positions, mask, cache)
-        return self._head(hidden[:, -1])
+        return self._head(hidden[:, -1], top_k)
 
     # -- logits mode ------------------------------------------------------------------------------------
 
@@ -183,7 +220,7 @@ class Decoder:
         waiting = _Lookahead(requests, 64, load)
         while waiting:
             group = self._group(waiting, len(waiting.buffer))
-            recorded = self._prefill_splitting(group, None, [0] * len(group))[1]
+            recorded = self._prefill_splitting(group, None, [0] * len(group), 0).recorded
             yield [(r.index, recorded[row].cpu()) for row, r in enumerate(group)]
 
     def _group(self, waiting: _Lookahead, most: int) -> list[Request]:
@@ -195,82 +232,88 @@ class Decoder:
             group.append(waiting.popleft())
         return group
 
-    def _prefill_splitting(self, group: list[Request], cache: SlotCache | None, slots: list[int]):
+    def _prefill_splitting(self, group: list[Request], cache: SlotCache | None, slots: list[int], top_k: int) -> Step:
         """_prefill, split in halves when the device runs out of memory; OutOfMemory for a lone prompt."""
         try:
-            return self._prefill(group, cache, slots)
+            return self._prefill(group, cache, slots, top_k)
         except torch.OutOfMemoryError:
             if len(group) == 1:
                 raise OutOfMemory(group[0]) from None
         _empty_cache(self.device)
         half = len(group) // 2
-        first = self._prefill_splitting(group[:half], cache, slots[:half])
-        second = self._prefill_splitting(group[half:], cache, slots[half:])
-        return torch.cat([first[0], second[0]]), torch.cat([first[1], second[1]])
+        first = self._prefill_splitting(group[:half], cache, slots[:half], top_k)
+        second = self._prefill_splitting(group[half:], cache, slots[half:], top_k)
+        return Step(*(torch.cat(halves) for halves in zip(first, second)))
 
     # -- generate mode ----------------------------------------------------------------------------------
 
     def generate(self, requests: list[Request], load: Loader, max_new_tokens: int,
-                 follow_up: Callable[[int, list[int]], list[int]] | None = None, follow_up_tokens: int = 0) -> Iterator[list[Completion]]:
-        """Greedy completions of up to max_new_tokens, yielded as rows finish. `follow_up(index, tokens)`
-        returns the tokens to feed after a finished row's output (at most follow_up_tokens), or [].
+                 follow_up: Callable[[int, list[int]], list[int]] | None = None, follow_up_tokens: int = 0,
+                 top_logprobs: int = 0) -> Iterator[list[Completion]]:
+        """Greedy completions of up to max_new_tokens (or a request's own limit), yielded as rows finish.
+        `follow_up(index, tokens)` returns the tokens to feed after a finished row's output (at most
+        follow_up_tokens), or []. With top_logprobs k > 0, each written token comes with the k likeliest
+        tokens of its step and their log-probabilities.
 
         Requests come longest first. Every slot of a cache holds its longest request, so one cache for a
         whole benchmark would size every slot for its single longest prompt: the requests are cut into
         segments, a new one (and a new cache) wherever the slots would at least double."""
+        if over := [r.index for r in requests if (r.max_new_tokens or 0) > max_new_tokens]:
+            raise ValueError(f"requests {over} ask for more than the {max_new_tokens} new tokens the cache is sized for")
         extra = max_new_tokens + follow_up_tokens + 1
         for segment in _segments(requests, extra):
-            yield from self._generate(segment, load, max_new_tokens, follow_up, max(len(r.input_ids) for r in segment) + extra)
+            yield from self._generate(segment, load, max_new_tokens, follow_up, max(len(r.input_ids) for r in segment) + extra, top_logprobs)
 
-    def _generate(self, requests, load, max_new_tokens, follow_up, capacity) -> Iterator[list[Completion]]:
+    def _generate(self, requests, load, max_new_tokens, follow_up, capacity, top_k) -> Iterator[list[Completion]]:
         cache = self._allocate(capacity, len(requests))
         slots: list[_Row | None] = [None] * cache.rows.numel()
         waiting = _Lookahead(requests, 2 * len(slots), load)
         tokens = torch.full((len(slots),), self.pad_id, dtype=torch.long)
         graphs = _StepGraphs()
         while waiting or any(slots):
-            finished = self._admit(waiting, slots, cache, tokens, max_new_tokens, follow_up)
+            finished = self._admit(waiting, slots, cache, tokens, max_new_tokens, follow_up, top_k)
             if any(slots):
                 width = min(capacity, -(-max(row.position + 1 for row in slots if row) // WIDTH_STEP) * WIDTH_STEP)
                 cache.positions.copy_(torch.tensor([row.position if row else 0 for row in slots]))
-                chosen, recorded = self._run_step(cache, tokens, width, graphs)
+                outputs = self._run_step(cache, tokens, width, graphs, top_k).rows()
                 for slot, row in enumerate(slots):
                     if row is None:
                         continue
                     row.position += 1
-                    if self._accept(row, int(chosen[slot]), recorded[slot], tokens, slot, max_new_tokens, follow_up):
+                    if self._accept(row, outputs[slot], tokens, slot, max_new_tokens, follow_up):
                         finished.append(_completion(row))
                         slots[slot] = None
             if finished:
                 yield finished
 
-    def _admit(self, waiting, slots, cache, tokens, max_new_tokens, follow_up) -> list[Completion]:
+    def _admit(self, waiting, slots, cache, tokens, max_new_tokens, follow_up, top_k) -> list[Completion]:
         """Prefill waiting requests into free slots; returns rows that finished at their first token."""
         finished = []
         while waiting and (free := [s for s, row in enumerate(slots) if row is None]):
             group = self._group(waiting, len(free))
-            chosen, recorded = self._prefill_splitting(group, cache, free[: len(group)])
-            chosen, recorded = chosen.tolist(), recorded.cpu()
+            outputs = self._prefill_splitting(group, cache, free[: len(group)], top_k).cpu().rows()
             for k, request in enumerate(group):
                 row = _Row(request, position=len(request.input_ids))
-                if self._accept(row, chosen[k], recorded[k], tokens, free[k], max_new_tokens, follow_up):
+                if self._accept(row, outputs[k], tokens, free[k], max_new_tokens, follow_up):
                     finished.append(_completion(row))
                 else:
                     slots[free[k]] = row
         return finished
 
-    def _accept(self, row: _Row, token: int, recorded: torch.Tensor, tokens: torch.Tensor, slot: int, max_new_tokens: int,
-                follow_up) -> bool:
+    def _accept(self, row: _Row, step: Step, tokens: torch.Tensor, slot: int, max_new_tokens: int, follow_up) -> bool:
         """Take a step's output for one row and set its next input; True when the row is done."""
         if row.following:
             if not row.pending:
-                row.follow_up_logits = recorded
+                row.follow_up_logits = step.recorded
                 return True
         else:
+            token = step.chosen
             row.tokens.append(token)
-            row.logits.append(recorded)
+            row.logits.append(step.recorded)
+            if len(step.top_ids):
+                row.top.append((step.top_logprobs, step.top_ids))
             stopped = token == self.stop_id
-            if not stopped and len(row.tokens) < max_new_tokens:
+            if not stopped and len(row.tokens) < (row.request.max_new_tokens or max_new_tokens):
                 tokens[slot] = token
                 return False
             row.pending = follow_up(row.request.index, row.tokens) if follow_up else []
@@ -282,32 +325,32 @@ class Decoder:
         tokens[slot] = row.pending.pop(0)
         return False
 
-    def _run_step(self, cache: SlotCache, tokens: torch.Tensor, width: int, graphs: _StepGraphs) -> tuple[torch.Tensor, torch.Tensor]:
+    def _run_step(self, cache: SlotCache, tokens: torch.Tensor, width: int, graphs: _StepGraphs, top_k: int) -> Step:
         cache.width = width
+        self.steps += 1
         if not self.cuda_graphs:
-            chosen, recorded = self._step(cache, tokens.to(self.device))
-            return chosen.cpu(), recorded.cpu()
+            return self._step(cache, tokens.to(self.device), top_k).cpu()
         if width not in graphs.by_width:
-            graphs.by_width[width] = self._capture(cache, tokens, graphs)
-        graph, inputs, (chosen, recorded) = graphs.by_width[width]
+            graphs.by_width[width] = self._capture(cache, tokens, graphs, top_k)
+        graph, inputs, outputs = graphs.by_width[width]
         inputs.copy_(tokens, non_blocking=True)
         graph.replay()
-        return chosen.cpu(), recorded.cpu()
+        return outputs.cpu()
 
-    def _capture(self, cache: SlotCache, tokens: torch.Tensor, graphs: _StepGraphs) -> tuple:
+    def _capture(self, cache: SlotCache, tokens: torch.Tensor, graphs: _StepGraphs, top_k: int) -> tuple:
         """A CUDA graph of one step at the cache's current width. Warming up writes keys and values at
         the slots' current positions, which the real step then overwrites before anything reads them."""
         inputs = tokens.to(self.device)
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            self._step(cache, inputs)
+            self._step(cache, inputs, top_k)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         if graphs.pool is None:
             graphs.pool = torch.cuda.graph_pool_handle()
         with torch.cuda.graph(graph, pool=graphs.pool):
-            outputs = self._step(cache, inputs)
+            outputs = self._step(cache, inputs, top_k)
         return graph, inputs, outputs
 
     def _allocate(self, capacity: int, requests: int) -> SlotCache:
@@ -351,7 +394,8 @@ def _segments(requests: list[Request], extra: int) -> Iterator[list[Request]]:
 
 
 def _completion(row: _Row) -> Completion:
-    return Completion(row.request.index, row.tokens, torch.stack(row.logits), row.follow_up_logits)
+    top_logprobs, top_ids = (torch.stack(column) for column in zip(*row.top)) if row.top else (None, None)
+    return Completion(row.request.index, row.tokens, torch.stack(row.logits), row.follow_up_logits, top_logprobs, top_ids)
 
 
 def _memory_budget(device: torch.device, bytes_per_token: int) -> int | None:

@@ -116,13 +116,22 @@ def _load_pixels(item: Prepared, dtype: torch.dtype, pin: bool) -> torch.Tensor 
     return pixels.pin_memory() if pin else pixels
 
 
+def judge_decoder(judge: Judge, device: str, token_budget: int | None, columns: list[int], stop: bool = True) -> Decoder:
+    """A decoder of the judge's text: padded with its pad token, never writing its unwritable tokens, and
+    stopping at its template's stop token unless `stop` is False; `columns` are the logits it records."""
+    tokenizer = judge.tokenizer
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    stop_id = tokenizer.convert_tokens_to_ids(get_template(judge.settings.template).stop_token)
+    return Decoder(judge.model, device=device, pad_id=pad_id, stop_id=stop_id if stop else None, suppress=unwritable_tokens(judge),
+                   columns=torch.tensor(columns, dtype=torch.long), token_budget=token_budget)
+
+
 class Scorer:
     """Runs prepared samples through one judge; `run` yields (Prepared, JudgeResult) pairs as they finish."""
 
     def __init__(self, judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str):
         self.judge, self.rubrics, self.options, self.device = judge, rubrics, options, device
         tokenizer = judge.tokenizer
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.stop_id = tokenizer.convert_tokens_to_ids(get_template(judge.settings.template).stop_token)
         # A score distribution is read from the one token the judge writes its score with; scales whose
         # scores take several tokens (0.7, or 10 with a digit-splitting tokenizer) have none.
@@ -139,11 +148,7 @@ class Scorer:
         # Only these vocabulary columns are ever read ("score logits"); each scale's score tokens are a subset.
         tokens = sorted({t for ids in self.score_ids.values() if ids for t in ids.values()})
         self.score_columns = {scale: [tokens.index(t) for t in ids.values()] for scale, ids in self.score_ids.items() if ids}
-        self.decoder = Decoder(
-            judge.model, device=device, pad_id=pad_id,
-            stop_id=None if options.ignore_stop else self.stop_id, suppress=unwritable_tokens(judge),
-            columns=torch.tensor(tokens, dtype=torch.long), token_budget=options.token_budget,
-        )
+        self.decoder = judge_decoder(judge, device, options.token_budget, tokens, stop=not options.ignore_stop)
 
     def run(self, items: list[Prepared]) -> Iterator[list[tuple[Prepared, JudgeResult]]]:
         # Longest first: prefill groups of similar lengths, and a freed slot always has room for the next.

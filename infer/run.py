@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -18,7 +19,7 @@ from infer.journal import Journal, clear, file_sha256, fingerprint, journal_patt
 from infer.options import ScoreOptions
 from infer.summary import format_summary, summarize
 from judge.calibrator import Calibrator
-from judge.data import InputError, JudgeResult, Sample, UsageError, resolve_image, write_json_atomically
+from judge.data import InputError, JudgeResult, Problem, Sample, UsageError, resolve_image, write_json_atomically
 from judge.distributed import end_process_group
 from judge.formats import BenchmarkInput, Format
 from judge.model import find_checkpoint, load_judge, with_max_tiles
@@ -29,21 +30,47 @@ SUMMARY = "summary.json"
 
 
 def score(args, fmt: Format, options: ScoreOptions) -> int:
+    if args.backend == "openai":
+        from infer.openai_backend import score_remotely  # the judge runs on a server: no process group, no model here
+
+        return score_remotely(args, fmt, options)
     with distributed() as (rank, world), ExitStack() as held:
         return score_input(args, fmt, options, rank, world, held)
 
 
-def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int, held: ExitStack) -> int:
-    """`held` keeps --output_dir locked until the run ends."""
+@dataclass
+class ScoringInput:
+    """What a run scores, whichever backend scores it: the input, its rubrics, the samples (after
+    --skip_invalid and --limit), what was skipped, and the calibrator."""
+
+    bench: BenchmarkInput
+    samples: list[Sample]
+    skipped: list[Problem]
+    calibrator: Calibrator | None
+
+    @property
+    def rubrics(self) -> dict[str, Rubric]:
+        return self.bench.rubrics
+
+
+def scoring_input(args, fmt: Format) -> ScoringInput:
+    """The input read and checked, all before any model or server is used."""
     input_path = Path(args.input_dir) / args.input_file
     bench = read_input(fmt, input_path, args)
-    rubrics = bench.rubrics
-    skipped = bench.problems + rubric_problems(bench.samples, rubrics, input_path)
+    skipped = bench.problems + rubric_problems(bench.samples, bench.rubrics, input_path)
     if skipped and not args.skip_invalid:
         raise InputError(skipped)
-    scorable = [s for s in bench.samples if s.category in rubrics]
+    scorable = [s for s in bench.samples if s.category in bench.rubrics]
     samples = scorable[: args.limit] if args.limit else scorable
-    calibrator = load_calibrator(args.calibrator, [rubrics[c] for c in sorted({s.category for s in samples})]) if args.calibrator else None
+    categories = sorted({s.category for s in samples})
+    calibrator = load_calibrator(args.calibrator, [bench.rubrics[c] for c in categories]) if args.calibrator else None
+    return ScoringInput(bench, samples, skipped, calibrator)
+
+
+def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int, held: ExitStack) -> int:
+    """`held` keeps --output_dir locked until the run ends."""
+    run = scoring_input(args, fmt)
+    rubrics = run.rubrics
     device = checked_device(args.device or default_device())
     model_dir = find_checkpoint(args.model_path, args.revision).path
     output_dir = Path(args.output_dir)
@@ -51,15 +78,10 @@ def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int,
 
     judge = load_judge(model_dir, device, getattr(torch, args.dtype) if args.dtype else None)
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
-    run_id = run_fingerprint(args, model_dir, options, rubrics, judge, bench.samples)
-    if args.no_resume and rank == 0:
-        clear(output_dir, args.output_file)
-    barrier(world)
-    finished = read_finished(output_dir, args.output_file, run_id)
+    run_id = run_fingerprint(args, model_dir, options, rubrics, judge, run.bench.samples)
+    finished = finished_results(args, run_id, rank, world)
     barrier(world)  # every rank has read the journals before any opens its own: a journal just created has no header yet
-    mine = [(i, s) for i, s in enumerate(samples) if i % world == rank and s.id not in finished]
-    if rank == 0 and finished:
-        print(f"resuming: {len(finished)} sample(s) already scored in {output_dir}", file=sys.stderr)
+    mine = [(i, s) for i, s in enumerate(run.samples) if i % world == rank and s.id not in finished]
 
     scorer = Scorer(judge, rubrics, options, device)
     journal = Journal(output_dir, args.output_file, rank, run_id)
@@ -72,13 +94,28 @@ def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int,
     journal.close()
     barrier(world)
 
-    def merge() -> None:
-        results = finish(output_dir, args.output_file, samples, run_id, calibrator, skipped, rubrics)
-        for path in fmt.write(bench, {r.id: r for r in results}, output_dir):
-            print(f"{fmt.name}: {path}")
-
-    on_rank_zero(merge, rank, world)
+    on_rank_zero(lambda: merge(args, fmt, run, run_id), rank, world)
     return 0
+
+
+def finished_results(args, run_id: str, rank: int, world: int) -> dict[str, JudgeResult]:
+    """The results an earlier run of the same settings left in the journals (none after --no_resume)."""
+    output_dir = Path(args.output_dir)
+    if args.no_resume and rank == 0:
+        clear(output_dir, args.output_file)
+    barrier(world)
+    finished = read_finished(output_dir, args.output_file, run_id)
+    if rank == 0 and finished:
+        print(f"resuming: {len(finished)} sample(s) already scored in {output_dir}", file=sys.stderr)
+    return finished
+
+
+def merge(args, fmt: Format, run: ScoringInput, run_id: str) -> None:
+    """The journals merged into the result file and summary, and the benchmark's own files written."""
+    output_dir = Path(args.output_dir)
+    results = finish(output_dir, args.output_file, run.samples, run_id, run.calibrator, run.skipped, run.rubrics)
+    for path in fmt.write(run.bench, {r.id: r for r in results}, output_dir):
+        print(f"{fmt.name}: {path}")
 
 
 def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
@@ -193,6 +230,15 @@ def run_fingerprint(args, model_dir: Path, options: ScoreOptions, rubrics, judge
     files are (a Hub id's cache snapshot, whose path names its commit)."""
     model_dir = model_dir.resolve()
     weights = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in model_dir.iterdir() if f.is_file())
+    return fingerprint({
+        "model": str(model_dir), "weights": weights, "dtype": str(next(judge.model.parameters()).dtype),
+        "settings": judge.settings.to_json(), "prompt_token_budget": options.prompt_token_budget,
+        "ignore_stop": options.ignore_stop, **input_fingerprint(args, options, rubrics, samples),
+    })
+
+
+def input_fingerprint(args, options: ScoreOptions, rubrics, samples: list[Sample]) -> dict:
+    """The parts of a run's fingerprint that do not depend on where the judge runs: input, rubrics, mode."""
     input_path = Path(args.input_dir) / args.input_file
     # The content, not only the path: results of an input edited since must not be resumed as its results.
     contents = {"input_sha256": file_sha256(input_path), "criteria_sha256": file_sha256(Path(args.criteria_file)) if args.criteria_file else None}
@@ -200,10 +246,5 @@ def run_fingerprint(args, model_dir: Path, options: ScoreOptions, rubrics, judge
     # every image of a 20,000-sample benchmark would read gigabytes before the first batch.
     images = sorted({resolve_image(image, args.input_dir) for sample in samples for image in sample.images()})
     contents["images"] = fingerprint([(str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in images])
-    return fingerprint({
-        "model": str(model_dir), "weights": weights, "dtype": str(next(judge.model.parameters()).dtype),
-        "rubrics": {k: r.model_dump() for k, r in rubrics.items()}, "settings": judge.settings.to_json(),
-        "mode": options.mode, "max_new_tokens": options.max_new_tokens, "image_token_budget": options.image_token_budget,
-        "prompt_token_budget": options.prompt_token_budget,
-        "ignore_stop": options.ignore_stop, "input": str(input_path.resolve()), **contents,
-    })
+    return {"rubrics": {k: r.model_dump() for k, r in rubrics.items()}, "mode": options.mode, "max_new_tokens": options.max_new_tokens,
+            "image_token_budget": options.image_token_budget, "input": str(input_path.resolve()), **contents}

@@ -167,9 +167,12 @@ class JudgePrompt:
     text: str
     images: list[PlannedImage]  # only the images shown, in prompt order
     truncated: list[str]
+    # The user turn before the chat template and image expansion, an `<image>` where each shown image goes:
+    # what a chat API takes (judge-score --backend openai sends it, and judge-serve renders it back to `text`).
+    query: str
     # Where in `text` the template's control tokens and the image tokens are: the only special tokens it may
     # hold. Everything else is text (encode_prompt).
-    controls: tuple[Span, ...] = ()
+    controls: tuple[Span, ...]
 
     @property
     def n_tiles(self) -> int:
@@ -312,17 +315,26 @@ def _assemble(sample: Sample, rubric: Rubric, template: ChatTemplate, system_mes
     shown_images = [p for p in plans if p.n_tiles > 0 and p.number in laid_out]
     if shown_images and IMAGE_PLACEHOLDER not in query:
         query = f"{IMAGE_PLACEHOLDER}\n{query}"  # InternVL's chat() rule for a query without a placeholder
-    pieces = query.split(IMAGE_PLACEHOLDER)
-    if len(pieces) - 1 != len(shown_images):
+    if query.count(IMAGE_PLACEHOLDER) != len(shown_images):
         raise ValueError(
-            f"sample {sample.id!r}: the prompt has {len(pieces) - 1} {IMAGE_PLACEHOLDER} placeholders for "
+            f"sample {sample.id!r}: the prompt has {query.count(IMAGE_PLACEHOLDER)} {IMAGE_PLACEHOLDER} placeholders for "
             f"{len(shown_images)} images; does the rubric or the sample text contain a literal {IMAGE_PLACEHOLDER}?"
         )
-    query_parts = [(pieces[0], False)]
-    for image, rest in zip(shown_images, pieces[1:]):
-        query_parts += [(image_tokens(image.n_tiles, tokens_per_tile), True), (rest, False)]
-    text, controls = join_parts(template.parts(query_parts, system_message))
-    return JudgePrompt(sample.id, text, shown_images, list(truncated), controls)
+    text, controls = render_query(template, query, [p.n_tiles for p in shown_images], tokens_per_tile, system_message)
+    return JudgePrompt(sample.id, text, shown_images, list(truncated), query, controls)
+
+
+def render_query(template: ChatTemplate, query: str, tiles: list[int], tokens_per_tile: int,
+                 system_message: str | None) -> tuple[str, tuple[Span, ...]]:
+    """A user turn with an `<image>` where each image goes, in the chat template, each image as the image
+    tokens of its tiles: the prompt's text, and the spans of the template's and the images' own tokens
+    (encode_prompt). judge-serve renders a chat request's turn with it too."""
+    pieces = query.split(IMAGE_PLACEHOLDER)
+    assert len(pieces) - 1 == len(tiles), "one tile count per <image>"
+    parts = [(pieces[0], False)]
+    for n, rest in zip(tiles, pieces[1:]):
+        parts += [(image_tokens(n, tokens_per_tile), True), (rest, False)]
+    return join_parts(template.parts(parts, system_message))
 
 
 def encode_prompt(tokenizer, text: str, controls: tuple[Span, ...], add_special_tokens: bool = True) -> list[int]:

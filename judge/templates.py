@@ -20,6 +20,7 @@ read as text whatever it says (judge.prompts.encode_prompt).
 from __future__ import annotations
 
 import ast
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,20 @@ class ChatTemplate:
     @property
     def stop_token(self) -> str:
         return self.separator.strip()
+
+    def jinja(self, system_message: str | None = None) -> str:
+        """This template as a Jinja chat template, for a server that renders its own (vLLM's
+        `--chat-template`): for a user message after at most one system message, `render`'s text, after
+        the tokenizer's BOS, which the local judge's tokenizer adds and vLLM adds to a rendered chat only
+        when the template does. Every literal is a quoted string, so that Jinja's whitespace rules cannot
+        touch it."""
+        quoted = lambda text: "{{ " + json.dumps(text) + " }}"  # noqa: E731 - JSON's escapes are Jinja's too
+        system_before, _, system_after = self.system_template.partition("{system_message}")
+        default = self.default_system_message if system_message is None else system_message
+        return ("{% if messages[0]['role'] == 'system' %}{% set system = messages[0]['content'] %}"
+                "{% else %}{% set system = " + json.dumps(default) + " %}{% endif %}"
+                "{{ bos_token }}" + quoted(system_before) + "{{ system }}" + quoted(system_after + self.separator + self.user_role)
+                + "{{ messages[-1]['content'] }}" + quoted(self.separator + self.assistant_role))
 
 
 _CHATML = dict(

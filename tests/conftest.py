@@ -1,9 +1,12 @@
 """The suite's markers, kept honest: a test not marked `slow` that starts a training, distributed or demo
 run, or a wheel build (tens of seconds each, in the test or in a fixture it sets up) fails, so that
-`pytest -m "not slow and not gpu"` stays the quick loop (pyproject.toml registers the markers)."""
+`pytest -m "not slow and not gpu"` stays the quick loop (pyproject.toml registers the markers); and
+fixtures that tests of several packages share."""
 
 import os
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +51,17 @@ def _refuse_unmarked_slow_launches(event: str, args: tuple) -> None:
 
 
 sys.addaudithook(_refuse_unmarked_slow_launches)
+
+
+@pytest.fixture
+def wait_for_lines():
+    """Waits until a file another process appends to (a journal mid-run) holds at least `n` lines, or a
+    timeout passes; returns whether it did."""
+    def wait(path: Path, n: int, timeout_s: float = 120) -> bool:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if path.exists() and len(path.read_text().splitlines()) >= n:
+                return True
+            time.sleep(0.05)
+        return False
+    return wait

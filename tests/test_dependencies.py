@@ -9,7 +9,7 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("judge", "infer", "train", "calibration", "demo")
+PACKAGES = ("judge", "infer", "train", "calibration", "demo", "serve")
 # Needed at run time, though no module of ours imports it by name.
 USED_THROUGH_OTHERS = {"tokenizers": "transformers reads InternVL2's tokenizer (and the tiny test one) with it",
                        "antlr4-python3-runtime": "sympy's LaTeX parser, which MEGA-Bench's numeric metric reads answers with, runs on it"}

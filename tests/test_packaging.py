@@ -12,7 +12,7 @@ import pytest
 from judge.configs import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("judge", "infer", "train", "calibration", "demo")
+PACKAGES = ("judge", "infer", "train", "calibration", "demo", "serve")
 
 
 def project_files() -> list[str]:

@@ -194,12 +194,49 @@ def test_out_of_memory_in_prefill_splits_the_group_instead_of_losing_samples(jud
     expected = records(judge, samples, dataset, max_new_tokens=4, token_budget=10**7)
     prefill, sizes = Decoder._prefill, []
 
-    def small_memory(self, group, cache, slots):  # a device that prefills at most 2 prompts at once
+    def small_memory(self, group, *args):  # a device that prefills at most 2 prompts at once
         sizes.append(len(group))
         if len(group) > 2:
             raise torch.OutOfMemoryError("simulated")
-        return prefill(self, group, cache, slots)
+        return prefill(self, group, *args)
 
     monkeypatch.setattr(Decoder, "_prefill", small_memory)
     assert_same_records(records(judge, samples, dataset, max_new_tokens=4, token_budget=10**7), expected)
     assert sizes[0] == 8 and max(s for s in sizes if s <= 2) == 2
+
+
+def test_top_logprobs_are_those_of_transformers_logits_and_each_request_stops_at_its_own_limit(long_rope_judge, samples, dataset):
+    """A chat request's answer (judge-serve): its own max_new_tokens, and each step's k likeliest tokens with
+    their log-probabilities over the whole vocabulary, the written token first; the reference is batch-1
+    transformers generate, whose logits are log-softmaxed with the same tokens suppressed."""
+    judge, k = long_rope_judge, 5
+    options = ScoreOptions(max_tiles=2, token_budget=10**7)
+    items = prepare(judge, samples, load_rubrics(), dataset, options)
+    scorer = Scorer(judge, load_rubrics(), options, "cpu")
+    decoder = scorer.decoder
+    limits = [3 + i % 4 for i in range(len(items))]
+    requests = [Request(i, item.input_ids.long(), max_new_tokens=limits[i]) for i, item in enumerate(items)]
+    requests.sort(key=lambda r: -len(r.input_ids))
+    completions = {c.index: c for done in decoder.generate(requests, _loader(items), max(limits), top_logprobs=k) for c in done}
+    suppress = unwritable_tokens(judge)
+    for i, item in enumerate(items):
+        pixels = _load_pixels(item, torch.float32, pin=False)
+        config = GenerationConfig(max_new_tokens=limits[i], do_sample=False, eos_token_id=scorer.stop_id, pad_token_id=decoder.pad_id,
+                                  suppress_tokens=suppress, return_dict_in_generate=True, output_logits=True)
+        ids = item.input_ids[None].long()
+        reference = judge.model.generate(input_ids=ids, **({} if pixels is None else {"pixel_values": pixels}), generation_config=config)
+        written = reference.sequences[0, ids.shape[1]:].tolist()
+        assert completions[i].tokens == written and len(written) == limits[i]  # the random judge never stops early
+        full = torch.stack(reference.logits, dim=1)[0].float()
+        full[:, suppress] = float("-inf")
+        values, top_ids = full.log_softmax(-1).topk(k, dim=-1)
+        assert completions[i].top_ids.tolist() == top_ids.tolist() and completions[i].top_ids[:, 0].tolist() == written
+        torch.testing.assert_close(completions[i].top_logprobs, values, rtol=0, atol=1e-5)
+
+
+def test_scoring_asks_for_no_top_logprobs_and_computes_none(judge, samples, dataset, monkeypatch):
+    calls = []
+    log_softmax = torch.Tensor.log_softmax
+    monkeypatch.setattr(torch.Tensor, "log_softmax", lambda self, *args, **kwargs: calls.append(1) or log_softmax(self, *args, **kwargs))
+    completions = records(judge, samples[:2], dataset, max_new_tokens=3, token_budget=10**7)
+    assert len(completions) == 2 and not calls

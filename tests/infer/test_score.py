@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -267,16 +266,14 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-def test_kill_9_loses_at_most_the_batch_in_flight(checkpoint, tmp_path):
+def test_kill_9_loses_at_most_the_batch_in_flight(checkpoint, tmp_path, wait_for_lines):
     data = write_dataset(tmp_path / "data", 24, seed=5).parent
     out = tmp_path / "out"
     args = _cli("--model_path", checkpoint, "--input_dir", data, "--input_file", "data.json", "--output_dir", out,
                 "--max_new_tokens", "24", "--max_tiles", "2", "--token_budget", "1")  # batch size 1
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     journal = out / "eval_result.json.journal.rank0.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 4):
-        time.sleep(0.05)
+    assert wait_for_lines(journal, 4)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     done_before = [json.loads(line) for line in journal.read_text().splitlines()[1:] if line.endswith("}")]
@@ -374,10 +371,10 @@ def test_a_sample_too_large_for_memory_alone_stops_the_run_saying_what_to_change
     largest = max(items, key=lambda item: len(item.input_ids))
     prefill = Decoder._prefill
 
-    def no_room_for_the_largest(self, group, cache, slots):
+    def no_room_for_the_largest(self, group, *args):
         if any(len(request.input_ids) >= len(largest.input_ids) for request in group):
             raise torch.OutOfMemoryError("simulated")
-        return prefill(self, group, cache, slots)
+        return prefill(self, group, *args)
 
     monkeypatch.setattr(Decoder, "_prefill", no_room_for_the_largest)
     with pytest.raises(UsageError, match=rf"sample '{largest.sample.id}' \(record {largest.index}: .* does not fit in cpu memory even alone; "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.templates import INTERNVL_SYSTEM_MESSAGE, get_template
+from judge.templates import INTERNVL_SYSTEM_MESSAGE, TEMPLATES, get_template
 
 CHATML = "<|im_start|>system\nSYS<|im_end|><|im_start|>user\nQ?<|im_end|><|im_start|>assistant\n"
 
@@ -37,3 +37,20 @@ def test_core_package_imports_no_command_package():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in commands]
     assert offenders == []
+
+
+@pytest.mark.parametrize("name", list(TEMPLATES))
+@pytest.mark.parametrize("system", [None, "You are a strict judge.\n"])
+def test_the_jinja_form_renders_what_render_does_after_the_bos_token(tmp_path_factory, name, system):
+    """What a server given `--chat-template` renders (as transformers and vLLM apply a Jinja chat template),
+    and the token ids it makes of it without adding special tokens, as vLLM does: the local judge's."""
+    from judge.testing import write_tokenizer
+
+    tokenizer = write_tokenizer(tmp_path_factory.mktemp("tok"))
+    template = TEMPLATES[name]
+    query = 'Image-0: <image>\nQuestion: "{{ x }}" {% raw %}\n\nAnswer:  two  spaces\n'
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": query}]
+    rendered = tokenizer.apply_chat_template(messages, chat_template=template.jinja(), tokenize=False, add_generation_prompt=True)
+    assert rendered == tokenizer.bos_token + template.render(query, system)
+    if name == "phi3-chat":  # the tiny tokenizer is InternVL2-4B's look-alike: the ChatML roles are no special tokens in it
+        assert tokenizer(rendered, add_special_tokens=False).input_ids == tokenizer(template.render(query, system)).input_ids

@@ -1,0 +1,108 @@
+"""judge-serve: the judge as an HTTP service, loaded once, batching concurrent requests.
+
+    judge-serve --model_path CKPT [--image_root DIR] [--port 8000]
+    JUDGE_KEY=... judge-serve --model_path CKPT --host 0.0.0.0 --api_key_env JUDGE_KEY
+
+POST /v1/score takes MMIE samples and answers with the records judge-score writes; POST
+/v1/chat/completions is OpenAI's API for any OpenAI client (greedy, with logprobs); GET /v1/models,
+/health and /metrics. It listens on 127.0.0.1 unless --host says otherwise, and any other address needs an
+API key. Scoring options come from --config (default: configs/score/mmie.yaml), overridden by their flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from infer.options import ScoreOptions
+from judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, setting_problems
+from judge.data import UsageError
+from judge.prompts import DEFAULT_RUBRICS, load_rubrics
+from serve.options import ServeOptions
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="judge-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model_path", "--model-path", required=True,
+                   help="judge checkpoint, a local directory or a Hugging Face Hub id: original InternVL2, native, or a judge-train output")
+    add_revision_flag(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on; any but a loopback address needs --api_key_env (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
+    p.add_argument("--api_key_env", "--api-key-env",
+                   help="name of the environment variable holding the API key that clients send as 'Authorization: Bearer KEY'; "
+                        "the key itself never goes on a command line, where every user of the machine sees it (default: none, no key asked)")
+    p.add_argument("--image_root", "--image-root",
+                   help="directory that image paths in requests are read under, and only under (default: none; images come as base64 data URLs)")
+    p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: MMIE's, configs/rubrics/sa|pbl|msr.yaml)")
+    p.add_argument("--config", help="YAML of the scoring options that differ from the defaults (MMIE's), overridden by the flags given, "
+                                     "e.g. configs/score/milebench.yaml (default: none)")
+    add_settings_flags(p, ScoreOptions, config_values(ScoreOptions, flag_given(argv, "config"), argparse.Namespace()))
+    add_settings_flags(p, ServeOptions, config_values(ServeOptions, None, argparse.Namespace()))
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda:0 if a GPU is present, else cpu)")
+    p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="model dtype (default: bfloat16 on GPU, float32 on CPU)")
+    add_common_flags(p)
+    return p
+
+
+def main(argv=None) -> int:
+    return run(_main, argv)
+
+
+def _main(argv) -> int:
+    args = build_parser(argv).parse_args(argv)
+    options, limits, api_key = settings(args)
+    rubrics = load_rubrics(args.rubric or DEFAULT_RUBRICS)
+    import torch
+    import uvicorn
+
+    from infer.run import checked_device, default_device
+    from judge.model import load_judge, with_max_tiles
+    from serve.app import Service, build_app
+    from serve.worker import Worker
+
+    device = checked_device(args.device or default_device())
+    judge = load_judge(args.model_path, device, getattr(torch, args.dtype) if args.dtype else None, revision=args.revision)
+    judge.settings = with_max_tiles(judge.settings, options.max_tiles)
+    worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000)
+    service = Service(args.model_path, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
+                      worker, int(time.time()), Counter())
+    print(f"judge-serve: {args.model_path} on {device}, http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    uvicorn.Server(uvicorn.Config(build_app(service), host=args.host, port=args.port, log_level="info")).run()
+    return 0
+
+
+def settings(args) -> tuple[ScoreOptions, ServeOptions, str | None]:
+    """The scoring options, the server's limits and the API key; every flag that cannot work in one error,
+    before the model loads."""
+    values = config_values(ScoreOptions, args.config, args)
+    limits = config_values(ServeOptions, None, args)
+    problems = setting_problems(ScoreOptions, values) + setting_problems(ServeOptions, limits)
+    api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    if args.api_key_env and not api_key:
+        problems.append(f"--api_key_env {args.api_key_env}: that environment variable is not set or empty")
+    if not loopback(args.host) and not args.api_key_env:
+        problems.append(f"--host {args.host} lets other machines in: give an API key with --api_key_env, or listen on 127.0.0.1")
+    if not 0 < args.port < 65536:
+        problems.append(f"--port must be 1-65535, got {args.port}")
+    if args.image_root and not Path(args.image_root).is_dir():
+        problems.append(f"--image_root {args.image_root}: not a directory")
+    if problems:
+        raise UsageError("judge-serve cannot start:\n  " + "\n  ".join(problems))
+    return ScoreOptions(**values), ServeOptions(**limits), api_key
+
+
+def loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

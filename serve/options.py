@@ -1,0 +1,27 @@
+"""judge-serve's own settings, each a flag of its name: how long a batch waits to fill, and the limits
+that keep a request from taking the server's memory or time. Free of torch, like infer/options.py, so
+that the command line is read and checked before any model code loads."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from judge.cli import setting_problems
+from judge.data import UsageError
+
+
+def _limit(default: int, help: str, minimum: int):
+    return field(default=default, metadata={"help": help, "minimum": minimum})
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    batch_wait_ms: int = _limit(20, "how long the first request of a batch waits for others to join it, in ms", 0)
+    max_request_bytes: int = _limit(64 * 2**20, "largest request body in bytes (images travel base64 inside it)", 1)
+    max_samples: int = _limit(256, "samples per /v1/score request", 1)
+    max_images: int = _limit(64, "images per sample or per chat request", 0)
+    max_image_pixels: int = _limit(40_000_000, "width x height of an image, read from its header before it is decoded", 1)
+
+    def __post_init__(self):
+        if problems := setting_problems(ServeOptions, asdict(self)):
+            raise UsageError("invalid server options:\n  " + "\n  ".join(problems))

@@ -1,0 +1,147 @@
+"""The one thread that runs the model: requests queue up, and each round takes every request waiting (the
+first one waits up to --batch_wait_ms for others), so that concurrent requests share forward passes.
+
+    request threads --submit--> queue --round--> /v1/score samples: the scoring engine (Scorer.run)
+                                                 chat prompts: the same decoder (infer/decoding.py), with
+                                                 each prompt's own max_tokens and top log-probabilities
+
+Either way each answer is the one its request gets alone: the decoder computes every row as it would be
+alone, whatever is batched beside it.
+
+A round that fails runs its requests again one at a time, so that only the request at fault gets the
+error; nothing a request does stops the thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import Counter
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import torch
+
+from infer.decoding import OutOfMemory, Request
+from infer.engine import Prepared, Scorer, judge_decoder
+from infer.options import ScoreOptions
+from judge.data import JudgeResult, UsageError
+from judge.model import Judge
+from judge.prompts import Rubric
+
+
+@dataclass
+class ChatPrompt:
+    input_ids: torch.Tensor  # 1-D: the rendered prompt, image tokens expanded
+    pixels: torch.Tensor | None  # every tile of every image, in prompt order
+    max_new_tokens: int
+    logprobs: int  # how many of each step's likeliest tokens to return with their log-probabilities (0: none)
+
+
+@dataclass
+class ScoreJob:
+    items: list[Prepared]
+    future: Future  # -> list[JudgeResult], in the items' order
+
+
+@dataclass
+class ChatJob:
+    prompt: ChatPrompt
+    future: Future  # -> Completion: the tokens written, the stop token included when it stopped
+
+
+class Worker:
+    def __init__(self, judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str, batch_wait_s: float):
+        self.options, self.device, self.batch_wait_s = options, device, batch_wait_s
+        self.scorer = Scorer(judge, rubrics, options, device)
+        # A chat answer ends at the stop token whatever --ignore_stop says (a benchmarking switch), and records no score logits.
+        self.chat_decoder = judge_decoder(judge, device, options.token_budget, columns=[])
+        self.counts: Counter[str] = Counter()  # the metrics endpoint's counters; written by this thread only
+        self._queue: queue.Queue[ScoreJob | ChatJob] = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, name="judge-model", daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def waiting(self) -> int:
+        return self._queue.qsize()
+
+    def forward_passes(self) -> dict[str, int]:
+        """Prefill groups and decoding steps run so far, scoring and chat together."""
+        decoders = (self.scorer.decoder, self.chat_decoder)
+        return {"prefill": sum(d.prefills for d in decoders), "step": sum(d.steps for d in decoders)}
+
+    def score(self, items: list[Prepared]) -> Future:
+        return self._submit(ScoreJob(items, Future()))
+
+    def chat(self, prompt: ChatPrompt) -> Future:
+        return self._submit(ChatJob(prompt, Future()))
+
+    def _submit(self, job: ScoreJob | ChatJob) -> Future:
+        self._queue.put(job)
+        return job.future
+
+    def _serve(self) -> None:
+        while True:
+            jobs = self._round()
+            self.counts["rounds"] += 1
+            self._run(self._score, [job for job in jobs if isinstance(job, ScoreJob)])
+            self._run(self._chat, [job for job in jobs if isinstance(job, ChatJob)])
+
+    def _round(self) -> list[ScoreJob | ChatJob]:
+        """Every job waiting, and those that arrive within batch_wait of the first."""
+        jobs = [self._queue.get()]
+        deadline = time.monotonic() + self.batch_wait_s
+        while True:
+            try:
+                jobs.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                return jobs
+
+    def _run(self, work, jobs: list) -> None:
+        if not jobs:
+            return
+        try:
+            work(jobs)
+        except Exception as err:  # noqa: BLE001 - a request's failure is its own, never the thread's
+            if len(jobs) == 1:
+                jobs[0].future.set_exception(err)
+                self.counts["failed_requests"] += 1
+                return
+            for job in jobs:
+                if not job.future.done():
+                    self._run(work, [job])
+
+    def _score(self, jobs: list[ScoreJob]) -> None:
+        items = [item for job in jobs for item in job.items]
+        results: dict[int, JudgeResult] = {}  # by id() of the Prepared: samples of two requests may share an id
+        for batch in self.scorer.run(items):
+            results.update((id(item), result) for item, result in batch)
+        self.counts["samples"] += len(items)
+        for job in jobs:
+            job.future.set_result([results[id(item)] for item in job.items])
+
+    def _chat(self, jobs: list[ChatJob]) -> None:
+        """The round's chat prompts through the decoder, longest first as it takes them; each job answered
+        as its row finishes."""
+        prompts = [job.prompt for job in jobs]
+        requests = [Request(k, prompts[k].input_ids.long(), max_new_tokens=prompts[k].max_new_tokens)
+                    for k in sorted(range(len(jobs)), key=lambda k: -len(prompts[k].input_ids))]
+
+        def load(request: Request) -> Future:  # the tiles were made in the request's own thread
+            future = Future()
+            future.set_result(prompts[request.index].pixels)
+            return future
+
+        try:
+            for done in self.chat_decoder.generate(requests, load, max(p.max_new_tokens for p in prompts),
+                                                   top_logprobs=max(p.logprobs for p in prompts)):
+                for completion in done:
+                    jobs[completion.index].future.set_result(completion)
+                    self.counts["completions"] += 1
+        except OutOfMemory as err:
+            prompt = prompts[err.request.index]
+            raise UsageError(f"the prompt ({len(prompt.input_ids)} tokens, {0 if prompt.pixels is None else len(prompt.pixels)} tiles) "
+                             f"does not fit in {self.device} memory even alone; send fewer or smaller images") from None

@@ -1,0 +1,25 @@
+"""The load benchmark of judge-serve, small: it starts the server on loopback, runs each level and stops it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_load.py"
+
+
+def test_the_load_benchmark_reports_each_level_and_batches_concurrent_clients(tmp_path):
+    out = tmp_path / "load.json"
+    cmd = [sys.executable, str(BENCHMARK), "--clients", "1", "4", "--requests", "8", "--new_tokens", "3", "--time_limit_s", "120", "--json", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    alone, together = figures["levels"]
+    assert (alone["clients"], together["clients"]) == (1, 4)
+    for level in figures["levels"]:
+        assert level["requests"] == 8 and level["failed"] == 0 and level["requests_per_s"] > 0
+        assert 0 < level["p50_s"] <= level["p90_s"] <= level["p99_s"]
+    # one client: a prefill per request and a step per token after its first; four share both
+    assert (alone["prefills"], alone["steps"]) == (8, 8 * 2)
+    assert together["prefills"] < 8 and together["steps"] < 8 * 2
+    assert "req/s" in done.stdout

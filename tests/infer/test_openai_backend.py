@@ -1,0 +1,169 @@
+"""judge-score --backend openai without a model: requests, retries, the key, the distribution read from
+top_logprobs, and flags refused before anything connects (the server end to end: tests/serve)."""
+
+import json
+import math
+
+import httpx2
+import pytest
+
+from infer import openai_backend
+from infer.cli import main
+from infer.openai_backend import Server, ServerError, chat_request, score_distribution, score_sample
+from infer.options import ScoreOptions
+from judge.data import load_samples
+from judge.outputs import LOCK_FILE
+from judge.parsing import ScoreScale
+from judge.prompts import load_rubrics
+from judge.testing import write_dataset
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp("data"), 6, seed=1).parent
+
+
+def completion(content: str, logprobs=None) -> dict:
+    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop", "logprobs": logprobs}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}
+
+
+def server_answering(answers: list, monkeypatch, key_env=None) -> tuple[Server, list, list]:
+    """A Server whose transport plays `answers` in turn (a status and JSON, or an exception to raise); it
+    records the requests and the waits between tries."""
+    requests, waits = [], []
+    monkeypatch.setattr(openai_backend.time, "sleep", waits.append)
+    replies = iter(answers)
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        requests.append(request)
+        reply = next(replies)
+        if isinstance(reply, Exception):
+            raise reply
+        status, body, headers = reply
+        return httpx2.Response(status, json=body, headers=headers)
+
+    return Server("http://127.0.0.1:9/v1/", "judge", key_env, 3, 2, transport=httpx2.MockTransport(handle)), requests, waits
+
+
+def test_429_5xx_and_no_answer_are_retried_with_growing_waits_and_retry_after_is_honoured(monkeypatch):
+    server, requests, waits = server_answering([
+        httpx2.ConnectError("refused"),
+        (429, {"error": {"message": "slow down"}}, {"retry-after": "7"}),
+        (503, {"error": {"message": "overloaded"}}, {}),
+        (200, completion("fine"), {}),
+    ], monkeypatch)
+    assert server.complete({"x": 1}, "SA_1")["choices"][0]["message"]["content"] == "fine"
+    assert len(requests) == 4 and all(str(r.url) == "http://127.0.0.1:9/v1/chat/completions" for r in requests)
+    assert 0.5 <= waits[0] <= 1 and waits[1] == 7 and 2 <= waits[2] <= 4  # backoff 1 s, Retry-After, backoff 4 s (with jitter)
+
+
+def test_a_request_the_server_refuses_is_not_retried_and_names_the_sample(monkeypatch):
+    server, requests, waits = server_answering([(400, {"error": {"message": "image too large"}}, {})], monkeypatch)
+    with pytest.raises(ServerError, match=r"refused sample 'SA_1': HTTP 400: image too large"):
+        server.complete({}, "SA_1")
+    assert len(requests) == 1 and waits == []
+
+
+def test_retries_run_out_with_a_message_that_says_how_to_resume(monkeypatch):
+    server, requests, _ = server_answering([(500, {"error": {"message": "boom"}}, {})] * 4, monkeypatch)
+    with pytest.raises(ServerError, match=r"sample 'SA_2' failed 4 time\(s\), last with HTTP 500: boom; .* rerun the same command to resume"):
+        server.complete({}, "SA_2")
+    assert len(requests) == 4
+
+
+def test_the_key_is_read_from_the_named_variable_and_sent_as_a_bearer_token(monkeypatch):
+    monkeypatch.setenv("MY_JUDGE_KEY", "s3cret")
+    server, requests, _ = server_answering([(200, completion("ok"), {})], monkeypatch, key_env="MY_JUDGE_KEY")
+    server.complete({}, "SA_1")
+    assert requests[0].headers["authorization"] == "Bearer s3cret"
+    unkeyed, requests, _ = server_answering([(200, completion("ok"), {})], monkeypatch)
+    unkeyed.complete({}, "SA_1")
+    assert "authorization" not in requests[0].headers
+
+
+def test_a_request_holds_the_local_prompts_user_turn_and_its_images_in_order(dataset):
+    from judge.prompts import build_prompt
+    from judge.templates import get_template
+    from judge.tiling import TilingConfig
+
+    sample = next(s for s in load_samples(dataset / "data.json", dataset) if len(s.images()) >= 2)
+    rubric = load_rubrics()[sample.category]
+    options = ScoreOptions(max_new_tokens=9)
+    prompt = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig(), 256)
+    request = chat_request(prompt, "judge", options)
+    text, *images = request["messages"][0]["content"]
+    # the local judge's prompt is this turn inside its chat template
+    local = build_prompt(sample, rubric, get_template("phi3-chat"), None, dataset, TilingConfig(), 256)
+    assert get_template("phi3-chat").render(text["text"]).count("<image>") == len(images) == len(sample.images())
+    assert local.query == text["text"] and "<image>" in text["text"]
+    assert [i["image_url"]["url"].split(",")[0] for i in images] == [
+        "data:image/png;base64" if p.endswith("png") else "data:image/jpeg;base64" for p in sample.images()]
+    assert request["max_tokens"] == 9 and request["temperature"] == 0 and request["top_logprobs"] == 20
+    assert "mm_processor_kwargs" not in request  # GPT-4o's API refuses what it does not know
+    two = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig(max_tiles=2), 256)
+    assert chat_request(two, "judge", ScoreOptions(max_tiles=2))["mm_processor_kwargs"] == {"max_dynamic_patch": 2}
+    # tiles lowered to fit the image-token budget: the server must tile as the budget planned
+    budgeted = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig(), 256, image_token_budget=256 * len(images))
+    assert budgeted.truncated and chat_request(budgeted, "judge", options)["mm_processor_kwargs"] == {"max_dynamic_patch": 1}
+
+
+def test_the_distribution_is_read_from_the_top_logprobs_of_the_token_that_wrote_the_score():
+    def step(token, alternatives):
+        return {"token": token, "logprob": max(alternatives.values()), "top_logprobs": [{"token": t, "logprob": p} for t, p in alternatives.items()]}
+
+    content = [step("Good", {"Good": -0.1}), step(" answer", {" answer": -0.2}), step(".\n### Score", {".\n### Score": -0.1}),
+               step("\n", {"\n": -0.01}),
+               # "4" written; " 4" is the same score spelled with a space; "Four" and "9" are no score of 0-6
+               step("4", {"4": math.log(0.5), "5": math.log(0.2), " 4": math.log(0.1), "Four": math.log(0.1), "9": math.log(0.05)})]
+    distribution = score_distribution({"content": content}, 4, ScoreScale())
+    assert distribution == pytest.approx({"0": 0, "1": 0, "2": 0, "3": 0, "4": 0.6 / 0.8, "5": 0.2 / 0.8, "6": 0})
+    # the score's token before the heading does not count; a 4 written in the critique is not the score
+    early = [step("4", {"4": -0.1, "2": -3})] + content
+    assert score_distribution({"content": early}, 4, ScoreScale()) == distribution
+    assert score_distribution(None, 4, ScoreScale()) is None  # a server that returns no logprobs
+    assert score_distribution({"content": content}, 4, ScoreScale(0, 1, 0.1)) is None  # scores of several tokens
+
+
+def test_a_sample_result_from_a_scored_answer(dataset, monkeypatch):
+    text = "Clear and well illustrated.\nText quality: 5\nImage quality: 4\nText-image coherence: 5\nStylistic consistency: 4\n### Score\n5"
+    logprobs = {"content": [{"token": text[:-1], "logprob": -0.1, "top_logprobs": []},
+                            {"token": "5", "logprob": math.log(0.9), "top_logprobs": [{"token": "5", "logprob": math.log(0.9)},
+                                                                                     {"token": "4", "logprob": math.log(0.1)}]}]}
+    server, _, _ = server_answering([(200, completion(text, logprobs), {})], monkeypatch)
+    sample = load_samples(dataset / "data.json", dataset)[0]
+    result = score_sample(server, sample, load_rubrics()[sample.category], dataset, ScoreOptions())
+    assert result.score == 5 and result.parse_error is None and result.feedback == text
+    assert result.criteria == {"text_quality": 5, "image_quality": 4, "text_image_coherence": 5, "style_consistency": 4}
+    assert result.score_distribution["5"] == pytest.approx(0.9) and result.expected_score == pytest.approx(4.9)
+    assert (result.prompt_tokens, result.generated_tokens, result.n_images) == (11, 7, len(sample.images()))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--backend", "openai"], "--backend openai needs --base_url http(s)://HOST:PORT/v1, got None"),
+    (["--backend", "openai", "--base_url", "ftp://x"], "needs --base_url http(s)://HOST:PORT/v1, got 'ftp://x'"),
+    (["--base_url", "http://127.0.0.1:1/v1"], "--base_url applies to --backend openai only"),
+    (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--device", "cpu"], "--device applies to the local backend only"),
+    (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--concurrency", "0"], "--concurrency must be at least 1, got 0"),
+    (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--api_key_env", "NO_SUCH_KEY_VAR"], "--api_key_env NO_SUCH_KEY_VAR: that environment variable is not set"),
+    (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--mode", "logits"], "--mode logits reads the score after a forced"),
+    (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--format", "milebench"], "prompt_token_budget 8192 counts the judge's tokens"),
+])
+def test_backend_flags_that_cannot_work_are_refused_before_anything_connects(dataset, tmp_path, capsys, flags, message):
+    code = main(["--model_path", "judge", "--input_dir", str(dataset), "--input_file", "data.json", "--output_dir", str(tmp_path / "out"), *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_server_answering_stops_the_run_saying_so_with_nothing_written_but_the_journal(dataset, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(openai_backend, "BACKOFF_S", 0.01)
+    from serve.process import free_port
+
+    code = main(["--model_path", "judge", "--input_dir", str(dataset), "--input_file", "data.json", "--output_dir", str(tmp_path),
+                 "--backend", "openai", "--base_url", f"http://127.0.0.1:{free_port()}/v1", "--max_retries", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "failed 2 time(s), last with no answer (ConnectError" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_FILE, "eval_result.json.journal.rank0.jsonl"]  # the lock: one run at a time
+    assert len((tmp_path / "eval_result.json.journal.rank0.jsonl").read_text().splitlines()) == 1  # the header alone
+    assert json.loads((tmp_path / "eval_result.json.journal.rank0.jsonl").read_text())["fingerprint"]

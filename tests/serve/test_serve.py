@@ -1,0 +1,357 @@
+"""judge-serve on a free loopback port with the tiny judge: the official openai client, judge-score
+--backend openai against it, concurrent batching, refusals, and a server killed mid-run."""
+
+import base64
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx2
+import openai
+import pytest
+from huggingface_hub import constants
+from PIL import Image
+
+from infer.cli import main as score_main
+from judge.data import JudgeResult
+from judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
+from serve.cli import main as serve_main
+from serve.process import free_port, start_server
+
+KEY_ENV, KEY = "JUDGE_SERVE_TEST_KEY", "test-key-0123456789"
+FAST = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
+LIMITS = ["--max_image_pixels", "250000", "--max_request_bytes", str(2 * 2**20), "--max_images", "4"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """The tiny judge and the 8 synthetic samples that the module's server and its local runs share."""
+    root = tmp_path_factory.mktemp("files")
+    return write_original_checkpoint(root / "ckpt", seed=0), write_dataset(root / "data", 8, seed=0).parent
+
+
+@pytest.fixture(scope="module")
+def checkpoint(files):
+    return files[0]
+
+
+@pytest.fixture(scope="module")
+def dataset(files):
+    return files[1]
+
+
+@pytest.fixture(scope="module")
+def server(checkpoint, dataset, tmp_path_factory):
+    """One judge-serve for the module, with an API key and small limits."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("server") / "serve.log"
+    process = start_server(["--model_path", str(checkpoint), "--image_root", str(dataset), "--api_key_env", KEY_ENV, *FAST, *LIMITS],
+                           port, log, env={**os.environ, KEY_ENV: KEY, "OMP_NUM_THREADS": "1"})
+    yield f"http://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def post(server, path, body, key=KEY, **kwargs):
+    return httpx2.post(f"{server}{path}", headers={"Authorization": f"Bearer {key}"}, timeout=120, **kwargs,
+                       **({"content": body} if isinstance(body, (bytes, str)) else {"json": body}))
+
+
+def metric(server, name: str) -> int:
+    text = httpx2.get(f"{server}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    return int(next(line.split()[1] for line in text.splitlines() if line.startswith(f"{name} ")))
+
+
+def forward_passes(server) -> tuple[int, int]:
+    """Prefill groups and decoding steps the model has run."""
+    return metric(server, "judge_prefill_batches_total"), metric(server, "judge_decoding_steps_total")
+
+
+def data_url(path) -> str:
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode()
+
+
+def png(width, height) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), "teal").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_a_completion_through_the_official_openai_client(server, dataset):
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0)
+    assert [m.id for m in client.models.list().data] == [client.models.list().data[0].id] and client.models.list().data
+    image = next((dataset / "images").glob("*.png"))
+    answer = client.chat.completions.create(
+        model="any-name", max_tokens=5, temperature=0, logprobs=True, top_logprobs=3,
+        messages=[{"role": "system", "content": "You judge answers."},
+                  {"role": "user", "content": [{"type": "text", "text": "Image-0: <image>\nIs this answer good?"},
+                                               {"type": "image_url", "image_url": {"url": data_url(image)}}]}])
+    choice = answer.choices[0]
+    assert choice.finish_reason == "length" and answer.usage.completion_tokens == 5  # the random judge never stops early
+    assert answer.usage.prompt_tokens > 20  # the template, the text and the image's tokens
+    tokens = choice.logprobs.content
+    # each token is the text it adds, so together they are the answer (how a client finds the score's token)
+    assert "".join(t.token for t in tokens) == choice.message.content and len(tokens) == 5
+    for t in tokens:
+        assert len(t.top_logprobs) == 3 and t.top_logprobs[0].logprob == t.logprob  # greedy: the likeliest was written
+        assert [a.logprob for a in t.top_logprobs] == sorted((a.logprob for a in t.top_logprobs), reverse=True)
+    again = client.chat.completions.create(model="x", max_tokens=5, temperature=0, messages=[
+        {"role": "system", "content": "You judge answers."},
+        {"role": "user", "content": [{"type": "text", "text": "Image-0: <image>\nIs this answer good?"}, {"type": "image_url", "image_url": {"url": data_url(image)}}]}])
+    assert again.choices[0].message.content == choice.message.content  # greedy: the same answer twice
+
+
+def test_judge_score_through_the_server_and_v1_score_give_the_records_judge_score_writes_locally(server, checkpoint, dataset, tmp_path, monkeypatch):
+    args = ["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json", *FAST]
+    assert score_main([*args, "--output_dir", str(tmp_path / "local")]) == 0
+    monkeypatch.setenv("SCORE_KEY", KEY)
+    assert score_main([*args, "--output_dir", str(tmp_path / "remote"), "--backend", "openai", "--base_url", f"{server}/v1",
+                       "--api_key_env", "SCORE_KEY", "--concurrency", "4"]) == 0
+    local = json.loads((tmp_path / "local" / "eval_result.json").read_text())
+    remote = json.loads((tmp_path / "remote" / "eval_result.json").read_text())
+    assert [list(r) for r in remote] == [list(r) for r in local]
+    # The random judge writes no score: each record is a parse failure, whose local distribution is read after a
+    # score heading appended to the judge's own tokens, which a chat API cannot do (README): none remotely.
+    assert all(r["parse_error"] for r in local)
+    assert all(r["score_distribution"] is None and r["expected_score"] is None for r in remote)
+    same = lambda r: {k: v for k, v in r.items() if k not in ("score_distribution", "expected_score")}  # noqa: E731
+    assert [same(r) for r in remote] == [same(r) for r in local]  # feedback, token counts and tiles included
+    assert len({r["feedback"] for r in remote}) > 1
+    summary = json.loads((tmp_path / "remote" / "summary.json").read_text())
+    assert summary == json.loads((tmp_path / "local" / "summary.json").read_text())
+
+    # /v1/score runs the local engine itself: its records are the local ones, distributions included
+    scored = post(server, "/v1/score", {"samples": json.loads((dataset / "data.json").read_text())}).json()["results"]
+    assert [same(r) for r in scored] == [same(r) for r in local] and [list(r) for r in scored] == [list(r) for r in local]
+    for s, r in zip(scored, local):
+        assert s["score_distribution"] == pytest.approx(r["score_distribution"], abs=1e-5)
+        assert s["expected_score"] == pytest.approx(r["expected_score"], abs=1e-4)
+
+
+def chat_body(dataset, k: int) -> dict:
+    """32 different requests: texts of the dataset's samples, some with one of its images."""
+    samples = json.loads((dataset / "data.json").read_text())
+    sample = samples[k % len(samples)]
+    text = f"Request {k}. " + json.dumps(sample["answer"])[:300]
+    images = sorted((dataset / "images").iterdir())
+    content = [{"type": "text", "text": text}] + ([{"type": "image_url", "image_url": {"url": data_url(images[k % len(images)])}}] if k % 3 else [])
+    return {"model": "judge", "messages": [{"role": "user", "content": content}], "max_tokens": 4 + k % 3, "logprobs": True, "top_logprobs": 2}
+
+
+def test_concurrent_requests_share_forward_passes_and_answer_as_alone(server, dataset):
+    bodies = [chat_body(dataset, k) for k in range(32)]
+    prefills, steps = forward_passes(server)
+    alone = [post(server, "/v1/chat/completions", body).json() for body in bodies]
+    written = sum(a["usage"]["completion_tokens"] for a in alone)
+    # one request at a time: a prefill each, then a step for each token after the first
+    assert forward_passes(server) == (prefills + 32, steps + written - 32)
+    prefills, steps = forward_passes(server)
+    with ThreadPoolExecutor(32) as pool:
+        together = list(pool.map(lambda body: post(server, "/v1/chat/completions", body).json(), bodies))
+    batched_prefills, batched_steps = (after - before for after, before in zip(forward_passes(server), (prefills, steps)))
+    assert batched_prefills < 32 and batched_prefills + batched_steps < written, (batched_prefills, batched_steps, written)
+    for a, t in zip(alone, together):
+        assert t["choices"][0]["message"] == a["choices"][0]["message"] and t["usage"] == a["usage"]
+        for x, y in zip(a["choices"][0]["logprobs"]["content"], t["choices"][0]["logprobs"]["content"]):
+            assert y["token"] == x["token"] and y["logprob"] == pytest.approx(x["logprob"], abs=1e-5)
+            assert [u["token"] for u in y["top_logprobs"]] == [u["token"] for u in x["top_logprobs"]]
+            assert y["top_logprobs"][0]["token"] == y["token"]  # the first of the likeliest is the written token
+    assert len({a["choices"][0]["message"]["content"] for a in alone}) > 1
+
+
+def test_concurrent_score_requests_answer_as_alone(server, dataset):
+    samples = json.loads((dataset / "data.json").read_text())
+    alone = [post(server, "/v1/score", {"samples": [s]}).json()["results"][0] for s in samples]
+    prefills = forward_passes(server)[0]
+    with ThreadPoolExecutor(len(samples)) as pool:
+        together = [r.json()["results"][0] for r in pool.map(lambda s: post(server, "/v1/score", {"samples": [s]}), samples)]
+    assert forward_passes(server)[0] - prefills < len(samples)
+    exact = lambda r: {k: v for k, v in r.items() if k not in ("score_distribution", "expected_score")}  # noqa: E731
+    assert [exact(r) for r in together] == [exact(r) for r in alone]
+    for a, t in zip(alone, together):
+        assert t["score_distribution"] == pytest.approx(a["score_distribution"], abs=1e-5)
+    assert [r["id"] for r in alone] == [s["id"] for s in samples]
+
+
+def test_score_reads_images_under_the_image_root_and_as_data_urls_alike(server, dataset):
+    sample = next(s for s in json.loads((dataset / "data.json").read_text()) if any("image" in seg for seg in s["question"]))
+    inline = json.loads(json.dumps(sample))
+    for segment in inline["question"] + (inline["answer"] if isinstance(inline["answer"], list) else []):
+        if "image" in segment:
+            segment["image"] = data_url(dataset / segment["image"])
+    by_path, by_url = (post(server, "/v1/score", {"samples": [s]}).json()["results"][0] for s in (sample, inline))
+    assert by_url == by_path and by_path["n_images"] >= 1
+
+
+def image_sample(image: str) -> dict:
+    return {"samples": [{"id": "SA_1", "question": [{"text": "What next?", "image": image}], "answer": "The boat leaves."}]}
+
+
+def chat_with_image(url: str) -> dict:
+    return {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "Judge this."}, {"type": "image_url", "image_url": {"url": url}}]}]}
+
+
+OUTSIDE = "no image at this path under the server's --image_root"
+REFUSALS = {
+    "not JSON": ("/v1/score", b'{"samples": [', 400, "body", "not JSON"),
+    "deeply nested JSON": ("/v1/chat/completions", b"[" * 100000 + b"]" * 100000, 400, "body", "not JSON"),
+    "no samples": ("/v1/score", {"samples": []}, 400, "samples", "at least 1 item"),
+    "a sample without an answer": ("/v1/score", {"samples": [{"id": "SA_1", "question": "q"}]}, 400, "samples[0].answer", "Field required"),
+    "a sample text faking an image": ("/v1/score", {"samples": [{"id": "SA_1", "question": "q <image>", "answer": "a"}]}, 400,
+                                      "samples[0].question[0].text", "<image>"),
+    "a category without a rubric": ("/v1/score", {"samples": [{"id": "X_1", "category": "X", "question": "q", "answer": "a"}]}, 400,
+                                    "samples[0].category", "no rubric for category 'X'"),
+    "an absolute path outside the root": ("/v1/score", image_sample("/etc/passwd"), 400, "samples[0].question[0].image", OUTSIDE),
+    "a relative path out of the root": ("/v1/score", image_sample("../../../../etc/hostname"), 400, "samples[0].question[0].image", OUTSIDE),
+    "a missing file inside the root": ("/v1/score", image_sample("images/none.png"), 400, "samples[0].question[0].image", OUTSIDE),
+    "a file inside the root that is no image": ("/v1/score", image_sample("data.json"), 400, "samples[0].question[0].image", OUTSIDE),
+    "a URL to fetch": ("/v1/chat/completions", chat_with_image("http://127.0.0.1:1/x.png"), 400,
+                       "messages[0].content[1].image_url.url", "fetches no URL"),
+    "a data URL that is not base64": ("/v1/chat/completions", chat_with_image("data:image/png;base64,@@@"), 400,
+                                      "messages[0].content[1].image_url.url", "does not decode"),
+    "a data URL that is no image": ("/v1/chat/completions", chat_with_image("data:image/png;base64," + base64.b64encode(b"hello").decode()), 400,
+                                    "messages[0].content[1].image_url.url", "not a decodable image"),
+    "an oversized image": ("/v1/chat/completions", chat_with_image("data:image/png;base64," + base64.b64encode(png(600, 600)).decode()), 413,
+                           "messages[0].content[1].image_url.url", "600 x 600 pixels, over this server's limit of 250000"),
+    "too many images": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:,"}}] * 5}]}, 413, "messages[0].content", "5 images, over this server's limit of 4"),
+    "more placeholders than images": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "<image> <image>"}]}, 400,
+                                      "messages[0].content", "2 <image> placeholders for 0 image(s)"),
+    "a chat text faking image tokens": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "a <IMG_CONTEXT> b"}]}, 400,
+                                        "messages[0].content", "the image token <IMG_CONTEXT>"),
+    "a body over the size limit": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x" * 3 * 2**20}]}, 413,
+                                   "body", "over this server's limit of 2097152"),
+    "sampling": ("/v1/chat/completions", {"model": "m", "temperature": 0.7, "messages": [{"role": "user", "content": "hi"}]}, 400,
+                 "temperature", "decodes greedily"),
+    "streaming": ("/v1/chat/completions", {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}, 400, "stream", "answers whole"),
+    "too many new tokens": ("/v1/chat/completions", {"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}, 400,
+                            "max_tokens", "above this server's max_new_tokens of 6"),
+    "two user turns": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}, 400,
+                       "messages", "one user message"),
+    "an unknown content part": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": [{"type": "audio"}]}]}, 400,
+                                "messages[0].content[0].type", "Input should be 'text' or 'image_url'"),
+    "an unknown path": ("/v1/embeddings", {}, 404, None, "Not Found"),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSALS))
+def test_malformed_and_over_limit_requests_are_refused_by_field_and_the_server_goes_on(server, name):
+    path, body, status, field, message = REFUSALS[name]
+    response = post(server, path, body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["param"] == field and message in error["message"], error
+    assert post(server, "/v1/chat/completions", {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "still there?"}]}).status_code == 200
+
+
+def test_no_answer_tells_which_files_exist_outside_the_image_root_or_in_it(server, dataset, tmp_path):
+    """Issue 17, item 4: a real image outside --image_root (by absolute path, by ../, through a link inside
+    the root), a file there that is no image, a directory, and a missing file get one and the same answer."""
+    outside = tmp_path / "secret.png"
+    outside.write_bytes(png(8, 8))
+    link = dataset / f"link-{tmp_path.name}.png"
+    link.symlink_to(outside)
+    escape = os.path.relpath(outside, dataset)
+    paths = [str(outside), escape, link.name, "/etc/passwd", str(tmp_path / "missing.png"), "images/none.png", "data.json", "images"]
+    try:
+        answers = [post(server, "/v1/score", image_sample(path)) for path in paths]
+    finally:
+        link.unlink()
+    assert {(a.status_code, json.dumps(a.json(), sort_keys=True)) for a in answers} == {(400, json.dumps(answers[0].json(), sort_keys=True))}
+    assert OUTSIDE in answers[0].json()["error"]["message"] and str(tmp_path) not in answers[0].text
+    image = next((dataset / "images").glob("*.png")).relative_to(dataset)
+    assert post(server, "/v1/score", image_sample(str(image))).status_code == 200  # an image under the root is read
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong-key", f"Bearer {KEY}x", KEY, f"Basic {KEY}"])
+def test_a_missing_or_wrong_key_is_refused_and_health_needs_none(server, authorization):
+    headers = {} if authorization is None else {"Authorization": authorization}
+    for path, method in (("/v1/models", "GET"), ("/metrics", "GET"), ("/v1/score", "POST"), ("/v1/chat/completions", "POST")):
+        response = httpx2.request(method, f"{server}{path}", headers=headers, json={})
+        assert response.status_code == 401 and response.json()["error"]["type"] == "authentication_error"
+    assert httpx2.get(f"{server}/health").json() == {"status": "ok"}
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{server}/v1", api_key=f"not-{KEY}", max_retries=0).models.list()
+
+
+@pytest.mark.parametrize("flags, env, message", [
+    (["--host", "0.0.0.0"], {}, "--host 0.0.0.0 lets other machines in: give an API key with --api_key_env"),
+    (["--host", "judge.example"], {}, "--host judge.example lets other machines in"),
+    (["--api_key_env", "NO_SUCH_VARIABLE_HERE"], {}, "--api_key_env NO_SUCH_VARIABLE_HERE: that environment variable is not set"),
+    (["--max_image_pixels", "0", "--batch_wait_ms", "-1"], {}, "max_image_pixels must be a whole number of at least 1"),
+    (["--image_root", "/no/such/dir"], {}, "--image_root /no/such/dir: not a directory"),
+])
+def test_a_server_that_cannot_start_safely_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch, flags, env, message):
+    assert serve_main(["--model_path", str(tmp_path / "no-model"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "no-model" not in err and "Traceback" not in err
+
+
+def test_the_server_killed_mid_run_loses_nothing_and_scores_nothing_twice(checkpoint, tmp_path, wait_for_lines):
+    data = write_dataset(tmp_path / "data", 16, seed=5).parent
+    port, log = free_port(), tmp_path / "serve.log"
+    flags = ["--model_path", str(checkpoint), "--max_new_tokens", "16", "--max_tiles", "2", "--batch_wait_ms", "0"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    server = start_server(flags, port, log, env)
+    out = tmp_path / "out"
+    client = [sys.executable, "-m", "infer.cli", "--model_path", "judge", "--input_dir", str(data), "--input_file", "data.json",
+              "--output_dir", str(out), "--max_new_tokens", "16", "--max_tiles", "2", "--backend", "openai",
+              "--base_url", f"http://127.0.0.1:{port}/v1", "--concurrency", "2", "--max_retries", "0"]
+    run = subprocess.Popen(client, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    journal = out / "eval_result.json.journal.rank0.jsonl"
+    assert wait_for_lines(journal, 4)
+    os.kill(server.pid, signal.SIGKILL)
+    server.wait()
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 2 and "rerun the same command to resume" in err, err
+    before = [json.loads(line) for line in journal.read_text().splitlines()[1:]]
+    assert 3 <= len(before) < 16 and not (out / "eval_result.json").exists()
+
+    server = start_server(flags, port, log, env)
+    try:
+        done = subprocess.run(client, capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert f"resuming: {len(before)} sample(s)" in done.stderr
+        completions = metric(f"http://127.0.0.1:{port}", "judge_completions_total")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert completions == 16 - len(before)  # the restarted server scored exactly what the journal lacked
+    lines = [json.loads(line) for line in journal.read_text().splitlines()[1:]]
+    assert len(lines) == 16 and len({r["id"] for r in lines}) == 16  # each sample once
+    results = json.loads((out / "eval_result.json").read_text())
+    assert [r["id"] for r in results] == [s["id"] for s in json.loads((data / "data.json").read_text())]
+    by_id = {r["id"]: JudgeResult.model_validate(r) for r in results}
+    assert all(by_id[r["id"]] == JudgeResult.model_validate(r) for r in before)  # the work finished before the kill was kept, not redone
+
+
+def test_the_judge_is_named_by_a_hub_id_at_a_revision_as_judge_score_names_it(server, checkpoint, tmp_path):
+    write_hub_cache(tmp_path / "hf" / "hub", "org/tiny-judge", checkpoint, revision="v1")
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("HF_HUB_CACHE", None)
+    port = free_port()
+    hub_server = start_server(["--model_path", "org/tiny-judge", "--revision", "v1", *FAST], port, tmp_path / "serve.log", env)
+    body = {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "Is this answer good?"}]}
+    try:
+        assert [m["id"] for m in httpx2.get(f"http://127.0.0.1:{port}/v1/models").json()["data"]] == ["org/tiny-judge"]
+        answer = httpx2.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=120).json()
+    finally:
+        hub_server.terminate()
+        hub_server.wait(timeout=30)
+    assert answer["choices"] == post(server, "/v1/chat/completions", body).json()["choices"]  # the module's server: the same files
+    assert "org/tiny-judge (revision v1): " in (tmp_path / "serve.log").read_text()
+
+
+def test_a_hub_id_missing_from_the_offline_cache_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+    assert serve_main(["--model_path", "org/missing", "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: org/missing: no local directory of that name, and revision main of that Hub id is not (fully) in the "
+                          "Hugging Face cache") and "Traceback" not in err

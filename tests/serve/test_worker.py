@@ -1,0 +1,77 @@
+"""The model thread of judge-serve, in process: a request that fails there fails alone, and a chat answer is
+the same whatever is batched beside it."""
+
+import pytest
+import torch
+
+from infer.engine import _load_pixels, prepare
+from infer.options import ScoreOptions
+from judge.data import load_samples
+from judge.model import load_judge
+from judge.prompts import image_tokens, load_rubrics
+from judge.templates import get_template
+from judge.testing import write_dataset, write_original_checkpoint
+from serve.worker import ChatPrompt, Worker
+
+
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory):
+    return load_judge(write_original_checkpoint(tmp_path_factory.mktemp("ckpt"), seed=0))
+
+
+def prompt(judge, text: str, tiles: int = 0, pixels: int = 0) -> ChatPrompt:
+    query = (image_tokens(tiles, judge.settings.tokens_per_tile) + "\n" if tiles else "") + text
+    ids = judge.tokenizer(get_template(judge.settings.template).render(query), return_tensors="pt").input_ids[0]
+    size = judge.settings.tiling.image_size
+    return ChatPrompt(ids, torch.zeros(pixels, 3, size, size) if pixels else None, max_new_tokens=3, logprobs=0)
+
+
+def test_a_request_that_fails_in_the_model_thread_fails_alone_and_the_thread_goes_on(judge):
+    worker = Worker(judge, load_rubrics(), ScoreOptions(max_new_tokens=3, max_tiles=2), "cpu", batch_wait_s=1.0)
+    alone = worker.chat(prompt(judge, "Is this answer good?")).result(timeout=60)
+    before = worker.forward_passes()["prefill"]
+    # submitted within one batch wait: one round, in which the middle request's one tile meets two tiles' tokens
+    futures = [worker.chat(prompt(judge, "Is this answer good?")), worker.chat(prompt(judge, "Broken.", tiles=2, pixels=1)),
+               worker.chat(prompt(judge, "Another answer.", tiles=1, pixels=1))]
+    good, bad, other = (f.exception(timeout=60) or f.result() for f in futures)
+    assert isinstance(bad, Exception) and not isinstance(good, Exception) and not isinstance(other, Exception)
+    assert good.tokens == alone.tokens and len(other.tokens) == 3
+    # the round's one prefill group failed whole, then ran request by request: two prefills completed, the broken
+    # request failed again alone
+    assert worker.counts["failed_requests"] == 1 and worker.forward_passes()["prefill"] - before == 2
+    assert worker.alive() and worker.chat(prompt(judge, "Still there?")).result(timeout=60).tokens
+
+
+# The tiny dataset's prompts run from 673 to 781 tokens with --max_tiles 2 (tests/infer/test_decoding.py): a
+# long-rope switch at 700 puts them on both sides of it, and new tokens take some across it.
+ROPE_SWITCH = 700
+
+
+def test_a_chat_answer_batched_with_longer_and_shorter_prompts_is_its_answer_alone(tmp_path):
+    """Phi-3's long rope picks its regime from a row's largest position: batched beside a prompt past the
+    switch, a shorter prompt must still get its own tokens and log-probabilities."""
+    judge = load_judge(write_original_checkpoint(tmp_path / "ckpt", seed=0, original_max_position_embeddings=ROPE_SWITCH))
+    data = write_dataset(tmp_path / "data", 8, seed=0).parent
+    options = ScoreOptions(max_new_tokens=12, max_tiles=2)
+    items = prepare(judge, enumerate(load_samples(data / "data.json", data)), load_rubrics(), data, options)
+    prompts = [ChatPrompt(item.input_ids.long(), _load_pixels(item, torch.float32, pin=False), max_new_tokens=6 + k % 7, logprobs=1 + k % 4)
+               for k, item in enumerate(items)]
+    lengths = [len(p.input_ids) for p in prompts]
+    assert min(lengths) < ROPE_SWITCH < max(lengths)
+    assert any(n < ROPE_SWITCH < n + p.max_new_tokens for n, p in zip(lengths, prompts))
+    worker = Worker(judge, load_rubrics(), options, "cpu", batch_wait_s=0.0)
+    alone = [worker.chat(p).result(timeout=120) for p in prompts]
+    worker.batch_wait_s = 5.0  # every prompt below joins one round
+    futures = [worker.chat(p) for p in prompts]
+    before = worker.forward_passes()["prefill"]
+    together = [f.result(timeout=300) for f in futures]
+    assert worker.forward_passes()["prefill"] - before < len(prompts)  # they shared prefill groups
+    for prompt, one, batched in zip(prompts, alone, together):
+        assert batched.tokens == one.tokens and len(one.tokens) == prompt.max_new_tokens  # the random judge never stops early
+        # batched, each step has the round's largest k of likeliest tokens; their first k are those alone
+        k = prompt.logprobs
+        assert one.top_ids.shape[1] == k and batched.top_ids.shape[1] == max(p.logprobs for p in prompts)
+        assert batched.top_ids[:, :k].tolist() == one.top_ids.tolist()
+        torch.testing.assert_close(batched.top_logprobs[:, :k], one.top_logprobs, rtol=0, atol=1e-5)
+        assert batched.top_ids[:, 0].tolist() == batched.tokens  # the first of the likeliest is the written token
+    assert len({tuple(a.tokens) for a in alone}) > 1
