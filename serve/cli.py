@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from infer.cli import DTYPES
 from infer.options import ScoreOptions
 from judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, setting_problems
 from judge.data import UsageError
@@ -43,7 +44,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     add_settings_flags(p, ScoreOptions, config_values(ScoreOptions, flag_given(argv, "config"), argparse.Namespace()))
     add_settings_flags(p, ServeOptions, config_values(ServeOptions, None, argparse.Namespace()))
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda:0 if a GPU is present, else cpu)")
-    p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="model dtype (default: bfloat16 on GPU, float32 on CPU)")
+    p.add_argument("--dtype", choices=DTYPES, help="model dtype (default: bfloat16 on GPU, float32 on CPU)")
     add_common_flags(p)
     return p
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 # What such a process runs: a module (`-m`), or a console script or launcher by name.
-SLOW_MODULES = {"torch.distributed.run", "train.cli", "demo.cli"}
-SLOW_PROGRAMS = {"torchrun", "deepspeed", "judge-train", "judge-demo", "train_throughput.py"}
+SLOW_MODULES = {"torch.distributed.run", "train.cli", "demo.cli", "serve.cli"}
+SLOW_PROGRAMS = {"torchrun", "deepspeed", "judge-train", "judge-demo", "judge-serve", "train_throughput.py"}
 
 _running: list[pytest.Item] = []
 
@@ -33,7 +33,7 @@ def slow_launch(argv: list[str], env) -> str | None:
         return None
     modules = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-m"}
     if modules & SLOW_MODULES or {os.path.basename(a) for a in argv[:2]} & SLOW_PROGRAMS:
-        return "a training, distributed or demo run"
+        return "a training, distributed, server or demo run"
     if "pip" in modules and "wheel" in argv:
         return "a wheel build"
     if env and env.get("WORLD_SIZE", "1") != "1":

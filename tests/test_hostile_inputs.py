@@ -34,6 +34,9 @@ from judge.configs import CONFIG_DIR
 from judge.testing import judge_result
 from train.cli import main as train_main
 
+# Hundreds of generated files per run, each through its command: the slowest of the quick checks.
+pytestmark = pytest.mark.slow
+
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.large_base_example])

@@ -5,6 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# The load benchmark starts judge-serve and sends it requests at three levels of concurrency.
+pytestmark = pytest.mark.slow
+
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_load.py"
 
 

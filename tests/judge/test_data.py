@@ -253,6 +253,7 @@ def test_a_result_holds_numbers_or_none_and_no_output_holds_nan(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")  # PIL warns when it opens the header
 def test_an_image_larger_than_any_real_one_is_refused_from_its_header(tmp_path):
     """Eight 13000 x 13000 PNGs of a few hundred KB each (one colour) took validation to 3.7 GB decoding them;

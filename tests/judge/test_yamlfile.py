@@ -35,6 +35,7 @@ def test_a_rubric_larger_than_any_real_one_is_refused_before_it_is_parsed(tmp_pa
         load_rubrics([tmp_path / "big.yaml"])
 
 
+@pytest.mark.slow
 def test_deeply_nested_yaml_is_refused_not_a_crash(tmp_path):
     (tmp_path / "deep.yaml").write_text("category: SA\ninstructions: " + "[" * 5000 + "]" * 5000 + "\n")
     with pytest.raises(InputError, match="deep.yaml: nested more than 100 levels deep"):

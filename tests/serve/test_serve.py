@@ -23,6 +23,9 @@ from judge.testing import write_dataset, write_hub_cache, write_original_checkpo
 from serve.cli import main as serve_main
 from serve.process import free_port, start_server
 
+# Every test talks to a judge-serve started as a child process (seconds each, a minute in all).
+pytestmark = pytest.mark.slow
+
 KEY_ENV, KEY = "JUDGE_SERVE_TEST_KEY", "test-key-0123456789"
 FAST = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
 LIMITS = ["--max_image_pixels", "250000", "--max_request_bytes", str(2 * 2**20), "--max_images", "4"]

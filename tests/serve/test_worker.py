@@ -26,6 +26,7 @@ def prompt(judge, text: str, tiles: int = 0, pixels: int = 0) -> ChatPrompt:
     return ChatPrompt(ids, torch.zeros(pixels, 3, size, size) if pixels else None, max_new_tokens=3, logprobs=0)
 
 
+@pytest.mark.slow
 def test_a_request_that_fails_in_the_model_thread_fails_alone_and_the_thread_goes_on(judge):
     worker = Worker(judge, load_rubrics(), ScoreOptions(max_new_tokens=3, max_tiles=2), "cpu", batch_wait_s=1.0)
     alone = worker.chat(prompt(judge, "Is this answer good?")).result(timeout=60)
@@ -47,6 +48,7 @@ def test_a_request_that_fails_in_the_model_thread_fails_alone_and_the_thread_goe
 ROPE_SWITCH = 700
 
 
+@pytest.mark.slow
 def test_a_chat_answer_batched_with_longer_and_shorter_prompts_is_its_answer_alone(tmp_path):
     """Phi-3's long rope picks its regime from a row's largest position: batched beside a prompt past the
     switch, a shorter prompt must still get its own tokens and log-probabilities."""
