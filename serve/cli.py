@@ -6,7 +6,8 @@
 POST /v1/score takes MMIE samples and answers with the records judge-score writes; POST
 /v1/chat/completions is OpenAI's API for any OpenAI client (greedy, with logprobs); GET /v1/models,
 /health and /metrics. It listens on 127.0.0.1 unless --host says otherwise, and any other address needs an
-API key. Scoring options come from --config (default: configs/score/mmie.yaml), overridden by their flags.
+API key. Scoring options are MMIE's defaults, changed by --config (a preset such as configs/score/milebench.yaml)
+and then by their flags.
 """
 
 from __future__ import annotations
