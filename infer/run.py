@@ -80,7 +80,6 @@ def score_input(args, fmt: Format, options: ScoreOptions, rank: int, world: int,
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
     run_id = run_fingerprint(args, model_dir, options, rubrics, judge, run.bench.samples)
     finished = finished_results(args, run_id, rank, world)
-    barrier(world)  # every rank has read the journals before any opens its own: a journal just created has no header yet
     mine = [(i, s) for i, s in enumerate(run.samples) if i % world == rank and s.id not in finished]
 
     scorer = Scorer(judge, rubrics, options, device)
@@ -105,6 +104,7 @@ def finished_results(args, run_id: str, rank: int, world: int) -> dict[str, Judg
         clear(output_dir, args.output_file)
     barrier(world)
     finished = read_finished(output_dir, args.output_file, run_id)
+    barrier(world)  # every rank has read the journals before any opens its own: a journal just created has no header yet
     if rank == 0 and finished:
         print(f"resuming: {len(finished)} sample(s) already scored in {output_dir}", file=sys.stderr)
     return finished
