@@ -18,12 +18,12 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from infer.options import ScoreOptions
-from judge.data import load_samples
-from judge.kernels import use_fused_kernels
-from judge.model import load_judge
-from judge.prompts import load_rubrics
-from judge.testing import write_original_checkpoint
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import load_samples
+from mmjudge.judge.kernels import use_fused_kernels
+from mmjudge.judge.model import load_judge
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.testing import write_original_checkpoint
 from score_throughput import engine_run, full_size_judge, prepare, warm_up_share, write_workload
 
 

@@ -27,16 +27,16 @@ import torch
 from PIL import Image
 from transformers import GenerationConfig, InternVLForConditionalGeneration
 
-from infer.engine import Scorer, prepare
-from infer.options import ScoreOptions
-from judge.cli import add_revision_flag
-from judge.data import load_samples
-from judge.model import Judge, load_judge, load_tokenizer, native_config_from_original, settings_from_original
-from judge.configs import CONFIG_DIR
-from judge.prompts import load_rubrics
-from judge.kernels import use_fused_kernels
-from judge.rope import use_rowwise_rope
-from judge.testing import write_original_checkpoint, write_tokenizer
+from mmjudge.infer.engine import Scorer, prepare
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.cli import add_revision_flag
+from mmjudge.judge.data import load_samples
+from mmjudge.judge.model import Judge, load_judge, load_tokenizer, native_config_from_original, settings_from_original
+from mmjudge.configs import CONFIG_DIR
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.kernels import use_fused_kernels
+from mmjudge.judge.rope import use_rowwise_rope
+from mmjudge.judge.testing import write_original_checkpoint, write_tokenizer
 
 # Image sizes whose InternVL grid (max 12 tiles) plus thumbnail gives these tile counts.
 SIZE_FOR_TILES = {1: (448, 448), 3: (896, 448), 5: (896, 896), 7: (1344, 896), 9: (1792, 896), 13: (1792, 1344)}
@@ -97,7 +97,7 @@ def warm_up_share(items: list) -> list:
 
 def reference_loop(judge: Judge, items, new_tokens: int, device: str) -> tuple[float, list[list[int]]]:
     """MMIE's way: per sample, decode its images, then batch-1 HF generate."""
-    from infer.engine import _load_pixels, unwritable_tokens
+    from mmjudge.infer.engine import _load_pixels, unwritable_tokens
 
     dtype = next(judge.model.parameters()).dtype
     # The engine's decoding rule (no image tokens written), so that greedy agreement compares like with like.

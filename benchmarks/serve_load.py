@@ -27,8 +27,8 @@ from pathlib import Path
 
 import httpx2
 
-from judge.testing import write_dataset, write_original_checkpoint
-from serve.process import free_port, start_server
+from mmjudge.judge.testing import write_dataset, write_original_checkpoint
+from mmjudge.serve.process import free_port, start_server
 
 
 SERVED = "judge"  # the name the server answers to (--served_model_name) and every request asks for

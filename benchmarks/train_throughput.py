@@ -28,11 +28,11 @@ from pathlib import Path
 
 import torch
 
-from judge.kernels import use_fused_kernels
-from judge.model import load_judge
-from judge.testing import write_original_checkpoint
-from train.config import TrainConfig
-from train.recipe import apply_lora
+from mmjudge.judge.kernels import use_fused_kernels
+from mmjudge.judge.model import load_judge
+from mmjudge.judge.testing import write_original_checkpoint
+from mmjudge.train.config import TrainConfig
+from mmjudge.train.recipe import apply_lora
 
 # The scoring benchmark, this script's neighbour, holds the one builder of the full-size judge.
 from score_throughput import full_size_judge, vision_tokens_per_tile

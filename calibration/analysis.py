@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel
 
-from calibration.benchmark import BenchmarkScores, ModelData, benchmark_scores
-from calibration.conformal import (
+from mmjudge.calibration.benchmark import BenchmarkScores, ModelData, benchmark_scores
+from mmjudge.calibration.conformal import (
     ESCALATION_ERROR_RATE,
     EscalationFit,
     HeldOutSets,
@@ -22,10 +22,10 @@ from calibration.conformal import (
     held_out_sets,
     written_agreement,
 )
-from calibration.fit import Level, cross_fit, fit_map, reliability
-from calibration.inputs import Coverage, HumanRecord, Ratings
-from judge.parsing import ScoreScale
-from calibration.stats import (
+from mmjudge.calibration.fit import Level, cross_fit, fit_map, reliability
+from mmjudge.calibration.inputs import Coverage, HumanRecord, Ratings
+from mmjudge.judge.parsing import ScoreScale
+from mmjudge.calibration.stats import (
     Agreement,
     Stat,
     agreement_table,
@@ -38,7 +38,7 @@ from calibration.stats import (
     spearman,
     undefined,
 )
-from judge.calibrator import Calibrator, Escalation, FittedOn, ScoreSets, level_probabilities
+from mmjudge.judge.calibrator import Calibrator, Escalation, FittedOn, ScoreSets, level_probabilities
 
 REFERENCE = "the mean of the annotators' scores of each id"
 CEILING = ("one pair per id that two or more annotators rated, among the ids the judge is compared on: one of its "

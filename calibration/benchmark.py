@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel
 
-from calibration.stats import BOOTSTRAP_CELLS, Z95
+from mmjudge.calibration.stats import BOOTSTRAP_CELLS, Z95
 
 
 class Estimate(BaseModel):

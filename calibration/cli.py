@@ -13,13 +13,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from calibration.analysis import Options, Report, analyse
-from calibration.inputs import Ratings, coverage_notes, expected_as_overall, load_ratings
-from calibration.report import slug, write_reports
-from judge.parsing import ScoreScale
-from judge.cli import add_common_flags, run
-from judge.data import SCORE_FIELDS, InputError, Problem, UsageError
-from judge.outputs import locked, overwritten_inputs
+from mmjudge.calibration.analysis import Options, Report, analyse
+from mmjudge.calibration.inputs import Ratings, coverage_notes, expected_as_overall, load_ratings
+from mmjudge.calibration.report import slug, write_reports
+from mmjudge.judge.parsing import ScoreScale
+from mmjudge.judge.cli import add_common_flags, run
+from mmjudge.judge.data import SCORE_FIELDS, InputError, Problem, UsageError
+from mmjudge.judge.outputs import locked, overwritten_inputs
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,7 +1,7 @@
 """Guarantees from held-out human scores on the judge's score distribution. Pure numpy/scipy; no torch.
 
 Conformal score sets (split conformal prediction): each labelled record's nonconformity is the judge's
-probability already in its set when the human level joins it (judge.calibrator.mass_before, the order
+probability already in its set when the human level joins it (mmjudge.judge.calibrator.mass_before, the order
 judge-score applies). With n such values, the ceil((n + 1) * coverage)-th smallest is the threshold: a new
 record, exchangeable with the labelled ones, has its human level in its set with probability at least
 `coverage` (Vovk et al. 2005; Angelopoulos & Bates 2021, "A gentle introduction to conformal prediction").
@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from scipy import stats as sps
 from sklearn.model_selection import KFold
 
-from judge.calibrator import agreement_confidence, mass_before
+from mmjudge.judge.calibrator import agreement_confidence, mass_before
 
 # The guarantee holds with probability 1 - this over the human labels: Jung et al.'s choice, and a constant
 # rather than a flag, so that every report states the same kind of guarantee.

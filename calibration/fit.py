@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from sklearn.isotonic import IsotonicRegression
 from sklearn.model_selection import KFold
 
-from judge.parsing import ScoreScale
+from mmjudge.judge.parsing import ScoreScale
 
 Knots = tuple[list[float], list[float]]
 

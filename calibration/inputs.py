@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, ValidationError
 
-from judge.data import (
+from mmjudge.judge.data import (
     CRITERIA,
     SCORE_FIELDS,
     Annotation,
@@ -40,9 +40,9 @@ from judge.data import (
     record_id_of,
     validation_problems,
 )
-from judge.formats import scored_format
-from judge.formats.base import ScoredFile
-from judge.parsing import ScoreScale
+from mmjudge.judge.formats import scored_format
+from mmjudge.judge.formats.base import ScoredFile
+from mmjudge.judge.parsing import ScoreScale
 
 SHOWN_IDS = 5  # ids listed by name when some are on one side only
 DISTRIBUTION_TOLERANCE = 1e-6  # a score distribution's sum may differ from 1 by rounding, not more

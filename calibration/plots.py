@@ -14,9 +14,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from calibration.analysis import Calibration, CriterionResult
-from calibration.benchmark import BenchmarkScores
-from judge.parsing import ScoreScale
+from mmjudge.calibration.analysis import Calibration, CriterionResult
+from mmjudge.calibration.benchmark import BenchmarkScores
+from mmjudge.judge.parsing import ScoreScale
 
 plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 8})
 JUDGE_COLOUR, HUMAN_COLOUR, CALIBRATED_COLOUR = "tab:blue", "tab:orange", "tab:green"

@@ -11,11 +11,11 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
-from calibration import plots
-from calibration.analysis import Ceiling, Paired, Report
-from calibration.benchmark import Estimate
-from calibration.stats import Agreement, Stat
-from judge.data import write_json_atomically, write_text_atomically
+from mmjudge.calibration import plots
+from mmjudge.calibration.analysis import Ceiling, Paired, Report
+from mmjudge.calibration.benchmark import Estimate
+from mmjudge.calibration.stats import Agreement, Stat
+from mmjudge.judge.data import write_json_atomically, write_text_atomically
 
 # Rows of the side-by-side table: MMIE's four (Pearson, cosine, MSE, MAE) and the rest.
 ROWS = [("n", "n"), ("pearson", "Pearson r [95% Fisher z]"), ("pearson_bootstrap", "Pearson r 95% bootstrap"),

@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 from scipy import stats as sps
 
-from judge.parsing import COLLAPSE_SHARE, ScoreScale
+from mmjudge.judge.parsing import COLLAPSE_SHARE, ScoreScale
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 # Score collapse, a warning in the report that changes no statistic. Constants rather than flags: they

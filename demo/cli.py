@@ -31,12 +31,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from calibration.benchmark import summary_lines
-from infer.probe import format_reliance
-from judge.cli import add_common_flags, add_settings_flags, config_values, flag_given, run, settings_from_config
-from judge.data import UsageError
-from judge.configs import CONFIG_DIR
-from train.config import TrainConfig
+from mmjudge.calibration.benchmark import summary_lines
+from mmjudge.infer.probe import format_reliance
+from mmjudge.judge.cli import add_common_flags, add_settings_flags, config_values, flag_given, run, settings_from_config
+from mmjudge.judge.data import UsageError
+from mmjudge.configs import CONFIG_DIR
+from mmjudge.train.config import TrainConfig
 
 DEFAULT_CONFIG = CONFIG_DIR / "demo.yaml"
 SPLITS = ("train", "validation", "test")
@@ -130,18 +130,18 @@ def _main(argv) -> int:
     steps = [] if settings.max_steps is None else ["--max_steps", str(settings.max_steps)]
     start = time.perf_counter()
 
-    step("1a: write a tiny judge", [py, "-m", "judge.testing", "checkpoint", "--format", "original", "--seed", seed, str(out / "base-judge")], logs)
-    step("1b: write a dataset", [py, "-m", "judge.testing", "dataset", "--samples", str(settings.samples), "--annotated", "--seed", seed, str(out / "data")], logs)
+    step("1a: write a tiny judge", [py, "-m", "mmjudge.judge.testing", "checkpoint", "--format", "original", "--seed", seed, str(out / "base-judge")], logs)
+    step("1b: write a dataset", [py, "-m", "mmjudge.judge.testing", "dataset", "--samples", str(settings.samples), "--annotated", "--seed", seed, str(out / "data")], logs)
     files = split(out / "data", sizes, settings.seed)
-    step("2: score before training", [py, "-m", "infer.cli", "--model_path", str(out / "base-judge"), "--input_dir", str(out / "data"),
+    step("2: score before training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "base-judge"), "--input_dir", str(out / "data"),
                                        "--input_file", "test.json", "--output_dir", str(out / "scores-before"), *score], logs)
     shutil.rmtree(out / "trained-judge", ignore_errors=True)  # judge-train starts only in an empty directory: a rerun replaces the judge
-    step("3: train", [py, "-m", "train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
+    step("3: train", [py, "-m", "mmjudge.train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
                       "--eval_file", str(files["validation"]), "--input_dir", str(out / "data"), "--output_dir", str(out / "trained-judge"),
                       "--config", str(training), *steps, *rubric], logs)
-    step("4: score after training", [py, "-m", "infer.cli", "--model_path", str(out / "trained-judge"), "--input_dir", str(out / "data"),
+    step("4: score after training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "trained-judge"), "--input_dir", str(out / "data"),
                                       "--input_file", "judged.json", "--output_dir", str(out / "scores-after"), "--probe_images", "blank", *score], logs)
-    step("5: calibrate", [py, "-m", "calibration.cli", "--predictions", str(out / "scores-before" / "eval_result.json"),
+    step("5: calibrate", [py, "-m", "mmjudge.calibration.cli", "--predictions", str(out / "scores-before" / "eval_result.json"),
                           str(out / "scores-after" / "eval_result.json"), "--names", "before", "after", "--human", str(files["test"]),
                           "--overall", "expected_score", "--output_dir", str(out / "report")], logs)
 

@@ -18,13 +18,13 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from infer.options import ScoreOptions
-from judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, setting_problems
-from judge.data import UsageError
-from judge.configs import CONFIG_DIR
-from infer.summary import SUMMARY
-from judge.formats import FORMATS, Format, detect_format
-from judge.outputs import LOCK_FILE
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, setting_problems
+from mmjudge.judge.data import UsageError
+from mmjudge.configs import CONFIG_DIR
+from mmjudge.infer.summary import SUMMARY
+from mmjudge.judge.formats import FORMATS, Format, detect_format
+from mmjudge.judge.outputs import LOCK_FILE
 
 DTYPES = ("bfloat16", "float16", "float32")
 BACKENDS = ("local", "openai")
@@ -185,7 +185,7 @@ def _main(argv) -> int:
     check_output_paths(args, fmt)
     if flag_given(argv, "probe_seed") is not None and args.probe_images != "shuffle":
         raise UsageError("--probe_seed applies to --probe_images shuffle only: blank images are drawn by no seed")
-    from infer.run import score  # torch and transformers load here: --help and --version need neither
+    from mmjudge.infer.run import score  # torch and transformers load here: --help and --version need neither
 
     return score(args, fmt, options)
 

@@ -25,15 +25,15 @@ from pathlib import Path
 
 import torch
 
-from infer.decoding import Completion, Decoder, OutOfMemory, Request
-from infer.options import ScoreOptions
-from judge.data import JudgeResult, Sample, UsageError
-from judge.detokenize import chat_answer
-from judge.model import Judge, with_max_tiles
-from judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
-from judge.prompts import IMAGE_TOKENS, PlannedImage, Rubric, build_prompt, encode_prompt
-from judge.templates import get_template
-from judge.tiling import load_tiles
+from mmjudge.infer.decoding import Completion, Decoder, OutOfMemory, Request
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import JudgeResult, Sample, UsageError
+from mmjudge.judge.detokenize import chat_answer
+from mmjudge.judge.model import Judge, with_max_tiles
+from mmjudge.judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
+from mmjudge.judge.prompts import IMAGE_TOKENS, PlannedImage, Rubric, build_prompt, encode_prompt
+from mmjudge.judge.templates import get_template
+from mmjudge.judge.tiling import load_tiles
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from judge.data import JudgeResult, UsageError, naming
+from mmjudge.judge.data import JudgeResult, UsageError, naming
 
 
 def fingerprint(settings: dict) -> str:

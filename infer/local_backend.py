@@ -11,11 +11,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from infer.engine import Scorer, prepare
-from infer.options import ScoreOptions
-from judge.data import JudgeResult, Sample, UsageError
-from judge.model import find_checkpoint, load_judge, with_max_tiles
-from judge.prompts import Rubric
+from mmjudge.infer.engine import Scorer, prepare
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import JudgeResult, Sample, UsageError
+from mmjudge.judge.model import find_checkpoint, load_judge, with_max_tiles
+from mmjudge.judge.prompts import Rubric
 
 
 class LocalBackend:

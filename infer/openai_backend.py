@@ -50,13 +50,13 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tqdm import tqdm
 
-from infer.engine import expected_score
-from infer.options import ScoreOptions
-from judge.data import JudgeResult, Sample, UsageError
-from judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
-from judge.prompts import JudgePrompt, Rubric, build_prompt
-from judge.templates import ChatTemplate
-from judge.tiling import TilingConfig
+from mmjudge.infer.engine import expected_score
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import JudgeResult, Sample, UsageError
+from mmjudge.judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
+from mmjudge.judge.prompts import JudgePrompt, Rubric, build_prompt
+from mmjudge.judge.templates import ChatTemplate
+from mmjudge.judge.tiling import TilingConfig
 
 # The server renders its own chat template: what is sent is the prompt's user turn (JudgePrompt.query), and
 # this template, with no system message and no roles, keeps build_prompt from rendering any other.

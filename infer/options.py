@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from judge.cli import setting_problems
-from judge.data import UsageError
+from mmjudge.judge.cli import setting_problems
+from mmjudge.judge.data import UsageError
 
 
 Mode = Literal["generate", "logits"]

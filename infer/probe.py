@@ -29,10 +29,10 @@ matplotlib.use("Agg")  # no display needed
 import matplotlib.pyplot as plt
 from PIL import Image
 
-from infer.journal import fingerprint
-from infer.summary import histogram
-from judge.data import CRITERIA, JudgeResult, Sample, resolve_image
-from judge.parsing import ScoreScale
+from mmjudge.infer.journal import fingerprint
+from mmjudge.infer.summary import histogram
+from mmjudge.judge.data import CRITERIA, JudgeResult, Sample, resolve_image
+from mmjudge.judge.parsing import ScoreScale
 
 GREY = (128, 128, 128)
 # A criterion that should depend on the images, whose score changes on under a tenth of the samples when

@@ -21,19 +21,19 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
-from infer.journal import Journal, clear, file_sha256, fingerprint, journal_pattern, read_finished
-from infer.local_backend import LocalBackend
-from infer.openai_backend import OpenAIBackend
-from infer.options import ScoreOptions
-from infer.probe import ProbePass, format_reliance, image_reliance, plot_file, plot_reliance, probe_pass, result_file
-from infer.summary import SUMMARY, format_summary, summarize
-from judge.calibrator import Calibrator
-from judge.data import CALIBRATOR_FIELDS, InputError, JudgeResult, Problem, Sample, UsageError, resolve_image, write_json_atomically
-from judge.distributed import end_process_group
-from judge.formats import BenchmarkInput, Format
-from judge.parsing import ScoreScale
-from judge.outputs import locked, overwritten_inputs
-from judge.prompts import Rubric, load_rubrics, rubric_problems
+from mmjudge.infer.journal import Journal, clear, file_sha256, fingerprint, journal_pattern, read_finished
+from mmjudge.infer.local_backend import LocalBackend
+from mmjudge.infer.openai_backend import OpenAIBackend
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.probe import ProbePass, format_reliance, image_reliance, plot_file, plot_reliance, probe_pass, result_file
+from mmjudge.infer.summary import SUMMARY, format_summary, summarize
+from mmjudge.judge.calibrator import Calibrator
+from mmjudge.judge.data import CALIBRATOR_FIELDS, InputError, JudgeResult, Problem, Sample, UsageError, resolve_image, write_json_atomically
+from mmjudge.judge.distributed import end_process_group
+from mmjudge.judge.formats import BenchmarkInput, Format
+from mmjudge.judge.parsing import ScoreScale
+from mmjudge.judge.outputs import locked, overwritten_inputs
+from mmjudge.judge.prompts import Rubric, load_rubrics, rubric_problems
 
 
 

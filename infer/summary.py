@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from statistics import mean
 
-from judge.calibrator import Calibrator
-from judge.data import CRITERIA, JudgeResult, Problem
-from judge.parsing import COLLAPSE_SHARE, ScoreScale
+from mmjudge.judge.calibrator import Calibrator
+from mmjudge.judge.data import CRITERIA, JudgeResult, Problem
+from mmjudge.judge.parsing import COLLAPSE_SHARE, ScoreScale
 
 SUMMARY = "summary.json"  # its file, beside the results
 

@@ -31,7 +31,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from judge.data import InputError, read_json, validation_problems, write_text_atomically
+from mmjudge.judge.data import InputError, read_json, validation_problems, write_text_atomically
 
 
 class FittedOn(BaseModel):

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from judge.data import InputError, UsageError, missing_file, validation_problems
-from judge.yamlfile import read_yaml
+from mmjudge.judge.data import InputError, UsageError, missing_file, validation_problems
+from mmjudge.judge.yamlfile import read_yaml
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1

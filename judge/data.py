@@ -20,7 +20,7 @@ from pathlib import Path
 from PIL import Image
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
-from judge.parsing import ScoreScale
+from mmjudge.judge.parsing import ScoreScale
 
 CRITERIA = ("text_quality", "image_quality", "text_image_coherence", "style_consistency")
 SCORE_FIELDS = ("overall", *CRITERIA)

@@ -26,7 +26,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import validate_repo_id
 
-from judge.data import UsageError
+from mmjudge.judge.data import UsageError
 
 
 @dataclass(frozen=True)

@@ -46,15 +46,15 @@ from transformers import (
 from transformers.initialization import no_init_weights
 from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
-from judge.data import InputError, UsageError, read_json, validation_problems, write_json_atomically, write_text_atomically
-from judge.hub import Checkpoint, resolve
-from judge.parsing import SCORE_HEADING
-from judge.prompts import IMAGE_TOKENS, IMG_CONTEXT
-from judge.detokenize import text_decoder
-from judge.kernels import use_fused_kernels
-from judge.rope import use_rowwise_rope
-from judge.templates import TEMPLATES, system_message_from_conversation_py
-from judge.tiling import TilingConfig
+from mmjudge.judge.data import InputError, UsageError, read_json, validation_problems, write_json_atomically, write_text_atomically
+from mmjudge.judge.hub import Checkpoint, resolve
+from mmjudge.judge.parsing import SCORE_HEADING
+from mmjudge.judge.prompts import IMAGE_TOKENS, IMG_CONTEXT
+from mmjudge.judge.detokenize import text_decoder
+from mmjudge.judge.kernels import use_fused_kernels
+from mmjudge.judge.rope import use_rowwise_rope
+from mmjudge.judge.templates import TEMPLATES, system_message_from_conversation_py
+from mmjudge.judge.tiling import TilingConfig
 
 SETTINGS_FILE = "judge_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"

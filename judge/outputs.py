@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from judge.data import UsageError
+from mmjudge.judge.data import UsageError
 
 LOCK_FILE = ".mmjudge.lock"
 

@@ -46,14 +46,14 @@ from string import Formatter
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from judge.configs import DEFAULT_RUBRICS
-from judge.data import (IMAGE_PLACEHOLDER, InputError, JudgeText, Problem, Sample, Segment, missing_file, parse_records,
+from mmjudge.configs import DEFAULT_RUBRICS
+from mmjudge.judge.data import (IMAGE_PLACEHOLDER, InputError, JudgeText, Problem, Sample, Segment, missing_file, parse_records,
                         resolve_image)
-from judge.detokenize import reference_ids
-from judge.parsing import ScoreScale
-from judge.templates import ChatTemplate, Span, join_parts
-from judge.tiling import TilingConfig, count_tiles
-from judge.yamlfile import read_yaml
+from mmjudge.judge.detokenize import reference_ids
+from mmjudge.judge.parsing import ScoreScale
+from mmjudge.judge.templates import ChatTemplate, Span, join_parts
+from mmjudge.judge.tiling import TilingConfig, count_tiles
+from mmjudge.judge.yamlfile import read_yaml
 
 OMITTED_IMAGE = "[image omitted]"
 # InternVL's image tokens: an image is IMG_START, IMG_CONTEXT once per image token of its tiles, IMG_END.

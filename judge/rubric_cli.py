@@ -19,11 +19,11 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from judge.cli import add_common_flags, run
-from judge.data import UsageError, missing_file, validation_problems, write_text_atomically
-from judge.outputs import overwritten_inputs
-from judge.parsing import ScoreScale
-from judge.prompts import Rubric
+from mmjudge.judge.cli import add_common_flags, run
+from mmjudge.judge.data import UsageError, missing_file, validation_problems, write_text_atomically
+from mmjudge.judge.outputs import overwritten_inputs
+from mmjudge.judge.parsing import ScoreScale
+from mmjudge.judge.prompts import Rubric
 
 # MMIE's dataset.py stops reading an answer once the prompt holds 3 images; the imported rubrics keep that.
 MMIE_ANSWER_STOP = 3

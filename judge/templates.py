@@ -14,7 +14,7 @@ InternVL's default below.
 
 A rendered turn is also known as parts (`ChatTemplate.parts`): the template's own strings, whose control
 tokens are the only ones the turn may hold, and the text it frames (system message, query), which is
-read as text whatever it says (judge.prompts.encode_prompt).
+read as text whatever it says (mmjudge.judge.prompts.encode_prompt).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from judge.data import InputError, Problem, read_text
+from mmjudge.judge.data import InputError, Problem, read_text
 
 # A piece of a prompt, and whether it is the template's own (True: its special tokens are control tokens)
 # or text from elsewhere (False: read as text, whatever it says).

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from judge.data import TOO_DEEP, InputError, Problem, field_name, read_text, value_problems
+from mmjudge.judge.data import TOO_DEEP, InputError, Problem, field_name, read_text, value_problems
 
 # PyYAML's pure-Python parser takes some 300 bytes of memory per byte of YAML (a 30 MB rubric took 8 GB);
 # the largest file read here, a MEGA-Bench criteria file, is some 100 KB.

@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from judge.data import MAX_TEXT_CHARS, Sample, field_name
+from mmjudge.judge.data import MAX_TEXT_CHARS, Sample, field_name
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit
 MAX_CHOICES = 128  # OpenAI's limit on n

@@ -36,20 +36,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from infer.decoding import Completion, Sampling
-from infer.engine import prepare
-from infer.options import ScoreOptions
-from judge.data import CALIBRATOR_FIELDS, IMAGE_PLACEHOLDER, Sample, UsageError, field_name, value_problems
-from judge.model import Judge
-from judge.prompts import Query, Rubric, encode_prompt, render_query
-from judge.templates import get_template
-from judge.tiling import load_tiles
-from serve.api import ChatRequest, RequestError, ScoreRequest, chat_request, validated
-from serve.completions import ChoiceText, chunk, logprob_entries, now, sse, usage
-from serve.images import RequestImages
-from serve.metrics import Metrics
-from serve.options import ServeOptions
-from serve.worker import ChatPrompt, Worker
+from mmjudge.infer.decoding import Completion, Sampling
+from mmjudge.infer.engine import prepare
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import CALIBRATOR_FIELDS, IMAGE_PLACEHOLDER, Sample, UsageError, field_name, value_problems
+from mmjudge.judge.model import Judge
+from mmjudge.judge.prompts import Query, Rubric, encode_prompt, render_query
+from mmjudge.judge.templates import get_template
+from mmjudge.judge.tiling import load_tiles
+from mmjudge.serve.api import ChatRequest, RequestError, ScoreRequest, chat_request, validated
+from mmjudge.serve.completions import ChoiceText, chunk, logprob_entries, now, sse, usage
+from mmjudge.serve.images import RequestImages
+from mmjudge.serve.metrics import Metrics
+from mmjudge.serve.options import ServeOptions
+from mmjudge.serve.worker import ChatPrompt, Worker
 
 CLIENT_GONE = 499  # nginx's status for a request whose client closed the connection: answered to no one
 

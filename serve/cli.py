@@ -19,12 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-from infer.cli import DTYPES
-from infer.options import ScoreOptions
-from judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, setting_problems
-from judge.data import UsageError
-from judge.prompts import DEFAULT_RUBRICS, load_rubrics
-from serve.options import ServeOptions
+from mmjudge.infer.cli import DTYPES
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, setting_problems
+from mmjudge.judge.data import UsageError
+from mmjudge.judge.prompts import DEFAULT_RUBRICS, load_rubrics
+from mmjudge.serve.options import ServeOptions
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,11 +63,11 @@ def _main(argv) -> int:
     import torch
     import uvicorn
 
-    from infer.local_backend import checked_device, default_device
-    from judge.model import load_judge, with_max_tiles
-    from serve.app import Service, build_app
-    from serve.metrics import Metrics
-    from serve.worker import Worker
+    from mmjudge.infer.local_backend import checked_device, default_device
+    from mmjudge.judge.model import load_judge, with_max_tiles
+    from mmjudge.serve.app import Service, build_app
+    from mmjudge.serve.metrics import Metrics
+    from mmjudge.serve.worker import Worker
 
     device = checked_device(args.device or default_device())
     judge = load_judge(args.model_path, device, getattr(torch, args.dtype) if args.dtype else None, revision=args.revision)

@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Callable
 
-from infer.decoding import Completion
+from mmjudge.infer.decoding import Completion
 
 Decode = Callable[[list[int]], str]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from serve.api import RequestError
+from mmjudge.serve.api import RequestError
 
 
 class RequestImages:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from judge.cli import setting_problems
-from judge.data import UsageError
+from mmjudge.judge.cli import setting_problems
+from mmjudge.judge.data import UsageError
 
 
 def _limit(default: int, help: str, minimum: int):

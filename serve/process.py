@@ -22,7 +22,7 @@ def start_server(flags: list[str], port: int, log: Path, env: dict | None = None
     """`judge-serve FLAGS --port PORT` started and answering /health, its output in `log`; the server is
     stopped again if it does not answer within the timeout."""
     with log.open("ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "serve.cli", *flags, "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen([sys.executable, "-m", "mmjudge.serve.cli", *flags, "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and process.poll() is None:
         try:

@@ -33,12 +33,12 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from infer.decoding import Completion, OutOfMemory, Request, Sampling, seeded
-from infer.engine import Prepared, Scorer, judge_decoder
-from infer.options import ScoreOptions
-from judge.data import JudgeResult, UsageError
-from judge.model import Judge
-from judge.prompts import Rubric
+from mmjudge.infer.decoding import Completion, OutOfMemory, Request, Sampling, seeded
+from mmjudge.infer.engine import Prepared, Scorer, judge_decoder
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import JudgeResult, UsageError
+from mmjudge.judge.model import Judge
+from mmjudge.judge.prompts import Rubric
 
 
 @dataclass

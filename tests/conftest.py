@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 # What such a process runs: a module (`-m`), or a console script or launcher by name.
-SLOW_MODULES = {"torch.distributed.run", "train.cli", "demo.cli", "serve.cli"}
+SLOW_MODULES = {"torch.distributed.run", "mmjudge.train.cli", "mmjudge.demo.cli", "mmjudge.serve.cli"}
 SLOW_PROGRAMS = {"torchrun", "deepspeed", "judge-train", "judge-demo", "judge-serve", "train_throughput.py"}
 
 _running: list[pytest.Item] = []
@@ -56,7 +56,7 @@ sys.addaudithook(_refuse_unmarked_slow_launches)
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A tiny random judge in InternVL2's original format, written once per test module."""
-    from judge.testing import write_original_checkpoint  # torch loads here, not when pytest starts
+    from mmjudge.judge.testing import write_original_checkpoint  # torch loads here, not when pytest starts
 
     return write_original_checkpoint(tmp_path_factory.mktemp("ckpt"), seed=0)
 

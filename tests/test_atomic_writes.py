@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from judge.calibrator import Calibrator
-from judge.model import read_settings, write_settings
-from judge.testing import write_native_checkpoint
-from train.recipe import append_history
+from mmjudge.judge.calibrator import Calibrator
+from mmjudge.judge.model import read_settings, write_settings
+from mmjudge.judge.testing import write_native_checkpoint
+from mmjudge.train.recipe import append_history
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from demo.cli import main as demo_main
+from mmjudge.demo.cli import main as demo_main
 
 BIN = Path(sys.executable).parent
 

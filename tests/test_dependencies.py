@@ -28,7 +28,7 @@ def imported_modules() -> set[str]:
                     names |= {alias.name.split(".")[0] for alias in node.names}
                 elif isinstance(node, ast.ImportFrom) and node.level == 0:
                     names.add(node.module.split(".")[0])
-    return names - set(sys.stdlib_module_names) - set(PACKAGES)
+    return names - set(sys.stdlib_module_names) - {"mmjudge"}
 
 
 def names(requirements: list[str]) -> set[str]:

@@ -25,21 +25,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from calibration.cli import compared_criteria
-from calibration.inputs import load_ratings
-from infer.cli import main as score_main
-from infer.journal import Journal, read_finished
-from infer.openai_backend import Server, ServerError, score_sample
-from infer.options import ScoreOptions
-from judge.cli import run
-from judge.data import load_samples
-from judge.model import read_settings
-from judge.parsing import ScoreScale
-from judge.prompts import load_rubrics
-from judge.configs import CONFIG_DIR
-from judge.testing import judge_result, write_original_checkpoint
-from serve.process import free_port, start_server
-from train.cli import main as train_main
+from mmjudge.calibration.cli import compared_criteria
+from mmjudge.calibration.inputs import load_ratings
+from mmjudge.infer.cli import main as score_main
+from mmjudge.infer.journal import Journal, read_finished
+from mmjudge.infer.openai_backend import Server, ServerError, score_sample
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.cli import run
+from mmjudge.judge.data import load_samples
+from mmjudge.judge.model import read_settings
+from mmjudge.judge.parsing import ScoreScale
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.configs import CONFIG_DIR
+from mmjudge.judge.testing import judge_result, write_original_checkpoint
+from mmjudge.serve.process import free_port, start_server
+from mmjudge.train.cli import main as train_main
 
 # Hundreds of generated files per run, each through its command: the slowest of the quick checks.
 pytestmark = pytest.mark.slow

@@ -10,15 +10,15 @@ PY = sys.executable
 
 
 @pytest.mark.parametrize("argv, env", [
-    ([PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "infer.cli"], None),
-    (["torchrun", "--nproc_per_node", "2", "-m", "train.cli"], None),
-    ([PY, "-m", "train.cli", "--train_file", "train.json"], None),
+    ([PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "mmjudge.infer.cli"], None),
+    (["torchrun", "--nproc_per_node", "2", "-m", "mmjudge.train.cli"], None),
+    ([PY, "-m", "mmjudge.train.cli", "--train_file", "train.json"], None),
     (["/venv/bin/judge-train", "--config", "lora.yaml"], None),
     (["/venv/bin/judge-demo", "--output_dir", "out"], None),
-    (["deepspeed", "--module", "train.cli"], None),
+    (["deepspeed", "--module", "mmjudge.train.cli"], None),
     ([PY, "benchmarks/train_throughput.py", "--tiny"], None),
     ([PY, "-m", "pip", "wheel", "--no-deps", "."], None),
-    ([PY, "-m", "infer.cli", "--model_path", "judge"], {"WORLD_SIZE": "2", "RANK": "1"}),
+    ([PY, "-m", "mmjudge.infer.cli", "--model_path", "judge"], {"WORLD_SIZE": "2", "RANK": "1"}),
 ])
 def test_an_unmarked_test_cannot_start_a_slow_run(argv, env):
     with pytest.raises(RuntimeError, match=r"test_markers\.py::.* starts .*: mark it @pytest\.mark\.slow"):

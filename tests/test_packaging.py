@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from judge.configs import CONFIG_DIR
+from mmjudge.configs import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("judge", "infer", "train", "calibration", "demo", "serve")
+PACKAGES = ("judge", "infer", "train", "calibration", "demo", "serve")  # installed as mmjudge.<folder>
 
 
 def project_files() -> list[str]:
@@ -38,8 +38,9 @@ def wheel(tmp_path_factory) -> Path:
 def test_the_wheel_holds_every_module_and_config_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     files = project_files()
-    configs = {"judge/" + name for name in files if name.startswith("configs/")}
-    modules = {name for name in files if name.split("/")[0] in PACKAGES and name.endswith(".py")}
+    configs = {"mmjudge/" + name for name in files if name.startswith("configs/")}
+    modules = {("" if name.startswith("mmjudge/") else "mmjudge/") + name for name in files
+               if name.split("/")[0] in ("mmjudge", *PACKAGES) and name.endswith(".py")}
     assert configs and configs <= names, sorted(configs - names)
     assert modules <= names, sorted(modules - names)
 
@@ -48,11 +49,11 @@ def test_the_wheel_holds_every_module_and_config_file(wheel):
 def test_an_installed_judge_finds_its_configs_inside_the_package(wheel, tmp_path):
     site = tmp_path / "site-packages"
     zipfile.ZipFile(wheel).extractall(site)
-    probe = "import judge.configs as c, judge.prompts as p; print(c.CONFIG_DIR); print(sorted(p.load_rubrics()))"
+    probe = "import mmjudge.configs as c, mmjudge.judge.prompts as p; print(c.CONFIG_DIR); print(sorted(p.load_rubrics()))"
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": ""},
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.splitlines() == [str(site / "judge" / "configs"), "['MSR', 'PBL', 'SA']"]
+    assert done.stdout.splitlines() == [str(site / "mmjudge" / "configs"), "['MSR', 'PBL', 'SA']"]
 
 
 def test_the_editable_install_finds_them_in_the_checkout():

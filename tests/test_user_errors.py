@@ -9,11 +9,11 @@ import shutil
 import pytest
 import yaml
 
-from calibration.cli import main as calibrate_main
-from infer.cli import main as score_main
-from judge.configs import CONFIG_DIR
-from judge.testing import write_dataset
-from train.cli import main as train_main
+from mmjudge.calibration.cli import main as calibrate_main
+from mmjudge.infer.cli import main as score_main
+from mmjudge.configs import CONFIG_DIR
+from mmjudge.judge.testing import write_dataset
+from mmjudge.train.cli import main as train_main
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ saving leaves a newer checkpoint without it: --resume takes the newest whole one
 Its optimizer, scheduler, random states and DeepSpeed shards are pickles, and DeepSpeed unpickles its own
 with any globals (torch.load(weights_only=False)): an object planted in one, by anyone who can write to
 --output_dir (shared storage, by the README's advice), ran code on every node on --resume. Every command
-forces weights-only loading process-wide (judge.cli.run), which reads tensors and plain data and refuses any
+forces weights-only loading process-wide (mmjudge.judge.cli.run), which reads tensors and plain data and refuses any
 other global; `allow_checkpoint_types` adds the few types DeepSpeed's checkpoints hold. Before the model
 loads, `unsafe_pickles` lists the globals of every pickle in the checkpoint, so that a planted one is named
 with its file, not found half-way through a resume.

@@ -3,7 +3,7 @@
     judge-train --model_path BASE --train_file train.json --input_dir DATA --output_dir OUT [--eval_file heldout.json]
     judge-train merge --adapter OUT --output_dir MERGED [--format native|original]
 
-Many GPUs or nodes: `torchrun --nproc_per_node N -m train.cli ...` or `deepspeed --module train.cli ...` (add
+Many GPUs or nodes: `torchrun --nproc_per_node N -m mmjudge.train.cli ...` or `deepspeed --module mmjudge.train.cli ...` (add
 --deepspeed configs/deepspeed/zero2.json); README.md shows both, on one node and on several.
 Settings are TrainConfig's defaults (InternVL's LoRA recipe for InternVL2-4B), overridden by --config (a YAML
 in configs/train/ holding what differs) and then by the flag of each setting's name; --help shows the values
@@ -18,12 +18,12 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, settings_from_config
-from judge.data import InputError, UsageError, read_json
-from judge.outputs import LOCK_FILE, locked, overwritten_inputs, written_whole
-from judge.prompts import DEFAULT_RUBRICS, load_rubrics
-from train.checkpoints import resume_point, unsafe_pickles
-from train.config import CHECKPOINTS_DIR, TrainConfig, config_problems
+from mmjudge.judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, settings_from_config
+from mmjudge.judge.data import InputError, UsageError, read_json
+from mmjudge.judge.outputs import LOCK_FILE, locked, overwritten_inputs, written_whole
+from mmjudge.judge.prompts import DEFAULT_RUBRICS, load_rubrics
+from mmjudge.train.checkpoints import resume_point, unsafe_pickles
+from mmjudge.train.config import CHECKPOINTS_DIR, TrainConfig, config_problems
 
 # judge.model, judge.distributed and train.recipe are imported where they are used: they load torch and
 # transformers (seconds), which --help, --version and a bad flag's message do not need.
@@ -77,7 +77,7 @@ def merge(argv) -> int:
     out = Path(args.output_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--output_dir {out} is not an empty directory; give a new or empty one")
-    from judge.model import checkpoint_format, find_checkpoint, load_judge, original_base, save_native, save_original
+    from mmjudge.judge.model import checkpoint_format, find_checkpoint, load_judge, original_base, save_native, save_original
 
     adapter = find_checkpoint(args.adapter, args.revision).path
     if checkpoint_format(adapter) != "adapter":
@@ -98,10 +98,10 @@ def fine_tune(argv) -> int:
     if problems := [f"{args.config} (or its flag): {p}" if args.config else p for p in config_problems(cfg)] + run_problems(args, out):
         raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the settings and flags:\n  " + "\n  ".join(problems))
     rubrics = load_rubrics(args.rubric or DEFAULT_RUBRICS)
-    from judge.distributed import end_process_group
-    from judge.model import find_checkpoint
-    from train.data import check_scales, read_annotations
-    from train.recipe import train
+    from mmjudge.judge.distributed import end_process_group
+    from mmjudge.judge.model import find_checkpoint
+    from mmjudge.train.data import check_scales, read_annotations
+    from mmjudge.train.recipe import train
 
     # Every problem of the inputs, then of the base, before --output_dir is taken: a run refused leaves none behind.
     train_file, image_root = Path(args.train_file), Path(args.input_dir)

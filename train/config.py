@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from judge.cli import setting_problems
-from judge.parsing import ScoreScale
+from mmjudge.judge.cli import setting_problems
+from mmjudge.judge.parsing import ScoreScale
 
 CHECKPOINTS_DIR = "checkpoints"  # the Trainer's checkpoints, inside --output_dir
 

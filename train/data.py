@@ -21,12 +21,12 @@ from statistics import mean
 import torch
 from datasets import Dataset
 
-from judge.data import Annotation, InputError, Problem, UsageError, load_annotations
-from judge.model import Judge
-from judge.parsing import format_judgement
-from judge.prompts import Rubric, build_prompt, encode_prompt, rubric_problems
-from judge.templates import get_template, join_parts
-from judge.tiling import TilingConfig, load_tiles
+from mmjudge.judge.data import Annotation, InputError, Problem, UsageError, load_annotations
+from mmjudge.judge.model import Judge
+from mmjudge.judge.parsing import format_judgement
+from mmjudge.judge.prompts import Rubric, build_prompt, encode_prompt, rubric_problems
+from mmjudge.judge.templates import get_template, join_parts
+from mmjudge.judge.tiling import TilingConfig, load_tiles
 
 IGNORE_INDEX = -100  # labels the loss skips (torch's cross_entropy default)
 

@@ -22,18 +22,18 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import Trainer, TrainingArguments, set_seed
 
-from calibration.stats import agreement_table
-from infer.engine import Scorer, prepare
-from infer.options import ScoreOptions
-from judge.data import SCORE_FIELDS, Annotation, JudgeResult, UsageError, write_json_atomically
-from judge.hub import Checkpoint
-from judge.kernels import use_fused_kernels
-from judge.model import CheckpointError, Judge, check_adapter_weights, check_finite, load_judge, load_native, with_max_tiles, write_settings
-from judge.parsing import ScoreScale
-from judge.prompts import Rubric
-from train.checkpoints import allow_checkpoint_types, resume_point
-from train.config import CHECKPOINTS_DIR, TrainConfig
-from train.data import Collator, build_dataset, merge_annotators
+from mmjudge.calibration.stats import agreement_table
+from mmjudge.infer.engine import Scorer, prepare
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import SCORE_FIELDS, Annotation, JudgeResult, UsageError, write_json_atomically
+from mmjudge.judge.hub import Checkpoint
+from mmjudge.judge.kernels import use_fused_kernels
+from mmjudge.judge.model import CheckpointError, Judge, check_adapter_weights, check_finite, load_judge, load_native, with_max_tiles, write_settings
+from mmjudge.judge.parsing import ScoreScale
+from mmjudge.judge.prompts import Rubric
+from mmjudge.train.checkpoints import allow_checkpoint_types, resume_point
+from mmjudge.train.config import CHECKPOINTS_DIR, TrainConfig
+from mmjudge.train.data import Collator, build_dataset, merge_annotators
 
 
 def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:

@@ -17,10 +17,10 @@ import argparse
 import json
 from pathlib import Path
 
-from judge.data import read_json
-from judge.formats import FORMATS, scored_format
-from judge.prompts import load_rubrics
-from judge.testing import judge_result
+from mmjudge.judge.data import read_json
+from mmjudge.judge.formats import FORMATS, scored_format
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.testing import judge_result
 
 
 def stand_in_scores(path: Path, scale) -> dict[str, float | None]:

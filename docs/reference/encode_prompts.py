@@ -12,13 +12,13 @@ import json
 import sys
 from pathlib import Path
 
-from judge.configs import CONFIG_DIR, DEFAULT_RUBRICS
-from judge.data import validate_samples
-from judge.prompts import build_prompt, load_rubrics, render_query
-from judge.templates import TEMPLATES
-from judge.testing import write_dataset, write_tokenizer
-from judge.testing.checkpoints import SIZES
-from judge.tiling import TilingConfig
+from mmjudge.configs import CONFIG_DIR, DEFAULT_RUBRICS
+from mmjudge.judge.data import validate_samples
+from mmjudge.judge.prompts import build_prompt, load_rubrics, render_query
+from mmjudge.judge.templates import TEMPLATES
+from mmjudge.judge.testing import write_dataset, write_tokenizer
+from mmjudge.judge.testing.checkpoints import SIZES
+from mmjudge.judge.tiling import TilingConfig
 
 out = Path(sys.argv[1])
 write_tokenizer(out / "tokenizer")

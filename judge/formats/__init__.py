@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from judge.data import InputError, Problem, load_json
-from judge.formats import instit, megabench, milebench, mmie
-from judge.formats.base import BenchmarkInput, Format, first_record
+from mmjudge.judge.data import InputError, Problem, load_json
+from mmjudge.judge.formats import instit, megabench, milebench, mmie
+from mmjudge.judge.formats.base import BenchmarkInput, Format, first_record
 
 FORMATS: dict[str, Format] = {f.name: f for f in (mmie.FORMAT, milebench.FORMAT, instit.FORMAT, megabench.FORMAT)}
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from judge.data import JudgeResult, Problem, Sample, Segment
+from mmjudge.judge.data import JudgeResult, Problem, Sample, Segment
 
 if TYPE_CHECKING:  # judge.prompts imports torch (tiling); the formats are read by judge-calibrate too, which must not
-    from judge.parsing import ScoreScale
-    from judge.prompts import Rubric
+    from mmjudge.judge.parsing import ScoreScale
+    from mmjudge.judge.prompts import Rubric
 
 
 @dataclass

@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from judge.configs import CONFIG_DIR
-from judge.data import InputError, JudgeResult, JudgeText, Problem, Sample, Segment, parse_records, read_json, write_json_atomically
-from judge.formats.base import BenchmarkInput, Format, ScoredFile, ScoredItem, first_record
+from mmjudge.configs import CONFIG_DIR
+from mmjudge.judge.data import InputError, JudgeResult, JudgeText, Problem, Sample, Segment, parse_records, read_json, write_json_atomically
+from mmjudge.judge.formats.base import BenchmarkInput, Format, ScoredFile, ScoredItem, first_record
 
 if TYPE_CHECKING:
-    from judge.parsing import ScoreScale
-    from judge.prompts import Rubric
+    from mmjudge.judge.parsing import ScoreScale
+    from mmjudge.judge.prompts import Rubric
 
 LOG_ITEMS = "model_predictons"  # sic, as Inst-It's evaluate.py writes it
 OUTPUT = "instit_evaluate.json"

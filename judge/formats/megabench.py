@@ -52,8 +52,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from judge.configs import CONFIG_DIR
-from judge.data import (
+from mmjudge.configs import CONFIG_DIR
+from mmjudge.judge.data import (
     ImagePlace,
     InputError,
     JudgeResult,
@@ -68,12 +68,12 @@ from judge.data import (
     validation_problems,
     write_json_atomically,
 )
-from judge.formats import megabench_rules as rules
-from judge.formats.base import BenchmarkInput, Format, ScoredFile, ScoredItem, first_record, interleaved
+from mmjudge.judge.formats import megabench_rules as rules
+from mmjudge.judge.formats.base import BenchmarkInput, Format, ScoredFile, ScoredItem, first_record, interleaved
 
 if TYPE_CHECKING:
-    from judge.parsing import ScoreScale
-    from judge.prompts import Rubric
+    from mmjudge.judge.parsing import ScoreScale
+    from mmjudge.judge.prompts import Rubric
 
 BASE_RUBRIC = "megabench"
 CRITERIA_SLOT = "{task_criteria}"

@@ -50,8 +50,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from rouge import Rouge
 
-from judge.configs import CONFIG_DIR
-from judge.data import (
+from mmjudge.configs import CONFIG_DIR
+from mmjudge.judge.data import (
     ImagePlace,
     InputError,
     JudgeResult,
@@ -67,10 +67,10 @@ from judge.data import (
     write_json_atomically,
     write_text_atomically,
 )
-from judge.formats.base import BenchmarkInput, Format, first_record, interleaved
+from mmjudge.judge.formats.base import BenchmarkInput, Format, first_record, interleaved
 
 if TYPE_CHECKING:
-    from judge.prompts import Rubric
+    from mmjudge.judge.prompts import Rubric
 
 PLACEHOLDER = "<ImageHere>"
 CATEGORY = "milebench"

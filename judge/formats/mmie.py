@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from judge.configs import DEFAULT_RUBRICS
-from judge.data import JudgeResult, validate_samples
-from judge.formats.base import BenchmarkInput, Format, first_record
+from mmjudge.configs import DEFAULT_RUBRICS
+from mmjudge.judge.data import JudgeResult, validate_samples
+from mmjudge.judge.formats.base import BenchmarkInput, Format, first_record
 
 if TYPE_CHECKING:
-    from judge.prompts import Rubric
+    from mmjudge.judge.prompts import Rubric
 
 
 def looks_like(content: object) -> bool:

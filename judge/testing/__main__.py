@@ -1,7 +1,7 @@
-"""python -m judge.testing checkpoint|dataset ...: write a tiny random judge or a synthetic dataset.
+"""python -m mmjudge.judge.testing checkpoint|dataset ...: write a tiny random judge or a synthetic dataset.
 
-    python -m judge.testing checkpoint --format original|native [--seed N] [--shards K] [--dtype D] OUT_DIR
-    python -m judge.testing dataset --samples N [--seed N] [--annotated] OUT_DIR
+    python -m mmjudge.judge.testing checkpoint --format original|native [--seed N] [--shards K] [--dtype D] OUT_DIR
+    python -m mmjudge.judge.testing dataset --samples N [--seed N] [--annotated] OUT_DIR
 
 Both print the path they wrote. See `judge/testing/synthetic.py` for the annotated scores' rule.
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from judge.cli import add_common_flags, run
-from judge.data import UsageError
-from judge.testing import write_dataset, write_native_checkpoint, write_original_checkpoint
+from mmjudge.judge.cli import add_common_flags, run
+from mmjudge.judge.data import UsageError
+from mmjudge.judge.testing import write_dataset, write_native_checkpoint, write_original_checkpoint
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m judge.testing", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m mmjudge.judge.testing", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_flags(p)
     sub = p.add_subparsers(dest="command", required=True)
     ckpt = sub.add_parser("checkpoint", help="write a tiny random InternVL2-style judge (weights, config, tokenizer)")

@@ -28,8 +28,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoTokenizer, InternVLForConditionalGeneration, PreTrainedTokenizerBase
 
-from judge.model import JudgeSettings, native_config_from_original, write_settings
-from judge.tiling import TilingConfig
+from mmjudge.judge.model import JudgeSettings, native_config_from_original, write_settings
+from mmjudge.judge.tiling import TilingConfig
 
 # Phi-3's added tokens, then InternVL's, in the order of InternVL2-4B's tokenizer (ids 32000..32019 there).
 SPECIAL_TOKENS = (
@@ -297,7 +297,7 @@ def write_native_checkpoint(out_dir: str | Path, *, seed: int = 0) -> Path:
 
 class Planted:
     """An object that, unpickled, creates the file `marker`, where a planted one could run any code: for
-    the tests that no command of the toolkit unpickles it (judge.cli.forbid_pickled_code)."""
+    the tests that no command of the toolkit unpickles it (mmjudge.judge.cli.forbid_pickled_code)."""
 
     def __init__(self, marker: str | Path):
         self.marker = marker

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from judge.data import JudgeResult
+from mmjudge.judge.data import JudgeResult
 
 CATEGORIES = ("SA", "PBL", "MSR")
 MODELS = ("model-a", "model-b", "model-c")

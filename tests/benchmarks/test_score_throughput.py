@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.testing import write_tokenizer
+from mmjudge.judge.testing import write_tokenizer
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "score_throughput.py"
 

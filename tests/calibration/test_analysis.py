@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from calibration.analysis import Options, analyse, drawn_pairs, human_ceiling
-from calibration.report import markdown, sections
-from calibration.inputs import Coverage, HumanRecord, JudgeRecord, Ratings
-from judge.parsing import ScoreScale
+from mmjudge.calibration.analysis import Options, analyse, drawn_pairs, human_ceiling
+from mmjudge.calibration.report import markdown, sections
+from mmjudge.calibration.inputs import Coverage, HumanRecord, JudgeRecord, Ratings
+from mmjudge.judge.parsing import ScoreScale
 
 
 def ratings(judge: dict[str, JudgeRecord], human: dict[str, HumanRecord]) -> Ratings:

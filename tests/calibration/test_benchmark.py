@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from calibration.benchmark import benchmark_scores, model_score, ppi_mean, summary_lines
+from mmjudge.calibration.benchmark import benchmark_scores, model_score, ppi_mean, summary_lines
 
 DRAWS = 4000
 

@@ -10,8 +10,8 @@ import pytest
 from scipy import stats as sps
 from sklearn.metrics import cohen_kappa_score
 
-from calibration.cli import main
-from judge.calibrator import Calibrator
+from mmjudge.calibration.cli import main
+from mmjudge.judge.calibrator import Calibrator
 
 CATEGORIES, MODELS = ["SA", "PBL", "MSR"], ["m1", "m2", "m3"]
 
@@ -301,9 +301,9 @@ def test_every_calibration_module_imports_and_runs_without_torch(files):
         "    def find_spec(self, name, path, target=None):\n"
         "        if name.split('.')[0] == 'torch': raise ImportError('torch is blocked')\n"
         "sys.meta_path.insert(0, NoTorch())\n"
-        "import calibration, calibration.stats, calibration.fit, calibration.inputs, calibration.analysis\n"
-        "import calibration.plots, calibration.report, calibration.cli, calibration.benchmark, calibration.conformal, judge.calibrator\n"
-        f"assert calibration.cli.main(['--predictions', {preds!r}, '--human', {human!r}, '--output_dir', {str(tmp / 'r')!r}]) == 0\n"
+        "import mmjudge.calibration, mmjudge.calibration.stats, mmjudge.calibration.fit, mmjudge.calibration.inputs, mmjudge.calibration.analysis\n"
+        "import mmjudge.calibration.plots, mmjudge.calibration.report, mmjudge.calibration.cli, mmjudge.calibration.benchmark, mmjudge.calibration.conformal, mmjudge.judge.calibrator\n"
+        f"assert mmjudge.calibration.cli.main(['--predictions', {preds!r}, '--human', {human!r}, '--output_dir', {str(tmp / 'r')!r}]) == 0\n"
         "assert 'torch' not in sys.modules\n"
     )
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from calibration.conformal import (
+from mmjudge.calibration.conformal import (
     MIN_TRUSTED,
     conformal_threshold,
     disagreement_upper_bound,
@@ -15,7 +15,7 @@ from calibration.conformal import (
     set_sizes,
     written_agreement,
 )
-from judge.calibrator import Calibrator, mass_before
+from mmjudge.judge.calibrator import Calibrator, mass_before
 
 LEVELS = 7
 

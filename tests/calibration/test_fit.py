@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from calibration.fit import apply_map, cross_fit, fit_map, reliability
-from judge.parsing import ScoreScale
+from mmjudge.calibration.fit import apply_map, cross_fit, fit_map, reliability
+from mmjudge.judge.parsing import ScoreScale
 
 
 @pytest.fixture

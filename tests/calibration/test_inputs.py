@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from calibration.inputs import coverage_notes, load_ratings, read_human, read_predictions
-from judge.parsing import ScoreScale
-from judge.data import InputError
+from mmjudge.calibration.inputs import coverage_notes, load_ratings, read_human, read_predictions
+from mmjudge.judge.parsing import ScoreScale
+from mmjudge.judge.data import InputError
 
 TENTHS = ScoreScale(0, 1, 0.1)
 

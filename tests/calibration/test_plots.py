@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from calibration import plots
-from calibration.analysis import Options, analyse
-from calibration.inputs import Coverage, HumanRecord, JudgeRecord, Ratings
-from judge.parsing import ScoreScale
+from mmjudge.calibration import plots
+from mmjudge.calibration.analysis import Options, analyse
+from mmjudge.calibration.inputs import Coverage, HumanRecord, JudgeRecord, Ratings
+from mmjudge.judge.parsing import ScoreScale
 
 TENTHS = ScoreScale(0, 1, 0.1)
 
@@ -109,7 +109,7 @@ def test_group_bars_reach_below_a_negative_interval_and_show_undefined_groups(dr
 
 
 def test_benchmark_plot_draws_three_intervals_per_model_best_first_and_leaves_undefined_ones_out(drawn):
-    from calibration.benchmark import benchmark_scores
+    from mmjudge.calibration.benchmark import benchmark_scores
 
     rng = np.random.default_rng(0)
     data = {m: (rng.normal(mu, 1, 40), rng.normal(mu + 0.5, 1, 40), rng.normal(mu + 0.5, 1, 400)) for m, mu in (("low", 2.0), ("high", 4.0))}

@@ -10,8 +10,8 @@ from scipy import stats as sps
 from scipy.spatial.distance import cosine as cosine_distance
 from sklearn.metrics import cohen_kappa_score, mean_absolute_error, mean_squared_error
 
-from calibration import stats
-from calibration.stats import (
+from mmjudge.calibration import stats
+from mmjudge.calibration.stats import (
     Stat,
     agreement_table,
     collapse_warning,
@@ -19,7 +19,7 @@ from calibration.stats import (
     krippendorff_alpha,
     pearson,
 )
-from judge.parsing import ScoreScale
+from mmjudge.judge.parsing import ScoreScale
 
 NAN = np.nan
 # Krippendorff (2011), "Computing Krippendorff's Alpha-Reliability", section C: 4 observers x 12 units,

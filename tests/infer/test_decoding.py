@@ -5,13 +5,13 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from infer.decoding import Completion, Decoder, Request, Sampling
-from infer.engine import Scorer, _load_pixels, judge_decoder, prepare, unwritable_tokens
-from infer.options import ScoreOptions
-from judge.data import load_samples
-from judge.model import load_judge
-from judge.prompts import load_rubrics
-from judge.testing import write_dataset, write_original_checkpoint
+from mmjudge.infer.decoding import Completion, Decoder, Request, Sampling
+from mmjudge.infer.engine import Scorer, _load_pixels, judge_decoder, prepare, unwritable_tokens
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import load_samples
+from mmjudge.judge.model import load_judge
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.testing import write_dataset, write_original_checkpoint
 
 # The tiny dataset's prompts run from 673 to 781 tokens with --max_tiles 2: a long-rope switch at 700
 # puts prompts on both sides of it, and 16 new tokens take the prompts just under it across it.
@@ -167,7 +167,7 @@ def test_prefill_groups_hold_at_most_the_budget_longest_first_and_drop_nothing(j
     decoder = Decoder(judge.model, device="cpu", pad_id=0, stop_id=None, suppress=[], columns=torch.tensor([1]), token_budget=1200)
     lengths = [2000, 900, 300, 300, 100, 50]
     requests = [Request(i, torch.ones(n, dtype=torch.long)) for i, n in enumerate(lengths)]
-    from infer.decoding import _Lookahead
+    from mmjudge.infer.decoding import _Lookahead
 
     waiting = _Lookahead(requests, 3, lambda request: None)
     groups = []
@@ -183,7 +183,7 @@ def test_prefill_groups_hold_at_most_the_budget_longest_first_and_drop_nothing(j
 def test_requests_are_cut_where_a_cache_would_hold_twice_the_slots():
     """Every slot of a cache holds its longest request: a benchmark's one longest prompt must not size the
     slots of all the others."""
-    from infer.decoding import _segments
+    from mmjudge.infer.decoding import _segments
 
     requests = [Request(i, torch.ones(n, dtype=torch.long)) for i, n in enumerate([2000, 1500, 900, 800, 300, 100])]
     assert [[len(r.input_ids) for r in segment] for segment in _segments(requests, lambda r: len(r.input_ids) + 100)] == [[2000, 1500], [900, 800], [300], [100]]
@@ -249,7 +249,7 @@ QUESTIONS = ["Is this answer good?", "Rate the answer to the question about the 
 
 
 def chat_ids(judge, text: str) -> torch.Tensor:
-    from judge.templates import get_template
+    from mmjudge.judge.templates import get_template
 
     return judge.tokenizer(get_template(judge.settings.template).render(text), return_tensors="pt").input_ids[0]
 
@@ -345,7 +345,7 @@ def test_top_k_keeps_every_drawn_token_among_the_k_likeliest_and_the_written_tok
 def test_inverse_cdf_sampling_reads_each_rows_number_off_its_filtered_distribution():
     """Probabilities 0.5, 0.3, 0.15, 0.05 (and a suppressed token): the number u picks the first token whose
     cumulative probability, renormalized over what top-k and top-p keep, passes u."""
-    from infer.decoding import Draws, _sample
+    from mmjudge.infer.decoding import Draws, _sample
 
     probs = torch.tensor([0.15, 0.5, 0.05, 0.3])
     logits = torch.cat([probs.log(), torch.tensor([float("-inf")])])

@@ -4,13 +4,13 @@ without a CUDA GPU (CI has none); run on a GPU machine with `pytest -m gpu`."""
 import pytest
 import torch
 
-import infer.decoding
-from infer.engine import Scorer, _load_pixels, prepare
-from infer.options import ScoreOptions
-from judge.data import load_samples
-from judge.model import load_judge
-from judge.prompts import load_rubrics
-from judge.testing import write_dataset, write_original_checkpoint
+import mmjudge.infer.decoding
+from mmjudge.infer.engine import Scorer, _load_pixels, prepare
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import load_samples
+from mmjudge.judge.model import load_judge
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.testing import write_dataset, write_original_checkpoint
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -49,8 +49,8 @@ def test_cuda_graph_steps_write_what_eager_steps_write(tmp_path, dataset, monkey
     """Graphs replayed at many widths (a small width step makes rows cross several), with slots refilled,
     forced score headings fed, and three caches in turn (each with its own graphs): the same tokens and
     distributions as the eager steps, in fp32."""
-    monkeypatch.setattr(infer.decoding, "WIDTH_STEP", 64)
-    monkeypatch.setattr(infer.decoding, "_segments", lambda requests, extra: [requests[:3], requests[3:6], requests[6:]])
+    monkeypatch.setattr(mmjudge.infer.decoding, "WIDTH_STEP", 64)
+    monkeypatch.setattr(mmjudge.infer.decoding, "_segments", lambda requests, extra: [requests[:3], requests[3:6], requests[6:]])
     judge = load_judge(write_original_checkpoint(tmp_path / "ckpt", original_max_position_embeddings=700), "cuda", torch.float32)
     slots3 = 2600  # three slots of a prompt (at most 781 tokens) + 40 new + the forced heading: eight prompts take turns
     graphs = run(judge, dataset, True, max_new_tokens=40, token_budget=slots3)
@@ -75,10 +75,10 @@ def test_sampled_cuda_graph_steps_write_what_eager_steps_and_each_request_alone_
     as each request alone."""
     from concurrent.futures import Future
 
-    from infer.decoding import Request, Sampling
-    from infer.engine import judge_decoder
+    from mmjudge.infer.decoding import Request, Sampling
+    from mmjudge.infer.engine import judge_decoder
 
-    monkeypatch.setattr(infer.decoding, "WIDTH_STEP", 64)
+    monkeypatch.setattr(mmjudge.infer.decoding, "WIDTH_STEP", 64)
     judge = load_judge(write_original_checkpoint(tmp_path / "ckpt", original_max_position_embeddings=700), "cuda", torch.float32)
     options = ScoreOptions(max_tiles=2)
     items = prepare(judge, list(enumerate(load_samples(dataset / "data.json", dataset))), load_rubrics(), dataset, options)

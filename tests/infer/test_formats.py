@@ -7,9 +7,9 @@ import json
 import pytest
 from PIL import Image
 
-from infer.cli import main
-from judge.cli import EXIT_BAD_INPUT
-from judge.formats.milebench import rouge_l
+from mmjudge.infer.cli import main
+from mmjudge.judge.cli import EXIT_BAD_INPUT
+from mmjudge.judge.formats.milebench import rouge_l
 
 FAST = ["--max_new_tokens", "6", "--workers", "2"]
 

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from infer.journal import Journal, clear, read_finished
-from judge.data import UsageError
-from judge.testing import judge_result
+from mmjudge.infer.journal import Journal, clear, read_finished
+from mmjudge.judge.data import UsageError
+from mmjudge.judge.testing import judge_result
 
 
 def test_results_survive_a_torn_last_line_and_are_not_duplicated(tmp_path):

@@ -6,15 +6,15 @@ import math
 import httpx2
 import pytest
 
-from infer import openai_backend
-from infer.cli import main
-from infer.openai_backend import Logprobs, Server, ServerError, TokenLogprob, TopLogprob, chat_request, score_distribution, score_sample
-from infer.options import ScoreOptions
-from judge.data import load_samples
-from judge.outputs import LOCK_FILE
-from judge.parsing import ScoreScale
-from judge.prompts import load_rubrics
-from judge.testing import write_dataset
+from mmjudge.infer import openai_backend
+from mmjudge.infer.cli import main
+from mmjudge.infer.openai_backend import Logprobs, Server, ServerError, TokenLogprob, TopLogprob, chat_request, score_distribution, score_sample
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import load_samples
+from mmjudge.judge.outputs import LOCK_FILE
+from mmjudge.judge.parsing import ScoreScale
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.testing import write_dataset
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +82,9 @@ def test_the_key_is_read_from_the_named_variable_and_sent_as_a_bearer_token(monk
 
 
 def test_a_request_holds_the_local_prompts_user_turn_and_its_images_in_order(dataset):
-    from judge.prompts import build_prompt
-    from judge.templates import get_template
-    from judge.tiling import TilingConfig
+    from mmjudge.judge.prompts import build_prompt
+    from mmjudge.judge.templates import get_template
+    from mmjudge.judge.tiling import TilingConfig
 
     sample = next(s for s in load_samples(dataset / "data.json", dataset) if len(s.images()) >= 2)
     rubric = load_rubrics()[sample.category]
@@ -160,7 +160,7 @@ def test_backend_flags_that_cannot_work_are_refused_before_anything_connects(dat
 
 def test_no_server_answering_stops_the_run_saying_so_with_nothing_written_but_the_lock(dataset, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(openai_backend, "BACKOFF_S", 0.01)
-    from serve.process import free_port
+    from mmjudge.serve.process import free_port
 
     code = main(["--model_path", "judge", "--input_dir", str(dataset), "--input_file", "data.json", "--output_dir", str(tmp_path),
                  "--backend", "openai", "--base_url", f"http://127.0.0.1:{free_port()}/v1", "--max_retries", "1"])

@@ -19,10 +19,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from infer import openai_backend
-from infer.cli import main
-from judge.testing import write_dataset
-from serve.process import free_port
+from mmjudge.infer import openai_backend
+from mmjudge.infer.cli import main
+from mmjudge.judge.testing import write_dataset
+from mmjudge.serve.process import free_port
 
 FEEDBACK = "Clear and well illustrated.\n### Score\n"
 

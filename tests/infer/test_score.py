@@ -14,14 +14,14 @@ import pytest
 import torch
 from PIL import Image
 
-from infer.cli import build_parser, main
-from infer.decoding import Decoder
-from infer.engine import Scorer, prepare
-from infer.options import ScoreOptions
-from judge.data import JudgeResult, UsageError, load_samples
-from judge.model import load_judge
-from judge.prompts import load_rubrics
-from judge.testing import write_dataset, write_original_checkpoint
+from mmjudge.infer.cli import build_parser, main
+from mmjudge.infer.decoding import Decoder
+from mmjudge.infer.engine import Scorer, prepare
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import JudgeResult, UsageError, load_samples
+from mmjudge.judge.model import load_judge
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.testing import write_dataset, write_original_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
@@ -270,7 +270,7 @@ def test_an_image_replaced_under_its_name_is_not_resumed_as_if_unchanged(checkpo
 
 
 def _cli(*args):
-    return [sys.executable, "-m", "infer.cli", *map(str, args)]
+    return [sys.executable, "-m", "mmjudge.infer.cli", *map(str, args)]
 
 
 def free_port() -> int:
@@ -308,7 +308,7 @@ def test_torchrun_two_processes_merge_to_the_single_process_result(dataset, tmp_
     checkpoint = write_original_checkpoint(tmp_path / "ckpt", original_max_position_embeddings=700)
     assert score(checkpoint, dataset, tmp_path / "single") == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "infer.cli",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "mmjudge.infer.cli",
            "--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json", "--output_dir", str(tmp_path / "multi"), *FAST]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -345,7 +345,7 @@ def test_when_rank_0_fails_to_merge_every_rank_exits(checkpoint, dataset, tmp_pa
 
 
 def test_calibrator_adds_calibrated_scores(checkpoint, dataset, tmp_path):
-    from judge.calibrator import Calibrator
+    from mmjudge.judge.calibrator import Calibrator
 
     Calibrator(method="linear", source="expected_score", x=[0, 6], y=[2, 4], scale=(0, 6)).save(tmp_path / "cal.json")
     assert score(checkpoint, dataset, tmp_path / "out", "--mode", "logits", "--calibrator", str(tmp_path / "cal.json")) == 0
@@ -357,7 +357,7 @@ def test_calibrator_adds_calibrated_scores(checkpoint, dataset, tmp_path):
 
 
 def test_a_calibrator_of_another_scale_is_refused_before_the_model_loads(checkpoint, dataset, tmp_path, capsys):
-    from judge.calibrator import Calibrator
+    from mmjudge.judge.calibrator import Calibrator
 
     Calibrator(method="linear", source="score", x=[0, 1], y=[0.2, 0.8], scale=(0, 1)).save(tmp_path / "cal.json")
     assert score(tmp_path / "no-checkpoint-here", dataset, tmp_path / "out", "--calibrator", str(tmp_path / "cal.json")) == 2
@@ -442,10 +442,10 @@ def test_no_output_replaces_or_deletes_an_input_and_the_model_never_loads(datase
 
 
 def test_a_second_run_on_an_output_dir_in_use_is_refused_before_the_model_loads(checkpoint, dataset, tmp_path, capsys, monkeypatch):
-    import infer.local_backend
-    from judge.outputs import locked
+    import mmjudge.infer.local_backend
+    from mmjudge.judge.outputs import locked
 
-    monkeypatch.setattr(infer.local_backend, "load_judge", lambda *args: pytest.fail("the model loaded"))
+    monkeypatch.setattr(mmjudge.infer.local_backend, "load_judge", lambda *args: pytest.fail("the model loaded"))
     with locked(tmp_path / "out", "judge-score"):
         assert main(["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json",
                      "--output_dir", str(tmp_path / "out")]) == 2
@@ -453,8 +453,8 @@ def test_a_second_run_on_an_output_dir_in_use_is_refused_before_the_model_loads(
 
 
 def test_an_output_dir_that_cannot_be_written_is_refused_before_the_model_loads(checkpoint, dataset, tmp_path, capsys, monkeypatch):
-    import infer.local_backend
-    import judge.outputs
+    import mmjudge.infer.local_backend
+    import mmjudge.judge.outputs
 
     opened = os.open
 
@@ -463,15 +463,15 @@ def test_an_output_dir_that_cannot_be_written_is_refused_before_the_model_loads(
             raise PermissionError(13, "Permission denied", str(path))
         return opened(path, *args, **kwargs)
 
-    monkeypatch.setattr(judge.outputs.os, "open", read_only)
-    monkeypatch.setattr(infer.local_backend, "load_judge", lambda *args: pytest.fail("the model loaded"))
+    monkeypatch.setattr(mmjudge.judge.outputs.os, "open", read_only)
+    monkeypatch.setattr(mmjudge.infer.local_backend, "load_judge", lambda *args: pytest.fail("the model loaded"))
     assert main(["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json",
                  "--output_dir", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == f"error: --output_dir {tmp_path / 'out'}: cannot write there (Permission denied)\n"
 
 
 def test_a_disk_that_fills_during_the_run_is_one_line_and_the_finished_batches_stay(checkpoint, dataset, tmp_path, capsys, monkeypatch):
-    import infer.journal
+    import mmjudge.infer.journal
 
     fsync, synced = os.fsync, []
 
@@ -481,12 +481,12 @@ def test_a_disk_that_fills_during_the_run_is_one_line_and_the_finished_batches_s
         synced.append(fd)
         fsync(fd)
 
-    monkeypatch.setattr(infer.journal.os, "fsync", fills_after_one_batch)
+    monkeypatch.setattr(mmjudge.infer.journal.os, "fsync", fills_after_one_batch)
     assert score(checkpoint, dataset, tmp_path, "--mode", "logits", "--token_budget", "1") == 2
     err = capsys.readouterr().err
     assert err.splitlines()[-1] == f"error: {tmp_path / 'eval_result.json.journal.rank0.jsonl'}: No space left on device"  # was "a file"
     assert "Traceback" not in err
-    monkeypatch.setattr(infer.journal.os, "fsync", fsync)
+    monkeypatch.setattr(mmjudge.infer.journal.os, "fsync", fsync)
     assert score(checkpoint, dataset, tmp_path, "--mode", "logits", "--token_budget", "1") == 0
     # the batch synced, and the one written when the sync failed (the kernel still holds it)
     assert "resuming: 2 sample(s)" in capsys.readouterr().err
@@ -508,14 +508,14 @@ def test_control_and_image_tokens_in_a_sample_are_judged_as_text(checkpoint, dat
 def test_logits_that_are_no_numbers_give_no_distribution_and_the_outputs_stay_json(checkpoint, dataset, tmp_path, monkeypatch):
     """A float16 overflow makes NaN logits: their distribution is no measurement (null), and no output may
     hold a bare NaN, which is not JSON (other parsers refuse the file)."""
-    import infer.local_backend
+    import mmjudge.infer.local_backend
 
     def judge_with_nan_logits(*args, **kwargs):
         judge = load_judge(*args, **kwargs)
         judge.model.lm_head.register_forward_hook(lambda module, inputs, logits: logits * float("nan"))
         return judge
 
-    monkeypatch.setattr(infer.local_backend, "load_judge", judge_with_nan_logits)
+    monkeypatch.setattr(mmjudge.infer.local_backend, "load_judge", judge_with_nan_logits)
     assert score(checkpoint, dataset, tmp_path, "--limit", "2", "--max_new_tokens", "2") == 0
 
     def refuse(constant):

@@ -3,9 +3,9 @@ ours (per model, per criterion, parse failures, truncations, skipped records), f
 
 import pytest
 
-from infer.summary import format_summary, summarize
-from judge.data import JudgeResult, Problem
-from judge.parsing import COLLAPSE_SHARE, ScoreScale
+from mmjudge.infer.summary import format_summary, summarize
+from mmjudge.judge.data import JudgeResult, Problem
+from mmjudge.judge.parsing import COLLAPSE_SHARE, ScoreScale
 
 
 def result(id, category, model, score, criteria=None, parse_error=None, truncated=()):

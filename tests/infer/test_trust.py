@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from infer.cli import main
-from infer.probe import BARELY_MOVES, answer_images, barely_moving, format_reliance, image_reliance, probed_samples, reliance
-from judge.calibrator import Calibrator, Escalation, ScoreSets
-from judge.data import CALIBRATOR_FIELDS, JudgeResult, load_samples
-from judge.parsing import ScoreScale
-from judge.testing import judge_result, write_dataset
-from serve.process import free_port, start_server
+from mmjudge.infer.cli import main
+from mmjudge.infer.probe import BARELY_MOVES, answer_images, barely_moving, format_reliance, image_reliance, probed_samples, reliance
+from mmjudge.judge.calibrator import Calibrator, Escalation, ScoreSets
+from mmjudge.judge.data import CALIBRATOR_FIELDS, JudgeResult, load_samples
+from mmjudge.judge.parsing import ScoreScale
+from mmjudge.judge.testing import judge_result, write_dataset
+from mmjudge.serve.process import free_port, start_server
 
 FAST = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2", "--mode", "logits"]
 
@@ -256,7 +256,7 @@ def test_probe_flags_that_cannot_work_are_refused_before_the_model_loads(dataset
 @pytest.mark.slow
 def test_the_probe_resumes_after_a_kill_without_rescoring(checkpoint, dataset, tmp_path, wait_for_lines):
     out = tmp_path / "out"
-    args = [sys.executable, "-m", "infer.cli", "--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json",
+    args = [sys.executable, "-m", "mmjudge.infer.cli", "--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json",
             "--output_dir", str(out), "--max_new_tokens", "24", "--max_tiles", "2", "--token_budget", "1", "--probe_images", "blank"]  # batch size 1
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # a killed run leaves its grey images behind: here, not in /tmp
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -306,7 +306,7 @@ def test_under_torchrun_the_probe_draws_and_scores_as_one_process(checkpoint, da
     """Each rank draws the shuffle for its own samples: the draw depends on the seed and the sample only."""
     probe = ["--mode", "logits", "--max_tiles", "2", "--probe_images", "shuffle", "--probe_seed", "7"]
     assert score(checkpoint, dataset, tmp_path / "single", *probe) == 0
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "infer.cli", "--model_path", str(checkpoint),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "mmjudge.infer.cli", "--model_path", str(checkpoint),
            "--input_dir", str(dataset), "--input_file", "data.json", "--output_dir", str(tmp_path / "multi"), *FAST, *probe]
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -6,8 +6,8 @@ import pytest
 
 import numpy as np
 
-from judge.calibrator import Calibrator, mass_before
-from judge.data import InputError
+from mmjudge.judge.calibrator import Calibrator, mass_before
+from mmjudge.judge.data import InputError
 
 
 def test_apply_interpolates_clips_and_passes_none_through():
@@ -75,7 +75,7 @@ def test_a_map_of_another_criterion_is_refused_rather_than_applied_to_the_overal
 
 
 def test_judge_calibrator_imports_nothing_from_calibration():
-    code = "import sys, judge.calibrator; assert not [m for m in sys.modules if m.split('.')[0] in ('calibration', 'torch')], sorted(sys.modules)"
+    code = "import sys, mmjudge.judge.calibrator; assert not [m for m in sys.modules if m.split('.')[0] == 'torch' or m.startswith('mmjudge.calibration')], sorted(sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
 

@@ -5,16 +5,16 @@ import argparse
 
 import pytest
 
-from infer.cli import main as score_main
-from infer.options import ScoreOptions
-from judge.cli import run, settings_from_config
-from judge.data import InputError, UsageError
-from judge.configs import CONFIG_DIR
-from judge.rubric_cli import main as rubric_main
-from judge.testing import write_dataset
-from judge.yamlfile import read_yaml
-from train.cli import main as train_main
-from train.config import TrainConfig, config_problems
+from mmjudge.infer.cli import main as score_main
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.cli import run, settings_from_config
+from mmjudge.judge.data import InputError, UsageError
+from mmjudge.configs import CONFIG_DIR
+from mmjudge.judge.rubric_cli import main as rubric_main
+from mmjudge.judge.testing import write_dataset
+from mmjudge.judge.yamlfile import read_yaml
+from mmjudge.train.cli import main as train_main
+from mmjudge.train.config import TrainConfig, config_problems
 
 MMIE_LIKE_PROMPTS = 'SA_PROMPT = """Rate it."""\n\ndef get_prompt(data_id):\n    if "SA" in data_id:\n        return SA_PROMPT + "{question}{answer}"\n'
 
@@ -110,8 +110,8 @@ def test_output_dir_resume_and_deepspeed_are_checked_before_loading(tmp_path, ca
 
 
 def test_settings_flags_take_either_spelling_and_leave_unflagged_fields_to_the_config():
-    from infer.cli import build_parser as score_parser
-    from train.cli import build_parser as train_parser
+    from mmjudge.infer.cli import build_parser as score_parser
+    from mmjudge.train.cli import build_parser as train_parser
 
     required = ["--model_path", "m", "--input_dir", ".", "--output_dir", "o"]
     train = train_parser().parse_args([*required, "--train_file", "t.json", "--learning-rate", "3e-4", "--lora_r", "8", "--full-finetune"])
@@ -122,7 +122,7 @@ def test_settings_flags_take_either_spelling_and_leave_unflagged_fields_to_the_c
 
 
 def test_judge_train_accepts_the_local_rank_the_deepspeed_launcher_passes():
-    from train.cli import build_parser as train_parser
+    from mmjudge.train.cli import build_parser as train_parser
 
     args = train_parser().parse_args(["--model_path", "m", "--train_file", "t.json", "--input_dir", ".", "--output_dir", "o", "--local_rank=1"])
     assert args.local_rank == 1
@@ -178,7 +178,7 @@ def help_text(parser) -> str:
 
 
 def test_judge_train_help_shows_the_values_a_run_would_use():
-    from train.cli import build_parser as train_parser
+    from mmjudge.train.cli import build_parser as train_parser
 
     assert "peak learning rate (default: 4e-05)" in help_text(train_parser([]))
     tiny = str(CONFIG_DIR / "train" / "tiny.yaml")
@@ -187,7 +187,7 @@ def test_judge_train_help_shows_the_values_a_run_would_use():
 
 
 def test_judge_score_help_shows_the_values_of_the_format_or_config_given(tmp_path):
-    from infer.cli import build_parser as score_parser
+    from mmjudge.infer.cli import build_parser as score_parser
 
     assert "longest feedback in tokens (default: 512)" in help_text(score_parser(["--format", "milebench", "--help"]))
     (tmp_path / "mine.yaml").write_text("max_new_tokens: 77\n")

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from judge.cli import run
-from judge.data import (
+from mmjudge.judge.cli import run
+from mmjudge.judge.data import (
     Annotation,
     InputError,
     Sample,
@@ -188,12 +188,12 @@ def test_validate_samples_keeps_the_good_records_for_skip_invalid(tmp_path):
 
 
 def test_a_full_disk_names_the_file_being_written(tmp_path, capsys, monkeypatch):
-    import judge.data
+    import mmjudge.judge.data
 
     def full(fd):  # as the kernel reports it: no file named
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(judge.data.os, "fsync", full)
+    monkeypatch.setattr(mmjudge.judge.data.os, "fsync", full)
     assert run(lambda argv: write_json_atomically(tmp_path / "summary.json", {}), []) == 2
     assert capsys.readouterr().err == f"error: {tmp_path / 'summary.json'}: No space left on device\n"  # was "a file"
     assert list(tmp_path.iterdir()) == []
@@ -263,7 +263,7 @@ def test_true_is_no_id(tmp_path):
 
 
 def test_a_result_holds_numbers_or_none_and_no_output_holds_nan(tmp_path):
-    from judge.testing import judge_result
+    from mmjudge.judge.testing import judge_result
 
     result = judge_result("SA_1", 3, score_distribution={"0": float("nan"), "1": 0.5}, expected_score=float("nan"))
     assert (result.score_distribution, result.expected_score) == (None, None)

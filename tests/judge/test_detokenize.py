@@ -6,12 +6,12 @@ from pathlib import Path
 import sentencepiece as spm
 import torch
 
-from infer.engine import Scorer, prepare
-from infer.options import ScoreOptions
-from judge.data import load_samples
-from judge.model import load_judge
-from judge.prompts import encode_prompt, load_rubrics
-from judge.testing import write_dataset, write_original_checkpoint, write_tokenizer
+from mmjudge.infer.engine import Scorer, prepare
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import load_samples
+from mmjudge.judge.model import load_judge
+from mmjudge.judge.prompts import encode_prompt, load_rubrics
+from mmjudge.judge.testing import write_dataset, write_original_checkpoint, write_tokenizer
 
 # 80 id sequences and the text transformers 4.37's slow SentencePiece tokenizer gave them (MMIE's
 # reference), on the tiny tokenizer; how they were made: docs/exactness.md.

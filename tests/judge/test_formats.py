@@ -12,12 +12,12 @@ import pytest
 from PIL import Image
 from rouge import Rouge
 
-from judge.data import InputError
-from judge.formats import FORMATS, detect_format
-from judge.formats.instit import NO_VALID
-from judge.formats.milebench import normalize, question_segments, rouge_l
-from judge.prompts import load_rubrics
-from judge.testing import judge_result
+from mmjudge.judge.data import InputError
+from mmjudge.judge.formats import FORMATS, detect_format
+from mmjudge.judge.formats.instit import NO_VALID
+from mmjudge.judge.formats.milebench import normalize, question_segments, rouge_l
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.testing import judge_result
 
 
 def write(path, value):
@@ -330,7 +330,7 @@ def test_the_formats_load_without_torch():
             "    def find_spec(self, name, path, target=None):\n"
             "        if name.split('.')[0] == 'torch': raise ImportError('torch is blocked')\n"
             "sys.meta_path.insert(0, NoTorch())\n"
-            "import judge.formats\n"
+            "import mmjudge.judge.formats\n"
             "assert 'torch' not in sys.modules\n")
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

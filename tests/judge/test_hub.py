@@ -1,5 +1,5 @@
 """Checkpoints named by Hugging Face Hub ids, resolved through a real huggingface_hub cache that the tests
-write offline in its documented layout (judge.testing.write_hub_cache); the Hub itself is never reached."""
+write offline in its documented layout (mmjudge.judge.testing.write_hub_cache); the Hub itself is never reached."""
 
 import json
 import os
@@ -12,10 +12,10 @@ import torch
 from huggingface_hub import constants
 from huggingface_hub.utils import filter_repo_objects
 
-import judge.hub
-from infer.cli import main as score_main
-from judge.model import CHECKPOINT_FILES, REMOTE_CODE, load_judge, original_base
-from judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
+import mmjudge.judge.hub
+from mmjudge.infer.cli import main as score_main
+from mmjudge.judge.model import CHECKPOINT_FILES, REMOTE_CODE, load_judge, original_base
+from mmjudge.judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO = "org/tiny-judge"
@@ -67,7 +67,7 @@ def test_judge_score_takes_a_hub_id_from_the_cache_under_hf_home_offline(checkpo
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     env.pop("HF_HUB_CACHE", None)
     args = ["--input_dir", str(data), "--input_file", "data.json", *FAST]
-    run = subprocess.run([sys.executable, "-m", "infer.cli", "--model_path", REPO, "--output_dir", str(tmp_path / "hub-out"), *args],
+    run = subprocess.run([sys.executable, "-m", "mmjudge.infer.cli", "--model_path", REPO, "--output_dir", str(tmp_path / "hub-out"), *args],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     assert f"{REPO} (revision main): {tmp_path / 'hf' / 'hub' / 'models--org--tiny-judge' / 'snapshots'}" in run.stderr
@@ -163,7 +163,7 @@ def hub_of_internvl2_4b(tmp_path, monkeypatch):
             (snapshot / name).write_bytes((published / name).read_bytes())
         return str(snapshot)
 
-    monkeypatch.setattr(judge.hub, "snapshot_download", download)
+    monkeypatch.setattr(mmjudge.judge.hub, "snapshot_download", download)
     monkeypatch.chdir(tmp_path)
     return asked
 

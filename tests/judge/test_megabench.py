@@ -13,11 +13,11 @@ import json
 import pytest
 from PIL import Image
 
-from judge.data import InputError
-from judge.formats import FORMATS
-from judge.formats.megabench import load_criteria
-from judge.prompts import load_rubrics
-from judge.testing import judge_result
+from mmjudge.judge.data import InputError
+from mmjudge.judge.formats import FORMATS
+from mmjudge.judge.formats.megabench import load_criteria
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.testing import judge_result
 
 FMT = FORMATS["megabench"]
 
@@ -248,7 +248,7 @@ def test_the_scored_file_is_named_for_the_input_s_breakdown_tool_and_its_core_fi
 
 def test_judge_calibrate_reads_the_scored_file_back(megabench):
     # The scored file's unscored queries are no zeros for judge-calibrate either (issue 12.5).
-    from judge.parsing import ScoreScale
+    from mmjudge.judge.parsing import ScoreScale
 
     root, path, criteria = megabench
     bench = read(path, root, criteria)

@@ -4,7 +4,7 @@ shows the full comparison, on every query of a real scored file and on 1,800 gen
 
 import pytest
 
-from judge.formats.megabench_rules import UNSCORED, aggregate, field_part, numeric_match, parse_json, parse_response
+from mmjudge.judge.formats.megabench_rules import UNSCORED, aggregate, field_part, numeric_match, parse_json, parse_response
 
 
 @pytest.mark.parametrize("response, target, expected", [

@@ -17,12 +17,12 @@ from einops import rearrange
 from safetensors.torch import load_file, save_file
 from transformers import Phi3Config, Phi3ForCausalLM
 
-from judge.data import InputError
-from judge.model import (CheckpointError, load_judge, native_tensors, original_config, original_tensors, read_settings, save_native,
+from mmjudge.judge.data import InputError
+from mmjudge.judge.model import (CheckpointError, load_judge, native_tensors, original_config, original_tensors, read_settings, save_native,
                          settings_from_original, write_settings)
-from judge.testing import write_native_checkpoint, write_original_checkpoint
-from judge.testing.checkpoints import SIZES
-from judge.tiling import TilingConfig
+from mmjudge.judge.testing import write_native_checkpoint, write_original_checkpoint
+from mmjudge.judge.testing.checkpoints import SIZES
+from mmjudge.judge.tiling import TilingConfig
 
 
 @pytest.fixture(scope="module")
@@ -363,7 +363,7 @@ def test_a_hostile_adapter_is_refused_naming_its_file(original_dir, tmp_path, na
 
 
 def test_an_adapter_with_only_pickled_weights_is_refused_by_merge_and_never_unpickled(original_dir, tmp_path, capsys):
-    from train.cli import main as train_main
+    from mmjudge.train.cli import main as train_main
 
     adapter = adapter_over(original_dir, tmp_path / "adapter")
     torch.save(load_file(adapter / "adapter_model.safetensors"), adapter / "adapter_model.bin")

@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
-from judge.cli import run
-from judge.data import UsageError
-from judge.data import write_json_atomically
-from judge.outputs import LOCK_FILE, locked, overwritten_inputs, written_whole
+from mmjudge.judge.cli import run
+from mmjudge.judge.data import UsageError
+from mmjudge.judge.data import write_json_atomically
+from mmjudge.judge.outputs import LOCK_FILE, locked, overwritten_inputs, written_whole
 
 
 def test_a_second_run_on_a_directory_in_use_is_refused_naming_the_first(tmp_path):
@@ -25,7 +25,7 @@ def test_a_second_run_on_a_directory_in_use_is_refused_naming_the_first(tmp_path
 
 
 def test_a_run_killed_with_kill_9_leaves_no_lock_behind(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom judge.outputs import locked\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom mmjudge.judge.outputs import locked\n"
                                f"with locked(Path({str(tmp_path)!r}), 'judge-train'):\n    print('held', flush=True)\n    time.sleep(600)\n"],
                               stdout=subprocess.PIPE, text=True)
     try:

@@ -1,6 +1,6 @@
 import pytest
 
-from judge.parsing import ScoreScale, format_judgement, parse_judgement
+from mmjudge.judge.parsing import ScoreScale, format_judgement, parse_judgement
 
 LABELS = {
     "text_quality": "Text quality",

@@ -2,12 +2,12 @@ import pytest
 import yaml
 from PIL import Image
 
-from judge.data import InputError, Sample
-from judge.detokenize import reference_ids
-from judge.prompts import DEFAULT_RUBRICS, Rubric, build_prompt, encode_prompt, load_rubrics
-from judge.templates import get_template
-from judge.testing import write_tokenizer
-from judge.tiling import TilingConfig
+from mmjudge.judge.data import InputError, Sample
+from mmjudge.judge.detokenize import reference_ids
+from mmjudge.judge.prompts import DEFAULT_RUBRICS, Rubric, build_prompt, encode_prompt, load_rubrics
+from mmjudge.judge.templates import get_template
+from mmjudge.judge.testing import write_tokenizer
+from mmjudge.judge.tiling import TilingConfig
 
 TEMPLATE = get_template("phi3-chat")
 RUBRIC = Rubric(category="SA", instructions="Judge it.", template="{instructions}\n### Question\n{question}\n### Answer\n{answer}\n### Feedback\n")

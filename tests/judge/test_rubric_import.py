@@ -6,13 +6,13 @@ import json
 import pytest
 from PIL import Image
 
-from infer.cli import main as score_main
-from judge.data import Sample
-from judge.prompts import build_prompt, load_rubrics
-from judge.rubric_cli import main
-from judge.templates import get_template
-from judge.testing import write_dataset, write_original_checkpoint
-from judge.tiling import TilingConfig
+from mmjudge.infer.cli import main as score_main
+from mmjudge.judge.data import Sample
+from mmjudge.judge.prompts import build_prompt, load_rubrics
+from mmjudge.judge.rubric_cli import main
+from mmjudge.judge.templates import get_template
+from mmjudge.judge.testing import write_dataset, write_original_checkpoint
+from mmjudge.judge.tiling import TilingConfig
 
 PROMPTS_PY = '''
 SA_SYSTEM_PROMPT = \'\'\'Rate the story. \\nTrailing spaces stay: \\n1) Text \\u2014 clear.\\nBegin with '### Feedback\\\\n', end with '### Score\\\\n'.\'\'\'

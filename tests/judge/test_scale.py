@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from judge.parsing import ScoreScale
+from mmjudge.judge.parsing import ScoreScale
 
 TENTHS = ScoreScale(0, 1, 0.1)
 

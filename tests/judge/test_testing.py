@@ -1,4 +1,4 @@
-"""judge.testing: the tiny checkpoints and synthetic datasets every other test builds on must look like
+"""mmjudge.judge.testing: the tiny checkpoints and synthetic datasets every other test builds on must look like
 the real thing (InternVL2-4B's files, keys, token ids; MMIE's records) and be reproducible."""
 
 import json
@@ -12,8 +12,8 @@ from PIL import Image
 from safetensors import safe_open
 from transformers import AutoTokenizer, InternVLForConditionalGeneration
 
-from judge.data import SCORE_FIELDS, load_annotations, load_samples
-from judge.testing import SIZES, human_scores, write_dataset, write_native_checkpoint, write_original_checkpoint, write_tokenizer
+from mmjudge.judge.data import SCORE_FIELDS, load_annotations, load_samples
+from mmjudge.judge.testing import SIZES, human_scores, write_dataset, write_native_checkpoint, write_original_checkpoint, write_tokenizer
 
 # Offsets above the base vocabulary, as in InternVL2-4B (base 32000: <|endoftext|> is 32000, <|end|> 32007, ...).
 REAL_OFFSETS = {"<|endoftext|>": 0, "<|assistant|>": 1, "<|system|>": 6, "<|end|>": 7, "<|user|>": 10, "<img>": 11, "</img>": 12, "<IMG_CONTEXT>": 13}
@@ -199,7 +199,7 @@ def test_annotated_scores_follow_the_documented_rule(tmp_path):
 
 @pytest.mark.slow
 def test_command_line(tmp_path, capsys, monkeypatch):
-    from judge.testing.__main__ import main
+    from mmjudge.judge.testing.__main__ import main
 
     monkeypatch.setenv("COLUMNS", "300")  # one line per flag, so the help reads as a whole
     for command, flags in (("checkpoint", ("--format", "--seed", "--shards", "--dtype", "(default: float32)")), ("dataset", ("--samples", "--seed", "--annotated"))):
@@ -212,7 +212,7 @@ def test_command_line(tmp_path, capsys, monkeypatch):
     assert len(records) == 5 + 2 and all("human_scores" in r for r in records)
     assert main(["checkpoint", "--format", "native", "--shards", "2", str(tmp_path / "bad")]) == 2  # a usage error, not a crash
     # one real `python -m` run, as a user would type it
-    done = subprocess.run([sys.executable, "-m", "judge.testing", "checkpoint", "--format", "original", "--shards", "2", "--seed", "5",
+    done = subprocess.run([sys.executable, "-m", "mmjudge.judge.testing", "checkpoint", "--format", "original", "--shards", "2", "--seed", "5",
                            str(tmp_path / "ckpt")], capture_output=True, text=True, env=OFFLINE)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("ckpt")

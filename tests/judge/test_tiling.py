@@ -1,4 +1,4 @@
-"""judge.tiling against an independent implementation of InternVL's published preprocessing.
+"""mmjudge.judge.tiling against an independent implementation of InternVL's published preprocessing.
 
 The reference below is written straight from the algorithm's description, in another style: an
 exhaustive scan of every grid with the tie rule spelled out, PIL calls with the resample named, and the
@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
-from judge.tiling import TilingConfig, choose_grid, count_tiles, load_tiles
+from mmjudge.judge.tiling import TilingConfig, choose_grid, count_tiles, load_tiles
 
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)

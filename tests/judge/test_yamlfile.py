@@ -3,10 +3,10 @@ line naming the file."""
 
 import pytest
 
-from infer.cli import main as score_main
-from judge.data import InputError
-from judge.prompts import load_rubrics
-from judge.yamlfile import MAX_YAML_BYTES, read_yaml
+from mmjudge.infer.cli import main as score_main
+from mmjudge.judge.data import InputError
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.yamlfile import MAX_YAML_BYTES, read_yaml
 
 # Seven lines that stand for 9**7 (4.8 million) strings once the aliases are expanded.
 ALIAS_BOMB = "".join(f"{name}: &{name} [{', '.join([f'*{prev}' if prev else 'lol'] * 9)}]\n"

@@ -4,11 +4,11 @@ false (serve/api.py ChatRequest)."""
 
 import pytest
 
-from judge.prompts import encode_prompt, render_query
-from judge.templates import get_template
-from judge.testing import write_tokenizer
-from serve.api import ChatRequest, RequestError, validated
-from serve.app import user_query
+from mmjudge.judge.prompts import encode_prompt, render_query
+from mmjudge.judge.templates import get_template
+from mmjudge.judge.testing import write_tokenizer
+from mmjudge.serve.api import ChatRequest, RequestError, validated
+from mmjudge.serve.app import user_query
 
 TEMPLATE = get_template("phi3-chat")
 TOKENS_PER_TILE = 4

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from serve.completions import ChoiceText
+from mmjudge.serve.completions import ChoiceText
 
 PIECES = ["a", " b", "c", " .", " n't", " ", "\ufffd", "é", "d", " stop", "!", "x"]
 STOP_ID = 99

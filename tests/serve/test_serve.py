@@ -18,11 +18,11 @@ import pytest
 from huggingface_hub import constants
 from PIL import Image
 
-from infer.cli import main as score_main
-from judge.data import JudgeResult
-from judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
-from serve.cli import main as serve_main
-from serve.process import free_port, start_server
+from mmjudge.infer.cli import main as score_main
+from mmjudge.judge.data import JudgeResult
+from mmjudge.judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
+from mmjudge.serve.cli import main as serve_main
+from mmjudge.serve.process import free_port, start_server
 
 # Every test talks to a judge-serve started as a child process (seconds each, a minute in all).
 pytestmark = pytest.mark.slow
@@ -349,7 +349,7 @@ def test_the_server_killed_mid_run_loses_nothing_and_scores_nothing_twice(checkp
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     server = start_server(flags, port, log, env)
     out = tmp_path / "out"
-    client = [sys.executable, "-m", "infer.cli", "--model_path", "judge", "--input_dir", str(data), "--input_file", "data.json",
+    client = [sys.executable, "-m", "mmjudge.infer.cli", "--model_path", "judge", "--input_dir", str(data), "--input_file", "data.json",
               "--output_dir", str(out), "--max_new_tokens", "16", "--max_tiles", "2", "--backend", "openai",
               "--base_url", f"http://127.0.0.1:{port}/v1", "--concurrency", "2", "--max_retries", "0"]
     run = subprocess.Popen(client, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)

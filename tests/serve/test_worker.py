@@ -6,15 +6,15 @@ from dataclasses import replace
 import pytest
 import torch
 
-from infer.decoding import Sampling
-from infer.engine import _load_pixels, prepare
-from infer.options import ScoreOptions
-from judge.data import UsageError, load_samples
-from judge.model import load_judge
-from judge.prompts import image_tokens, load_rubrics
-from judge.templates import get_template
-from judge.testing import write_dataset, write_original_checkpoint
-from serve.worker import Abandoned, ChatPrompt, Worker
+from mmjudge.infer.decoding import Sampling
+from mmjudge.infer.engine import _load_pixels, prepare
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import UsageError, load_samples
+from mmjudge.judge.model import load_judge
+from mmjudge.judge.prompts import image_tokens, load_rubrics
+from mmjudge.judge.templates import get_template
+from mmjudge.judge.testing import write_dataset, write_original_checkpoint
+from mmjudge.serve.worker import Abandoned, ChatPrompt, Worker
 
 
 @pytest.fixture(scope="module")
@@ -163,16 +163,16 @@ def test_a_chat_prompt_arriving_while_others_write_takes_a_freed_slot_and_writes
 def test_an_answer_too_long_for_memory_fails_alone_saying_so(judge, monkeypatch):
     """A max_tokens within the context may still ask for a cache slot larger than the device holds: that
     request fails alone with what to change, the others of its round are answered."""
-    import infer.decoding
+    import mmjudge.infer.decoding
 
-    slot_cache = infer.decoding.SlotCache
+    slot_cache = mmjudge.infer.decoding.SlotCache
 
     def small_device(layers, slots, heads, capacity, *args):  # a device with room for 300 tokens of cache
         if slots * capacity > 300:
             raise torch.OutOfMemoryError("simulated")
         return slot_cache(layers, slots, heads, capacity, *args)
 
-    monkeypatch.setattr(infer.decoding, "SlotCache", small_device)
+    monkeypatch.setattr(mmjudge.infer.decoding, "SlotCache", small_device)
     worker = Worker(judge, load_rubrics(), ScoreOptions(max_new_tokens=3), "cpu", batch_wait_s=1.0)
     futures = [worker.chat(replace(prompt(judge, "Is this answer good?"), max_new_tokens=1000)), worker.chat(prompt(judge, "Score it."))]
     failed, (answered,) = futures[0].exception(timeout=60), futures[1].result(timeout=60)

@@ -8,9 +8,9 @@ from deepspeed.runtime.fp16.loss_scaler import LossScaler
 from deepspeed.runtime.zero.config import ZeroStageEnum
 from deepspeed.utils.tensor_fragment import fragment_address
 
-from judge.cli import run
-from judge.testing import Planted
-from train.checkpoints import unsafe_pickles
+from mmjudge.judge.cli import run
+from mmjudge.judge.testing import Planted
+from mmjudge.train.checkpoints import unsafe_pickles
 
 
 def test_no_command_unpickles_a_planted_object_even_where_a_library_asks_for_any_global(tmp_path, capsys):

@@ -17,14 +17,14 @@ import torch
 from peft import get_peft_model_state_dict
 from safetensors.torch import load_file
 
-from infer.cli import main as score_main
-from judge.data import load_annotations
-from judge.model import load_judge
-from judge.configs import CONFIG_DIR
-from judge.testing import Planted, write_dataset, write_original_checkpoint
-from train.data import merge_annotators
-from train.config import TrainConfig
-from train.recipe import apply_lora
+from mmjudge.infer.cli import main as score_main
+from mmjudge.judge.data import load_annotations
+from mmjudge.judge.model import load_judge
+from mmjudge.configs import CONFIG_DIR
+from mmjudge.judge.testing import Planted, write_dataset, write_original_checkpoint
+from mmjudge.train.data import merge_annotators
+from mmjudge.train.config import TrainConfig
+from mmjudge.train.recipe import apply_lora
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +67,7 @@ def test_deepspeed_trains_on_two_cpu_processes_and_the_adapter_scores(setup, tmp
     assert len(rated) == 4 and [not r.annotation.images() for r in rated].count(True) == 1
     out = tmp_path / "judge"
     extra = ["--train_projector", "--gradient_checkpointing", "--eval_file", str(data / "heldout.json"), "--eval_max_new_tokens", "4"] if thorough else []
-    args = ["-m", "train.cli", "--model_path", str(base), "--train_file", str(data / "train.json"), "--input_dir", str(data),
+    args = ["-m", "mmjudge.train.cli", "--model_path", str(base), "--train_file", str(data / "train.json"), "--input_dir", str(data),
             "--output_dir", str(out), "--config", str(CONFIG_DIR / "train" / "tiny.yaml"), "--rubric", str(CONFIG_DIR / "rubrics" / "tiny"),
             "--no-full_finetune", "--max_steps", "2", "--per_device_batch_size", "1", "--save_steps", "1", "--warmup_ratio", "0",
             "--dataloader_workers", "0", "--deepspeed", deepspeed_config(stage, tmp_path), *extra]

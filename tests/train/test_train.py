@@ -10,18 +10,18 @@ from huggingface_hub import constants
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from infer.cli import main as score_main
-from infer.engine import prepare
-from judge.data import SCORE_FIELDS, InputError, load_annotations
-from judge.model import load_judge, save_native, with_max_tiles
-from judge.configs import CONFIG_DIR
-from judge.prompts import load_rubrics
-from judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
-from judge.testing.checkpoints import SIZES
-from train.cli import main as train_main
-from train.data import IGNORE_INDEX, Collator, build_dataset, merge_annotators, target_text
-from train.config import TrainConfig
-from train.recipe import JudgeTrainer, apply_lora, evaluation_options, run_vision_in_every_batch
+from mmjudge.infer.cli import main as score_main
+from mmjudge.infer.engine import prepare
+from mmjudge.judge.data import SCORE_FIELDS, InputError, load_annotations
+from mmjudge.judge.model import load_judge, save_native, with_max_tiles
+from mmjudge.configs import CONFIG_DIR
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
+from mmjudge.judge.testing.checkpoints import SIZES
+from mmjudge.train.cli import main as train_main
+from mmjudge.train.data import IGNORE_INDEX, Collator, build_dataset, merge_annotators, target_text
+from mmjudge.train.config import TrainConfig
+from mmjudge.train.recipe import JudgeTrainer, apply_lora, evaluation_options, run_vision_in_every_batch
 
 TINY_RUBRIC = [str(CONFIG_DIR / "rubrics" / "tiny")]
 
@@ -507,7 +507,7 @@ def test_lora_targets_that_name_no_layer_are_refused(base, data, tmp_path, capsy
 @pytest.mark.slow
 def test_the_saved_judge_is_the_best_evaluated_checkpoint(base, data, tmp_path, monkeypatch, capsys, pearsons, said, best_step):
     measured = iter(pearsons)
-    monkeypatch.setattr("train.recipe.evaluate_judge", lambda *_: {"parse_failures": 0, **{name: {"pearson": None} for name in SCORE_FIELDS},
+    monkeypatch.setattr("mmjudge.train.recipe.evaluate_judge", lambda *_: {"parse_failures": 0, **{name: {"pearson": None} for name in SCORE_FIELDS},
                                                                     "overall": {"pearson": next(measured)}})
     out = tmp_path / "judge"
     assert train_main(train_args(base, data, out, "--max_steps", "6", "--save_steps", "2", "--no-full_finetune",
@@ -533,9 +533,9 @@ def test_resume_refuses_inputs_kept_in_the_output_dir(data, tmp_path, capsys):
 
 
 def test_a_second_training_run_on_an_output_dir_in_use_is_refused(base, data, tmp_path, capsys, monkeypatch):
-    from judge.outputs import locked
+    from mmjudge.judge.outputs import locked
 
-    monkeypatch.setattr("train.recipe.load_judge", lambda *a, **k: pytest.fail("the model loaded"))
+    monkeypatch.setattr("mmjudge.train.recipe.load_judge", lambda *a, **k: pytest.fail("the model loaded"))
     with locked(tmp_path / "out", "judge-train"):
         assert train_main(train_args(base, data, tmp_path / "out")) == 2
     assert f"--output_dir {tmp_path / 'out'} is in use by judge-train" in capsys.readouterr().err

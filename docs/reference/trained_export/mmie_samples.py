@@ -3,8 +3,8 @@ answers end with EXTRA[id] more words " the" (one token each), to put prompts wh
 usage: mmie_samples.py DATA_DIR N SEED [EXTRA.json]"""
 import json, random, sys
 from pathlib import Path
-from judge.testing.synthetic import _draw_image
-from judge.testing.checkpoints import CORPUS_WORDS
+from mmjudge.judge.testing.synthetic import _draw_image
+from mmjudge.judge.testing.checkpoints import CORPUS_WORDS
 
 out, n, seed = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 extra = json.loads(Path(sys.argv[4]).read_text()) if len(sys.argv) > 4 else {}

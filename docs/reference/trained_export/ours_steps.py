@@ -4,12 +4,12 @@ import sys
 from concurrent.futures import Future
 from pathlib import Path
 import torch
-from infer.decoding import Request
-from infer.engine import _load_pixels, judge_decoder, prepare
-from infer.options import ScoreOptions
-from judge.data import validate_samples
-from judge.model import load_judge
-from judge.prompts import load_rubrics
+from mmjudge.infer.decoding import Request
+from mmjudge.infer.engine import _load_pixels, judge_decoder, prepare
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import validate_samples
+from mmjudge.judge.model import load_judge
+from mmjudge.judge.prompts import load_rubrics
 
 ckpt, data_dir, rubric, n, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
 judge = load_judge(ckpt, dtype=torch.float32)

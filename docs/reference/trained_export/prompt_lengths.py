@@ -2,11 +2,11 @@
 import json, sys
 from pathlib import Path
 import torch
-from infer.engine import prepare
-from infer.options import ScoreOptions
-from judge.data import validate_samples
-from judge.model import load_judge
-from judge.prompts import load_rubrics
+from mmjudge.infer.engine import prepare
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import validate_samples
+from mmjudge.judge.model import load_judge
+from mmjudge.judge.prompts import load_rubrics
 judge = load_judge(sys.argv[1], dtype=torch.float32)
 samples, problems, _ = validate_samples(Path(sys.argv[2]) / "data.json", Path(sys.argv[2]))
 items = prepare(judge, enumerate(samples), load_rubrics([Path(sys.argv[3])]), Path(sys.argv[2]), ScoreOptions(max_tiles=12))

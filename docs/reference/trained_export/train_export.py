@@ -5,9 +5,9 @@ usage: train_export.py RUN SEED SWITCH REMOTE_CODE [projector] [bf16]"""
 import json, shutil, sys
 from pathlib import Path
 
-from judge.configs import CONFIG_DIR
-from judge.testing import write_dataset, write_original_checkpoint
-from train.cli import main as train_main
+from mmjudge.configs import CONFIG_DIR
+from mmjudge.judge.testing import write_dataset, write_original_checkpoint
+from mmjudge.train.cli import main as train_main
 
 run, seed, switch, remote_code = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
 options = sys.argv[5:]
