@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from mmjudge.infer.engine import Scorer, prepare
 from mmjudge.infer.options import ScoreOptions
-from mmjudge.judge.data import JudgeResult, Sample, UsageError
+from mmjudge.judge.data import JudgeResult, Pair, PairResult, Sample, UsageError
 from mmjudge.judge.model import find_checkpoint, load_judge, with_max_tiles
 from mmjudge.judge.prompts import Rubric
 
@@ -39,11 +39,12 @@ class LocalBackend:
                 "settings": self.judge.settings.to_json(), "prompt_token_budget": self.options.prompt_token_budget,
                 "ignore_stop": self.options.ignore_stop}
 
-    def score(self, samples: list[tuple[int, Sample]]) -> Iterator[list[JudgeResult]]:
-        preparing = tqdm(samples, unit="sample", desc="preparing", disable=self.rank != 0, file=sys.stderr)
+    def score(self, samples: list[tuple[int, Sample | Pair]]) -> Iterator[list[JudgeResult | PairResult]]:
+        unit = "pair" if samples and isinstance(samples[0][1], Pair) else "sample"
+        preparing = tqdm(samples, unit=unit, desc="preparing", disable=self.rank != 0, file=sys.stderr)
         items = prepare(self.judge, preparing, self.rubrics, self.image_root, self.options)
-        with tqdm(total=len(items), unit="sample", desc="scoring", disable=self.rank != 0, file=sys.stderr) as bar:
-            for batch in self.scorer.run(items):
+        with tqdm(total=len(samples), unit=unit, desc="scoring", disable=self.rank != 0, file=sys.stderr) as bar:
+            for batch in self.scorer.judged(items):
                 yield [result for _, result in batch]
                 bar.update(len(batch))
 

@@ -6,6 +6,7 @@
     instit     Inst-It Bench open-ended predictions, or a log        its evaluate log, instit_evaluate.json
     megabench  MEGA-Bench open-set submission + its dataset's rows   data_with_scores_open.json (megabench_open_data_with_scores.json
                                                                      for lmms-eval's submissions), for the breakdown tool
+    pairs      pairs of answers (JSON list or JSONL)                 nothing: eval_result.json holds the pairs' verdicts
 
 A format's `read` turns the file into `Sample`s and reports every problem of the file in the benchmark's
 own terms (item, field), all at once; its `write` puts the judge's results back into the benchmark's
@@ -20,10 +21,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from mmjudge.judge.data import InputError, Problem, load_json
-from mmjudge.judge.formats import instit, megabench, milebench, mmie
+from mmjudge.judge.formats import instit, megabench, milebench, mmie, pairs
 from mmjudge.judge.formats.base import BenchmarkInput, Format, first_record
 
-FORMATS: dict[str, Format] = {f.name: f for f in (mmie.FORMAT, milebench.FORMAT, instit.FORMAT, megabench.FORMAT)}
+FORMATS: dict[str, Format] = {f.name: f for f in (mmie.FORMAT, milebench.FORMAT, instit.FORMAT, megabench.FORMAT, pairs.FORMAT)}
 
 __all__ = ["FORMATS", "BenchmarkInput", "Format", "detect_format", "scored_format"]
 
