@@ -161,6 +161,10 @@ def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
     """The input in the toolkit's terms, its rubrics loaded; refuses what cannot work before a model loads."""
     if args.criteria_file and fmt.name != "megabench":
         raise UsageError(f"--criteria_file applies to --format megabench only, not {fmt.name}")
+    if not args.rubric and not fmt.default_rubrics:
+        raise UsageError(f"--format {fmt.name} judges with {fmt.name}'s own prompt, which this toolkit does not ship: import it from the "
+                         f"benchmark's repository, `judge-rubric import --benchmark {fmt.name} {fmt.prompt_source} -o {fmt.name}.yaml`, "
+                         f"and give --rubric {fmt.name}.yaml")
     written = [args.output_file, SUMMARY, *fmt.outputs, journal_pattern(args.output_file)]
     if args.probe_images:
         if args.output_file == result_file(args.probe_images):
@@ -206,30 +210,29 @@ def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator,
     """Merge every rank's journal into the result file, in input order, write the benchmark's own files, and
     write the summary (naming those files, with the probe's figures, from its own journals, when there is one)."""
     results = journaled(output_dir, output_file, samples, run_id)
-    if record_type(samples) is PairResult:
-        write_json_atomically(output_dir / output_file, [r.model_dump() for r in results])
-        summary = {**summarize_pairs(results, samples, skipped), "warnings": warnings(results)}
-        write_json_atomically(output_dir / SUMMARY, summary)
-        print(format_pairs_summary(summary))
-        print(f"results: {output_dir / output_file}\nsummary: {output_dir / SUMMARY}")
-        return results
+    pairs = record_type(samples) is PairResult
     if calibrator is not None:
         for r in results:
             r.calibrated_score = calibrator.apply(getattr(r, calibrator.source))
             r.score_set = calibrator.score_set(r.score_distribution)
             r.escalate = calibrator.escalate(r.score, r.score_distribution)
-    uncalibrated = CALIBRATOR_FIELDS if calibrator is None else None
+    uncalibrated = CALIBRATOR_FIELDS if calibrator is None and not pairs else None
     write_json_atomically(output_dir / output_file, [r.model_dump(exclude=uncalibrated) for r in results])
     benchmark_files = write_benchmark_files(results)
-    scale = next(iter(rubrics.values())).score_scale
-    summary = {**summarize(results, skipped, scale, calibrator), "warnings": warnings(results),
-               "benchmark_files": [path.name for path in benchmark_files]}
-    if probe is not None:
-        summary["image_reliance"] = finish_probe(output_dir, probe, results, scale)
-    write_json_atomically(output_dir / SUMMARY, summary)
-    print(format_summary(summary))
-    if probe is not None:
-        print(format_reliance(summary["image_reliance"]))
+    written = {"warnings": warnings(results), "benchmark_files": [path.name for path in benchmark_files]}
+    if pairs:
+        summary = {**summarize_pairs(results, samples, skipped), **written}
+        write_json_atomically(output_dir / SUMMARY, summary)
+        print(format_pairs_summary(summary))
+    else:
+        scale = next(iter(rubrics.values())).score_scale
+        summary = {**summarize(results, skipped, scale, calibrator), **written}
+        if probe is not None:
+            summary["image_reliance"] = finish_probe(output_dir, probe, results, scale)
+        write_json_atomically(output_dir / SUMMARY, summary)
+        print(format_summary(summary))
+        if probe is not None:
+            print(format_reliance(summary["image_reliance"]))
     print(f"results: {output_dir / output_file}\nsummary: {output_dir / SUMMARY}")
     for path in benchmark_files:
         print(f"{format_name}: {path}")

@@ -156,6 +156,9 @@ class Rubric(BaseModel):
         fields = {"instructions": [self.instructions], **fields}
         query: Query = []
         for literal, name, _, _ in Formatter().parse(self.template):
+            if self.layout == "tagged" and name in ("answer_a", "answer_b") and fields[name][:1] in ([], [""]):
+                # IntJudge announces an answer that opens without text by its prefix alone, on a line of its own
+                literal = "\n" + literal.strip()
             query.append(literal)
             if name is not None:
                 query += fields[name]

@@ -70,6 +70,22 @@ METRIC_INFO = {"field_score_function": {"caption": "gpt_4o_as_judge"}, "aggregat
                "gpt4o_eval_configs": {"judge_model_type": "with image", "eval_criteria_prompt": "Is {response} an accurate caption of {what}?",
                                       "template_mapping": {"response": "model_output", "what": "eval_context.what"}}}
 MEGABENCH_ROW = {"task_name": "caption", "id": "0", "metric_info": str(METRIC_INFO), "eval_context": json.dumps({"what": "the cup"})}
+# The pairwise formats' records: the toolkit's pairs, and VL-RewardBench's, Multimodal RewardBench's, MMRB2's and OpenING's.
+PAIR = {"id": "p1", "question": [{"text": "Q?", "image": "images/a.png"}], "answer_a": "It sails.", "answer_b": [{"image": "images/a.png"}],
+        "preference": "A", "criteria": {"text_quality": "tie"}, "annotator": "x", "rationale": "Clearer."}
+VLRB = {"id": "RLAIF-V_1", "query": "<image>\nWhat is it?", "response": ["A cat.", "A dog."], "human_ranking": [0, 1], "image_path": "images/a.png",
+        "models": ["m1", "m2"]}
+MMRB = {"ID": "nocaps_1", "Text": "Describe.", "Image": "images/a.png", "Output1": "A cup.", "Output2": "A mug.", "Better": "Output2", "Category": "vqa"}
+MMRB2_FILE = {"pairs": [{"id": "p", "prompt_content": [["text", "Tell it."], ["image", "images/a.png"]], "prompt_source": "chameleon", "chosen": "A",
+                         "response_a": {"model_name": "m1", "response_content": [["text", "One."], ["image", "images/a.png"]]},
+                         "response_b": {"model_name": "m2", "response_content": [["text", "Two."]]}}]}
+BATTLE = {"data_id": "1", "model_A": {"id": "1", "name": "m1"}, "model_B": {"id": "2", "name": "m2"}, "winner": "Tie(A)"}
+OPENING_ANSWER = {"meta_task_name": "Story", "conversations": [{"input": [{"text": "Go on. <BEGIN> Once.", "image": "images/a.png"}]},
+                                                                {"output": [{"text": "Then.", "image": "./m1_output/1-o-0.jpg"}]}]}
+PAIR_RUBRICS = [{"kind": "pairwise", "category": category, "verdict_format": verdict, "layout": "parts", "instructions": "Which is better?",
+                 "template": "{instructions}{question}{answer_a}{answer_b}"}
+                for category, verdict in (("vlrewardbench", "vlrewardbench"), ("mmrewardbench", "brackets"), ("mmrb2_interleaved", "mmrb2"),
+                                          ("opening", "opening"))]
 CALIBRATOR = {"method": "linear", "source": "score", "x": [0, 6], "y": [1, 5], "scale": [0, 6], "fitted_on": {"n": 10}}
 RUBRIC = {"category": "SA", "scale": [0, 6], "criteria": {"text_quality": "Text quality"}, "instructions": "Judge it.",
           "template": "{instructions}\n### Question\n{question}\n### Answer\n{answer}\n### Feedback\n", "use_reference": False}
@@ -262,6 +278,25 @@ def test_benchmark_formats(root, milebench, annotation, instit, log, megabench, 
         path.write_bytes(data)
         code, err = score(root, str(path.relative_to(root)), *([] if detect else ["--format", fmt]), *extra)
         assert_taken_or_refused(code, err, path, root / "ALFRED" / "ALFRED.json", root / "rows.jsonl", root / "no-model")
+
+
+@FUZZ
+@given(pairs=st.one_of(file_bytes([PAIR, {**PAIR, "annotator": "y"}]), file_bytes([PAIR], "jsonl")), vlrb=file_bytes([VLRB], "jsonl"),
+       mmrb=file_bytes([MMRB]), mmrb2_file=file_bytes(MMRB2_FILE), battles=file_bytes([BATTLE]), answer=file_bytes(OPENING_ANSWER), detect=st.booleans())
+def test_pair_formats(root, pairs, vlrb, mmrb, mmrb2_file, battles, answer, detect):
+    (root / "pairs").mkdir(exist_ok=True)
+    (root / "pairs" / "rubrics.yaml").write_text(yaml.safe_dump(PAIR_RUBRICS))
+    (root / "pairs" / "m1_output").mkdir(exist_ok=True)
+    (root / "pairs" / "m1_output" / "1.json").write_bytes(answer)
+    (root / "pairs" / "m2_output").mkdir(exist_ok=True)
+    (root / "pairs" / "m2_output" / "1.json").write_text(json.dumps(OPENING_ANSWER))
+    rubric = ["--rubric", str(root / "pairs" / "rubrics.yaml")]
+    for fmt, name, data, extra in (("pairs", "pairs.json", pairs, []), ("vlrewardbench", "vlrb.jsonl", vlrb, rubric), ("mmrewardbench", "all_data.json", mmrb, rubric),
+                                   ("mmrb2", "interleaved.json", mmrb2_file, rubric), ("opening", "battles.json", battles, rubric)):
+        path = root / "pairs" / name
+        path.write_bytes(data)
+        code, err = score(root, str(path.relative_to(root)), *([] if detect else ["--format", fmt]), *extra)
+        assert_taken_or_refused(code, err, path, root / "no-model")
 
 
 @FUZZ
