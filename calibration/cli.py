@@ -2,9 +2,13 @@
 
     judge-calibrate --predictions eval_result.json [other.json ...] --human annotations.json --output_dir report
     judge-calibrate --predictions local_log.json --human gpt4o_log.json --scale 0 1 --step 0.1 --output_dir report  # Inst-It logs
+    judge-calibrate --predictions eval_result.json --human pairs.json --output_dir report  # verdicts on pairs
 
 Writes report.json, report.md, report.html (plots embedded), plots/*.png, and calibrator.json (the first
 judge's map, for `judge-score --calibrator`; with several judges also calibrator_<name>.json for each).
+Predictions of verdicts on pairs (a pairwise judge-score run, an OpenING battle file of a judge's winners)
+get a report on preferences instead (calibration/preferences.py): agreement with and without ties, Cohen's
+kappa, position bias, swap consistency, win rates under four tie rules and a Bradley-Terry ranking; no map.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from pathlib import Path
 
 from mmjudge.calibration.analysis import Options, Report, analyse
 from mmjudge.calibration.inputs import Ratings, coverage_notes, expected_as_overall, load_ratings
-from mmjudge.calibration.report import slug, write_reports
+from mmjudge.calibration.preferences import analyse as analyse_preferences, is_preference_file
+from mmjudge.calibration.report import slug, write_preference_report, write_reports
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.cli import add_common_flags, run
 from mmjudge.judge.data import SCORE_FIELDS, InputError, Problem, UsageError
@@ -31,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output_dir", required=True, help="where the reports go")
     p.add_argument("--names", nargs="+", help="a display name per predictions file (default: the file names without extension)")
     p.add_argument("--criteria", nargs="+", choices=SCORE_FIELDS, help="criteria to compare (default: every one both sides scored)")
-    p.add_argument("--by", choices=["category", "model", "none"], default="category", help="grouping of the per-group figures (default: category)")
+    p.add_argument("--by", choices=["category", "model", "none"], default="category",
+                   help="grouping of the per-group figures; for pairs, category is the benchmark's group (domain, task) (default: category)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for Pearson's interval; 0 turns it off (default: 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap, the calibration folds and the plot jitter (default: 0)")
     p.add_argument("--fit", choices=["isotonic", "linear", "none"], default="isotonic", help="calibration map (default: isotonic)")
@@ -114,10 +120,35 @@ def _short(value: float | None) -> str:
     return "undefined" if value is None else f"{value:.3f}"
 
 
+# Flags of score agreement that preferences have no use for: a run on pairs refuses them rather than ignore them.
+SCORE_ONLY = ("criteria", "fit", "overall", "folds", "coverage", "target_agreement", "agreement", "scale", "step")
+
+
+def preferences(args, names: list[str], out: Path) -> int:
+    parser = build_parser()
+    if given := [f"--{flag}" for flag in SCORE_ONLY if getattr(args, flag) != parser.get_default(flag)]:
+        raise UsageError(f"{', '.join(given)}: for scores; these predictions are verdicts on pairs")
+    inputs = [("--human", args.human), *[("--predictions", path) for path in args.predictions]]
+    if problems := overwritten_inputs(out, ["report.json", "report.md", "report.html", "plots/*"], inputs):
+        raise UsageError("\n  ".join(problems))
+    report = analyse_preferences(args.predictions, names, args.human, args.by, args.bootstrap, args.seed)
+    with locked(out, "judge-calibrate"):
+        write_preference_report(report, out)
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for name, j in report.judges.items():
+        print(f"{name}: accuracy {_short(j.accuracy_with_ties.value)} with ties (n {j.n_with_ties}), {_short(j.accuracy_without_ties.value)} "
+              f"without (n {j.n_without_ties}), kappa {_short(j.kappa.value)}, first shown wins {_short(j.position_bias['both'].share)}")
+    print(f"report: {out / 'report.html'}")
+    return 0
+
+
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     names, scale = check_args(args)
     out = Path(args.output_dir)
+    if is_preference_file(args.predictions[0]):
+        return preferences(args, names, out)
     inputs = [("--human", args.human), *[("--predictions", path) for path in args.predictions]]
     if problems := overwritten_inputs(out, ["report.json", "report.md", "report.html", "plots/*", "calibrator*.json"], inputs):
         raise UsageError("\n  ".join(problems))

@@ -187,8 +187,9 @@ def majority(verdicts: list[str | None]) -> str | None:
     return verdict if count * 2 > len(verdicts) else "tie"
 
 
-def _verdict(value: object) -> object:
-    # "tie", "Tie" and "TIE" are one verdict; A and B are letters, written as the benchmarks write them.
+def verdict_of(value: object) -> object:
+    """A verdict as written in a file, normalised: "tie", "Tie" and "TIE" are one verdict; A and B are
+    letters, written as the benchmarks write them. Anything else is left for validation to refuse."""
     if isinstance(value, str) and value.strip().lower() == "tie":
         return "tie"
     return value.strip().upper() if isinstance(value, str) and value.strip().upper() in ("A", "B") else value
@@ -224,9 +225,9 @@ class Pair(BaseModel):
             return data
         data = _as_read(data, ("question", "answer_a", "answer_b"))
         if "preference" in data:
-            data["preference"] = _verdict(data["preference"])
+            data["preference"] = verdict_of(data["preference"])
         if isinstance(data.get("criteria"), dict):
-            data["criteria"] = {name: _verdict(value) for name, value in data["criteria"].items()}
+            data["criteria"] = {name: verdict_of(value) for name, value in data["criteria"].items()}
         if data.get("category") is None:
             data["category"] = (category_from_id(data["id"]) if isinstance(data.get("id"), str) else None) or GENERAL
         elif isinstance(data["category"], str) and data["category"].upper() in CATEGORIES:

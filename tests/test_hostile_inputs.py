@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from mmjudge.calibration.cli import compared_criteria
+from mmjudge.calibration.cli import main as calibrate_main
 from mmjudge.calibration.inputs import load_ratings
 from mmjudge.infer.cli import main as score_main
 from mmjudge.infer.journal import Journal, read_finished
@@ -311,6 +312,22 @@ def test_calibration_inputs(root, predictions, human):
         compared_criteria(ratings, None, str(root / "human.json"))
 
     assert_taken_or_refused(*outcome(lambda: run(read, [])), root / "predictions.json", root / "human.json")
+
+
+PAIR_RESULT = {"id": "p1", "model_a": "m1", "model_b": "m2", "category": "general", "group": "g", "verdict": "A", "rule": "agree",
+               "verdict_distribution": {"A": 0.7, "B": 0.2, "tie": 0.1}, "swap_consistent": True, "n_images": 0, "scores": None,
+               "forward": [{"first": "A", "feedback": "x", "verdict": "A", "label": "A", "n_tiles": 0, "prompt_tokens": 1, "generated_tokens": 1}],
+               "reverse": [{"first": "B", "feedback": "x", "verdict": "A", "label": "B", "n_tiles": 0, "prompt_tokens": 1, "generated_tokens": 1}]}
+
+
+@FUZZ
+@given(predictions=st.one_of(file_bytes([PAIR_RESULT, {**PAIR_RESULT, "id": "p2"}]), file_bytes([BATTLE]), file_bytes([{"id": "p1", "verdict": "B"}])),
+       human=st.one_of(file_bytes([PAIR, {**PAIR, "annotator": "y"}]), file_bytes([BATTLE]), file_bytes([MMRB]), file_bytes(MMRB2_FILE)))
+def test_preference_calibration_inputs(root, predictions, human):
+    (root / "verdicts.json").write_bytes(predictions)
+    (root / "people.json").write_bytes(human)
+    argv = ["--predictions", str(root / "verdicts.json"), "--human", str(root / "people.json"), "--output_dir", str(root / "report"), "--bootstrap", "0"]
+    assert_taken_or_refused(*outcome(lambda: calibrate_main(argv)), root / "verdicts.json", root / "people.json")
 
 
 # judge-serve's chat bodies: what an OpenAI client may send, with an image, a stop list and sampling.

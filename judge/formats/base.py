@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mmjudge.judge.data import JudgeResult, Pair, PairResult, Problem, Sample, Segment, image_problems, sample_image_places
+from mmjudge.judge.data import JudgeResult, Pair, PairResult, Problem, Sample, Segment, image_problems, parse_records, sample_image_places
 
 if TYPE_CHECKING:  # judge.prompts imports torch (tiling); the formats are read by judge-calibrate too, which must not
     from mmjudge.judge.parsing import ScoreScale
@@ -44,6 +44,33 @@ class ScoredFile:
 
 
 @dataclass(frozen=True)
+class Preference:
+    """One verdict on a pair, read from a file for judge-calibrate: an annotator's, or a judge's."""
+
+    id: str  # as judge-score names the pair
+    verdict: str | None  # A, B or tie; None where the record gives none
+    model_a: str | None = None
+    model_b: str | None = None
+    group: str | None = None  # the benchmark's domain or task
+    annotator: str | None = None
+    lean: str | None = None  # the answer a tie leans to, where the file says (OpenING's Tie(A))
+
+
+@dataclass
+class PreferenceFile:
+    records: list[Preference]
+    problems: list[Problem]
+
+
+def preferences_of(path: str, records: list, model: type, build: Callable[[object], Preference], id_key: str = "id") -> PreferenceFile:
+    """Each record validated as `model` and read by `build`; every record that is not one is a problem."""
+    if not isinstance(records, list):
+        return PreferenceFile([], [Problem(path, "expected a list of records")])
+    parsed, problems = parse_records(path, records, model, id_key)
+    return PreferenceFile([build(record) for _, record in parsed], problems)
+
+
+@dataclass(frozen=True)
 class Format:
     name: str
     default_rubrics: tuple[Path, ...]
@@ -57,6 +84,8 @@ class Format:
     # A benchmark whose judge prompt is its own has no default rubric: this toolkit does not copy it. This
     # names the file of its repository that `judge-rubric import --benchmark NAME` reads it from.
     prompt_source: str | None = None
+    # (path, the file's content) -> its verdicts on pairs, for judge-calibrate; None: no such file
+    read_preferences: Callable[[str, object], PreferenceFile] | None = None
 
 
 def first_record(content: object) -> dict | None:

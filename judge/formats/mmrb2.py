@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from mmjudge.judge.data import InputError, JudgeText, Pair, PairResult, Problem, Segment, flip, parse_records, read_json, write_json_atomically
-from mmjudge.judge.formats.base import BenchmarkInput, Format, judgements, pair_input
+from mmjudge.judge.formats.base import BenchmarkInput, Format, Preference, PreferenceFile, judgements, pair_input, preferences_of
 
 if TYPE_CHECKING:
     from mmjudge.judge.prompts import Rubric
@@ -127,5 +127,12 @@ def accuracy(predictions: dict, pairs: list[dict], task: str) -> dict:
             "missing_pairs": missing, "total_correct": correct, "total_evaluated": given}
 
 
+def read_preferences(path: str, content: object) -> PreferenceFile:
+    """The experts' choices of a task file's pairs (judge-calibrate --human)."""
+    pairs = content.get("pairs") if isinstance(content, dict) else None
+    return preferences_of(path, pairs, Record, lambda r: Preference(r.id, r.chosen if r.chosen in ("A", "B") else None, r.response_a.model_name,
+                                                                  r.response_b.model_name, TASK_OF.get(r.prompt_source)))
+
+
 FORMAT = Format("mmrb2", (), looks_like, read, write, (PREDICTIONS, ACCURACY),
-                prompt_source="MMRB2/evaluate/generate_judgements/evaluator_apis/llm_judges/evaluation_prompts.py")
+                prompt_source="MMRB2/evaluate/generate_judgements/evaluator_apis/llm_judges/evaluation_prompts.py", read_preferences=read_preferences)

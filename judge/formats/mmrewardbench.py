@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 from mmjudge.judge.data import InputError, JudgeText, Pair, PairResult, Problem, Segment, parse_records, read_records, write_json_atomically, write_text_atomically
-from mmjudge.judge.formats.base import BenchmarkInput, Format, first_record, judgements, pair_input
+from mmjudge.judge.formats.base import BenchmarkInput, Format, Preference, PreferenceFile, first_record, judgements, pair_input, preferences_of
 
 if TYPE_CHECKING:
     from mmjudge.judge.prompts import Rubric
@@ -109,4 +109,10 @@ def accuracy(lines: list[dict]) -> dict:
     return {task: {"correct": sum(hits), "total": len(hits), "accuracy": sum(hits) / len(hits)} for task, hits in correct.items()}
 
 
-FORMAT = Format("mmrewardbench", (), looks_like, read, write, (ANSWERS, ACCURACY), prompt_source="multimodal_rewardbench/scripts/1_run_model_as_judge_gpt4o.py")
+def read_preferences(path: str, content: object) -> PreferenceFile:
+    """People's preferences of all_data.json's records (judge-calibrate --human)."""
+    return preferences_of(path, content, Record, lambda r: Preference(r.ID, label(r.Better), group=domain(r.ID, r.Category)), "ID")
+
+
+FORMAT = Format("mmrewardbench", (), looks_like, read, write, (ANSWERS, ACCURACY), prompt_source="multimodal_rewardbench/scripts/1_run_model_as_judge_gpt4o.py",
+                read_preferences=read_preferences)

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from mmjudge.judge.data import (InputError, JudgeText, Pair, PairResult, Problem, Segment, missing_file, parse_records, read_json, read_records,
                                 resolve_image, validation_problems, write_json_atomically, write_text_atomically)
-from mmjudge.judge.formats.base import BenchmarkInput, Format, first_record, judgements, pair_input
+from mmjudge.judge.formats.base import BenchmarkInput, Format, Preference, PreferenceFile, first_record, judgements, pair_input, preferences_of
 
 if TYPE_CHECKING:
     from mmjudge.judge.prompts import Rubric
@@ -134,7 +134,7 @@ def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file
         winner = battle.winner
         built.append((index, Pair(id=battle_key(battle), category=CATEGORY, group=outputs[0].meta_task_name, question=question,
                                   answer_a=answers[0], answer_b=answers[1], model_a=battle.model_A.name, model_b=battle.model_B.name,
-                                  preference=None if winner is None else "tie" if "tie" in winner.lower() else winner if winner in ("A", "B") else None)))
+                                  preference=verdict(winner))))
     notes = [f"{path}: {dropped} answer image(s) not found in their model's folder, left out as IntJudge leaves them out"] if dropped else []
     return pair_input(path, built, problems, image_root, rubrics, records, notes)
 
@@ -272,5 +272,21 @@ def winrate_csv(overall: dict[str, float], matrix: dict[str, dict[str, str]]) ->
     return out.getvalue()
 
 
+def verdict(winner: str | None) -> str | None:
+    """A winner as the toolkit's verdict: A, B, or any tie (Tie(A), Tie(B), Tie) a tie."""
+    if winner is None:
+        return None
+    return "tie" if "tie" in winner.lower() else winner if winner in ("A", "B") else None
+
+
+def read_preferences(path: str, content: object) -> PreferenceFile:
+    """The winners of a battle file, people's (judge_modelAB_results.json) or a judge's (IntJudge's or
+    judge-score's results), for judge-calibrate; a tie keeps the answer it leans to."""
+    def preference(b: Battle) -> Preference:
+        lean = b.winner[4] if b.winner in ("Tie(A)", "Tie(B)") else None
+        return Preference(battle_key(b), verdict(b.winner), b.model_A.name, b.model_B.name, lean=lean)
+    return preferences_of(path, content, Battle, preference, "data_id")
+
+
 FORMAT = Format("opening", (), looks_like, read, write, (RESULTS, AGREEMENT, WINRATES, *WINRATE_CSVS.values()),
-                prompt_source="OpenING/IntJudge_judge_AB.py")
+                prompt_source="OpenING/IntJudge_judge_AB.py", read_preferences=read_preferences)

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mmjudge.configs import CONFIG_DIR, DEFAULT_RUBRICS
-from mmjudge.judge.data import Pair, PairResult, validate_samples
-from mmjudge.judge.formats.base import BenchmarkInput, Format, first_record
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from mmjudge.judge.data import Pair, PairResult, Verdict, validate_samples, verdict_of
+from mmjudge.judge.formats.base import BenchmarkInput, Format, Preference, PreferenceFile, first_record, preferences_of
 
 if TYPE_CHECKING:
     from mmjudge.judge.prompts import Rubric
@@ -36,4 +38,27 @@ def write(bench: BenchmarkInput, results: dict[str, PairResult], output_dir: Pat
     return []
 
 
-FORMAT = Format("pairs", (*DEFAULT_RUBRICS, PAIRWISE_RUBRIC), looks_like, read, write)
+class Rated(BaseModel):
+    """A person's preference on a pair, with or without the pair itself."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: str | int
+    preference: Verdict | None
+    model_a: str | None = None
+    model_b: str | None = None
+    group: str | None = None
+    category: str | None = None
+    annotator: str | None = None
+
+    @field_validator("preference", mode="before")
+    @classmethod
+    def _normal(cls, value: object) -> object:
+        return verdict_of(value)
+
+
+def read_preferences(path: str, content: object) -> PreferenceFile:
+    """People's preferences in the toolkit's terms: a pairs file, or `{id, preference, annotator?}` records."""
+    return preferences_of(path, content, Rated, lambda r: Preference(str(r.id), r.preference, r.model_a, r.model_b, r.group or r.category, r.annotator))
+
+
+FORMAT = Format("pairs", (*DEFAULT_RUBRICS, PAIRWISE_RUBRIC), looks_like, read, write, read_preferences=read_preferences)

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mmjudge.judge.data import (InputError, JudgeText, Pair, PairResult, Problem, Segment, parse_records, read_records, write_json_atomically,
                                 write_text_atomically)
-from mmjudge.judge.formats.base import BenchmarkInput, Format, first_record, judgements, pair_input
+from mmjudge.judge.formats.base import BenchmarkInput, Format, Preference, PreferenceFile, first_record, judgements, pair_input, preferences_of
 
 if TYPE_CHECKING:
     from mmjudge.judge.prompts import Rubric
@@ -117,14 +117,13 @@ def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file
         if (image := _image(record)) is None:
             problems.append(Problem(str(path), "no image: give 'image' (a path, or the parquet's bytes) or 'image_path'", index, record.id))
             continue
-        first, second = record.human_ranking
         models = record.models or [None, None]
         text = lambda t: t.replace("<image>\n", "")  # noqa: E731 - inference_hf.py takes this out of the prompt: the image is sent apart
         built.append((index, Pair(
             id=record.id, category=CATEGORY, group=GROUPS[dataset_of(record.id)], question=[Segment(text=text(record.query), image=image)],
             answer_a=[Segment(text=text(record.response[0]))], answer_b=[Segment(text=text(record.response[1]))],
             model_a=models[0], model_b=models[1] if len(models) > 1 else None,
-            preference="A" if first < second else "B" if second < first else "tie",
+            preference=preference(record.human_ranking),
         )))
     return pair_input(path, built, problems, image_root, rubrics, records)
 
@@ -187,4 +186,16 @@ def accuracy(statuses: dict[str, list[str]]) -> dict:
             "groups": groups, "datasets": datasets}
 
 
-FORMAT = Format("vlrewardbench", (), looks_like, read, write, (INFERENCE, ACCURACY), prompt_source="VL_RewardBench/prompt.py")
+def preference(ranking: list[int]) -> str:
+    """People's preference: the answer of the lower rank."""
+    return "A" if ranking[0] < ranking[1] else "B" if ranking[1] < ranking[0] else "tie"
+
+
+def read_preferences(path: str, content: object) -> PreferenceFile:
+    """People's preferences of the released file's records (judge-calibrate --human)."""
+    return preferences_of(path, content, Record, lambda r: Preference(r.id, preference(r.human_ranking), *(r.models or [None, None])[:2],
+                                                                    group=GROUPS[dataset_of(r.id)]))
+
+
+FORMAT = Format("vlrewardbench", (), looks_like, read, write, (INFERENCE, ACCURACY), prompt_source="VL_RewardBench/prompt.py",
+                read_preferences=read_preferences)
