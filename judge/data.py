@@ -751,6 +751,16 @@ def load_samples(path: str | Path, image_root: str | Path | None = None) -> list
     return samples
 
 
+def holds_pairs(path: str | Path) -> bool:
+    """Whether a file's records are pairs (records with answer_a and answer_b) rather than samples; a file
+    that cannot be read is left to its reader to name what is wrong."""
+    try:
+        records = read_json(path)
+    except InputError:
+        return False
+    return isinstance(records, list) and bool(records) and isinstance(records[0], dict) and {"answer_a", "answer_b"} <= set(records[0])
+
+
 def load_pairs(path: str | Path, image_root: str | Path | None = None, preferred: bool = False) -> list[Pair]:
     """Pairs, all valid, or an InputError listing every problem. One id may be annotated by several
     annotators, once each, with the same pair; with `preferred`, every record must say which answer people

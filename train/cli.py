@@ -1,6 +1,7 @@
 """judge-train: fine-tune an InternVL2 judge on human-rated annotations.
 
     judge-train --model_path BASE --train_file train.json --input_dir DATA --output_dir OUT [--eval_file heldout.json]
+    judge-train --model_path BASE --train_file pairs.json --input_dir DATA --output_dir OUT --rubric configs/rubrics/pairwise.yaml
     judge-train merge --adapter OUT --output_dir MERGED [--format native|original]
 
 Many GPUs or nodes: `torchrun --nproc_per_node N -m mmjudge.train.cli ...` or `deepspeed --module mmjudge.train.cli ...` (add
@@ -19,7 +20,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from mmjudge.judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, settings_from_config
-from mmjudge.judge.data import InputError, UsageError, read_json
+from mmjudge.judge.data import InputError, UsageError, holds_pairs, read_json
 from mmjudge.judge.outputs import LOCK_FILE, locked, overwritten_inputs, written_whole
 from mmjudge.judge.prompts import DEFAULT_RUBRICS, load_rubrics
 from mmjudge.train.checkpoints import resume_point, unsafe_pickles
@@ -34,13 +35,15 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--model_path", required=True, help="base judge checkpoint, a local directory or a Hugging Face Hub id "
                                                        "(original InternVL2, native, or a merged judge)")
     add_revision_flag(p)
-    p.add_argument("--train_file", required=True, help="annotations to learn from (JSON list or JSONL)")
+    p.add_argument("--train_file", required=True, help="annotations to learn from (JSON list or JSONL): samples with human_scores, "
+                                                       "or pairs with a preference, each learnt in both orders under a pairwise rubric")
     p.add_argument("--input_dir", required=True, help="directory that image paths in the annotations are relative to")
     p.add_argument("--output_dir", required=True, help="where the trained judge, checkpoints and eval_history.json go: "
                                                        "a new or empty directory, unless --resume")
     p.add_argument("--eval_file", help="held-out annotations scored at every checkpoint (default: none)")
     p.add_argument("--config", help="YAML of the settings that differ from the defaults below, e.g. configs/train/tiny.yaml (default: none)")
-    p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: configs/rubrics/{sa,pbl,msr}.yaml)")
+    p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: configs/rubrics/{sa,pbl,msr}.yaml, "
+                                               "and configs/rubrics/pairwise.yaml for pairs)")
     p.add_argument("--deepspeed", help="DeepSpeed JSON, e.g. configs/deepspeed/zero2.json (default: none)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output_dir (default: start fresh)")
     # The deepspeed launcher passes this flag; the rank itself is read from LOCAL_RANK, which it sets as torchrun does.
@@ -97,7 +100,7 @@ def fine_tune(argv) -> int:
     # A setting's problem names the config it may come from; the others name their flag or file.
     if problems := [f"{args.config} (or its flag): {p}" if args.config else p for p in config_problems(cfg)] + run_problems(args, out):
         raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the settings and flags:\n  " + "\n  ".join(problems))
-    rubrics = load_rubrics(args.rubric or DEFAULT_RUBRICS)
+    rubrics = load_rubrics(args.rubric or default_rubrics(Path(args.train_file)))
     from mmjudge.judge.distributed import end_process_group
     from mmjudge.judge.model import find_checkpoint
     from mmjudge.train.data import check_scales, read_annotations
@@ -114,17 +117,25 @@ def fine_tune(argv) -> int:
             result = train(base, annotations, train_file, image_root, out, rubrics, cfg, args.deepspeed, args.resume)
         finally:
             end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
-    print(f"trained judge: {out}  (steps: {result['global_step']}, {chosen_by(result['best_pearson'], bool(args.eval_file))})")
+    print(f"trained judge: {out}  (steps: {result['global_step']}, {chosen_by(result['best'], bool(args.eval_file), result['measure'])})")
     return 0
 
 
-def chosen_by(best_pearson: float | None, evaluated: bool) -> str:
+def default_rubrics(train_file: Path) -> tuple[Path, ...]:
+    """MMIE's rubrics, and for pairs the toolkit's pairwise one beside them (judge-score's defaults for pairs)."""
+    from mmjudge.judge.formats import FORMATS
+
+    return FORMATS["pairs"].default_rubrics if holds_pairs(train_file) else DEFAULT_RUBRICS
+
+
+def chosen_by(best: float | None, evaluated: bool, measure: str = "overall Pearson") -> str:
     """How the saved weights were chosen, in words."""
     if not evaluated:
         return "the last step's weights: no --eval_file to choose a checkpoint by"
-    if best_pearson is None:
-        return "best overall Pearson: undefined at every evaluation (too few overall scores parsed, or all alike); the first checkpoint kept"
-    return f"best overall Pearson: {best_pearson:.3f}"
+    if best is None:
+        why = "too few overall scores parsed, or all alike" if measure == "overall Pearson" else "no verdict parsed"
+        return f"best {measure}: undefined at every evaluation ({why}); the first checkpoint kept"
+    return f"best {measure}: {best:.3f}"
 
 
 def run_problems(args, out: Path) -> list[str]:
@@ -151,8 +162,8 @@ def run_problems(args, out: Path) -> list[str]:
     if not args.resume and out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
         problems.append(f"--output_dir {out} is not empty (an earlier run?); give a new or empty directory, or --resume to continue that run")
     # Everything in --output_dir is the run's: an input there could be overwritten by a checkpoint or the judge.
-    inputs = [("--model_path", args.model_path), ("--train_file", args.train_file), ("--eval_file", args.eval_file),
-              ("--config", args.config), ("--deepspeed", args.deepspeed), *[("--rubric", path) for path in args.rubric or DEFAULT_RUBRICS]]
+    inputs = [("--model_path", args.model_path), ("--train_file", args.train_file), ("--eval_file", args.eval_file), ("--config", args.config),
+              ("--deepspeed", args.deepspeed), *[("--rubric", path) for path in args.rubric or default_rubrics(Path(args.train_file))]]
     return problems + overwritten_inputs(out, ["**"], inputs)
 
 

@@ -10,6 +10,10 @@ tokenized alone and the judge continues it.
 Several annotators of one id are merged: each criterion's target is the mean of the annotators who
 rated it (then rounded to the rubric's scale by `format_judgement`); the reference critique is
 the first annotator's `feedback`. The individual ratings stay in the file for `judge-calibrate`.
+
+Pairs with a preference are learnt the same way under a pairwise rubric: each pair in both orders (swap
+augmentation, as JudgeLM and IntJudge train), the target the rubric's verdict format writing people's
+verdict in the order shown (their majority, and each criterion's), after their rationale when they gave one.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from statistics import mean
 import torch
 from datasets import Dataset
 
-from mmjudge.judge.data import Annotation, InputError, Problem, UsageError, load_annotations
+from mmjudge.judge.data import Annotation, InputError, Pair, Problem, UsageError, holds_pairs, load_annotations, load_pairs, majority
 from mmjudge.judge.model import Judge
 from mmjudge.judge.parsing import format_judgement
-from mmjudge.judge.prompts import Rubric, build_prompt, encode_prompt, rubric_problems
+from mmjudge.judge.preferences import in_pair_terms
+from mmjudge.judge.prompts import Rubric, build_pair_prompt, build_prompt, encode_prompt, rubric_problems
+from mmjudge.judge.verdicts import VERDICT_FORMATS
 from mmjudge.judge.templates import get_template, join_parts
 from mmjudge.judge.tiling import TilingConfig, load_tiles
 
@@ -32,17 +38,23 @@ IGNORE_INDEX = -100  # labels the loss skips (torch's cross_entropy default)
 
 
 def read_annotations(train_file: Path, eval_file: Path | None, image_root: Path, rubrics: dict[str, Rubric],
-                     scale: tuple[float, float]) -> tuple[list[Annotation], list[Annotation]]:
-    """The training and held-out annotations (none without an eval file), with every problem of both files in
-    one error: a record that cannot work, or a category no rubric judges (found before the model loads)."""
+                     scale: tuple[float, float]) -> tuple[list[Annotation], list[Annotation]] | tuple[list[Pair], list[Pair]]:
+    """The training and held-out annotations (none without an eval file), or pairs with a preference where
+    the training file holds pairs, with every problem of both files in one error: a record that cannot work,
+    or a category no rubric judges, or one whose rubric judges the other kind (found before the model loads)."""
+    pairs = holds_pairs(train_file)
     loaded, problems = {}, []
     for file in filter(None, (train_file, eval_file)):
         try:
-            loaded[file] = load_annotations(file, image_root, scale)
+            loaded[file] = load_pairs(file, image_root, preferred=True) if pairs else load_annotations(file, image_root, scale)
         except InputError as err:
             problems += err.problems
             continue
         problems += rubric_problems(loaded[file], rubrics, file)
+        if pairs:  # a pair under a pointwise rubric has no verdict to learn
+            pointwise = sorted({p.category for p in loaded[file] if p.category in rubrics and rubrics[p.category].kind != "pairwise"})
+            problems += [Problem(str(file), f"the rubric of category {c} scores one answer (kind: pointwise); judge-train learns pairs' "
+                                            "verdicts with a pairwise rubric: give one with --rubric") for c in pointwise]
     if problems:
         raise InputError(problems)
     return loaded[train_file], loaded.get(eval_file, [])
@@ -50,7 +62,9 @@ def read_annotations(train_file: Path, eval_file: Path | None, image_root: Path,
 
 def check_scales(annotations: list[Annotation], rubrics: dict[str, Rubric], scale: tuple[float, float]) -> None:
     """The rubrics that judge `annotations` must score on their scale: the targets are written on the
-    rubric's, where a human 8 of 0-10 is no 0-6 score at all ('### Score None')."""
+    rubric's, where a human 8 of 0-10 is no 0-6 score at all ('### Score None'). Pairs have no scale."""
+    if annotations and isinstance(annotations[0], Pair):
+        return
     low, high = scale
     used = [rubrics[c] for c in sorted({a.category for a in annotations})]
     if other := [r for r in used if r.score_scale.bounds != (low, high)]:
@@ -95,10 +109,14 @@ def encode(judge: Judge, rated: RatedSample, rubric: Rubric, image_root: Path, i
     template = get_template(settings.template)
     prompt = build_prompt(rated.annotation, rubric, template, settings.system_message, image_root,
                           settings.tiling, settings.tokens_per_tile, image_token_budget)
+    return _example(judge, rated.annotation.id, prompt, target_text(rated, rubric), template)
+
+
+def _example(judge: Judge, example_id: str, prompt, target: str, template) -> dict:
     prompt_ids = encode_prompt(judge.tokenizer, prompt.text, prompt.controls)
-    target_ids = encode_prompt(judge.tokenizer, *join_parts(template.target_parts(target_text(rated, rubric))), add_special_tokens=False)
+    target_ids = encode_prompt(judge.tokenizer, *join_parts(template.target_parts(target)), add_special_tokens=False)
     return {
-        "id": rated.annotation.id,
+        "id": example_id,
         "input_ids": prompt_ids + target_ids,
         "labels": [IGNORE_INDEX] * len(prompt_ids) + target_ids,
         "length": len(prompt_ids) + len(target_ids),
@@ -113,15 +131,74 @@ def build_dataset(
     judge: Judge, annotations: list[Annotation], rubrics: dict[str, Rubric], image_root: Path,
     max_length: int, image_token_budget: int | None, source: str,
 ) -> Dataset:
-    """Encode every rated sample; any that is still longer than max_length is an error naming it."""
-    rated = merge_annotators(annotations)
-    rows = [encode(judge, r, rubrics[r.annotation.category], image_root, image_token_budget) for r in rated]
+    """Encode every rated sample (every rated pair, in both orders); any that is still longer than max_length,
+    or whose verdict its rubric's format cannot write, is an error naming it."""
+    if annotations and isinstance(annotations[0], Pair):
+        rated_pairs = merge_pair_annotators(annotations)
+        rows, places, problems = [], [], []
+        for r in rated_pairs:
+            rubric = rubrics[r.pair.category]
+            try:
+                pair_target(r, rubric, "A")
+            except ValueError as err:
+                problems.append(Problem(source, f"{err}: the {rubric.verdict_format} rubric of category {r.pair.category} cannot learn this "
+                                                "pair's preference", r.index, r.pair.id, "preference"))
+                continue
+            for first in ("A", "B"):
+                rows.append(encode_pair(judge, r, rubric, first, image_root, image_token_budget))
+                places.append((r.index, r.pair.id))
+        if problems:
+            raise InputError(problems)
+    else:
+        rated = merge_annotators(annotations)
+        rows = [encode(judge, r, rubrics[r.annotation.category], image_root, image_token_budget) for r in rated]
+        places = [(r.index, r.annotation.id) for r in rated]
     too_long = [Problem(source, f"{row['length']} tokens after image-token budgeting exceed max_length {max_length}; "
-                                "raise max_length or lower image_token_budget / max_tiles", r.index, r.annotation.id)
-                for r, row in zip(rated, rows) if row["length"] > max_length]
+                                "raise max_length or lower image_token_budget / max_tiles", index, record_id)
+                for (index, record_id), row in zip(places, rows) if row["length"] > max_length]
     if too_long:
         raise InputError(too_long)
     return Dataset.from_list(rows)
+
+
+@dataclass(frozen=True)
+class RatedPair:
+    """One pair with its annotators merged into the training target."""
+
+    pair: Pair  # the first record of the id
+    index: int  # its record number in the file, for messages
+    preference: str  # people's majority (a tie where they split)
+    criteria: dict[str, str]  # each criterion's majority, where people gave one
+    rationale: str | None
+
+
+def merge_pair_annotators(pairs: list[Pair]) -> list[RatedPair]:
+    by_id: dict[str, list[tuple[int, Pair]]] = {}
+    for index, pair in enumerate(pairs):
+        by_id.setdefault(pair.id, []).append((index, pair))
+    merged = []
+    for group in by_id.values():
+        records = [pair for _, pair in group]
+        names = sorted({name for pair in records for name in pair.criteria})
+        criteria = {name: majority([pair.criteria.get(name) for pair in records if name in pair.criteria]) for name in names}
+        rationale = next((pair.rationale for pair in records if pair.rationale), None)
+        merged.append(RatedPair(records[0], group[0][0], majority([pair.preference for pair in records]), criteria, rationale))
+    return merged
+
+
+def pair_target(rated: RatedPair, rubric: Rubric, first: str) -> str:
+    """What the judge should write with answer `first` shown first: people's verdict in the order shown."""
+    criteria = {name: in_pair_terms(rated.criteria[name], first) for name in rubric.criteria if name in rated.criteria}
+    return VERDICT_FORMATS[rubric.verdict_format].write(in_pair_terms(rated.preference, first), criteria, rubric.criteria, rated.rationale)
+
+
+def encode_pair(judge: Judge, rated: RatedPair, rubric: Rubric, first: str, image_root: Path, image_token_budget: int | None) -> dict:
+    """One order of one pair as an example, as `encode` makes one of a sample."""
+    settings = judge.settings
+    template = get_template(settings.template)
+    prompt = build_pair_prompt(rated.pair, first, rubric, template, settings.system_message, image_root, settings.tiling,
+                               settings.tokens_per_tile, image_token_budget)
+    return _example(judge, f"{rated.pair.id}#{'forward' if first == 'A' else 'reverse'}", prompt, pair_target(rated, rubric, first), template)
 
 
 class Collator:

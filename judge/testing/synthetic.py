@@ -116,11 +116,12 @@ def write_dataset(out_dir: str | Path, n_samples: int, *, seed: int = 0, annotat
     return path
 
 
-def write_pairs(out_dir: str | Path, n_pairs: int, *, seed: int = 0, annotated: bool = False) -> Path:
+def write_pairs(out_dir: str | Path, n_pairs: int, *, seed: int = 0, annotated: bool = False, text_only: bool = False) -> Path:
     """OUT_DIR/pairs.json (and the images of a synthetic dataset of 2 x n_pairs samples, data.json): pair k is
     sample 2k-1's question with its answer as A and sample 2k's as B, `pair_000k`, of category general. With
     `annotated=True` people prefer the answer whose closing marker is better (poor < average < excellent), a
-    tie where both say the same, and write why; every fourth pair is annotated again by "ann-2", alike."""
+    tie where both say the same, and write why; every fourth pair is annotated again by "ann-2", alike. With
+    `text_only=True` the pairs keep the texts alone (short prompts: the demo trains on them on a CPU)."""
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be at least 1, got {n_pairs}")
     out_dir = Path(out_dir)
@@ -128,7 +129,8 @@ def write_pairs(out_dir: str | Path, n_pairs: int, *, seed: int = 0, annotated: 
     pairs = []
     for k in range(n_pairs):
         a, b = records[2 * k], records[2 * k + 1]
-        pair = {"id": f"pair_{k + 1:04d}", "question": a["question"], "answer_a": a["answer"], "answer_b": b["answer"],
+        texts = (lambda part: [{"text": s["text"]} for s in part if "text" in s] if isinstance(part, list) else part) if text_only else (lambda part: part)  # noqa: E731
+        pair = {"id": f"pair_{k + 1:04d}", "question": texts(a["question"]), "answer_a": texts(a["answer"]), "answer_b": texts(b["answer"]),
                 "model_a": a["model"], "model_b": b["model"]}
         if not annotated:
             pairs.append(pair)
