@@ -34,7 +34,7 @@ from mmjudge.judge.distributed import end_process_group
 from mmjudge.judge.formats import BenchmarkInput, Format
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.outputs import locked, overwritten_inputs
-from mmjudge.judge.prompts import Rubric, load_rubrics, rubric_problems
+from mmjudge.judge.prompts import Rubric, judgeable, load_rubrics, rubric_problems
 
 
 
@@ -113,7 +113,7 @@ def scoring_input(args, fmt: Format) -> ScoringInput:
     skipped = bench.problems + rubric_problems(bench.samples, bench.rubrics, input_path)
     if skipped and not args.skip_invalid:
         raise InputError(skipped)
-    scorable = [s for s in bench.samples if s.category in bench.rubrics]
+    scorable = [s for s in bench.samples if judgeable(s, bench.rubrics)]
     samples = scorable[: args.limit] if args.limit else scorable
     categories = sorted({s.category for s in samples})
     if record_type(bench.samples) is PairResult and (refused := pair_refusals(args)):

@@ -165,6 +165,12 @@ class Rubric(BaseModel):
         return query
 
 
+def judgeable(item: Sample | Pair, rubrics: dict[str, Rubric]) -> bool:
+    """Whether a rubric judges the item: one of its category, pairwise only for a pair."""
+    rubric = rubrics.get(item.category)
+    return rubric is not None and (isinstance(item, Pair) or rubric.kind == "pointwise")
+
+
 def rubric_problems(samples: list[Sample | Pair], rubrics: dict[str, Rubric], file: Path) -> list[Problem]:
     """One problem per category that no rubric covers, with its sample count and first id (judge-score
     --skip_invalid skips those samples); and one per category whose rubric is pairwise where its samples

@@ -19,9 +19,10 @@ import --benchmark NAME` reads a benchmark's prompt from its repository's code, 
 A format's `read` turns the file into `Sample`s and reports every problem of the file in the benchmark's
 own terms (item, field), all at once; its `write` puts the judge's results back into the benchmark's
 shape, so the benchmark's downstream tooling keeps working. Results reach `write` as judge-score's
-`JudgeResult`s, keyed by sample id. Where the benchmark's judge writes a scored file (Inst-It's log,
+`JudgeResult`s (a pairwise format's as `PairResult`s), keyed by sample id. Where the benchmark's judge writes a scored file (Inst-It's log,
 MEGA-Bench's data_with_scores), `read_scores` reads it back, GPT-4o's or judge-score's, for
-judge-calibrate: each file format has this one owner. Nothing here imports torch (judge-calibrate does not).
+judge-calibrate, as `read_preferences` reads a pairwise format's verdicts (people's, or a judge's): each file
+format has this one owner. Nothing here imports torch (judge-calibrate does not).
 """
 
 from __future__ import annotations

@@ -129,3 +129,12 @@ def test_flags_that_do_not_apply_to_pairs_are_refused_before_loading(data, tmp_p
     assert "--probe_images applies to samples, not pairs" in capsys.readouterr().err
     assert main([*base, "--backend", "openai", "--base_url", "http://127.0.0.1:9/v1"]) == 2
     assert "--backend openai scores samples only" in capsys.readouterr().err
+
+
+def test_a_sample_under_a_pairwise_rubric_is_refused_before_loading(tmp_path, capsys):
+    (tmp_path / "samples.json").write_text(json.dumps([{"id": "SA_1", "question": "Q?", "answer": "A."}]))
+    (tmp_path / "sa.yaml").write_text("kind: pairwise\ncategory: SA\ninstructions: Which?\ntemplate: '{instructions}{question}{answer_a}{answer_b}'\n")
+    args = ["--model_path", str(tmp_path / "none"), "--input_dir", str(tmp_path), "--input_file", "samples.json", "--rubric", str(tmp_path / "sa.yaml"),
+            "--output_dir", str(tmp_path / "o")]
+    assert main(args) == 2
+    assert "the rubric of category SA compares two answers (kind: pairwise), but its 1 sample(s) each have one" in capsys.readouterr().err
