@@ -13,11 +13,13 @@ the first annotator's `feedback`. The individual ratings stay in the file for `j
 
 Pairs with a preference are learnt the same way under a pairwise rubric: each pair in both orders (swap
 augmentation, as JudgeLM and IntJudge train), the target the rubric's verdict format writing people's
-verdict in the order shown (their majority, and each criterion's), after their rationale when they gave one.
+verdict in the order shown (their majority, and each criterion's), after their rationale when they gave one
+(in the reverse order, its "Answer A" and "Answer B" change places, as the answers do).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
@@ -186,10 +188,24 @@ def merge_pair_annotators(pairs: list[Pair]) -> list[RatedPair]:
     return merged
 
 
+# "Answer A", "response B", "Assistant A" in a rationale: the answers as the order shown names them.
+_NAMED = re.compile(r"\b(answer|response|assistant|output)(\s+)([AB])\b", re.IGNORECASE)
+
+
+def in_order(rationale: str | None, first: str) -> str | None:
+    """People's rationale as the judge must write it with answer `first` shown first: in the reverse order the
+    answers change places, and so do their names in it ("Answer A is vague" is about the answer now shown as B).
+    A rationale that names them otherwise ("the first one") is kept as it is."""
+    if rationale is None or first == "A":
+        return rationale
+    return _NAMED.sub(lambda m: m.group(1) + m.group(2) + {"A": "B", "B": "A"}[m.group(3).upper()], rationale)
+
+
 def pair_target(rated: RatedPair, rubric: Rubric, first: str) -> str:
-    """What the judge should write with answer `first` shown first: people's verdict in the order shown."""
+    """What the judge should write with answer `first` shown first: people's rationale and verdict in the
+    order shown."""
     criteria = {name: in_pair_terms(rated.criteria[name], first) for name in rubric.criteria if name in rated.criteria}
-    return VERDICT_FORMATS[rubric.verdict_format].write(in_pair_terms(rated.preference, first), criteria, rubric.criteria, rated.rationale)
+    return VERDICT_FORMATS[rubric.verdict_format].write(in_pair_terms(rated.preference, first), criteria, rubric.criteria, in_order(rated.rationale, first))
 
 
 def encode_pair(judge: Judge, rated: RatedPair, rubric: Rubric, first: str, image_root: Path, image_token_budget: int | None) -> dict:

@@ -121,7 +121,8 @@ def write_pairs(out_dir: str | Path, n_pairs: int, *, seed: int = 0, annotated: 
     sample 2k-1's question with its answer as A and sample 2k's as B, `pair_000k`, of category general. With
     `annotated=True` people prefer the answer whose closing marker is better (poor < average < excellent), a
     tie where both say the same, and write why; every fourth pair is annotated again by "ann-2", alike. With
-    `text_only=True` the pairs keep the texts alone (short prompts: the demo trains on them on a CPU)."""
+    `text_only=True` a pair is the question's first text and each answer's closing sentence, no image: prompts
+    short enough for the demo to train a tiny judge on them in CPU seconds."""
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be at least 1, got {n_pairs}")
     out_dir = Path(out_dir)
@@ -129,9 +130,11 @@ def write_pairs(out_dir: str | Path, n_pairs: int, *, seed: int = 0, annotated: 
     pairs = []
     for k in range(n_pairs):
         a, b = records[2 * k], records[2 * k + 1]
-        texts = (lambda part: [{"text": s["text"]} for s in part if "text" in s] if isinstance(part, list) else part) if text_only else (lambda part: part)  # noqa: E731
-        pair = {"id": f"pair_{k + 1:04d}", "question": texts(a["question"]), "answer_a": texts(a["answer"]), "answer_b": texts(b["answer"]),
-                "model_a": a["model"], "model_b": b["model"]}
+        if text_only:  # the question's first text, and each answer's closing sentence: a short prompt
+            question, answer_a, answer_b = a["question"][:1], closing(a["answer"]), closing(b["answer"])
+        else:
+            question, answer_a, answer_b = a["question"], a["answer"], b["answer"]
+        pair = {"id": f"pair_{k + 1:04d}", "question": question, "answer_a": answer_a, "answer_b": answer_b, "model_a": a["model"], "model_b": b["model"]}
         if not annotated:
             pairs.append(pair)
             continue
@@ -147,10 +150,15 @@ def write_pairs(out_dir: str | Path, n_pairs: int, *, seed: int = 0, annotated: 
     return path
 
 
+def closing(answer: str | list[dict]) -> str:
+    """The sentence an answer of `write_dataset` closes with: "Overall, this answer is <marker>." """
+    text = answer if isinstance(answer, str) else answer[-1]["text"]
+    return "Overall," + text.rsplit("Overall,", 1)[-1]
+
+
 def marker_of(answer: str | list[dict]) -> str:
     """The marker word an answer of `write_dataset` closes with."""
-    text = answer if isinstance(answer, str) else answer[-1]["text"]
-    return text.rstrip(".").rsplit(" ", 1)[-1]
+    return closing(answer).rstrip(".").rsplit(" ", 1)[-1]
 
 
 def judge_result(sample_id: str, score: int | float | None, **fields) -> JudgeResult:

@@ -11,7 +11,8 @@ from mmjudge.judge.data import InputError, load_pairs
 from mmjudge.judge.model import load_judge
 from mmjudge.judge.prompts import load_rubrics
 from mmjudge.judge.testing import write_pairs
-from mmjudge.judge.verdicts import VERDICT_HEADING
+from mmjudge.judge.preferences import in_pair_terms
+from mmjudge.judge.verdicts import VERDICT_FORMATS, VERDICT_HEADING
 from mmjudge.train.cli import main as train_main
 from mmjudge.train.data import IGNORE_INDEX, build_dataset, merge_pair_annotators, pair_target
 
@@ -42,14 +43,26 @@ def test_every_pair_is_learnt_in_both_orders_with_people_s_verdict_as_shown(base
     assert len(dataset) == 2 * len(rated) < 2 * len(pairs)  # annotators merged, then swapped
     assert [row["id"] for row in dataset][:2] == [f"{rated[0].pair.id}#forward", f"{rated[0].pair.id}#reverse"]
     flipped = {"A": "B", "B": "A", "tie": "tie"}
+    # the rationale names the answers as the order shows them ("Answer A is poor and answer B is excellent.")
+    swapped = lambda text: text.replace("Answer A", "Answer #").replace("answer B", "answer A").replace("Answer #", "Answer B")  # noqa: E731
     for k, r in enumerate(rated):
         forward, reverse = dataset[2 * k], dataset[2 * k + 1]
-        for row, shown in ((forward, r.preference), (reverse, flipped[r.preference])):
+        for row, shown, rationale in ((forward, r.preference, r.rationale), (reverse, flipped[r.preference], swapped(r.rationale))):
             first = next(i for i, label in enumerate(row["labels"]) if label != IGNORE_INDEX)
             target = judge.tokenizer.decode(row["input_ids"][first:])
-            assert target.startswith(r.rationale) and target.removesuffix("<|end|>").endswith(f"{VERDICT_HEADING}\n{shown}")
+            assert target.startswith(rationale) and target.removesuffix("<|end|>").endswith(f"{VERDICT_HEADING}\n{shown}")
             assert all(label == IGNORE_INDEX for label in row["labels"][:first])
-    assert pair_target(rated[0], rubrics["general"], "B") == f"{rated[0].rationale}\n{VERDICT_HEADING}\n{flipped[rated[0].preference]}"
+    assert pair_target(rated[0], rubrics["general"], "B") == f"{swapped(rated[0].rationale)}\n{VERDICT_HEADING}\n{flipped[rated[0].preference]}"
+
+
+def test_what_the_judge_learns_to_write_is_read_back_as_people_s_verdict(base, data):
+    """Every target, read by the verdict format and put back in the pair's terms, is people's verdict."""
+    pairs = load_pairs(data / "train.json", data, preferred=True)
+    rubric = load_rubrics(TINY_RUBRIC)["general"]
+    for r in merge_pair_annotators(pairs):
+        for first in ("A", "B"):
+            reading = VERDICT_FORMATS[rubric.verdict_format].read(pair_target(r, rubric, first), rubric.criteria)
+            assert in_pair_terms(reading.verdict, first) == r.preference
 
 
 def test_a_preference_its_verdict_format_cannot_write_is_refused_naming_the_pair(base, data, tmp_path):
