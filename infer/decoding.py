@@ -26,6 +26,12 @@ index, and the token is read off the inverse CDF of the row's filtered distribut
 the same whatever is batched beside it, and a step's shapes stay fixed for its CUDA graph. A request for n
 answers prefills its prompt once, its keys and values written into n slots.
 
+A request may carry a grammar (structured outputs, infer/grammar.py): each of its rows has its own matcher,
+which masks the tokens the grammar does not allow before the row's token is chosen or drawn, in the same
+batched step as every other row (a row without a grammar allows every token). The mask is one more input
+of fixed shape, so a step with constrained rows is a CUDA graph too; log-probabilities stay the model's
+own, before the mask (vLLM's default, `raw_logprobs`).
+
 A request may be ended early: `on_token` returning False ends a choice after that token, and `cancelled()`
 ends every choice of its request before admission or at the next step; a freed slot takes the next prompt.
 
@@ -48,6 +54,8 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import torch
+
+from mmjudge.infer.grammar import Grammar, Matcher, allowed_tokens, token_masks
 
 # Prefill groups hold at most this many tokens, padding included: enough rows for the matrix units to run
 # at full rate, few enough that the group's activations stay small beside the KV cache.
@@ -76,6 +84,7 @@ class Request:
     on_token: Callable[[int, int], bool] | None = None
     # Checked before the request is admitted and before each step; True ends every choice, computing nothing more.
     cancelled: Callable[[], bool] | None = None
+    grammar: Grammar | None = None  # what every choice's text must follow (structured outputs)
 
 
 Loader = Callable[[Request], Future]  # starts loading a request's tiles in the background
@@ -143,6 +152,7 @@ class _Row:
     slot: int = 0
     limit: int = 0  # its new tokens at most
     generator: torch.Generator | None = None  # a sampling row's own
+    matcher: Matcher | None = None  # where its text stands in its request's grammar
     uniform: float = 0.0  # what its next token is drawn with
     finish_reason: str = "length"
     tokens: list[int] = field(default_factory=list)
@@ -198,6 +208,7 @@ class Decoder:
         self.pad_id, self.stop_id = pad_id, stop_id
         self.suppress = torch.tensor(suppress, dtype=torch.long, device=self.device)
         self.columns = columns.to(self.device)
+        self.vocab_size = self.config.vocab_size  # the output layer's rows (its weight may be partitioned, under ZeRO-3)
         self.image_token_id = base.config.image_token_id
         self.token_budget = token_budget
         self.context = self.config.max_position_embeddings  # prompt and new tokens together, at most
@@ -223,16 +234,18 @@ class Decoder:
                            position_embeddings=position_embeddings)
         return self.lm.norm(hidden)
 
-    def _head(self, hidden: torch.Tensor, logprobs: int, draws: Draws | None) -> Step:
+    def _head(self, hidden: torch.Tensor, logprobs: int, draws: Draws | None, masks: torch.Tensor | None) -> Step:
         """A step's outputs from last-position hidden states (rows, hidden); each of fixed shape, so that a
-        CUDA graph can return them. Without draws (no row samples) every row takes the argmax."""
+        CUDA graph can return them. Without draws (no row samples) every row takes the argmax; without masks
+        (no row has a grammar) every token may be written."""
         logits = self.lm_head(hidden).float()
         recorded = logits[:, self.columns]
         if len(self.suppress):
             logits.index_fill_(1, self.suppress, float("-inf"))
-        chosen = logits.argmax(-1)
+        writable = logits if masks is None else logits.masked_fill(~allowed_tokens(masks, logits.shape[1]), float("-inf"))
+        chosen = writable.argmax(-1)
         if draws is not None:
-            chosen = torch.where(draws.temperature > 0, _sample(logits, draws), chosen)
+            chosen = torch.where(draws.temperature > 0, _sample(writable, draws), chosen)
         if not logprobs:
             return Step(chosen, recorded, logits[:, :0], chosen[:, None][:, :0])
         # The model's own log-probabilities, whatever the temperature (as OpenAI reports them).
@@ -269,17 +282,22 @@ class Decoder:
         self.prefills += 1
         sequences = torch.tensor([sequence for sequence, rows in enumerate(group) for _ in rows])
         rows = [row for rows in group for row in rows]
-        draws = _draws(rows)
+        draws, masks = _draws(rows), self._masks(rows)
         return self._head(hidden[sequences.to(self.device), (lengths[sequences] - 1).to(self.device)], logprobs,
-                          None if draws is None else draws.to(self.device))
+                          None if draws is None else draws.to(self.device), None if masks is None else masks.to(self.device))
 
     @torch.no_grad()
-    def _step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, logprobs: int) -> Step:
+    def _step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, logprobs: int) -> Step:
         """One decoding step of every slot: tokens (slots,) at cache.positions."""
         positions = cache.positions[:, None]
         mask = (torch.arange(cache.width, device=self.device) <= positions)[:, None, None, :]
         hidden = self._layers(self.lm.embed_tokens(tokens[:, None]), positions, mask, cache)
-        return self._head(hidden[:, -1], logprobs, draws)
+        return self._head(hidden[:, -1], logprobs, draws, masks)
+
+    def _masks(self, rows: list[_Row | None]) -> torch.Tensor | None:
+        """The rows' token masks (infer/grammar.py), or None where no row has a grammar. A row fed follow-up
+        tokens writes nothing of its own: it has none."""
+        return token_masks([row.matcher if row is not None and not row.following else None for row in rows], self.vocab_size)
 
     # -- logits mode ------------------------------------------------------------------------------------
 
@@ -361,7 +379,7 @@ class Decoder:
             if any(slots):
                 width = min(capacity, -(-max(row.position + 1 for row in slots if row) // WIDTH_STEP) * WIDTH_STEP)
                 cache.positions.copy_(torch.tensor([row.position if row else 0 for row in slots]))
-                outputs = self._run_step(cache, tokens, _draws(slots), width, graphs, logprobs).rows()
+                outputs = self._run_step(cache, tokens, _draws(slots), self._masks(slots), width, graphs, logprobs).rows()
                 for slot, row in enumerate(slots):
                     if row is None:
                         continue
@@ -385,7 +403,8 @@ class Decoder:
                     continue
                 request.sampling = seeded(request.sampling)  # once: its choices may start in several admissions
                 limit = self._limit(request, max_new_tokens)
-                group.append([_Row(request, len(request.input_ids), c, free.pop(0), limit, _generator(request.sampling, c)) for c in choices])
+                group.append([_Row(request, len(request.input_ids), c, free.pop(0), limit, _generator(request.sampling, c),
+                                   request.grammar.matcher() if request.grammar is not None else None) for c in choices])
             if not group:
                 continue
             rows = [row for choices in group for row in choices]
@@ -418,6 +437,8 @@ class Decoder:
                 return True
         else:
             token = step.chosen
+            if row.matcher is not None and token != self.stop_id:
+                row.matcher.accept(token)
             row.tokens.append(token)
             row.logits.append(step.recorded)
             if len(step.top_ids):
@@ -441,38 +462,42 @@ class Decoder:
         tokens[row.slot] = row.pending.pop(0)
         return False
 
-    def _run_step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, width: int, graphs: _StepGraphs,
-                  logprobs: int) -> Step:
+    def _run_step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, width: int,
+                  graphs: _StepGraphs, logprobs: int) -> Step:
         cache.width = width
         self.steps += 1
         if not self.cuda_graphs:
-            return self._step(cache, tokens.to(self.device), None if draws is None else draws.to(self.device), logprobs).cpu()
-        # Steps where no row samples keep the greedy graph, which computes no draw.
-        key = (width, draws is not None)
+            return self._step(cache, tokens.to(self.device), None if draws is None else draws.to(self.device),
+                              None if masks is None else masks.to(self.device), logprobs).cpu()
+        # Steps where no row samples keep the greedy graph, which computes no draw; steps where no row has a
+        # grammar, the graph that applies no mask.
+        key = (width, draws is not None, masks is not None)
         if key not in graphs.by_key:
-            graphs.by_key[key] = self._capture(cache, tokens, draws, graphs, logprobs)
+            graphs.by_key[key] = self._capture(cache, tokens, draws, masks, graphs, logprobs)
         graph, inputs, outputs = graphs.by_key[key]
-        for static, value in zip(inputs, (tokens, *(draws or ()))):
+        for static, value in zip(inputs, _step_inputs(tokens, draws, masks)):
             static.copy_(value, non_blocking=True)
         graph.replay()
         return outputs.cpu()
 
-    def _capture(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, graphs: _StepGraphs, logprobs: int) -> tuple:
+    def _capture(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, graphs: _StepGraphs,
+                 logprobs: int) -> tuple:
         """A CUDA graph of one step at the cache's current width, and its input tensors (tokens, then the
-        draws' if any). Warming up writes keys and values at the slots' current positions, which the real
-        step then overwrites before anything reads them."""
-        inputs = tuple(t.to(self.device) for t in (tokens, *(draws or ())))
-        step_draws = Draws(*inputs[1:]) if draws is not None else None
+        draws' if any, then the masks if any). Warming up writes keys and values at the slots' current
+        positions, which the real step then overwrites before anything reads them."""
+        inputs = tuple(t.to(self.device) for t in _step_inputs(tokens, draws, masks))
+        step_draws = Draws(*inputs[1:5]) if draws is not None else None
+        step_masks = inputs[-1] if masks is not None else None
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            self._step(cache, inputs[0], step_draws, logprobs)
+            self._step(cache, inputs[0], step_draws, step_masks, logprobs)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         if graphs.pool is None:
             graphs.pool = torch.cuda.graph_pool_handle()
         with torch.cuda.graph(graph, pool=graphs.pool):
-            outputs = self._step(cache, inputs[0], step_draws, logprobs)
+            outputs = self._step(cache, inputs[0], step_draws, step_masks, logprobs)
         return graph, inputs, outputs
 
     def _allocate(self, capacity: int, requests: int) -> SlotCache:
@@ -496,11 +521,17 @@ class Decoder:
 
 @dataclass
 class _StepGraphs:
-    """A cache's decoding-step graphs, one per width and greedy or sampling step, sharing one memory pool.
+    """A cache's decoding-step graphs, one per width, greedy or sampling step, and with or without token
+    masks, sharing one memory pool.
     They live and die with their cache: a pool whose graphs are gone cannot take another capture."""
 
-    by_key: dict[tuple[int, bool], tuple] = field(default_factory=dict)
+    by_key: dict[tuple[int, bool, bool], tuple] = field(default_factory=dict)
     pool: tuple | None = None
+
+
+def _step_inputs(tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """A step's inputs in the order its graph holds them: tokens, the draws' four if any, the masks if any."""
+    return (tokens, *(draws or ()), *(() if masks is None else (masks,)))
 
 
 def _segments(requests: list[Request], need: Callable[[Request], int]) -> Iterator[list[Request]]:

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from mmjudge.infer.decoding import Completion, Decoder, OutOfMemory, Request
+from mmjudge.infer.grammar import Vocabulary
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import JudgeResult, Sample, UsageError
 from mmjudge.judge.detokenize import chat_answer
@@ -116,6 +117,14 @@ def _load_pixels(item: Prepared, dtype: torch.dtype, pin: bool) -> torch.Tensor 
         return None
     pixels = torch.cat(tiles).to(dtype)
     return pixels.pin_memory() if pin else pixels
+
+
+def judge_vocabulary(judge: Judge) -> Vocabulary:
+    """The judge's tokens as its grammars read them (infer/grammar.py): every row of its output layer, and its
+    template's stop token as the end of an answer."""
+    tokenizer = judge.tokenizer
+    stop_id = tokenizer.convert_tokens_to_ids(get_template(judge.settings.template).stop_token)
+    return Vocabulary.of(tokenizer, judge.model.config.text_config.vocab_size, stop_id)
 
 
 def judge_decoder(judge: Judge, device: str, token_budget: int | None, columns: list[int], stop: bool = True) -> Decoder:
