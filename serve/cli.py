@@ -63,6 +63,8 @@ def _main(argv) -> int:
     import torch
     import uvicorn
 
+    from mmjudge.infer.engine import judge_vocabulary
+    from mmjudge.infer.grammar import GrammarError
     from mmjudge.infer.local_backend import checked_device, default_device
     from mmjudge.judge.model import load_judge, with_max_tiles
     from mmjudge.serve.app import Service, build_app
@@ -74,8 +76,13 @@ def _main(argv) -> int:
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
     worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000)
     name = args.served_model_name or args.model_path
+    try:
+        vocabulary = judge_vocabulary(judge)
+    except GrammarError as err:  # requests for structured outputs are refused, saying why
+        vocabulary = str(err)
+        print(f"judge-serve: no structured outputs: {err}", file=sys.stderr, flush=True)
     service = Service(name, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
-                      worker, int(time.time()), worker.context, Metrics(name))
+                      worker, int(time.time()), worker.context, Metrics(name), vocabulary)
     print(f"judge-serve: {args.model_path} on {device}, http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.Server(uvicorn.Config(build_app(service), host=args.host, port=args.port, log_level="info")).run()
     return 0

@@ -35,6 +35,7 @@ import torch
 
 from mmjudge.infer.decoding import Completion, OutOfMemory, Request, Sampling, seeded
 from mmjudge.infer.engine import Prepared, Scorer, judge_decoder
+from mmjudge.infer.grammar import Grammar
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import JudgeResult, UsageError
 from mmjudge.judge.model import Judge
@@ -54,6 +55,7 @@ class ChatPrompt:
     on_token: Callable[[int, int], bool] | None = None
     # Set by the HTTP layer when the client is gone: every choice ends before the next step (finish_reason "cancelled").
     cancelled: Callable[[], bool] | None = None
+    grammar: Grammar | None = None  # structured outputs: what each choice's text must follow
 
 
 @dataclass
@@ -132,7 +134,7 @@ class Worker:
         if prompt.on_token is not None:
             prompt.on_token.written.clear()  # a new run, from the first token
         return Request(index, prompt.input_ids.long(), max_new_tokens=prompt.max_new_tokens, sampling=prompt.sampling, n=prompt.n,
-                       on_token=prompt.on_token, cancelled=prompt.cancelled)
+                       on_token=prompt.on_token, cancelled=prompt.cancelled, grammar=prompt.grammar)
 
     def _submit(self, job: ScoreJob | ChatJob) -> Future:
         self._queue.put(job)
