@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from mmjudge.infer.decoding import Completion, Decoder, OutOfMemory, Request
-from mmjudge.infer.grammar import Vocabulary
+from mmjudge.infer.grammar import Grammar, GrammarError, Vocabulary, score_lines
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import JudgeResult, Sample, UsageError
 from mmjudge.judge.detokenize import chat_answer
@@ -161,12 +161,23 @@ class Scorer:
         tokens = sorted({t for ids in self.score_ids.values() if ids for t in ids.values()})
         self.score_columns = {scale: [tokens.index(t) for t in ids.values()] for scale, ids in self.score_ids.items() if ids}
         self.decoder = judge_decoder(judge, device, options.token_budget, tokens, stop=not options.ignore_stop)
+        self.grammars = self._grammars() if options.structured else {}
+
+    def _grammars(self) -> dict[str, Grammar]:
+        """judge-score --structured: each category's answer layout (infer/grammar.py's score_lines)."""
+        try:
+            vocabulary = judge_vocabulary(self.judge)
+        except GrammarError as err:
+            raise UsageError(f"--structured: {err}") from None
+        return {category: score_lines(vocabulary, tuple(rubric.criteria.values()), tuple(str(level) for level in rubric.score_scale.levels))
+                for category, rubric in self.rubrics.items()}
 
     def run(self, items: list[Prepared], cancelled: Callable[[Prepared], bool] | None = None) -> Iterator[list[tuple[Prepared, JudgeResult]]]:
         """Results as they finish. An item that `cancelled` says True for (its client has gone) is dropped
         before its prefill or at the next decoding step, and has no result."""
         # Longest first: prefill groups of similar lengths, and a freed slot always has room for the next.
-        requests = [Request(i, items[i].input_ids.long(), cancelled=partial(cancelled, items[i]) if cancelled else None)
+        requests = [Request(i, items[i].input_ids.long(), cancelled=partial(cancelled, items[i]) if cancelled else None,
+                            grammar=self.grammars.get(items[i].sample.category))
                     for i in sorted(range(len(items)), key=lambda i: -len(items[i].input_ids))]
         pin = torch.device(self.device).type == "cuda"
         with ThreadPoolExecutor(self.options.workers) as pool:

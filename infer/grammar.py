@@ -143,7 +143,8 @@ def grammar(vocabulary: Vocabulary, text: str) -> Grammar:
     return _cached(vocabulary, "grammar", text, None)
 
 
-def score_lines(vocabulary: Vocabulary, labels: list[str], levels: list[str]) -> Grammar:
+@functools.lru_cache(maxsize=64)
+def score_lines(vocabulary: Vocabulary, labels: tuple[str, ...], levels: tuple[str, ...]) -> Grammar:
     """A judge's answer in the layout its rubric asks for (judge/parsing.py): free text, then one line
     `<label>: <level>` per criterion in the rubric's order, a `### Score` line and the overall score alone;
     every score one of `levels`. The free text cannot hold `### Score`, so the first heading the parser
@@ -156,7 +157,8 @@ def score_lines(vocabulary: Vocabulary, labels: list[str], levels: list[str]) ->
     any_text, holding_heading = "/(?s:.*)/", f"/(?s:.*){SCORE_HEADING}(?s:.*)/"  # '#' and ' ' are literals in a regex
     lark = (f"start: ANSWER\nFREE: {any_text} & ~{holding_heading}\nLEVEL: {level}\n"
             f"ANSWER: FREE {json.dumps(chr(10))} {lines} {heading} LEVEL\n")
-    return _cached(vocabulary, "grammar", lark, None)
+    return compiled(vocabulary, llguidance.LLMatcher.grammar_from_lark(lark), f"one line per criterion ({', '.join(labels)}) and a score line, "
+                                                                          f"each scored {' | '.join(levels)}")
 
 
 def token_masks(matchers: list[Matcher | None], size: int) -> torch.Tensor | None:

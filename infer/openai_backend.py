@@ -95,6 +95,9 @@ class OpenAIBackend:
     """The judge behind --base_url; this process sends its samples, --concurrency at a time."""
 
     def __init__(self, args, options: ScoreOptions, rubrics: dict[str, Rubric], samples: list[Sample]):
+        if options.structured:
+            raise UsageError("--structured constrains this machine's decoder: it applies to --backend local (and to judge-serve's own "
+                             "--structured), not to a server's answers")
         self.server = Server(args.base_url, args.model_path, args.api_key_env, args.max_retries, args.concurrency)
         self.options, self.rubrics, self.samples, self.image_root = options, rubrics, samples, Path(args.input_dir)
         self.concurrency = args.concurrency

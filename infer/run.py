@@ -69,7 +69,7 @@ def score(args, fmt: Format, options: ScoreOptions) -> int:
             probe = probe_pass(args.probe_images, args.probe_seed, run.samples, Path(args.input_dir), blank_dir, run_id)
             score_pass(args, backend, probe.samples, result_file(probe.kind), probe.run_id, rank, world)
 
-        on_rank_zero(lambda: merge(args, fmt, run, run_id, backend.warnings, probe), rank, world)
+        on_rank_zero(lambda: merge(args, fmt, run, run_id, backend.warnings, probe, options.structured), rank, world)
         return 0
 
 
@@ -129,10 +129,11 @@ def finished_results(args, output_file: str, run_id: str, rank: int, world: int)
     return finished
 
 
-def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None) -> None:
+def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None,
+          structured: bool) -> None:
     """The journals merged into the result file and summary, and the benchmark's own files written."""
     output_dir = Path(args.output_dir)
-    results = finish(output_dir, args.output_file, run.samples, run_id, run.calibrator, run.skipped, run.rubrics, warnings, probe)
+    results = finish(output_dir, args.output_file, run.samples, run_id, run.calibrator, run.skipped, run.rubrics, warnings, probe, structured)
     for path in fmt.write(run.bench, {r.id: r for r in results}, output_dir):
         print(f"{fmt.name}: {path}")
 
@@ -181,7 +182,7 @@ def journaled(output_dir: Path, output_file: str, samples: list[Sample], run_id:
 
 
 def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator, skipped, rubrics,
-           warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None) -> list[JudgeResult]:
+           warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None, structured: bool) -> list[JudgeResult]:
     """Merge every rank's journal into the result file, in input order, and write the summary (with the
     probe's figures, from its own journals, when there is one)."""
     results = journaled(output_dir, output_file, samples, run_id)
@@ -193,7 +194,8 @@ def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator,
     uncalibrated = CALIBRATOR_FIELDS if calibrator is None else None
     write_json_atomically(output_dir / output_file, [r.model_dump(exclude=uncalibrated) for r in results])
     scale = next(iter(rubrics.values())).score_scale
-    summary = {**summarize(results, skipped, scale, calibrator), "warnings": warnings(results)}
+    # structured: whether a grammar held the judge to its rubric's layout (--structured); exactness runs have it off
+    summary = {**summarize(results, skipped, scale, calibrator), "structured": structured, "warnings": warnings(results)}
     if probe is not None:
         summary["image_reliance"] = finish_probe(output_dir, probe, results, scale)
     write_json_atomically(output_dir / SUMMARY, summary)

@@ -90,3 +90,92 @@ def test_a_constrained_row_writes_the_likeliest_allowed_token_and_logprobs_stay_
     # the log-probabilities shown are the model's own (vLLM's raw_logprobs): the unconstrained top is still listed
     assert free.tokens[0] in constrained.top_ids[0].tolist()
     assert constrained.top_logprobs[0, 0] < free.top_logprobs[0, 0]
+
+
+# -- judge-score --structured ----------------------------------------------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from mmjudge.infer.cli import main as score_main  # noqa: E402
+from mmjudge.judge.parsing import ScoreScale, parse_judgement  # noqa: E402
+from mmjudge.judge.prompts import load_rubrics  # noqa: E402
+
+LABELS = {"text_quality": "Text quality", "image_quality": "Image quality", "text_image_coherence": "Text-image coherence",
+          "style_consistency": "Stylistic consistency"}  # MMIE's, configs/rubrics/sa.yaml
+FREE = st.lists(st.sampled_from([*"ab #:\n9", "Score", "### Scor", "Text quality: 9\n", "\n### Score", "core\n"]), max_size=12).map("".join)
+
+
+@pytest.fixture(scope="module")
+def score_grammar(vocabulary):
+    return grammar.score_lines(vocabulary, tuple(LABELS.values()), tuple(str(level) for level in ScoreScale().levels))
+
+
+def walk(judge, matcher, text: str) -> int:  # noqa: F811
+    """How many of the text's tokens the grammar takes in turn."""
+    for taken, token in enumerate(judge.tokenizer(text, add_special_tokens=False).input_ids):
+        if not matcher._matcher.try_consume_tokens([token]):
+            return taken
+    return len(judge.tokenizer(text, add_special_tokens=False).input_ids)
+
+
+@settings(max_examples=60, deadline=None)
+@given(free=FREE, levels=st.lists(st.integers(0, 6), min_size=5, max_size=5), wrong=st.integers(7, 99))
+def test_every_answer_the_score_grammar_lets_end_parses_to_its_own_scores_on_the_scale(judge, score_grammar, free, levels, wrong):  # noqa: F811
+    """An answer ends only once its criterion lines and score are written, each on the scale; free text
+    holding '### Score' is refused, so the first heading the parser finds is the constrained one."""
+    tail = "".join(f"{label}: {level}\n" for label, level in zip(LABELS.values(), levels)) + f"### Score\n{levels[-1]}"
+    text = f"{free}\n{tail}"
+    tokens = judge.tokenizer(text, add_special_tokens=False).input_ids
+    matcher = score_grammar.matcher()
+    taken = walk(judge, matcher, text)
+    if "### Score" in free:
+        assert taken < len(tokens)
+        return
+    assert taken == len(tokens), text
+    masks = grammar.token_masks([matcher], judge.model.config.text_config.vocab_size)
+    allowed = grammar.allowed_tokens(masks, judge.model.config.text_config.vocab_size)[0].nonzero().flatten().tolist()
+    assert allowed == [judge.tokenizer.convert_tokens_to_ids("<|end|>")]  # nothing after the score but the end
+    judgement = parse_judgement(text, LABELS, ScoreScale())
+    assert judgement.error is None and judgement.score == levels[-1]
+    assert list(judgement.criteria.values()) == levels[:4]
+    # a score off the scale, in a criterion line or the score line, is never taken
+    for off in (tail.replace(f"Text quality: {levels[0]}", f"Text quality: {wrong}"), tail[: -len(str(levels[-1]))] + str(wrong)):
+        assert walk(judge, score_grammar.matcher(), f"{free}\n{off}") < len(judge.tokenizer(f"{free}\n{off}", add_special_tokens=False).input_ids)
+
+
+def test_structured_runs_say_so_in_the_summary_resume_apart_and_constrain_every_request(judge, tmp_path, capsys, monkeypatch):  # noqa: F811
+    from mmjudge.infer import engine
+    from mmjudge.judge.testing import write_dataset, write_original_checkpoint
+
+    data = write_dataset(tmp_path / "data", 3, seed=0).parent
+    checkpoint = write_original_checkpoint(tmp_path / "ckpt", seed=0)
+    sent = []
+    generate = engine.Decoder.generate
+    monkeypatch.setattr(engine.Decoder, "generate", lambda self, requests, *a, **k: sent.extend(requests) or generate(self, requests, *a, **k))
+    args = ["--model_path", str(checkpoint), "--input_dir", str(data), "--input_file", "data.json", "--output_dir", str(tmp_path / "out"),
+            "--max_new_tokens", "4", "--max_tiles", "2"]
+    assert score_main(args) == 0
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["structured"] is False and all(r.grammar is None for r in sent)
+    sent.clear()
+    capsys.readouterr()
+    assert score_main([*args, "--structured"]) == 2  # the journal of the unconstrained run is not resumed as its results
+    assert "was written by a run with other settings" in capsys.readouterr().err
+    assert score_main([*args, "--structured", "--no_resume"]) == 0
+    out, err = capsys.readouterr()
+    assert "resuming" not in err and "Structured: each answer held to its rubric's layout and scale by a grammar (--structured)" in out
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["structured"] is True
+    assert len(sent) == 3 and all(r.grammar is not None for r in sent)
+    expected = {f"one line per criterion ({', '.join(rubric.criteria.values())}) and a score line, each scored 0 | 1 | 2 | 3 | 4 | 5 | 6"
+                for rubric in load_rubrics().values()}
+    assert {r.grammar.description for r in sent} <= expected
+
+
+@pytest.mark.parametrize("flags, message", [(["--mode", "logits"], "structured constrains what the judge writes, and --mode logits writes nothing"),
+                                            (["--backend", "openai", "--base_url", "http://127.0.0.1:9/v1"], "--structured constrains this machine's decoder")])
+def test_structured_where_it_cannot_work_is_refused_before_anything_loads(tmp_path, capsys, flags, message):
+    from mmjudge.judge.testing import write_dataset
+
+    data = write_dataset(tmp_path / "data", 1, seed=0).parent
+    assert score_main(["--model_path", str(tmp_path / "nowhere"), "--input_dir", str(data), "--input_file", "data.json", "--structured",
+                       "--output_dir", str(tmp_path / "out"), *flags]) == 2
+    assert message in capsys.readouterr().err
