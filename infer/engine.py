@@ -127,14 +127,16 @@ def judge_vocabulary(judge: Judge) -> Vocabulary:
     return Vocabulary.of(tokenizer, judge.model.config.text_config.vocab_size, stop_id)
 
 
-def judge_decoder(judge: Judge, device: str, token_budget: int | None, columns: list[int], stop: bool = True) -> Decoder:
+def judge_decoder(judge: Judge, device: str, token_budget: int | None, columns: list[int], stop: bool = True,
+                  prefill_budget: int | None = None) -> Decoder:
     """A decoder of the judge's text: padded with its pad token, never writing its unwritable tokens, and
-    stopping at its template's stop token unless `stop` is False; `columns` are the logits it records."""
+    stopping at its template's stop token unless `stop` is False; `columns` are the logits it records;
+    `prefill_budget`: prompt tokens prefilled per engine step at most, longer prompts in chunks (None: none)."""
     tokenizer = judge.tokenizer
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     stop_id = tokenizer.convert_tokens_to_ids(get_template(judge.settings.template).stop_token)
     return Decoder(judge.model, device=device, pad_id=pad_id, stop_id=stop_id if stop else None, suppress=unwritable_tokens(judge),
-                   columns=torch.tensor(columns, dtype=torch.long), token_budget=token_budget)
+                   columns=torch.tensor(columns, dtype=torch.long), token_budget=token_budget, prefill_budget=prefill_budget)
 
 
 class Scorer:

@@ -223,12 +223,20 @@ async def score(request: Request, service: Service) -> Response:
     try:
         samples = await run_in_threadpool(lambda: [with_image_files(sample, k, images) for k, sample in enumerate(body.samples)])
         items = await run_in_threadpool(prepare, service.judge, list(enumerate(samples)), service.rubrics, Path("."), service.score_options)
+        for k, item in enumerate(items):
+            if len(item.input_ids) >= service.context:
+                raise RequestError(400, f"samples[{k}]", f"the prompt is {len(item.input_ids)} tokens, and {context_name(service)} holds "
+                                                         f"{service.context} with the answer", code="context_length_exceeded")
         gone = threading.Event()  # set when the client disconnects: its samples leave the model at the next step
         results = await until_answered(service, submitted(service, service.worker.score(items, gone.is_set)), request, gone)
     finally:
         images.close()
     service.metrics.e2e.observe(time.monotonic() - arrived)
     return JSONResponse({"results": [result.model_dump(exclude=CALIBRATOR_FIELDS) for result in results]})
+
+
+def context_name(service: Service) -> str:
+    return "this server's --max_model_len" if service.limits.max_model_len else "this model's context"
 
 
 def with_image_files(sample: Sample, k: int, images: RequestImages) -> Sample:
@@ -275,7 +283,7 @@ async def chat_completions(request: Request, service: Service) -> Response:
     rules = None if constraint is None else await run_in_threadpool(compiled, service, constraint)  # a large schema takes a while
     room = service.context - len(input_ids)
     if room < 1:
-        raise RequestError(400, "messages", f"the prompt is {len(input_ids)} tokens, and this model's context holds {service.context} "
+        raise RequestError(400, "messages", f"the prompt is {len(input_ids)} tokens, and {context_name(service)} holds {service.context} "
                                             "with the answer", code="context_length_exceeded")
     answer = Answer(service, body, stops, len(input_ids), 0 if pixels is None else len(pixels), request.state.request_id, arrived)
     # the written token's log-probability is the first of its step's likeliest

@@ -74,7 +74,10 @@ def _main(argv) -> int:
     device = checked_device(args.device or default_device())
     judge = load_judge(args.model_path, device, getattr(torch, args.dtype) if args.dtype else None, revision=args.revision)
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
-    worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000)
+    context = judge.model.config.text_config.max_position_embeddings
+    if limits.max_model_len is not None and limits.max_model_len > context:
+        raise UsageError(f"--max_model_len {limits.max_model_len} is more than {args.model_path}'s context of {context} tokens")
+    worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000, limits.max_num_batched_tokens, limits.max_model_len)
     name = args.served_model_name or args.model_path
     try:
         vocabulary = judge_vocabulary(judge)
