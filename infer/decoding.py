@@ -53,6 +53,7 @@ adapters and DeepSpeed's hooks apply as in its own forward; the key/value cache 
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -418,9 +419,10 @@ class Decoder:
             finished = [c for lane in lanes for c in self._cancel(lane)]  # first, so that their slots take waiting requests at once
             if joining is not None:
                 joining(lambda request: self._take(request, lanes, need, load, self._limit(request, max_new_tokens)))
-            # the step's prompt tokens: new prompts take at most half while a prompt's chunks go on, the chunks the rest
+            # the step's prompt tokens: new prompts first, whole (a short prompt never waits behind a long one's chunks),
+            # but leaving a quarter to the prompts being prefilled in chunks, which take the rest
             ongoing, used = [lane for lane in lanes if lane.chunking()], 0
-            admitted = self.prefill_budget if self.prefill_budget is None or not ongoing else self.prefill_budget // 2
+            admitted = self.prefill_budget if self.prefill_budget is None or not ongoing else self.prefill_budget - self.prefill_budget // 4
             for lane in lanes:
                 done, tokens = self._admit(lane, None if admitted is None else admitted - used, max_new_tokens, follow_up, top_logprobs)
                 finished, used = finished + done, used + tokens
@@ -450,15 +452,17 @@ class Decoder:
         return _Lane(cache, capacity, _Lookahead(requests, 2 * slots, load), [None] * slots, torch.full((slots,), self.pad_id, dtype=torch.long))
 
     def _take(self, request: Request, lanes: list[_Lane], need, load: Loader, limit: int) -> bool:
-        """Place a request that arrived: in the tightest lane that fits it where slots for it are free, or
-        free up within its own answer's length (`limit` steps: waiting longer would more than double its
-        time); or else in a lane of its own (of JOIN_SLOTS slots, for those that come after it) where the
-        token budget has room."""
+        """Place a request that arrived: in a lane that fits it where slots for it are free, or free up within
+        its own answer's length (`limit` steps: waiting longer would more than double its time), the fullest
+        (its steps shared with the most rows); or else in a lane of its own, where the token budget has room:
+        JOIN_SLOTS slots (for those that come after it) of a size class, WIDTH_STEP tokens times a power of
+        two (so that requests of similar lengths share it)."""
         fitting = [lane for lane in lanes if lane.capacity >= need(request) and lane.freed_within(limit) >= lane.waiting.choices + request.n]
         if fitting:
-            min(fitting, key=lambda lane: lane.capacity).waiting.extend([request])
+            max(fitting, key=lambda lane: (len(lane.slots) - lane.slots.count(None) + lane.waiting.choices, -lane.capacity)).waiting.extend([request])
             return True
-        capacity = min(-(-need(request) // WIDTH_STEP) * WIDTH_STEP, self.context + need(request) - len(request.input_ids))
+        size_class = WIDTH_STEP * 2 ** math.ceil(math.log2(-(-need(request) // WIDTH_STEP)))
+        capacity = min(size_class, self.context + need(request) - len(request.input_ids))
         if lanes and self._room(lanes) < capacity:
             return False
         lanes.append(self._lane([request], capacity, max(JOIN_SLOTS, request.n), load, lanes, need))
