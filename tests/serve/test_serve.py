@@ -472,6 +472,22 @@ def test_an_images_low_detail_is_one_tile_of_the_whole_image_and_high_or_auto_th
     assert n_tiles(tiled, detail="low") == 1
 
 
+def test_a_data_url_whose_base64_holds_whitespace_reads_as_without_it(server, dataset):
+    """Issue 31, item 3: lmms-eval's wildvision sends `data:image/jpeg;base64, <data>` (a space after the comma),
+    as OpenAI's service takes it; line breaks (MIME's 76-column base64) likewise. Other characters are refused."""
+    image = next((dataset / "images").glob("*.png")).read_bytes()
+    data = base64.b64encode(image).decode()
+    plain = post(server, "/v1/chat/completions", {**chat_with_image(f"data:image/png;base64,{data}"), "max_tokens": 3})
+    assert plain.status_code == 200, plain.text
+    lines = "\r\n".join(data[k:k + 76] for k in range(0, len(data), 76))
+    for url in (f"data:image/jpeg;base64, {data}", f"data:image/png;base64,\n{lines}\n", f"data:image/png;base64,\t{data} "):
+        answer = post(server, "/v1/chat/completions", {**chat_with_image(url), "max_tokens": 3})
+        assert answer.status_code == 200 and answer.json()["choices"] == plain.json()["choices"], answer.text
+        assert answer.json()["usage"] == plain.json()["usage"]
+    refused = post(server, "/v1/chat/completions", chat_with_image(f"data:image/png;base64,{data[:40]}*{data[40:]}"))
+    assert refused.status_code == 400 and "does not decode" in refused.json()["error"]["message"]
+
+
 def test_stop_sequences_cut_the_answer_exactly_where_they_begin(server):
     client = client_of(server)
     whole = client.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=24, logprobs=True)
