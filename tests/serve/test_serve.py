@@ -403,7 +403,7 @@ def test_a_hub_id_missing_from_the_offline_cache_is_one_line_and_exit_2(tmp_path
     monkeypatch.chdir(tmp_path)
     assert serve_main(["--model_path", "org/missing", "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: org/missing: no local directory of that name, and revision main of that Hub id is not (fully) in the "
+    assert err.startswith("error: --model_path org/missing: no local directory of that name, and revision main of that Hub id is not (fully) in the "
                           "Hugging Face cache") and "Traceback" not in err
 
 
