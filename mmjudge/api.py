@@ -60,13 +60,14 @@ IN_MEMORY = "samples"  # how a problem of samples given in memory names them
 class Judge:
     """A judge model, loaded once with `Judge.load`, that scores samples by judge-score's protocol.
 
-    Attributes: `model` (judge.model.Judge: the network, its tokenizer and settings), `device`, and what
-    `load` was given for scoring: `rubrics` (None: each input's own), `config` and `options`.
+    Attributes: `path` (the checkpoint's folder), `model` (judge.model.Judge: the network, its tokenizer and
+    settings), `device`, and what `load` was given for scoring: `rubrics` (None: each input's own), `config`
+    and `options`.
     """
 
-    def __init__(self, model: Model, device: str, rubrics: list[Path] | None = None, config: Path | None = None,
+    def __init__(self, path: Path, model: Model, device: str, rubrics: list[Path] | None = None, config: Path | None = None,
                  options: dict[str, Any] | None = None):
-        self.model, self.device = model, device
+        self.path, self.model, self.device = path, model, device
         self.rubrics = rubrics  # None: MMIE's for samples in memory, a benchmark format's for its files
         self.config = config  # None: the input's format preset (configs/score/), MMIE's defaults for MMIE
         self.options = options or {}  # ScoreOptions fields set by the caller, over the config
@@ -102,7 +103,10 @@ class Judge:
         device = checked_device(device or default_device())
         path = find_checkpoint(model_path, revision).path
         model = load_judge(path, device, getattr(torch, dtype) if isinstance(dtype, str) else dtype)
-        return cls(model, device, rubric_paths(rubrics), by_name("score", config) if config else None, options)
+        return cls(path, model, device, rubric_paths(rubrics), by_name("score", config) if config else None, options)
+
+    def __repr__(self) -> str:
+        return f"Judge({str(self.path)!r}, device={self.device!r})"
 
     def score(self, samples: PathLike | Iterable[dict | Sample], *, input_dir: PathLike | None = None, format: str | None = None,
               criteria_file: PathLike | None = None, calibrator: PathLike | Calibrator | None = None, progress: bool = True) -> list[dict]:
@@ -181,6 +185,8 @@ class Judge:
 
         if format_name is not None and format_name not in FORMATS:
             raise UsageError(f"--format {format_name}: one of {', '.join(FORMATS)}")
+        if isinstance(samples, (dict, Sample)):
+            raise UsageError("samples: give a list of samples (or score_one for one answer)")
         if isinstance(samples, (str, Path)):
             path = Path(samples)
             fmt = FORMATS[format_name] if format_name else detect_format(path)

@@ -106,6 +106,9 @@ def test_score_one_is_the_record_of_that_one_sample(judge):
     assert one == same and one["category"] == "PBL" and one["n_images"] == 1
     with pytest.raises(UsageError, match="category: give the rubric that judges the answer, one of SA, PBL, MSR"):
         judge.score_one("q", "a")
+    with pytest.raises(UsageError, match="give a list of samples"):
+        judge.score({"id": "SA_1", "question": "q", "answer": "a"})
+    assert repr(judge).startswith("Judge(") and "device='cpu'" in repr(judge)
 
 
 def test_every_problem_of_the_samples_is_raised_before_the_model_runs(judge, tmp_path):
