@@ -4,15 +4,14 @@
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from mmjudge.infer.engine import Scorer, prepare
 from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.progress import Bar, counted
 from mmjudge.judge.data import JudgeResult, Sample, UsageError
 from mmjudge.judge.model import find_checkpoint, load_judge, with_max_tiles
 from mmjudge.judge.prompts import Rubric
@@ -39,13 +38,12 @@ class LocalBackend:
                 "settings": self.judge.settings.to_json(), "prompt_token_budget": self.options.prompt_token_budget,
                 "ignore_stop": self.options.ignore_stop}
 
-    def score(self, samples: list[tuple[int, Sample]]) -> Iterator[list[JudgeResult]]:
-        preparing = tqdm(samples, unit="sample", desc="preparing", disable=self.rank != 0, file=sys.stderr)
-        items = prepare(self.judge, preparing, self.rubrics, self.image_root, self.options)
-        with tqdm(total=len(items), unit="sample", desc="scoring", disable=self.rank != 0, file=sys.stderr) as bar:
-            for batch in self.scorer.run(items):
+    def score(self, samples: list[tuple[int, Sample]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult]]:
+        with bar("preparing") as preparing:
+            items = prepare(self.judge, counted(samples, preparing), self.rubrics, self.image_root, self.options)
+        with bar("scoring") as scoring:
+            for batch in self.scorer.run(items, progress=scoring.update):
                 yield [result for _, result in batch]
-                bar.update(len(batch))
 
     def warnings(self, results: list[JudgeResult]) -> list[str]:
         return []

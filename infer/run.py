@@ -26,6 +26,7 @@ from mmjudge.infer.local_backend import LocalBackend
 from mmjudge.infer.openai_backend import OpenAIBackend
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.probe import ProbePass, format_reliance, image_reliance, plot_file, plot_reliance, probe_pass, result_file
+from mmjudge.infer.progress import Bar
 from mmjudge.infer.summary import SUMMARY, format_summary, summarize
 from mmjudge.judge.calibrator import Calibrator
 from mmjudge.judge.data import CALIBRATOR_FIELDS, InputError, JudgeResult, Problem, Sample, UsageError, resolve_image, write_json_atomically
@@ -41,8 +42,9 @@ class Backend(Protocol):
     def load(self) -> dict:
         """The judge made ready; what of it must be unchanged for a journal's results to be resumed."""
 
-    def score(self, samples: list[tuple[int, Sample]]) -> Iterator[list[JudgeResult]]:
-        """The results of these samples (each with its index among the run's), a batch at a time as they finish."""
+    def score(self, samples: list[tuple[int, Sample]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult]]:
+        """The results of these samples (each with its index among the run's), a batch at a time as they finish;
+        `bar(what)` makes a progress bar over the whole run's samples (every rank's) to count them on."""
 
     def warnings(self, results: list[JudgeResult]) -> list[str]:
         """What the summary must say of how these results were made (a server's that does not decode as a
@@ -76,10 +78,11 @@ def score(args, fmt: Format, options: ScoreOptions) -> int:
 def score_pass(args, backend: Backend, samples: list[Sample], output_file: str, run_id: str, rank: int, world: int) -> None:
     """Score this rank's share of the samples that the journals of `output_file` do not hold yet."""
     finished = finished_results(args, output_file, run_id, rank, world)
-    mine = [(i, s) for i, s in enumerate(samples) if i % world == rank and s.id not in finished]
+    left = [(i, s) for i, s in enumerate(samples) if s.id not in finished]
+    mine = [(i, s) for i, s in left if i % world == rank]
     journal = Journal(Path(args.output_dir), output_file, rank, run_id)
     try:
-        for results in backend.score(mine):
+        for results in backend.score(mine, lambda what: Bar(what, len(left), rank, world, key=run_id)):
             journal.append(results)
     finally:
         journal.close()
