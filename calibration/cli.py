@@ -3,8 +3,9 @@
     judge-calibrate --predictions eval_result.json [other.json ...] --human annotations.json --output_dir report
     judge-calibrate --predictions local_log.json --human gpt4o_log.json --scale 0 1 --step 0.1 --output_dir report  # Inst-It logs
 
-Writes report.json, report.md, report.html (plots embedded), plots/*.png, and calibrator.json (the first
-judge's map, for `judge-score --calibrator`; with several judges also calibrator_<name>.json for each).
+Writes report.json, report.md, report.html (plots embedded), plots/*.png, and calibrator.json (the map of the
+first judge, or of --calibrator_of, for `judge-score --calibrator`, which applies it to that judge only; with
+several judges also calibrator_<name>.json for each).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "or an Inst-It evaluate log (its judge as the one annotator)")
     p.add_argument("--output_dir", required=True, help="where the reports go")
     p.add_argument("--names", nargs="+", help="a display name per predictions file (default: the file names without extension)")
+    p.add_argument("--calibrator_of", "--calibrator-of", metavar="NAME",
+                   help="the judge (by its name) whose map calibrator.json holds, for judge-score --calibrator (default: the first)")
     p.add_argument("--criteria", nargs="+", choices=SCORE_FIELDS, help="criteria to compare (default: every one both sides scored)")
     p.add_argument("--by", choices=["category", "model", "none"], default="category", help="grouping of the per-group figures (default: category)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for Pearson's interval; 0 turns it off (default: 1000)")
@@ -66,6 +69,8 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], ScoreScale]:
         problems.append(f"judge names must differ, got {names}: give --names")
     elif len({slug(n) for n in names}) != len(names):  # their plots and calibrator files would overwrite each other
         problems.append(f"judge names {names} give the same file names {[slug(n) for n in names]}: give --names that differ in letters or digits")
+    elif args.calibrator_of is not None and args.calibrator_of not in names:
+        problems.append(f"--calibrator_of {args.calibrator_of}: no judge of that name; the judges are {', '.join(names)}")
     if args.bootstrap < 0:
         problems.append(f"--bootstrap must be 0 or more, got {args.bootstrap}")
     if args.folds < 2:
@@ -129,9 +134,10 @@ def _main(argv) -> int:
                    args.target_agreement, args.agreement)
     report, paired = analyse(ratings, opts, args.human, coverage_notes(ratings, args.human))
     calibrators = {name: j.calibration.calibrator for name, j in report.judges.items() if j.calibration and j.calibration.calibrator}
-    files = {name: [*(["calibrator.json"] if k == 0 else []), *([f"calibrator_{slug(name)}.json"] if len(report.judges) > 1 else [])]
-             for k, name in enumerate(calibrators)}
-    report.calibrator_of = next(iter(calibrators), None)
+    chosen = args.calibrator_of or next(iter(calibrators), None)
+    report.calibrator_of = chosen if chosen in calibrators else None
+    files = {name: [*(["calibrator.json"] if name == report.calibrator_of else []), *([f"calibrator_{slug(name)}.json"] if len(report.judges) > 1 else [])]
+             for name in calibrators}
     with locked(out, "judge-calibrate"):
         # An earlier run's map must not stay beside a report that fitted none (or another judge's): judge-score
         # --calibrator would apply it. No input is among them (overwritten_inputs refused that above).

@@ -154,7 +154,7 @@ def calibrator_note(report: Report) -> str:
     """Which file judge-score --calibrator would apply, so that a reader never takes an earlier run's for this one's."""
     removed = f" An earlier run's {', '.join(report.removed_calibrators)} in this directory was removed." if report.removed_calibrators else ""
     if report.calibrator_of is None:
-        why = "--fit none" if report.fit == "none" else "no judge had two human-scored ids with an overall score"
+        why = "--fit none" if report.fit == "none" else "its judge has fewer than two human-scored ids with an overall score"
         return f"No calibrator.json was written ({why}).{removed}"
     each = [f"calibrator_{slug(j)}.json" for j, r in report.judges.items() if r.calibration and r.calibration.calibrator]
     several = f" ({', '.join(each)}: each judge's)" if len(report.judges) > 1 and each else ""

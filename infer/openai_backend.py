@@ -89,6 +89,8 @@ class Refused(ServerError):
 class OpenAIBackend:
     """The judge behind --base_url; this process sends its samples, --concurrency at a time."""
 
+    judge_fingerprint = None  # the server's weights are not the client's to read
+
     def __init__(self, args, options: ScoreOptions, rubrics: dict[str, Rubric], samples: list[Sample]):
         self.server = Server(args.base_url, args.model_path, args.api_key_env, args.max_retries, args.concurrency)
         self.options, self.rubrics, self.samples, self.image_root = options, rubrics, samples, Path(args.input_dir)

@@ -350,6 +350,11 @@ def adapter_base(path: Path, extra_files: tuple[str, ...] = ()) -> Checkpoint:
                               "(it names the base checkpoint the adapter was trained on)") from None
 
 
+def weight_dirs(path: Path) -> list[Path]:
+    """The directories whose weights make the judge at `path`: its own, and an adapter's base's."""
+    return [path, adapter_base(path).path] if (path / "adapter_config.json").is_file() else [path]
+
+
 def native_config_from_original(config: dict, tokenizer: PreTrainedTokenizerBase, where: str = "config.json") -> InternVLConfig:
     """Map an InternVLChatModel config onto transformers' InternVLConfig, refusing what it cannot represent;
     `where` names the file in messages."""

@@ -565,3 +565,17 @@ def test_a_score_distribution_on_a_scale_of_tenths_is_named_not_misread(tmp_path
     assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r"), "--scale", "0", "1", "--step", "0.1"]) == 2
     assert ("p.json: record 0 (id 'a'): score_distribution: a score distribution is read on a scale of whole numbers in steps of 1, "
             "not 0-1 in steps of 0.1") in capsys.readouterr().err
+
+
+def test_calibrator_of_names_the_judge_whose_map_is_calibrator_json(files, tmp_path, capsys):
+    preds, human, _ = files
+    records = json.loads(Path(preds).read_text())
+    trained = write(tmp_path / "trained.json", [{**r, "score": None if r["score"] is None else min(6, r["score"] + 1), "expected_score": None}
+                                                for r in records])
+    out = tmp_path / "r"
+    base = ["--predictions", preds, trained, "--names", "before", "after", "--human", human, "--bootstrap", "0", "--by", "none"]
+    assert main([*base, "--output_dir", str(out), "--calibrator_of", "after"]) == 0
+    assert Calibrator.load(out / "calibrator.json") == Calibrator.load(out / "calibrator_after.json") != Calibrator.load(out / "calibrator_before.json")
+    assert "calibrator.json (after's map" in report_md(out)
+    assert main([*base, "--output_dir", str(tmp_path / "r2"), "--calibrator_of", "trained"]) == 2
+    assert "--calibrator_of trained: no judge of that name; the judges are before, after" in capsys.readouterr().err
