@@ -151,6 +151,7 @@ def _main(argv) -> int:
     files = split(out / "data", sizes, settings.seed)
     timed("2: score before training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "base-judge"), "--input_dir", str(out / "data"),
                                         "--input_file", "test.json", "--output_dir", str(out / "scores-before"), *score])
+    print("   (as expected: an untrained judge writes no score; its expected score, read after a forced '### Score', is what is compared)")
     shutil.rmtree(out / "trained-judge", ignore_errors=True)  # judge-train starts only in an empty directory: a rerun replaces the judge
     timed("3: train", [py, "-m", "mmjudge.train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
                        "--eval_file", str(files["validation"]), "--input_dir", str(out / "data"), "--output_dir", str(out / "trained-judge"),

@@ -14,7 +14,7 @@ from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.progress import Bar, counted
 from mmjudge.judge.data import JudgeResult, Sample, UsageError
 from mmjudge.judge.identity import weights_fingerprint
-from mmjudge.judge.model import find_checkpoint, load_judge, weight_dirs, with_max_tiles
+from mmjudge.judge.model import find_checkpoint, load_judge, weight_files, with_max_tiles
 from mmjudge.judge.prompts import Rubric
 
 
@@ -24,7 +24,7 @@ class LocalBackend:
     def __init__(self, args, options: ScoreOptions, rubrics: dict[str, Rubric], rank: int):
         self.device = checked_device(args.device or default_device())
         self.model_dir = find_checkpoint(args.model_path, args.revision).path
-        self.judge_fingerprint = weights_fingerprint(weight_dirs(self.model_dir))
+        self.judge_fingerprint = weights_fingerprint(weight_files(self.model_dir))
         self.dtype = getattr(torch, args.dtype) if args.dtype else None
         self.options, self.rubrics, self.image_root, self.rank = options, rubrics, Path(args.input_dir), rank
 

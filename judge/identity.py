@@ -3,8 +3,8 @@
 --calibrator compares them with its own, so that a map fitted on one judge's scores is not applied to
 another's unnoticed (infer/run.py).
 
-A judge's fingerprint is read from its weights' files without loading them: every tensor of every
-`*.safetensors` of the checkpoint (and, for a LoRA adapter, of its base), by name, dtype and shape, and its
+A judge's fingerprint is read from its weights' files without loading them: every tensor of the checkpoint's
+safetensors files (and, for a LoRA adapter, of its base's), by name, dtype and shape, and its
 bytes: the whole tensor up to SLICES x SLICE bytes, else SLICES slices of SLICE bytes spread evenly over it,
 its first and last bytes included. That reads a few MB of a 4B-parameter judge instead of hashing 8 GB at each
 start, and tells apart what training makes: a trained tensor changes throughout, so a trained judge and its
@@ -27,30 +27,29 @@ SLICES, SLICE = 64, 1024
 LENGTH = 16  # hex digits kept: 64 bits, ample to tell a handful of judges apart
 
 
-def weights_fingerprint(checkpoints: list[Path]) -> str:
-    """The fingerprint of the weights in these checkpoint directories (an adapter's, then its base's)."""
-    digest = hashlib.sha256()
-    for directory in checkpoints:
-        tensors = {}  # name -> (file, its data's start, header entry): one order whatever the sharding
-        for file in sorted(Path(directory).glob("*.safetensors")):
-            with file.open("rb") as f:
-                size = int.from_bytes(f.read(8), "little")
-                header = json.loads(f.read(size))
-            tensors.update({name: (file, 8 + size, entry) for name, entry in header.items() if name != "__metadata__"})
-        digest.update(f"{len(tensors)} tensors\n".encode())
-        handles = {}
-        try:
-            for name in sorted(tensors):
-                file, data, entry = tensors[name]
-                f = handles.get(file) or handles.setdefault(file, file.open("rb"))
-                start, end = entry["data_offsets"]
-                digest.update(json.dumps([name, entry["dtype"], entry["shape"]]).encode())
-                for offset in _slice_starts(end - start):
-                    f.seek(data + start + offset)
-                    digest.update(f.read(min(SLICE, end - start - offset)))
-        finally:
-            for f in handles.values():
-                f.close()
+def weights_fingerprint(files: list[Path]) -> str:
+    """The fingerprint of the weights in these safetensors files (a checkpoint's shards; an adapter's and its
+    base's), checked whole beforehand (judge.model.weight_files)."""
+    tensors = {}  # name -> (file, where its data starts, its header entry): one order however the weights are sharded
+    for file in files:
+        with file.open("rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+        tensors.update({name: (file, 8 + size, entry) for name, entry in header.items() if name != "__metadata__"})
+    digest = hashlib.sha256(f"{len(tensors)} tensors\n".encode())
+    handles = {}
+    try:
+        for name in sorted(tensors):
+            file, data, entry = tensors[name]
+            f = handles.get(file) or handles.setdefault(file, file.open("rb"))
+            start, end = entry["data_offsets"]
+            digest.update(json.dumps([name, entry["dtype"], entry["shape"]]).encode())
+            for offset in _slice_starts(end - start):
+                f.seek(data + start + offset)
+                digest.update(f.read(min(SLICE, end - start - offset)))
+    finally:
+        for f in handles.values():
+            f.close()
     return digest.hexdigest()[:LENGTH]
 
 

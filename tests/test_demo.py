@@ -17,6 +17,7 @@ import pytest
 from mmjudge.demo.cli import main as demo_main
 from mmjudge.judge.calibrator import Calibrator
 from mmjudge.judge.identity import weights_fingerprint
+from mmjudge.judge.model import weight_files
 
 BIN = Path(sys.executable).parent
 
@@ -77,8 +78,8 @@ def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
         assert shown in done.stdout, shown
     # calibrator.json is the trained judge's map, and says so: judge-score --calibrator applies it to that judge only
     fitted = Calibrator.load(tmp_path / "report" / "calibrator.json").fitted_on
-    assert fitted.judge == "after" and fitted.judge_fingerprint == weights_fingerprint([tmp_path / "trained-judge"])
-    assert fitted.judge_fingerprint != weights_fingerprint([tmp_path / "base-judge"])
+    assert fitted.judge == "after" and fitted.judge_fingerprint == weights_fingerprint(weight_files(tmp_path / "trained-judge"))
+    assert fitted.judge_fingerprint != weights_fingerprint(weight_files(tmp_path / "base-judge"))
     # The figures the docs quote, from this run
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert {name: figures["pearson"][name]["value"] for name in ("before", "after")} == pearson

@@ -14,6 +14,7 @@ from mmjudge.configs import CONFIG_DIR
 from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.calibrator import Calibrator, FittedOn
 from mmjudge.judge.identity import rubric_fingerprint, weights_fingerprint
+from mmjudge.judge.model import weight_files
 from mmjudge.judge.prompts import load_rubrics
 from mmjudge.judge.testing import write_dataset, write_original_checkpoint
 
@@ -36,31 +37,48 @@ def score(model, data, out, *extra):
 
 
 def test_the_fingerprint_follows_the_weights_not_the_files(checkpoint, other, tmp_path):
-    fingerprint = weights_fingerprint([checkpoint])
-    assert weights_fingerprint([other]) != fingerprint
+    fingerprint = weights_fingerprint(weight_files(checkpoint))
+    assert weights_fingerprint(weight_files(other)) != fingerprint
     shutil.copytree(checkpoint, tmp_path / "moved")  # a copy elsewhere, other file times
-    assert weights_fingerprint([tmp_path / "moved"]) == fingerprint
+    assert weights_fingerprint(weight_files(tmp_path / "moved")) == fingerprint
     resharded = write_original_checkpoint(tmp_path / "sharded", seed=0, shards=3)
-    assert len(list(resharded.glob("*.safetensors"))) == 3 and weights_fingerprint([resharded]) == fingerprint
+    assert len(list(resharded.glob("*.safetensors"))) == 3 and weights_fingerprint(weight_files(resharded)) == fingerprint
     # one tensor changed in its middle, as training changes it throughout
     weights = load_file(tmp_path / "moved" / "model.safetensors")
     name = max(weights, key=lambda k: weights[k].size)
     weights[name] = weights[name].copy()
     weights[name].flat[weights[name].size // 2:] += 0.01
     save_file(weights, tmp_path / "moved" / "model.safetensors")
-    assert weights_fingerprint([tmp_path / "moved"]) != fingerprint
+    assert weights_fingerprint(weight_files(tmp_path / "moved")) != fingerprint
+
+
+def test_an_adapters_fingerprint_is_its_weights_and_its_bases(checkpoint, other, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from mmjudge.judge.model import load_judge
+
+    model = get_peft_model(load_judge(checkpoint).model, LoraConfig(r=2, target_modules=r".*language_model.*\.(qkv_proj|o_proj)"))
+    model.save_pretrained(tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    for base in (checkpoint, other):  # the same adapter file over two bases
+        (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(base)}))
+        assert weight_files(tmp_path / "adapter") == [tmp_path / "adapter" / "adapter_model.safetensors", base / "model.safetensors"]
+    over_other = weights_fingerprint(weight_files(tmp_path / "adapter"))
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(checkpoint)}))
+    over_checkpoint = weights_fingerprint(weight_files(tmp_path / "adapter"))
+    assert len({over_other, over_checkpoint, weights_fingerprint(weight_files(checkpoint))}) == 3
 
 
 def test_records_name_their_judge_and_rubric_and_calibrate_writes_them_into_the_calibrator(checkpoint, data, tmp_path):
     assert score(checkpoint, data, tmp_path / "scores") == 0
     records = json.loads((tmp_path / "scores" / "eval_result.json").read_text())
     rubrics = load_rubrics()
-    assert {r["judge_fingerprint"] for r in records} == {weights_fingerprint([checkpoint])}
+    assert {r["judge_fingerprint"] for r in records} == {weights_fingerprint(weight_files(checkpoint))}
     assert all(r["rubric_fingerprint"] == rubric_fingerprint(rubrics[r["category"]]) for r in records)
     assert calibrate_main(["--predictions", str(tmp_path / "scores" / "eval_result.json"), "--human", str(data / "data.json"), "--overall",
                            "expected_score", "--bootstrap", "0", "--output_dir", str(tmp_path / "report")]) == 0
     fitted = Calibrator.load(tmp_path / "report" / "calibrator.json").fitted_on
-    assert fitted.judge_fingerprint == weights_fingerprint([checkpoint])
+    assert fitted.judge_fingerprint == weights_fingerprint(weight_files(checkpoint))
     assert fitted.rubric_fingerprints == {c: rubric_fingerprint(rubrics[c]) for c in sorted({r["category"] for r in records})}
 
 
@@ -68,7 +86,7 @@ def test_records_name_their_judge_and_rubric_and_calibrate_writes_them_into_the_
 def calibrator(checkpoint, tmp_path):
     """A map fitted on `checkpoint`'s scores with MMIE's rubrics, as judge-calibrate writes it."""
     rubrics = load_rubrics()
-    fitted = FittedOn(n=9, predictions="scores-before/eval_result.json", judge_fingerprint=weights_fingerprint([checkpoint]),
+    fitted = FittedOn(n=9, predictions="scores-before/eval_result.json", judge_fingerprint=weights_fingerprint(weight_files(checkpoint)),
                       rubric_fingerprints={c: rubric_fingerprint(r) for c, r in rubrics.items()})
     Calibrator(method="linear", source="expected_score", x=[0, 6], y=[1, 5], scale=(0, 6), fitted_on=fitted).save(tmp_path / "calibrator.json")
     return tmp_path / "calibrator.json"
@@ -79,7 +97,7 @@ def test_a_calibrator_of_another_judge_is_refused_before_the_model_loads(other, 
     assert score(other, data, tmp_path / "out", "--calibrator", str(calibrator)) == 2
     err = capsys.readouterr().err
     assert f"--calibrator {calibrator} does not fit --model_path {other}: it was fitted on another judge's scores: weights " in err
-    assert f"{weights_fingerprint([other])}" in err and "(the judge of scores-before/eval_result.json)" in err
+    assert f"{weights_fingerprint(weight_files(other))}" in err and "(the judge of scores-before/eval_result.json)" in err
     assert "--allow_calibrator_mismatch" in err and not (tmp_path / "out" / "eval_result.json").exists()
 
 
