@@ -32,15 +32,16 @@ FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} [{elapsed}<{rema
 class Bar:
     """A bar of `total` samples (every rank's, under torchrun) on rank 0's stderr; `update` adds this rank's
     progress in samples, fractions included; `close` (or the end of a `with`) waits on rank 0 for the others.
+    `show=False` draws nothing (a caller that asked for no bars) and still counts.
     `key` names the run's counter in the store: one per bar and run, so that a rerun or a second pass
     never adds to another's."""
 
-    def __init__(self, desc: str, total: int, rank: int = 0, world: int = 1, key: str = "", leave: bool = True):
+    def __init__(self, desc: str, total: int, rank: int = 0, world: int = 1, key: str = "", leave: bool = True, show: bool = True):
         self.rank, self.total = rank, total
         self.store = shared_store() if world > 1 else None
         self.key = f"mmjudge/progress/{key}/{desc}/restart{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
         self.bar = tqdm(total=total * UNITS, desc=desc, unit="sample", unit_scale=1 / UNITS, bar_format=FORMAT, leave=leave,
-                        disable=rank != 0, file=sys.stderr)
+                        disable=rank != 0 or not show, file=sys.stderr)
         self.done = 0.0  # this rank's progress, in samples
         self.sent = 0  # of it, what the bar (one process) or the shared counter holds, in UNITS
         self.flushed = time.monotonic()

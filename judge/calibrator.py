@@ -31,7 +31,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from mmjudge.judge.data import InputError, read_json, validation_problems, write_text_atomically
+from mmjudge.judge.data import CALIBRATOR_FIELDS, InputError, JudgeResult, UsageError, read_json, validation_problems, write_text_atomically
+from mmjudge.judge.identity import rubric_fingerprint
 
 
 class FittedOn(BaseModel):
@@ -181,6 +182,19 @@ class Calibrator(BaseModel):
                            if fitted.rubric_fingerprints.get(category, fingerprint) != fingerprint]
         return mismatches, unchecked
 
+    def check_fit(self, path: str | Path, judge: str, judge_fingerprint: str | None, rubrics: dict, allow_mismatch: bool = False) -> list[str]:
+        """Refuses the map (UsageError) for a judge (named `judge` in the message; its weights' fingerprint) or rubrics
+        (category -> judge.prompts.Rubric, those scored) other than it was fitted on, unless `allow_mismatch`: a map of
+        one judge's scale applied to another's writes plausible numbers that mean nothing. The warnings for what is
+        applied anyway, or cannot be checked."""
+        mismatches, unchecked = self.fitted_elsewhere(judge_fingerprint, {c: rubric_fingerprint(r) for c, r in rubrics.items()})
+        if mismatches and not allow_mismatch:
+            raise UsageError(f"--calibrator {path} does not fit {judge}: {'; '.join(mismatches)}. A calibration map is one judge's and "
+                             "one rubric's: fit one on this judge's scores (judge-calibrate --predictions <its eval_result.json>), or give "
+                             "--allow_calibrator_mismatch to apply it anyway")
+        return ([f"--calibrator {path} applied although {m} (--allow_calibrator_mismatch)" for m in mismatches]
+                + [f"--calibrator {path} applied unchecked: {u}" for u in unchecked])
+
     def apply(self, value: float | None) -> float | None:
         """The calibrated score; None (a parse failure) stays None."""
         if value is None:
@@ -216,3 +230,27 @@ class Calibrator(BaseModel):
         within = 1 if self.escalation.agreement == "within_1" else 0
         written = np.array([round(score - self.scale[0])])
         return bool(agreement_confidence(p, written, within)[0] < self.escalation.threshold)
+
+
+def load_calibrator(path: str | Path, rubrics: list) -> Calibrator:
+    """The calibrator, refused where the rubrics (judge.prompts.Rubric) score on another scale: its map would
+    read a 0-1 score as if on 0-6 and write calibrated scores that look plausible and mean nothing."""
+    calibrator = Calibrator.load(path)
+    low, high = calibrator.scale
+    for rubric in rubrics:
+        scale = rubric.score_scale
+        if scale.bounds != (low, high):
+            raise UsageError(f"--calibrator {path} maps scores on the scale {low:g}-{high:g}, but rubric {rubric.category!r} "
+                             f"scores {scale.low:g}-{scale.high:g}; fit a calibrator on this benchmark's scores with judge-calibrate --scale")
+    return calibrator
+
+
+def as_records(results: list[JudgeResult], calibrator: Calibrator | None) -> list[dict]:
+    """The records judge-score writes and Judge.score returns: with a calibrator, each result gets (in place)
+    and shows its calibrated_score, score_set and escalate; without one, a record has exactly MMIE's keys."""
+    if calibrator is not None:
+        for r in results:
+            r.calibrated_score = calibrator.apply(getattr(r, calibrator.source))
+            r.score_set = calibrator.score_set(r.score_distribution)
+            r.escalate = calibrator.escalate(r.score, r.score_distribution)
+    return [r.model_dump(exclude=CALIBRATOR_FIELDS if calibrator is None else None) for r in results]

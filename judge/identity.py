@@ -62,3 +62,11 @@ def _slice_starts(size: int) -> list[int]:
 
 def rubric_fingerprint(rubric: BaseModel) -> str:
     return hashlib.sha256(json.dumps(rubric.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:LENGTH]
+
+
+def stamp(results: list, judge_fingerprint: str | None, rubrics: dict[str, BaseModel]) -> list:
+    """The results (judge.data.JudgeResult), each with the fingerprints of the judge and of its category's rubric."""
+    fingerprints = {category: rubric_fingerprint(rubric) for category, rubric in rubrics.items()}
+    for r in results:
+        r.judge_fingerprint, r.rubric_fingerprint = judge_fingerprint, fingerprints[r.category]
+    return results

@@ -93,7 +93,7 @@ def calibrator(checkpoint, tmp_path):
 
 
 def test_a_calibrator_of_another_judge_is_refused_before_the_model_loads(other, data, calibrator, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("mmjudge.infer.local_backend.load_judge", lambda *_: pytest.fail("the model loaded"))
+    monkeypatch.setattr("mmjudge.judge.model.load_judge", lambda *_: pytest.fail("the model loaded"))
     assert score(other, data, tmp_path / "out", "--calibrator", str(calibrator)) == 2
     err = capsys.readouterr().err
     assert f"--calibrator {calibrator} does not fit --model_path {other}: it was fitted on another judge's scores: weights " in err
@@ -125,3 +125,16 @@ def test_a_calibrator_that_names_no_judge_is_applied_with_a_warning(checkpoint, 
     Calibrator(method="linear", source="expected_score", x=[0, 6], y=[1, 5], scale=(0, 6)).save(tmp_path / "old.json")
     assert score(checkpoint, data, tmp_path / "out", "--calibrator", str(tmp_path / "old.json")) == 0
     assert "applied unchecked: it does not say which judge it was fitted on" in capsys.readouterr().err
+
+
+def test_the_python_api_stamps_its_records_and_refuses_another_judges_calibrator(other, data, calibrator):
+    import mmjudge
+    from mmjudge.judge.data import UsageError
+
+    judge = mmjudge.Judge.load(other, mode="logits", max_tiles=1)
+    assert judge.fingerprint == weights_fingerprint(weight_files(other))
+    with pytest.raises(UsageError, match=f"does not fit the judge {other}: it was fitted on another judge's scores"):
+        judge.score(data / "data.json", calibrator=calibrator, progress=False)
+    with pytest.warns(UserWarning, match="applied although it was fitted on another judge's scores"):
+        records = judge.score(data / "data.json", calibrator=calibrator, allow_calibrator_mismatch=True, progress=False)
+    assert {r["judge_fingerprint"] for r in records} == {judge.fingerprint} and all(r["calibrated_score"] is not None for r in records)
