@@ -24,7 +24,7 @@ from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag, add_settings_flags, config_given, config_values, run, setting_problems
 from mmjudge.judge.data import UsageError
 from mmjudge.judge.prompts import DEFAULT_RUBRICS, load_rubrics
-from mmjudge.serve.options import ServeOptions
+from mmjudge.serve.options import ServeOptions, prefill_budget
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = CommandParser(prog="judge-serve", description=__doc__)
@@ -76,7 +76,8 @@ def _main(argv) -> int:
     context = judge.model.config.text_config.max_position_embeddings
     if limits.max_model_len is not None and limits.max_model_len > context:
         raise UsageError(f"--max_model_len {limits.max_model_len} is more than {args.model_path}'s context of {context} tokens")
-    worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000, limits.max_num_batched_tokens, limits.max_model_len)
+    worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000, prefill_budget(limits.max_num_batched_tokens, device),
+                    limits.max_model_len)
     name = args.served_model_name or args.model_path
     try:
         vocabulary = judge_vocabulary(judge)

@@ -42,5 +42,6 @@ def test_the_load_benchmark_measures_short_requests_beside_long_prompts_and_a_lo
     assert alone["requests"] == beside["requests"] == 4 and beside["failed"] == 0
     assert beside["prefill_tokens"] > alone["prefill_tokens"]  # the long prompts' chunks ran beside the short requests
     left = figures["cancelled_long"]
-    assert left["steps"] == 0 and 0 < left["prefill_tokens"] < 4000 and left["prefill_tokens"] == 64 * left["prefills"]
+    # Left at once: stopped before its first chunk or after some, never prefilled whole (how many ran first is the machine's timing).
+    assert left["steps"] == 0 and 0 <= left["prefill_tokens"] < 4000 and left["prefill_tokens"] == 64 * left["prefills"]
     assert "left after 0 s" in done.stdout

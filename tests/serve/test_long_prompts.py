@@ -103,3 +103,11 @@ def test_max_model_len_refuses_a_longer_prompt_before_it_reaches_the_model_and_c
     cut = ask(server, "a " * (MAX_LEN - 250), max_tokens=1000, temperature=1.0, seed=12)
     assert cut.usage.prompt_tokens > MAX_LEN - 250
     assert cut.choices[0].finish_reason == "stop" or cut.usage.completion_tokens == MAX_LEN - cut.usage.prompt_tokens
+
+
+@pytest.mark.parametrize("given, device, budget", [(None, "cpu", 512), (None, "cuda", 2048), (None, "cuda:1", 2048), (64, "cpu", 64), (4096, "cuda", 4096)])
+def test_the_prefill_budget_is_the_flag_or_the_device_s_default(given, device, budget):
+    # On a CPU a 2048-token chunk keeps every short answer beside it waiting for seconds (docs/serve.md).
+    from mmjudge.serve.options import prefill_budget
+
+    assert prefill_budget(given, device) == budget
