@@ -5,7 +5,7 @@
 #      (torch first: its CPU build, as the Makefile installs it);
 #   3. from a folder of the user's (outside the checkout, holding its own train.py and serve/): one import
 #      name, and the README's commands on a tiny random judge: score, train, score with the trained adapter,
-#      calibrate, serve;
+#      calibrate, the Python API, serve;
 #   4. the test and deepspeed extras added, the quick test loop from the sdist's tests against the installed
 #      package. The sdist's copy of the package folders is removed first: no test can import the checkout.
 # Usage: .ci/installed.sh [WORK_DIR]   (default: a new folder under $TMPDIR, removed when all passed)
@@ -57,7 +57,7 @@ shown = subprocess.run([sys.executable, "-m", "pip", "show", "-f", "mmjudge"], c
 files = shown.split("\nFiles:\n", 1)[1].split()
 top = {f.split("/")[0] for f in files if not f.startswith("..") and ".dist-info/" not in f}
 assert top == {"mmjudge"}, f"pip show -f mmjudge: top-level {sorted(top)}"
-print(f"import mmjudge: {mmjudge.__file__}; pip show -f mmjudge: top-level {sorted(top)}")
+print(f"import mmjudge: {mmjudge.__file__}; pip show -f mmjudge: top-level {sorted(top)}; mmjudge.__all__: {mmjudge.__all__}")
 EOF
 
 step "the README's commands on a tiny judge: checkpoint, score, train, score with the adapter, calibrate"
@@ -74,6 +74,15 @@ DATA=(--input_dir data --input_file "$USER_DIR/data/data.json" --max_tiles 1)
 "$VENV_BIN/judge-calibrate" --predictions scored/eval_result.json scored-trained/eval_result.json --names base trained \
   --human data/data.json --output_dir report
 test -s report/report.html && test -s report/calibrator.json
+
+step "the Python API: Judge.load, score, calibrate"
+"$VENV_BIN/python" - <<'EOF'
+import mmjudge
+judge = mmjudge.Judge.load("tiny-judge", max_tiles=1, mode="logits")
+records = judge.score("data/data.json", progress=False)
+report = mmjudge.calibrate(records, "data/data.json", output_dir="api-report")
+print(f"{judge!r}: {len(records)} records; calibrate: {sorted(report.judges)}")
+EOF
 
 step "judge-serve: /health, then /v1/score"
 PORT=$("$VENV_BIN/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
