@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from mmjudge.infer.decoding import Completion, Decoder, OutOfMemory, Request
+from mmjudge.infer.grammar import Grammar, GrammarError, Vocabulary, score_lines
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import JudgeResult, Sample, UsageError
 from mmjudge.judge.detokenize import chat_answer
@@ -145,14 +146,24 @@ def _load_pixels(item: Prepared, dtype: torch.dtype, pin: bool) -> torch.Tensor 
     return pixels.pin_memory() if pin else pixels
 
 
-def judge_decoder(judge: Judge, device: str, token_budget: int | None, columns: list[int], stop: bool = True) -> Decoder:
+def judge_vocabulary(judge: Judge) -> Vocabulary:
+    """The judge's tokens as its grammars read them (infer/grammar.py): every row of its output layer, and its
+    template's stop token as the end of an answer."""
+    tokenizer = judge.tokenizer
+    stop_id = tokenizer.convert_tokens_to_ids(get_template(judge.settings.template).stop_token)
+    return Vocabulary.of(tokenizer, judge.model.config.text_config.vocab_size, stop_id)
+
+
+def judge_decoder(judge: Judge, device: str, token_budget: int | None, columns: list[int], stop: bool = True,
+                  prefill_budget: int | None = None) -> Decoder:
     """A decoder of the judge's text: padded with its pad token, never writing its unwritable tokens, and
-    stopping at its template's stop token unless `stop` is False; `columns` are the logits it records."""
+    stopping at its template's stop token unless `stop` is False; `columns` are the logits it records;
+    `prefill_budget`: prompt tokens prefilled per engine step at most, longer prompts in chunks (None: none)."""
     tokenizer = judge.tokenizer
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     stop_id = tokenizer.convert_tokens_to_ids(get_template(judge.settings.template).stop_token)
     return Decoder(judge.model, device=device, pad_id=pad_id, stop_id=stop_id if stop else None, suppress=unwritable_tokens(judge),
-                   columns=torch.tensor(columns, dtype=torch.long), token_budget=token_budget)
+                   columns=torch.tensor(columns, dtype=torch.long), token_budget=token_budget, prefill_budget=prefill_budget)
 
 
 class Scorer:
@@ -179,6 +190,16 @@ class Scorer:
         tokens = sorted({t for ids in self.score_ids.values() if ids for t in ids.values()})
         self.score_columns = {scale: [tokens.index(t) for t in ids.values()] for scale, ids in self.score_ids.items() if ids}
         self.decoder = judge_decoder(judge, device, options.token_budget, tokens, stop=not options.ignore_stop)
+        self.grammars = self._grammars() if options.structured else {}
+
+    def _grammars(self) -> dict[str, Grammar]:
+        """judge-score --structured: each category's answer layout (infer/grammar.py's score_lines)."""
+        try:
+            vocabulary = judge_vocabulary(self.judge)
+        except GrammarError as err:
+            raise UsageError(f"--structured: {err}") from None
+        return {category: score_lines(vocabulary, tuple(rubric.criteria.values()), tuple(str(level) for level in rubric.score_scale.levels))
+                for category, rubric in self.rubrics.items()}
 
     def run(self, items: list[Prepared], cancelled: Callable[[Prepared], bool] | None = None,
             progress: Callable[[float], None] | None = None) -> Iterator[list[tuple[Prepared, JudgeResult]]]:
@@ -189,7 +210,7 @@ class Scorer:
         counted = _Counted(progress, len(items), self.options.max_new_tokens if self.options.mode == "generate" else None)
         # Longest first: prefill groups of similar lengths, and a freed slot always has room for the next.
         requests = [Request(i, items[i].input_ids.long(), cancelled=partial(cancelled, items[i]) if cancelled else None,
-                            on_token=counted.token(i))
+                            on_token=counted.token(i), grammar=self.grammars.get(items[i].sample.category))
                     for i in sorted(range(len(items)), key=lambda i: -len(items[i].input_ids))]
         pin = torch.device(self.device).type == "cuda"
         with ThreadPoolExecutor(self.options.workers) as pool:

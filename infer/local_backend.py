@@ -37,7 +37,7 @@ class LocalBackend:
         weights = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in model_dir.iterdir() if f.is_file())
         return {"model": str(model_dir), "weights": weights, "dtype": str(next(model.model.parameters()).dtype),
                 "settings": model.settings.to_json(), "prompt_token_budget": self.options.prompt_token_budget,
-                "ignore_stop": self.options.ignore_stop}
+                "ignore_stop": self.options.ignore_stop, "structured": self.options.structured}
 
     def score(self, samples: list[tuple[int, Sample]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult]]:
         yield from self.judge.score_batches(samples, self.rubrics, self.options, self.image_root, progress=bar)

@@ -12,7 +12,8 @@ with the judge behind an OpenAI-compatible chat-completions API (judge-serve, `v
 What is not the local backend's (README, "Scoring through an OpenAI-compatible server"):
 - the server renders the chat template and tiles the images; a tile limit (--max_tiles, or one lowered
   by image_token_budget) is sent as vLLM's `mm_processor_kwargs.max_dynamic_patch`, which judge-serve
-  reads too;
+  reads too; a server that refuses the field by name (`transformers serve`: 422) is sent the request again
+  without it, and the run warns that the server's own tiling applies;
 - the answer is stripped as InternVL's chat() strips it, but not cut where it spells the template's
   separator, which the client does not know;
 - a parse failure has no distribution: the local backend reads one after a `### Score` heading appended
@@ -75,6 +76,11 @@ NEUTRAL = {"temperature": 0, "top_p": 1, "presence_penalty": 0, "frequency_penal
 # llama.cpp's repeat_penalty. A server without one may refuse it by name (judge-serve, OpenAI): it has no
 # such penalty to turn off, and the field is not sent to it again.
 NEUTRAL_IF_KNOWN = {"repetition_penalty": 1, "repeat_penalty": 1}
+# What a request can go without when a server refuses it by name: the penalties above, and vLLM's tile limit
+# (the server then tiles as it does by default, which the run says: TILING_REFUSED).
+DROPPABLE = (*NEUTRAL_IF_KNOWN, "mm_processor_kwargs")
+TILING_REFUSED = ("{url} refuses mm_processor_kwargs (vLLM's per-request tile limit, sent for --max_tiles or image_token_budget): "
+                  "requests go without it, and the server's own tiling applies")
 BACKOFF_S, MAX_BACKOFF_S = 1.0, 60.0
 
 
@@ -92,6 +98,9 @@ class OpenAIBackend:
     judge_fingerprint = None  # the server's weights are not the client's to read
 
     def __init__(self, args, options: ScoreOptions, rubrics: dict[str, Rubric], samples: list[Sample]):
+        if options.structured:
+            raise UsageError("--structured constrains this machine's decoder: it applies to --backend local (and to judge-serve's own "
+                             "--structured), not to a server's answers")
         self.server = Server(args.base_url, args.model_path, args.api_key_env, args.max_retries, args.concurrency)
         self.options, self.rubrics, self.samples, self.image_root = options, rubrics, samples, Path(args.input_dir)
         self.concurrency = args.concurrency
@@ -105,6 +114,10 @@ class OpenAIBackend:
         for warning in self.found:
             print(f"warning: {warning}", file=sys.stderr)
         return {"backend": "openai", "base_url": self.server.base_url, "model": self.server.model, "max_tiles": self.options.max_tiles}
+
+    def said(self) -> list[str]:
+        """What the server does that a local run would not, as found so far."""
+        return [*self.found, *([TILING_REFUSED.format(url=self.server.url)] if "mm_processor_kwargs" in self.server.unknown else [])]
 
     def score(self, samples: list[tuple[int, Sample]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult]]:
         warned = False
@@ -121,9 +134,9 @@ class OpenAIBackend:
         not their distribution's top (those of an earlier run resumed included)."""
         not_top = [r.id for r in results if not score_is_top(r)]
         if not not_top:
-            return self.found
+            return self.said()
         first = ", ".join(repr(i) for i in not_top[:3]) + (" ..." if len(not_top) > 3 else "")
-        return [*self.found, NOT_GREEDY.format(what=f"{len(not_top)} of {len(results)} samples ({first})")]
+        return [*self.said(), NOT_GREEDY.format(what=f"{len(not_top)} of {len(results)} samples ({first})")]
 
     def close(self) -> None:
         self.server.close()
@@ -260,7 +273,7 @@ class Server:
                  transport: httpx2.BaseTransport | None = None):
         self.base_url, self.model, self.max_retries = base_url, model, max_retries
         self.url = base_url.rstrip("/") + "/chat/completions"
-        self.unknown: set[str] = set()  # the fields of NEUTRAL_IF_KNOWN this server refused by name
+        self.unknown: set[str] = set()  # the fields of DROPPABLE this server refused by name
         self.lock = threading.Lock()
         key = os.environ[api_key_env] if api_key_env else None
         self.client = httpx2.Client(
@@ -273,7 +286,7 @@ class Server:
         while True:
             wait_s = None
             with self.lock:
-                sent = {**request, **{k: v for k, v in NEUTRAL_IF_KNOWN.items() if k not in self.unknown}}
+                sent = {k: v for k, v in {**request, **NEUTRAL_IF_KNOWN}.items() if k not in self.unknown}
             try:
                 status, headers, body = self.post(sent, request["max_tokens"])
             except (httpx2.TransportError, TimeoutError) as err:
@@ -286,7 +299,9 @@ class Server:
                 problem = f"HTTP {status}: {error_message(body)}"
                 if refused := self.refused_fields(status, body, sent):
                     with self.lock:
-                        self.unknown |= refused
+                        new, self.unknown = refused - self.unknown, self.unknown | refused
+                    if "mm_processor_kwargs" in new:
+                        print(f"warning: {TILING_REFUSED.format(url=self.url)}", file=sys.stderr)
                     continue  # the same request without them, at once: not a retry
                 if status != 429 and status < 500:  # the request itself is wrong: retrying repeats it
                     raise Refused(f"{self.url} refused sample {sample_id!r}: {problem}")
@@ -316,11 +331,11 @@ class Server:
 
     @staticmethod
     def refused_fields(status: int, body: bytes, sent: dict) -> set[str]:
-        """The fields of NEUTRAL_IF_KNOWN sent that a 400 or 422 (FastAPI's validation error) names."""
+        """The fields of DROPPABLE sent that a 400 or 422 (FastAPI's validation error) names."""
         if status not in (400, 422):
             return set()
         text = body[:4096].decode("utf-8", errors="replace")
-        return {name for name in NEUTRAL_IF_KNOWN if name in sent and re.search(rf"\b{name}\b", text)}
+        return {name for name in DROPPABLE if name in sent and re.search(rf"\b{name}\b", text)}
 
     def close(self) -> None:
         self.client.close()

@@ -45,11 +45,20 @@ class ScoreOptions:
         None, "tokens per prompt before the question's oldest context is cut; none: no limit", minimum=1)
     max_tiles: int | None = _option(None, "tiles per image before the thumbnail; none: the checkpoint's max_dynamic_patch", minimum=1)
     workers: int = _option(4, "background threads that decode and tile images", minimum=1)
+    structured: bool = _option(
+        False, "constrain the judge's answer with a grammar to the layout its rubric asks for: free text, then one line per criterion "
+               "and a '### Score' line, every score on the rubric's scale, so that each score written parses (recorded in summary.json); "
+               "off: the judge writes freely, as MMIE's protocol has it")
     ignore_stop: bool = _option(False, "always generate max_new_tokens, no forced score heading (benchmarks: equal work per sample)",
                                 flag=False)
 
     def __post_init__(self):
-        if problems := setting_problems(ScoreOptions, asdict(self)):
+        problems = setting_problems(ScoreOptions, asdict(self))
+        if self.structured and self.mode == "logits":
+            problems.append("structured constrains what the judge writes, and --mode logits writes nothing: use --mode generate")
+        if self.structured and self.ignore_stop:
+            problems.append("structured ends each answer where its grammar ends, and ignore_stop never ends one")
+        if problems:
             raise UsageError("invalid scoring options:\n  " + "\n  ".join(problems))
 
 

@@ -78,7 +78,7 @@ def score(args, fmt: Format, options: ScoreOptions) -> int:
             probe = probe_pass(args.probe_images, args.probe_seed, run.samples, Path(args.input_dir), blank_dir, run_id)
             score_pass(args, backend, run, probe.samples, result_file(probe.kind), probe.run_id, rank, world)
 
-        on_rank_zero(lambda: merge(args, fmt, run, run_id, backend.warnings, probe), rank, world)
+        on_rank_zero(lambda: merge(args, fmt, run, run_id, backend.warnings, probe, options.structured), rank, world)
         return 0
 
 
@@ -146,10 +146,12 @@ def finished_results(args, output_file: str, run_id: str, rank: int, world: int)
     return finished
 
 
-def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None) -> None:
+def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None,
+          structured: bool) -> None:
     """The journals merged into the result file and summary, and the benchmark's own files written."""
     output_dir = Path(args.output_dir)
-    finish(output_dir, args.output_file, run, run_id, warnings, probe, fmt.name, lambda results: fmt.write(run.bench, {r.id: r for r in results}, output_dir))
+    finish(output_dir, args.output_file, run, run_id, warnings, probe, fmt.name, lambda results: fmt.write(run.bench, {r.id: r for r in results}, output_dir),
+           structured)
 
 
 def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
@@ -189,7 +191,8 @@ def journaled(output_dir: Path, output_file: str, samples: list[Sample], run_id:
 
 
 def finish(output_dir: Path, output_file: str, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]],
-           probe: ProbePass | None, format_name: str, write_benchmark_files: Callable[[list[JudgeResult]], list[Path]]) -> None:
+           probe: ProbePass | None, format_name: str, write_benchmark_files: Callable[[list[JudgeResult]], list[Path]],
+           structured: bool) -> None:
     """Merge every rank's journal into the result file, in input order, write the benchmark's own files, and
     write the summary (naming those files, with the probe's figures, from its own journals, when there is one)."""
     calibrator = run.calibrator
@@ -197,7 +200,8 @@ def finish(output_dir: Path, output_file: str, run: ScoringInput, run_id: str, w
     write_json_atomically(output_dir / output_file, as_records(results, calibrator))
     benchmark_files = write_benchmark_files(results)
     scale = run.score_scale
-    summary = {**summarize(results, run.skipped, scale, calibrator), "warnings": [*run.warnings, *warnings(results)],
+    # structured: whether a grammar held the judge to its rubric's layout (--structured); exactness runs have it off
+    summary = {**summarize(results, run.skipped, scale, calibrator), "structured": structured, "warnings": [*run.warnings, *warnings(results)],
                "benchmark_files": [path.name for path in benchmark_files]}
     if probe is not None:
         summary["image_reliance"] = finish_probe(output_dir, probe, results, scale)

@@ -98,6 +98,8 @@ def format_summary(summary: dict) -> str:
     for title, key in (("category", "by_category"), ("model", "by_model"), ("criterion", "by_criterion")):
         for name, group in summary[key].items():
             lines.append(f"  {title} {name}: {fmt(group['mean_score'])} (n={group['n']})")
+    if summary.get("structured"):
+        lines.append("Structured: each answer held to its rubric's layout and scale by a grammar (--structured)")
     lines += calibrator_lines(summary.get("calibrator", {}))
     lines += nothing_parsed(summary)
     for name, found in summary["collapse"].items():

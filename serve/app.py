@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from mmjudge.infer import grammar
 from mmjudge.infer.decoding import Completion, Sampling
 from mmjudge.infer.engine import prepare
 from mmjudge.infer.options import ScoreOptions
@@ -44,7 +45,7 @@ from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Query, Rubric, encode_prompt, render_query
 from mmjudge.judge.templates import get_template
 from mmjudge.judge.tiling import load_tiles
-from mmjudge.serve.api import ChatRequest, RequestError, ScoreRequest, chat_request, validated
+from mmjudge.serve.api import ChatRequest, Constraint, RequestError, ScoreRequest, chat_request, validated
 from mmjudge.serve.completions import ChoiceText, chunk, logprob_entries, now, sse, usage
 from mmjudge.serve.images import RequestImages
 from mmjudge.serve.metrics import Metrics
@@ -69,6 +70,7 @@ class Service:
     started: int
     context: int  # the model's context in tokens: a prompt and its answer together
     metrics: Metrics
+    vocabulary: grammar.Vocabulary | str  # the judge's tokens for structured outputs, or why it has none
 
     @property
     def tokenizer(self):
@@ -221,12 +223,20 @@ async def score(request: Request, service: Service) -> Response:
     try:
         samples = await run_in_threadpool(lambda: [with_image_files(sample, k, images) for k, sample in enumerate(body.samples)])
         items = await run_in_threadpool(prepare, service.judge, list(enumerate(samples)), service.rubrics, Path("."), service.score_options)
+        for k, item in enumerate(items):
+            if len(item.input_ids) >= service.context:
+                raise RequestError(400, f"samples[{k}]", f"the prompt is {len(item.input_ids)} tokens, and {context_name(service)} holds "
+                                                         f"{service.context} with the answer", code="context_length_exceeded")
         gone = threading.Event()  # set when the client disconnects: its samples leave the model at the next step
         results = await until_answered(service, submitted(service, service.worker.score(items, gone.is_set)), request, gone)
     finally:
         images.close()
     service.metrics.e2e.observe(time.monotonic() - arrived)
     return JSONResponse({"results": [result.model_dump(exclude=CALIBRATOR_FIELDS) for result in results]})
+
+
+def context_name(service: Service) -> str:
+    return "this server's --max_model_len" if service.limits.max_model_len else "this model's context"
 
 
 def with_image_files(sample: Sample, k: int, images: RequestImages) -> Sample:
@@ -254,10 +264,13 @@ async def chat_completions(request: Request, service: Service) -> Response:
     tiling = settings.tiling
     if body.mm_processor_kwargs and (max_tiles := body.mm_processor_kwargs.max_dynamic_patch):
         tiling = replace(tiling, max_tiles=max_tiles, min_tiles=min(tiling.min_tiles, max_tiles))
+    whole = replace(tiling, max_tiles=1, min_tiles=1)  # OpenAI's low detail: one tile of the whole image
     images = RequestImages(service.image_root, service.limits.max_image_pixels)
+    constraint = body.constraint()
 
     def tokenized() -> tuple[torch.Tensor, torch.Tensor | None]:
-        tiles = [load_tiles(images.file(part.image_url.url, f"messages[{index}].content[{n}].image_url.url"), tiling) for n, part in image_parts]
+        tiles = [load_tiles(images.file(part.image_url.url, f"messages[{index}].content[{n}].image_url.url"),
+                            whole if part.image_url.detail == "low" else tiling) for n, part in image_parts]
         # Rendered as judge-score renders a prompt: what the user wrote is read as text, whatever tokens it spells.
         text, controls = render_query(get_template(settings.template), query, [t.shape[0] for t in tiles], settings.tokens_per_tile,
                                       settings.system_message if system is None else system)
@@ -267,15 +280,16 @@ async def chat_completions(request: Request, service: Service) -> Response:
         input_ids, pixels = await run_in_threadpool(tokenized)
     finally:
         images.close()
+    rules = None if constraint is None else await run_in_threadpool(compiled, service, constraint)  # a large schema takes a while
     room = service.context - len(input_ids)
     if room < 1:
-        raise RequestError(400, "messages", f"the prompt is {len(input_ids)} tokens, and this model's context holds {service.context} "
+        raise RequestError(400, "messages", f"the prompt is {len(input_ids)} tokens, and {context_name(service)} holds {service.context} "
                                             "with the answer", code="context_length_exceeded")
     answer = Answer(service, body, stops, len(input_ids), 0 if pixels is None else len(pixels), request.state.request_id, arrived)
     # the written token's log-probability is the first of its step's likeliest
     logprobs = max(1, body.top_logprobs or 0) if body.logprobs else 0
     prompt = ChatPrompt(input_ids, pixels, body.new_tokens(service.score_options.max_new_tokens, room), logprobs, sampling(body),
-                        body.n or 1, answer.on_token, answer.gone.is_set)
+                        body.n or 1, answer.on_token, answer.gone.is_set, rules)
     future = submitted(service, service.worker.chat(prompt))
     if body.stream:
         return StreamingResponse(answer.stream(future, request), media_type="text/event-stream")
@@ -287,6 +301,19 @@ async def chat_completions(request: Request, service: Service) -> Response:
     whole, texts = await run_in_threadpool(answer.whole, completions)
     answer.counted(completions, texts)
     return JSONResponse(whole)
+
+
+def compiled(service: Service, constraint: Constraint) -> grammar.Grammar:
+    """The request's structured output as a grammar of the judge's tokens; a 400 naming the field where it
+    does not compile."""
+    if isinstance(service.vocabulary, str):
+        raise RequestError(400, constraint.field, f"this judge cannot constrain its answers: {service.vocabulary}")
+    build = {"json": lambda v, value: grammar.json_schema(v, value, constraint.whitespace), "regex": grammar.regex,
+             "choice": grammar.choice, "grammar": grammar.grammar}[constraint.kind]
+    try:
+        return build(service.vocabulary, constraint.value)
+    except grammar.GrammarError as err:
+        raise RequestError(400, constraint.field, f"does not compile to a grammar: {err}") from None
 
 
 def sampling(body: ChatRequest) -> Sampling:

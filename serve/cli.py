@@ -63,6 +63,8 @@ def _main(argv) -> int:
     import uvicorn
 
     from mmjudge.api import Judge
+    from mmjudge.infer.engine import judge_vocabulary
+    from mmjudge.infer.grammar import GrammarError
     from mmjudge.judge.model import with_max_tiles
     from mmjudge.serve.app import Service, build_app
     from mmjudge.serve.metrics import Metrics
@@ -71,10 +73,18 @@ def _main(argv) -> int:
     loaded = Judge.load(args.model_path, device=args.device, dtype=args.dtype, revision=args.revision)  # the Python API's door, the same judge
     judge, device = loaded.model, loaded.device
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
-    worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000)
+    context = judge.model.config.text_config.max_position_embeddings
+    if limits.max_model_len is not None and limits.max_model_len > context:
+        raise UsageError(f"--max_model_len {limits.max_model_len} is more than {args.model_path}'s context of {context} tokens")
+    worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000, limits.max_num_batched_tokens, limits.max_model_len)
     name = args.served_model_name or args.model_path
+    try:
+        vocabulary = judge_vocabulary(judge)
+    except GrammarError as err:  # requests for structured outputs are refused, saying why
+        vocabulary = str(err)
+        print(f"judge-serve: no structured outputs: {err}", file=sys.stderr, flush=True)
     service = Service(name, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
-                      worker, int(time.time()), worker.context, Metrics(name))
+                      worker, int(time.time()), worker.context, Metrics(name), vocabulary)
     print(f"judge-serve: {args.model_path} on {device}, http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.Server(uvicorn.Config(build_app(service), host=args.host, port=args.port, log_level="info")).run()
     return 0

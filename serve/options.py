@@ -21,6 +21,12 @@ class ServeOptions:
     max_samples: int = _limit(256, "samples per /v1/score request", 1)
     max_images: int = _limit(64, "images per sample or per chat request", 0)
     max_image_pixels: int = _limit(40_000_000, "width x height of an image, read from its header before it is decoded", 1)
+    max_num_batched_tokens: int = _limit(
+        2048, "prompt tokens prefilled per engine step at most (vLLM's name): a longer chat prompt is prefilled in chunks between the "
+              "decoding steps of the answers being written, and stops at the next chunk when its client leaves", 1)
+    max_model_len: int | None = field(default=None, metadata={
+        "help": "tokens a request's prompt and answer hold together at most (vLLM's name): a longer prompt is refused (400) before it "
+                "reaches the model, an answer is cut there; none: the model's context", "minimum": 2})
 
     def __post_init__(self):
         if problems := setting_problems(ServeOptions, asdict(self)):

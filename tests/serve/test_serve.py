@@ -233,6 +233,9 @@ REFUSALS = {
     "a file inside the root that is no image": ("/v1/score", image_sample("data.json"), 400, "samples[0].question[0].image", OUTSIDE),
     "a URL to fetch": ("/v1/chat/completions", chat_with_image("http://127.0.0.1:1/x.png"), 400,
                        "messages[0].content[1].image_url.url", "fetches no URL"),
+    "an image detail OpenAI does not have": ("/v1/chat/completions", {"model": SERVED, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:,", "detail": "ultra"}}]}]}, 400, "messages[0].content[0].image_url.detail",
+        "Input should be 'auto', 'low' or 'high'"),
     "a data URL that is not base64": ("/v1/chat/completions", chat_with_image("data:image/png;base64,@@@"), 400,
                                       "messages[0].content[1].image_url.url", "does not decode"),
     "a data URL that is no image": ("/v1/chat/completions", chat_with_image("data:image/png;base64," + base64.b64encode(b"hello").decode()), 400,
@@ -254,11 +257,13 @@ REFUSALS = {
         ("tools", [{"type": "function", "function": {"name": "f"}}], "tool calls are not implemented"),
         ("tool_choice", "auto", "tool calls are not implemented"),
         ("logit_bias", {"13": 5}, "logit_bias is not implemented"),
-        ("response_format", {"type": "json_object"}, "structured output is not implemented"),
+        ("store", True, "this server stores no completion"),
+        ("service_tier", "flex", "this server has one tier of service"),
         ("presence_penalty", 0.5, "penalties are not implemented"),
         ("frequency_penalty", -1, "penalties are not implemented"),
         ("repetition_penalty", 1.1, "penalties are not implemented"),
-        ("guided_json", {"type": "object"}, "not a field of OpenAI's chat completions that this server knows"),
+        ("guided_decoding_backend", "outlines", "this server's grammars are llguidance's"),
+        ("reasoning_effort", "low", "not a field of OpenAI's chat completions that this server knows"),
         ("max_tokens", True, "Input should be a valid integer"),
         ("temperature", "0", "Input should be a valid number"),
         ("stream_options", {"include_usage": True}, "only with stream: true"),
@@ -437,7 +442,8 @@ def test_what_openai_clients_send_is_answered_as_the_api_reference_says(server):
                                        "tools", "tool_choice", "user", "mm_processor_kwargs")}
     with_nulls = post(server, "/v1/chat/completions", {"model": SERVED, "messages": HELLO, "max_tokens": 4, **nulls})
     neutral = post(server, "/v1/chat/completions", {"model": SERVED, "messages": HELLO, "max_tokens": 4, "presence_penalty": 0, "frequency_penalty": 0.0,
-                                                    "logit_bias": {}, "response_format": {"type": "text"}, "user": "u1", "n": 1, "stream": False})
+                                                    "logit_bias": {}, "response_format": {"type": "text"}, "user": "u1", "n": 1, "stream": False,
+                                                    "store": False, "service_tier": "auto", "prompt_cache_key": "k", "safety_identifier": "s"})
     assert plain.status_code == with_nulls.status_code == neutral.status_code == 200, (with_nulls.text, neutral.text)
     assert with_nulls.json()["choices"] == neutral.json()["choices"] == plain.json()["choices"]
 
@@ -456,6 +462,35 @@ def test_what_openai_clients_send_is_answered_as_the_api_reference_says(server):
     long = client.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=2048)  # VLMEvalKit's default; the server's is 6
     written = long.usage.completion_tokens
     assert written > 6 and long.choices[0].finish_reason == ("length" if written == 2048 else "stop"), written
+
+
+def test_an_images_low_detail_is_one_tile_of_the_whole_image_and_high_or_auto_the_servers_tiling(server, dataset):
+    """OpenAI's `detail` (issue 31, item 4): honoured, where vLLM ignores it."""
+    def n_tiles(image, **detail):
+        part = {"type": "image_url", "image_url": {"url": data_url(image), **detail}}
+        answer = post(server, "/v1/chat/completions", {"model": SERVED, "max_tokens": 1, "messages": [{"role": "user", "content": [part]}]})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["n_tiles"]
+
+    tiled = max(sorted((dataset / "images").glob("*.png")), key=n_tiles)
+    assert n_tiles(tiled) == n_tiles(tiled, detail="auto") == n_tiles(tiled, detail="high") == 3  # --max_tiles 2 and the thumbnail
+    assert n_tiles(tiled, detail="low") == 1
+
+
+def test_a_data_url_whose_base64_holds_whitespace_reads_as_without_it(server, dataset):
+    """Issue 31, item 3: lmms-eval's wildvision sends `data:image/jpeg;base64, <data>` (a space after the comma),
+    as OpenAI's service takes it; line breaks (MIME's 76-column base64) likewise. Other characters are refused."""
+    image = next((dataset / "images").glob("*.png")).read_bytes()
+    data = base64.b64encode(image).decode()
+    plain = post(server, "/v1/chat/completions", {**chat_with_image(f"data:image/png;base64,{data}"), "max_tokens": 3})
+    assert plain.status_code == 200, plain.text
+    lines = "\r\n".join(data[k:k + 76] for k in range(0, len(data), 76))
+    for url in (f"data:image/jpeg;base64, {data}", f"data:image/png;base64,\n{lines}\n", f"data:image/png;base64,\t{data} "):
+        answer = post(server, "/v1/chat/completions", {**chat_with_image(url), "max_tokens": 3})
+        assert answer.status_code == 200 and answer.json()["choices"] == plain.json()["choices"], answer.text
+        assert answer.json()["usage"] == plain.json()["usage"]
+    refused = post(server, "/v1/chat/completions", chat_with_image(f"data:image/png;base64,{data[:40]}*{data[40:]}"))
+    assert refused.status_code == 400 and "does not decode" in refused.json()["error"]["message"]
 
 
 def test_stop_sequences_cut_the_answer_exactly_where_they_begin(server):

@@ -126,8 +126,8 @@ def test_a_round_run_again_after_another_prompts_failure_tells_each_token_once_a
 def test_a_chat_prompt_arriving_while_others_write_takes_a_freed_slot_and_writes_its_answer_alone(judge, tmp_path):
     """Submitted while a round's answers are being written (from one's on_token, so surely meanwhile), a chat
     prompt that fits the round's slots takes the slot another answer freed at the next step: one round, its
-    steps shared, its answer the one it gets alone. One that does not fit, and one behind a /v1/score
-    request, wait for the next round."""
+    steps shared, its answer the one it gets alone. One too long for the round's slots gets a lane (a cache)
+    of its own in the same round; one behind a /v1/score request waits for the next round."""
     worker = Worker(judge, load_rubrics(), ScoreOptions(max_new_tokens=3, max_tiles=2), "cpu", batch_wait_s=1.0)
     joining = replace(prompt(judge, "Score it."), max_new_tokens=5, sampling=Sampling(0.8, seed=4))
     alone, = worker.chat(joining).result(timeout=60)
@@ -155,9 +155,22 @@ def test_a_chat_prompt_arriving_while_others_write_takes_a_freed_slot_and_writes
     # too long for the round's slots, then a score request and a prompt behind it: the next round, all three
     data = write_dataset(tmp_path / "data", 1, seed=0).parent
     items = prepare(judge, enumerate(load_samples(data / "data.json", data)), load_rubrics(), data, ScoreOptions(max_tiles=2))
+    answered_in_round = {}
+    worker.chat_decoder.generate = watch(worker.chat_decoder.generate, lambda: worker.counts["rounds"], answered_in_round)
+    rounds_before = worker.counts["rounds"]
     written, [(too_long,), scored, (behind,)], rounds, steps = round_with(replace(joining, max_new_tokens=200), items, joining)
     assert (written, len(too_long.tokens), len(scored), behind.tokens) == (20, 200, 1, alone.tokens)
-    assert rounds == 2 and steps == 19 + 199 + 4  # the prompt behind, far shorter than the too long one, in a cache of its own
+    assert rounds == 2 and steps == 19 + 199 + 4  # each answer's steps in its own lane
+    assert answered_in_round[200] == rounds_before + 1 and answered_in_round[5] == rounds_before + 2
+
+
+def watch(generate, round_number, answered: dict):
+    """generate, noting the round in which each answer finished, by its length."""
+    def watched(*args, **kwargs):
+        for done in generate(*args, **kwargs):
+            answered.update({len(c.tokens): round_number() for c in done})
+            yield done
+    return watched
 
 
 def test_an_answer_too_long_for_memory_fails_alone_saying_so(judge, monkeypatch):
