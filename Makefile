@@ -9,7 +9,7 @@ DEEPSPEED ?= deepspeed==0.19.8
 # killed elsewhere (whose lock never goes away) cannot hang this checkout's training.
 export TORCH_EXTENSIONS_DIR ?= $(abspath $(VENV))/torch_extensions
 
-.PHONY: setup test demo clean
+.PHONY: setup test test-installed lock demo clean
 
 setup: $(VENV)/.installed
 
@@ -26,8 +26,19 @@ $(VENV)/.installed: pyproject.toml requirements/lock.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
+# The whole suite, on requirements/lock.txt: every dependency at the lower bound of its range.
 test: setup
 	$(PY) -m pytest -q --durations=15
+
+# What `pip install mmjudge` gets, on the newest versions the ranges allow (.ci/installed.sh): the wheel,
+# built from the sdist, in a fresh venv; the README's commands in a user's folder; the quick loop from the
+# sdist's tests against the installed package. CI runs it after `make test`.
+test-installed:
+	TORCH='$(TORCH)' bash .ci/installed.sh
+
+# Rewrites requirements/lock.txt from pyproject.toml's lower bounds, for this Python (requirements/lock.py).
+lock:
+	python3 requirements/lock.py
 
 demo: setup
 	$(VENV)/bin/judge-demo --output_dir demo_outputs

@@ -53,6 +53,7 @@ adapters and DeepSpeed's hooks apply as in its own forward; the key/value cache 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 import random
 from collections import deque
@@ -190,8 +191,8 @@ class _Row:
 
 class SlotCache:
     """Keys and values of `slots` sequences of up to `capacity` tokens, for every layer. Passed to the
-    decoder layers as their cache: `update` stores a step's (or a prefill's) keys and values and returns
-    what attention reads."""
+    decoder layers as their cache: `update`, with the signature of transformers' public `Cache.update`,
+    stores a step's (or a prefill's) keys and values and returns what attention reads."""
 
     def __init__(self, layers: int, slots: int, heads: int, capacity: int, head_dim: int, dtype, device):
         shape = (layers, slots, heads, capacity, head_dim)
@@ -204,7 +205,11 @@ class SlotCache:
         self.prefill: list[tuple[int, int, int, int]] | None = None
         self.chunk: tuple[int, int] | None = None  # a chunk's (slot, end): it attends to that slot up to its end
 
-    def update(self, key: torch.Tensor, value: torch.Tensor, layer: int, cache_kwargs=None):
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        # Cache.update's parameters, by its names (a caller may pass them by keyword). Whatever else attention
+        # passes (from transformers 5.24, `kwargs=` its own keyword arguments; in some models rotary tables or
+        # cache positions) is not needed: keys come rotated, and the positions are ours.
+        key, value, layer = key_states, value_states, layer_idx
         if self.prefill is not None:
             for row, slot, start, length in self.prefill:
                 self.keys[layer, slot, :, start:start + length] = key[row, :, :length]
@@ -238,6 +243,7 @@ class Decoder:
         self.token_budget = token_budget
         self.prefill_budget = prefill_budget  # prompt tokens an engine step prefills at most; None: whole prompts, no chunks
         self.context = self.config.max_position_embeddings  # prompt and new tokens together, at most
+        self.cache_argument = _cache_argument(self.lm.layers[0])
         # Graphs need every weight in place: not under ZeRO-3, whose hooks gather weights as each layer runs.
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda" and not any(hasattr(p, "ds_id") for p in model.parameters())
         # Forward passes run, for a server's metrics: prefill groups (or chunks) and decoding steps (one for all
@@ -262,8 +268,8 @@ class Decoder:
         cos, sin = self.lm.rotary_emb(hidden, position_ids=position_ids if reach is None else torch.cat([position_ids, reach], dim=-1))
         position_embeddings = (cos[..., : hidden.shape[1], :], sin[..., : hidden.shape[1], :])
         for layer in self.lm.layers[: self.config.num_hidden_layers]:
-            hidden = layer(hidden, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
-                           position_embeddings=position_embeddings)
+            hidden = layer(hidden, attention_mask=mask, position_ids=position_ids, position_embeddings=position_embeddings,
+                           **{self.cache_argument: cache})
         return self.lm.norm(hidden)
 
     def _head(self, hidden: torch.Tensor, logprobs: int, draws: Draws | None, masks: torch.Tensor | None) -> Step:
@@ -801,6 +807,18 @@ def _memory_budget(device: torch.device, bytes_per_token: int) -> int | None:
     free = torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     reserve = 6 * 2**30 + PREFILL_TOKENS * bytes_per_token  # the group's activations and its keys and values in flight
     return max(0, free - reserve) // bytes_per_token
+
+
+def _cache_argument(layer: torch.nn.Module) -> str:
+    """The keyword a decoder layer takes its key/value cache by: `past_key_values` up to transformers 5.23,
+    `cache` from 5.24 (where the old name warns, until 5.40 removes it). A name the layer does not declare
+    would fall into its **kwargs unread, and decoding would run with no cache at all: refused instead."""
+    parameters = inspect.signature(layer.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in parameters:
+            return name
+    raise TypeError(f"{type(layer).__name__}.forward takes its cache by neither `cache` nor `past_key_values`: "
+                    "a transformers release this decoder does not know (pyproject.toml lists those tested)")
 
 
 def _empty_cache(device: torch.device) -> None:

@@ -293,8 +293,8 @@ def refuse_unhonoured(body: dict) -> None:
     for key, value in body.items():
         if value is None or key in known:
             continue
-        if key not in NEUTRAL:
-            raise RequestError(400, key, "not a field of OpenAI's chat completions that this server knows; it honours every field it takes, "
+        if key not in NEUTRAL:  # an empty name is named as JSON writes it: an empty param names no field
+            raise RequestError(400, key or '""', "not a field of OpenAI's chat completions that this server knows; it honours every field it takes, "
                                          "so it refuses the ones it does not", code="unsupported_parameter")
         neutral, why = NEUTRAL[key]
         if not any(value == allowed and isinstance(value, bool) == isinstance(allowed, bool) for allowed in neutral):

@@ -66,11 +66,11 @@ def test_help_states_every_default(outputs, run):
     assert options_without_default(done.stdout) == []
 
 
-def test_the_command_lines_are_read_before_transformers_loads():
+def test_the_command_lines_are_read_before_transformers_loads(tmp_path):
     """--help, --version and a bad flag's message must not wait for transformers (seconds): the command
     modules and their settings import without it, and the parsers build without it."""
     code = ("import sys, mmjudge.infer.cli, mmjudge.train.cli, mmjudge.serve.cli; mmjudge.infer.cli.build_parser(); mmjudge.train.cli.build_parser(); mmjudge.train.cli.merge_parser(); "
             "mmjudge.serve.cli.build_parser(); "
             "print(sorted(m for m in ('transformers', 'peft', 'deepspeed') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr

@@ -41,6 +41,10 @@ from mmjudge.train.checkpoints import allow_checkpoint_types, resume_point
 from mmjudge.train.config import CHECKPOINTS_DIR, TrainConfig
 from mmjudge.train.data import Collator, build_dataset, merge_annotators
 
+# transformers 5.23 renamed TrainingArguments' gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs)
+# (the old names warn there, until 6 removes them): the names the installed version declares.
+CHECKPOINTING = "activation_checkpointing" if "activation_checkpointing" in TrainingArguments.__dataclass_fields__ else "gradient_checkpointing"
+
 
 def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
     """LoRA on the language model only; the vision tower and projector stay frozen unless asked. The
@@ -296,8 +300,7 @@ def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None
         num_train_epochs=cfg.num_epochs,
         max_steps=cfg.max_steps,
         bf16=on_gpu,
-        activation_checkpointing=cfg.gradient_checkpointing,
-        activation_checkpointing_kwargs={"use_reentrant": False},
+        **{CHECKPOINTING: cfg.gradient_checkpointing, f"{CHECKPOINTING}_kwargs": {"use_reentrant": False}},
         save_strategy="steps",
         save_steps=cfg.save_steps,
         eval_strategy="steps" if has_eval else "no",

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from mmjudge.configs import CONFIG_DIR
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
 def test_train_benchmark_runs_on_cpu_under_zero2(tmp_path):
-    deepspeed = ["--deepspeed", str(ROOT / "configs" / "deepspeed" / "zero2.json")]
+    deepspeed = ["--deepspeed", str(CONFIG_DIR / "deepspeed" / "zero2.json")]
     out = tmp_path / "figures.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "train_throughput.py"), "--tiny", "--steps", "2", "--seq_len", "600", "--tiles", "1",
            "--device", "cpu", "--json", str(out), *deepspeed]

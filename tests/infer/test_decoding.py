@@ -1,11 +1,15 @@
 """The decoder behind judge-score (infer/decoding.py) on the tiny judge: each row computed as it would be
 alone, whatever its batch, its slot or its neighbours' lengths; and equal to transformers' own generate."""
 
+import inspect
+import warnings
+
 import pytest
 import torch
+import transformers
 from transformers import GenerationConfig
 
-from mmjudge.infer.decoding import Completion, Decoder, Request, Sampling
+from mmjudge.infer.decoding import Completion, Decoder, Request, Sampling, SlotCache
 from mmjudge.infer.engine import Scorer, _load_pixels, judge_decoder, prepare, unwritable_tokens
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import load_samples
@@ -240,6 +244,35 @@ def test_scoring_asks_for_no_top_logprobs_and_computes_none(judge, samples, data
     monkeypatch.setattr(torch.Tensor, "log_softmax", lambda self, *args, **kwargs: calls.append(1) or log_softmax(self, *args, **kwargs))
     completions = records(judge, samples[:2], dataset, max_new_tokens=3, token_budget=10**7)
     assert len(completions) == 2 and not calls
+
+
+# -- the cache's contract with transformers' attention ----------------------------------------------------
+
+def test_the_slot_cache_takes_every_call_transformers_cache_update_takes():
+    """Attention stores keys and values through transformers' public `Cache.update(key_states, value_states,
+    layer_idx, *args, **kwargs)`; 5.24's attention passes `kwargs=`, which the cache's narrower signature
+    refused (judge-score's first sample: TypeError)."""
+    public = inspect.signature(transformers.Cache.update).parameters.values()
+    ours = inspect.signature(SlotCache.update).parameters.values()
+    assert [(p.name, p.kind) for p in ours] == [(p.name, p.kind) for p in public]
+    cache = SlotCache(layers=2, slots=3, heads=2, capacity=8, head_dim=4, dtype=torch.float32, device="cpu")
+    cache.positions = torch.tensor([0, 5, 2])
+    key, value = torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4)
+    keys, values = cache.update(key_states=key, value_states=value, layer_idx=1, kwargs={"position_ids": None})
+    assert torch.equal(keys[[0, 1, 2], :, [0, 5, 2]], key[:, :, 0]) and torch.equal(values[[0, 1, 2], :, [0, 5, 2]], value[:, :, 0])
+    assert not cache.keys[0].any()
+
+
+def test_decoding_passes_the_cache_as_the_installed_transformers_names_it(judge, prompts):
+    """5.24 renamed the decoder layers' cache argument (`past_key_values` to `cache`): the old name warns, and
+    from 5.40 would reach attention as an unknown keyword, leaving every step with no cache. The decoder
+    passes it under the name the layers declare: no warning, and greedy tokens equal to transformers'."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        written = answers(chat_decoder(judge), [Request(0, prompts[0], max_new_tokens=6)])[0, 0].tokens
+    reference = judge.model.generate(input_ids=prompts[0][None], max_new_tokens=6, do_sample=False, eos_token_id=None,
+                                     suppress_tokens=unwritable_tokens(judge), pad_token_id=0)
+    assert written == reference[0, len(prompts[0]):].tolist()
 
 
 # -- sampling, choices, ending early (judge-serve's chat answers) -----------------------------------------

@@ -15,6 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
+from mmjudge.configs import CONFIG_DIR
 from mmjudge.infer.cli import build_parser, main
 from mmjudge.infer.decoding import Decoder
 from mmjudge.infer.engine import Scorer, prepare
@@ -24,7 +25,6 @@ from mmjudge.judge.model import load_judge
 from mmjudge.judge.prompts import load_rubrics
 from mmjudge.judge.testing import write_dataset, write_original_checkpoint
 
-ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
 # The record of eval_result.json as the README documents it, in this order.
 DOCUMENTED_KEYS = ["id", "model", "category", "feedback", "score", "criteria", "score_distribution", "expected_score",
@@ -180,7 +180,7 @@ def test_samples_that_once_failed_after_the_model_loaded_are_found_before_it_and
 
 
 def test_a_category_without_a_rubric_stops_the_run_or_is_skipped_and_listed(checkpoint, dataset, tmp_path, capsys):
-    only_sa = ["--rubric", str(ROOT / "configs" / "rubrics" / "sa.yaml"), "--mode", "logits"]
+    only_sa = ["--rubric", str(CONFIG_DIR / "rubrics" / "sa.yaml"), "--mode", "logits"]
     assert score(checkpoint, dataset, tmp_path / "stop", *only_sa) == 2
     err = capsys.readouterr().err
     assert "no rubric for category MSR (" in err and "no rubric for category PBL (" in err

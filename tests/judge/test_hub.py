@@ -17,7 +17,6 @@ from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.model import CHECKPOINT_FILES, REMOTE_CODE, load_judge, original_base
 from mmjudge.judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
 
-ROOT = Path(__file__).resolve().parents[2]
 REPO = "org/tiny-judge"
 FAST = ["--max_new_tokens", "4", "--max_tiles", "2", "--workers", "1"]
 # The files of OpenGVLab/InternVL2-4B on the Hub (MMIE-Eval's are the same), and pickled weights as other
@@ -64,7 +63,7 @@ def weights(judge):
 def test_judge_score_takes_a_hub_id_from_the_cache_under_hf_home_offline(checkpoint, data, tmp_path):
     """As a user runs it: HF_HOME and HF_HUB_OFFLINE in the environment of a new process."""
     write_hub_cache(tmp_path / "hf" / "hub", REPO, checkpoint)
-    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
     env.pop("HF_HUB_CACHE", None)
     args = ["--input_dir", str(data), "--input_file", "data.json", *FAST]
     run = subprocess.run([sys.executable, "-m", "mmjudge.infer.cli", "--model_path", REPO, "--output_dir", str(tmp_path / "hub-out"), *args],
@@ -155,7 +154,7 @@ def hub_of_internvl2_4b(tmp_path, monkeypatch):
             (published / name).write_text("raise SystemExit('executed')\n" if name.endswith(".py") else "not for the loader")
     asked = []
 
-    def download(repo_id, *, revision, allow_patterns):  # hands out the files that match, as snapshot_download does
+    def download(repo_id, *, revision, allow_patterns, local_files_only=False):  # hands out the files that match, as snapshot_download does
         asked.append(allow_patterns)
         snapshot = tmp_path / "hub" / revision
         for name in filter_repo_objects(INTERNVL2_4B_FILES, allow_patterns=allow_patterns):

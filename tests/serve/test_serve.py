@@ -268,6 +268,9 @@ REFUSALS = {
         ("temperature", "0", "Input should be a valid number"),
         ("stream_options", {"include_usage": True}, "only with stream: true"),
     ]},
+    # a field with an empty name is named as JSON writes it (the fuzz test found it refused with an empty param)
+    "an empty field name": ("/v1/chat/completions", {"model": SERVED, "": [], "messages": HELLO}, 400, '""',
+                            "not a field of OpenAI's chat completions that this server knows"),
     "an empty stop sequence": ("/v1/chat/completions", {"model": SERVED, "stop": ["ok", ""], "messages": HELLO}, 400, "stop[1]",
                                "an empty stop sequence"),
     # issue 22, 4(b): the text limit of /v1/score applies to chat, before anything is tokenized
