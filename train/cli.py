@@ -22,7 +22,7 @@ from mmjudge.judge.cli import add_common_flags, add_revision_flag, add_settings_
 from mmjudge.judge.data import InputError, UsageError, read_json
 from mmjudge.judge.outputs import LOCK_FILE, locked, overwritten_inputs, written_whole
 from mmjudge.judge.prompts import DEFAULT_RUBRICS, load_rubrics
-from mmjudge.train.checkpoints import resume_point, unsafe_pickles
+from mmjudge.train.checkpoints import data_order_problems, resume_point, unsafe_pickles
 from mmjudge.train.config import CHECKPOINTS_DIR, TrainConfig, config_problems
 
 # judge.model, judge.distributed and train.recipe are imported where they are used: they load torch and
@@ -147,7 +147,7 @@ def run_problems(args, out: Path) -> list[str]:
             problems.append(f"--resume: nothing to resume in {out}: no checkpoint saved whole in {checkpoints}"
                             + "".join(f"; {line}" for line in skipped) + "; drop --resume to start a fresh run in a new or empty --output_dir")
         else:
-            problems += [f"--resume: {problem}" for problem in unsafe_pickles(checkpoint)]
+            problems += [f"--resume: {problem}" for problem in unsafe_pickles(checkpoint) + data_order_problems(checkpoint)]
     if not args.resume and out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
         problems.append(f"--output_dir {out} is not empty (an earlier run?); give a new or empty directory, or --resume to continue that run")
     # Everything in --output_dir is the run's: an input there could be overwritten by a checkpoint or the judge.
