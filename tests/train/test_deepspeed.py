@@ -69,6 +69,8 @@ def test_deepspeed_trains_on_two_cpu_processes_and_the_adapter_scores(setup, tmp
     assert len(rated) == 4 and [not r.annotation.images() for r in rated].count(True) == 1
     out = tmp_path / "judge"
     extra = ["--train_projector", "--gradient_checkpointing", "--eval_file", str(data / "heldout.json"), "--eval_max_new_tokens", "4"] if thorough else []
+    # Seed 3 orders the two epochs so that their second steps train other samples: [2, 0 | 1, 3], then [2, 1 | 3, 0].
+    extra += ["--seed", "3"] if resume else []
     args = ["-m", "mmjudge.train.cli", "--model_path", str(base), "--train_file", str(data / "train.json"), "--input_dir", str(data),
             "--output_dir", str(out), "--config", str(CONFIG_DIR / "train" / "tiny.yaml"), "--rubric", str(CONFIG_DIR / "rubrics" / "tiny"),
             "--no-full_finetune", "--max_steps", "4" if resume else "2", "--per_device_batch_size", "1", "--save_steps", "1", "--warmup_ratio", "0",
