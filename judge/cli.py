@@ -15,6 +15,7 @@ import sys
 import traceback
 import types
 import typing
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, fields
 from importlib.metadata import PackageNotFoundError, version
@@ -152,6 +153,7 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in args
     forbid_pickled_code()
+    keep_deprecations_from_users()
     try:
         return main(args) or 0
     except KeyboardInterrupt:
@@ -174,6 +176,14 @@ def forbid_pickled_code() -> None:
     checkpoint's tensors and data files, never its code or pickled objects."""
     os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # torch refuses to load at all when both are set
     os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+
+
+def keep_deprecations_from_users() -> None:
+    """The libraries' deprecation notices (FutureWarning, DeprecationWarning) address whoever calls their API, this
+    toolkit's developers, whose test runs show them; the user of a command can do nothing about them, and one
+    (`is_gradient_checkpointing` is deprecated, from PEFT) came with every adapter loaded."""
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 # OSErrors that say what the machine lacks (space, quota, permission) or cannot take (a path too long), not

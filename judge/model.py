@@ -26,6 +26,7 @@ import math
 import re
 import shutil
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,7 +47,7 @@ from transformers import (
 from transformers.initialization import no_init_weights
 from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
-from mmjudge.judge.data import InputError, UsageError, read_json, validation_problems, write_json_atomically, write_text_atomically
+from mmjudge.judge.data import MAX_SETTINGS_BYTES, InputError, UsageError, read_json, validation_problems, write_json_atomically, write_text_atomically
 from mmjudge.judge.hub import Checkpoint, resolve
 from mmjudge.judge.parsing import SCORE_HEADING
 from mmjudge.judge.prompts import IMAGE_TOKENS, IMG_CONTEXT
@@ -237,18 +238,33 @@ def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
         raise CheckpointError(f"{path}/adapter_config.json: base_model_name_or_path {str(base_path)!r} is an adapter itself; "
                               "give the checkpoint it was trained on, or merge that adapter first (judge-train merge)")
     base = load_judge(base_path, device, dtype)
-    try:
-        model = PeftModel.from_pretrained(base.model, path).eval()
-    except ValueError as err:  # PEFT's own words: e.g. target_modules that name no layer of the base
-        raise CheckpointError(f"{path}/adapter_config.json: does not fit the base {base_path}: {_one_line(err)}") from None
-    except KeyError as err:  # a weight the config makes (modules_to_save) but the file lacks
-        raise CheckpointError(f"{path}/{ADAPTER_WEIGHTS}: lacks {err.args[0]}, which its config makes over the base {base_path}") from None
-    except RuntimeError as err:  # a weight of another shape than the base's layer
-        raise CheckpointError(f"{path}/{ADAPTER_WEIGHTS}: does not fit the base {base_path}: {_one_line(err)}") from None
-    check_adapter_weights(path, model)
+    # PEFT warns of what check_adapter_weights refuses (missing keys: four lines of a library's words before
+    # the refusal); its warnings are shown once the adapter is taken, never above a refusal.
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("default")
+        try:
+            model = PeftModel.from_pretrained(base.model, path).eval()
+        except ValueError as err:  # PEFT's own words: e.g. target_modules that name no layer of the base
+            raise CheckpointError(f"{path}/adapter_config.json: does not fit the base {base_path}: {_one_line(err)}") from None
+        except KeyError as err:  # a weight the config makes (modules_to_save) but the file lacks
+            raise CheckpointError(f"{path}/{ADAPTER_WEIGHTS}: lacks {err.args[0]}, which its config makes over the base {base_path}") from None
+        except RuntimeError as err:  # a weight of another shape than the base's layer
+            raise CheckpointError(f"{path}/{ADAPTER_WEIGHTS}: does not fit the base {base_path}: {_one_line(err)}") from None
+        check_adapter_weights(path, model)
+    for warning in said:
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     tokenizer = load_tokenizer(path) if (path / "tokenizer_config.json").is_file() else base.tokenizer
     settings = read_settings(path, base.settings.tokens_per_tile) or base.settings
     return Judge(model, tokenizer, settings, "adapter")
+
+
+# What an adapter_config.json may hold, checked before PEFT reads it: PEFT matches every entry of target_modules
+# (rank_pattern, modules_to_save, ...) against every layer of the base, so that 30,000 entries took 79 s on the
+# tiny test judge, before any word (300,000: silent past 90 s); 1,000 take 0.2-0.4 s there. A real adapter lists a
+# few layer kinds, or each layer of a large model's projections (hundreds); judge-train writes one pattern of
+# about 60 characters.
+MAX_ADAPTER_ENTRIES = 1_000
+MAX_ADAPTER_CHARS = 10_000
 
 
 def check_adapter_files(path: Path) -> None:
@@ -263,11 +279,20 @@ def check_adapter_files(path: Path) -> None:
     config = read_json_object(where)
     if config.get("peft_type") != "LORA":
         raise CheckpointError(f"{where}: peft_type {config.get('peft_type')!r}; a judge's adapter is a LoRA adapter (\"LORA\")")
+    for key, value in config.items():  # PEFT matches each name or pattern against every layer of the base
+        if isinstance(value, (list, dict)) and len(value) > MAX_ADAPTER_ENTRIES:
+            raise CheckpointError(f"{where}: {key} holds {len(value):,} entries; an adapter names its layers' kinds or patterns, "
+                                  f"at most {MAX_ADAPTER_ENTRIES:,} here")
+        if isinstance(value, str) and len(value) > MAX_ADAPTER_CHARS:
+            raise CheckpointError(f"{where}: {key} is {len(value):,} characters long; at most {MAX_ADAPTER_CHARS:,} here")
     ranks = [config.get("r"), *(config.get("rank_pattern") or {}).values()]
     if bad := [r for r in ranks if type(r) is not int or r < 1]:
         raise CheckpointError(f"{where}: r {bad[0]!r}; a LoRA rank is a whole number of at least 1")
     with safe_open(weights, framework="pt") as f:
         saved = sorted({f.get_slice(key).get_shape()[0] for key in f.keys() if ".lora_A." in key})
+    if not saved:
+        raise CheckpointError(f"{weights}: holds no LoRA weights (lora_A, lora_B); is it a whole model's weights? "
+                              "A judge with its weights in full is a checkpoint directory without adapter_config.json")
     if unknown := [r for r in saved if r not in ranks]:
         raise CheckpointError(f"{weights}: holds LoRA rank {unknown[0]}, which {where.name} does not give (r {config.get('r')})")
 
@@ -764,7 +789,7 @@ def write_settings(settings: JudgeSettings, out_dir: str | Path) -> None:
 def read_json_object(file: Path) -> dict:
     """A checkpoint's JSON file, which must hold an object; a broken one is a CheckpointError naming it."""
     try:
-        value = read_json(file)
+        value = read_json(file, MAX_SETTINGS_BYTES)
     except InputError as err:
         raise CheckpointError("; ".join(map(str, err.problems))) from None
     if not isinstance(value, dict):
