@@ -352,7 +352,7 @@ def test_openai_answers(root, body):
     """Any 200 answer a server sends is a correct record or a failure of its sample that names it."""
     (root / "one.json").write_text(json.dumps([SAMPLE]))
     sample = load_samples(root / "one.json", root)[0]
-    server = Server("http://127.0.0.1:9/v1", "judge", None, 0, 1, transport=httpx2.MockTransport(lambda request: httpx2.Response(200, content=body)))
+    server = Server("http://127.0.0.1:9/v1", "judge", None, 0, 1, 60, transport=httpx2.MockTransport(lambda request: httpx2.Response(200, content=body)))
     try:
         result = score_sample(server, sample, load_rubrics()[sample.category], root, ScoreOptions(max_new_tokens=8))
     except ServerError as err:
