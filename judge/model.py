@@ -21,19 +21,22 @@ directions: `save_original` writes a trained judge back in the original format o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import reprlib
 import re
 import shutil
 import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Annotated, Literal
 from pathlib import Path
 
 import torch
 from huggingface_hub.errors import StrictDataclassError
-from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from transformers import (
@@ -267,6 +270,55 @@ MAX_ADAPTER_ENTRIES = 1_000
 MAX_ADAPTER_CHARS = 10_000
 
 
+Pattern = str | list[str] | None
+
+
+class LoraFields(BaseModel):
+    """The fields of a PEFT LoRA config that a judge's adapter may set, in the types PEFT handles. PEFT takes
+    the file's values as they are: a null where it expects a mapping (alpha_pattern) failed deep inside it,
+    "internal failure: AttributeError". The other fields of PEFT's LoraConfig, its LoRA variants' (DoRA's
+    offloading, LoftQ, EVA, CorDA, Megatron, ...), must stay at PEFT's defaults (_check_lora_fields)."""
+
+    model_config = ConfigDict(strict=True)
+    base_model_name_or_path: str | None = None
+    revision: str | None = None
+    peft_version: str | None = None
+    auto_mapping: dict | None = None
+    task_type: Literal["CAUSAL_LM"] | None = None  # PEFT wraps a model of another task in that task's head
+    inference_mode: bool = True
+    r: int
+    lora_alpha: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    lora_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    rank_pattern: dict[str, int] = {}
+    alpha_pattern: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = {}
+    target_modules: Pattern = None
+    exclude_modules: Pattern = None
+    layers_to_transform: int | list[int] | None = None
+    layers_pattern: Pattern = None
+    modules_to_save: list[str] | None = None
+    bias: Literal["none", "all", "lora_only"] = "none"
+    fan_in_fan_out: bool = False
+    use_rslora: bool = False
+    use_dora: bool = False
+    lora_bias: bool = False
+    init_lora_weights: bool | Literal["gaussian"] = True  # overwritten by the saved weights: only the cheap ones
+
+
+def _check_lora_fields(config: dict, where: Path) -> None:
+    from peft import LoraConfig
+
+    try:
+        LoraFields.model_validate({k: v for k, v in config.items() if k in LoraFields.model_fields and k != "peft_type"})
+    except ValidationError as err:
+        raise CheckpointError(str(validation_problems(str(where), None, None, err)[0])) from None
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(LoraConfig) if f.name not in LoraFields.model_fields and f.name != "peft_type"}
+    for key, value in config.items():
+        if key in defaults and value != defaults[key]:
+            raise CheckpointError(f"{where}: {key} {reprlib.repr(value)}; a judge's LoRA adapter leaves it at PEFT's default "
+                                  f"({reprlib.repr(defaults[key])})")
+
+
 def check_adapter_files(path: Path) -> None:
     """What a LoRA adapter must be, read from its config and its weights' headers before any model loads: PEFT
     fails on the others half-way through with its internals' errors, and a rank of 1e9 is allocated first."""
@@ -285,9 +337,11 @@ def check_adapter_files(path: Path) -> None:
                                   f"at most {MAX_ADAPTER_ENTRIES:,} here")
         if isinstance(value, str) and len(value) > MAX_ADAPTER_CHARS:
             raise CheckpointError(f"{where}: {key} is {len(value):,} characters long; at most {MAX_ADAPTER_CHARS:,} here")
-    ranks = [config.get("r"), *(config.get("rank_pattern") or {}).values()]
+    pattern = config.get("rank_pattern")
+    ranks = [config.get("r"), *(pattern.values() if isinstance(pattern, dict) else [])]  # not a mapping: _check_lora_fields says so
     if bad := [r for r in ranks if type(r) is not int or r < 1]:
         raise CheckpointError(f"{where}: r {bad[0]!r}; a LoRA rank is a whole number of at least 1")
+    _check_lora_fields(config, where)
     with safe_open(weights, framework="pt") as f:
         saved = sorted({f.get_slice(key).get_shape()[0] for key in f.keys() if ".lora_A." in key})
     if not saved:
