@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
+from mmjudge.judge.cpu import use_free_cores
 from mmjudge.judge.data import InputError, UsageError, missing_file, validation_problems
 from mmjudge.judge.yamlfile import read_yaml
 
@@ -152,6 +153,7 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
     """Call a command's main, turning known errors into a message and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in args
+    use_free_cores()  # before torch loads: no command imports it before this
     forbid_pickled_code()
     keep_deprecations_from_users()
     try:

@@ -41,7 +41,7 @@ from mmjudge.judge.model import load_judge, read_settings
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.prompts import load_rubrics
 from mmjudge.configs import CONFIG_DIR
-from mmjudge.judge.testing import Planted, judge_result, write_original_checkpoint
+from mmjudge.judge.testing import HANG_S, Planted, judge_result, write_original_checkpoint
 from mmjudge.serve.process import free_port, start_server
 from mmjudge.train.cli import main as train_main
 
@@ -406,7 +406,7 @@ def chat_server(tmp_path_factory):
                             "--max_new_tokens", "2", "--max_tiles", "2"], port, root / "serve.log", env={**os.environ, "OMP_NUM_THREADS": "1"})
     yield f"http://127.0.0.1:{port}"
     process.terminate()
-    process.wait(timeout=30)
+    process.wait(timeout=HANG_S)
 
 
 def kept_fast(data: bytes) -> bytes:
@@ -421,7 +421,7 @@ def kept_fast(data: bytes) -> bytes:
 
 def assert_answered_or_refused_by_field(server: str, data: bytes) -> None:
     """Answered (2xx) or refused (4xx) with the field at fault; never a failure of the server."""
-    response = httpx2.post(f"{server}/v1/chat/completions", content=data, headers={"content-type": "application/json"}, timeout=120)
+    response = httpx2.post(f"{server}/v1/chat/completions", content=data, headers={"content-type": "application/json"}, timeout=HANG_S)
     assert response.status_code < 500, (data[:300], response.text[:2000])
     if response.status_code >= 400:
         error = response.json()["error"]

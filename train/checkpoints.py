@@ -27,10 +27,12 @@ import re
 import reprlib
 import zipfile
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from mmjudge.judge.data import write_json_atomically
+
+if TYPE_CHECKING:
+    import torch  # loaded where used: judge-train's command line imports this before torch's threads are chosen (judge/cpu.py)
 
 TRAINER_STATE = "trainer_state.json"
 DATA_ORDER = "data_order.json"
@@ -68,6 +70,8 @@ def read_data_order(checkpoint: Path) -> tuple[int, torch.Tensor] | None:
     """The epoch in progress at the checkpoint and the RNG state its order was drawn from; None where the
     checkpoint holds none (saved before judge-train wrote one). Anything else than what write_data_order
     writes is a CheckpointError naming the file."""
+    import torch
+
     from mmjudge.judge.model import CheckpointError
 
     file = checkpoint / DATA_ORDER
@@ -103,6 +107,8 @@ def allow_checkpoint_types() -> None:
     the ZeRO stage, and ZeRO-1/2's fragment addresses. The list is what real checkpoints hold (ZeRO-2, ZeRO-3
     and ZeRO-3 offload, saved by judge-train and their pickles' globals listed); a bf16 run holds the same
     static loss scaler. Without DeepSpeed installed there is none to allow."""
+    import torch
+
     try:
         from deepspeed.runtime.fp16.loss_scaler import LossScaler
         from deepspeed.runtime.zero.config import ZeroStageEnum
@@ -143,6 +149,7 @@ def unsafe_pickles(checkpoint: Path) -> list[str]:
     """One problem for each pickle of the checkpoint (`*.pt`, `*.pth`) that holds a global weights-only
     loading refuses, read from the pickle's opcodes without running any. (training_args.bin, which the
     Trainer writes and never reads back, is not looked at.)"""
+    import torch
     from transformers.trainer_pt_utils import safe_globals  # the numpy types of the random states, as the Trainer allows them
 
     allow_checkpoint_types()

@@ -23,7 +23,7 @@ from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.data import load_annotations
 from mmjudge.judge.model import load_judge
 from mmjudge.configs import CONFIG_DIR
-from mmjudge.judge.testing import Planted, write_dataset, write_original_checkpoint
+from mmjudge.judge.testing import HANG_S, Planted, write_dataset, write_original_checkpoint
 from mmjudge.train.data import merge_annotators
 from mmjudge.train.config import TrainConfig
 from mmjudge.train.recipe import apply_lora
@@ -75,7 +75,7 @@ def test_deepspeed_trains_on_two_cpu_processes_and_the_adapter_scores(setup, tmp
             "--output_dir", str(out), "--config", str(CONFIG_DIR / "train" / "tiny.yaml"), "--rubric", str(CONFIG_DIR / "rubrics" / "tiny"),
             "--no-full_finetune", "--max_steps", "4" if resume else "2", "--per_device_batch_size", "1", "--save_steps", "1", "--warmup_ratio", "0",
             "--dataloader_workers", "0", "--deepspeed", deepspeed_config(stage, tmp_path), *extra]
-    done = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=600, env=ENV)
+    done = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=HANG_S, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
     state = json.loads((out / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())
     # Two steps of one sample on each of two ranks is exactly one epoch of the four: the image-less sample
@@ -107,13 +107,13 @@ def resume_refuses_a_planted_object_and_resumes_the_real_checkpoint(out, args, t
         state = torch.load(states, weights_only=True)
     torch.save({**state, "planted": Planted(tmp_path / "ran")}, states)
     resumed = [*TORCHRUN, *args[:args.index("--output_dir") + 1], str(stopped), *args[args.index("--output_dir") + 2:], "--resume"]
-    done = subprocess.run(resumed, capture_output=True, text=True, timeout=600, env=ENV)
+    done = subprocess.run(resumed, capture_output=True, text=True, timeout=HANG_S, env=ENV)
     assert done.returncode != 0 and not (tmp_path / "ran").exists()
     refused = (f"error: --resume: {states}: holds pickled io.open, which no checkpoint of judge-train holds; "
                "refused, since unpickling it could run any code (was it planted?)")
     assert done.stderr.splitlines().count(refused) == 2  # each rank's, each exit 2
     states.write_bytes(clean)
-    done = subprocess.run(resumed, capture_output=True, text=True, timeout=600, env=ENV)
+    done = subprocess.run(resumed, capture_output=True, text=True, timeout=HANG_S, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
     state = json.loads((stopped / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4 and state["epoch"] == 2.0 and not (tmp_path / "ran").exists()
