@@ -579,7 +579,7 @@ def test_a_client_that_leaves_stops_costing_decoding_steps(server):
     tiny judge writes a few hundred a second."""
     # sampled, and seeded with one whose answer on this checkpoint runs to its 3000 tokens: no early stop token
     long = {"model": SERVED, "messages": HELLO, "max_tokens": 3000, "temperature": 1.0, "seed": 12}
-    impatient = openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=HANG_S.5)
+    impatient = openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=1.5)
     for leave in ("timeout", "closed stream"):
         before, aborted = steps(server), metric(server, "vllm:request_success_total", finished_reason="abort")
         if leave == "timeout":
