@@ -31,7 +31,7 @@ from mmjudge.judge.kernels import use_fused_kernels
 from mmjudge.judge.model import CheckpointError, Judge, check_adapter_weights, check_finite, load_judge, load_native, with_max_tiles, write_settings
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.prompts import Rubric
-from mmjudge.train.checkpoints import allow_checkpoint_types, read_data_order, resume_point, write_data_order
+from mmjudge.train.checkpoints import DATA_ORDER, allow_checkpoint_types, read_data_order, resume_point, write_data_order
 from mmjudge.train.config import CHECKPOINTS_DIR, TrainConfig
 from mmjudge.train.data import Collator, EpochOrder, build_dataset, merge_annotators
 
@@ -290,6 +290,9 @@ def resumed_checkpoint(checkpoints: Path) -> str:
     if int(os.environ.get("RANK", "0")) == 0:
         for line in skipped:
             print(f"note: {line}; resuming from {checkpoint.name}", file=sys.stderr)
+        if not (checkpoint / DATA_ORDER).is_file():
+            print(f"note: {checkpoint.name} holds no {DATA_ORDER} (saved before judge-train kept one): resumed part-way through "
+                  "an epoch after the first, the rest of that epoch comes in another order than the run it resumes", file=sys.stderr)
     return str(checkpoint)
 
 

@@ -488,10 +488,13 @@ def test_what_the_original_format_cannot_hold_is_refused(exportable, tmp_path, c
 
 
 @pytest.mark.slow
-def test_resume_continues_at_the_saved_step(base, data, tmp_path):
+def test_resume_continues_at_the_saved_step(base, data, tmp_path, capsys):
     out = tmp_path / "judge"
     assert train_main(train_args(base, data, out, "--max_steps", "2", "--save_steps", "2", "--per_device_batch_size", "2")) == 0
+    (out / "checkpoints" / "checkpoint-2" / "data_order.json").unlink()  # as judge-train saved checkpoints before it kept one
+    capsys.readouterr()
     assert train_main(train_args(base, data, out, "--max_steps", "4", "--save_steps", "2", "--per_device_batch_size", "2", "--resume")) == 0
+    assert "note: checkpoint-2 holds no data_order.json (saved before judge-train kept one)" in capsys.readouterr().err
     state = json.loads((out / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4
     logged = [e["step"] for e in state["log_history"] if "loss" in e]
