@@ -235,11 +235,7 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
 def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
     from peft import PeftModel
 
-    check_adapter_files(path)
-    base_path = adapter_base(path).path
-    if checkpoint_format(base_path) == "adapter":  # an adapter naming itself as its base recursed until Python gave up
-        raise CheckpointError(f"{path}/adapter_config.json: base_model_name_or_path {str(base_path)!r} is an adapter itself; "
-                              "give the checkpoint it was trained on, or merge that adapter first (judge-train merge)")
+    base_path = checked_adapter(path)
     base = load_judge(base_path, device, dtype)
     # PEFT warns of what check_adapter_weights refuses (missing keys: four lines of a library's words before
     # the refusal); its warnings are shown once the adapter is taken, never above a refusal.
@@ -259,6 +255,25 @@ def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
     tokenizer = load_tokenizer(path) if (path / "tokenizer_config.json").is_file() else base.tokenizer
     settings = read_settings(path, base.settings.tokens_per_tile) or base.settings
     return Judge(model, tokenizer, settings, "adapter")
+
+
+def checked_adapter(path: Path) -> Path:
+    """The base of the adapter at `path`, once the adapter's files are checked and the base is no adapter."""
+    check_adapter_files(path)
+    base_path = adapter_base(path).path
+    if checkpoint_format(base_path) == "adapter":  # an adapter naming itself as its base recursed until Python gave up
+        raise CheckpointError(f"{path}/adapter_config.json: base_model_name_or_path {str(base_path)!r} is an adapter itself; "
+                              "give the checkpoint it was trained on, or merge that adapter first (judge-train merge)")
+    return base_path
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The safetensors files whose weights make the judge at `path` (an adapter's, then its base's), checked
+    whole as load_judge checks them, before it loads them."""
+    if checkpoint_format(path) == "adapter":
+        base = checked_adapter(path)
+        return [path / ADAPTER_WEIGHTS, *safetensors_files(base)]
+    return safetensors_files(path)
 
 
 # What an adapter_config.json may hold, checked before PEFT reads it: PEFT matches every entry of target_modules

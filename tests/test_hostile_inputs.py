@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
-from mmjudge.calibration.cli import compared_criteria
+from mmjudge.calibration.inputs import compared_criteria
 from mmjudge.calibration.inputs import load_ratings
 from mmjudge.infer.cli import main as score_main
 from mmjudge.infer.journal import Journal, read_finished

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
 # The record of eval_result.json as the README documents it, in this order.
 DOCUMENTED_KEYS = ["id", "model", "category", "feedback", "score", "criteria", "score_distribution", "expected_score",
-                   "parse_error", "truncated", "n_images", "n_tiles", "prompt_tokens", "generated_tokens"]
+                   "parse_error", "truncated", "n_images", "n_tiles", "prompt_tokens", "generated_tokens", "judge_fingerprint", "rubric_fingerprint"]
 
 
 @pytest.fixture(scope="module")
@@ -313,6 +314,9 @@ def test_torchrun_two_processes_merge_to_the_single_process_result(dataset, tmp_
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in (tmp_path / "multi").glob("*.journal.*")) == ["eval_result.json.journal.rank0.jsonl", "eval_result.json.journal.rank1.jsonl"]
+    # rank 0's bars count both ranks' samples, not its own 4
+    assert re.search(r"preparing: 100%\|\S+\| 8/8 ", proc.stderr) and re.search(r"scoring: 100%\|\S+\| 8/8 ", proc.stderr)
+    assert not re.search(r"\| \d+/4 ", proc.stderr)
     multi, single = read(tmp_path / "multi"), read(tmp_path / "single")
     # Other batches (and threads) add floats in another order: distributions agree to float precision.
     inexact = ("score_distribution", "expected_score")
@@ -442,10 +446,10 @@ def test_no_output_replaces_or_deletes_an_input_and_the_model_never_loads(datase
 
 
 def test_a_second_run_on_an_output_dir_in_use_is_refused_before_the_model_loads(checkpoint, dataset, tmp_path, capsys, monkeypatch):
-    import mmjudge.infer.local_backend
+    import mmjudge.judge.model
     from mmjudge.judge.outputs import locked
 
-    monkeypatch.setattr(mmjudge.infer.local_backend, "load_judge", lambda *args: pytest.fail("the model loaded"))
+    monkeypatch.setattr(mmjudge.judge.model, "load_judge", lambda *args: pytest.fail("the model loaded"))
     with locked(tmp_path / "out", "judge-score"):
         assert main(["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json",
                      "--output_dir", str(tmp_path / "out")]) == 2
@@ -453,7 +457,7 @@ def test_a_second_run_on_an_output_dir_in_use_is_refused_before_the_model_loads(
 
 
 def test_an_output_dir_that_cannot_be_written_is_refused_before_the_model_loads(checkpoint, dataset, tmp_path, capsys, monkeypatch):
-    import mmjudge.infer.local_backend
+    import mmjudge.judge.model
     import mmjudge.judge.outputs
 
     opened = os.open
@@ -464,7 +468,7 @@ def test_an_output_dir_that_cannot_be_written_is_refused_before_the_model_loads(
         return opened(path, *args, **kwargs)
 
     monkeypatch.setattr(mmjudge.judge.outputs.os, "open", read_only)
-    monkeypatch.setattr(mmjudge.infer.local_backend, "load_judge", lambda *args: pytest.fail("the model loaded"))
+    monkeypatch.setattr(mmjudge.judge.model, "load_judge", lambda *args: pytest.fail("the model loaded"))
     assert main(["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json",
                  "--output_dir", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == f"error: --output_dir {tmp_path / 'out'}: cannot write there (Permission denied)\n"
@@ -508,14 +512,14 @@ def test_control_and_image_tokens_in_a_sample_are_judged_as_text(checkpoint, dat
 def test_logits_that_are_no_numbers_give_no_distribution_and_the_outputs_stay_json(checkpoint, dataset, tmp_path, monkeypatch):
     """A float16 overflow makes NaN logits: their distribution is no measurement (null), and no output may
     hold a bare NaN, which is not JSON (other parsers refuse the file)."""
-    import mmjudge.infer.local_backend
+    import mmjudge.judge.model
 
     def judge_with_nan_logits(*args, **kwargs):
         judge = load_judge(*args, **kwargs)
         judge.model.lm_head.register_forward_hook(lambda module, inputs, logits: logits * float("nan"))
         return judge
 
-    monkeypatch.setattr(mmjudge.infer.local_backend, "load_judge", judge_with_nan_logits)
+    monkeypatch.setattr(mmjudge.judge.model, "load_judge", judge_with_nan_logits)
     assert score(checkpoint, dataset, tmp_path, "--limit", "2", "--max_new_tokens", "2") == 0
 
     def refuse(constant):

@@ -139,8 +139,10 @@ def test_judge_score_through_the_server_and_v1_score_give_the_records_judge_scor
     # score heading appended to the judge's own tokens, which a chat API cannot do (README): none remotely.
     assert all(r["parse_error"] for r in local)
     assert all(r["score_distribution"] is None and r["expected_score"] is None for r in remote)
-    same = lambda r: {k: v for k, v in r.items() if k not in ("score_distribution", "expected_score")}  # noqa: E731
+    # judge-score stamps the judge (its weights' fingerprint, which a server does not show) and the rubric; /v1/score neither
+    same = lambda r: {k: v for k, v in r.items() if k not in ("score_distribution", "expected_score", "judge_fingerprint", "rubric_fingerprint")}  # noqa: E731
     assert [same(r) for r in remote] == [same(r) for r in local]  # feedback, token counts and tiles included
+    assert [r["rubric_fingerprint"] for r in remote] == [r["rubric_fingerprint"] for r in local] and remote[0]["judge_fingerprint"] is None
     assert len({r["feedback"] for r in remote}) > 1
     summary = json.loads((tmp_path / "remote" / "summary.json").read_text())
     assert summary == json.loads((tmp_path / "local" / "summary.json").read_text())
@@ -334,7 +336,7 @@ def test_a_missing_or_wrong_key_is_refused_and_health_needs_none(server, authori
     (["--host", "judge.example"], {}, "--host judge.example lets other machines in"),
     (["--api_key_env", "NO_SUCH_VARIABLE_HERE"], {}, "--api_key_env NO_SUCH_VARIABLE_HERE: that environment variable is not set"),
     (["--max_image_pixels", "0", "--batch_wait_ms", "-1"], {}, "max_image_pixels must be a whole number of at least 1"),
-    (["--image_root", "/no/such/dir"], {}, "--image_root /no/such/dir: not a directory"),
+    (["--image_root", "/no/such/dir"], {}, "--image_root /no/such/dir: folder not found"),
 ])
 def test_a_server_that_cannot_start_safely_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch, flags, env, message):
     assert serve_main(["--model_path", str(tmp_path / "no-model"), *flags]) == 2
@@ -403,7 +405,7 @@ def test_a_hub_id_missing_from_the_offline_cache_is_one_line_and_exit_2(tmp_path
     monkeypatch.chdir(tmp_path)
     assert serve_main(["--model_path", "org/missing", "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: org/missing: no local directory of that name, and revision main of that Hub id is not (fully) in the "
+    assert err.startswith("error: --model_path org/missing: no local directory of that name, and revision main of that Hub id is not (fully) in the "
                           "Hugging Face cache") and "Traceback" not in err
 
 
