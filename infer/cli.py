@@ -86,7 +86,7 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
     remote.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (default: %(default)s)")
     remote.add_argument("--max_retries", type=int, default=5,
                         help="tries after the first of a request answered 429 or 5xx or not at all, with exponential backoff (default: %(default)s)")
-    remote.add_argument("--request_timeout", "--request-timeout", type=float, default=REQUEST_TIMEOUT_S,
+    remote.add_argument("--request_timeout", type=float, default=REQUEST_TIMEOUT_S,
                         help="seconds one sample's request may take in all, every try and every wait between tries "
                              "(each try is cut after 600 s at most) (default: %(default)g)")
 

@@ -276,7 +276,9 @@ class Server:
             with self.lock:
                 sent = {**request, **{k: v for k, v in NEUTRAL_IF_KNOWN.items() if k not in self.unknown}}
             try:
-                status, headers, body = self.post(sent, request["max_tokens"], min(ANSWER_TIMEOUT_S, deadline - time.monotonic()))
+                # What is left of the deadline, never less than a moment: a wait that overslept it on a busy machine
+                # would give httpx a negative timeout, which it refuses with a ValueError.
+                status, headers, body = self.post(sent, request["max_tokens"], min(ANSWER_TIMEOUT_S, max(deadline - time.monotonic(), 1e-3)))
             except (httpx2.TransportError, TimeoutError) as err:
                 problem = f"no answer ({type(err).__name__}: {err})"
             except (httpx2.DecodingError, AnswerTooLarge) as err:

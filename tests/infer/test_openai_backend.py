@@ -27,15 +27,16 @@ def completion(content: str, logprobs=None) -> dict:
             "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}
 
 
-def server_answering(answers: list, monkeypatch, key_env=None, request_timeout_s=60.0) -> tuple[Server, list, list]:
+def server_answering(answers: list, monkeypatch, key_env=None, request_timeout_s=60.0, overslept_s=0.0) -> tuple[Server, list, list]:
     """A Server whose transport plays `answers` in turn (a status and JSON, or an exception to raise); it
-    records the requests and the waits between tries, which pass on a clock of the test's own."""
+    records the requests and the waits between tries, which pass on a clock of the test's own (each
+    `overslept_s` longer than asked, as on a busy machine)."""
     requests, waits, clock = [], [], [0.0]
     monkeypatch.setattr(openai_backend.time, "monotonic", lambda: clock[0])
 
     def sleep(seconds: float) -> None:
         waits.append(seconds)
-        clock[0] += seconds
+        clock[0] += seconds + overslept_s
 
     monkeypatch.setattr(openai_backend.time, "sleep", sleep)
     replies = iter(answers)
@@ -86,6 +87,15 @@ def test_retries_stop_at_the_request_timeout_and_each_try_is_cut_at_what_is_left
         server.complete({"max_tokens": 9}, "SA_1")
     assert waits == [60, 60] and len(requests) == 3  # at 0, 60 and 120 s; a fourth would start past 150 s
     assert [r.extensions["timeout"]["read"] for r in requests] == [150, 90, 30]  # each try cut at what is left
+
+
+def test_a_wait_that_oversleeps_the_request_timeout_leaves_the_next_try_a_moment_not_a_negative_timeout(monkeypatch):
+    """httpx refuses a negative timeout with a ValueError, which ended the run as an internal failure."""
+    overloaded = (503, {"error": {"message": "overloaded"}}, {"retry-after": "60"})
+    server, requests, _ = server_answering([overloaded] * 2, monkeypatch, request_timeout_s=100, overslept_s=50)
+    with pytest.raises(ServerError, match=r"sample 'SA_1' failed 2 time\(s\) in --request_timeout 100 s, last with HTTP 503"):
+        server.complete({"max_tokens": 9}, "SA_1")
+    assert [r.extensions["timeout"]["read"] for r in requests] == [100, 1e-3]  # woken at 110 s
 
 
 def test_the_key_is_read_from_the_named_variable_and_sent_as_a_bearer_token(monkeypatch):
