@@ -5,7 +5,7 @@ machine others also use (CI runners, laptops, a shared server) those threads wai
 every small operation waits for the slowest of them: on 2 cores with other work running (load about 3), small
 matrix products ran 30 times slower on torch's 2 threads than on 1 (150/s against 4,417/s), the demo's training
 went from 0.11 to 2.3 s a step, and the suite's demo test ran out of its time. So every command, before torch
-loads (judge.cli.run; no command imports torch before it), sets
+loads (judge.cli.run; no command imports torch before it), and the Python API's Judge.load and fine_tune, sets
 
 - OMP_NUM_THREADS: the cores this process may use (its CPU affinity, within its cgroup's CPU quota) less the
   ones busy with other work (the 1-minute load average), at least 1;
@@ -13,8 +13,9 @@ loads (judge.cli.run; no command imports torch before it), sets
   after the start costs this run a wake-up, not a core (2 threads under load: 2,167/s rather than 150/s).
 
 Either variable set by the user is kept as it is (OMP_NUM_THREADS=N picks the threads), and a process that
-imported torch already (a Python program calling a command's main) keeps the threads it chose: OpenMP reads
-its settings when torch loads. Child processes (DataLoader workers, the demo's steps) inherit the choice.
+imported torch already (a Python program calling a command's main or the API) keeps the threads it chose
+(torch.set_num_threads): OpenMP reads its settings when torch loads. Child processes (DataLoader workers,
+the demo's steps) inherit the choice.
 docs/performance.md has the figures before and after, on a busy core.
 """
 

@@ -55,6 +55,25 @@ def threads_under(load: float, **env: str) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.parametrize("call", ["mmjudge.Judge.load('no-such-judge', max_new_tokens=0)", "mmjudge.fine_tune('no-such-judge', 'a.json', 'out', lora_r=0)"])
+def test_the_python_apis_doors_choose_the_threads_as_the_commands_do(call):
+    """Judge.load and fine_tune, called first in a program: their threads chosen before they load torch (each
+    call here is refused, after the choice)."""
+    code = ("import json, os\n"
+            "os.getloadavg = lambda: (40.0, 40.0, 40.0)\n"
+            "import mmjudge\n"
+            "from mmjudge.judge.data import UsageError\n"
+            "try:\n"
+            f"    {call}\n"
+            "except UsageError:\n"
+            "    pass\n"
+            "import torch\n"
+            "print(json.dumps({'torch': torch.get_num_threads(), 'wait': os.environ.get('OMP_WAIT_POLICY')}))\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OMP_")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean, check=True)
+    assert json.loads(done.stdout) == {"torch": 1, "wait": "PASSIVE"}, done.stderr[-2000:]
+
+
 def test_a_command_on_a_busy_machine_computes_on_one_sleeping_thread():
     assert threads_under(load=40.0) == {"torch": 1, "wait": "PASSIVE"}
 
