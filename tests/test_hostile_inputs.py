@@ -28,8 +28,9 @@ from hypothesis import strategies as st
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
-from mmjudge.calibration.inputs import compared_criteria
-from mmjudge.calibration.inputs import load_ratings
+from mmjudge.calibration.inputs import compared_criteria, load_ratings, read_predictions
+from mmjudge.infer import openai_backend
+from mmjudge.infer.cli import build_parser as score_parser
 from mmjudge.infer.cli import main as score_main
 from mmjudge.infer.journal import Journal, read_finished
 from mmjudge.infer.openai_backend import Server, ServerError, score_sample
@@ -228,6 +229,32 @@ def test_rubrics_presets_and_calibrators(root, rubric, preset, calibrator):
     assert_taken_or_refused(*outcome(lambda: run(applied, [])), root / "calibrator.json")
 
 
+@pytest.mark.parametrize("part, field, value", [
+    ("score_sets", "threshold", -0.5),  # judge-score ended on every record with "internal failure: IndexError"
+    ("score_sets", "coverage", 2.0),  # was taken, and reported as fitted
+    ("escalation", "threshold", 1.5), ("escalation", "error_rate", 0.0), ("fitted_on", "n", -1),
+])
+def test_a_calibrator_out_of_its_ranges_is_refused_in_one_line_naming_the_file_and_field(root, part, field, value):
+    path = root / "hostile-calibrator.json"
+    path.write_text(json.dumps({**CALIBRATOR, part: {**CALIBRATOR[part], field: value}}))
+    (root / "valid.json").write_text(json.dumps([SAMPLE]))
+    code, err = score(root, "valid.json", "--calibrator", str(path))
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith(f"error: {path}: ") and f"{part}.{field}" in err, err[-2000:]
+
+
+def test_score_distributions_rounded_as_people_write_them_are_read_and_a_wrong_sum_shown_in_full(root):
+    """Seven levels rounded to 6 decimals add up to 1 within 3.5e-6: a 1e-6 tolerance refused 247 of 600 such
+    records, printing the sum as 'add up to 1, not 1'."""
+    rounded = {"0": 0.000001, "1": 0.000012, "2": 0.012346, "3": 0.133746, "4": 0.501235, "5": 0.301235, "6": 0.051428}  # sums to 1.000003
+    path = root / "rounded.json"
+    path.write_text(json.dumps([{**PREDICTION, "score_distribution": rounded}]))
+    read = read_predictions(str(path), ScoreScale(0, 6))
+    assert read.problems == [] and sum(read.records["SA_1"].score_distribution.values()) == pytest.approx(1, abs=1e-15)
+    path.write_text(json.dumps([{**PREDICTION, "score_distribution": {**rounded, "6": 0.050428}}]))
+    [problem] = read_predictions(str(path), ScoreScale(0, 6)).problems
+    assert str(problem).startswith(f"{path}: record 0 (id 'SA_1'): score_distribution: the probabilities add up to 0.999003, not 1"), problem
+
+
 @FUZZ
 @given(data=file_bytes(TRAIN_CONFIG, "yaml"))
 def test_training_configs(root, data):
@@ -329,11 +356,13 @@ def test_adapter_configs(root, adapter, data):
 
 
 def test_hostile_adapters_are_refused_at_once_in_one_line(root, adapter):
-    """Each found in a pass of hostile files: 79 s of PEFT's matching before a word (30,000 target_modules), a
-    300 MB config read into 1 GB, and a whole model's weights linked in, refused after four lines of warnings."""
+    """Each found in a pass of hostile files: 79 s of PEFT's matching before a word (30,000 target_modules;
+    300,000: silent past 90 s), a 300 MB config read into 1 GB, and a whole model's weights linked in, refused
+    after four lines of warnings."""
     source, config = adapter
     cases = {
-        "target_modules": lambda a: (a / "adapter_config.json").write_text(json.dumps({**config, "target_modules": [f"m{i}" for i in range(30_000)]})),
+        "30,000 target_modules": lambda a: (a / "adapter_config.json").write_text(json.dumps({**config, "target_modules": [f"m{i}" for i in range(30_000)]})),
+        "300,000 target_modules": lambda a: (a / "adapter_config.json").write_text(json.dumps({**config, "target_modules": [f"m{i}" for i in range(300_000)]})),
         "300 MB": lambda a: os.truncate(a / "adapter_config.json", 300 * 2**20),
         "linked weights": lambda a: ((a / "adapter_model.safetensors").unlink(),
                                      (a / "adapter_model.safetensors").symlink_to(Path(config["base_model_name_or_path"]) / "model.safetensors")),
@@ -383,6 +412,27 @@ def test_a_deepspeed_tag_linked_to_elsewhere_is_refused_and_what_it_holds_named(
     assert code == 2 and not (root / "ran").exists()
     assert f"{checkpoint / 'latest'}: names 'global_step2', not a folder of this checkpoint" in err
     assert f"{checkpoint / 'global_step2' / 'mp_rank_00_model_states.pt'}: holds pickled io.open" in err
+
+
+def test_a_server_trickling_its_answers_holds_a_sample_no_longer_than_the_request_timeout_by_default(root, monkeypatch):
+    """judge-score --backend openai with its shipped settings, against a server whose every answer runs out of
+    time: each try was cut after 600 s and retried 5 times, about an hour on one sample. Time passes on the
+    test's own clock: each try takes the whole read timeout it is given."""
+    (root / "valid.json").write_text(json.dumps([SAMPLE]))
+    args = score_parser().parse_args(["--model_path", "judge", "--input_dir", str(root), "--input_file", "valid.json",
+                                      "--output_dir", str(root / "out"), "--backend", "openai", "--base_url", "http://127.0.0.1:9/v1"])
+    clock = [0.0]
+    monkeypatch.setattr(openai_backend.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(openai_backend.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
+
+    def trickled(request: httpx2.Request) -> httpx2.Response:
+        clock[0] += request.extensions["timeout"]["read"]
+        raise httpx2.ReadTimeout("unfinished", request=request)
+
+    server = Server(args.base_url, args.model_path, None, args.max_retries, 1, args.request_timeout, transport=httpx2.MockTransport(trickled))
+    with pytest.raises(ServerError, match=rf"sample 'SA_1' failed \d time\(s\) in --request_timeout {args.request_timeout:g} s, last with no answer"):
+        server.complete({"max_tokens": 8}, "SA_1")
+    assert clock[0] <= args.request_timeout <= 900
 
 
 # judge-serve's chat bodies: what an OpenAI client may send, with an image, a stop list and sampling.
