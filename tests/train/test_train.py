@@ -17,7 +17,7 @@ from mmjudge.judge.data import SCORE_FIELDS, InputError, load_annotations
 from mmjudge.judge.model import load_judge, save_native, with_max_tiles
 from mmjudge.configs import CONFIG_DIR
 from mmjudge.judge.prompts import load_rubrics
-from mmjudge.judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
+from mmjudge.judge.testing import HANG_S, write_dataset, write_hub_cache, write_original_checkpoint
 from mmjudge.judge.testing.checkpoints import SIZES
 from mmjudge.train.cli import main as train_main
 from mmjudge.train.data import IGNORE_INDEX, Collator, build_dataset, merge_annotators, target_text
@@ -598,7 +598,7 @@ def test_a_run_prints_short_lines_and_no_known_harmless_warning(base, data, tmp_
 
     args = train_args(base, data, tmp_path / "judge", "--max_steps", "2", "--save_steps", "1", "--eval_file", str(data / "heldout.json"),
                       "--eval_max_new_tokens", "4", "--no-full_finetune")  # LoRA: PEFT's path too
-    done = subprocess.run([sys.executable, "-m", "mmjudge.train.cli", *args], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "mmjudge.train.cli", *args], capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stderr.replace("\r", "\n").splitlines() if line.strip()]
     assert [line for line in lines if line.startswith("step ")] == [line for line in lines if re.match(r"step [12]/2 \(epoch", line)]
