@@ -27,6 +27,10 @@ from mmjudge.judge.outputs import LOCK_FILE
 
 DTYPES = ("bfloat16", "float16", "float32")
 BACKENDS = ("local", "openai")
+# --backend openai: one sample's request in all, every try and every wait between tries. Each try is cut after
+# 600 s (openai_backend.ANSWER_TIMEOUT_S), and with the 6 tries of --max_retries 5 a server trickling its
+# answers held a run for about an hour on one sample.
+REQUEST_TIMEOUT_S = 900.0
 PROBES = ("blank", "shuffle")  # infer/probe.py: what each puts in place of the answer's images
 
 
@@ -82,6 +86,9 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
     remote.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (default: %(default)s)")
     remote.add_argument("--max_retries", type=int, default=5,
                         help="tries after the first of a request answered 429 or 5xx or not at all, with exponential backoff (default: %(default)s)")
+    remote.add_argument("--request_timeout", type=float, default=REQUEST_TIMEOUT_S,
+                        help="seconds one sample's request may take in all, every try and every wait between tries "
+                             "(each try is cut after 600 s at most) (default: %(default)g)")
 
 
 def backend_problems(args, options: ScoreOptions) -> list[str]:
@@ -100,6 +107,8 @@ def backend_problems(args, options: ScoreOptions) -> list[str]:
         problems.append(f"--concurrency must be at least 1, got {args.concurrency}")
     if args.max_retries < 0:
         problems.append(f"--max_retries must be at least 0, got {args.max_retries}")
+    if not args.request_timeout > 0:  # NaN too
+        problems.append(f"--request_timeout must be a number of seconds above 0, got {args.request_timeout:g}")
     if args.api_key_env is not None and not os.environ.get(args.api_key_env):
         problems.append(f"--api_key_env {args.api_key_env}: that environment variable is not set or empty")
     if options.mode == "logits":

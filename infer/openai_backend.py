@@ -27,8 +27,9 @@ summary's warnings: no logprobs (no score distribution), a written score that is
 top (the server does not decode greedily), images it drops (found before scoring from the first sample
 with images, one new token: by the tiles the server says it cut, or else by sending it once more without
 its images: a server that sees them counts more prompt tokens with them).
-An answer that is not a chat completion, or larger than answer_limit, or unfinished after
-ANSWER_TIMEOUT_S, ends the run with a message naming its sample; the samples finished stay in the journal.
+An answer that is not a chat completion, or larger than answer_limit, ends the run with a message naming its
+sample, and so does a request still unanswered after its tries (each cut at ANSWER_TIMEOUT_S) or after
+--request_timeout in all; the samples finished stay in the journal.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class OpenAIBackend:
         if options.structured:
             raise UsageError("--structured constrains this machine's decoder: it applies to --backend local (and to judge-serve's own "
                              "--structured), not to a server's answers")
-        self.server = Server(args.base_url, args.model_path, args.api_key_env, args.max_retries, args.concurrency)
+        self.server = Server(args.base_url, args.model_path, args.api_key_env, args.max_retries, args.concurrency, args.request_timeout)
         self.options, self.rubrics, self.samples, self.image_root = options, rubrics, samples, Path(args.input_dir)
         self.concurrency = args.concurrency
         self.found: list[str] = []  # what the server does that a local run would not, in the order found
@@ -270,8 +271,8 @@ class Server:
     within a deadline and a size."""
 
     def __init__(self, base_url: str, model: str, api_key_env: str | None, max_retries: int, concurrency: int,
-                 transport: httpx2.BaseTransport | None = None):
-        self.base_url, self.model, self.max_retries = base_url, model, max_retries
+                 request_timeout_s: float, transport: httpx2.BaseTransport | None = None):
+        self.base_url, self.model, self.max_retries, self.request_timeout_s = base_url, model, max_retries, request_timeout_s
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.unknown: set[str] = set()  # the fields of DROPPABLE this server refused by name
         self.lock = threading.Lock()
@@ -282,13 +283,15 @@ class Server:
         )
 
     def complete(self, request: dict, sample_id: str) -> ChatAnswer:
-        attempt = 0
+        attempt, deadline = 0, time.monotonic() + self.request_timeout_s
         while True:
             wait_s = None
             with self.lock:
                 sent = {k: v for k, v in {**request, **NEUTRAL_IF_KNOWN}.items() if k not in self.unknown}
             try:
-                status, headers, body = self.post(sent, request["max_tokens"])
+                # What is left of the deadline, never less than a moment: a wait that overslept it on a busy machine
+                # would give httpx a negative timeout, which it refuses with a ValueError.
+                status, headers, body = self.post(sent, request["max_tokens"], min(ANSWER_TIMEOUT_S, max(deadline - time.monotonic(), 1e-3)))
             except (httpx2.TransportError, TimeoutError) as err:
                 problem = f"no answer ({type(err).__name__}: {err})"
             except (httpx2.DecodingError, AnswerTooLarge) as err:
@@ -306,27 +309,33 @@ class Server:
                 if status != 429 and status < 500:  # the request itself is wrong: retrying repeats it
                     raise Refused(f"{self.url} refused sample {sample_id!r}: {problem}")
                 wait_s = retry_after(headers)
+            wait_s = wait_s if wait_s is not None else backoff(attempt)
             if attempt == self.max_retries:
+                tried = f"failed {attempt + 1} time(s)"
                 break
-            time.sleep(wait_s if wait_s is not None else backoff(attempt))
+            if time.monotonic() + wait_s >= deadline:  # no time left for another try
+                tried = f"failed {attempt + 1} time(s) in --request_timeout {self.request_timeout_s:g} s"
+                break
+            time.sleep(wait_s)
             attempt += 1
-        raise ServerError(f"{self.url}: sample {sample_id!r} failed {self.max_retries + 1} time(s), last with {problem}; "
+        raise ServerError(f"{self.url}: sample {sample_id!r} {tried}, last with {problem}; "
                           "the samples finished are kept: rerun the same command to resume")
 
-    def post(self, request: dict, max_tokens: int) -> tuple[int, httpx2.Headers, bytes]:
+    def post(self, request: dict, max_tokens: int, timeout_s: float) -> tuple[int, httpx2.Headers, bytes]:
         """The answer's status, headers and body, decompressed; AnswerTooLarge past its size, and a TimeoutError
-        at the first piece that arrives ANSWER_TIMEOUT_S after sending, however the server trickles it (httpx's
+        at the first piece that arrives `timeout_s` after sending, however the server trickles it (httpx's
         timeouts are per read: a server silent that long is cut by the read timeout instead)."""
-        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         limit = answer_limit(max_tokens)
         body = bytearray()
-        with self.client.stream("POST", self.url, json=request) as response:
+        timeout = httpx2.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s))
+        with self.client.stream("POST", self.url, json=request, timeout=timeout) as response:
             for chunk in response.iter_bytes():
                 body += chunk
                 if len(body) > limit:
                     raise AnswerTooLarge(f"more than {limit:,} bytes for {max_tokens} new tokens")
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"unfinished after {ANSWER_TIMEOUT_S:g} s")
+                    raise TimeoutError(f"unfinished after {timeout_s:.3g} s")
             return response.status_code, response.headers, bytes(body)
 
     @staticmethod

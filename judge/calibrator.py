@@ -26,26 +26,37 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mmjudge.judge.data import CALIBRATOR_FIELDS, InputError, JudgeResult, UsageError, read_json, validation_problems, write_text_atomically
+from mmjudge.judge.data import (CALIBRATOR_FIELDS, MAX_SETTINGS_BYTES, InputError, JudgeResult, UsageError, read_json, validation_problems,
+                                write_text_atomically)
 from mmjudge.judge.identity import rubric_fingerprint
+
+
+# Every number a calibrator holds, in its range: read from a file anyone may have written, a negative
+# threshold made judge-score's score sets empty ("internal failure: IndexError"), and a coverage of 2.0 was
+# reported as fitted. NaN and infinity are refused with them (allow_inf_nan).
+Share = Annotated[float, Field(ge=0, le=1)]
+Probability = Annotated[float, Field(gt=0, lt=1)]  # asked for: neither certain nor impossible
+Count = Annotated[int, Field(ge=0)]
+NonNegative = Annotated[float, Field(ge=0)]
+STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class FittedOn(BaseModel):
     """Where the map came from, so a calibrated score can be traced back."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     judge: str | None = None
     predictions: str | None = None
     human: str | None = None
-    n: int
-    folds: int | None = None
-    mse_before: float | None = None
-    held_out_mse_after: float | None = None
+    n: Count
+    folds: Annotated[int, Field(ge=2)] | None = None
+    mse_before: NonNegative | None = None
+    held_out_mse_after: NonNegative | None = None
     # The judge and the rubrics (category -> fingerprint, judge/identity.py) that scored the predictions it was
     # fitted on; None where the predictions did not say. judge-score --calibrator refuses another judge's map.
     judge_fingerprint: str | None = None
@@ -53,23 +64,23 @@ class FittedOn(BaseModel):
 
 
 class ScoreSets(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    coverage: float  # the asked-for probability that a record's set holds its human score
-    threshold: float  # levels join the set while the probability already in it is at most this
-    n: int  # human-scored records it was fitted on
-    held_out_coverage: float | None = None  # reached on cross-fitted folds
-    held_out_mean_size: float | None = None  # mean number of levels in a set, on those folds
+    model_config = STRICT
+    coverage: Probability  # the asked-for probability that a record's set holds its human score
+    threshold: Share  # levels join the set while the probability already in it is at most this (1: every level)
+    n: Count  # human-scored records it was fitted on
+    held_out_coverage: Share | None = None  # reached on cross-fitted folds
+    held_out_mean_size: NonNegative | None = None  # mean number of levels in a set, on those folds
 
 
 class Escalation(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     agreement: Literal["exact", "within_1"]  # agreeing is the same level, or at most one level apart
-    target_agreement: float
-    error_rate: float  # the guarantee holds with probability 1 - error_rate
+    target_agreement: Probability
+    error_rate: Probability  # the guarantee holds with probability 1 - error_rate
     # The judge's probability of agreeing with its own written score (within the tolerance), at or above
     # which a record is left to the judge; None: no threshold met the target, every record is escalated.
-    threshold: float | None
-    n: int
+    threshold: Share | None
+    n: Count
 
 
 def mass_before(probabilities: np.ndarray) -> np.ndarray:
@@ -113,7 +124,7 @@ class Calibrator(BaseModel):
     """Maps the overall score: judge-calibrate fits no other criterion, so judge-score reads `source`
     (the record's score or expected_score) and writes calibrated_score."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     method: Literal["isotonic", "linear"]
     source: Literal["score", "expected_score"]  # which field of a judge-score record it reads
     x: list[float]
@@ -152,7 +163,7 @@ class Calibrator(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> Calibrator:
-        content = read_json(path)  # which names a missing, empty or broken file
+        content = read_json(path, MAX_SETTINGS_BYTES)  # which names a missing, oversized, empty or broken file
         try:
             return cls.model_validate(content)
         except ValidationError as err:

@@ -26,6 +26,7 @@ import sys
 import traceback
 import types
 import typing
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, fields
 from importlib.metadata import PackageNotFoundError, version
@@ -34,6 +35,7 @@ from pathlib import Path
 from pydantic import TypeAdapter, ValidationError
 
 from mmjudge.configs import bundled, by_name
+from mmjudge.judge.cpu import use_free_cores
 from mmjudge.judge.data import InputError, UsageError, missing_file, validation_problems
 from mmjudge.judge.yamlfile import read_yaml
 
@@ -300,7 +302,9 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
     """Call a command's main, turning known errors into a message and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in args
+    use_free_cores()  # before torch loads: no command imports it before this
     forbid_pickled_code()
+    keep_deprecations_from_users()
     try:
         return main(args) or 0
     except KeyboardInterrupt:
@@ -323,6 +327,14 @@ def forbid_pickled_code() -> None:
     checkpoint's tensors and data files, never its code or pickled objects."""
     os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # torch refuses to load at all when both are set
     os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+
+
+def keep_deprecations_from_users() -> None:
+    """The libraries' deprecation notices (FutureWarning, DeprecationWarning) address whoever calls their API, this
+    toolkit's developers, whose test runs show them; the user of a command can do nothing about them, and one
+    (`is_gradient_checkpointing` is deprecated, from PEFT) came with every adapter loaded."""
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 # OSErrors that say what the machine lacks (space, quota, permission) or cannot take (a path too long), not

@@ -251,21 +251,30 @@ def read_text(path: str | Path) -> str:
         raise InputError([Problem(str(path), f"not UTF-8 text (byte {err.start}: {err.reason}); save it as UTF-8")]) from None
 
 
-def read_json(path: str | Path) -> object:
+def read_json(path: str | Path, max_bytes: int | None = None) -> object:
     """The content of a JSON file, or of a JSONL file (`.jsonl`, one value per line) as a list; errors
-    name the file and the line, or the record and field (see `value_problems`)."""
-    content, problems = load_json(path)
+    name the file and the line, or the record and field (see `value_problems`). A file of more than
+    `max_bytes` is refused before it is read."""
+    content, problems = load_json(path, max_bytes)
     if problems:
         raise InputError(problems)
     return content
 
 
-def load_json(path: str | Path) -> tuple[object, list[Problem]]:
+# A settings file (a checkpoint's config.json, adapter_config.json or judge_config.json, a calibrator): kilobytes
+# in real ones. Read whole, a JSON file takes about 3 times its size in memory: a 300 MB adapter_config.json took 1 GB.
+MAX_SETTINGS_BYTES = 16 * 2**20
+
+
+def load_json(path: str | Path, max_bytes: int | None = None) -> tuple[object, list[Problem]]:
     """`read_json`'s content and the problems of its values (a top-level list's index is the record), for
     a reader that sets those records aside (`--skip_invalid`); a file that cannot be read raises."""
     path = Path(path)
     if not path.is_file():
         raise InputError([Problem(str(path), missing_file(path))])
+    if max_bytes is not None and (size := path.stat().st_size) > max_bytes:
+        raise InputError([Problem(str(path), f"{size:,} bytes; a file of this kind holds a few kilobytes, and more than "
+                                             f"{max_bytes:,} is refused unread")])
     text = read_text(path)
     if not text.strip():
         raise InputError([Problem(str(path), "file is empty")])

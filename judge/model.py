@@ -21,18 +21,22 @@ directions: `save_original` writes a trained judge back in the original format o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import reprlib
 import re
 import shutil
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Annotated, Literal
 from pathlib import Path
 
 import torch
 from huggingface_hub.errors import StrictDataclassError
-from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from transformers import (
@@ -46,7 +50,7 @@ from transformers import (
 from transformers.initialization import no_init_weights
 from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
-from mmjudge.judge.data import InputError, UsageError, read_json, validation_problems, write_json_atomically, write_text_atomically
+from mmjudge.judge.data import MAX_SETTINGS_BYTES, InputError, UsageError, read_json, validation_problems, write_json_atomically, write_text_atomically
 from mmjudge.judge.hub import Checkpoint, resolve
 from mmjudge.judge.parsing import SCORE_HEADING
 from mmjudge.judge.prompts import IMAGE_TOKENS, IMG_CONTEXT
@@ -233,15 +237,21 @@ def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
 
     base_path = checked_adapter(path)
     base = load_judge(base_path, device, dtype)
-    try:
-        model = PeftModel.from_pretrained(base.model, path).eval()
-    except ValueError as err:  # PEFT's own words: e.g. target_modules that name no layer of the base
-        raise CheckpointError(f"{path}/adapter_config.json: does not fit the base {base_path}: {_one_line(err)}") from None
-    except KeyError as err:  # a weight the config makes (modules_to_save) but the file lacks
-        raise CheckpointError(f"{path}/{ADAPTER_WEIGHTS}: lacks {err.args[0]}, which its config makes over the base {base_path}") from None
-    except RuntimeError as err:  # a weight of another shape than the base's layer
-        raise CheckpointError(f"{path}/{ADAPTER_WEIGHTS}: does not fit the base {base_path}: {_one_line(err)}") from None
-    check_adapter_weights(path, model)
+    # PEFT warns of what check_adapter_weights refuses (missing keys: four lines of a library's words before
+    # the refusal); its warnings are shown once the adapter is taken, never above a refusal.
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("default")
+        try:
+            model = PeftModel.from_pretrained(base.model, path).eval()
+        except ValueError as err:  # PEFT's own words: e.g. target_modules that name no layer of the base
+            raise CheckpointError(f"{path}/adapter_config.json: does not fit the base {base_path}: {_one_line(err)}") from None
+        except KeyError as err:  # a weight the config makes (modules_to_save) but the file lacks
+            raise CheckpointError(f"{path}/{ADAPTER_WEIGHTS}: lacks {err.args[0]}, which its config makes over the base {base_path}") from None
+        except RuntimeError as err:  # a weight of another shape than the base's layer
+            raise CheckpointError(f"{path}/{ADAPTER_WEIGHTS}: does not fit the base {base_path}: {_one_line(err)}") from None
+        check_adapter_weights(path, model)
+    for warning in said:
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     tokenizer = load_tokenizer(path) if (path / "tokenizer_config.json").is_file() else base.tokenizer
     settings = read_settings(path, base.settings.tokens_per_tile) or base.settings
     return Judge(model, tokenizer, settings, "adapter")
@@ -266,6 +276,64 @@ def weight_files(path: Path) -> list[Path]:
     return safetensors_files(path)
 
 
+# What an adapter_config.json may hold, checked before PEFT reads it: PEFT matches every entry of target_modules
+# (rank_pattern, modules_to_save, ...) against every layer of the base, so that 30,000 entries took 79 s on the
+# tiny test judge, before any word (300,000: silent past 90 s); 1,000 take 0.2-0.4 s there. A real adapter lists a
+# few layer kinds, or each layer of a large model's projections (hundreds); judge-train writes one pattern of
+# about 60 characters.
+MAX_ADAPTER_ENTRIES = 1_000
+MAX_ADAPTER_CHARS = 10_000
+
+
+Pattern = str | list[str] | None
+
+
+class LoraFields(BaseModel):
+    """The fields of a PEFT LoRA config that a judge's adapter may set, in the types PEFT handles. PEFT takes
+    the file's values as they are: a null where it expects a mapping (alpha_pattern) failed deep inside it,
+    "internal failure: AttributeError". The other fields of PEFT's LoraConfig, its LoRA variants' (DoRA's
+    offloading, LoftQ, EVA, CorDA, Megatron, ...), must stay at PEFT's defaults (_check_lora_fields)."""
+
+    model_config = ConfigDict(strict=True)
+    base_model_name_or_path: str | None = None
+    revision: str | None = None
+    peft_version: str | None = None
+    auto_mapping: dict | None = None
+    task_type: Literal["CAUSAL_LM"] | None = None  # PEFT wraps a model of another task in that task's head
+    inference_mode: bool = True
+    r: int
+    lora_alpha: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    lora_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    rank_pattern: dict[str, int] = {}
+    alpha_pattern: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = {}
+    target_modules: Pattern = None
+    exclude_modules: Pattern = None
+    layers_to_transform: int | list[int] | None = None
+    layers_pattern: Pattern = None
+    modules_to_save: list[str] | None = None
+    bias: Literal["none", "all", "lora_only"] = "none"
+    fan_in_fan_out: bool = False
+    use_rslora: bool = False
+    use_dora: bool = False
+    lora_bias: bool = False
+    init_lora_weights: bool | Literal["gaussian"] = True  # overwritten by the saved weights: only the cheap ones
+
+
+def _check_lora_fields(config: dict, where: Path) -> None:
+    from peft import LoraConfig
+
+    try:
+        LoraFields.model_validate({k: v for k, v in config.items() if k in LoraFields.model_fields and k != "peft_type"})
+    except ValidationError as err:
+        raise CheckpointError(str(validation_problems(str(where), None, None, err)[0])) from None
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(LoraConfig) if f.name not in LoraFields.model_fields and f.name != "peft_type"}
+    for key, value in config.items():
+        if key in defaults and value != defaults[key]:
+            raise CheckpointError(f"{where}: {key} {reprlib.repr(value)}; a judge's LoRA adapter leaves it at PEFT's default "
+                                  f"({reprlib.repr(defaults[key])})")
+
+
 def check_adapter_files(path: Path) -> None:
     """What a LoRA adapter must be, read from its config and its weights' headers before any model loads: PEFT
     fails on the others half-way through with its internals' errors, and a rank of 1e9 is allocated first."""
@@ -278,11 +346,22 @@ def check_adapter_files(path: Path) -> None:
     config = read_json_object(where)
     if config.get("peft_type") != "LORA":
         raise CheckpointError(f"{where}: peft_type {config.get('peft_type')!r}; a judge's adapter is a LoRA adapter (\"LORA\")")
-    ranks = [config.get("r"), *(config.get("rank_pattern") or {}).values()]
+    for key, value in config.items():  # PEFT matches each name or pattern against every layer of the base
+        if isinstance(value, (list, dict)) and len(value) > MAX_ADAPTER_ENTRIES:
+            raise CheckpointError(f"{where}: {key} holds {len(value):,} entries; an adapter names its layers' kinds or patterns, "
+                                  f"at most {MAX_ADAPTER_ENTRIES:,} here")
+        if isinstance(value, str) and len(value) > MAX_ADAPTER_CHARS:
+            raise CheckpointError(f"{where}: {key} is {len(value):,} characters long; at most {MAX_ADAPTER_CHARS:,} here")
+    pattern = config.get("rank_pattern")
+    ranks = [config.get("r"), *(pattern.values() if isinstance(pattern, dict) else [])]  # not a mapping: _check_lora_fields says so
     if bad := [r for r in ranks if type(r) is not int or r < 1]:
         raise CheckpointError(f"{where}: r {bad[0]!r}; a LoRA rank is a whole number of at least 1")
+    _check_lora_fields(config, where)
     with safe_open(weights, framework="pt") as f:
         saved = sorted({f.get_slice(key).get_shape()[0] for key in f.keys() if ".lora_A." in key})
+    if not saved:
+        raise CheckpointError(f"{weights}: holds no LoRA weights (lora_A, lora_B); is it a whole model's weights? "
+                              "A judge with its weights in full is a checkpoint directory without adapter_config.json")
     if unknown := [r for r in saved if r not in ranks]:
         raise CheckpointError(f"{weights}: holds LoRA rank {unknown[0]}, which {where.name} does not give (r {config.get('r')})")
 
@@ -779,7 +858,7 @@ def write_settings(settings: JudgeSettings, out_dir: str | Path) -> None:
 def read_json_object(file: Path) -> dict:
     """A checkpoint's JSON file, which must hold an object; a broken one is a CheckpointError naming it."""
     try:
-        value = read_json(file)
+        value = read_json(file, MAX_SETTINGS_BYTES)
     except InputError as err:
         raise CheckpointError("; ".join(map(str, err.problems))) from None
     if not isinstance(value, dict):

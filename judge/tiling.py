@@ -20,9 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 from PIL import Image, ImageOps
+
+if TYPE_CHECKING:
+    import torch  # loaded where tiles become tensors: commands import this before torch's threads are chosen (judge/cpu.py)
 
 # ImageNet statistics, which InternViT was trained with.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -86,6 +90,8 @@ def tile_image(image: Image.Image, cfg: TilingConfig) -> list[Image.Image]:
 
 def normalize_tiles(tiles: list[Image.Image], image_size: int) -> torch.Tensor:
     """(n, 3, size, size) float32: each tile BICUBIC-resized to size, scaled to [0, 1], ImageNet-normalised."""
+    import torch
+
     mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32)[:, None, None]
     std = torch.tensor(IMAGENET_STD, dtype=torch.float32)[:, None, None]
     out = []

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmjudge.configs import DEFAULT_RUBRICS, by_name
+from mmjudge.judge.cpu import use_free_cores
 from mmjudge.judge.data import InputError, Sample, UsageError, validate_samples
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ class Judge:
         **options: scoring options (infer.options.ScoreOptions' fields: mode, max_new_tokens, token_budget,
             image_token_budget, prompt_token_budget, max_tiles, workers, ignore_stop) over the config.
         """
+        use_free_cores()  # before torch loads, as every command (judge/cpu.py)
         from mmjudge.infer.options import ScoreOptions, options_for
 
         known = [f.name for f in fields(ScoreOptions)]
@@ -341,6 +343,7 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
 
     Under torchrun or the deepspeed launcher every rank calls it, as every rank runs judge-train.
     """
+    use_free_cores()  # before torch loads, as every command (judge/cpu.py)
     from mmjudge.judge.cli import settings_from_config
     from mmjudge.train.config import TrainConfig, config_problems
 

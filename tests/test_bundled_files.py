@@ -13,7 +13,7 @@ from mmjudge.configs import CONFIG_DIR, KINDS, bundled
 from mmjudge.infer.cli import build_parser as score_parser
 from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.rubric_cli import main as rubric_main
-from mmjudge.judge.testing import write_dataset
+from mmjudge.judge.testing import HANG_S, write_dataset
 from mmjudge.serve.cli import build_parser as serve_parser
 from mmjudge.train.cli import build_parser as train_parser
 from mmjudge.train.cli import main as train_main
@@ -95,7 +95,7 @@ def test_rubric_import_makes_the_folders_of_its_output(elsewhere):
 def test_the_installed_command_reads_a_preset_by_name_in_a_folder_under_tmp(tmp_path):
     """As a user types it, from a folder with no configs/ in it: the console script shows the values of the
     bundled preset it was given by name."""
-    done = subprocess.run([str(BIN / "judge-score"), "--config", "milebench", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([str(BIN / "judge-score"), "--config", "milebench", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
     assert "longest feedback in tokens (default: 512)" in text and "bundled by name: instit, megabench, milebench" in text

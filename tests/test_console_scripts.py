@@ -9,6 +9,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from mmjudge.judge.testing import HANG_S
 
 
 # Each test starts the commands as processes: seconds each, more than the quick loop affords.
@@ -26,7 +27,7 @@ def outputs() -> dict[tuple[str, ...], subprocess.CompletedProcess]:
     """Every --help and --version run, started together: most of their time is interpreter and torch start-up."""
     commands = [(*run, "--help") for run in HELP_RUNS] + [(name, "--version") for name in SCRIPTS]
     started = {c: subprocess.Popen([str(BIN / c[0]), *c[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands}
-    return {c: subprocess.CompletedProcess(p.args, p.wait(timeout=300), *p.communicate()) for c, p in started.items()}
+    return {c: subprocess.CompletedProcess(p.args, p.wait(timeout=HANG_S), *p.communicate()) for c, p in started.items()}
 
 
 def test_the_readme_commands_are_the_declared_scripts():

@@ -18,6 +18,7 @@ from mmjudge.demo.cli import main as demo_main
 from mmjudge.judge.calibrator import Calibrator
 from mmjudge.judge.identity import weights_fingerprint
 from mmjudge.judge.model import weight_files
+from mmjudge.judge.testing import HANG_S
 
 BIN = Path(sys.executable).parent
 
@@ -38,7 +39,7 @@ def run_demo(args: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
-    done = run_demo(["--output_dir", str(tmp_path)], timeout=900)
+    done = run_demo(["--output_dir", str(tmp_path)], timeout=HANG_S)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     ids = {name: {r["id"] for r in json.loads((tmp_path / "data" / f"{name}.json").read_text())} for name in ("train", "validation", "test")}
     assert [len(part) for part in ids.values()] == [240, 80, 80]  # configs/demo.yaml's 400 samples, 60/20/20

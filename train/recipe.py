@@ -37,9 +37,9 @@ from mmjudge.judge.kernels import use_fused_kernels
 from mmjudge.judge.model import CheckpointError, Judge, check_adapter_weights, check_finite, load_judge, load_native, with_max_tiles, write_settings
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.prompts import Rubric
-from mmjudge.train.checkpoints import allow_checkpoint_types, resume_point
+from mmjudge.train.checkpoints import DATA_ORDER, allow_checkpoint_types, read_data_order, resume_point, write_data_order
 from mmjudge.train.config import CHECKPOINTS_DIR, TrainConfig
-from mmjudge.train.data import Collator, build_dataset, merge_annotators
+from mmjudge.train.data import Collator, EpochOrder, build_dataset, merge_annotators
 
 # transformers 5.23 renamed TrainingArguments' gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs)
 # (the old names warn there, until 6 removes them): the names the installed version declares.
@@ -123,6 +123,26 @@ class JudgeTrainer(Trainer):
         self.judge, self.rubrics = judge, rubrics
         self.image_root, self.cfg, self.history_file = image_root, cfg, history_file
         self._evaluated: tuple[int, dict] | None = None  # (step, metrics): the Trainer may ask twice per step
+        self.resumed_from: str | None = None
+        self.data_order: EpochOrder | None = None
+
+    def train(self, resume_from_checkpoint: str | None = None, **kwargs):
+        self.resumed_from = resume_from_checkpoint
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def _get_train_sampler(self, train_dataset=None) -> EpochOrder:
+        """The group_by_length order, resumed with the checkpoint's (EpochOrder says why). Every rank draws
+        from rank 0's saved state: the ranks' shards of one order must be of the same order."""
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        drawn = read_data_order(Path(self.resumed_from)) if self.resumed_from else None
+        self.data_order = EpochOrder(self.args.train_batch_size * self.args.gradient_accumulation_steps, dataset["length"],
+                                     epoch=lambda: int(self.state.epoch), drawn=drawn)
+        return self.data_order
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        super()._save_rng_state(output_dir)
+        if self.args.should_save and self.data_order is not None and self.data_order.drawn is not None:
+            write_data_order(Path(output_dir), self.data_order.drawn)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         """The checkpoint's trained weights, every one restored or the resume refused. The Trainer's own
@@ -308,7 +328,6 @@ def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None
         metric_for_best_model=RANKED_BY if has_eval else None,
         greater_is_better=True,
         logging_steps=cfg.logging_steps,
-        train_sampling_strategy="group_by_length",
         remove_unused_columns=False,
         dataloader_num_workers=cfg.dataloader_workers,
         deepspeed=deepspeed,
@@ -358,6 +377,9 @@ def resumed_checkpoint(checkpoints: Path) -> str:
     if int(os.environ.get("RANK", "0")) == 0:
         for line in skipped:
             print(f"note: {line}; resuming from {checkpoint.name}", file=sys.stderr)
+        if not (checkpoint / DATA_ORDER).is_file():
+            print(f"note: {checkpoint.name} holds no {DATA_ORDER} (saved before judge-train kept one): resumed part-way through "
+                  "an epoch after the first, the rest of that epoch comes in another order than the run it resumes", file=sys.stderr)
     return str(checkpoint)
 
 

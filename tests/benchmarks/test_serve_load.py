@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from mmjudge.judge.testing import HANG_S
 
 # The load benchmark starts judge-serve and sends it requests at three levels of concurrency.
 pytestmark = pytest.mark.slow
@@ -16,7 +17,7 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_load.py"
 def test_the_load_benchmark_reports_each_level_and_batches_concurrent_clients(tmp_path):
     out = tmp_path / "load.json"
     cmd = [sys.executable, str(BENCHMARK), "--clients", "1", "4", "--requests", "8", "--new_tokens", "3", "--time_limit_s", "120", "--json", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(out.read_text())
     alone, together = figures["levels"]

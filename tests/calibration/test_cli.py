@@ -11,6 +11,8 @@ from scipy import stats as sps
 from sklearn.metrics import cohen_kappa_score
 
 from mmjudge.calibration.cli import main
+from mmjudge.calibration.inputs import read_predictions
+from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.calibrator import Calibrator
 
 CATEGORIES, MODELS = ["SA", "PBL", "MSR"], ["m1", "m2", "m3"]
@@ -207,7 +209,9 @@ ANNOTATED = {"id": "SA_0", "question": "q", "answer": "a", "human_scores": {"ove
         ("predictions", [{"id": "SA_0", "score": 3, "score_distribution": {"3": True}}],
          "bad.json: record 0 (id 'SA_0'): score_distribution: the probability of '3' must be a number in 0-1, got True"),
         ("predictions", [{"id": "SA_0", "score": 3, "score_distribution": {"3": 0.5, "4": 0.4}}],
-         "bad.json: record 0 (id 'SA_0'): score_distribution: the probabilities add up to 0.9, not 1"),
+         "bad.json: record 0 (id 'SA_0'): score_distribution: the probabilities add up to 0.9, not 1 (within 0.00035, the rounding of 7 levels to 4 decimals)"),
+        ("predictions", [{"id": "SA_0", "score": 3, "score_distribution": {"3": 0.4996, "4": 0.4999}}],
+         "bad.json: record 0 (id 'SA_0'): score_distribution: the probabilities add up to 0.9995, not 1"),
     ],
 )
 def test_input_errors_exit_2_naming_file_and_id(files, tmp_path, capsys, side, records, message):
@@ -537,6 +541,24 @@ def test_benchmark_scores_score_sets_and_escalation_from_a_predictions_file_far_
     assert "## Benchmark scores per evaluated model" in md and "ranking by PPI++: strong > middling > weak" in md
     assert "## Score sets and escalation" in md and "PPI++" in md
     assert (out / "plots" / "j_benchmark.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("decimals", [6, 5, 4])
+def test_score_distributions_rounded_as_people_write_them_are_read_renormalised(tmp_path, decimals):
+    """Seven levels rounded to 6 decimals add up to 1 within 3.5e-6, which a tolerance of 1e-6 refused: 247 of
+    600 records ('the probabilities add up to 1, not 1'), in either --overall."""
+    preds, human = leaderboard_files(tmp_path, per_model=200)
+    records = json.loads(Path(preds).read_text())
+    for r in records:
+        r["score_distribution"] = {level: round(p, decimals) for level, p in r["score_distribution"].items()}
+    rounded = write(tmp_path / "rounded.json", records)
+    assert sum(abs(sum(r["score_distribution"].values()) - 1) > 1e-6 for r in records) > 100
+    for flags in ([], ["--overall", "expected_score", "--agreement", "exact"]):
+        out = tmp_path / f"r{len(flags)}"
+        assert main(["--predictions", rounded, "--human", human, "--output_dir", str(out), "--names", "j", "--bootstrap", "0", "--by", "none", *flags]) == 0
+        assert json.loads((out / "report.json").read_text())["judges"]["j"]["calibration"]["escalation"]["judged"] == 600
+    read = read_predictions(rounded, ScoreScale()).records
+    assert all(abs(sum(r.score_distribution.values()) - 1) < 1e-12 for r in read.values())
 
 
 def test_coverage_and_target_agreement_are_checked(files, tmp_path, capsys):

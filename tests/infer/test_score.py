@@ -23,7 +23,7 @@ from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import JudgeResult, UsageError, load_samples
 from mmjudge.judge.model import load_judge
 from mmjudge.judge.prompts import load_rubrics
-from mmjudge.judge.testing import write_dataset, write_original_checkpoint
+from mmjudge.judge.testing import HANG_S, write_dataset, write_original_checkpoint
 
 FAST = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
 # The record of eval_result.json as the README documents it, in this order.
@@ -289,7 +289,7 @@ def test_kill_9_loses_at_most_the_batch_in_flight(checkpoint, tmp_path, wait_for
                 "--max_new_tokens", "24", "--max_tiles", "2", "--token_budget", "1")  # batch size 1
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     journal = out / "eval_result.json.journal.rank0.jsonl"
-    assert wait_for_lines(journal, 4)
+    assert wait_for_lines(journal, 4, proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     done_before = [json.loads(line) for line in journal.read_text().splitlines()[1:] if line.endswith("}")]
@@ -311,7 +311,7 @@ def test_torchrun_two_processes_merge_to_the_single_process_result(dataset, tmp_
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "mmjudge.infer.cli",
            "--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json", "--output_dir", str(tmp_path / "multi"), *FAST]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in (tmp_path / "multi").glob("*.journal.*")) == ["eval_result.json.journal.rank0.jsonl", "eval_result.json.journal.rank1.jsonl"]
     # rank 0's bars count both ranks' samples, not its own 4
@@ -340,7 +340,7 @@ def test_when_rank_0_fails_to_merge_every_rank_exits(checkpoint, dataset, tmp_pa
                                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
     try:
-        errors = [proc.communicate(timeout=120)[1] for proc in procs]
+        errors = [proc.communicate(timeout=HANG_S)[1] for proc in procs]
     finally:
         for proc in procs:
             proc.kill()

@@ -15,7 +15,7 @@ from huggingface_hub.utils import filter_repo_objects
 import mmjudge.judge.hub
 from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.model import CHECKPOINT_FILES, REMOTE_CODE, load_judge, original_base
-from mmjudge.judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
+from mmjudge.judge.testing import HANG_S, write_dataset, write_hub_cache, write_original_checkpoint
 
 REPO = "org/tiny-judge"
 FAST = ["--max_new_tokens", "4", "--max_tiles", "2", "--workers", "1"]
@@ -67,7 +67,7 @@ def test_judge_score_takes_a_hub_id_from_the_cache_under_hf_home_offline(checkpo
     env.pop("HF_HUB_CACHE", None)
     args = ["--input_dir", str(data), "--input_file", "data.json", *FAST]
     run = subprocess.run([sys.executable, "-m", "mmjudge.infer.cli", "--model_path", REPO, "--output_dir", str(tmp_path / "hub-out"), *args],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert run.returncode == 0, run.stderr
     assert f"{REPO} (revision main): {tmp_path / 'hf' / 'hub' / 'models--org--tiny-judge' / 'snapshots'}" in run.stderr
     assert score(checkpoint, data, tmp_path / "local-out") == 0

@@ -8,7 +8,10 @@ the qkv split, the projector or the config mapping were wrong, the logits would 
 import dataclasses
 import json
 import math
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -18,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from transformers import Phi3Config, Phi3ForCausalLM
 
 from mmjudge.judge.data import InputError
-from mmjudge.judge.model import (CheckpointError, load_judge, native_tensors, original_config, original_tensors, read_settings, save_native,
+from mmjudge.judge.model import (CheckpointError, check_adapter_files, load_judge, native_tensors, original_config, original_tensors, read_settings, save_native,
                          settings_from_original, write_settings)
 from mmjudge.judge.testing import write_native_checkpoint, write_original_checkpoint
 from mmjudge.judge.testing.checkpoints import SIZES
@@ -352,6 +355,14 @@ HOSTILE_ADAPTERS = {
     "an unknown peft_type": (dict(config={"peft_type": "FROBNICATE"}), r"adapter_config.json: peft_type 'FROBNICATE'; a judge's adapter is a LoRA adapter"),
     "modules_to_save the weights lack": (dict(config={"modules_to_save": ["lm_head"]}),
                                          r"adapter_model.safetensors: lacks base_model.model.lm_head.weight, which its config makes"),
+    # 79 s of PEFT matching each entry against each layer, before any word
+    "target_modules of 30,000 entries": (dict(config={"target_modules": [f"layer_{i}" for i in range(30_000)] + ["qkv_proj"]}),
+                                         r"adapter_config.json: target_modules holds 30,001 entries; an adapter names its layers' kinds or patterns, at most 1,000"),
+    "a pattern of a million characters": (dict(config={"target_modules": "(qkv_proj|" + "x" * 1_000_000 + ")"}),
+                                          r"adapter_config.json: target_modules is 1,000,011 characters long; at most 10,000"),
+    "a rank_pattern of 5,000 patterns": (dict(config={"rank_pattern": {f"layers.{i}.": 2 for i in range(5_000)}}), r"rank_pattern holds 5,000 entries"),
+    "weights with no LoRA matrix": (dict(weights=lambda w: {"language_model.lm_head.weight": torch.zeros(2, 2)}),
+                                    r"adapter_model.safetensors: holds no LoRA weights \(lora_A, lora_B\); is it a whole model's weights\?"),
 }
 
 
@@ -360,6 +371,35 @@ def test_a_hostile_adapter_is_refused_naming_its_file(original_dir, tmp_path, na
     edits, message = HOSTILE_ADAPTERS[name]
     with pytest.raises(CheckpointError, match=message):
         load_judge(edited_adapter(adapter_over(original_dir, tmp_path / "adapter"), **edits))
+
+
+def test_adapter_weights_linked_to_a_whole_models_file_are_refused_before_the_base_loads(original_dir, tmp_path, monkeypatch):
+    adapter = adapter_over(original_dir, tmp_path / "adapter")
+    (adapter / "adapter_model.safetensors").unlink()
+    (adapter / "adapter_model.safetensors").symlink_to(original_dir / "model.safetensors")
+    monkeypatch.setattr("mmjudge.judge.model.load_judge", None)  # the base is never loaded
+    with pytest.raises(CheckpointError, match=r"adapter_model.safetensors: holds no LoRA weights"):
+        check_adapter_files(adapter)
+
+
+def test_an_adapter_config_of_300_mb_is_refused_unread(original_dir, tmp_path):
+    adapter = adapter_over(original_dir, tmp_path / "adapter")
+    with (adapter / "adapter_config.json").open("r+b") as f:
+        f.truncate(300 * 2**20)  # read whole, it took 1 GB of memory
+    with pytest.raises(CheckpointError, match=r"adapter_config.json: 314,572,800 bytes; a file of this kind holds a few kilobytes, and more than 16,777,216 is refused unread"):
+        load_judge(adapter)
+
+
+def test_a_refused_adapter_is_one_line_without_the_libraries_warnings(original_dir, tmp_path):
+    """PEFT warns of a missing LoRA weight, and transformers of a deprecation, before the refusal that names it:
+    four lines of a library's words above one of ours."""
+    adapter = adapter_over(original_dir, tmp_path / "adapter", drop="layers.1.self_attn.o_proj.lora_B")
+    (tmp_path / "s.json").write_text(json.dumps([{"id": "SA_1", "question": "q", "answer": "a"}]))
+    done = subprocess.run([sys.executable, "-m", "mmjudge.infer.cli", "--model_path", str(adapter), "--input_dir", str(tmp_path),
+                           "--input_file", "s.json", "--output_dir", str(tmp_path / "out")], capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"error: {adapter}: weights do not match the config: missing "
+                                        "['base_model.model.model.language_model.layers.1.self_attn.o_proj.lora_B.weight'], unexpected []"]
 
 
 def test_an_adapter_with_only_pickled_weights_is_refused_by_merge_and_never_unpickled(original_dir, tmp_path, capsys):

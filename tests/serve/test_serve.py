@@ -20,7 +20,7 @@ from PIL import Image
 
 from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.data import JudgeResult
-from mmjudge.judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
+from mmjudge.judge.testing import HANG_S, write_dataset, write_hub_cache, write_original_checkpoint
 from mmjudge.serve.cli import main as serve_main
 from mmjudge.serve.process import free_port, start_server
 
@@ -60,11 +60,11 @@ def server(checkpoint, dataset, tmp_path_factory):
                            port, log, env={**os.environ, KEY_ENV: KEY, "OMP_NUM_THREADS": "1"})
     yield f"http://127.0.0.1:{port}"
     process.terminate()
-    process.wait(timeout=30)
+    process.wait(timeout=HANG_S)
 
 
 def post(server, path, body, key=KEY, headers=(), **kwargs):
-    return httpx2.post(f"{server}{path}", headers={"Authorization": f"Bearer {key}", **dict(headers)}, timeout=120, **kwargs,
+    return httpx2.post(f"{server}{path}", headers={"Authorization": f"Bearer {key}", **dict(headers)}, timeout=HANG_S, **kwargs,
                        **({"content": body} if isinstance(body, (bytes, str)) else {"json": body}))
 
 
@@ -364,23 +364,23 @@ def test_the_server_killed_mid_run_loses_nothing_and_scores_nothing_twice(checkp
               "--base_url", f"http://127.0.0.1:{port}/v1", "--concurrency", "2", "--max_retries", "0"]
     run = subprocess.Popen(client, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     journal = out / "eval_result.json.journal.rank0.jsonl"
-    assert wait_for_lines(journal, 4)
+    assert wait_for_lines(journal, 4, run)
     os.kill(server.pid, signal.SIGKILL)
     server.wait()
-    _, err = run.communicate(timeout=120)
+    _, err = run.communicate(timeout=HANG_S)
     assert run.returncode == 2 and "rerun the same command to resume" in err, err
     before = [json.loads(line) for line in journal.read_text().splitlines()[1:]]
     assert 3 <= len(before) < 16 and not (out / "eval_result.json").exists()
 
     server = start_server(flags, port, log, env)
     try:
-        done = subprocess.run(client, capture_output=True, text=True, env=env, timeout=300)
+        done = subprocess.run(client, capture_output=True, text=True, env=env, timeout=HANG_S)
         assert done.returncode == 0, done.stderr[-2000:]
         assert f"resuming: {len(before)} sample(s)" in done.stderr
         completions = metric(f"http://127.0.0.1:{port}", "judge_completions_total")
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        server.wait(timeout=HANG_S)
     assert completions == 16 - len(before) + 1  # the restarted server scored exactly what the journal lacked, after one probe
     lines = [json.loads(line) for line in journal.read_text().splitlines()[1:]]
     assert len(lines) == 16 and len({r["id"] for r in lines}) == 16  # each sample once
@@ -399,10 +399,10 @@ def test_the_judge_is_named_by_a_hub_id_at_a_revision_as_judge_score_names_it(se
     body = {"model": "org/tiny-judge", "max_tokens": 4, "messages": [{"role": "user", "content": "Is this answer good?"}]}
     try:
         assert [m["id"] for m in httpx2.get(f"http://127.0.0.1:{port}/v1/models").json()["data"]] == ["org/tiny-judge"]
-        answer = httpx2.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=120).json()
+        answer = httpx2.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=HANG_S).json()
     finally:
         hub_server.terminate()
-        hub_server.wait(timeout=30)
+        hub_server.wait(timeout=HANG_S)
     assert answer["choices"] == post(server, "/v1/chat/completions", body).json()["choices"]  # the module's server: the same files
     assert "org/tiny-judge (revision v1): " in (tmp_path / "serve.log").read_text()
 
@@ -512,7 +512,7 @@ def test_stop_sequences_cut_the_answer_exactly_where_they_begin(server):
 
 def events(server, body) -> list:
     """The server-sent events of a streamed answer, as sent."""
-    with httpx2.stream("POST", f"{server}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=120) as response:
+    with httpx2.stream("POST", f"{server}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=HANG_S) as response:
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in response.iter_lines() if line]
     assert all(line.startswith("data: ") for line in lines)
@@ -613,6 +613,20 @@ def steps(server) -> int:
     return metric(server, "judge_decoding_steps_total")
 
 
+def finished(server) -> int:
+    """Chat choices finished, whatever their reason."""
+    text = metrics_text(server)
+    return sum(int(sample_value(text, "vllm:request_success_total", finished_reason=reason)) for reason in ("stop", "length", "abort"))
+
+
+def left_its_slot(server, finished_before: int) -> None:
+    """Waits until the request a client left is finished and out of the model: at once when the server sees
+    the disconnect, or, were it to compute on for nobody, after its 3000 tokens; however busy the machine."""
+    deadline = time.monotonic() + HANG_S
+    while (finished(server) == finished_before or metric(server, "vllm:num_requests_running", model_name=SERVED)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_a_client_that_leaves_stops_costing_decoding_steps(server):
     """Issue 21, item 3: a client that times out (whole answer) or closes its stream frees its slot; the
     model computes nothing more for it. Counted in decoding steps: the request asks for 3000 tokens, the
@@ -621,7 +635,7 @@ def test_a_client_that_leaves_stops_costing_decoding_steps(server):
     long = {"model": SERVED, "messages": HELLO, "max_tokens": 3000, "temperature": 1.0, "seed": 12}
     impatient = openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=1.5)
     for leave in ("timeout", "closed stream"):
-        before, aborted = steps(server), metric(server, "vllm:request_success_total", finished_reason="abort")
+        before, aborted, before_finished = steps(server), metric(server, "vllm:request_success_total", finished_reason="abort"), finished(server)
         if leave == "timeout":
             with pytest.raises(openai.APITimeoutError):
                 impatient.chat.completions.create(**long)
@@ -629,7 +643,7 @@ def test_a_client_that_leaves_stops_costing_decoding_steps(server):
             with client_of(server).chat.completions.create(**long, stream=True) as stream:
                 for _ in zip(range(3), stream):
                     pass
-        time.sleep(1.0)  # the server sees the disconnect at once; the row leaves its slot at the next step
+        left_its_slot(server, before_finished)
         settled = steps(server)
         time.sleep(2.0)
         assert steps(server) == settled, leave  # nothing more computed for it

@@ -17,7 +17,7 @@ from mmjudge.judge.data import SCORE_FIELDS, InputError, load_annotations
 from mmjudge.judge.model import load_judge, save_native, with_max_tiles
 from mmjudge.configs import CONFIG_DIR
 from mmjudge.judge.prompts import load_rubrics
-from mmjudge.judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
+from mmjudge.judge.testing import HANG_S, write_dataset, write_hub_cache, write_original_checkpoint
 from mmjudge.judge.testing.checkpoints import SIZES
 from mmjudge.train.cli import main as train_main
 from mmjudge.train.data import IGNORE_INDEX, Collator, build_dataset, merge_annotators, target_text
@@ -250,6 +250,37 @@ def test_a_run_interrupted_and_resumed_ends_where_an_uninterrupted_run_ends(base
     assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3, 4, 5, 6]  # none trained twice
 
 
+def logged_losses(out, step):
+    state = json.loads((out / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").read_text())
+    return {e["step"]: e["loss"] for e in state["log_history"] if "loss" in e}
+
+
+@pytest.mark.slow
+def test_a_run_resumed_part_way_through_any_epoch_is_the_run_it_resumes(base, data, tmp_path):
+    """Eight training samples in batches of 2: four steps an epoch. Resumed from checkpoint-6, half-way
+    through the second epoch, the rest of that epoch came in another order (step 7's loss 5.506 where the
+    run logs 5.521); from the first epoch (checkpoint-2) it was exact. Each resume
+    here, from an epoch's middle, from its end, and from a resumed run's own checkpoint in the third epoch,
+    logs the run's losses and ends on its weights."""
+    args = ["--max_steps", "12", "--save_steps", "2", "--per_device_batch_size", "2"]
+    assert train_main(train_args(base, data, tmp_path / "whole", *args)) == 0
+    whole = logged_losses(tmp_path / "whole", 12)
+    assert len(merge_annotators(load_annotations(data / "train.json", data))) == 8  # the epochs this test's steps fall in
+
+    def resumed_from(run, step):
+        out = tmp_path / f"from-{run.name}-{step}"
+        shutil.copytree(run / "checkpoints" / f"checkpoint-{step}", out / "checkpoints" / f"checkpoint-{step}")
+        assert train_main(train_args(base, data, out, *args, "--resume")) == 0
+        assert {s: loss for s, loss in logged_losses(out, 12).items() if s > step} == {s: loss for s, loss in whole.items() if s > step}
+        resumed, uninterrupted = (load_file(d / "model.safetensors") for d in (out, tmp_path / "whole"))
+        for name in uninterrupted:
+            torch.testing.assert_close(resumed[name], uninterrupted[name], rtol=0, atol=0)
+        return out
+
+    resumed_from(resumed_from(tmp_path / "whole", 6), 10)
+    resumed_from(tmp_path / "whole", 4)
+
+
 @pytest.mark.slow
 def test_a_full_finetune_interrupted_and_resumed_ends_where_an_uninterrupted_run_ends(base, data, tmp_path, monkeypatch, capsys):
     """The same for a full fine-tune (configs/train/tiny.yaml), whose checkpoint transformers saves under other
@@ -458,10 +489,13 @@ def test_what_the_original_format_cannot_hold_is_refused(exportable, tmp_path, c
 
 
 @pytest.mark.slow
-def test_resume_continues_at_the_saved_step(base, data, tmp_path):
+def test_resume_continues_at_the_saved_step(base, data, tmp_path, capsys):
     out = tmp_path / "judge"
     assert train_main(train_args(base, data, out, "--max_steps", "2", "--save_steps", "2", "--per_device_batch_size", "2")) == 0
+    (out / "checkpoints" / "checkpoint-2" / "data_order.json").unlink()  # as judge-train saved checkpoints before it kept one
+    capsys.readouterr()
     assert train_main(train_args(base, data, out, "--max_steps", "4", "--save_steps", "2", "--per_device_batch_size", "2", "--resume")) == 0
+    assert "note: checkpoint-2 holds no data_order.json (saved before judge-train kept one)" in capsys.readouterr().err
     state = json.loads((out / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4
     logged = [e["step"] for e in state["log_history"] if "loss" in e]
@@ -564,7 +598,7 @@ def test_a_run_prints_short_lines_and_no_known_harmless_warning(base, data, tmp_
 
     args = train_args(base, data, tmp_path / "judge", "--max_steps", "2", "--save_steps", "1", "--eval_file", str(data / "heldout.json"),
                       "--eval_max_new_tokens", "4", "--no-full_finetune")  # LoRA: PEFT's path too
-    done = subprocess.run([sys.executable, "-m", "mmjudge.train.cli", *args], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "mmjudge.train.cli", *args], capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stderr.replace("\r", "\n").splitlines() if line.strip()]
     assert [line for line in lines if line.startswith("step ")] == [line for line in lines if re.match(r"step [12]/2 \(epoch", line)]
