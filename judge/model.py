@@ -246,9 +246,18 @@ def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
     except RuntimeError as err:  # a weight of another shape than the base's layer
         raise CheckpointError(f"{path}/{ADAPTER_WEIGHTS}: does not fit the base {base_path}: {_one_line(err)}") from None
     check_adapter_weights(path, model)
-    tokenizer = load_tokenizer(path) if (path / "tokenizer_config.json").is_file() else base.tokenizer
     settings = read_settings(path, base.settings.tokens_per_tile) or base.settings
-    return Judge(model, tokenizer, settings, "adapter")
+    return Judge(model, adapter_tokenizer(path, base.tokenizer), settings, "adapter")
+
+
+def adapter_tokenizer(path: Path, base: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """The base's tokenizer, unless the adapter's own files give tokens the base lacks. An adapter of the same
+    tokens is read and written by its base's rules: one written by judge-train before save_tokenizer holds
+    transformers' rewrite of the base's files, which encodes every prompt without its word-start token."""
+    if not (path / "tokenizer_config.json").is_file():
+        return base
+    own = load_tokenizer(path)
+    return base if own.get_vocab() == base.get_vocab() else own
 
 
 def check_adapter_files(path: Path) -> None:
@@ -674,9 +683,10 @@ def save_original(judge: Judge, base: Path, out_dir: str | Path) -> Path:
     if (base / INDEX_FILE).is_file():
         total = sum(tensors[k].numel() * e.dtype.itemsize for k, e in layout.items())
         write_json_atomically(out_dir / INDEX_FILE, {"metadata": {"total_size": total}, "weight_map": {k: e.shard for k, e in sorted(layout.items())}})
-    copied = [f for f in base.iterdir() if f.is_file() and (f.suffix == ".py" or f.name in (*TOKENIZER_FILES, "generation_config.json"))]
-    for file in copied:
-        shutil.copyfile(file, out_dir / file.name)
+    save_tokenizer(judge.tokenizer, out_dir)
+    for file in base.iterdir():
+        if file.is_file() and (file.suffix == ".py" or file.name == "generation_config.json"):
+            shutil.copyfile(file, out_dir / file.name)
     config = read_json_object(base / "config.json")
     _note_missing_remote_code(config, base)
     write_json_atomically(out_dir / "config.json", original_config(config, judge.settings, settings_from_original(base, config, model.config)))
@@ -752,9 +762,23 @@ def save_native(judge: Judge, out_dir: str | Path) -> Path:
     out_dir = Path(out_dir)
     model = judge.model.merge_and_unload() if hasattr(judge.model, "merge_and_unload") else judge.model
     model.save_pretrained(out_dir, safe_serialization=True)
-    judge.tokenizer.save_pretrained(out_dir)
+    save_tokenizer(judge.tokenizer, out_dir)
     write_settings(judge.settings, out_dir)
     return out_dir
+
+
+def save_tokenizer(tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> None:
+    """A judge's tokenizer files, copied from the checkpoint they were read from (`load_tokenizer`), so that a
+    trained or merged judge is read and written exactly as its base is. transformers 5's `save_pretrained`
+    would write tokenizer.json and a tokenizer_config.json of its own, without tokenizer.model and without
+    `"legacy": false`, from which judge/detokenize.py rebuilds the reference's encoding and decoding: every
+    prompt would lose its word-start token and the judge's text would be decoded by transformers."""
+    source = Path(tokenizer.name_or_path)
+    files = [source / name for name in TOKENIZER_FILES if (source / name).is_file()]
+    if not files:  # every judge's tokenizer comes from load_tokenizer, which reads a directory of these
+        raise CheckpointError(f"{source}: no tokenizer files ({', '.join(TOKENIZER_FILES)}) to copy")
+    for file in files:
+        shutil.copyfile(file, Path(out_dir) / file.name)
 
 
 def write_settings(settings: JudgeSettings, out_dir: str | Path) -> None:

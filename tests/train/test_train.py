@@ -3,6 +3,7 @@ loads, resume at the right step, merge, and LoRA placement."""
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -214,6 +215,49 @@ def test_train_save_score_and_merge(base, data, tmp_path):
     ids = judge.tokenizer("<|user|>\nhello<|end|><|assistant|>\n", return_tensors="pt").input_ids
     with torch.no_grad():
         torch.testing.assert_close(standalone.model(input_ids=ids).logits, judge.model(input_ids=ids).logits, rtol=1e-4, atol=1e-5)
+
+
+# 80 id sequences and the text transformers 4.37's slow SentencePiece tokenizer gave them on the tiny tokenizer
+# (MMIE's reference decoding; docs/exactness.md).
+RECORDED_DECODING = Path(__file__).parents[1] / "judge" / "reference" / "decode_transformers_4.37.json"
+
+
+@pytest.mark.slow
+def test_a_trained_judge_is_read_and_written_by_its_base_tokenizer_rules(base, data, tmp_path):
+    """The tiny tokenizer says `"legacy": false`, as InternVL2-4B's does: the reference reads every prompt with
+    a word-start token after BOS. A LoRA adapter, a full fine-tune and the adapter merged are each scored
+    on the prompt ids training learnt from and decode the judge's tokens to the reference's text; so is an
+    adapter written before, holding transformers' rewrite of the tokenizer files."""
+    assert json.loads((base / "tokenizer_config.json").read_text())["legacy"] is False
+    rubrics = load_rubrics(TINY_RUBRIC)
+    annotations = load_annotations(data / "heldout.json", data)
+    judge = load_judge(base)
+    judge.settings = with_max_tiles(judge.settings, 1)  # tiny.yaml's, as train() sets it
+    training_ids = [row["input_ids"][:len(row["labels"]) - sum(x != IGNORE_INDEX for x in row["labels"])]
+                    for row in build_dataset(judge, annotations, rubrics, data, 8192, None, "heldout.json")]
+    steps = ["--max_steps", "2", "--save_steps", "2", "--per_device_batch_size", "2"]
+    assert train_main(train_args(base, data, tmp_path / "adapter", *steps, "--no-full_finetune")) == 0
+    assert train_main(train_args(base, data, tmp_path / "full", *steps)) == 0
+    assert train_main(["merge", "--adapter", str(tmp_path / "adapter"), "--output_dir", str(tmp_path / "merged")]) == 0
+    earlier = tmp_path / "earlier-adapter"
+    shutil.copytree(tmp_path / "adapter", earlier)
+    for name in ("tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+        (earlier / name).unlink(missing_ok=True)
+    load_judge(base).tokenizer.save_pretrained(earlier)  # what judge-train wrote before: no tokenizer.model, no "legacy"
+    cases = json.loads(RECORDED_DECODING.read_text())["cases"]
+    for judge_dir in ("adapter", "full", "merged", "earlier-adapter"):
+        out = tmp_path / f"scores-{judge_dir}"
+        assert score_main(["--model_path", str(tmp_path / judge_dir), "--input_dir", str(data), "--input_file", "heldout.json",
+                           "--output_dir", str(out), "--max_new_tokens", "2", "--max_tiles", "1", "--rubric", *TINY_RUBRIC]) == 0
+        scored = {r["id"]: r["prompt_tokens"] for r in json.loads((out / "eval_result.json").read_text())}
+        assert [scored[r.annotation.id] for r in merge_annotators(annotations)] == [len(ids) for ids in training_ids], judge_dir
+        judge = load_judge(tmp_path / judge_dir)
+        judge.settings = with_max_tiles(judge.settings, 1)
+        items = prepare(judge, [(i, r.annotation) for i, r in enumerate(merge_annotators(annotations))], rubrics, data, evaluation_options(TrainConfig(max_tiles=1)))
+        assert [item.input_ids.tolist() for item in items] == training_ids, judge_dir
+        assert all(judge.decode(case["ids"]) == case["text"] for case in cases), judge_dir
+    for judge_dir in ("adapter", "full", "merged"):  # a trained judge carries its base's files, to train on or hand on
+        assert all((tmp_path / judge_dir / f).read_bytes() == (base / f).read_bytes() for f in ("tokenizer.model", "tokenizer_config.json"))
 
 
 def train_interrupted_after(steps: int, args: list[str], monkeypatch) -> int:
