@@ -138,6 +138,26 @@ def test_merged_annotators_average_each_criterion(data):
         assert r.scores["overall"] == pytest.approx(sum(x["overall"] for x in ratings) / len(ratings))
 
 
+@pytest.mark.parametrize("critic", [0, 1])
+def test_two_annotators_one_level_apart_merge_into_the_judgement_of_the_one_whose_critique_it_carries(data, tmp_path, critic):
+    """Annotators at overall 3 and 4, coherence 2 and 3: MMIE's rounding of the means (3.5, 2.5) gave overall 4
+    beside coherence 2, a pair neither wrote. Half-way means go to the side of the annotator whose feedback the
+    target carries; a mean that is not half-way is rounded as MMIE rounds (three annotators)."""
+    record = {k: v for k, v in json.loads((data / "train.json").read_text())[0].items() if k not in ("feedback", "human_scores")}
+    ratings = [{"overall": 3, "text_image_coherence": 2, "text_quality": 3}, {"overall": 4, "text_image_coherence": 3, "text_quality": 4}]
+    records = [{**record, "annotator": f"ann-{i}", "human_scores": scores, **({"feedback": "Fine."} if i == critic else {})}
+               for i, scores in enumerate(ratings)]
+    third = {**record, "id": "SA_9999", "annotator": "ann-2", "human_scores": {"overall": 4, "text_image_coherence": 3, "text_quality": 4}}
+    (tmp_path / "two.json").write_text(json.dumps(records + [{**r, "id": "SA_9999"} for r in records] + [third]))
+    [two, three] = merge_annotators(load_annotations(tmp_path / "two.json", data))
+    rubric = load_rubrics(TINY_RUBRIC)[two.annotation.category]
+    expected = ratings[critic]
+    assert target_text(two, rubric) == (f"Fine.\nText quality: {expected['text_quality']}\nText-image coherence: "
+                                        f"{expected['text_image_coherence']}\n### Score\n{expected['overall']}")
+    assert target_text(three, rubric).endswith("Text quality: 4\nText-image coherence: 3\n### Score\n4")  # 3.67, 2.67 and 4
+    assert two.scores["overall"] == 3.5  # the evaluation still compares with the annotators' mean
+
+
 def test_lora_wraps_only_language_model_layers(base):
     model = apply_lora(load_judge(base), TrainConfig())
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]
