@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from mmjudge.calibration.cli import compared_criteria
+from mmjudge.calibration.inputs import compared_criteria
 from mmjudge.calibration.inputs import load_ratings
 from mmjudge.infer.cli import main as score_main
 from mmjudge.infer.journal import Journal, read_finished
