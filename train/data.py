@@ -19,6 +19,7 @@ evaluation compares with their mean.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
@@ -26,6 +27,7 @@ from statistics import mean
 import torch
 from datasets import Dataset
 
+from mmjudge.infer.progress import Bar, counted
 from mmjudge.judge.data import Annotation, InputError, Problem, UsageError, load_annotations
 from mmjudge.judge.model import Judge
 from mmjudge.judge.parsing import ScoreScale, format_judgement
@@ -132,7 +134,8 @@ def build_dataset(
 ) -> Dataset:
     """Encode every rated sample; any that is still longer than max_length is an error naming it."""
     rated = merge_annotators(annotations)
-    rows = [encode(judge, r, rubrics[r.annotation.category], image_root, image_token_budget) for r in rated]
+    with Bar("encoding", len(rated), rank=int(os.environ.get("RANK", "0"))) as bar:  # every rank encodes them all
+        rows = [encode(judge, r, rubrics[r.annotation.category], image_root, image_token_budget) for r in counted(rated, bar)]
     too_long = [Problem(source, f"{row['length']} tokens after image-token budgeting exceed max_length {max_length}; "
                                 "raise max_length or lower image_token_budget / max_tiles", r.index, r.annotation.id)
                 for r, row in zip(rated, rows) if row["length"] > max_length]
