@@ -20,6 +20,7 @@ from mmjudge.judge.identity import weights_fingerprint
 from mmjudge.judge.model import weight_files
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_demo(args: list[str], timeout: float) -> subprocess.CompletedProcess:
@@ -74,7 +75,7 @@ def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
     assert (tmp_path / "scores-after" / "probe_blank.png").is_file()
 
     # Each step's progress showed as it ran: the commands' own bars and lines, not minutes of silence
-    for shown in ("preparing: 100%", "scoring: 100%", "training: 100%", "evaluation at step 240", "NONE of the 80 outputs parsed"):
+    for shown in ("preparing: 100%", "scoring: 100%", "training: 100%", "evaluation at step 480", "NONE of the 80 outputs parsed"):
         assert shown in done.stdout, shown
     # calibrator.json is the trained judge's map, and says so: judge-score --calibrator applies it to that judge only
     fitted = Calibrator.load(tmp_path / "report" / "calibrator.json").fitted_on
@@ -93,12 +94,19 @@ def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
 
 @pytest.mark.slow
 def test_the_demo_learns_on_the_seed_whose_training_stalled(tmp_path):
-    """Seed 2's judge wrote "average" in every critique and scored by that word (test Pearson 0.39): the recipe
-    sat at an edge that one token more in every prompt crossed. benchmarks/demo_seeds.py runs seeds 0-9."""
-    done = run_demo(["--output_dir", str(tmp_path), "--seed", "2"], timeout=900)
+    """Seed 2's judge wrote "average" in every critique and scored by that word (test Pearson 0.39), and in
+    batches of 8 still wrote 1 for 4 and 4 for 1 when the learning rate ran out (0.86): the recipe sat at an
+    edge. Run by benchmarks/demo_seeds.py, the script that gives the README's ten seeds, which is tested with it."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "demo_seeds.py"), "--seeds", "2", "--output_dir", str(tmp_path)]
+    # a hang guard only: one thread per process, so that a busy machine slows the demo rather than stalling it
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=3600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    report = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert report["judges"]["after"]["criteria"]["overall"]["all"]["pearson"]["value"] >= 0.95
+    [seed] = json.loads((tmp_path / "demo_seeds.json").read_text())["seeds"]
+    figures = json.loads((tmp_path / "seed-2" / "figures.json").read_text())
+    assert seed["seed"] == 2 and seed["pearson_after"] == figures["pearson"]["after"]["value"] >= 0.95
+    assert seed["cpu_seconds"] > 0 and seed["training_seconds"] == figures["seconds"]["steps"]["3: train"]
+    table = (tmp_path / "demo_seeds.md").read_text()
+    assert f"| 2 | {seed['pearson_before']:.3f} | {seed['pearson_after']:.3f} |" in table and "1 of 1 seeds at 0.95 or above" in table
 
 
 @pytest.mark.slow
