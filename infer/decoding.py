@@ -24,8 +24,8 @@ next prompt is prefilled into it, so the batch stays full instead of waiting for
 A request may carry its own limit on new tokens (a chat request's `max_tokens`), anything up to the
 model's context less its prompt (a longer one is cut there); the slots of a cache are sized for the
 largest its requests need. Asked for `top_logprobs`, each step also returns the log-probabilities of its
-k likeliest tokens over the whole vocabulary (image tokens and the other unwritable ones excluded),
-computed per row like everything else; scoring asks for none and computes none.
+k likeliest tokens over the whole vocabulary (the output layer's rows that stand for no token
+excluded), computed per row like everything else; scoring asks for none and computes none.
 
 Sampling (a request with a temperature above 0) keeps every row its own: each answer ("choice") draws one
 uniform number per token on the host from its own generator, seeded from the request's seed and the choice's

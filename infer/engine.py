@@ -32,7 +32,7 @@ from mmjudge.judge.data import JudgeResult, Sample, UsageError
 from mmjudge.judge.detokenize import chat_answer
 from mmjudge.judge.model import Judge, with_max_tiles
 from mmjudge.judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
-from mmjudge.judge.prompts import IMAGE_TOKENS, PlannedImage, Rubric, build_prompt, encode_prompt
+from mmjudge.judge.prompts import PlannedImage, Rubric, build_prompt, encode_prompt
 from mmjudge.judge.templates import get_template
 from mmjudge.judge.tiling import load_tiles
 
@@ -100,11 +100,12 @@ def expected_score(distribution: dict[str, float] | None) -> float | None:
 
 
 def unwritable_tokens(judge: Judge) -> list[int]:
-    """What a judge never writes: an image token would stand for no image (and break the forced score
-    heading's reading of its output), and the output layer's rows beyond the tokenizer (Phi-3 has 32,064
-    for 32,011 tokens) stand for no token at all."""
-    tokenizer = judge.tokenizer
-    return tokenizer.convert_tokens_to_ids(list(IMAGE_TOKENS)) + list(range(len(tokenizer), judge.model.config.text_config.vocab_size))
+    """What a judge never writes: the output layer's rows beyond the tokenizer (Phi-3 has 32,064 for 32,011
+    tokens), which stand for no token, so no text (MMIE's `main.py` stops with an IndexError where one comes
+    first). Every token of the tokenizer is written where it comes first, the image tokens included, as
+    InternVL's `generate` writes them: `<IMG_CONTEXT>` or `</img>` is then text of the answer, read back by
+    its embedding as the reference reads it (docs/exactness.md)."""
+    return list(range(len(judge.tokenizer), judge.model.config.text_config.vocab_size))
 
 
 class _Counted:

@@ -17,6 +17,13 @@ mapped field by field, and the weights are streamed one tensor at a time from th
 into a model allocated once in the target dtype, so host memory peaks near one copy of the weights. The
 key names map through one table, KEY_MAP (and FUSED_QKV for InternViT's fused qkv), read in both
 directions: `save_original` writes a trained judge back in the original format of its base.
+
+An adapter is merged into its base as it loads, each weight it changes rounded to the dtype the base stores
+that weight in: the judge is the one `judge-train merge` writes (either format), and the adapter and its
+export score alike, bit for bit on one device. Scored unmerged, the adapter's weights kept precision the
+export rounds away (a bfloat16 base's merged weights, by a part in 256 or so), enough to change the argmax
+of a near tie: on a 3-step adapter, 22 of 24 texts equal to the reference's on the export, where the
+export gives 24 (docs/exactness.md).
 """
 
 from __future__ import annotations
@@ -252,9 +259,50 @@ def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
         check_adapter_weights(path, model)
     for warning in said:
         warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-    tokenizer = load_tokenizer(path) if (path / "tokenizer_config.json").is_file() else base.tokenizer
     settings = read_settings(path, base.settings.tokens_per_tile) or base.settings
-    return Judge(model, tokenizer, settings, "adapter")
+    return Judge(merge_adapter(model, base_path), adapter_tokenizer(path, base.tokenizer), settings, "adapter")
+
+
+def merge_adapter(model, base: Path) -> torch.nn.Module:
+    """The PEFT `model` folded into its base, each weight the adapter changes (its LoRA layers' and the layers it
+    trains whole) rounded to the dtype `base` stores it in: the base's precision, in which the export writes it."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.utils import ModulesToSaveWrapper
+
+    changed = [name for name, module in model.base_model.model.named_modules() if isinstance(module, (BaseTunerLayer, ModulesToSaveWrapper))]
+    merged = model.merge_and_unload()
+    weights = {name: weight for module in changed for name, weight in merged.get_submodule(module).named_parameters(prefix=module)}
+    stored = stored_dtypes(base, list(dict(merged.named_parameters())))
+    with torch.no_grad():
+        for name, weight in weights.items():
+            if (dtype := stored.get(name)) is not None and dtype != weight.dtype:
+                weight.copy_(weight.to(dtype))
+    return merged.eval()
+
+
+def stored_dtypes(path: Path, names: list[str]) -> dict[str, torch.dtype]:
+    """The dtype the checkpoint at `path` stores each weight of its model (`names`, native) in, read from the
+    safetensors headers. An original checkpoint's keys map through KEY_MAP; transformers' `save_pretrained`
+    writes a native one's weights in one dtype, under names of its own: where they hold several, none is given."""
+    headers = {}
+    for file in safetensors_files(path):
+        with safe_open(file, framework="pt") as stored:
+            headers |= {key: (_DTYPES.get(stored.get_slice(key).get_dtype()), stored.get_slice(key).get_shape()) for key in stored.keys()}
+    if checkpoint_format(path) == "original":
+        return {name: dtype for key, (dtype, shape) in headers.items() if dtype is not None
+                for name, _ in native_tensors(key, torch.empty(shape, device="meta"))}
+    dtypes = {dtype for dtype, _ in headers.values()}
+    return dict.fromkeys(names, dtypes.pop()) if len(dtypes) == 1 and None not in dtypes else {}
+
+
+def adapter_tokenizer(path: Path, base: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """The base's tokenizer, unless the adapter's own files give tokens the base lacks. An adapter of the same
+    tokens is read and written by its base's rules: one written by judge-train before save_tokenizer holds
+    transformers' rewrite of the base's files, which encodes every prompt without its word-start token."""
+    if not (path / "tokenizer_config.json").is_file():
+        return base
+    own = load_tokenizer(path)
+    return base if own.get_vocab() == base.get_vocab() else own
 
 
 def checked_adapter(path: Path) -> Path:
@@ -768,9 +816,10 @@ def save_original(judge: Judge, base: Path, out_dir: str | Path) -> Path:
     if (base / INDEX_FILE).is_file():
         total = sum(tensors[k].numel() * e.dtype.itemsize for k, e in layout.items())
         write_json_atomically(out_dir / INDEX_FILE, {"metadata": {"total_size": total}, "weight_map": {k: e.shard for k, e in sorted(layout.items())}})
-    copied = [f for f in base.iterdir() if f.is_file() and (f.suffix == ".py" or f.name in (*TOKENIZER_FILES, "generation_config.json"))]
-    for file in copied:
-        shutil.copyfile(file, out_dir / file.name)
+    save_tokenizer(judge.tokenizer, out_dir)
+    for file in base.iterdir():
+        if file.is_file() and (file.suffix == ".py" or file.name == "generation_config.json"):
+            shutil.copyfile(file, out_dir / file.name)
     config = read_json_object(base / "config.json")
     _note_missing_remote_code(config, base)
     write_json_atomically(out_dir / "config.json", original_config(config, judge.settings, settings_from_original(base, config, model.config)))
@@ -846,9 +895,23 @@ def save_native(judge: Judge, out_dir: str | Path) -> Path:
     out_dir = Path(out_dir)
     model = judge.model.merge_and_unload() if hasattr(judge.model, "merge_and_unload") else judge.model
     model.save_pretrained(out_dir, safe_serialization=True)
-    judge.tokenizer.save_pretrained(out_dir)
+    save_tokenizer(judge.tokenizer, out_dir)
     write_settings(judge.settings, out_dir)
     return out_dir
+
+
+def save_tokenizer(tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> None:
+    """A judge's tokenizer files, copied from the checkpoint they were read from (`load_tokenizer`), so that a
+    trained or merged judge is read and written exactly as its base is. transformers 5's `save_pretrained`
+    would write tokenizer.json and a tokenizer_config.json of its own, without tokenizer.model and without
+    `"legacy": false`, from which judge/detokenize.py rebuilds the reference's encoding and decoding: every
+    prompt would lose its word-start token and the judge's text would be decoded by transformers."""
+    source = Path(tokenizer.name_or_path)
+    files = [source / name for name in TOKENIZER_FILES if (source / name).is_file()]
+    if not files:  # every judge's tokenizer comes from load_tokenizer, which reads a directory of these
+        raise CheckpointError(f"{source}: no tokenizer files ({', '.join(TOKENIZER_FILES)}) to copy")
+    for file in files:
+        shutil.copyfile(file, Path(out_dir) / file.name)
 
 
 def write_settings(settings: JudgeSettings, out_dir: str | Path) -> None:

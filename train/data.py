@@ -7,13 +7,18 @@ parses, with the loss only on the target and its stop token.
 Prompt and target are tokenized separately, exactly as at inference time, where the prompt is
 tokenized alone and the judge continues it.
 
-Several annotators of one id are merged: each criterion's target is the mean of the annotators who
-rated it (then rounded to the rubric's scale by `format_judgement`); the reference critique is
-the first annotator's `feedback`. The individual ratings stay in the file for `judge-calibrate`.
+Several annotators of one id are merged into one judgement: the critique is the first annotator's
+`feedback` (the first who wrote one), and each criterion's score is the mean of the annotators who rated it,
+at the rubric's nearest level; a mean half-way between two levels goes to the level on that critic's side.
+MMIE's rounding (half-way to even) would round the criteria of one judgement apart: annotators at overall 3
+and 4, coherence 2 and 3, would give overall 4 (3.5) beside coherence 2 (2.5), a pair neither wrote and
+that the answer cannot predict. The individual ratings stay in the file for `judge-calibrate`, and the
+evaluation compares with their mean.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +32,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from mmjudge.infer.progress import Bar, counted
 from mmjudge.judge.data import Annotation, InputError, Problem, UsageError, load_annotations
 from mmjudge.judge.model import Judge
-from mmjudge.judge.parsing import format_judgement
+from mmjudge.judge.parsing import ScoreScale, format_judgement
 from mmjudge.judge.prompts import Rubric, build_prompt, encode_prompt, rubric_problems
 from mmjudge.judge.templates import get_template, join_parts
 from mmjudge.judge.tiling import TilingConfig, load_tiles
@@ -65,12 +70,13 @@ def check_scales(annotations: list[Annotation], rubrics: dict[str, Rubric], scal
 
 @dataclass(frozen=True)
 class RatedSample:
-    """One id with its annotators merged into the training target."""
+    """One id with its annotators merged into the training target (module docstring)."""
 
     annotation: Annotation  # the first record of the id (question, answer, images)
     index: int  # that record's place in the annotations: its record number in the file, for messages
-    scores: dict[str, float]
+    scores: dict[str, float]  # each criterion's mean over the annotators who rated it
     feedback: str | None
+    critic_scores: dict[str, float]  # the scores of the annotator whose feedback the target carries
 
 
 def merge_annotators(annotations: list[Annotation]) -> list[RatedSample]:
@@ -83,14 +89,25 @@ def merge_annotators(annotations: list[Annotation]) -> list[RatedSample]:
     for sample_id, group in by_id.items():
         names = {name for a in group for name in a.human_scores.given()}
         scores = {name: mean(a.human_scores.given()[name] for a in group if name in a.human_scores.given()) for name in sorted(names)}
-        feedback = next((a.feedback for a in group if a.feedback), None)
-        merged.append(RatedSample(group[0], first_index[sample_id], scores, feedback))
+        critic = next((a for a in group if a.feedback), group[0])
+        merged.append(RatedSample(group[0], first_index[sample_id], scores, critic.feedback, critic.human_scores.given()))
     return merged
 
 
 def target_text(rated: RatedSample, rubric: Rubric) -> str:
-    criteria = {name: rated.scores[name] for name in rubric.criteria if name in rated.scores}
-    return format_judgement(rated.scores.get("overall"), criteria, rubric.criteria, rated.feedback, rubric.score_scale)
+    scale = rubric.score_scale
+    levels = {name: consensus_level(rated.scores[name], rated.critic_scores.get(name), scale) for name in rated.scores}
+    criteria = {name: levels[name] for name in rubric.criteria if name in levels}
+    return format_judgement(levels.get("overall"), criteria, rubric.criteria, rated.feedback, scale)
+
+
+def consensus_level(mean_score: float, critic: float | None, scale: ScoreScale) -> float:
+    """The annotators' mean at the scale's nearest level; half-way between two, the level on the critic's side
+    (module docstring), or MMIE's rounding where the critic gave no score or the mean itself."""
+    below = scale.low + math.floor(round((mean_score - scale.low) / scale.step, 9)) * scale.step
+    if critic is None or critic == mean_score or not math.isclose(mean_score - below, scale.step / 2):
+        return mean_score
+    return below if critic < mean_score else below + scale.step
 
 
 def encode(judge: Judge, rated: RatedSample, rubric: Rubric, image_root: Path, image_token_budget: int | None) -> dict:

@@ -34,7 +34,8 @@ from mmjudge.infer.progress import Bar
 from mmjudge.judge.data import SCORE_FIELDS, Annotation, JudgeResult, UsageError, write_json_atomically
 from mmjudge.judge.hub import Checkpoint
 from mmjudge.judge.kernels import use_fused_kernels
-from mmjudge.judge.model import CheckpointError, Judge, check_adapter_weights, check_finite, load_judge, load_native, with_max_tiles, write_settings
+from mmjudge.judge.model import (CheckpointError, Judge, check_adapter_weights, check_finite, load_judge, load_native, save_tokenizer,
+                                 with_max_tiles, write_settings)
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.prompts import Rubric
 from mmjudge.train.checkpoints import DATA_ORDER, allow_checkpoint_types, read_data_order, resume_point, write_data_order
@@ -411,6 +412,6 @@ def save_judge(trainer: Trainer, judge: Judge, base: Checkpoint, output_dir: Pat
         # A Hub base by its id, pinned to the commit trained over: its cache path would not travel, and main may move on.
         where = {"base_model_name_or_path": base.hub_id, "revision": base.commit} if base.hub_id else {"base_model_name_or_path": str(base.path.resolve())}
         write_json_atomically(adapter_config, {**config, **where})
-    judge.tokenizer.save_pretrained(output_dir)
+    save_tokenizer(judge.tokenizer, output_dir)  # an adapter's too, for the tools that read it beside the adapter (vLLM's LoRA)
     write_settings(judge.settings, output_dir)
     write_json_atomically(output_dir / "train_config.json", asdict(cfg))

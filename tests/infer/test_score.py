@@ -401,31 +401,49 @@ def test_a_sample_too_large_for_memory_alone_stops_the_run_saying_what_to_change
         list(Scorer(judge, rubrics, options, "cpu").run(items))
 
 
-@pytest.mark.parametrize("preferred", ["image tokens", "rows without a token"])
-def test_a_judge_never_writes_tokens_that_stand_for_no_text(checkpoint, samples, dataset, preferred):
-    """A barely trained judge may rank <IMG_CONTEXT> first; written out, it would stand for no image and
-    break the forced-heading pass that reads the output back. Or it may rank first one of the output
-    layer's rows beyond the tokenizer (Phi-3 has 32,064 rows for 32,011 tokens), which no tokenizer can
-    decode. Generation suppresses both."""
-    judge = load_judge(checkpoint)  # its own copy: the head is patched below
-    if preferred == "image tokens":
-        image_ids = torch.tensor(judge.tokenizer.convert_tokens_to_ids(["<img>", "<IMG_CONTEXT>", "</img>"]))
-    else:
-        image_ids = torch.arange(len(judge.tokenizer), judge.model.lm_head.out_features)
-        assert len(image_ids) > 0
-    head = judge.model.lm_head
+def prefer(judge, favourites: dict[int, torch.Tensor]) -> None:
+    """Patch the judge's output layer to rank `favourites[step]` first at those forward passes (the prompt's is
+    step 0), or `favourites[None]` at every one."""
+    head, calls = judge.model.lm_head, []
 
-    class PrefersImageTokens(torch.nn.Module):
+    class Prefers(torch.nn.Module):
         def forward(self, hidden):
             logits = head(hidden)
-            logits[..., image_ids] += 1e4
+            chosen = favourites.get(len(calls), favourites.get(None))
+            if chosen is not None:
+                logits[..., chosen] += 1e4
+            calls.append(1)
             return logits
 
-    judge.model.lm_head = PrefersImageTokens()
+    judge.model.lm_head = Prefers()
+
+
+def test_a_judge_never_writes_rows_that_stand_for_no_token(checkpoint, samples, dataset):
+    """A barely trained judge may rank first one of the output layer's rows beyond the tokenizer (Phi-3 has
+    32,064 rows for 32,011 tokens), which no tokenizer can decode (MMIE's main.py stops there with an
+    IndexError). Generation suppresses them; the forced heading then reads a distribution."""
+    judge = load_judge(checkpoint)  # its own copy: the head is patched below
+    rows = torch.arange(len(judge.tokenizer), judge.model.lm_head.out_features)
+    assert len(rows) > 0
+    prefer(judge, {None: rows})
     rubrics, options = load_rubrics(), ScoreOptions(max_new_tokens=5, max_tiles=2)
     results = [r for batch in Scorer(judge, rubrics, options, "cpu").run(prepare(judge, samples[:2], rubrics, dataset, options)) for _, r in batch]
     assert all(r.score is None and r.score_distribution is not None for r in results)  # the forced pass ran
     assert all(r.generated_tokens == 5 for r in results)
+
+
+def test_a_judge_writes_image_tokens_where_it_ranks_them_first_as_the_reference_does(checkpoint, samples, dataset):
+    """InternVL's generate writes `</img>` or `<IMG_CONTEXT>` where it is the argmax (a trained export wrote
+    `<IMG_CONTEXT>` at its 20th step), and MMIE's feedback then holds it as text: judge-score writes the same
+    tokens and text (decoded as the reference decodes, tests/judge/test_detokenize.py), and still reads a
+    score distribution after the forced heading."""
+    judge = load_judge(checkpoint)
+    tokens = judge.tokenizer.convert_tokens_to_ids(["\u2581image", "</img>", "\u2581image", "<IMG_CONTEXT>", "<img>"])
+    prefer(judge, {step: torch.tensor([token]) for step, token in enumerate(tokens)})
+    rubrics, options = load_rubrics(), ScoreOptions(max_new_tokens=5, max_tiles=2)
+    [[(_, result)]] = list(Scorer(judge, rubrics, options, "cpu").run(prepare(judge, samples[:1], rubrics, dataset, options)))
+    assert result.feedback == judge.decode(tokens) == "image </img> image <IMG_CONTEXT> <img>"
+    assert result.score is None and result.score_distribution is not None and result.generated_tokens == 5
 
 
 @pytest.mark.parametrize("flag, name", [("--input_file", "summary.json"), ("--calibrator", "summary.json"), ("--rubric", "eval_result.json"),

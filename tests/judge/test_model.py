@@ -22,7 +22,7 @@ from transformers import Phi3Config, Phi3ForCausalLM
 
 from mmjudge.judge.data import InputError
 from mmjudge.judge.model import (CheckpointError, check_adapter_files, load_judge, native_tensors, original_config, original_tensors, read_settings, save_native,
-                         settings_from_original, write_settings)
+                         settings_from_original, stored_dtypes, write_settings)
 from mmjudge.judge.testing import write_native_checkpoint, write_original_checkpoint
 from mmjudge.judge.testing.checkpoints import SIZES
 from mmjudge.judge.tiling import TilingConfig
@@ -326,6 +326,22 @@ def test_a_damaged_adapter_is_refused(original_dir, tmp_path, damage, message):
     assert load_judge(adapter_over(original_dir, tmp_path / "whole")).source_format == "adapter"
     with pytest.raises(CheckpointError, match=message):
         load_judge(adapter_over(original_dir, tmp_path / "damaged", **damage))
+
+
+def test_every_weight_is_known_in_the_dtype_its_checkpoint_stores_it_in(tmp_path, native_dir):
+    """What an adapter's merged weights are rounded to (merge_adapter): an original checkpoint's dtypes per
+    tensor (here bfloat16, InternViT's fused qkv split in three), a native checkpoint's one dtype."""
+    base = write_original_checkpoint(tmp_path / "bf16", seed=1, dtype="bfloat16")
+    names = list(dict(load_judge(base).model.named_parameters()))
+    assert stored_dtypes(base, names) == dict.fromkeys(names, torch.bfloat16)
+    names = list(dict(load_judge(native_dir).model.named_parameters()))
+    assert stored_dtypes(native_dir, names) == dict.fromkeys(names, torch.float32)
+
+
+def test_an_adapter_loads_merged_into_its_base(original_dir, tmp_path):
+    """No LoRA layer is left to run at every token: the adapter is folded into the weights it changes."""
+    judge = load_judge(adapter_over(original_dir, tmp_path / "adapter"))
+    assert not hasattr(judge.model, "peft_config") and not any("lora" in name for name, _ in judge.model.named_parameters())
 
 
 def edited_adapter(adapter, config: dict | None = None, weights=None):

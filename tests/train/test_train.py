@@ -4,6 +4,7 @@ loads, resume at the right step, merge, and LoRA placement."""
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -138,6 +139,26 @@ def test_merged_annotators_average_each_criterion(data):
         assert r.scores["overall"] == pytest.approx(sum(x["overall"] for x in ratings) / len(ratings))
 
 
+@pytest.mark.parametrize("critic", [0, 1])
+def test_two_annotators_one_level_apart_merge_into_the_judgement_of_the_one_whose_critique_it_carries(data, tmp_path, critic):
+    """Annotators at overall 3 and 4, coherence 2 and 3: MMIE's rounding of the means (3.5, 2.5) gave overall 4
+    beside coherence 2, a pair neither wrote. Half-way means go to the side of the annotator whose feedback the
+    target carries; a mean that is not half-way is rounded as MMIE rounds (three annotators)."""
+    record = {k: v for k, v in json.loads((data / "train.json").read_text())[0].items() if k not in ("feedback", "human_scores")}
+    ratings = [{"overall": 3, "text_image_coherence": 2, "text_quality": 3}, {"overall": 4, "text_image_coherence": 3, "text_quality": 4}]
+    records = [{**record, "annotator": f"ann-{i}", "human_scores": scores, **({"feedback": "Fine."} if i == critic else {})}
+               for i, scores in enumerate(ratings)]
+    third = {**record, "id": "SA_9999", "annotator": "ann-2", "human_scores": {"overall": 4, "text_image_coherence": 3, "text_quality": 4}}
+    (tmp_path / "two.json").write_text(json.dumps(records + [{**r, "id": "SA_9999"} for r in records] + [third]))
+    [two, three] = merge_annotators(load_annotations(tmp_path / "two.json", data))
+    rubric = load_rubrics(TINY_RUBRIC)[two.annotation.category]
+    expected = ratings[critic]
+    assert target_text(two, rubric) == (f"Fine.\nText quality: {expected['text_quality']}\nText-image coherence: "
+                                        f"{expected['text_image_coherence']}\n### Score\n{expected['overall']}")
+    assert target_text(three, rubric).endswith("Text quality: 4\nText-image coherence: 3\n### Score\n4")  # 3.67, 2.67 and 4
+    assert two.scores["overall"] == 3.5  # the evaluation still compares with the annotators' mean
+
+
 def test_lora_wraps_only_language_model_layers(base):
     model = apply_lora(load_judge(base), TrainConfig())
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]
@@ -215,6 +236,49 @@ def test_train_save_score_and_merge(base, data, tmp_path):
     ids = judge.tokenizer("<|user|>\nhello<|end|><|assistant|>\n", return_tensors="pt").input_ids
     with torch.no_grad():
         torch.testing.assert_close(standalone.model(input_ids=ids).logits, judge.model(input_ids=ids).logits, rtol=1e-4, atol=1e-5)
+
+
+# 80 id sequences and the text transformers 4.37's slow SentencePiece tokenizer gave them on the tiny tokenizer
+# (MMIE's reference decoding; docs/exactness.md).
+RECORDED_DECODING = Path(__file__).parents[1] / "judge" / "reference" / "decode_transformers_4.37.json"
+
+
+@pytest.mark.slow
+def test_a_trained_judge_is_read_and_written_by_its_base_tokenizer_rules(base, data, tmp_path):
+    """The tiny tokenizer says `"legacy": false`, as InternVL2-4B's does: the reference reads every prompt with
+    a word-start token after BOS. A LoRA adapter, a full fine-tune and the adapter merged are each scored
+    on the prompt ids training learnt from and decode the judge's tokens to the reference's text; so is an
+    adapter written before, holding transformers' rewrite of the tokenizer files."""
+    assert json.loads((base / "tokenizer_config.json").read_text())["legacy"] is False
+    rubrics = load_rubrics(TINY_RUBRIC)
+    annotations = load_annotations(data / "heldout.json", data)
+    judge = load_judge(base)
+    judge.settings = with_max_tiles(judge.settings, 1)  # tiny.yaml's, as train() sets it
+    training_ids = [row["input_ids"][:len(row["labels"]) - sum(x != IGNORE_INDEX for x in row["labels"])]
+                    for row in build_dataset(judge, annotations, rubrics, data, 8192, None, "heldout.json")]
+    steps = ["--max_steps", "2", "--save_steps", "2", "--per_device_batch_size", "2"]
+    assert train_main(train_args(base, data, tmp_path / "adapter", *steps, "--no-full_finetune")) == 0
+    assert train_main(train_args(base, data, tmp_path / "full", *steps)) == 0
+    assert train_main(["merge", "--adapter", str(tmp_path / "adapter"), "--output_dir", str(tmp_path / "merged")]) == 0
+    earlier = tmp_path / "earlier-adapter"
+    shutil.copytree(tmp_path / "adapter", earlier)
+    for name in ("tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+        (earlier / name).unlink(missing_ok=True)
+    load_judge(base).tokenizer.save_pretrained(earlier)  # what judge-train wrote before: no tokenizer.model, no "legacy"
+    cases = json.loads(RECORDED_DECODING.read_text())["cases"]
+    for judge_dir in ("adapter", "full", "merged", "earlier-adapter"):
+        out = tmp_path / f"scores-{judge_dir}"
+        assert score_main(["--model_path", str(tmp_path / judge_dir), "--input_dir", str(data), "--input_file", "heldout.json",
+                           "--output_dir", str(out), "--max_new_tokens", "2", "--max_tiles", "1", "--rubric", *TINY_RUBRIC]) == 0
+        scored = {r["id"]: r["prompt_tokens"] for r in json.loads((out / "eval_result.json").read_text())}
+        assert [scored[r.annotation.id] for r in merge_annotators(annotations)] == [len(ids) for ids in training_ids], judge_dir
+        judge = load_judge(tmp_path / judge_dir)
+        judge.settings = with_max_tiles(judge.settings, 1)
+        items = prepare(judge, [(i, r.annotation) for i, r in enumerate(merge_annotators(annotations))], rubrics, data, evaluation_options(TrainConfig(max_tiles=1)))
+        assert [item.input_ids.tolist() for item in items] == training_ids, judge_dir
+        assert all(judge.decode(case["ids"]) == case["text"] for case in cases), judge_dir
+    for judge_dir in ("adapter", "full", "merged"):  # a trained judge carries its base's files, to train on or hand on
+        assert all((tmp_path / judge_dir / f).read_bytes() == (base / f).read_bytes() for f in ("tokenizer.model", "tokenizer_config.json"))
 
 
 def train_interrupted_after(steps: int, args: list[str], monkeypatch) -> int:
@@ -468,6 +532,31 @@ def test_a_bfloat16_base_exports_in_bfloat16(data, tmp_path, capsys):
     exported, merged = load_judge(tmp_path / "exported").model.state_dict(), load_judge(tmp_path / "native").model.state_dict()
     assert exported.keys() == merged.keys()
     assert all(torch.equal(exported[k], merged[k].to(torch.bfloat16).float()) for k in merged)  # the merged weights, rounded once
+
+
+@pytest.mark.slow
+def test_an_adapter_is_scored_as_its_export_bit_for_bit(data, tmp_path):
+    """Scored unmerged, a LoRA adapter over a bfloat16 base kept precision its export rounds away: of a 3-step
+    adapter's 24 texts, 2 parted from the reference's on the export (docs/exactness.md). Loaded, an adapter is
+    its merge rounded as the export is (its LoRA layers and the projector it trains whole): the same logits,
+    the same weights and the same scores as the original-format export."""
+    base = write_original_checkpoint(tmp_path / "base", seed=5, dtype="bfloat16")
+    adapter = trained_over(base, data, tmp_path / "judge", "--train_projector")
+    assert train_main(["merge", "--adapter", str(adapter), "--output_dir", str(tmp_path / "exported"), "--format", "original"]) == 0
+    judge, exported = load_judge(adapter), load_judge(tmp_path / "exported")
+    ids = exported.tokenizer("<|user|>\n<img>" + "<IMG_CONTEXT>" * SIZES.tokens_per_tile + "</img>\nhello<|end|><|assistant|>\n",
+                             return_tensors="pt").input_ids
+    pixels = torch.randn(1, 3, SIZES.image_size, SIZES.image_size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(judge.model(input_ids=ids, pixel_values=pixels).logits, exported.model(input_ids=ids, pixel_values=pixels).logits)
+    weights, exported_weights = judge.model.state_dict(), exported.model.state_dict()
+    assert weights.keys() == exported_weights.keys() and all(torch.equal(weights[k], exported_weights[k]) for k in weights)
+    scored = []
+    for name in ("judge", "exported"):
+        assert score_main(["--model_path", str(tmp_path / name), "--input_dir", str(data), "--input_file", "heldout.json", "--output_dir",
+                           str(tmp_path / f"scores-{name}"), "--max_new_tokens", "8", "--rubric", *TINY_RUBRIC]) == 0
+        scored.append([(r["feedback"], r["score_distribution"]) for r in json.loads((tmp_path / f"scores-{name}" / "eval_result.json").read_text())])
+    assert scored[0] == scored[1]
 
 
 @pytest.mark.slow
