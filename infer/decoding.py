@@ -5,12 +5,13 @@
 
 Prefill: a group of prompts of similar length runs as one right-padded batch. Right padding puts every
 pad after its row's last token, so causal attention alone keeps the pads out of every real token's view:
-no padding mask is needed, and attention runs its causal flash kernel. Each row's position ids are its own
-(pads repeat the row's last position), so each row gets its own long-rope regime (judge/rope.py). The
-group's keys and values go straight into the rows' slots.
+no padding mask is needed, and attention runs its causal flash kernel. Each row's rotary positions are its
+own, by its backbone's rule (judge/backbones/: 1-D places for InternVL, 3-D M-RoPE for Qwen-VL; pads repeat
+the row's last position), so each row gets its own long-rope regime (judge/rope.py) and its own image grid.
+The group's keys and values go straight into the rows' slots.
 
-Decoding: one token per busy slot and step, each row at its own position, attending to its own slot up to
-that position. On a GPU each step is a CUDA graph (one per cache width in steps of `WIDTH_STEP`), so a
+Decoding: one token per busy slot and step, each row at its own place in its slot (and at its own rotary
+position: the place plus the row's M-RoPE delta), attending to its own slot up to that place. On a GPU each step is a CUDA graph (one per cache width in steps of `WIDTH_STEP`), so a
 step costs the kernels' time rather than Python's. A row that finishes leaves its slot at once and the
 next prompt is prefilled into it, so the batch stays full instead of waiting for its longest answer.
 
@@ -49,6 +50,9 @@ from typing import NamedTuple
 
 import torch
 
+from mmjudge.judge.backbones import backbone_of
+from mmjudge.judge.vision import Pixels
+
 # Prefill groups hold at most this many tokens, padding included: enough rows for the matrix units to run
 # at full rate, few enough that the group's activations stay small beside the KV cache.
 PREFILL_TOKENS = 16384
@@ -68,7 +72,7 @@ class Sampling:
 class Request:
     index: int
     input_ids: torch.Tensor  # 1-D prompt
-    pixels: Future | None = None  # its tiles (n, 3, h, w) in prompt order, or None; set when its turn nears
+    pixels: Future | None = None  # -> its images' Pixels in prompt order, or None; set when its turn nears
     max_new_tokens: int | None = None  # its own limit (cut to the context less the prompt); None: generate's
     sampling: Sampling = Sampling()
     n: int = 1  # independent answers ("choices"); the prompt is prefilled once, into n slots
@@ -145,6 +149,7 @@ class _Row:
     generator: torch.Generator | None = None  # a sampling row's own
     uniform: float = 0.0  # what its next token is drawn with
     finish_reason: str = "length"
+    delta: int = 0  # its rotary position less its place, for the tokens it writes (M-RoPE; 0 otherwise)
     tokens: list[int] = field(default_factory=list)
     logits: list[torch.Tensor] = field(default_factory=list)
     top: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # each step's (log-probabilities, ids)
@@ -169,6 +174,7 @@ class SlotCache:
         self.values = torch.zeros(shape, dtype=dtype, device=device)
         self.rows = torch.arange(slots, device=device)
         self.positions = torch.zeros(slots, dtype=torch.long, device=device)  # decoding: each slot's write position
+        self.deltas = torch.zeros(slots, dtype=torch.long, device=device)  # decoding: each slot's rotary position less its place
         self.width = capacity
         self.prefill: list[tuple[int, int, int]] | None = None  # (row of the group, slot, length) while prefilling
 
@@ -187,18 +193,18 @@ class Decoder:
     """Decoding (module docstring) with one model. `columns` are the vocabulary entries whose logits
     are recorded at every written token (a judge's score tokens); `suppress` are never written."""
 
-    def __init__(self, model: torch.nn.Module, *, device, pad_id: int, stop_id: int | None, suppress: list[int],
+    def __init__(self, model: torch.nn.Module, *, device, pad_id: int, stop_ids: tuple[int, ...], suppress: list[int],
                  columns: torch.Tensor, token_budget: int | None, cuda_graphs: bool = True):
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.vlm, self.lm_head = base.model, base.lm_head
         self.lm = self.vlm.language_model
         self.config = self.lm.config
+        self.backbone = backbone_of(base.config)
         self.device = torch.device(device)
         self.dtype = self.lm.embed_tokens.weight.dtype
-        self.pad_id, self.stop_id = pad_id, stop_id
+        self.pad_id, self.stop_ids = pad_id, frozenset(stop_ids)
         self.suppress = torch.tensor(suppress, dtype=torch.long, device=self.device)
         self.columns = columns.to(self.device)
-        self.image_token_id = base.config.image_token_id
         self.token_budget = token_budget
         self.context = self.config.max_position_embeddings  # prompt and new tokens together, at most
         # Graphs need every weight in place: not under ZeRO-3, whose hooks gather weights as each layer runs.
@@ -208,19 +214,28 @@ class Decoder:
 
     # -- the model, driven by hand --------------------------------------------------------------------
 
-    def _embed(self, input_ids: torch.Tensor, pixels: torch.Tensor | None) -> torch.Tensor:
+    def _embed(self, input_ids: torch.Tensor, pixels: Pixels | None) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """The prompts' input embeddings, the image tokens' replaced by the vision tower's features, and the
+        backbone's DeepStack features for the image tokens, if it has them."""
         embeds = self.lm.embed_tokens(input_ids)
-        if pixels is not None:
-            features = self.vlm.get_image_features(pixel_values=pixels, return_dict=True).pooler_output
-            placeholders = (input_ids == self.image_token_id).unsqueeze(-1)
-            embeds = embeds.masked_scatter(placeholders, features.to(embeds.dtype))
-        return embeds
+        if pixels is None:
+            return embeds, None
+        features, deepstack = self.backbone.features(self.vlm, pixels)
+        placeholders = (input_ids == self.backbone.image_token_id).unsqueeze(-1)
+        return embeds.masked_scatter(placeholders, features.to(embeds.dtype)), deepstack
 
-    def _layers(self, hidden: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor | None, cache: SlotCache | None) -> torch.Tensor:
-        position_embeddings = self.lm.rotary_emb(hidden, position_ids=position_ids)
-        for layer in self.lm.layers[: self.config.num_hidden_layers]:
-            hidden = layer(hidden, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
+    def _layers(self, hidden: torch.Tensor, places: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor | None,
+                cache: SlotCache | None, deepstack: list[torch.Tensor] | None = None, images: torch.Tensor | None = None) -> torch.Tensor:
+        """The decoder layers over `hidden` at `places` (batch, length) with the rotary positions `rotary`
+        ((batch, length), or (3, batch, length) for M-RoPE); DeepStack features are added to the image tokens
+        (`images`, a mask) after the early layers, as the native model adds them."""
+        position_embeddings = self.lm.rotary_emb(hidden, position_ids=rotary)
+        for index, layer in enumerate(self.lm.layers[: self.config.num_hidden_layers]):
+            hidden = layer(hidden, attention_mask=mask, position_ids=places, past_key_values=cache,
                            position_embeddings=position_embeddings)
+            if deepstack is not None and index < len(deepstack):
+                hidden = hidden.clone()
+                hidden[images] = hidden[images] + deepstack[index].to(hidden.dtype)
         return self.lm.norm(hidden)
 
     def _head(self, hidden: torch.Tensor, logprobs: int, draws: Draws | None) -> Step:
@@ -254,15 +269,24 @@ class Decoder:
         for sequence, request in enumerate(requests):
             input_ids[sequence, : len(request.input_ids)] = request.input_ids
         # pads repeat their row's last position, so that no row's largest position is another's
-        position_ids = torch.minimum(torch.arange(width), (lengths - 1)[:, None])
-        pixels = [p for r in requests if (p := r.pixels.result()) is not None]
-        input_ids, position_ids = input_ids.to(self.device), position_ids.to(self.device)
+        places = torch.minimum(torch.arange(width), (lengths - 1)[:, None])
+        images = [r.pixels.result() for r in requests]
+        rotary = []
+        for rows, request, pixels in zip(group, requests, images):
+            positions, delta = self.backbone.positions(request.input_ids, None if pixels is None else pixels.grids)
+            rotary.append(positions[:, places[len(rotary)]])  # (axes, width): pads repeat the last position
+            for row in rows:
+                row.delta = delta
+        rotary = torch.stack(rotary, dim=1)  # (axes, batch, width)
+        rotary = rotary if self.backbone.mrope else rotary[0]
+        input_ids, places, rotary = input_ids.to(self.device), places.to(self.device), rotary.to(self.device)
         # each copied from its own pinned buffer (a concatenation on the host would not be pinned)
-        pixel_values = torch.cat([p.to(self.device, self.dtype, non_blocking=True) for p in pixels]) if pixels else None
+        pixels = Pixels.cat([p.to(self.device, self.dtype, non_blocking=True) for p in images if p is not None])
         if cache is not None:
             cache.prefill = [(sequence, row.slot, int(lengths[sequence])) for sequence, rows in enumerate(group) for row in rows]
         try:
-            hidden = self._layers(self._embed(input_ids, pixel_values), position_ids, None, cache)
+            embeds, deepstack = self._embed(input_ids, pixels)
+            hidden = self._layers(embeds, places, rotary, None, cache, deepstack, input_ids == self.backbone.image_token_id)
         finally:
             if cache is not None:
                 cache.prefill = None
@@ -276,9 +300,10 @@ class Decoder:
     @torch.no_grad()
     def _step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, logprobs: int) -> Step:
         """One decoding step of every slot: tokens (slots,) at cache.positions."""
-        positions = cache.positions[:, None]
-        mask = (torch.arange(cache.width, device=self.device) <= positions)[:, None, None, :]
-        hidden = self._layers(self.lm.embed_tokens(tokens[:, None]), positions, mask, cache)
+        places = cache.positions[:, None]
+        rotary = places + cache.deltas[:, None]
+        mask = (torch.arange(cache.width, device=self.device) <= places)[:, None, None, :]
+        hidden = self._layers(self.lm.embed_tokens(tokens[:, None]), places, rotary.expand(3, -1, -1) if self.backbone.mrope else rotary, mask, cache)
         return self._head(hidden[:, -1], logprobs, draws)
 
     # -- logits mode ------------------------------------------------------------------------------------
@@ -361,6 +386,7 @@ class Decoder:
             if any(slots):
                 width = min(capacity, -(-max(row.position + 1 for row in slots if row) // WIDTH_STEP) * WIDTH_STEP)
                 cache.positions.copy_(torch.tensor([row.position if row else 0 for row in slots]))
+                cache.deltas.copy_(torch.tensor([row.delta if row else 0 for row in slots]))
                 outputs = self._run_step(cache, tokens, _draws(slots), width, graphs, logprobs).rows()
                 for slot, row in enumerate(slots):
                     if row is None:
@@ -423,7 +449,7 @@ class Decoder:
             if len(step.top_ids):
                 row.top.append((step.top_logprobs, step.top_ids))
             on_token = row.request.on_token
-            if token == self.stop_id:
+            if token in self.stop_ids:
                 row.finish_reason = "stop"
             elif on_token is not None and on_token(row.choice, token) is False:
                 row.finish_reason = "ended"
@@ -436,7 +462,7 @@ class Decoder:
             if not row.pending:
                 return True
             row.following = True
-            if token != self.stop_id:  # the last written token is not in the cache yet
+            if token not in self.stop_ids:  # the last written token is not in the cache yet
                 row.pending.insert(0, token)
         tokens[row.slot] = row.pending.pop(0)
         return False

@@ -19,7 +19,10 @@ transformers 5 has no such tokenizer any more, and its own differs from it in tw
 `text_decoder` and `reference_ids` rebuild the reference's tokenizer from the checkpoint's own files: its
 `tokenizer.model` and `tokenizer_config.json`. In decoding, special tokens are skipped; other added
 tokens stand alone, joined to the text around them by a space; each run of SentencePiece pieces loses the
-word-start marker of its first piece and is decoded by SentencePiece itself. A tokenizer without a
+word-start marker of its first piece and is decoded by SentencePiece itself. InternLM2's tokenizer (its
+checkpoints' own `tokenization_internlm2.py`, InternVL2-2B/8B) decodes each run with SentencePiece as the model
+file says (which drops a first word-start marker only where the model adds one when encoding) and always
+cleans the spaces before punctuation of each run, whatever the config says. A tokenizer without a
 SentencePiece model (Qwen2, Llama 3) encodes and decodes with its own methods, which is what the reference
 does too.
 
@@ -47,6 +50,10 @@ def text_decoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]], st
     if reference is None:
         return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
     processor, config, added, special = reference
+    if config.get("tokenizer_class") == "InternLM2Tokenizer":
+        decode_run = lambda pieces: _clean_up(processor.decode_pieces(pieces))  # noqa: E731
+    else:
+        decode_run = functools.partial(_decode_pieces, processor)
 
     def decode(ids: list[int]) -> str:
         texts, pieces = [], []
@@ -54,14 +61,14 @@ def text_decoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]], st
             if i in special:
                 continue
             if i in added:
-                if pieces and (text := _decode_pieces(processor, pieces)):
+                if pieces and (text := decode_run(pieces)):
                     texts.append(text)
                 pieces = []
                 texts.append(added[i])
             else:
                 pieces.append(processor.id_to_piece(i))
         if pieces:
-            texts.append(_decode_pieces(processor, pieces))
+            texts.append(decode_run(pieces))
         text = " ".join(texts)
         return _clean_up(text) if config.get("clean_up_tokenization_spaces", True) else text
 

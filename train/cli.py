@@ -77,7 +77,8 @@ def merge(argv) -> int:
     out = Path(args.output_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--output_dir {out} is not an empty directory; give a new or empty one")
-    from mmjudge.judge.model import checkpoint_format, find_checkpoint, load_judge, original_base, save_native, save_original
+    from mmjudge.judge.backbones.internvl import save_original
+    from mmjudge.judge.model import checkpoint_format, find_checkpoint, load_judge, original_base, save_native
 
     adapter = find_checkpoint(args.adapter, args.revision).path
     if checkpoint_format(adapter) != "adapter":
