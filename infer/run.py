@@ -132,9 +132,8 @@ def finished_results(args, output_file: str, run_id: str, rank: int, world: int)
 def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None) -> None:
     """The journals merged into the result file and summary, and the benchmark's own files written."""
     output_dir = Path(args.output_dir)
-    results = finish(output_dir, args.output_file, run.samples, run_id, run.calibrator, run.skipped, run.rubrics, warnings, probe)
-    for path in fmt.write(run.bench, {r.id: r for r in results}, output_dir):
-        print(f"{fmt.name}: {path}")
+    finish(output_dir, args.output_file, run.samples, run_id, run.calibrator, run.skipped, run.rubrics, warnings, probe,
+           fmt.name, lambda results: fmt.write(run.bench, {r.id: r for r in results}, output_dir))
 
 
 def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
@@ -181,9 +180,10 @@ def journaled(output_dir: Path, output_file: str, samples: list[Sample], run_id:
 
 
 def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator, skipped, rubrics,
-           warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None) -> list[JudgeResult]:
-    """Merge every rank's journal into the result file, in input order, and write the summary (with the
-    probe's figures, from its own journals, when there is one)."""
+           warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None,
+           format_name: str, write_benchmark_files: Callable[[list[JudgeResult]], list[Path]]) -> None:
+    """Merge every rank's journal into the result file, in input order, write the benchmark's own files, and
+    write the summary (naming those files, with the probe's figures, from its own journals, when there is one)."""
     results = journaled(output_dir, output_file, samples, run_id)
     if calibrator is not None:
         for r in results:
@@ -192,8 +192,10 @@ def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator,
             r.escalate = calibrator.escalate(r.score, r.score_distribution)
     uncalibrated = CALIBRATOR_FIELDS if calibrator is None else None
     write_json_atomically(output_dir / output_file, [r.model_dump(exclude=uncalibrated) for r in results])
+    benchmark_files = write_benchmark_files(results)
     scale = next(iter(rubrics.values())).score_scale
-    summary = {**summarize(results, skipped, scale, calibrator), "warnings": warnings(results)}
+    summary = {**summarize(results, skipped, scale, calibrator), "warnings": warnings(results),
+               "benchmark_files": [path.name for path in benchmark_files]}
     if probe is not None:
         summary["image_reliance"] = finish_probe(output_dir, probe, results, scale)
     write_json_atomically(output_dir / SUMMARY, summary)
@@ -201,7 +203,8 @@ def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator,
     if probe is not None:
         print(format_reliance(summary["image_reliance"]))
     print(f"results: {output_dir / output_file}\nsummary: {output_dir / SUMMARY}")
-    return results
+    for path in benchmark_files:
+        print(f"{format_name}: {path}")
 
 
 def finish_probe(output_dir: Path, probe: ProbePass, results: list[JudgeResult], scale: ScoreScale) -> dict:

@@ -25,12 +25,13 @@ is refused (MEGA-Bench's evaluated models see frames sampled from it; its judge,
 The scale is MEGA-Bench's: a whole number 0-10, used as N/10. The other answer fields keep MEGA-Bench's
 own rule-based metric, and the query's score aggregates the fields as the task says.
 
-Writes the scored file MEGA-Bench's evaluator writes, named as the breakdown tool of the input's pipeline
-reads it (`BREAKDOWNS`): MEGA-Bench's derive_breakdown_results.py reads every data_with_scores*.json of a
-folder, lmms-eval's (MEGA-Bench's README sends users to it) every megabench*data_with_scores*.json, so no
-one name is read by both. An input named as lmms-eval writes its submissions (megabench_*) gets lmms-eval's
-megabench_open_data_with_scores.json, any other MEGA-Bench's data_with_scores_open.json; each tool needs the
-core set's scored file, named its way, beside it. The file holds the submission with, per query, `scores: {field: {f: s}, info: {f: "Score: N;
+Writes the scored file MEGA-Bench's evaluator writes, under the name each breakdown tool reads
+(`BREAKDOWNS`): MEGA-Bench's derive_breakdown_results.py reads every data_with_scores*.json of a folder,
+lmms-eval's (MEGA-Bench's README sends users to it) every megabench*data_with_scores*.json, so no one name
+is read by both, and neither glob takes the other's name. The same content goes under both,
+data_with_scores_open.json and megabench_open_data_with_scores.json (a copy, not a link, so that a zipped
+or uploaded folder keeps both), whatever the input's name; each tool needs the core set's scored file,
+named its way, beside it. The file holds the submission with, per query, `scores: {field: {f: s}, info: {f: "Score: N;
 Explanation: ..."}, query: s}`, per task `eval_type: "llm"`, `task_score` (the sum) and
 `mean_task_score`, and a `summary` with macro (mean of tasks) and micro (mean of queries) means. A query
 not scored (invalid input, not judged in this run, or a judge output without a score) is marked as
@@ -93,11 +94,6 @@ BREAKDOWNS = (Breakdown("MEGA-Bench's megabench/tools/derive_breakdown_results.p
                         "data_with_scores_open.json", "data_with_scores_core.json"),
               Breakdown("lmms-eval's lmms_eval/tasks/megabench/breakdown/derive_breakdown_results.py", "megabench*data_with_scores*.json",
                         "megabench_open_data_with_scores.json", "megabench_core_data_with_scores.json"))
-
-
-def breakdown_of(input_path: Path) -> Breakdown:
-    """The breakdown tool of the pipeline that wrote the input: lmms-eval names its submissions megabench_*."""
-    return BREAKDOWNS[1] if input_path.name.startswith("megabench") else BREAKDOWNS[0]
 
 
 TASKS = "data"  # a scored file: {"data": [tasks], "summary": {...}}
@@ -436,16 +432,19 @@ def write(bench: BenchmarkInput, results: dict[str, JudgeResult], output_dir: Pa
             scores = _scores(submission.plans.get(sid), results.get(sid), reason, submission.judged_field.get(name, "query"), scale)
             queries.append({**(query if isinstance(query, dict) else {}), "scores": scores})  # a malformed query keeps only its scores
         scored.append({**raw, "query_response": queries, "eval_type": "llm", **_task_scores(queries)})
-    breakdown = breakdown_of(bench.path)
-    output, figures = output_dir / breakdown.open_file, summary(scored)
-    write_json_atomically(output, {TASKS: scored, "summary": figures})
+    figures = summary(scored)
+    outputs = [output_dir / b.open_file for b in BREAKDOWNS]
+    for output in outputs:
+        write_json_atomically(output, {TASKS: scored, "summary": figures})
+    names = " and ".join(p.name for p in outputs)
     if not figures["num_tasks_evaluated"]["llm"]:
-        print(f"note: no task of {output.name} has a scored query: the breakdown tool needs one in the open set's file, "
+        print(f"note: no task of {names} has a scored query: the breakdown tools need one in the open set's file, "
               "as in the core set's", file=sys.stderr)
-    if not [p for p in output_dir.glob(breakdown.reads) if p != output]:
-        print(f"note: {breakdown.tool} (--input_dir {output_dir}) reads the {breakdown.reads} files of a folder and needs the core "
-              f"set's beside {output.name}: copy the core set's scored file there as {breakdown.core_file}", file=sys.stderr)
-    return [output]
+    for breakdown, output in zip(BREAKDOWNS, outputs):
+        if not [p for p in output_dir.glob(breakdown.reads) if p != output]:
+            print(f"note: {breakdown.tool} (--input_dir {output_dir}) reads the {breakdown.reads} files of a folder and needs the core "
+                  f"set's beside {output.name}: copy the core set's scored file there as {breakdown.core_file}", file=sys.stderr)
+    return outputs
 
 
 def _scores(plan: Plan | None, result: JudgeResult | None, invalid: str | None, judged: str, scale: ScoreScale) -> dict:

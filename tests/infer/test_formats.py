@@ -107,6 +107,8 @@ def test_megabench(checkpoint, tmp_path):
     scored = results(out)
     assert set(scored) == {"caption/0", "caption/1"} and all(r["n_images"] == 1 for r in scored.values())
     [written] = json.loads((out / "data_with_scores_open.json").read_text())["data"]
+    # Under both breakdown tools' names, and the summary says so.
+    assert json.loads((out / "summary.json").read_text())["benchmark_files"] == ["data_with_scores_open.json", "megabench_open_data_with_scores.json"]
     for k, query in enumerate(written["query_response"]):
         mine = scored[f"caption/{k}"]["score"]
         assert query["scores"]["query"] == (-1 if mine is None else mine / 10)  # no score: MEGA-Bench's -1, never a 0

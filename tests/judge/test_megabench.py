@@ -148,7 +148,7 @@ def test_every_field_keeps_its_own_metric(megabench):
     root, path, criteria = megabench
     bench = read(path, root, criteria)
     results = {s.id: result(s.id, 6) for s in bench.samples}
-    [out] = FMT.write(bench, results, root)
+    out, _ = FMT.write(bench, results, root)  # one file, under each breakdown tool's name
     sci = {t["task_name"]: t for t in json.loads(out.read_text())["data"]}["scibench_w_solution_open_ended"]
     right, wrong = (q["scores"] for q in sci["query_response"])
     assert right == {"field": {"Answer": 1.0, "Solution": 0.6}, "info": {"Solution": "Score: 6; Explanation: Fine."}, "query": pytest.approx(0.8)}
@@ -169,7 +169,7 @@ def test_queries_without_a_score_are_marked_as_megabench_marks_them(megabench, t
     results = {"poetry_generation/0": result("poetry_generation/0", 8),
                "scibench_w_solution_open_ended/0": result("scibench_w_solution_open_ended/0", None, parse_error="no '### Score' heading"),
                "red_teaming_politics/0": result("red_teaming_politics/0", 10), "red_teaming_politics/1": result("red_teaming_politics/1", 4)}
-    [out] = FMT.write(bench, results, root)  # video_summary/0: not judged (--limit)
+    out, _ = FMT.write(bench, results, root)  # video_summary/0: not judged (--limit)
     scored = json.loads(out.read_text())
     by_name = {t["task_name"]: t for t in scored["data"]}
     poetry, sci, video, none = (by_name[n] for n in ("poetry_generation", "scibench_w_solution_open_ended", "video_summary", "no_rows_task"))
@@ -224,26 +224,53 @@ def test_problems_of_the_rows_and_of_the_queries_are_named(megabench, tmp_path):
         read(path, root, None)
 
 
-@pytest.mark.parametrize("submission, open_file, core_file, tool", [
-    ("no_empty_task.json", "data_with_scores_open.json", "data_with_scores_core.json", "MEGA-Bench's megabench/tools/derive_breakdown_results.py"),
-    # lmms-eval names its submissions megabench_*, and its breakdown tool reads only megabench*data_with_scores*.json: the open
-    # set's data_with_scores_open.json was silently left out ('open': None), and the core file asked for although it was there
-    ("megabench_open_all_query_responses.json", "megabench_open_data_with_scores.json", "megabench_core_data_with_scores.json",
-     "lmms-eval's lmms_eval/tasks/megabench/breakdown/derive_breakdown_results.py"),
-])
-def test_the_scored_file_is_named_for_the_input_s_breakdown_tool_and_its_core_file_asked_for(megabench, tmp_path, capsys, submission,
-                                                                                           open_file, core_file, tool):
+MEGA_BENCH_TOOL = "MEGA-Bench's megabench/tools/derive_breakdown_results.py"
+LMMS_EVAL_TOOL = "lmms-eval's lmms_eval/tasks/megabench/breakdown/derive_breakdown_results.py"
+
+
+# Before, the open set's file had one name, after the input's pipeline: MEGA-Bench's tool read a folder with
+# lmms-eval's name in it as the core set alone (and crashed), lmms-eval's left data_with_scores_open.json out.
+@pytest.mark.parametrize("submission", ["no_empty_task.json", "megabench_open_all_query_responses.json"])
+def test_one_run_writes_the_open_set_under_both_breakdown_tools_names_and_asks_each_for_its_core_file(megabench, tmp_path, capsys, submission):
     root, _, criteria = megabench
     bench = read(write(root / submission, TASKS[:-1]), root, criteria)
     out = tmp_path / "scores"
     out.mkdir()
-    assert FMT.write(bench, {}, out) == [out / open_file] and [p.name for p in out.iterdir()] == [open_file]
+    written = FMT.write(bench, {}, out)
+    assert written == [out / "data_with_scores_open.json", out / "megabench_open_data_with_scores.json"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in written) and not any(p.is_symlink() for p in written)
     err = capsys.readouterr().err
-    assert f"note: {tool} (--input_dir {out}) reads the " in err and f"copy the core set's scored file there as {core_file}" in err
-    assert f"no task of {open_file} has a scored query" in err  # the tool fails on an open file without one, too
-    write(out / core_file, {"data": [], "summary": {}})
+    for tool, open_file, core_file in ((MEGA_BENCH_TOOL, "data_with_scores_open.json", "data_with_scores_core.json"),
+                                       (LMMS_EVAL_TOOL, "megabench_open_data_with_scores.json", "megabench_core_data_with_scores.json")):
+        assert f"note: {tool} (--input_dir {out}) reads the " in err and f"beside {open_file}: copy the core set's scored file there as {core_file}" in err
+    assert "no task of data_with_scores_open.json and megabench_open_data_with_scores.json has a scored query" in err
+    core = {"data": [], "summary": {}}
+    write(out / "data_with_scores_core.json", core)
+    write(out / "megabench_core_data_with_scores.json", core)
     FMT.write(bench, {"poetry_generation/0": result("poetry_generation/0", 5)}, out)
     assert "note" not in capsys.readouterr().err
+
+
+def test_each_breakdown_tool_reads_the_same_open_and_core_files_from_one_folder(megabench, tmp_path):
+    """Each tool's own reading rule (its glob) on one folder: it merges exactly its open and core files, the
+    open files are byte for byte the same, so both tools see the same scores (docs/benchmarks.md runs both
+    tools' own code on such a folder: the same core, open and overall)."""
+    from mmjudge.judge.formats.megabench import BREAKDOWNS
+
+    root, path, criteria = megabench
+    bench = read(path, root, criteria)
+    out = tmp_path / "scores"
+    out.mkdir()
+    core = json.dumps({"data": [task("core_task", [])], "summary": {}})
+    for b in BREAKDOWNS:
+        (out / b.core_file).write_text(core)
+    FMT.write(bench, {s.id: result(s.id, 6) for s in bench.samples}, out)
+    read_by = {b.tool: sorted(p.name for p in out.glob(b.reads)) for b in BREAKDOWNS}
+    assert read_by == {MEGA_BENCH_TOOL: ["data_with_scores_core.json", "data_with_scores_open.json"],
+                       LMMS_EVAL_TOOL: ["megabench_core_data_with_scores.json", "megabench_open_data_with_scores.json"]}
+    mega, lmms = BREAKDOWNS
+    assert (out / mega.open_file).read_bytes() == (out / lmms.open_file).read_bytes()
+    assert json.loads((out / mega.open_file).read_text())["summary"]["num_tasks_evaluated"]["llm"] > 0
 
 
 def test_judge_calibrate_reads_the_scored_file_back(megabench):
@@ -253,7 +280,7 @@ def test_judge_calibrate_reads_the_scored_file_back(megabench):
     root, path, criteria = megabench
     bench = read(path, root, criteria)
     results = {s.id: result(s.id, None if s.id == "poetry_generation/1" else 7) for s in bench.samples}
-    [out] = FMT.write(bench, results, root)
+    out, _ = FMT.write(bench, results, root)
     scored = FMT.read_scores(str(out), json.loads(out.read_text()), ScoreScale(0, 10))
     assert scored.problems == []
     assert {i.id: i.score for i in scored.items} == {
