@@ -51,6 +51,7 @@ from typing import NamedTuple
 import torch
 
 from mmjudge.judge.backbones import backbone_of
+from mmjudge.judge.rope import context_length
 from mmjudge.judge.vision import Pixels
 
 # Prefill groups hold at most this many tokens, padding included: enough rows for the matrix units to run
@@ -206,7 +207,7 @@ class Decoder:
         self.suppress = torch.tensor(suppress, dtype=torch.long, device=self.device)
         self.columns = columns.to(self.device)
         self.token_budget = token_budget
-        self.context = self.config.max_position_embeddings  # prompt and new tokens together, at most
+        self.context = context_length(self.config)  # prompt and new tokens together, at most
         # Graphs need every weight in place: not under ZeRO-3, whose hooks gather weights as each layer runs.
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda" and not any(hasattr(p, "ds_id") for p in model.parameters())
         # Forward passes run, for a server's metrics: prefill groups and decoding steps (one for all busy slots).

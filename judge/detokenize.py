@@ -27,6 +27,12 @@ SentencePiece model (Qwen2, Llama 3) encodes and decodes with its own methods, w
 does too.
 
 `chat_answer` is the rest of what InternVL's `chat()` does to that text before MMIE writes it.
+
+Qwen2's tokenizer (InternVL2-1B, InternVL2.5-1B/4B, InternVL3 in their original layout): 4.37's slow Qwen2Tokenizer
+reads merges.txt skipping every line that starts with "#", taking the merges of "#" runs for comments (fixed in
+transformers 4.40, its PR #29929), so 121 tokens of Qwen2's vocabulary are never made: "### Question" is three
+"#" tokens there, one "###" token in transformers 5. InternVL's code pins 4.37.2, and its chat() and fine-tuning
+encode with that tokenizer; `without_hash_merges` gives the loaded tokenizer the same merges.
 """
 
 from __future__ import annotations
@@ -157,3 +163,19 @@ def _clean_up(text: str) -> str:
 def _content(token) -> str | None:
     """A special token as tokenizer_config.json writes it: a string, or an AddedToken's dict."""
     return token.get("content") if isinstance(token, dict) else token
+
+
+def without_hash_merges(tokenizer: PreTrainedTokenizerBase, path: Path) -> PreTrainedTokenizerBase:
+    """A Qwen2 tokenizer with the merges 4.37's slow Qwen2Tokenizer reads from the checkpoint's merges.txt (every
+    line starting with "#" skipped; module doc); any other tokenizer as it is."""
+    merges_file = path / "merges.txt"
+    if type(tokenizer).__name__ != "Qwen2Tokenizer" or not merges_file.is_file():
+        return tokenizer
+    from tokenizers import Tokenizer
+
+    lines = [line.strip() for line in merges_file.read_text(encoding="utf-8").splitlines()]
+    merges = [line.split() for line in lines if line and not line.startswith("#")]
+    backend = json.loads(tokenizer.backend_tokenizer.to_str())
+    backend["model"]["merges"] = merges
+    tokenizer._tokenizer = Tokenizer.from_str(json.dumps(backend))
+    return tokenizer

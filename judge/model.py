@@ -38,8 +38,8 @@ from transformers.initialization import no_init_weights
 from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
 from mmjudge.judge.backbones import Backbone, backbone_of, native_class
-from mmjudge.judge.data import InputError, UsageError, read_json, validation_problems, write_text_atomically
-from mmjudge.judge.detokenize import chat_answer, text_decoder
+from mmjudge.judge.data import InputError, UsageError, read_json, validation_problems, write_json_atomically, write_text_atomically
+from mmjudge.judge.detokenize import chat_answer, text_decoder, without_hash_merges
 from mmjudge.judge.hub import Checkpoint, resolve
 from mmjudge.judge.kernels import use_fused_kernels
 from mmjudge.judge.parsing import SCORE_HEADING
@@ -250,6 +250,7 @@ def load_judge(name: str | Path, device: str = "cpu", dtype: torch.dtype | None 
     family = internvl if kind == "original" or config.get("model_type") == "internvl" else qwen_vl
     tokenizer = load_tokenizer(path, family.IMAGE_TOKENS)
     if kind == "original":
+        tokenizer = without_hash_merges(tokenizer, path)  # as InternVL's pinned transformers 4.37 reads Qwen2's merges
         model = internvl.build_from_original(path, config, tokenizer, device, dtype)
         settings = internvl.settings_from_original(path, config, model.config)
     else:
@@ -539,6 +540,8 @@ def save_native(judge: Judge, out_dir: str | Path) -> Path:
     model = judge.model.merge_and_unload() if hasattr(judge.model, "merge_and_unload") else judge.model
     model.save_pretrained(out_dir, safe_serialization=True)
     judge.tokenizer.save_pretrained(out_dir)
+    if (processor := judge.settings.images.processor_config()) is not None:  # what transformers' processor reads
+        write_json_atomically(out_dir / "preprocessor_config.json", processor)
     write_settings(judge.settings, out_dir)
     return out_dir
 

@@ -94,3 +94,11 @@ def use_rowwise_rope(language_model: nn.Module) -> None:
         language_model.rotary_emb = RowwiseLongRope(rotary)
     elif rope_type == "dynamic":
         language_model.rotary_emb = RowwiseDynamicRope(rotary)
+
+
+def context_length(config) -> int:
+    """The tokens a language model reads and writes together at most: its max_position_embeddings, which dynamic
+    NTK scaling extends by its factor (InternLM2's 32,768 positions reach 65,536 at factor 2)."""
+    params = getattr(config, "rope_parameters", None) or {}
+    factor = params.get("factor", 1.0) if params.get("rope_type") == "dynamic" else 1.0
+    return int(config.max_position_embeddings * factor)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from mmjudge.judge.vision import Pixels, restored_over
+from mmjudge.judge.vision import Pixels, restored_over, rgb
 
 QWEN_IMAGE_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
 # The least image Qwen's processor allows: a side more than 200 times the other is refused.
@@ -91,10 +91,15 @@ class SmartResize:
     def with_max_tiles(self, max_tiles: int) -> SmartResize:
         return self  # every image is one tile, resized whole: a tile limit has nothing to cut
 
+    def processor_config(self) -> dict:
+        return {"min_pixels": self.min_pixels, "max_pixels": self.max_pixels, "patch_size": self.patch_size, "merge_size": self.merge_size,
+                "temporal_patch_size": self.temporal_patch_size, "image_mean": list(self.mean), "image_std": list(self.std),
+                "image_processor_type": "Qwen2VLImageProcessor"}
+
     def pixels(self, image: Image.Image) -> Pixels:
-        rgb = _rgb(image)
-        w, h = self.size(*rgb.size)
-        resized = np.asarray(rgb.resize((w, h), Image.Resampling.BICUBIC), dtype=np.uint8).transpose(2, 0, 1)  # (3, h, w)
+        upright = rgb(image, on_white=True)
+        w, h = self.size(*upright.size)
+        resized = np.asarray(upright.resize((w, h), Image.Resampling.BICUBIC), dtype=np.uint8).transpose(2, 0, 1)  # (3, h, w)
         scaled = (resized.astype(np.float64) * (1 / 255)).astype(np.float32)
         normalized = ((scaled.T - np.array(self.mean, dtype=np.float32)) / np.array(self.std, dtype=np.float32)).T
         p, m, t = self.patch_size, self.merge_size, self.temporal_patch_size
@@ -103,14 +108,6 @@ class SmartResize:
         patches = np.broadcast_to(patches[:, :, :, :, :, None], (*patches.shape[:5], t, p, p))
         values = torch.from_numpy(np.ascontiguousarray(patches).reshape(grid_h * grid_w, 3 * t * p * p))
         return Pixels(values, grid_h * grid_w // m**2, torch.tensor([[1, grid_h, grid_w]]))
-
-
-def _rgb(image: Image.Image) -> Image.Image:
-    """RGB as Qwen's processor makes it: transparency composited onto white, not dropped."""
-    if "A" in image.getbands() or image.info.get("transparency") is not None:
-        image = image.convert("RGBA")
-        return Image.alpha_composite(Image.new("RGBA", image.size, (255, 255, 255, 255)), image).convert("RGB")
-    return image.convert("RGB")
 
 
 def from_processor_config(config: dict, patch_size: int, merge_size: int, temporal_patch_size: int) -> SmartResize:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from mmjudge.judge.vision import Pixels, load_pixels, restored_over
+from mmjudge.judge.vision import Pixels, load_pixels, restored_over, rgb
 
 # InternVL's image tokens: an image is IMG_START, IMG_CONTEXT once per image token of its tiles, IMG_END.
 IMG_START, IMG_CONTEXT, IMG_END = "<img>", "<IMG_CONTEXT>", "</img>"
@@ -49,6 +49,9 @@ class TilingConfig:
     exif_transpose: bool = False
     tokens_per_tile: int = 256
     image_tokens: tuple[str, str, str] = IMAGE_TOKENS
+    # Transparency composited onto white, as transformers' processor of a -hf checkpoint converts to RGB (GotOcr2's);
+    # InternVL's own code drops it (PIL's convert("RGB")).
+    on_white: bool = False
 
     def plan(self, width: int, height: int) -> tuple[int, int]:
         tiles = count_tiles(width, height, self)
@@ -68,6 +71,14 @@ class TilingConfig:
 
     def with_max_tiles(self, max_tiles: int) -> TilingConfig:
         return replace(self, max_tiles=max_tiles, min_tiles=min(self.min_tiles, max_tiles))
+
+    def processor_config(self) -> dict | None:
+        if not self.on_white:
+            return None
+        return {"crop_to_patches": True, "min_patches": self.min_tiles, "max_patches": self.max_tiles, "size": {"height": self.image_size, "width": self.image_size},
+                "image_mean": list(IMAGENET_MEAN), "image_std": list(IMAGENET_STD), "resample": 3, "do_convert_rgb": True, "do_normalize": True,
+                "do_rescale": True, "do_resize": True, "rescale_factor": 1 / 255, "image_processor_type": "GotOcr2ImageProcessorFast",
+                "processor_class": "InternVLProcessor"}
 
     def pixels(self, image: Image.Image) -> Pixels:
         tiles = normalize_tiles(tile_image(image, self), self.image_size)
@@ -108,7 +119,7 @@ def count_tiles(width: int, height: int, cfg: TilingConfig) -> int:
 
 def tile_image(image: Image.Image, cfg: TilingConfig) -> list[Image.Image]:
     """The RGB tiles of an image (and its thumbnail), in the order the model sees them."""
-    image = image.convert("RGB")
+    image = rgb(image, cfg.on_white)
     cols, rows = choose_grid(*image.size, cfg)
     size = cfg.image_size
     resized = image.resize((size * cols, size * rows))

@@ -77,7 +77,11 @@ class ImageProcessing(Protocol):
         """The rule with a user's tile limit (--max_tiles); refused by rules without tiles."""
 
     def pixels(self, image: Image.Image) -> Pixels:
-        """An upright-as-configured RGB image's pixels."""
+        """An image's pixels (turned upright first where configured)."""
+
+    def processor_config(self) -> dict | None:
+        """The preprocessor_config.json a natively saved judge carries, for transformers' processor (None: the
+        backbone's native layout has none, as a checkpoint converted from InternVL's original has not)."""
 
 
 def restored_over(rule, fields: dict, what: str, low: str, high: str):
@@ -96,6 +100,16 @@ def placeholder(processing: ImageProcessing, tokens: int) -> str:
     """The text an image of `tokens` image tokens takes in the prompt."""
     start, context, end = processing.image_tokens
     return start + context * tokens + end
+
+
+def rgb(image: Image.Image, on_white: bool) -> Image.Image:
+    """The image in RGB: transparency composited onto white, as transformers' image processors convert it (the
+    references of Qwen-VL and of InternVL's -hf checkpoints), or dropped, as PIL's convert('RGB') does in InternVL's
+    own code."""
+    if on_white and ("A" in image.getbands() or image.info.get("transparency") is not None):
+        image = image.convert("RGBA")
+        return Image.alpha_composite(Image.new("RGBA", image.size, (255, 255, 255, 255)), image).convert("RGB")
+    return image.convert("RGB")
 
 
 def load_pixels(path: str | Path, processing: ImageProcessing) -> Pixels:

@@ -368,8 +368,8 @@ def native_settings(path: Path, config: InternVLConfig, tokenizer):
     """A native checkpoint's settings before judge_config.json: its Jinja chat template (a -hf checkpoint's) or
     else the usual template of its language model, and its processor config's tiles (a -hf checkpoint's
     preprocessor_config.json: GotOcr2's min_patches, max_patches, size; InternVLProcessor crops to patches
-    whatever the image processor's own crop_to_patches says) or else InternVL's default tiling (1-12 tiles and
-    a thumbnail)."""
+    whatever the image processor's own crop_to_patches says; transparency composited onto white, as that processor
+    converts to RGB) or else InternVL's default tiling (1-12 tiles and a thumbnail)."""
     from mmjudge.judge.model import CheckpointError, JudgeSettings, chat_template_of, read_json_object
 
     template = chat_template_of(path, tokenizer)
@@ -383,7 +383,7 @@ def native_settings(path: Path, config: InternVLConfig, tokenizer):
         found = read_json_object(processor)
         size = (found.get("size") or {}).get("height", tiling.image_size)
         max_tiles = found.get("max_patches", 12)
-        tiling = replace(tiling, image_size=size, min_tiles=min(found.get("min_patches", 1), max_tiles), max_tiles=max_tiles)
+        tiling = replace(tiling, image_size=size, min_tiles=min(found.get("min_patches", 1), max_tiles), max_tiles=max_tiles, on_white=True)
     return JudgeSettings(template, None, tiling)
 
 

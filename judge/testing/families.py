@@ -67,7 +67,7 @@ QWEN2_5_VL_CHAT_TEMPLATE = (
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 INTERNVL_HF_CHAT_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n'}}{% if message['content'] is string %}"
-    "{{ message['content'] }}{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' %}{{ '<image>\n' }}"
+    "{{ message['content'] }}{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' %}{{ '<IMG_CONTEXT>\n' }}"
     "{% elif content['type'] == 'video' %}{{ '<video>\n' }}{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}"
     "{% endfor %}{% endif %}{{'<|im_end|>\n'}}{% endfor %}{% if add_generation_prompt %}{{'<|im_start|>assistant\n' }}{% endif %}")
 QWEN3_VL_CHAT_TEMPLATE = (
@@ -140,7 +140,7 @@ def write_family_tokenizer(family: Family, out_dir: Path) -> dict[str, int]:
     if family.tokenizer == "internlm2-sp":
         return _write_internlm2_tokenizer(out_dir)
     released = {"qwen2": QWEN_TOKENS[:3], "qwen2.5": QWEN_TOKENS, "qwen3": QWEN3_TOKENS}[family.tokenizer]
-    internvl = INTERNVL_TOKENS if family.llm in ("qwen2", "internvl") else ()
+    internvl = (*INTERNVL_TOKENS, *("<video>",) * (family.llm == "internvl")) if family.llm in ("qwen2", "internvl") else ()
     return _write_qwen_tokenizer(out_dir, released, internvl, family)
 
 
@@ -237,8 +237,9 @@ def _write_qwen_tokenizer(out_dir: Path, released: tuple[str, ...], internvl: tu
     elif family.llm == "internvl":
         (out_dir / "chat_template.jinja").write_text(INTERNVL_HF_CHAT_TEMPLATE)
         config |= {"chat_template": INTERNVL_HF_CHAT_TEMPLATE, "context_image_token": "<IMG_CONTEXT>", "end_image_token": "</img>",
-                   "start_image_token": "<img>", "extra_special_tokens": {"context_image_token": "<IMG_CONTEXT>", "end_image_token": "</img>",
-                                                                          "start_image_token": "<img>"}}
+                   "start_image_token": "<img>", "video_token": "<video>",
+                   "extra_special_tokens": {"context_image_token": "<IMG_CONTEXT>", "end_image_token": "</img>", "start_image_token": "<img>",
+                                            "video_token": "<video>"}}
     _write_json(out_dir / "tokenizer_config.json", config)
     return ids
 
