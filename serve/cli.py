@@ -29,7 +29,7 @@ from mmjudge.serve.options import ServeOptions
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_path", "--model-path", required=True,
-                   help="judge checkpoint, a local directory or a Hugging Face Hub id: original InternVL2, native, or a judge-train output")
+                   help="judge checkpoint, a local directory or a Hugging Face Hub id: InternVL2/2.5/3 (original or -hf), Qwen2.5-VL, Qwen3-VL, or a judge-train output")
     add_revision_flag(p)
     p.add_argument("--served_model_name", "--served-model-name",
                    help="the name requests give as their `model` and /v1/models lists; any other name is answered 404 model_not_found "

@@ -1,4 +1,4 @@
-"""judge-train: fine-tune an InternVL2 judge on human-rated annotations.
+"""judge-train: fine-tune a judge (InternVL2/2.5/3, Qwen2.5-VL, Qwen3-VL) on human-rated annotations.
 
     judge-train --model_path BASE --train_file train.json --input_dir DATA --output_dir OUT [--eval_file heldout.json]
     judge-train merge --adapter OUT --output_dir MERGED [--format native|original]
@@ -32,7 +32,7 @@ from mmjudge.train.config import CHECKPOINTS_DIR, TrainConfig, config_problems
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_path", required=True, help="base judge checkpoint, a local directory or a Hugging Face Hub id "
-                                                       "(original InternVL2, native, or a merged judge)")
+                                                       "(InternVL2/2.5/3 original or -hf, Qwen2.5-VL, Qwen3-VL, or a merged judge)")
     add_revision_flag(p)
     p.add_argument("--train_file", required=True, help="annotations to learn from (JSON list or JSONL)")
     p.add_argument("--input_dir", required=True, help="directory that image paths in the annotations are relative to")
@@ -57,7 +57,8 @@ def merge_parser() -> argparse.ArgumentParser:
     add_revision_flag(p, of="--adapter")
     p.add_argument("--output_dir", required=True, help="where the merged checkpoint goes: a new or empty directory")
     p.add_argument("--format", choices=("native", "original"), default="native",
-                   help="native: transformers' InternVL, as this toolkit and transformers read it; original: InternVL2's own format "
+                   help="native: transformers' own layout of the backbone (the released layout of a -hf InternVL, Qwen2.5-VL or "
+                        "Qwen3-VL base), as this toolkit, transformers and vLLM read it; original: InternVL's own format "
                         "(InternVLChatModel) in the layout of the adapter's original base, with its code, as InternVL's code, MMIE's "
                         "main.py, vLLM and LMDeploy read it (default: native)")
     add_common_flags(p)

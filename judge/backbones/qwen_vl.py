@@ -44,7 +44,8 @@ class QwenVL(Backbone):
     def of(cls, config) -> QwenVL:
         vision = config.vision_config
         deepstack = config.model_type == "qwen3_vl"
-        projector = ("visual.merger", "visual.deepstack_merger_list") if deepstack else ("visual.merger",)
+        # each DeepStack merger by itself: PEFT trains modules whole, not a ModuleList
+        projector = ("visual.merger", *(f"visual.deepstack_merger_list.{i}" for i in range(len(getattr(vision, "deepstack_visual_indexes", ())))))
         return cls(MODEL_TYPES[config.model_type], config.image_token_id, mrope=True, strips_answer=False, generation_stops=True,
                    vision_tower="visual", projector=projector, merge_size=vision.spatial_merge_size,
                    patch_values=vision.in_channels * vision.temporal_patch_size * vision.patch_size**2, deepstack=deepstack)

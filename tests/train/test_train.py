@@ -32,12 +32,8 @@ def base(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    records = json.loads(write_dataset(root, 12, seed=2, annotated=True).read_text())
-    (root / "train.json").write_text(json.dumps(records[:10]))
-    (root / "heldout.json").write_text(json.dumps(records[10:]))
-    return root
+def data(annotated):
+    return annotated
 
 
 def train_args(base, data, out, *extra):

@@ -12,11 +12,12 @@ mkdir -p "$work"
 [ -d "$work/data" ] || "$ours" "$here/samples.py" "$work/data" 20 1
 for family in "${@:-internvl2-4b internvl2-1b internvl2-8b internvl2.5-8b internvl3-2b}"; do
   for name in $family; do
-    rm -rf "$work/$name"
-    "$ours" -c "from mmjudge.judge.testing.families import write_family_checkpoint as w; w('$name', '$work/$name', rope_switch=$switch)"
-    cp "$remote"/*.py "$work/$name/"
-    "$ours" "$here/ours.py" "$work/$name" "$work/data" 4 24 "$work/$name.ours.pt"
-    "$venv/bin/python" "$here/internvl_reference.py" "$work/$name" "$work/$name.ours.pt" 24 4 "$internvl" "$work/$name.reference.pt"
+    dir=$work/${name//./_}  # transformers names a checkpoint's remote-code module after its folder: no dots (InternVL2_5-8B)
+    rm -rf "$dir"
+    "$ours" -c "from mmjudge.judge.testing.families import write_family_checkpoint as w; w('$name', '$dir', rope_switch=$switch)"
+    cp "$remote"/*.py "$dir/"
+    "$ours" "$here/ours.py" "$dir" "$work/data" 4 24 "$work/$name.ours.pt"
+    "$venv/bin/python" "$here/internvl_reference.py" "$dir" "$work/$name.ours.pt" 24 4 "$internvl" "$work/$name.reference.pt"
     echo "== $name"
     "$ours" "$here/compare.py" "$work/$name.ours.pt" "$work/$name.reference.pt" $switch
   done
