@@ -16,7 +16,7 @@ from mmjudge.judge.data import SCORE_FIELDS, InputError, load_annotations
 from mmjudge.judge.model import load_judge, save_native, with_max_tiles
 from mmjudge.configs import CONFIG_DIR
 from mmjudge.judge.prompts import load_rubrics
-from mmjudge.judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
+from mmjudge.judge.testing import write_hub_cache, write_original_checkpoint
 from mmjudge.judge.testing.checkpoints import SIZES
 from mmjudge.train.cli import main as train_main
 from mmjudge.train.data import IGNORE_INDEX, Collator, build_dataset, merge_annotators, target_text
