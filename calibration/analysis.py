@@ -7,7 +7,7 @@ threshold where its records carry score distributions, and its benchmark scores 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from pydantic import BaseModel
@@ -50,13 +50,16 @@ MIN_MODELS = 3
 
 @dataclass
 class Options:
-    criteria: list[str]
-    group_by: str  # "category", "model" or "none"
-    bootstrap: int
-    seed: int
-    fit: str  # "isotonic", "linear" or "none"
-    folds: int
-    scale: ScoreScale
+    """judge-calibrate's settings, each declared once, here, with its default: the keywords of
+    `mmjudge.calibrate` and, under the same names (`--by` for group_by), judge-calibrate's flags."""
+
+    criteria: list[str] | None = None  # None: every criterion some judge and the human file both scored on a shared id
+    group_by: str = "category"  # "category", "model" or "none"
+    bootstrap: int = 1000  # resamples for the intervals; 0: none
+    seed: int = 0  # of the bootstrap, the calibration folds and the plot jitter
+    fit: str = "isotonic"  # "isotonic", "linear" or "none"
+    folds: int = 5  # cross-fitting folds for the held-out calibration errors
+    scale: ScoreScale = field(default_factory=ScoreScale)  # MMIE's 0-6
     overall: str = "score"  # or "expected_score": which judge value the overall criterion compares
     coverage: float = 0.9  # of the conformal score sets
     target_agreement: float = 0.9  # of the records the judge may score alone
@@ -377,6 +380,10 @@ def model_data(ratings: Ratings, judge: str) -> ModelData:
 
 
 class Report(BaseModel):
+    """Everything judge-calibrate measured (the module docstring), as report.json holds it and
+    `mmjudge.calibrate` returns it: per judge (`judges[name]`), its coverage of the human ids, per criterion
+    the agreement tables (`criteria[c].all`, and per group), its calibration and benchmark scores."""
+
     scale: tuple[float, float]  # [low, high], as before --step existed, so that readers of report.json keep working
     step: float
     criteria: list[str]

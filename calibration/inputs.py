@@ -26,6 +26,7 @@ error (they are counted in `Coverage`) unless no id is shared at all.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
@@ -210,9 +211,11 @@ def _raw_judge_scores(record: dict, check: _Checker, index: int, rid: str) -> di
     return raw
 
 
-def _read_content(path: str) -> list | dict:
-    """A JSON list of records or JSONL, or (a JSON object) a benchmark's scored file."""
-    content = read_json(path)  # which names a missing, empty or broken file
+def _read_content(path: str, content: list | dict | None = None) -> list | dict:
+    """A JSON list of records or JSONL, or (a JSON object) a benchmark's scored file; or `content`, those
+    records given in memory (the Python API) and named `path`."""
+    if content is None:
+        content = read_json(path)  # which names a missing, empty or broken file
     if isinstance(content, list) or scored_format(content) is not None:
         return content
     found = "a JSON object that is no benchmark's scored file" if isinstance(content, dict) else "neither a JSON list nor an object"
@@ -227,8 +230,8 @@ def _scored_items(path: str, content: dict, scale: ScoreScale) -> ScoredFile:
     return scored
 
 
-def read_predictions(path: str, scale: ScoreScale) -> PredictionsFile:
-    content = _read_content(path)
+def read_predictions(path: str, scale: ScoreScale, content: list | dict | None = None) -> PredictionsFile:
+    content = _read_content(path, content)
     if isinstance(content, dict):
         return _predictions_from_log(path, content, scale)
     check = _Checker(path, scale)
@@ -274,8 +277,8 @@ def _predictions_from_log(path: str, log: dict, scale: ScoreScale) -> Prediction
     return PredictionsFile(records, 0, [i.id for i in scored.items if i.score is None], scored.problems, scored.unscored)
 
 
-def read_human(path: str, scale: ScoreScale) -> HumanFile:
-    content = _read_content(path)
+def read_human(path: str, scale: ScoreScale, content: list | dict | None = None) -> HumanFile:
+    content = _read_content(path, content)
     if isinstance(content, dict):
         return _human_from_log(path, content, scale)
     if any(isinstance(r, dict) and "human_scores" in r for r in content):
@@ -366,17 +369,20 @@ def expected_as_overall(ratings: Ratings) -> Ratings:
     return replace(ratings, judges=judges)
 
 
-def load_ratings(predictions: list[str], names: list[str], human_path: str, scale: ScoreScale) -> Ratings:
-    """Every file read and checked; one InputError listing every problem of every file."""
+def load_ratings(predictions: list[str | Path | list], names: list[str], human: str | Path | list, scale: ScoreScale) -> Ratings:
+    """Every file read and checked; one InputError listing every problem of every file. A file may also be
+    its records, given in memory (the Python API), named by its judge's name (or "human") in messages."""
+    human_path, human_records = source_name(human, "human")
     try:
-        human = read_human(human_path, scale)
+        human = read_human(human_path, scale, human_records)
     except InputError as err:
         human = HumanFile({}, [], err.problems)
     problems: list[Problem] = list(human.problems)
     judges, coverage = {}, {}
-    for name, path in zip(names, predictions):
+    for name, source in zip(names, predictions):
+        path, records = source_name(source, name)
         try:
-            found = read_predictions(path, scale)
+            found = read_predictions(path, scale, records)
         except InputError as err:
             problems += err.problems
             continue
@@ -394,6 +400,29 @@ def load_ratings(predictions: list[str], names: list[str], human_path: str, scal
     if problems:
         raise InputError(problems)
     return Ratings(judges, human.records, coverage, human.invalid, human.invalid_means)
+
+
+def source_name(source: str | Path | list, name: str) -> tuple[str, list | None]:
+    """How messages and the report name a file, or records given in memory; and those records."""
+    if isinstance(source, (str, Path)):
+        return str(source), None
+    return f"{name} (records)", source
+
+
+def compared_criteria(ratings: Ratings, requested: list[str] | None, human_path: str) -> list[str]:
+    """The criteria to report: those asked for, or by default every one that some judge and the human file
+    both scored on a shared id (in SCORE_FIELDS order). A criterion with no such id is an error, not a
+    report of empty tables."""
+    found = [c for c in SCORE_FIELDS
+             if any(c in record.scores and c in ratings.human[rid].ratings for judge in ratings.judges.values()
+                    for rid, record in judge.items() if rid in ratings.human)]
+    if requested is None:
+        if not found:
+            raise InputError([Problem(human_path, "no criterion is scored both here and in the predictions on a shared id")])
+        return found
+    if missing := [c for c in requested if c not in found]:
+        raise InputError([Problem(human_path, f"--criteria {c}: no shared id is scored on it both here and in the predictions") for c in missing])
+    return list(dict.fromkeys(requested))  # a criterion named twice is reported once
 
 
 def _listed(count: int, first: list[str]) -> str:

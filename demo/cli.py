@@ -33,9 +33,9 @@ from pathlib import Path
 
 from mmjudge.calibration.benchmark import summary_lines
 from mmjudge.infer.probe import format_reliance
-from mmjudge.judge.cli import add_common_flags, add_settings_flags, config_values, flag_given, run, settings_from_config
+from mmjudge.judge.cli import CommandParser, add_common_flags, add_settings_flags, config_given, config_values, run, settings_from_config
 from mmjudge.judge.data import UsageError
-from mmjudge.configs import CONFIG_DIR
+from mmjudge.configs import CONFIG_DIR, by_name
 from mmjudge.train.config import TrainConfig
 
 DEFAULT_CONFIG = CONFIG_DIR / "demo.yaml"
@@ -53,7 +53,7 @@ class DemoSettings:
     samples: int = _setting("synthetic samples (one id each), split by id into train, validation and test")
     validation_share: float = _setting("share of the ids that judge-train scores at every checkpoint to keep the best")
     test_share: float = _setting("share of the ids for the before/after figures, seen by neither training nor selection")
-    max_steps: int | None = _setting("judge-train's optimizer steps (none: the epochs of configs/train/tiny.yaml)")
+    max_steps: int | None = _setting("judge-train's optimizer steps (none: the epochs of the bundled training preset tiny)")
     seed: int = _setting("seed of the judge, the dataset and the split")
 
 
@@ -100,10 +100,10 @@ def step(title: str, args: list[str], log_dir: Path) -> None:
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="judge-demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--output_dir", default="demo_outputs", help="where everything is written (default: demo_outputs)")
-    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="YAML of the settings below (default: configs/demo.yaml)")
-    add_settings_flags(p, DemoSettings, config_values(DemoSettings, flag_given(argv, "config") or DEFAULT_CONFIG, argparse.Namespace()))
+    p = CommandParser(prog="judge-demo", description=__doc__)
+    p.add_argument("--output_dir", default="demo_outputs", path="output_dir", help="where everything is written (default: demo_outputs)")
+    p.add_argument("--config", default=str(DEFAULT_CONFIG), path="file", help="YAML of the settings below (default: configs/demo.yaml)")
+    add_settings_flags(p, DemoSettings, config_values(DemoSettings, config_given(argv, None, DEFAULT_CONFIG), argparse.Namespace()))
     add_common_flags(p)
     return p
 
@@ -120,12 +120,11 @@ def _main(argv) -> int:
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     py, seed = sys.executable, str(settings.seed)
-    rubric = ["--rubric", str(CONFIG_DIR / "rubrics" / "tiny")]
-    training = CONFIG_DIR / "train" / "tiny.yaml"
+    rubric = ["--rubric", "tiny"]  # the bundled files by name, as a user types them
     # Both judges write their review as judge-train's evaluation has them write it, and are compared on their
     # expected scores: the untrained judge writes no score a parser could find, but judge-score reads its
     # score distribution after a forced "### Score" heading, so both sides are measured the same way.
-    review_tokens = str(settings_from_config(TrainConfig, training, argparse.Namespace()).eval_max_new_tokens)
+    review_tokens = str(settings_from_config(TrainConfig, by_name("train", "tiny"), argparse.Namespace()).eval_max_new_tokens)
     score = ["--max_new_tokens", review_tokens, "--max_tiles", "1", "--no_resume", *rubric]
     steps = [] if settings.max_steps is None else ["--max_steps", str(settings.max_steps)]
     start = time.perf_counter()
@@ -138,7 +137,7 @@ def _main(argv) -> int:
     shutil.rmtree(out / "trained-judge", ignore_errors=True)  # judge-train starts only in an empty directory: a rerun replaces the judge
     step("3: train", [py, "-m", "mmjudge.train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
                       "--eval_file", str(files["validation"]), "--input_dir", str(out / "data"), "--output_dir", str(out / "trained-judge"),
-                      "--config", str(training), *steps, *rubric], logs)
+                      "--config", "tiny", *steps, *rubric], logs)
     step("4: score after training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "trained-judge"), "--input_dir", str(out / "data"),
                                       "--input_file", "judged.json", "--output_dir", str(out / "scores-after"), "--probe_images", "blank", *score], logs)
     step("5: calibrate", [py, "-m", "mmjudge.calibration.cli", "--predictions", str(out / "scores-before" / "eval_result.json"),

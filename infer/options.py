@@ -7,10 +7,14 @@ repeated them could drift from them unseen."""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Literal
 
-from mmjudge.judge.cli import setting_problems
+from mmjudge.configs import bundled, by_name
+from mmjudge.judge.cli import config_values, setting_problems
 from mmjudge.judge.data import UsageError
 
 
@@ -47,3 +51,21 @@ class ScoreOptions:
     def __post_init__(self):
         if problems := setting_problems(ScoreOptions, asdict(self)):
             raise UsageError("invalid scoring options:\n  " + "\n  ".join(problems))
+
+
+def preset(format_name: str) -> Path | None:
+    """What judge-score changes from the defaults for a format unless a config names others: the bundled
+    scoring preset of the format's name; None for MMIE, whose options are the defaults."""
+    return bundled("score").get(format_name)
+
+
+def options_for(format_name: str, config: str | Path | None, given: dict, more_problems: Iterable[str] = ()) -> ScoreOptions:
+    """The options an input of this format is scored with, by judge-score and by Judge.score alike: the
+    format's preset, or `config` (a bundled preset's name or a YAML) where there is one, overridden by the
+    values `given` (flags or keyword arguments; None: not given). Every value that cannot work, and the
+    caller's `more_problems`, in one UsageError."""
+    config = by_name("score", config) if config else preset(format_name)
+    values = config_values(ScoreOptions, config, argparse.Namespace(**given))
+    if problems := setting_problems(ScoreOptions, values) + list(more_problems):
+        raise UsageError(f"invalid scoring options (from {config or 'the defaults'} and the flags):\n  " + "\n  ".join(problems))
+    return ScoreOptions(**values)

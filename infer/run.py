@@ -21,19 +21,20 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
+from mmjudge.api import read_benchmark
 from mmjudge.infer.journal import Journal, clear, file_sha256, fingerprint, journal_pattern, read_finished
 from mmjudge.infer.local_backend import LocalBackend
 from mmjudge.infer.openai_backend import OpenAIBackend
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.probe import ProbePass, format_reliance, image_reliance, plot_file, plot_reliance, probe_pass, result_file
 from mmjudge.infer.summary import SUMMARY, format_summary, summarize
-from mmjudge.judge.calibrator import Calibrator
-from mmjudge.judge.data import CALIBRATOR_FIELDS, InputError, JudgeResult, Problem, Sample, UsageError, resolve_image, write_json_atomically
+from mmjudge.judge.calibrator import Calibrator, as_records, load_calibrator
+from mmjudge.judge.data import InputError, JudgeResult, Problem, Sample, UsageError, resolve_image, write_json_atomically
 from mmjudge.judge.distributed import end_process_group
 from mmjudge.judge.formats import BenchmarkInput, Format
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.outputs import locked, overwritten_inputs
-from mmjudge.judge.prompts import Rubric, load_rubrics, rubric_problems
+from mmjudge.judge.prompts import Rubric, rubric_problems
 
 
 
@@ -103,7 +104,7 @@ class ScoringInput:
 
 def scoring_input(args, fmt: Format) -> ScoringInput:
     """The input read and checked, all before any model or server is used."""
-    input_path = Path(args.input_dir) / args.input_file
+    input_path = Path(args.input_file)  # read in --input_dir (judge.cli resolved it)
     bench = read_input(fmt, input_path, args)
     skipped = bench.problems + rubric_problems(bench.samples, bench.rubrics, input_path)
     if skipped and not args.skip_invalid:
@@ -137,9 +138,8 @@ def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[
 
 
 def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
-    """The input in the toolkit's terms, its rubrics loaded; refuses what cannot work before a model loads."""
-    if args.criteria_file and fmt.name != "megabench":
-        raise UsageError(f"--criteria_file applies to --format megabench only, not {fmt.name}")
+    """The input in the toolkit's terms, its rubrics loaded, as the Python API reads it; refuses what cannot
+    work before a model loads, and any input that the run's outputs would overwrite."""
     written = [args.output_file, SUMMARY, *fmt.outputs, journal_pattern(args.output_file)]
     if args.probe_images:
         if args.output_file == result_file(args.probe_images):
@@ -149,25 +149,7 @@ def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
               ("--model_path", args.model_path), *[("--rubric", path) for path in args.rubric or fmt.default_rubrics]]
     if problems := overwritten_inputs(Path(args.output_dir), written, inputs):
         raise UsageError("\n  ".join(problems))
-    rubrics = load_rubrics(args.rubric or fmt.default_rubrics)
-    bench = fmt.read(input_path, Path(args.input_dir), rubrics, Path(args.criteria_file) if args.criteria_file else None)
-    bench.problems.sort(key=lambda p: (p.index is not None, p.index or 0))
-    for note in bench.notes:
-        print(f"note: {note}", file=sys.stderr)
-    return bench
-
-
-def load_calibrator(path: str, rubrics: list[Rubric]) -> Calibrator:
-    """The calibrator, refused where the rubrics score on another scale: its map would read a 0-1 score as
-    if on 0-6 and write calibrated scores that look plausible and mean nothing."""
-    calibrator = Calibrator.load(path)
-    low, high = calibrator.scale
-    for rubric in rubrics:
-        scale = rubric.score_scale
-        if scale.bounds != (low, high):
-            raise UsageError(f"--calibrator {path} maps scores on the scale {low:g}-{high:g}, but rubric {rubric.category!r} "
-                             f"scores {scale.low:g}-{scale.high:g}; fit a calibrator on this benchmark's scores with judge-calibrate --scale")
-    return calibrator
+    return read_benchmark(fmt, input_path, Path(args.input_dir), args.rubric, args.criteria_file)
 
 
 def journaled(output_dir: Path, output_file: str, samples: list[Sample], run_id: str) -> list[JudgeResult]:
@@ -185,13 +167,7 @@ def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator,
     """Merge every rank's journal into the result file, in input order, write the benchmark's own files, and
     write the summary (naming those files, with the probe's figures, from its own journals, when there is one)."""
     results = journaled(output_dir, output_file, samples, run_id)
-    if calibrator is not None:
-        for r in results:
-            r.calibrated_score = calibrator.apply(getattr(r, calibrator.source))
-            r.score_set = calibrator.score_set(r.score_distribution)
-            r.escalate = calibrator.escalate(r.score, r.score_distribution)
-    uncalibrated = CALIBRATOR_FIELDS if calibrator is None else None
-    write_json_atomically(output_dir / output_file, [r.model_dump(exclude=uncalibrated) for r in results])
+    write_json_atomically(output_dir / output_file, as_records(results, calibrator))
     benchmark_files = write_benchmark_files(results)
     scale = next(iter(rubrics.values())).score_scale
     summary = {**summarize(results, skipped, scale, calibrator), "warnings": warnings(results),
@@ -210,7 +186,7 @@ def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator,
 def finish_probe(output_dir: Path, probe: ProbePass, results: list[JudgeResult], scale: ScoreScale) -> dict:
     """The probe's result file and plot written; the summary's image_reliance entry."""
     probed = journaled(output_dir, result_file(probe.kind), probe.samples, probe.run_id)
-    write_json_atomically(output_dir / result_file(probe.kind), [r.model_dump(exclude=CALIBRATOR_FIELDS) for r in probed])
+    write_json_atomically(output_dir / result_file(probe.kind), as_records(probed, None))
     entry = image_reliance(probe.kind, probe.seed, results, {r.id: r for r in probed}, probe.notes, scale)
     if entry["criteria"]:
         plot_reliance(entry, output_dir / plot_file(probe.kind))
@@ -257,7 +233,7 @@ def on_rank_zero(work: Callable[[], None], rank: int, world: int, what: str = "m
 
 def input_fingerprint(args, options: ScoreOptions, rubrics, samples: list[Sample]) -> dict:
     """The parts of a run's fingerprint that do not depend on where the judge runs: input, rubrics, mode."""
-    input_path = Path(args.input_dir) / args.input_file
+    input_path = Path(args.input_file)  # read in --input_dir (judge.cli resolved it)
     # The content, not only the path: results of an input edited since must not be resumed as its results.
     contents = {"input_sha256": file_sha256(input_path), "criteria_sha256": file_sha256(Path(args.criteria_file)) if args.criteria_file else None}
     # An image replaced under the same name is caught by its size and time, as the weights are: hashing

@@ -31,7 +31,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from mmjudge.judge.data import InputError, read_json, validation_problems, write_text_atomically
+from mmjudge.judge.data import CALIBRATOR_FIELDS, InputError, JudgeResult, UsageError, read_json, validation_problems, write_text_atomically
 
 
 class FittedOn(BaseModel):
@@ -191,3 +191,27 @@ class Calibrator(BaseModel):
         within = 1 if self.escalation.agreement == "within_1" else 0
         written = np.array([round(score - self.scale[0])])
         return bool(agreement_confidence(p, written, within)[0] < self.escalation.threshold)
+
+
+def load_calibrator(path: str | Path, rubrics: list) -> Calibrator:
+    """The calibrator, refused where the rubrics (judge.prompts.Rubric) score on another scale: its map would
+    read a 0-1 score as if on 0-6 and write calibrated scores that look plausible and mean nothing."""
+    calibrator = Calibrator.load(path)
+    low, high = calibrator.scale
+    for rubric in rubrics:
+        scale = rubric.score_scale
+        if scale.bounds != (low, high):
+            raise UsageError(f"--calibrator {path} maps scores on the scale {low:g}-{high:g}, but rubric {rubric.category!r} "
+                             f"scores {scale.low:g}-{scale.high:g}; fit a calibrator on this benchmark's scores with judge-calibrate --scale")
+    return calibrator
+
+
+def as_records(results: list[JudgeResult], calibrator: Calibrator | None) -> list[dict]:
+    """The records judge-score writes and Judge.score returns: with a calibrator, each result gets (in place)
+    and shows its calibrated_score, score_set and escalate; without one, a record has exactly MMIE's keys."""
+    if calibrator is not None:
+        for r in results:
+            r.calibrated_score = calibrator.apply(getattr(r, calibrator.source))
+            r.score_set = calibrator.score_set(r.score_distribution)
+            r.escalate = calibrator.escalate(r.score, r.score_distribution)
+    return [r.model_dump(exclude=CALIBRATOR_FIELDS if calibrator is None else None) for r in results]

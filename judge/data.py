@@ -465,9 +465,13 @@ def parse_records(path: str | Path, records: list, model: type[BaseModel], id_ke
     return parsed, problems
 
 
-def _parse(path: str | Path, model: type[Sample]) -> tuple[list, list[Problem]]:
-    """Every record of the file that validates, and the problems of those that do not."""
-    records, problems = load_json(path)
+def _parse(path: str | Path, model: type[Sample], records: list | None = None) -> tuple[list, list[Problem]]:
+    """Every record of the file that validates, and the problems of those that do not; or of `records`,
+    given in memory (the Python API) and named `path` in the problems."""
+    if records is None:
+        records, problems = load_json(path)
+    else:
+        problems = [_located(path, where, message) for where, message in value_problems(records)]
     if not isinstance(records, list):
         raise InputError([Problem(str(path), RECORDS_EXPECTED)])
     if file_problems := [p for p in problems if p.index is None]:
@@ -569,10 +573,12 @@ def _same_sample_once(path: str | Path, parsed: list[tuple[int, Sample]]) -> tup
     return kept, problems, notes
 
 
-def validate_samples(path: str | Path, image_root: str | Path | None = None) -> tuple[list[Sample], list[Problem], list[str]]:
-    """The valid samples of a file, every problem of the others, and notes the user should read; images are
-    checked when `image_root` is given. For `--skip_invalid`; `load_samples` is the strict form."""
-    parsed, problems = _parse(path, Sample)
+def validate_samples(path: str | Path, image_root: str | Path | None = None,
+                     records: list | None = None) -> tuple[list[Sample], list[Problem], list[str]]:
+    """The valid samples of a file (or of `records` in memory, named `path`), every problem of the others,
+    and notes the user should read; images are checked when `image_root` is given. For `--skip_invalid`;
+    `load_samples` is the strict form."""
+    parsed, problems = _parse(path, Sample, records)
     parsed, duplicates, notes = _same_sample_once(path, parsed)
     problems += duplicates
     if image_root is not None:

@@ -76,8 +76,9 @@ def test_demo_stops_with_the_failing_steps_exit_code(tmp_path, capsys):
     (tmp_path / "base-judge").write_text("a file where the demo writes its judge")
     with pytest.raises(SystemExit) as stopped:
         demo_main(["--output_dir", str(tmp_path), "--samples", "10"])
-    assert stopped.value.code == 1
-    assert "FAILED" in capsys.readouterr().out and not (tmp_path / "data").exists()
+    assert stopped.value.code == 2  # the step's own: python -m mmjudge.judge.testing refuses the file as a user error
+    out, err = capsys.readouterr()
+    assert "FAILED" in out and "base-judge: a file is there; give a folder" in err and not (tmp_path / "data").exists()
 
 
 def test_splits_too_small_to_hold_a_sample_are_refused_before_any_step(tmp_path, capsys):

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from mmjudge.calibration.cli import compared_criteria
+from mmjudge.calibration.inputs import compared_criteria
 from mmjudge.calibration.inputs import load_ratings
 from mmjudge.infer.cli import main as score_main
 from mmjudge.infer.journal import Journal, read_finished
@@ -33,7 +33,9 @@ from mmjudge.infer.openai_backend import Server, ServerError, score_sample
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.cli import run
 from mmjudge.judge.data import load_samples
-from mmjudge.judge.model import read_settings
+from mmjudge.judge.model import JudgeSettings, read_settings
+from mmjudge.judge.templates import TEMPLATES
+from mmjudge.judge.tiling import TilingConfig
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.prompts import load_rubrics
 from mmjudge.configs import CONFIG_DIR
@@ -221,12 +223,15 @@ def test_training_configs(root, data):
     assert_taken_or_refused(code, err, root / "train.yaml", root / "no-model")
 
 
+SETTINGS_BASE = JudgeSettings(TEMPLATES["phi3-chat"], None, TilingConfig())  # judge_config.json's fields are read over a base's
+
+
 @FUZZ
 @given(data=file_bytes(JUDGE_SETTINGS))
 def test_checkpoint_settings(root, data):
     (root / "ckpt").mkdir(exist_ok=True)
     (root / "ckpt" / "judge_config.json").write_bytes(data)
-    assert_taken_or_refused(*outcome(lambda: run(lambda argv: read_settings(root / "ckpt", 256) and 0, [])), root / "ckpt" / "judge_config.json")
+    assert_taken_or_refused(*outcome(lambda: run(lambda argv: read_settings(root / "ckpt", SETTINGS_BASE) and 0, [])), root / "ckpt" / "judge_config.json")
 
 
 @FUZZ

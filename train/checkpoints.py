@@ -22,6 +22,10 @@ from pathlib import Path
 
 import torch
 
+from mmjudge.judge.data import InputError, read_json
+from mmjudge.judge.outputs import LOCK_FILE, overwritten_inputs
+from mmjudge.train.config import CHECKPOINTS_DIR
+
 TRAINER_STATE = "trainer_state.json"
 _STEP = re.compile(r"^checkpoint-(\d+)$")
 
@@ -93,3 +97,31 @@ def unsafe_pickles(checkpoint: Path) -> list[str]:
                 problems.append(f"{file}: holds pickled {', '.join(sorted(found))}, which no checkpoint of judge-train holds; "
                                 "refused, since unpickling it could run any code (was it planted?)")
     return problems
+
+
+def run_problems(out: Path, resume: bool, deepspeed: str | None, inputs: list[tuple[str, str | Path | None]]) -> list[str]:
+    """What --deepspeed, --resume and --output_dir ask that cannot work; `inputs` are the run's input files
+    by flag, none of which may lie where the run writes.
+
+    A fresh run needs a new or empty --output_dir: an earlier run's files would outlive it (after a
+    --full_finetune run, judge-score would load the earlier LoRA adapter), and its checkpoints would be
+    resumed later. Refusing is safer than deleting: a mistyped directory costs a message, not a judge.
+    Every rank checks before any writes there: the Trainer writes only once all have joined the process group."""
+    problems = []
+    if deepspeed:
+        try:
+            read_json(deepspeed)
+        except InputError as err:
+            problems += [f"--deepspeed {problem}" for problem in err.problems]
+    checkpoints = out / CHECKPOINTS_DIR
+    if resume:
+        checkpoint, skipped = resume_point(checkpoints) if checkpoints.is_dir() else (None, [])
+        if checkpoint is None:
+            problems.append(f"--resume: nothing to resume in {out}: no checkpoint saved whole in {checkpoints}"
+                            + "".join(f"; {line}" for line in skipped) + "; drop --resume to start a fresh run in a new or empty --output_dir")
+        else:
+            problems += [f"--resume: {problem}" for problem in unsafe_pickles(checkpoint)]
+    if not resume and out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
+        problems.append(f"--output_dir {out} is not empty (an earlier run?); give a new or empty directory, or --resume to continue that run")
+    # Everything in --output_dir is the run's: an input there could be overwritten by a checkpoint or the judge.
+    return problems + overwritten_inputs(out, ["**"], inputs)

@@ -12,18 +12,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mmjudge.judge.cli import add_common_flags, run
+from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import UsageError
 from mmjudge.judge.testing import write_dataset, write_native_checkpoint, write_original_checkpoint
 from mmjudge.judge.testing.families import DEFAULT_SWITCH, FAMILIES, write_family_checkpoint
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mmjudge.judge.testing", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandParser(prog="python -m mmjudge.judge.testing", description=__doc__)
     add_common_flags(p)
     sub = p.add_subparsers(dest="command", required=True)
     ckpt = sub.add_parser("checkpoint", help="write a tiny random InternVL2-style judge (weights, config, tokenizer)")
-    ckpt.add_argument("out_dir", help="directory to write (created if missing)")
+    ckpt.add_argument("out_dir", path="output_dir", help="directory to write (created if missing)")
     ckpt.add_argument("--format", choices=["original", "native"], default="original",
                       help="original: InternVLChatModel, as InternVL2-4B and MMIE-Eval ship; "
                            "native: transformers' InternVLForConditionalGeneration + judge_config.json (default: original)")
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                       help="stored dtype, original format only; the real checkpoint is bfloat16, float32 keeps parity checks exact (default: float32)")
     data = sub.add_parser("dataset", help="write a synthetic MMIE-format dataset: OUT_DIR/data.json and real images in OUT_DIR/images/")
-    data.add_argument("out_dir", help="directory to write (created if missing)")
+    data.add_argument("out_dir", path="output_dir", help="directory to write (created if missing)")
     data.add_argument("--samples", type=int, default=24, help="number of samples (default: 24)")
     data.add_argument("--seed", type=int, default=0, help="seed of texts, images and scores (default: 0)")
     data.add_argument("--annotated", action="store_true",

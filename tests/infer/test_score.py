@@ -442,10 +442,10 @@ def test_no_output_replaces_or_deletes_an_input_and_the_model_never_loads(datase
 
 
 def test_a_second_run_on_an_output_dir_in_use_is_refused_before_the_model_loads(checkpoint, dataset, tmp_path, capsys, monkeypatch):
-    import mmjudge.infer.local_backend
+    import mmjudge.judge.model
     from mmjudge.judge.outputs import locked
 
-    monkeypatch.setattr(mmjudge.infer.local_backend, "load_judge", lambda *args: pytest.fail("the model loaded"))
+    monkeypatch.setattr(mmjudge.judge.model, "load_judge", lambda *args: pytest.fail("the model loaded"))
     with locked(tmp_path / "out", "judge-score"):
         assert main(["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json",
                      "--output_dir", str(tmp_path / "out")]) == 2
@@ -453,7 +453,7 @@ def test_a_second_run_on_an_output_dir_in_use_is_refused_before_the_model_loads(
 
 
 def test_an_output_dir_that_cannot_be_written_is_refused_before_the_model_loads(checkpoint, dataset, tmp_path, capsys, monkeypatch):
-    import mmjudge.infer.local_backend
+    import mmjudge.judge.model
     import mmjudge.judge.outputs
 
     opened = os.open
@@ -464,7 +464,7 @@ def test_an_output_dir_that_cannot_be_written_is_refused_before_the_model_loads(
         return opened(path, *args, **kwargs)
 
     monkeypatch.setattr(mmjudge.judge.outputs.os, "open", read_only)
-    monkeypatch.setattr(mmjudge.infer.local_backend, "load_judge", lambda *args: pytest.fail("the model loaded"))
+    monkeypatch.setattr(mmjudge.judge.model, "load_judge", lambda *args: pytest.fail("the model loaded"))
     assert main(["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json",
                  "--output_dir", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == f"error: --output_dir {tmp_path / 'out'}: cannot write there (Permission denied)\n"
@@ -508,14 +508,14 @@ def test_control_and_image_tokens_in_a_sample_are_judged_as_text(checkpoint, dat
 def test_logits_that_are_no_numbers_give_no_distribution_and_the_outputs_stay_json(checkpoint, dataset, tmp_path, monkeypatch):
     """A float16 overflow makes NaN logits: their distribution is no measurement (null), and no output may
     hold a bare NaN, which is not JSON (other parsers refuse the file)."""
-    import mmjudge.infer.local_backend
+    import mmjudge.judge.model
 
     def judge_with_nan_logits(*args, **kwargs):
         judge = load_judge(*args, **kwargs)
         judge.model.lm_head.register_forward_hook(lambda module, inputs, logits: logits * float("nan"))
         return judge
 
-    monkeypatch.setattr(mmjudge.infer.local_backend, "load_judge", judge_with_nan_logits)
+    monkeypatch.setattr(mmjudge.judge.model, "load_judge", judge_with_nan_logits)
     assert score(checkpoint, dataset, tmp_path, "--limit", "2", "--max_new_tokens", "2") == 0
 
     def refuse(constant):

@@ -78,7 +78,7 @@ def test_judge_score_takes_a_hub_id_from_the_cache_under_hf_home_offline(checkpo
 def test_an_id_missing_from_the_offline_cache_is_one_line_and_exit_2(data, offline_cache, capsys):
     assert score("org/missing", data, "out") == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == [f"error: org/missing: no local directory of that name, and revision main of that Hub id is not (fully) in the "
+    assert lines == [f"error: --model_path org/missing: no local directory of that name, and revision main of that Hub id is not (fully) in the "
                      f"Hugging Face cache {offline_cache} (HF_HUB_OFFLINE is set); unset HF_HUB_OFFLINE to fetch it, or "
                      "`hf download org/missing --revision main` where the Hub is reachable, into the same cache"]
     assert not Path("out").exists()
@@ -92,14 +92,14 @@ def test_a_damaged_cache_entry_is_named_as_such(checkpoint, data, offline_cache,
     fix = f"remove it and fetch {REPO} again (`hf download {REPO} --revision main`)"
     ref.write_text("")
     assert score(REPO, data, "out") == 2
-    assert capsys.readouterr().err == f"error: {ref}: names no commit (an empty file in the Hugging Face cache); {fix}\n"
+    assert capsys.readouterr().err == f"error: --model_path {REPO}: {ref}: names no commit (an empty file in the Hugging Face cache); {fix}\n"
     ref.write_text(snapshot.name)
     for file in snapshot.iterdir():
         file.unlink()
     snapshot.rmdir()
     snapshot.write_text("")
     assert score(REPO, data, "out") == 2
-    assert capsys.readouterr().err == f"error: {snapshot}: a file where the Hugging Face cache keeps the folder of revision main; {fix}\n"
+    assert capsys.readouterr().err == f"error: --model_path {REPO}: {snapshot}: a file where the Hugging Face cache keeps the folder of revision main; {fix}\n"
     assert not Path("out").exists()
 
 
@@ -121,8 +121,8 @@ def test_a_local_directory_of_the_same_name_wins(tmp_path, offline_cache, capsys
     assert "note: org/tiny-judge is a local directory and is used as it is; revision v1 applies to Hub ids only" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name, message", [("a/b/c", "a/b/c: not a local directory, nor a Hugging Face Hub id (org/name)"),
-                                           ("", "an empty checkpoint name: give a local directory or a Hugging Face Hub id (org/name)")])
+@pytest.mark.parametrize("name, message", [("a/b/c", "--model_path a/b/c: not a local directory, nor a Hugging Face Hub id (org/name)"),
+                                           ("", "--model_path: an empty checkpoint name: give a local directory or a Hugging Face Hub id (org/name)")])
 def test_a_name_that_is_neither_a_directory_nor_an_id_is_a_user_error(data, offline_cache, capsys, name, message):
     assert score(name, data, "out") == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"error: {message}"]

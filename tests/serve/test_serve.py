@@ -334,7 +334,7 @@ def test_a_missing_or_wrong_key_is_refused_and_health_needs_none(server, authori
     (["--host", "judge.example"], {}, "--host judge.example lets other machines in"),
     (["--api_key_env", "NO_SUCH_VARIABLE_HERE"], {}, "--api_key_env NO_SUCH_VARIABLE_HERE: that environment variable is not set"),
     (["--max_image_pixels", "0", "--batch_wait_ms", "-1"], {}, "max_image_pixels must be a whole number of at least 1"),
-    (["--image_root", "/no/such/dir"], {}, "--image_root /no/such/dir: not a directory"),
+    (["--image_root", "/no/such/dir"], {}, "--image_root /no/such/dir: folder not found"),
 ])
 def test_a_server_that_cannot_start_safely_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch, flags, env, message):
     assert serve_main(["--model_path", str(tmp_path / "no-model"), *flags]) == 2
@@ -403,7 +403,7 @@ def test_a_hub_id_missing_from_the_offline_cache_is_one_line_and_exit_2(tmp_path
     monkeypatch.chdir(tmp_path)
     assert serve_main(["--model_path", "org/missing", "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: org/missing: no local directory of that name, and revision main of that Hub id is not (fully) in the "
+    assert err.startswith("error: --model_path org/missing: no local directory of that name, and revision main of that Hub id is not (fully) in the "
                           "Hugging Face cache") and "Traceback" not in err
 
 

@@ -359,7 +359,7 @@ def test_a_hub_base_missing_from_the_offline_cache_stops_before_any_output(data,
     monkeypatch.chdir(tmp_path)
     assert train_main(train_args("org/missing", data, tmp_path / "judge")) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and errors[0].startswith("error: org/missing: no local directory of that name, and revision main")
+    assert len(errors) == 1 and errors[0].startswith("error: --model_path org/missing: no local directory of that name, and revision main")
     assert not (tmp_path / "judge").exists()
 
 
