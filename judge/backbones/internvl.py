@@ -45,6 +45,8 @@ from transformers import AutoConfig, InternVLConfig, InternVLForConditionalGener
 from transformers.initialization import no_init_weights
 
 from mmjudge.judge.data import InputError, validation_problems, write_json_atomically
+from mmjudge.judge.model import (INDEX_FILE, TEXT_SIZES, TOKENIZER_FILES, VISION_SIZES, CheckpointError, JudgeSettings, SettingsFile, built,
+                                 chat_template_of, check_size, load_tokenizer, read_json_object, require, safetensors_files)
 from mmjudge.judge.templates import TEMPLATES, ChatTemplate, template_from_conversation_py
 from mmjudge.judge.tiling import IMAGE_TOKENS, IMG_CONTEXT, TilingConfig
 
@@ -57,20 +59,12 @@ SETTING_KEYS = {"image_size": "force_image_size", "min_tiles": "min_dynamic_patc
                 "use_thumbnail": "use_thumbnail", "system_message": "system_message"}
 
 
-def _errors():
-    from mmjudge.judge.model import CheckpointError  # the loader's error; judge/model.py imports this module
-
-    return CheckpointError
-
-
 # -- the config --------------------------------------------------------------------------------------------------
 
 def native_config_from_original(config: dict, tokenizer, where: str = "config.json") -> InternVLConfig:
     """Map an InternVLChatModel config onto transformers' InternVLConfig, refusing what it cannot represent;
     `where` names the file in messages."""
-    from mmjudge.judge.model import TEXT_SIZES, VISION_SIZES, require
 
-    CheckpointError = _errors()
     require(config, ("llm_config", "vision_config", "downsample_ratio"), where)
     require(config["llm_config"], TEXT_SIZES, f"{where} llm_config")
     require(config["vision_config"], VISION_SIZES, f"{where} vision_config")
@@ -252,7 +246,7 @@ class KeyMap:
                 parts.setdefault((_translate(key, fused.keys, NATIVE), fused), {})[part] = tensor
         for (key, fused), found in parts.items():
             if missing := [p for p in QKV_PARTS if p not in found]:
-                raise _errors()(f"{key}: the model has no {'/'.join(missing)} projection to fuse with {'/'.join(found)}")
+                raise CheckpointError(f"{key}: the model has no {'/'.join(missing)} projection to fuse with {'/'.join(found)}")
             original[key] = fused.fuse([found[p] for p in QKV_PARTS])
         return original
 
@@ -283,9 +277,7 @@ def _translate(key: str, pair: tuple[str, str], side: int, **fill: str) -> str |
 def build_from_original(path: Path, config: dict, tokenizer, device: str, dtype: torch.dtype) -> InternVLForConditionalGeneration:
     """The native model of an original checkpoint, allocated once in the target dtype and filled tensor by tensor
     from its safetensors files (host memory peaks near one copy of the weights)."""
-    from mmjudge.judge.model import built, check_size, safetensors_files
 
-    CheckpointError = _errors()
     native_config = built(path, lambda: native_config_from_original(config, tokenizer, f"{path}/config.json"))
     check_size(path, native_config)
     keys = KeyMap.of(config["llm_config"])
@@ -328,7 +320,6 @@ def tokens_per_tile(config: InternVLConfig) -> int:
 def original_template(path: Path, name: object) -> ChatTemplate:
     """The template an original config names, as its conversation.py defines it (its default system message
     included), or else as InternVL publishes it."""
-    CheckpointError = _errors()
     template = None
     if isinstance(name, str) and (path / "conversation.py").is_file():
         try:
@@ -345,7 +336,6 @@ def original_template(path: Path, name: object) -> ChatTemplate:
 
 def settings_from_original(path: Path, config: dict, native: InternVLConfig):
     """The template and tiling an original config asks for; `path` is its directory (conversation.py)."""
-    from mmjudge.judge.model import CheckpointError, JudgeSettings, SettingsFile
 
     template = original_template(path, config.get("template"))
     # The stored settings' own checks (positive whole numbers, true or false), in config.json's names: a
@@ -370,7 +360,6 @@ def native_settings(path: Path, config: InternVLConfig, tokenizer):
     preprocessor_config.json: GotOcr2's min_patches, max_patches, size; InternVLProcessor crops to patches
     whatever the image processor's own crop_to_patches says; transparency composited onto white, as that processor
     converts to RGB) or else InternVL's default tiling (1-12 tiles and a thumbnail)."""
-    from mmjudge.judge.model import CheckpointError, JudgeSettings, chat_template_of, read_json_object
 
     template = chat_template_of(path, tokenizer)
     if template is None:
@@ -396,7 +385,6 @@ def save_original(judge, base: Path, out_dir: str | Path) -> Path:
     tokenizer files, generation_config.json and Python files (the remote code `trust_remote_code` loads,
     and conversation.py), copied as files and never run. Refuses weights or a tokenizer that the base's
     config cannot describe. config.json is written last: an export cut short cannot be loaded."""
-    from mmjudge.judge.model import INDEX_FILE, TOKENIZER_FILES, read_json_object
 
     out_dir = Path(out_dir)
     model = judge.model.merge_and_unload() if hasattr(judge.model, "merge_and_unload") else judge.model
@@ -433,9 +421,7 @@ _DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 def _weight_layout(path: Path) -> dict[str, StoredTensor]:
     """Where and how an original checkpoint stores each tensor, read from the safetensors headers only."""
-    from mmjudge.judge.model import safetensors_files
 
-    CheckpointError = _errors()
     layout = {}
     for file in safetensors_files(path):
         with safe_open(file, framework="pt") as weights:
@@ -449,7 +435,6 @@ def _weight_layout(path: Path) -> dict[str, StoredTensor]:
 
 def _check_expressible(tensors: dict[str, torch.Tensor], layout: dict[str, StoredTensor], tokenizer, base: Path) -> None:
     """What the base's config.json and tokenizer cannot describe, refused in one message."""
-    from mmjudge.judge.model import load_tokenizer
 
     problems = []
     if extra := sorted(set(tensors) - set(layout)):
@@ -462,7 +447,7 @@ def _check_expressible(tensors: dict[str, torch.Tensor], layout: dict[str, Store
     if tokenizer.get_vocab() != load_tokenizer(base, IMAGE_TOKENS).get_vocab():
         problems.append("the judge's tokenizer has another vocabulary than the base's")
     if problems:
-        raise _errors()(f"cannot be written in the original format of {base}: " + "; ".join(problems))
+        raise CheckpointError(f"cannot be written in the original format of {base}: " + "; ".join(problems))
 
 
 def original_config(config: dict, settings, base) -> dict:
@@ -470,7 +455,7 @@ def original_config(config: dict, settings, base) -> dict:
     reads them back. The template is named: the base's conversation.py (copied) or InternVL's published
     templates define it; a judge with another template is refused."""
     if settings.template.name != base.template.name and settings.template.name not in TEMPLATES:
-        raise _errors()(f"the judge's chat template {settings.template.name!r} is neither its base's nor one InternVL publishes: "
+        raise CheckpointError(f"the judge's chat template {settings.template.name!r} is neither its base's nor one InternVL publishes: "
                         "the original format names its template, and no conversation.py would define this one")
     tiling = settings.images
     config = {**config, "template": settings.template.name, "force_image_size": tiling.image_size, "min_dynamic_patch": tiling.min_tiles,

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from mmjudge.judge.backbones import Backbone
+from mmjudge.judge.model import CheckpointError, JudgeSettings, chat_template_of, read_json_object
 from mmjudge.judge.smart_resize import QWEN_IMAGE_TOKENS, from_processor_config
 from mmjudge.judge.vision import Pixels
 
@@ -90,8 +91,6 @@ class QwenVL(Backbone):
 def native_settings(path: Path, config, tokenizer):
     """A released Qwen-VL checkpoint's settings before judge_config.json: its Jinja chat template and its
     preprocessor_config.json's smart resize (the processor's defaults where the file is missing)."""
-    from mmjudge.judge.model import CheckpointError, JudgeSettings, chat_template_of, read_json_object
-
     template = chat_template_of(path, tokenizer)
     if template is None:
         raise CheckpointError(f"{path}: no chat template (chat_template.json, chat_template.jinja or tokenizer_config.json's), and no "

@@ -5,7 +5,6 @@ in a venv with that version). The end-to-end checks against InternVL's code and 
 docs/backbones.md; the engine's equality with `generate` is also checked here, on a few samples (slow)."""
 
 import json
-import math
 import random
 from pathlib import Path
 
