@@ -502,7 +502,8 @@ def read_settings(path: Path, base: JudgeSettings) -> JudgeSettings:
 
 def chat_template_of(path: Path, tokenizer: PreTrainedTokenizerBase) -> ChatTemplate | None:
     """A native checkpoint's own Jinja chat template (its processor's chat_template.jinja or chat_template.json,
-    else its tokenizer's), as a ChatTemplate (judge/templates.py); None where it has none."""
+    else its tokenizer's), as a ChatTemplate (judge/templates.py); None where it has none. The tokenizer is given
+    that template, so that a judge saved from it (save_native, judge-train) carries it."""
     text = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
     if (jinja := path / "chat_template.jinja").is_file():
         text = jinja.read_text(encoding="utf-8")
@@ -510,6 +511,7 @@ def chat_template_of(path: Path, tokenizer: PreTrainedTokenizerBase) -> ChatTemp
         text = read_json_object(stored).get("chat_template", text)
     if not text:
         return None
+    tokenizer.chat_template = text
 
     def render(messages: list[dict], add_generation_prompt: bool) -> str:
         return tokenizer.apply_chat_template(messages, chat_template=text, tokenize=False, add_generation_prompt=add_generation_prompt)
