@@ -23,7 +23,7 @@ from mmjudge.calibration.conformal import (
     written_agreement,
 )
 from mmjudge.calibration.fit import Level, cross_fit, fit_map, reliability
-from mmjudge.calibration.inputs import Coverage, HumanRecord, Ratings
+from mmjudge.calibration.inputs import Coverage, HumanRecord, Ratings, fitted_identity
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.calibration.stats import (
     Agreement,
@@ -325,8 +325,10 @@ def calibrate(ratings: Ratings, judge: str, opts: Options, human_path: str) -> C
     calibrator = None
     if len(p.ids) >= 2:
         xs, ys = fit_map(p.judge, p.human, opts.fit, opts.scale.bounds)
+        judge_fingerprint, rubric_fingerprints = fitted_identity(ratings.judges[judge])
         fitted_on = FittedOn(judge=judge, predictions=ratings.coverage[judge].predictions, human=human_path, n=len(p.ids), folds=opts.folds,
-                             mse_before=mean_error(p.judge, p.human, "mse").value, held_out_mse_after=after("mse").value)
+                             mse_before=mean_error(p.judge, p.human, "mse").value, held_out_mse_after=after("mse").value,
+                             judge_fingerprint=judge_fingerprint, rubric_fingerprints=rubric_fingerprints)
         calibrator = Calibrator(method=opts.fit, source=source, x=xs, y=ys, scale=opts.scale.bounds, fitted_on=fitted_on)
     probabilities, human_levels, written_levels = _with_distributions(ratings, judge, opts.scale)
     sets, escalating = score_sets(probabilities, human_levels, opts), escalation(probabilities, human_levels, written_levels, opts)

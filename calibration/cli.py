@@ -3,8 +3,9 @@
     judge-calibrate --predictions eval_result.json [other.json ...] --human annotations.json --output_dir report
     judge-calibrate --predictions local_log.json --human gpt4o_log.json --scale 0 1 --step 0.1 --output_dir report  # Inst-It logs
 
-Writes report.json, report.md, report.html (plots embedded), plots/*.png, and calibrator.json (the first
-judge's map, for `judge-score --calibrator`; with several judges also calibrator_<name>.json for each).
+Writes report.json, report.md, report.html (plots embedded), plots/*.png, and calibrator.json (the map of the
+first judge, or of --calibrator_of, for `judge-score --calibrator`, which applies it to that judge only; with
+several judges also calibrator_<name>.json for each).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "or an Inst-It evaluate log (its judge as the one annotator)")
     p.add_argument("--output_dir", required=True, path="output_dir", help="where the reports go")
     p.add_argument("--names", nargs="+", help="a display name per predictions file (default: the file names without extension)")
+    p.add_argument("--calibrator_of", metavar="NAME",
+                   help="the judge (by its name) whose map calibrator.json holds, for judge-score --calibrator (default: the first)")
     p.add_argument("--criteria", nargs="+", choices=SCORE_FIELDS, help="criteria to compare (default: every one both sides scored)")
     p.add_argument("--by", choices=["category", "model", "none"], default=Options.group_by, help="grouping of the per-group figures (default: %(default)s)")
     p.add_argument("--bootstrap", type=int, default=Options.bootstrap, help="bootstrap resamples for Pearson's interval; 0 turns it off (default: %(default)s)")
@@ -74,7 +77,7 @@ def _main(argv) -> int:
     report = api.calibrate(args.predictions, args.human, names=args.names, output_dir=args.output_dir, criteria=args.criteria,
                            group_by=args.by, bootstrap=args.bootstrap, seed=args.seed, fit=args.fit, folds=args.folds,
                            scale=(*args.scale, args.step), overall=args.overall, coverage=args.coverage,
-                           target_agreement=args.target_agreement, agreement=args.agreement)
+                           target_agreement=args.target_agreement, agreement=args.agreement, calibrator_of=args.calibrator_of)
     print_summary(report, Path(args.output_dir))
     return 0
 

@@ -59,6 +59,8 @@ class JudgeRecord:
     n_images: int | None
     score_distribution: dict[str, float] | None = None  # level -> probability, as judge-score writes it (checked)
     written_score: float | None = None  # the overall score as written, whichever value --overall compares
+    judge_fingerprint: str | None = None  # which judge and rubric scored it, as judge-score writes them (judge/identity.py)
+    rubric_fingerprint: str | None = None
 
 
 @dataclass
@@ -260,6 +262,8 @@ def read_predictions(path: str, scale: ScoreScale, content: list | dict | None =
             n_images=n_images if isinstance(n_images, int) and not isinstance(n_images, bool) else None,
             score_distribution=distribution,
             written_score=scores.get("overall"),
+            judge_fingerprint=check.text(r, "judge_fingerprint", index, rid),
+            rubric_fingerprint=check.text(r, "rubric_fingerprint", index, rid),
         )
     if not content:
         check.add("no records")
@@ -429,6 +433,16 @@ def _listed(count: int, first: list[str]) -> str:
     return ", ".join(first) + (" ..." if count > SHOWN_IDS else "")
 
 
+def fitted_identity(records: dict[str, JudgeRecord]) -> tuple[str | None, dict[str, str] | None]:
+    """The judge (its fingerprint) and the rubric of each category that scored all these records, as a
+    calibrator fitted on them records it; None where a record does not say, or they do not agree."""
+    judges = {r.judge_fingerprint for r in records.values()}
+    rubrics = {(r.category, r.rubric_fingerprint) for r in records.values()}
+    categories = [category for category, _ in rubrics]
+    one_each = rubrics and all(None not in pair for pair in rubrics) and len(set(categories)) == len(categories)
+    return judges.pop() if len(judges) == 1 else None, dict(sorted(rubrics)) if one_each else None
+
+
 def coverage_notes(ratings: Ratings, human_path: str) -> list[str]:
     """What was left out, in words, for the report and the terminal."""
     notes = []
@@ -445,4 +459,7 @@ def coverage_notes(ratings: Ratings, human_path: str) -> list[str]:
             notes.append(f"{name}: {c.parse_failures} parse failure(s) (null score) left out of the statistics")
         if c.invalid:
             notes.append(f"{name}: {c.invalid} item(s) of {c.predictions} {c.invalid_means}, left out: {_listed(c.invalid, c.invalid_first)}")
+        if len(judges := {r.judge_fingerprint for r in ratings.judges[name].values()} - {None}) > 1:
+            notes.append(f"{name}: the records of {c.predictions} come from {len(judges)} judges (judge_fingerprint {', '.join(sorted(judges))}): "
+                         "its calibrator names none of them")
     return notes

@@ -9,37 +9,44 @@
        images blanked (--probe_images blank: does the judge look at them?)
     5. judge-calibrate both against the test split's human scores, on the judges' expected scores: their
        agreement, conformal score sets, and each evaluated model's benchmark score by PPI++, which adds the
-       validation ids that only the judge scored to the test ids that people scored too
+       validation ids that only the judge scored to the test ids that people scored too; report/calibrator.json
+       is the trained judge's map (judge-score --calibrator refuses it for another judge)
 
 The test split is seen by neither training nor checkpoint selection, so the before/after figures are not
 flattered by the choice of checkpoint; the validation split's human scores are used by no figure here.
-Each step runs the real command a user would type, as a subprocess (this package only reads the commands'
-outputs, with their own formatters), and the demo stops with that command's exit code if one fails. The
-settings are configs/demo.yaml's, each overridden by the flag of its name.
+Each step runs the real command a user would type, as a subprocess whose output (its progress bars
+included) shows in the terminal as it comes and goes to its log (this package only reads the commands'
+outputs, with their own formatters); the demo stops with that command's exit code if one fails. The
+settings are configs/demo.yaml's, each overridden by the flag of its name. The figures a reader quotes
+(Pearson before and after, each step's time, the machine, the commit) go to figures.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import random
 import shlex
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 from mmjudge.calibration.benchmark import summary_lines
 from mmjudge.infer.probe import format_reliance
 from mmjudge.judge.cli import CommandParser, add_common_flags, add_settings_flags, config_given, config_values, run, settings_from_config
-from mmjudge.judge.data import UsageError
+from mmjudge.judge.data import UsageError, write_json_atomically
 from mmjudge.configs import CONFIG_DIR, by_name
 from mmjudge.train.config import TrainConfig
 
 DEFAULT_CONFIG = CONFIG_DIR / "demo.yaml"
 SPLITS = ("train", "validation", "test")
+FIGURES = "figures.json"
 
 
 def _setting(help: str):
@@ -87,16 +94,22 @@ def split(data_dir: Path, sizes: dict[str, int], seed: int) -> dict[str, Path]:
     return paths
 
 
-def step(title: str, args: list[str], log_dir: Path) -> None:
+def step(title: str, args: list[str], log_dir: Path) -> float:
+    """Run one step's command, its output shown as it comes (bars and all) and kept in its log; its seconds."""
     print(f"\n== {title}\n$ {shlex.join(args)}", flush=True)
     start = time.perf_counter()
     log = log_dir / f"{title.split(':')[0].strip().replace(' ', '_')}.log"
-    with log.open("w") as out:
-        done = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT)
-    print(f"   {'ok' if done.returncode == 0 else 'FAILED'} in {time.perf_counter() - start:.0f}s (log: {log})", flush=True)
-    if done.returncode != 0:
-        print(log.read_text()[-3000:], file=sys.stderr)
-        raise SystemExit(done.returncode)
+    with log.open("wb") as kept, subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as command:
+        # Bytes as they come, not lines: a progress bar redraws its line with carriage returns, never a newline.
+        while chunk := command.stdout.read1(65536):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            kept.write(chunk)
+    seconds = time.perf_counter() - start
+    print(f"   {'ok' if command.returncode == 0 else 'FAILED'} in {seconds:.0f}s (log: {log})", flush=True)
+    if command.returncode != 0:
+        raise SystemExit(command.returncode)
+    return seconds
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -127,29 +140,86 @@ def _main(argv) -> int:
     review_tokens = str(settings_from_config(TrainConfig, by_name("train", "tiny"), argparse.Namespace()).eval_max_new_tokens)
     score = ["--max_new_tokens", review_tokens, "--max_tiles", "1", "--no_resume", *rubric]
     steps = [] if settings.max_steps is None else ["--max_steps", str(settings.max_steps)]
-    start = time.perf_counter()
+    start, seconds = time.perf_counter(), {}
 
-    step("1a: write a tiny judge", [py, "-m", "mmjudge.judge.testing", "checkpoint", "--format", "original", "--seed", seed, str(out / "base-judge")], logs)
-    step("1b: write a dataset", [py, "-m", "mmjudge.judge.testing", "dataset", "--samples", str(settings.samples), "--annotated", "--seed", seed, str(out / "data")], logs)
+    def timed(title: str, command: list[str]) -> None:
+        seconds[title] = round(step(title, command, logs), 1)
+
+    timed("1a: write a tiny judge", [py, "-m", "mmjudge.judge.testing", "checkpoint", "--format", "original", "--seed", seed, str(out / "base-judge")])
+    timed("1b: write a dataset", [py, "-m", "mmjudge.judge.testing", "dataset", "--samples", str(settings.samples), "--annotated", "--seed", seed, str(out / "data")])
     files = split(out / "data", sizes, settings.seed)
-    step("2: score before training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "base-judge"), "--input_dir", str(out / "data"),
-                                       "--input_file", "test.json", "--output_dir", str(out / "scores-before"), *score], logs)
+    timed("2: score before training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "base-judge"), "--input_dir", str(out / "data"),
+                                        "--input_file", "test.json", "--output_dir", str(out / "scores-before"), *score])
+    print("   (as expected: an untrained judge writes no score; its expected score, read after a forced '### Score', is what is compared)")
     shutil.rmtree(out / "trained-judge", ignore_errors=True)  # judge-train starts only in an empty directory: a rerun replaces the judge
-    step("3: train", [py, "-m", "mmjudge.train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
-                      "--eval_file", str(files["validation"]), "--input_dir", str(out / "data"), "--output_dir", str(out / "trained-judge"),
-                      "--config", "tiny", *steps, *rubric], logs)
-    step("4: score after training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "trained-judge"), "--input_dir", str(out / "data"),
-                                      "--input_file", "judged.json", "--output_dir", str(out / "scores-after"), "--probe_images", "blank", *score], logs)
-    step("5: calibrate", [py, "-m", "mmjudge.calibration.cli", "--predictions", str(out / "scores-before" / "eval_result.json"),
-                          str(out / "scores-after" / "eval_result.json"), "--names", "before", "after", "--human", str(files["test"]),
-                          "--overall", "expected_score", "--output_dir", str(out / "report")], logs)
+    timed("3: train", [py, "-m", "mmjudge.train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
+                       "--eval_file", str(files["validation"]), "--input_dir", str(out / "data"), "--output_dir", str(out / "trained-judge"),
+                       "--config", "tiny", *steps, *rubric])
+    timed("4: score after training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "trained-judge"), "--input_dir", str(out / "data"),
+                                       "--input_file", "judged.json", "--output_dir", str(out / "scores-after"), "--probe_images", "blank", *score])
+    # calibrator.json is the trained judge's map: the one a user goes on to apply (judge-score --calibrator), to that judge
+    timed("5: calibrate", [py, "-m", "mmjudge.calibration.cli", "--predictions", str(out / "scores-before" / "eval_result.json"),
+                           str(out / "scores-after" / "eval_result.json"), "--names", "before", "after", "--calibrator_of", "after",
+                           "--human", str(files["test"]), "--overall", "expected_score", "--output_dir", str(out / "report")])
 
     report = json.loads((out / "report" / "report.json").read_text())
-    print_headline(report, time.perf_counter() - start, sizes)
+    total = time.perf_counter() - start
+    print_headline(report, total, sizes)
     print_trust(report["judges"]["after"], json.loads((out / "scores-after" / "summary.json").read_text())["image_reliance"], sizes)
+    write_json_atomically(out / FIGURES, figures(report, settings, sizes, seconds, total, out))
     print(f"\nTrained judge: {out / 'trained-judge'}\nScores: {out / 'scores-before'}, {out / 'scores-after'} "
-          f"(image reliance: {out / 'scores-after' / 'probe_blank.png'})\nReport: {out / 'report' / 'report.html'}")
+          f"(image reliance: {out / 'scores-after' / 'probe_blank.png'})\nReport: {out / 'report' / 'report.html'}\n"
+          f"Figures (for the docs): {out / FIGURES}")
     return 0
+
+
+def figures(report: dict, settings: DemoSettings, sizes: dict[str, int], seconds: dict[str, float], total: float, out: Path) -> dict:
+    """What a reader of the docs is told of this run, in one file, so that the docs quote a run rather than
+    copies typed by hand: the Pearsons before and after training, its times, and where and from what it ran."""
+    pearson = {}
+    for name in ("before", "after"):
+        table = report["judges"][name]["criteria"]["overall"]["all"]
+        r, interval = table["pearson"], table["pearson"].get("fisher_95") or {}
+        pearson[name] = {"value": r["value"], "fisher_95": [interval.get("low"), interval.get("high")], "n": table["n"]["value"],
+                         "reason": r.get("reason")}
+    history = json.loads((out / "trained-judge" / "eval_history.json").read_text())
+    measured = [h["overall"]["pearson"] for h in history if h["overall"].get("pearson") is not None]
+    return {
+        "source": source(),
+        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(), "torch": _version("torch"),
+                    "transformers": _version("transformers")},
+        "settings": asdict(settings),
+        "splits": sizes,
+        "pearson": pearson,  # of the expected score with the human overall score, on the test split
+        "validation_pearson_best": max(measured) if measured else None,  # judge-train's checkpoint choice
+        "training_steps": history[-1]["step"] if history else None,
+        "seconds": {"total": round(total, 1), "steps": seconds},
+        "report": {"html": "report/report.html", "plots": sorted(f"report/plots/{p.name}" for p in (out / "report" / "plots").glob("*.png"))},
+    }
+
+
+def source() -> dict:
+    """The package's version, and the commit of the checkout it runs from (None when installed from a wheel)."""
+    here = Path(__file__).resolve()
+    git = lambda *args: subprocess.run(["git", "-C", str(here.parent), *args], capture_output=True, text=True)  # noqa: E731
+    top = git("rev-parse", "--show-toplevel")
+    commit = None
+    if top.returncode == 0 and (Path(top.stdout.strip()) / "demo" / "cli.py").resolve() == here:  # this checkout, not a repository around a venv
+        commit = git("rev-parse", "HEAD").stdout.strip() + ("-dirty" if git("status", "--porcelain", "--untracked-files=no").stdout.strip() else "")
+    return {"version": _version("mmjudge"), "commit": commit}
+
+
+def cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")] if cpuinfo.exists() else []
+    return names[0] if names else platform.processor() or platform.machine()
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def print_headline(report: dict, seconds: float, sizes: dict[str, int]) -> None:

@@ -57,7 +57,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no_resume", action="store_true", help="ignore and delete the journal of an earlier run (default: resume it)")
     p.add_argument("--calibrator", path="file",
                    help="calibrator.json from judge-calibrate; adds calibrated_score to each record, and its score_set and escalate where the "
-                        "calibrator has them (default: none, no calibration)")
+                        "calibrator has them; refused when fitted on another judge or rubric than this run's (default: none, no calibration)")
+    p.add_argument("--allow_calibrator_mismatch", action="store_true",
+                   help="apply --calibrator even when it was fitted on another judge's scores or another rubric, with a warning (default: refuse)")
     p.add_argument("--probe_images", choices=PROBES,
                    help="score each sample whose answer has images a second time with them replaced - blank: mid-grey images of the same size; "
                         "shuffle: other samples' answer images of the same category - and report per criterion how the scores moved "

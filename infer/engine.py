@@ -104,6 +104,33 @@ def unwritable_tokens(judge: Judge) -> list[int]:
     return image_tokens + list(range(len(tokenizer), judge.model.config.get_text_config().vocab_size))
 
 
+class _Counted:
+    """Each item's share of the progress reported so far: a token's worth per token written, until it finishes."""
+
+    def __init__(self, progress: Callable[[float], None] | None, items: int, max_new_tokens: int | None):
+        self.progress, self.shares = progress, [0.0] * items
+        self.per_token = 1 / max_new_tokens if max_new_tokens else 0.0
+
+    def token(self, index: int) -> Callable[[int, int], None] | None:
+        """The item's on_token callback (the decoder calls it for every token but the stop token)."""
+        if self.progress is None or not self.per_token:
+            return None
+
+        def wrote(choice: int, token: int) -> None:
+            if self.shares[index] + self.per_token < 1:  # the last part waits for the item to finish
+                self.shares[index] += self.per_token
+                self.progress(self.per_token)
+        return wrote
+
+    def finished(self, indices: Iterable[int]) -> None:
+        if self.progress is None:
+            return
+        rest = 0.0
+        for i in indices:
+            rest, self.shares[i] = rest + 1 - self.shares[i], 1.0
+        self.progress(rest)
+
+
 def _load_pixels(item: Prepared, dtype: torch.dtype, pin: bool) -> Pixels | None:
     """The sample's pixels in the model's dtype; pinned for a GPU, so that the copy overlaps compute."""
     loaded = [load_pixels(image.path, image.processing) for image in item.images]
@@ -147,11 +174,16 @@ class Scorer:
         self.score_columns = {scale: [tokens.index(t) for t in ids.values()] for scale, ids in self.score_ids.items() if ids}
         self.decoder = judge_decoder(judge, device, options.token_budget, tokens, stop=not options.ignore_stop)
 
-    def run(self, items: list[Prepared], cancelled: Callable[[Prepared], bool] | None = None) -> Iterator[list[tuple[Prepared, JudgeResult]]]:
+    def run(self, items: list[Prepared], cancelled: Callable[[Prepared], bool] | None = None,
+            progress: Callable[[float], None] | None = None) -> Iterator[list[tuple[Prepared, JudgeResult]]]:
         """Results as they finish. An item that `cancelled` says True for (its client has gone) is dropped
-        before its prefill or at the next decoding step, and has no result."""
+        before its prefill or at the next decoding step, and has no result. `progress(samples)` is told of
+        the work as it goes, in parts of samples: a sample's 1 / max_new_tokens per token the judge writes,
+        and the rest of its 1 when it finishes (infer/progress.py)."""
+        counted = _Counted(progress, len(items), self.options.max_new_tokens if self.options.mode == "generate" else None)
         # Longest first: prefill groups of similar lengths, and a freed slot always has room for the next.
-        requests = [Request(i, items[i].input_ids.long(), cancelled=partial(cancelled, items[i]) if cancelled else None)
+        requests = [Request(i, items[i].input_ids.long(), cancelled=partial(cancelled, items[i]) if cancelled else None,
+                            on_token=counted.token(i))
                     for i in sorted(range(len(items)), key=lambda i: -len(items[i].input_ids))]
         pin = torch.device(self.device).type == "cuda"
         with ThreadPoolExecutor(self.options.workers) as pool:
@@ -161,10 +193,12 @@ class Scorer:
             try:
                 if self.options.mode == "logits":
                     for group in self.decoder.logits(requests, load):
+                        counted.finished(i for i, _ in group)
                         yield [(items[i], self._logits_result(items[i], recorded)) for i, recorded in group]
                 else:
                     follow_up = lambda index, tokens: self._follow_up(items[index], tokens)  # noqa: E731
                     for done in self.decoder.generate(requests, load, self.options.max_new_tokens, follow_up, len(self.forced_heading)):
+                        counted.finished(c.index for c in done)
                         yield [(items[c.index], self._generate_result(items[c.index], c)) for c in done if c.finish_reason != "cancelled"]
             except OutOfMemory as err:
                 item = items[err.request.index]

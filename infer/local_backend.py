@@ -4,22 +4,26 @@ each rank scores its share of the samples (infer/run.py shards them)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mmjudge.api import Judge, checked_device, default_device, find_checkpoint
 from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.progress import Bar
 from mmjudge.judge.data import JudgeResult, Sample
-from mmjudge.judge.model import with_max_tiles
+from mmjudge.judge.identity import weights_fingerprint
+from mmjudge.judge.model import weight_files, with_max_tiles
 from mmjudge.judge.prompts import Rubric
 
 
 class LocalBackend:
-    """Finds the checkpoint and checks the device when made; loads the judge in `load`."""
+    """Finds the checkpoint, reads its weights' fingerprint and checks the device when made; loads the judge in
+    `load`."""
 
     def __init__(self, args, options: ScoreOptions, rubrics: dict[str, Rubric], rank: int):
         self.device = checked_device(args.device or default_device())
         self.model_dir = find_checkpoint(args.model_path, args.revision).path
+        self.judge_fingerprint = weights_fingerprint(weight_files(self.model_dir))
         self.dtype = args.dtype
         self.options, self.rubrics, self.image_root, self.rank = options, rubrics, Path(args.input_dir), rank
 
@@ -35,8 +39,8 @@ class LocalBackend:
                 "settings": model.settings.to_json(), "prompt_token_budget": self.options.prompt_token_budget,
                 "ignore_stop": self.options.ignore_stop}
 
-    def score(self, samples: list[tuple[int, Sample]]) -> Iterator[list[JudgeResult]]:
-        yield from self.judge.score_batches(samples, self.rubrics, self.options, self.image_root, progress=self.rank == 0)
+    def score(self, samples: list[tuple[int, Sample]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult]]:
+        yield from self.judge.score_batches(samples, self.rubrics, self.options, self.image_root, progress=bar)
 
     def warnings(self, results: list[JudgeResult]) -> list[str]:
         return []

@@ -41,7 +41,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -52,6 +52,7 @@ from tqdm import tqdm
 
 from mmjudge.infer.engine import expected_score
 from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.progress import Bar
 from mmjudge.judge.data import JudgeResult, Sample, UsageError
 from mmjudge.judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
 from mmjudge.judge.prompts import JudgePrompt, Rubric, build_prompt
@@ -88,6 +89,8 @@ class Refused(ServerError):
 class OpenAIBackend:
     """The judge behind --base_url; this process sends its samples, --concurrency at a time."""
 
+    judge_fingerprint = None  # the server's weights are not the client's to read
+
     def __init__(self, args, options: ScoreOptions, rubrics: dict[str, Rubric], samples: list[Sample]):
         self.server = Server(args.base_url, args.model_path, args.api_key_env, args.max_retries, args.concurrency)
         self.options, self.rubrics, self.samples, self.image_root = options, rubrics, samples, Path(args.input_dir)
@@ -103,15 +106,15 @@ class OpenAIBackend:
             print(f"warning: {warning}", file=sys.stderr)
         return {"backend": "openai", "base_url": self.server.base_url, "model": self.server.model, "max_tiles": self.options.max_tiles}
 
-    def score(self, samples: list[tuple[int, Sample]]) -> Iterator[list[JudgeResult]]:
+    def score(self, samples: list[tuple[int, Sample]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult]]:
         warned = False
-        with tqdm(total=len(samples), unit="sample", desc="scoring", file=sys.stderr) as bar:
+        with bar("scoring") as scoring:
             for result in score_concurrently(self.server, [sample for _, sample in samples], self.rubrics, self.image_root, self.options, self.concurrency):
                 if not warned and not score_is_top(result):
                     warned = True
                     tqdm.write(f"warning: {NOT_GREEDY.format(what=f'sample {result.id!r}')} (all such samples are counted in the summary)", file=sys.stderr)
                 yield [result]
-                bar.update(1)
+                scoring.update(1)
 
     def warnings(self, results: list[JudgeResult]) -> list[str]:
         """What the summary says of the server: what the probe found, and the records whose written score is

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -27,11 +27,13 @@ from mmjudge.infer.local_backend import LocalBackend
 from mmjudge.infer.openai_backend import OpenAIBackend
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.probe import ProbePass, format_reliance, image_reliance, plot_file, plot_reliance, probe_pass, result_file
+from mmjudge.infer.progress import Bar
 from mmjudge.infer.summary import SUMMARY, format_summary, summarize
 from mmjudge.judge.calibrator import Calibrator, as_records, load_calibrator
 from mmjudge.judge.data import InputError, JudgeResult, Problem, Sample, UsageError, resolve_image, write_json_atomically
 from mmjudge.judge.distributed import end_process_group
 from mmjudge.judge.formats import BenchmarkInput, Format
+from mmjudge.judge.identity import stamp
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.outputs import locked, overwritten_inputs
 from mmjudge.judge.prompts import Rubric, rubric_problems
@@ -39,11 +41,14 @@ from mmjudge.judge.prompts import Rubric, rubric_problems
 
 
 class Backend(Protocol):
+    judge_fingerprint: str | None  # of the judge's weights, read before it loads (judge/identity.py); None: not visible
+
     def load(self) -> dict:
         """The judge made ready; what of it must be unchanged for a journal's results to be resumed."""
 
-    def score(self, samples: list[tuple[int, Sample]]) -> Iterator[list[JudgeResult]]:
-        """The results of these samples (each with its index among the run's), a batch at a time as they finish."""
+    def score(self, samples: list[tuple[int, Sample]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult]]:
+        """The results of these samples (each with its index among the run's), a batch at a time as they finish;
+        `bar(what)` makes a progress bar over the whole run's samples (every rank's) to count them on."""
 
     def warnings(self, results: list[JudgeResult]) -> list[str]:
         """What the summary must say of how these results were made (a server's that does not decode as a
@@ -58,30 +63,35 @@ def score(args, fmt: Format, options: ScoreOptions) -> int:
         backend: Backend = (LocalBackend(args, options, run.rubrics, rank) if args.backend == "local"
                              else OpenAIBackend(args, options, run.rubrics, run.samples))
         held.callback(backend.close)
+        run.judge_fingerprint = backend.judge_fingerprint
+        if run.calibrator is not None:
+            run.warnings += checked_calibrator(run, args.calibrator, args.model_path, args.allow_calibrator_mismatch, rank)
         output_dir = Path(args.output_dir)
         on_rank_zero(lambda: held.enter_context(locked(output_dir, "judge-score")), rank, world, "take --output_dir")  # held until the run ends
 
         run_id = fingerprint({**backend.load(), **input_fingerprint(args, options, run.rubrics, run.bench.samples)})
-        score_pass(args, backend, run.samples, args.output_file, run_id, rank, world)
+        score_pass(args, backend, run, run.samples, args.output_file, run_id, rank, world)
         probe = None
         if args.probe_images:
             # The grey images live in a directory of this run's own, never among the user's inputs.
             blank_dir = Path(held.enter_context(tempfile.TemporaryDirectory(prefix="judge-score-probe-")))
             probe = probe_pass(args.probe_images, args.probe_seed, run.samples, Path(args.input_dir), blank_dir, run_id)
-            score_pass(args, backend, probe.samples, result_file(probe.kind), probe.run_id, rank, world)
+            score_pass(args, backend, run, probe.samples, result_file(probe.kind), probe.run_id, rank, world)
 
         on_rank_zero(lambda: merge(args, fmt, run, run_id, backend.warnings, probe), rank, world)
         return 0
 
 
-def score_pass(args, backend: Backend, samples: list[Sample], output_file: str, run_id: str, rank: int, world: int) -> None:
-    """Score this rank's share of the samples that the journals of `output_file` do not hold yet."""
+def score_pass(args, backend: Backend, run: ScoringInput, samples: list[Sample], output_file: str, run_id: str, rank: int, world: int) -> None:
+    """Score this rank's share of the samples that the journals of `output_file` do not hold yet, each result
+    stamped with the judge and rubric that scored it."""
     finished = finished_results(args, output_file, run_id, rank, world)
-    mine = [(i, s) for i, s in enumerate(samples) if i % world == rank and s.id not in finished]
+    left = [(i, s) for i, s in enumerate(samples) if s.id not in finished]
+    mine = [(i, s) for i, s in left if i % world == rank]
     journal = Journal(Path(args.output_dir), output_file, rank, run_id)
     try:
-        for results in backend.score(mine):
-            journal.append(results)
+        for results in backend.score(mine, lambda what: Bar(what, len(left), rank, world, key=run_id)):
+            journal.append(stamp(results, run.judge_fingerprint, run.rubrics))
     finally:
         journal.close()
     barrier(world)
@@ -96,10 +106,16 @@ class ScoringInput:
     samples: list[Sample]
     skipped: list[Problem]
     calibrator: Calibrator | None
+    judge_fingerprint: str | None = None  # the backend's (judge/identity.py), stamped on every record
+    warnings: list[str] = field(default_factory=list)  # for the summary: a calibrator applied unchecked or against a mismatch
 
     @property
     def rubrics(self) -> dict[str, Rubric]:
         return self.bench.rubrics
+
+    @property
+    def score_scale(self) -> ScoreScale:  # the summary's: the first rubric's
+        return next(iter(self.rubrics.values())).score_scale
 
 
 def scoring_input(args, fmt: Format) -> ScoringInput:
@@ -133,8 +149,7 @@ def finished_results(args, output_file: str, run_id: str, rank: int, world: int)
 def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None) -> None:
     """The journals merged into the result file and summary, and the benchmark's own files written."""
     output_dir = Path(args.output_dir)
-    finish(output_dir, args.output_file, run.samples, run_id, run.calibrator, run.skipped, run.rubrics, warnings, probe,
-           fmt.name, lambda results: fmt.write(run.bench, {r.id: r for r in results}, output_dir))
+    finish(output_dir, args.output_file, run, run_id, warnings, probe, fmt.name, lambda results: fmt.write(run.bench, {r.id: r for r in results}, output_dir))
 
 
 def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
@@ -152,6 +167,18 @@ def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
     return read_benchmark(fmt, input_path, Path(args.input_dir), args.rubric, args.criteria_file)
 
 
+def checked_calibrator(run: ScoringInput, path: str, model_path: str, allow_mismatch: bool, rank: int) -> list[str]:
+    """The calibrator refused where it was fitted on another judge or rubric than this run's scores use, unless
+    --allow_calibrator_mismatch (Calibrator.check_fit); the warnings, said once, for the summary."""
+    categories = {s.category for s in run.samples}
+    warnings = run.calibrator.check_fit(path, f"--model_path {model_path}", run.judge_fingerprint,
+                                        {c: r for c, r in run.rubrics.items() if c in categories}, allow_mismatch)
+    if rank == 0:
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+    return warnings
+
+
 def journaled(output_dir: Path, output_file: str, samples: list[Sample], run_id: str) -> list[JudgeResult]:
     """Every rank's journal of `output_file` read back: a result per sample, in the samples' order."""
     finished = read_finished(output_dir, output_file, run_id)
@@ -161,16 +188,16 @@ def journaled(output_dir: Path, output_file: str, samples: list[Sample], run_id:
     return [finished[s.id] for s in samples]
 
 
-def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator, skipped, rubrics,
-           warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None,
-           format_name: str, write_benchmark_files: Callable[[list[JudgeResult]], list[Path]]) -> None:
+def finish(output_dir: Path, output_file: str, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]],
+           probe: ProbePass | None, format_name: str, write_benchmark_files: Callable[[list[JudgeResult]], list[Path]]) -> None:
     """Merge every rank's journal into the result file, in input order, write the benchmark's own files, and
     write the summary (naming those files, with the probe's figures, from its own journals, when there is one)."""
-    results = journaled(output_dir, output_file, samples, run_id)
+    calibrator = run.calibrator
+    results = journaled(output_dir, output_file, run.samples, run_id)
     write_json_atomically(output_dir / output_file, as_records(results, calibrator))
     benchmark_files = write_benchmark_files(results)
-    scale = next(iter(rubrics.values())).score_scale
-    summary = {**summarize(results, skipped, scale, calibrator), "warnings": warnings(results),
+    scale = run.score_scale
+    summary = {**summarize(results, run.skipped, scale, calibrator), "warnings": [*run.warnings, *warnings(results)],
                "benchmark_files": [path.name for path in benchmark_files]}
     if probe is not None:
         summary["image_reliance"] = finish_probe(output_dir, probe, results, scale)

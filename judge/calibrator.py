@@ -32,6 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from mmjudge.judge.data import CALIBRATOR_FIELDS, InputError, JudgeResult, UsageError, read_json, validation_problems, write_text_atomically
+from mmjudge.judge.identity import rubric_fingerprint
 
 
 class FittedOn(BaseModel):
@@ -45,6 +46,10 @@ class FittedOn(BaseModel):
     folds: int | None = None
     mse_before: float | None = None
     held_out_mse_after: float | None = None
+    # The judge and the rubrics (category -> fingerprint, judge/identity.py) that scored the predictions it was
+    # fitted on; None where the predictions did not say. judge-score --calibrator refuses another judge's map.
+    judge_fingerprint: str | None = None
+    rubric_fingerprints: dict[str, str] | None = None
 
 
 class ScoreSets(BaseModel):
@@ -155,6 +160,40 @@ class Calibrator(BaseModel):
 
     def save(self, path: str | Path) -> None:
         write_text_atomically(Path(path), self.model_dump_json(indent=2) + "\n")
+
+    def fitted_elsewhere(self, judge_fingerprint: str | None, rubric_fingerprints: dict[str, str]) -> tuple[list[str], list[str]]:
+        """How a judge (its weights' fingerprint) and its rubrics (category -> fingerprint) differ from those the map
+        was fitted on, and what cannot be checked, each in words: (mismatches, unchecked)."""
+        fitted = self.fitted_on or FittedOn(n=0)
+        mismatches, unchecked = [], []
+        source = f" (the judge of {fitted.predictions})" if fitted.predictions else ""
+        if fitted.judge_fingerprint is None:
+            unchecked.append("it does not say which judge it was fitted on (its predictions carried no judge_fingerprint: an earlier "
+                             "judge-score, or another tool's scores)")
+        elif judge_fingerprint is None:
+            unchecked.append(f"it was fitted on the judge with weights {fitted.judge_fingerprint}{source}, and this run's judge, behind a "
+                             "server, shows no weights to compare")
+        elif judge_fingerprint != fitted.judge_fingerprint:
+            mismatches.append(f"it was fitted on another judge's scores: weights {fitted.judge_fingerprint}{source}, this judge's are "
+                              f"{judge_fingerprint}")
+        if fitted.rubric_fingerprints is not None:
+            mismatches += [f"rubric {category!r} is not the one it was fitted on (fingerprint {fitted.rubric_fingerprints[category]}, "
+                           f"this run's {fingerprint})" for category, fingerprint in sorted(rubric_fingerprints.items())
+                           if fitted.rubric_fingerprints.get(category, fingerprint) != fingerprint]
+        return mismatches, unchecked
+
+    def check_fit(self, path: str | Path, judge: str, judge_fingerprint: str | None, rubrics: dict, allow_mismatch: bool = False) -> list[str]:
+        """Refuses the map (UsageError) for a judge (named `judge` in the message; its weights' fingerprint) or rubrics
+        (category -> judge.prompts.Rubric, those scored) other than it was fitted on, unless `allow_mismatch`: a map of
+        one judge's scale applied to another's writes plausible numbers that mean nothing. The warnings for what is
+        applied anyway, or cannot be checked."""
+        mismatches, unchecked = self.fitted_elsewhere(judge_fingerprint, {c: rubric_fingerprint(r) for c, r in rubrics.items()})
+        if mismatches and not allow_mismatch:
+            raise UsageError(f"--calibrator {path} does not fit {judge}: {'; '.join(mismatches)}. A calibration map is one judge's and "
+                             "one rubric's: fit one on this judge's scores (judge-calibrate --predictions <its eval_result.json>), or give "
+                             "--allow_calibrator_mismatch to apply it anyway")
+        return ([f"--calibrator {path} applied although {m} (--allow_calibrator_mismatch)" for m in mismatches]
+                + [f"--calibrator {path} applied unchecked: {u}" for u in unchecked])
 
     def apply(self, value: float | None) -> float | None:
         """The calibrated score; None (a parse failure) stays None."""

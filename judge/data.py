@@ -187,6 +187,10 @@ class JudgeResult(BaseModel):
     n_tiles: int | None  # None: a server that does not say how it tiled the images (judge-score --backend openai)
     prompt_tokens: int
     generated_tokens: int
+    # Which judge and rubric scored it (judge/identity.py), so that a calibrator fitted on these records says
+    # whose scores it maps; None where not known (a judge behind a server, whose weights are not visible).
+    judge_fingerprint: str | None = None
+    rubric_fingerprint: str | None = None
 
     @field_validator("score_distribution", "expected_score", "calibrated_score")
     @classmethod

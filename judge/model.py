@@ -294,11 +294,7 @@ def load_tokenizer(path: Path, image_tokens: tuple[str, ...]) -> PreTrainedToken
 def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
     from peft import PeftModel
 
-    check_adapter_files(path)
-    base_path = adapter_base(path).path
-    if checkpoint_format(base_path) == "adapter":  # an adapter naming itself as its base recursed until Python gave up
-        raise CheckpointError(f"{path}/adapter_config.json: base_model_name_or_path {str(base_path)!r} is an adapter itself; "
-                              "give the checkpoint it was trained on, or merge that adapter first (judge-train merge)")
+    base_path = checked_adapter(path)
     base = load_judge(base_path, device, dtype)
     try:
         model = PeftModel.from_pretrained(base.model, path).eval()
@@ -311,6 +307,25 @@ def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
     check_adapter_weights(path, model)
     tokenizer = load_tokenizer(path, base.settings.images.image_tokens) if (path / "tokenizer_config.json").is_file() else base.tokenizer
     return Judge(model, tokenizer, read_settings(path, base.settings), "adapter")
+
+
+def checked_adapter(path: Path) -> Path:
+    """The base of the adapter at `path`, once the adapter's files are checked and the base is no adapter."""
+    check_adapter_files(path)
+    base_path = adapter_base(path).path
+    if checkpoint_format(base_path) == "adapter":  # an adapter naming itself as its base recursed until Python gave up
+        raise CheckpointError(f"{path}/adapter_config.json: base_model_name_or_path {str(base_path)!r} is an adapter itself; "
+                              "give the checkpoint it was trained on, or merge that adapter first (judge-train merge)")
+    return base_path
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The safetensors files whose weights make the judge at `path` (an adapter's, then its base's), checked
+    whole as load_judge checks them, before it loads them."""
+    if checkpoint_format(path) == "adapter":
+        base = checked_adapter(path)
+        return [path / ADAPTER_WEIGHTS, *safetensors_files(base)]
+    return safetensors_files(path)
 
 
 def check_adapter_files(path: Path) -> None:

@@ -31,7 +31,8 @@ import argparse
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 
     from mmjudge.calibration.analysis import Report
     from mmjudge.infer.options import ScoreOptions
+    from mmjudge.infer.progress import Bar
     from mmjudge.judge.calibrator import Calibrator
     from mmjudge.judge.data import JudgeResult
     from mmjudge.judge.formats import BenchmarkInput, Format
@@ -61,13 +63,14 @@ class Judge:
     """A judge model, loaded once with `Judge.load`, that scores samples by judge-score's protocol.
 
     Attributes: `path` (the checkpoint's folder), `model` (judge.model.Judge: the network, its tokenizer and
-    settings), `device`, and what `load` was given for scoring: `rubrics` (None: each input's own), `config`
-    and `options`.
+    settings), `device`, `fingerprint` (of its weights, judge/identity.py: each record names it, and a calibrator
+    fitted on another judge's records is refused), and what `load` was given for scoring: `rubrics` (None: each
+    input's own), `config` and `options`.
     """
 
     def __init__(self, path: Path, model: Model, device: str, rubrics: list[Path] | None = None, config: Path | None = None,
-                 options: dict[str, Any] | None = None):
-        self.path, self.model, self.device = path, model, device
+                 options: dict[str, Any] | None = None, fingerprint: str | None = None):
+        self.path, self.model, self.device, self.fingerprint = path, model, device, fingerprint
         self.rubrics = rubrics  # None: MMIE's for samples in memory, a benchmark format's for its files
         self.config = config  # None: the input's format preset (configs/score/), MMIE's defaults for MMIE
         self.options = options or {}  # ScoreOptions fields set by the caller, over the config
@@ -97,20 +100,23 @@ class Judge:
         options_for("mmie", config, options)  # every value that cannot work, refused before the weights load
         import torch
 
-        from mmjudge.judge.model import load_judge
+        from mmjudge.judge.identity import weights_fingerprint
+        from mmjudge.judge.model import load_judge, weight_files
 
         if isinstance(dtype, str) and dtype not in DTYPES:
             raise UsageError(f"--dtype {dtype}: one of {', '.join(DTYPES)}")
         device = checked_device(device or default_device())
         path = find_checkpoint(model_path, revision).path
+        fingerprint = weights_fingerprint(weight_files(path))
         model = load_judge(path, device, getattr(torch, dtype) if isinstance(dtype, str) else dtype)
-        return cls(path, model, device, rubric_paths(rubrics), by_name("score", config) if config else None, options)
+        return cls(path, model, device, rubric_paths(rubrics), by_name("score", config) if config else None, options, fingerprint)
 
     def __repr__(self) -> str:
         return f"Judge({str(self.path)!r}, device={self.device!r})"
 
     def score(self, samples: PathLike | Iterable[dict | Sample], *, input_dir: PathLike | None = None, format: str | None = None,
-              criteria_file: PathLike | None = None, calibrator: PathLike | Calibrator | None = None, progress: bool = True) -> list[dict]:
+              criteria_file: PathLike | None = None, calibrator: PathLike | Calibrator | None = None, allow_calibrator_mismatch: bool = False,
+              progress: bool = True) -> list[dict]:
         """Score samples, batched by the engine; the records judge-score writes to eval_result.json, in input order.
 
         samples: a file judge-score reads (MMIE's JSON or JSONL, or a MileBench, Inst-It or MEGA-Bench file),
@@ -122,7 +128,9 @@ class Judge:
         format: the file's benchmark format, mmie, milebench, instit or megabench (default: detected). (--format)
         criteria_file: MEGA-Bench's task rows, for its files only. (--criteria_file)
         calibrator: a judge-calibrate calibrator.json (or a Calibrator): adds calibrated_score, score_set and
-            escalate to each record. (--calibrator)
+            escalate to each record; refused (UsageError) when fitted on another judge's scores or another
+            rubric. (--calibrator)
+        allow_calibrator_mismatch: apply such a calibrator anyway, with a warning. (--allow_calibrator_mismatch)
         progress: show progress bars on stderr.
 
         Every problem of the input (a missing image, a record without an answer, a category no rubric
@@ -130,6 +138,7 @@ class Judge:
         """
         from mmjudge.infer.options import options_for
         from mmjudge.judge.calibrator import as_records, load_calibrator
+        from mmjudge.judge.identity import stamp
         from mmjudge.judge.prompts import rubric_problems
 
         with tempfile.TemporaryDirectory(prefix="mmjudge-images-") as images:
@@ -138,10 +147,14 @@ class Judge:
                 raise InputError(problems)
             options = options_for(fmt.name, self.config, self.options)
             if calibrator is not None:
-                calibrator = load_calibrator(calibrator, [bench.rubrics[c] for c in sorted({s.category for s in bench.samples})])
+                scored = {c: bench.rubrics[c] for c in sorted({s.category for s in bench.samples})}
+                where = calibrator if isinstance(calibrator, (str, Path)) else "(given)"
+                calibrator = load_calibrator(calibrator, list(scored.values()))
+                for warning in calibrator.check_fit(where, f"the judge {self.path}", self.fingerprint, scored, allow_calibrator_mismatch):
+                    warnings.warn(warning, stacklevel=2)
             indexed = list(enumerate(bench.samples))
             results = {r.id: r for batch in self.score_batches(indexed, bench.rubrics, options, image_root, progress) for r in batch}
-        return as_records([results[s.id] for s in bench.samples], calibrator)
+        return as_records(stamp([results[s.id] for s in bench.samples], self.fingerprint, bench.rubrics), calibrator)
 
     def score_one(self, question: str | list[dict], answer: str | list[dict], images: Sequence[PathLike | Image.Image] = (), *,
                   category: str | None = None, reference: str | None = None, model: str | None = None, **score_args) -> dict:
@@ -162,21 +175,21 @@ class Judge:
         return self.score([record], **{"progress": False, **score_args})[0]
 
     def score_batches(self, samples: list[tuple[int, Sample]], rubrics: dict[str, Rubric], options: ScoreOptions, input_dir: PathLike,
-                      progress: bool = False) -> Iterator[list[JudgeResult]]:
+                      progress: bool | Callable[[str], Bar] = False) -> Iterator[list[JudgeResult]]:
         """The engine (infer/engine.py) on samples already checked, each with its index in the input: their
         results a batch at a time as they finish, in no set order. judge-score's local backend scores
-        through this with its journal; `score` is this plus reading and checking the input."""
-        from tqdm import tqdm
-
+        through this with its journal; `score` is this plus reading and checking the input. `progress`: bars
+        of these samples on stderr, or none; or what makes each bar (judge-score's count every rank's samples)."""
         from mmjudge.infer.engine import Scorer, prepare
+        from mmjudge.infer.progress import Bar, counted
 
+        bar = progress if callable(progress) else (lambda what: Bar(what, len(samples), show=progress))
         scorer = Scorer(self.model, rubrics, options, self.device)
-        preparing = tqdm(samples, unit="sample", desc="preparing", disable=not progress, file=sys.stderr)
-        items = prepare(self.model, preparing, rubrics, Path(input_dir), options)
-        with tqdm(total=len(items), unit="sample", desc="scoring", disable=not progress, file=sys.stderr) as bar:
-            for batch in scorer.run(items):
+        with bar("preparing") as preparing:
+            items = prepare(self.model, counted(samples, preparing), rubrics, Path(input_dir), options)
+        with bar("scoring") as scoring:  # moved by every token written, so that a batch of all the samples moves it too
+            for batch in scorer.run(items, progress=scoring.update):
                 yield [result for _, result in batch]
-                bar.update(len(batch))
 
     def _read(self, samples, input_dir, format_name, criteria_file, images: Path) -> tuple[Format, BenchmarkInput, Path]:
         """The input as judge-score reads it: a file through its format, records as MMIE samples (their PIL
@@ -370,7 +383,8 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
 
 
 def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict]] | dict[str, PathLike | list[dict]],
-              human: PathLike | list[dict], *, names: Sequence[str] | None = None, output_dir: PathLike | None = None, **options) -> Report:
+              human: PathLike | list[dict], *, names: Sequence[str] | None = None, output_dir: PathLike | None = None,
+              calibrator_of: str | None = None, **options) -> Report:
     """How far one or more judges agree with people, and the calibration maps (judge-calibrate). Imports no torch.
 
     predictions: one judge's predictions, as a file (judge-score's eval_result.json, a JSON list of {id,
@@ -381,6 +395,7 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
     names: a name per judge (default: the dict's keys, the files' names, or judge, judge_2, ...). (--names)
     output_dir: where report.json, report.md, report.html, plots/ and calibrator.json go (default: nowhere,
         the report is only returned). (--output_dir)
+    calibrator_of: the judge (by its name) whose map calibrator.json holds (default: the first). (--calibrator_of)
     **options: calibration.analysis.Options' fields, with judge-calibrate's defaults: criteria, group_by
         (--by), bootstrap, seed, fit, folds, scale ((low, high) or (low, high, step)), overall, coverage,
         target_agreement, agreement.
@@ -404,6 +419,8 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
         problems.append(f"judge names must differ, got {names}: give --names")
     elif len({slug(n) for n in names}) != len(names):  # their plots and calibrator files would overwrite each other
         problems.append(f"judge names {names} give the same file names {[slug(n) for n in names]}: give --names that differ in letters or digits")
+    elif calibrator_of is not None and calibrator_of not in names:
+        problems.append(f"--calibrator_of {calibrator_of}: no judge of that name; the judges are {', '.join(names)}")
     if problems:
         raise UsageError("; ".join(problems))
     out = Path(output_dir) if output_dir is not None else None
@@ -417,11 +434,12 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
     opts = replace(opts, criteria=compared_criteria(ratings, opts.criteria, human_name))
     report, paired = analyse(ratings, opts, human_name, coverage_notes(ratings, human_name))
     calibrators = {name: j.calibration.calibrator for name, j in report.judges.items() if j.calibration and j.calibration.calibrator}
-    report.calibrator_of = next(iter(calibrators), None)
+    chosen = calibrator_of or next(iter(calibrators), None)
+    report.calibrator_of = chosen if chosen in calibrators else None
     if out is None:
         return report
-    written = {name: [*(["calibrator.json"] if k == 0 else []), *([f"calibrator_{slug(name)}.json"] if len(report.judges) > 1 else [])]
-               for k, name in enumerate(calibrators)}
+    written = {name: [*(["calibrator.json"] if name == report.calibrator_of else []), *([f"calibrator_{slug(name)}.json"] if len(report.judges) > 1 else [])]
+               for name in calibrators}
     with locked(out, "judge-calibrate"):
         # An earlier run's map must not stay beside a report that fitted none (or another judge's): judge-score
         # --calibrator would apply it. No input is among them (overwritten_inputs refused that above).

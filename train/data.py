@@ -15,6 +15,7 @@ the first annotator's `feedback`. The individual ratings stay in the file for `j
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
@@ -22,6 +23,7 @@ from statistics import mean
 import torch
 from datasets import Dataset
 
+from mmjudge.infer.progress import Bar, counted
 from mmjudge.judge.backbones import Backbone
 from mmjudge.judge.data import Annotation, InputError, Problem, UsageError, load_annotations
 from mmjudge.judge.model import Judge
@@ -116,7 +118,8 @@ def build_dataset(
 ) -> Dataset:
     """Encode every rated sample; any that is still longer than max_length is an error naming it."""
     rated = merge_annotators(annotations)
-    rows = [encode(judge, r, rubrics[r.annotation.category], image_root, image_token_budget) for r in rated]
+    with Bar("encoding", len(rated), rank=int(os.environ.get("RANK", "0"))) as bar:  # every rank encodes them all
+        rows = [encode(judge, r, rubrics[r.annotation.category], image_root, image_token_budget) for r in counted(rated, bar)]
     too_long = [Problem(source, f"{row['length']} tokens after image-token budgeting exceed max_length {max_length}; "
                                 "raise max_length or lower image_token_budget / max_tiles", r.index, r.annotation.id)
                 for r, row in zip(rated, rows) if row["length"] > max_length]

@@ -11,20 +11,26 @@ eval_history.json are the ones judge-calibrate would report.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import sys
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from peft import LoraConfig, get_peft_model
+from tqdm.auto import tqdm
 from transformers import Trainer, TrainingArguments, set_seed
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers.utils import logging as transformers_logging
 
 from mmjudge.calibration.stats import agreement_table
 from mmjudge.infer.engine import Scorer, prepare
 from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.progress import Bar
 from mmjudge.judge.data import SCORE_FIELDS, Annotation, JudgeResult, UsageError, write_json_atomically
 from mmjudge.judge.backbones import backbone_of
 from mmjudge.judge.hub import Checkpoint
@@ -117,6 +123,10 @@ class JudgeTrainer(Trainer):
 
     def __init__(self, *args, judge: Judge, rubrics: dict[str, Rubric], image_root: Path, cfg: TrainConfig, history_file: Path, **kwargs):
         super().__init__(*args, **kwargs)  # eval_dataset: the held-out annotations themselves
+        # Short lines instead of the Trainer's dicts of every logged value as strings
+        self.remove_callback(ProgressCallback)
+        self.remove_callback(PrinterCallback)
+        self.add_callback(TrainingLines())
         self.judge, self.rubrics = judge, rubrics
         self.image_root, self.cfg, self.history_file = image_root, cfg, history_file
         self._evaluated: tuple[int, dict] | None = None  # (step, metrics): the Trainer may ask twice per step
@@ -150,6 +160,7 @@ class JudgeTrainer(Trainer):
         flat = {f"{metric_key_prefix}_{k}": v for k, v in flat_metrics(metrics).items()}
         if self.is_world_process_zero():
             append_history(self.history_file, {"step": self.state.global_step, "epoch": self.state.epoch, **metrics})
+            tqdm.write(evaluation_line(self.state.global_step, self.state.epoch, metrics), file=sys.stderr)
         self.log(flat)
         self._evaluated = (self.state.global_step, flat)
         return flat
@@ -167,9 +178,11 @@ def evaluate_judge(judge: Judge, annotations: list[Annotation], rubrics, image_r
     options = evaluation_options(cfg)
     rated = merge_annotators(annotations)
     items = prepare(judge, [(i, r.annotation) for i, r in enumerate(rated)], rubrics, image_root, options)
-    results = {r.id: r for batch in Scorer(judge, rubrics, options, device).run(items) for _, r in batch}
+    # Every rank scores every item: rank 0's bar is the whole evaluation.
+    with Bar("evaluating", len(items), rank=int(os.environ.get("RANK", "0")), leave=False) as bar:
+        results = {r.id: r for batch in Scorer(judge, rubrics, options, device).run(items, progress=bar.update) for _, r in batch}
     model.train(was_training)
-    metrics = {"parse_failures": sum(r.score is None for r in results.values())}
+    metrics = {"samples": len(results), "parse_failures": sum(r.score is None for r in results.values())}
     for name in SCORE_FIELDS:
         pairs = [(_judge_value(results[r.annotation.id], name), r.scores[name]) for r in rated if name in r.scores]
         pairs = [(j, h) for j, h in pairs if j is not None]
@@ -194,6 +207,76 @@ def _judge_value(result: JudgeResult, name: str):
 # or -1 where it is undefined (e.g. nothing parsed yet), the lowest rank. pearson_overall itself is logged
 # only where measured, so that -1 is never reported as a measurement.
 RANKED_BY = "ranking_pearson_overall"
+
+
+def evaluation_line(step: int, epoch: float | None, metrics: dict) -> str:
+    """One evaluation in a line: the overall agreement that chooses the checkpoint, and how much parsed."""
+    overall = metrics.get("overall", {})
+    shown = [("Pearson", "pearson", "{:.3f}"), ("MSE", "mse", "{:.3f}"), ("quadratic κ", "quadratic_kappa", "{:.3f}"),
+             ("exact agreement", "exact_agreement", "{:.0%}")]
+    if all(overall.get(key) is None for _, key, _ in shown):
+        figures = "Pearson, MSE, quadratic κ and exact agreement undefined"
+    else:
+        figures = ", ".join(f"{label} {'undefined' if overall.get(key) is None else form.format(overall[key])}" for label, key, form in shown)
+    samples = metrics.get("samples")
+    parsed = f"{samples - metrics['parse_failures']} of {samples}" if samples is not None else f"{metrics['parse_failures']} failed"
+    when = f"step {step}" + (f" (epoch {epoch:.2f})" if epoch is not None else "")
+    return f"evaluation at {when}: overall {figures}; outputs parsed: {parsed}"
+
+
+class TrainingLines(ProgressCallback):
+    """The Trainer's bar, named, with a short line per log instead of the dict of every value: loss, learning
+    rate and gradient norm while training, the run's time and mean loss at its end. Evaluations are
+    JudgeTrainer.evaluate's own line."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.training_bar = tqdm(total=state.max_steps, desc="training", unit="step", dynamic_ncols=True)
+        self.current_step = 0
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or self.training_bar is None:
+            return
+        if "loss" in logs:
+            self.training_bar.write(f"step {state.global_step}/{state.max_steps} (epoch {logs.get('epoch', state.epoch):.2f}): loss {logs['loss']:.4f}, "
+                                    f"learning rate {logs.get('learning_rate', float('nan')):.2e}, gradient norm {logs.get('grad_norm', float('nan')):.3f}",
+                                    file=sys.stderr)
+        elif "train_runtime" in logs:
+            self.training_bar.write(f"trained {state.global_step} steps in {logs['train_runtime']:.0f}s "
+                                    f"({logs.get('train_steps_per_second', 0):.2f} steps/s), mean loss {logs.get('train_loss', float('nan')):.4f}",
+                                    file=sys.stderr)
+
+
+# Library messages that every run printed and that say nothing about it: each silenced by its own words, so
+# that any other message of the same library still shows.
+HARMLESS_LOGS = {
+    # DeepSpeed's accelerator detection, when the Trainer imports it on a machine without CUDA: a CPU run is a
+    # CPU run by choice (training_arguments' use_cpu), not a GPU that went unseen.
+    "DeepSpeed": "Setting accelerator to CPU. If you have GPU or other accelerator, we were unable to detect it.",
+}
+HARMLESS_WARNINGS = [
+    # PEFT's get_peft_model (every LoRA run) reads transformers' `is_gradient_checkpointing`, which transformers 5
+    # deprecates: PEFT's to change, nothing a user of judge-train can do or needs to know.
+    (FutureWarning, r"`is_gradient_checkpointing` is deprecated"),
+]
+
+
+class _Harmless(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != HARMLESS_LOGS.get(record.name)
+
+
+HARMLESS = _Harmless()
+
+
+def quiet_known_noise() -> None:
+    """Silence HARMLESS_LOGS and HARMLESS_WARNINGS, and transformers' own progress bars ("Writing model shards"
+    at every checkpoint, "Loading weights"): a second bar for seconds of work, drawn under the training bar."""
+    for name in HARMLESS_LOGS:
+        logging.getLogger(name).addFilter(HARMLESS)  # once: a logger keeps one of each filter
+    for category, message in HARMLESS_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    transformers_logging.disable_progress_bar()
 
 
 def append_history(history_file: Path, evaluation: dict) -> None:
@@ -250,6 +333,7 @@ def train(base: Checkpoint, annotations: tuple[list[Annotation], list[Annotation
           output_dir: Path, rubrics: dict[str, Rubric], cfg: TrainConfig, deepspeed: str | None, resume: bool) -> dict:
     """Fine-tune `base` on the (training, held-out) annotations read from train_file and the eval file."""
     train_annotations, eval_annotations = annotations
+    quiet_known_noise()
     output_dir.mkdir(parents=True, exist_ok=True)
     judge = load_judge(base.path, "cpu", torch.bfloat16 if torch.cuda.is_available() else torch.float32)
     use_fused_kernels(judge.model, "cuda" if torch.cuda.is_available() else "cpu")  # the Trainer moves it to the GPU

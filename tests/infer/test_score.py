@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
 # The record of eval_result.json as the README documents it, in this order.
 DOCUMENTED_KEYS = ["id", "model", "category", "feedback", "score", "criteria", "score_distribution", "expected_score",
-                   "parse_error", "truncated", "n_images", "n_tiles", "prompt_tokens", "generated_tokens"]
+                   "parse_error", "truncated", "n_images", "n_tiles", "prompt_tokens", "generated_tokens", "judge_fingerprint", "rubric_fingerprint"]
 
 
 @pytest.fixture(scope="module")
@@ -313,6 +314,9 @@ def test_torchrun_two_processes_merge_to_the_single_process_result(dataset, tmp_
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in (tmp_path / "multi").glob("*.journal.*")) == ["eval_result.json.journal.rank0.jsonl", "eval_result.json.journal.rank1.jsonl"]
+    # rank 0's bars count both ranks' samples, not its own 4
+    assert re.search(r"preparing: 100%\|\S+\| 8/8 ", proc.stderr) and re.search(r"scoring: 100%\|\S+\| 8/8 ", proc.stderr)
+    assert not re.search(r"\| \d+/4 ", proc.stderr)
     multi, single = read(tmp_path / "multi"), read(tmp_path / "single")
     # Other batches (and threads) add floats in another order: distributions agree to float precision.
     inexact = ("score_distribution", "expected_score")

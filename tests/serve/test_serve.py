@@ -139,8 +139,10 @@ def test_judge_score_through_the_server_and_v1_score_give_the_records_judge_scor
     # score heading appended to the judge's own tokens, which a chat API cannot do (README): none remotely.
     assert all(r["parse_error"] for r in local)
     assert all(r["score_distribution"] is None and r["expected_score"] is None for r in remote)
-    same = lambda r: {k: v for k, v in r.items() if k not in ("score_distribution", "expected_score")}  # noqa: E731
+    # judge-score stamps the judge (its weights' fingerprint, which a server does not show) and the rubric; /v1/score neither
+    same = lambda r: {k: v for k, v in r.items() if k not in ("score_distribution", "expected_score", "judge_fingerprint", "rubric_fingerprint")}  # noqa: E731
     assert [same(r) for r in remote] == [same(r) for r in local]  # feedback, token counts and tiles included
+    assert [r["rubric_fingerprint"] for r in remote] == [r["rubric_fingerprint"] for r in local] and remote[0]["judge_fingerprint"] is None
     assert len({r["feedback"] for r in remote}) > 1
     summary = json.loads((tmp_path / "remote" / "summary.json").read_text())
     assert summary == json.loads((tmp_path / "local" / "summary.json").read_text())

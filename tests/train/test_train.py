@@ -2,6 +2,7 @@
 loads, resume at the right step, merge, and LoRA placement."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -275,7 +276,7 @@ def test_a_full_finetune_interrupted_and_resumed_ends_where_an_uninterrupted_run
     capsys.readouterr()
     assert train_main(train_args(base, data, tmp_path / "damaged", *args, "--resume")) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {damaged_checkpoint}: config.json describes a model of ") and "Traceback" not in err
+    assert err.splitlines()[-1].startswith(f"error: {damaged_checkpoint}: config.json describes a model of ") and "Traceback" not in err  # after the encoding bar
     # A LoRA run resuming a full fine-tune's checkpoint: refused, naming it.
     assert train_main(train_args(base, data, tmp_path / "stopped", *args, "--resume", "--no-full_finetune")) == 2
     assert f"{checkpoint.parent / 'checkpoint-4'}: --resume: the checkpoint holds fully fine-tuned weights, but this run trains a LoRA adapter" in capsys.readouterr().err
@@ -491,8 +492,8 @@ def test_a_scale_other_than_the_rubrics_is_refused_before_loading(data, tmp_path
 def test_lora_targets_that_name_no_layer_are_refused(base, data, tmp_path, capsys):
     # qkv_proj matches; the misspelt one alone would otherwise be skipped without a word
     assert train_main(train_args(base, data, tmp_path / "out", "--no-full_finetune", "--lora_targets", "qkv_proj", "o_prj")) == 2
-    assert capsys.readouterr().err.strip() == ("error: --lora_targets o_prj: no language-model layer of that name; "
-                                               "its linear layers are down_proj, gate_up_proj, o_proj, qkv_proj")
+    assert capsys.readouterr().err.strip().splitlines()[-1] == ("error: --lora_targets o_prj: no language-model layer of that name; "
+                                                                "its linear layers are down_proj, gate_up_proj, o_proj, qkv_proj")  # after the encoding bar
 
 
 @pytest.mark.parametrize("pearsons, said, best_step", [
@@ -535,3 +536,40 @@ def test_a_second_training_run_on_an_output_dir_in_use_is_refused(base, data, tm
     with locked(tmp_path / "out", "judge-train"):
         assert train_main(train_args(base, data, tmp_path / "out")) == 2
     assert f"--output_dir {tmp_path / 'out'} is in use by judge-train" in capsys.readouterr().err
+
+
+def test_an_evaluation_line_spells_undefined_and_never_minus_one():
+    from mmjudge.train.recipe import evaluation_line
+
+    nothing = {"samples": 80, "parse_failures": 80, **{name: {"n": 0, "pearson": None, "mse": None} for name in SCORE_FIELDS}}
+    assert evaluation_line(10, 0.333, nothing) == ("evaluation at step 10 (epoch 0.33): overall Pearson, MSE, quadratic κ and exact "
+                                                   "agreement undefined; outputs parsed: 0 of 80")
+    some = {"samples": 80, "parse_failures": 2, "overall": {"n": 78, "pearson": 0.98966, "mse": 0.08125, "quadratic_kappa": None,
+                                                            "exact_agreement": 0.85}}
+    assert evaluation_line(240, 8.0, some) == ("evaluation at step 240 (epoch 8.00): overall Pearson 0.990, MSE 0.081, quadratic κ "
+                                               "undefined, exact agreement 85%; outputs parsed: 78 of 80")
+
+
+@pytest.mark.slow
+def test_a_run_prints_short_lines_and_no_known_harmless_warning(base, data, tmp_path):
+    """judge-train as a user runs it, in a process of its own (DeepSpeed warns once per process): a named bar
+    for training and one for each evaluation, a line per log and per evaluation, and none of the Trainer's
+    dicts of strings, of its -1 for an undefined Pearson, or of the library warnings known to be harmless."""
+    import subprocess
+    import sys
+
+    args = train_args(base, data, tmp_path / "judge", "--max_steps", "2", "--save_steps", "1", "--eval_file", str(data / "heldout.json"),
+                      "--eval_max_new_tokens", "4", "--no-full_finetune")  # LoRA: PEFT's path too
+    done = subprocess.run([sys.executable, "-m", "mmjudge.train.cli", *args], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stderr.replace("\r", "\n").splitlines() if line.strip()]
+    assert [line for line in lines if line.startswith("step ")] == [line for line in lines if re.match(r"step [12]/2 \(epoch", line)]
+    assert len([line for line in lines if line.startswith("step ")]) == 2
+    evaluations = [line for line in lines if line.startswith("evaluation at step")]
+    assert [re.sub(r"epoch [\d.]+", "epoch E", e.split(":")[0]) for e in evaluations] == ["evaluation at step 1 (epoch E)", "evaluation at step 2 (epoch E)"]
+    assert all(re.search(r"undefined; outputs parsed: 0 of [1-9]$", e) for e in evaluations), evaluations  # a random judge writes no score
+    assert any(line.startswith("training: 100%") for line in lines) and any(line.startswith("evaluating: ") for line in lines)
+    assert any(line.startswith("trained 2 steps in ") for line in lines)
+    everything = done.stdout + done.stderr
+    assert "{'" not in everything and "-1" not in everything
+    assert "Setting accelerator to CPU" not in everything and "is_gradient_checkpointing" not in everything and "Warning" not in everything
