@@ -5,9 +5,10 @@
 
 Prefill: a group of prompts of similar length runs as one right-padded batch. Right padding puts every
 pad after its row's last token, so causal attention alone keeps the pads out of every real token's view:
-no padding mask is needed, and attention runs its causal flash kernel. Each row's position ids are its own
-(pads repeat the row's last position), so each row gets its own long-rope regime (judge/rope.py). The
-group's keys and values go straight into the rows' slots.
+no padding mask is needed, and attention runs its causal flash kernel. Each row's rotary positions are its
+own, by its backbone's rule (judge/backbones/: 1-D places for InternVL, 3-D M-RoPE for Qwen-VL; pads repeat
+the row's last position), so each row gets its own long-rope regime (judge/rope.py) and its own image grid.
+The group's keys and values go straight into the rows' slots.
 
 Chunked prefill (a server's: `prefill_budget`, vLLM's max_num_batched_tokens): an engine step prefills at
 most that many prompt tokens beside its decoding step. Whole prompts are grouped within it; a longer one is
@@ -16,8 +17,9 @@ so that the other rows go on decoding meanwhile and a cancelled prompt leaves at
 rotary positions take the regime of the whole prompt (its last position rides along with the chunk's), so
 a chunked prompt is encoded as its unchunked prefill encodes it, on either side of a long-rope switch.
 
-Decoding: one token per busy slot and step, each row at its own position, attending to its own slot up to
-that position. On a GPU each step is a CUDA graph (one per cache width in steps of `WIDTH_STEP`), so a
+Decoding: one token per busy slot and step, each row at its own place in its slot (and at its own rotary
+position: the place plus the row's M-RoPE delta), attending to its own slot up to that place. On a GPU each
+step is a CUDA graph (one per cache width in steps of `WIDTH_STEP`), so a
 step costs the kernels' time rather than Python's. A row that finishes leaves its slot at once and the
 next prompt is prefilled into it, so the batch stays full instead of waiting for its longest answer.
 
@@ -65,6 +67,9 @@ from typing import NamedTuple
 import torch
 
 from mmjudge.infer.grammar import Grammar, Matcher, allowed_tokens, token_masks
+from mmjudge.judge.backbones import backbone_of
+from mmjudge.judge.rope import context_length
+from mmjudge.judge.vision import Pixels
 
 # Prefill groups hold at most this many tokens, padding included: enough rows for the matrix units to run
 # at full rate, few enough that the group's activations stay small beside the KV cache.
@@ -87,7 +92,7 @@ class Sampling:
 class Request:
     index: int
     input_ids: torch.Tensor  # 1-D prompt
-    pixels: Future | None = None  # its tiles (n, 3, h, w) in prompt order, or None; set when its turn nears
+    pixels: Future | None = None  # -> its images' Pixels in prompt order, or None; set when its turn nears
     max_new_tokens: int | None = None  # its own limit (cut to the context less the prompt); None: generate's
     sampling: Sampling = Sampling()
     n: int = 1  # independent answers ("choices"); the prompt is prefilled once, into n slots
@@ -166,6 +171,7 @@ class _Row:
     matcher: Matcher | None = None  # where its text stands in its request's grammar
     uniform: float = 0.0  # what its next token is drawn with
     finish_reason: str = "length"
+    delta: int = 0  # its rotary position less its place, for the tokens it writes (M-RoPE; 0 otherwise)
     tokens: list[int] = field(default_factory=list)
     logits: list[torch.Tensor] = field(default_factory=list)
     top: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # each step's (log-probabilities, ids)
@@ -200,6 +206,7 @@ class SlotCache:
         self.values = torch.zeros(shape, dtype=dtype, device=device)
         self.rows = torch.arange(slots, device=device)
         self.positions = torch.zeros(slots, dtype=torch.long, device=device)  # decoding: each slot's write position
+        self.deltas = torch.zeros(slots, dtype=torch.long, device=device)  # decoding: each slot's rotary position less its place
         self.width = capacity
         # while prefilling: (row of the group, slot, start, length) of what each slot takes
         self.prefill: list[tuple[int, int, int, int]] | None = None
@@ -227,22 +234,22 @@ class Decoder:
     """Decoding (module docstring) with one model. `columns` are the vocabulary entries whose logits
     are recorded at every written token (a judge's score tokens); `suppress` are never written."""
 
-    def __init__(self, model: torch.nn.Module, *, device, pad_id: int, stop_id: int | None, suppress: list[int],
+    def __init__(self, model: torch.nn.Module, *, device, pad_id: int, stop_ids: tuple[int, ...], suppress: list[int],
                  columns: torch.Tensor, token_budget: int | None, prefill_budget: int | None = None, cuda_graphs: bool = True):
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.vlm, self.lm_head = base.model, base.lm_head
         self.lm = self.vlm.language_model
         self.config = self.lm.config
+        self.backbone = backbone_of(base.config)
         self.device = torch.device(device)
         self.dtype = self.lm.embed_tokens.weight.dtype
-        self.pad_id, self.stop_id = pad_id, stop_id
+        self.pad_id, self.stop_ids = pad_id, frozenset(stop_ids)
         self.suppress = torch.tensor(suppress, dtype=torch.long, device=self.device)
         self.columns = columns.to(self.device)
         self.vocab_size = self.config.vocab_size  # the output layer's rows (its weight may be partitioned, under ZeRO-3)
-        self.image_token_id = base.config.image_token_id
         self.token_budget = token_budget
         self.prefill_budget = prefill_budget  # prompt tokens an engine step prefills at most; None: whole prompts, no chunks
-        self.context = self.config.max_position_embeddings  # prompt and new tokens together, at most
+        self.context = context_length(self.config)  # prompt and new tokens together, at most
         self.cache_argument = _cache_argument(self.lm.layers[0])
         # Graphs need every weight in place: not under ZeRO-3, whose hooks gather weights as each layer runs.
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda" and not any(hasattr(p, "ds_id") for p in model.parameters())
@@ -252,24 +259,32 @@ class Decoder:
 
     # -- the model, driven by hand --------------------------------------------------------------------
 
-    def _embed(self, input_ids: torch.Tensor, pixels: torch.Tensor | None) -> torch.Tensor:
+    def _embed(self, input_ids: torch.Tensor, pixels: Pixels | None) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """The prompts' input embeddings, the image tokens' replaced by the vision tower's features, and the
+        backbone's DeepStack features for the image tokens, if it has them."""
         embeds = self.lm.embed_tokens(input_ids)
-        if pixels is not None:
-            features = self.vlm.get_image_features(pixel_values=pixels, return_dict=True).pooler_output
-            placeholders = (input_ids == self.image_token_id).unsqueeze(-1)
-            embeds = embeds.masked_scatter(placeholders, features.to(embeds.dtype))
-        return embeds
+        if pixels is None:
+            return embeds, None
+        features, deepstack = self.backbone.features(self.vlm, pixels)
+        placeholders = (input_ids == self.backbone.image_token_id).unsqueeze(-1)
+        return embeds.masked_scatter(placeholders, features.to(embeds.dtype)), deepstack
 
-    def _layers(self, hidden: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor | None, cache: SlotCache | None,
+    def _layers(self, hidden: torch.Tensor, places: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor | None,
+                cache: SlotCache | None, deepstack: list[torch.Tensor] | None = None, images: torch.Tensor | None = None,
                 reach: torch.Tensor | None = None) -> torch.Tensor:
-        """The decoder layers and the final norm. `reach`: positions that ride along with `position_ids` for
-        the rotary embedding alone (a chunk's prompt's last position: judge/rope.py picks a row's regime by its
-        largest position), their embeddings dropped."""
-        cos, sin = self.lm.rotary_emb(hidden, position_ids=position_ids if reach is None else torch.cat([position_ids, reach], dim=-1))
+        """The decoder layers and the final norm over `hidden` at `places` (batch, length) with the rotary
+        positions `rotary` ((batch, length), or (3, batch, length) for M-RoPE); DeepStack features are added to
+        the image tokens (`images`, a mask) after the early layers, as the native model adds them. `reach`:
+        rotary positions that ride along with `rotary` for the rotary embedding alone (a chunk's prompt's last
+        position: judge/rope.py picks a row's regime by its largest position), their embeddings dropped."""
+        cos, sin = self.lm.rotary_emb(hidden, position_ids=rotary if reach is None else torch.cat([rotary, reach], dim=-1))
         position_embeddings = (cos[..., : hidden.shape[1], :], sin[..., : hidden.shape[1], :])
-        for layer in self.lm.layers[: self.config.num_hidden_layers]:
-            hidden = layer(hidden, attention_mask=mask, position_ids=position_ids, position_embeddings=position_embeddings,
+        for index, layer in enumerate(self.lm.layers[: self.config.num_hidden_layers]):
+            hidden = layer(hidden, attention_mask=mask, position_ids=places, position_embeddings=position_embeddings,
                            **{self.cache_argument: cache})
+            if deepstack is not None and index < len(deepstack):
+                hidden = hidden.clone()
+                hidden[images] = hidden[images] + deepstack[index].to(hidden.dtype)
         return self.lm.norm(hidden)
 
     def _head(self, hidden: torch.Tensor, logprobs: int, draws: Draws | None, masks: torch.Tensor | None) -> Step:
@@ -305,15 +320,24 @@ class Decoder:
         for sequence, request in enumerate(requests):
             input_ids[sequence, : len(request.input_ids)] = request.input_ids
         # pads repeat their row's last position, so that no row's largest position is another's
-        position_ids = torch.minimum(torch.arange(width), (lengths - 1)[:, None])
-        pixels = [p for r in requests if (p := r.pixels.result()) is not None]
-        input_ids, position_ids = input_ids.to(self.device), position_ids.to(self.device)
+        places = torch.minimum(torch.arange(width), (lengths - 1)[:, None])
+        images = [r.pixels.result() for r in requests]
+        rotary = []
+        for rows, request, pixels in zip(group, requests, images):
+            positions, delta = self.backbone.positions(request.input_ids, None if pixels is None else pixels.grids)
+            rotary.append(positions[:, places[len(rotary)]])  # (axes, width): pads repeat the last position
+            for row in rows:
+                row.delta = delta
+        rotary = torch.stack(rotary, dim=1)  # (axes, batch, width)
+        rotary = rotary if self.backbone.mrope else rotary[0]
+        input_ids, places, rotary = input_ids.to(self.device), places.to(self.device), rotary.to(self.device)
         # each copied from its own pinned buffer (a concatenation on the host would not be pinned)
-        pixel_values = torch.cat([p.to(self.device, self.dtype, non_blocking=True) for p in pixels]) if pixels else None
+        pixels = Pixels.cat([p.to(self.device, self.dtype, non_blocking=True) for p in images if p is not None])
         if cache is not None:
             cache.prefill = [(sequence, row.slot, 0, int(lengths[sequence])) for sequence, rows in enumerate(group) for row in rows]
         try:
-            hidden = self._layers(self._embed(input_ids, pixel_values), position_ids, None, cache)
+            embeds, deepstack = self._embed(input_ids, pixels)
+            hidden = self._layers(embeds, places, rotary, None, cache, deepstack, input_ids == self.backbone.image_token_id)
         finally:
             if cache is not None:
                 cache.prefill = None
@@ -326,16 +350,24 @@ class Decoder:
                           None if draws is None else draws.to(self.device), None if masks is None else masks.to(self.device))
 
     @torch.no_grad()
-    def _prefill_chunk(self, rows: list[_Row], cache: SlotCache, embeds: torch.Tensor, end: int) -> torch.Tensor:
+    def _prefill_chunk(self, rows: list[_Row], cache: SlotCache, prompt: _ChunkedPrompt, end: int) -> torch.Tensor:
         """The next chunk of the rows' prompt, from their position to `end`: its keys and values go to every
         row's slot after the chunks before it, which it attends to through the first row's slot. The hidden
         state of its last position."""
-        start, prompt = rows[0].position, len(rows[0].request.input_ids)
-        position_ids = torch.arange(start, end, device=self.device)[None]
-        mask = (torch.arange(end, device=self.device) <= position_ids[..., None])[:, None]  # (1, 1, chunk, end): causal
+        start = rows[0].position
+        places = torch.arange(start, end, device=self.device)[None]
+        rotary, reach = prompt.positions[:, None, start:end], prompt.positions[:, None, -1:]
+        if not self.backbone.mrope:
+            rotary, reach = rotary[0], reach[0]
+        images = prompt.images[None, start:end]
+        deepstack = None
+        if prompt.deepstack is not None:  # the features of the chunk's image tokens: those after the chunks before it
+            before, count = int(prompt.images[:start].sum()), int(images.sum())
+            deepstack = [features[before:before + count] for features in prompt.deepstack]
+        mask = (torch.arange(end, device=self.device) <= places[..., None])[:, None]  # (1, 1, chunk, end): causal
         cache.prefill, cache.chunk = [(0, row.slot, start, end - start) for row in rows], (rows[0].slot, end)
         try:
-            hidden = self._layers(embeds[:, start:end], position_ids, mask, cache, reach=torch.tensor([[prompt - 1]], device=self.device))
+            hidden = self._layers(prompt.embeds[:, start:end], places, rotary, mask, cache, deepstack, images, reach=reach)
         finally:
             cache.prefill, cache.chunk = None, None
         self.prefills += 1
@@ -345,9 +377,10 @@ class Decoder:
     @torch.no_grad()
     def _step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, logprobs: int) -> Step:
         """One decoding step of every slot: tokens (slots,) at cache.positions."""
-        positions = cache.positions[:, None]
-        mask = (torch.arange(cache.width, device=self.device) <= positions)[:, None, None, :]
-        hidden = self._layers(self.lm.embed_tokens(tokens[:, None]), positions, mask, cache)
+        places = cache.positions[:, None]
+        rotary = places + cache.deltas[:, None]
+        mask = (torch.arange(cache.width, device=self.device) <= places)[:, None, None, :]
+        hidden = self._layers(self.lm.embed_tokens(tokens[:, None]), places, rotary.expand(3, -1, -1) if self.backbone.mrope else rotary, mask, cache)
         return self._head(hidden[:, -1], logprobs, draws, masks)
 
     def _masks(self, rows: list[_Row | None]) -> torch.Tensor | None:
@@ -523,8 +556,13 @@ class Decoder:
         for row in self._rows(request, choices, free, 0, max_new_tokens):
             lane.slots[row.slot] = row
         pixels = request.pixels.result()
+        positions, delta = self.backbone.positions(request.input_ids, None if pixels is None else pixels.grids)
+        for row in lane.chunking():
+            row.delta = delta
+        input_ids = request.input_ids[None].to(self.device)
         with torch.no_grad():
-            lane.embeds = self._embed(request.input_ids[None].to(self.device), None if pixels is None else pixels.to(self.device, self.dtype))
+            embeds, deepstack = self._embed(input_ids, None if pixels is None else pixels.to(self.device, self.dtype))
+        lane.prompt = _ChunkedPrompt(embeds, positions.to(self.device), deepstack, input_ids[0] == self.backbone.image_token_id)
         return self._chunk(lane, tokens, follow_up, logprobs), tokens
 
     def _chunk(self, lane: _Lane, tokens: int, follow_up, logprobs) -> list[Completion]:
@@ -533,12 +571,12 @@ class Decoder:
         rows = lane.chunking()
         prompt = len(rows[0].request.input_ids)
         end = min(prompt, rows[0].position + max(1, tokens))
-        hidden = self._prefill_chunk(rows, lane.cache, lane.embeds, end)
+        hidden = self._prefill_chunk(rows, lane.cache, lane.prompt, end)
         for row in rows:
             row.position = end
         if end < prompt:
             return []
-        lane.embeds = None
+        lane.prompt = None
         for row in rows:
             row.draw()
         draws, masks = _draws(rows), self._masks(rows)
@@ -559,6 +597,7 @@ class Decoder:
         width = min(lane.capacity, -(-max(row.position + 1 for row in rows if row) // WIDTH_STEP) * WIDTH_STEP)
         # a slot being prefilled in chunks is written at the position where its next chunk starts, which that chunk overwrites
         lane.cache.positions.copy_(torch.tensor([row.position if row else 0 for row in lane.slots]))
+        lane.cache.deltas.copy_(torch.tensor([row.delta if row else 0 for row in lane.slots]))
         outputs = self._run_step(lane.cache, lane.tokens, _draws(rows), self._masks(rows), width, lane.graphs, logprobs).rows()
         finished = []
         for slot, row in enumerate(rows):
@@ -583,7 +622,7 @@ class Decoder:
                 finished += [_completion(row)] if row.tokens else _cancelled_choices(row.request, range(row.choice, row.choice + 1), len(self.columns))
                 slots[slot] = None
         if not lane.chunking():
-            lane.embeds = None
+            lane.prompt = None
         return finished
 
     def _accept(self, row: _Row, step: Step, tokens: torch.Tensor, follow_up) -> bool:
@@ -594,14 +633,14 @@ class Decoder:
                 return True
         else:
             token = step.chosen
-            if row.matcher is not None and token != self.stop_id:
+            if row.matcher is not None and token not in self.stop_ids:
                 row.matcher.accept(token)
             row.tokens.append(token)
             row.logits.append(step.recorded)
             if len(step.top_ids):
                 row.top.append((step.top_logprobs, step.top_ids))
             on_token = row.request.on_token
-            if token == self.stop_id:
+            if token in self.stop_ids:
                 row.finish_reason = "stop"
             elif on_token is not None and on_token(row.choice, token) is False:
                 row.finish_reason = "ended"
@@ -614,7 +653,7 @@ class Decoder:
             if not row.pending:
                 return True
             row.following = True
-            if token != self.stop_id:  # the last written token is not in the cache yet
+            if token not in self.stop_ids:  # the last written token is not in the cache yet
                 row.pending.insert(0, token)
         tokens[row.slot] = row.pending.pop(0)
         return False
@@ -700,6 +739,17 @@ class _StepGraphs:
 
 
 @dataclass
+class _ChunkedPrompt:
+    """A prompt prefilled in chunks, as its chunks take it: embedded once, with its rotary positions (axes,
+    prompt), its DeepStack features (if its backbone has them) and where its image tokens are."""
+
+    embeds: torch.Tensor  # (1, prompt, hidden)
+    positions: torch.Tensor
+    deepstack: list[torch.Tensor] | None
+    images: torch.Tensor  # (prompt,) bool
+
+
+@dataclass
 class _Lane:
     """A cache of slots of `capacity` tokens, the rows in them, and the requests waiting for them (its
     segment's, and a server's that arrived since and fit)."""
@@ -710,7 +760,7 @@ class _Lane:
     slots: list[_Row | None]
     tokens: torch.Tensor  # each slot's next input token
     graphs: _StepGraphs = field(default_factory=_StepGraphs)
-    embeds: torch.Tensor | None = None  # (1, prompt, hidden): the prompt being prefilled in chunks, embedded
+    prompt: _ChunkedPrompt | None = None  # the prompt being prefilled in chunks
 
     def active(self) -> bool:
         return bool(self.waiting) or any(self.slots)

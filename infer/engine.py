@@ -29,18 +29,16 @@ from mmjudge.infer.decoding import Completion, Decoder, OutOfMemory, Request
 from mmjudge.infer.grammar import Grammar, GrammarError, Vocabulary, score_lines
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import JudgeResult, Sample, UsageError
-from mmjudge.judge.detokenize import chat_answer
 from mmjudge.judge.model import Judge, with_max_tiles
 from mmjudge.judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
 from mmjudge.judge.prompts import PlannedImage, Rubric, build_prompt, encode_prompt
-from mmjudge.judge.templates import get_template
-from mmjudge.judge.tiling import load_tiles
+from mmjudge.judge.vision import Pixels, load_pixels
 
 
 @dataclass
 class Prepared:
     """A sample ready for the model. The prompt's text is not kept: its token ids say the same, and the
-    text, with 256 `<IMG_CONTEXT>` spelled out per tile, would be the largest thing held per sample."""
+    text, with each image token spelled out (256 `<IMG_CONTEXT>` per InternVL tile), would be the largest thing held per sample."""
 
     index: int  # position in the input file
     sample: Sample
@@ -57,13 +55,12 @@ def prepare(judge: Judge, samples: Iterable[tuple[int, Sample]], rubrics: dict[s
     """Prompts and token ids for every sample; cheap per sample (image headers only, no pixel decoding),
     but minutes for tens of thousands: callers pass `samples` through a progress bar."""
     settings = with_max_tiles(judge.settings, options.max_tiles)
-    template = get_template(settings.template)
     count_tokens = lambda text: len(judge.tokenizer(text, add_special_tokens=False).input_ids)  # noqa: E731
     prepared = []
     for index, sample in samples:
         prompt = build_prompt(
-            sample, rubrics[sample.category], template, settings.system_message, image_root,
-            settings.tiling, settings.tokens_per_tile, options.image_token_budget, options.prompt_token_budget, count_tokens,
+            sample, rubrics[sample.category], settings.template, settings.system_message, image_root,
+            settings.images, options.image_token_budget, options.prompt_token_budget, count_tokens,
         )
         text = prompt.text + (f"{SCORE_HEADING}\n" if options.mode == "logits" else "")
         ids = torch.tensor(encode_prompt(judge.tokenizer, text, prompt.controls), dtype=torch.int32)
@@ -105,7 +102,7 @@ def unwritable_tokens(judge: Judge) -> list[int]:
     first). Every token of the tokenizer is written where it comes first, the image tokens included, as
     InternVL's `generate` writes them: `<IMG_CONTEXT>` or `</img>` is then text of the answer, read back by
     its embedding as the reference reads it (docs/exactness.md)."""
-    return list(range(len(judge.tokenizer), judge.model.config.text_config.vocab_size))
+    return list(range(len(judge.tokenizer), judge.model.config.get_text_config().vocab_size))
 
 
 class _Counted:
@@ -135,24 +132,23 @@ class _Counted:
         self.progress(rest)
 
 
-def _load_pixels(item: Prepared, dtype: torch.dtype, pin: bool) -> torch.Tensor | None:
-    """The sample's tiles in the model's dtype; pinned for a GPU, so that the copy overlaps compute."""
-    tiles = [load_tiles(image.path, image.tiling) for image in item.images]
-    for image, t in zip(item.images, tiles):
-        if t.shape[0] != image.n_tiles:
-            raise RuntimeError(f"{image.path}: planned {image.n_tiles} tiles, tiling produced {t.shape[0]}")
-    if not tiles:
+def _load_pixels(item: Prepared, dtype: torch.dtype, pin: bool) -> Pixels | None:
+    """The sample's pixels in the model's dtype; pinned for a GPU, so that the copy overlaps compute."""
+    loaded = [load_pixels(image.path, image.processing) for image in item.images]
+    for image, pixels in zip(item.images, loaded):
+        if pixels.tokens != image.tokens:
+            raise RuntimeError(f"{image.path}: planned {image.tokens} image tokens, its processing made {pixels.tokens}")
+    if not loaded:
         return None
-    pixels = torch.cat(tiles).to(dtype)
+    pixels = Pixels.cat(loaded)
+    pixels = Pixels(pixels.values.to(dtype), pixels.tokens, pixels.grids)
     return pixels.pin_memory() if pin else pixels
 
 
 def judge_vocabulary(judge: Judge) -> Vocabulary:
     """The judge's tokens as its grammars read them (infer/grammar.py): every row of its output layer, and its
     template's stop token as the end of an answer."""
-    tokenizer = judge.tokenizer
-    stop_id = tokenizer.convert_tokens_to_ids(get_template(judge.settings.template).stop_token)
-    return Vocabulary.of(tokenizer, judge.model.config.text_config.vocab_size, stop_id)
+    return Vocabulary.of(judge.tokenizer, judge.model.config.get_text_config().vocab_size, judge.stop_ids[0])
 
 
 def judge_decoder(judge: Judge, device: str, token_budget: int | None, columns: list[int], stop: bool = True,
@@ -160,10 +156,7 @@ def judge_decoder(judge: Judge, device: str, token_budget: int | None, columns: 
     """A decoder of the judge's text: padded with its pad token, never writing its unwritable tokens, and
     stopping at its template's stop token unless `stop` is False; `columns` are the logits it records;
     `prefill_budget`: prompt tokens prefilled per engine step at most, longer prompts in chunks (None: none)."""
-    tokenizer = judge.tokenizer
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    stop_id = tokenizer.convert_tokens_to_ids(get_template(judge.settings.template).stop_token)
-    return Decoder(judge.model, device=device, pad_id=pad_id, stop_id=stop_id if stop else None, suppress=unwritable_tokens(judge),
+    return Decoder(judge.model, device=device, pad_id=judge.pad_id, stop_ids=judge.stop_ids if stop else (), suppress=unwritable_tokens(judge),
                    columns=torch.tensor(columns, dtype=torch.long), token_budget=token_budget, prefill_budget=prefill_budget)
 
 
@@ -173,8 +166,6 @@ class Scorer:
     def __init__(self, judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str):
         self.judge, self.rubrics, self.options, self.device = judge, rubrics, options, device
         tokenizer = judge.tokenizer
-        self.stop_text = get_template(judge.settings.template).stop_token
-        self.stop_id = tokenizer.convert_tokens_to_ids(self.stop_text)
         # A score distribution is read from the one token the judge writes its score with; scales whose
         # scores take several tokens (0.7, or 10 with a digit-splitting tokenizer) have none.
         self.score_ids: dict[ScoreScale, dict[int, int] | None] = {}
@@ -250,8 +241,8 @@ class Scorer:
         return {str(value): p for value, p in zip(self.score_ids[scale], probs)}
 
     def _feedback(self, tokens: list[int]) -> str:
-        """The judge's text as MMIE writes it: decoded and finished as InternVL's chat() does."""
-        return chat_answer(self.judge.decode([t for t in tokens if t != self.stop_id]), self.stop_text)
+        """The judge's text as its backbone's reference writes it (MMIE: decoded and finished as InternVL's chat() does)."""
+        return self.judge.answer(tokens)
 
     def _generate_result(self, item: Prepared, completion: Completion) -> JudgeResult:
         tokens = completion.tokens

@@ -222,8 +222,8 @@ def score_sample(server: Server, sample: Sample, rubric: Rubric, image_root: Pat
 
 
 def sample_prompt(sample: Sample, rubric: Rubric, image_root: Path, options: ScoreOptions) -> JudgePrompt:
-    tiling = TilingConfig(max_tiles=options.max_tiles or INTERNVL2_MAX_TILES)
-    return build_prompt(sample, rubric, USER_TURN, None, image_root, tiling, INTERNVL2_TILE_TOKENS, options.image_token_budget)
+    tiling = TilingConfig(max_tiles=options.max_tiles or INTERNVL2_MAX_TILES, tokens_per_tile=INTERNVL2_TILE_TOKENS)
+    return build_prompt(sample, rubric, USER_TURN, None, image_root, tiling, options.image_token_budget)
 
 
 def chat_request(prompt: JudgePrompt, model: str, options: ScoreOptions) -> dict:
@@ -231,7 +231,7 @@ def chat_request(prompt: JudgePrompt, model: str, options: ScoreOptions) -> dict
     request = {"model": model, "messages": [{"role": "user", "content": [{"type": "text", "text": prompt.query}, *images]}],
                "max_tokens": options.max_new_tokens, **NEUTRAL, "logprobs": True, "top_logprobs": TOP_LOGPROBS}
     # Only when asked for or lowered by the image budget: GPT-4o's API refuses parameters it does not know.
-    max_tiles = prompt.images[0].tiling.max_tiles if prompt.images else None
+    max_tiles = prompt.images[0].processing.max_tiles if prompt.images else None
     if options.max_tiles is not None or (max_tiles is not None and max_tiles < INTERNVL2_MAX_TILES):
         request["mm_processor_kwargs"] = {"max_dynamic_patch": max_tiles or options.max_tiles}
     return request

@@ -202,6 +202,8 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls, applied: dict) -> N
         names = [f"--{f.name}"]  # the parser adds the kebab-case spelling
         help_text = f"{f.metadata['help']} (default: {shown})"
         kind = hints[f.name]
+        if isinstance(kind, types.UnionType) and typing.get_origin(given := next(a for a in typing.get_args(kind) if a is not type(None))) is list:
+            kind = given  # an optional list: none given is the default
         if kind is bool:
             parser.add_argument(*names, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif typing.get_origin(kind) is typing.Literal:

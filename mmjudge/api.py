@@ -81,8 +81,9 @@ class Judge:
              rubrics: PathLike | Sequence[PathLike] | None = None, config: PathLike | None = None, **options) -> Judge:
         """Load a judge checkpoint once, ready to score.
 
-        model_path: a local folder or a Hugging Face Hub id: InternVL2's original format, transformers' native
-            one, or a judge-train output (LoRA adapter or full weights). (judge-score --model_path)
+        model_path: a local folder or a Hugging Face Hub id of any supported backbone (InternVL2/2.5/3 in its
+            original or -hf layout, Qwen2.5-VL, Qwen3-VL), or a judge-train output (LoRA adapter or full weights).
+            (judge-score --model_path)
         device: "cpu", "cuda" or "cuda:N" (default: cuda:LOCAL_RANK if a GPU is present, else cpu).
         dtype: "bfloat16", "float16", "float32" or a torch.dtype (default: bfloat16 on GPU, float32 on CPU).
         revision: branch, tag or commit where model_path is a Hub id (default: main).

@@ -130,10 +130,12 @@ class Message(BaseModel):
 
 
 class ProcessorKwargs(BaseModel):
-    """vLLM's per-request image-processor settings; InternVL's tile limit is the one a judge needs."""
+    """vLLM's per-request image-processor settings: InternVL's tile limit, Qwen-VL's least and most pixels."""
 
     model_config = ConfigDict(extra="forbid")
     max_dynamic_patch: int | None = Field(default=None, ge=1, le=40)
+    min_pixels: int | None = Field(default=None, ge=1)
+    max_pixels: int | None = Field(default=None, ge=1)
 
 
 class JSONSchema(BaseModel):

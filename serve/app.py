@@ -25,7 +25,7 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -43,8 +43,7 @@ from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import CALIBRATOR_FIELDS, IMAGE_PLACEHOLDER, Sample, UsageError, field_name, value_problems
 from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Query, Rubric, encode_prompt, render_query
-from mmjudge.judge.templates import get_template
-from mmjudge.judge.tiling import load_tiles
+from mmjudge.judge.vision import Pixels, load_pixels, placeholder
 from mmjudge.serve.api import ChatRequest, Constraint, RequestError, ScoreRequest, chat_request, validated
 from mmjudge.serve.completions import ChoiceText, chunk, logprob_entries, now, sse, usage
 from mmjudge.serve.images import RequestImages
@@ -189,9 +188,27 @@ async def metrics(request: Request, service: Service) -> Response:
 
 def card(service: Service) -> dict:
     """The model as /v1/models lists it, with what a client needs to know of its input: its context
-    (vLLM's `max_model_len`) and the tiles it cuts an image into at most (`max_tiles`)."""
+    (vLLM's `max_model_len`) and how large an image it takes: the tiles an InternVL judge cuts an image into
+    at most (`max_tiles`), the pixels a Qwen-VL judge resizes one to at most (`max_pixels`)."""
+    limits = {k: v for k, v in service.judge.settings.images.stored().items() if k in ("max_tiles", "max_pixels")}
     return {"id": service.model_name, "object": "model", "created": service.started, "owned_by": "mmjudge",
-            "max_model_len": service.context, "max_tiles": service.judge.settings.tiling.max_tiles}
+            "max_model_len": service.context, **limits}
+
+
+def processing_of(settings, body: ChatRequest):
+    """The judge's image processing with the request's mm_processor_kwargs (vLLM's): a tile limit for an
+    InternVL judge, least and most pixels for a Qwen-VL one; the other backbone's are refused."""
+    processing = settings.images
+    kwargs = body.mm_processor_kwargs
+    if kwargs is None:
+        return processing
+    try:
+        if kwargs.max_dynamic_patch:
+            processing = processing.with_max_tiles(kwargs.max_dynamic_patch)
+        pixels = {k: v for k, v in (("min_pixels", kwargs.min_pixels), ("max_pixels", kwargs.max_pixels)) if v is not None}
+        return processing.restored(pixels) if pixels else processing
+    except (UsageError, ValueError) as err:
+        raise RequestError(400, "mm_processor_kwargs", str(err)) from None
 
 
 async def models(request: Request, service: Service) -> Response:
@@ -261,20 +278,18 @@ async def chat_completions(request: Request, service: Service) -> Response:
         raise RequestError(413, f"messages[{index}].content", f"{len(image_parts)} images, over this server's limit of {service.limits.max_images} (--max_images)")
     query = user_query(user.text(), len(image_parts))
     settings = service.judge.settings
-    tiling = settings.tiling
-    if body.mm_processor_kwargs and (max_tiles := body.mm_processor_kwargs.max_dynamic_patch):
-        tiling = replace(tiling, max_tiles=max_tiles, min_tiles=min(tiling.min_tiles, max_tiles))
-    whole = replace(tiling, max_tiles=1, min_tiles=1)  # OpenAI's low detail: one tile of the whole image
+    processing = processing_of(settings, body)
+    low_detail = processing.with_max_tiles(1)  # OpenAI's low detail: one tile of the whole image (a Qwen-VL judge's images are whole already)
     images = RequestImages(service.image_root, service.limits.max_image_pixels)
     constraint = body.constraint()
 
-    def tokenized() -> tuple[torch.Tensor, torch.Tensor | None]:
-        tiles = [load_tiles(images.file(part.image_url.url, f"messages[{index}].content[{n}].image_url.url"),
-                            whole if part.image_url.detail == "low" else tiling) for n, part in image_parts]
+    def tokenized() -> tuple[torch.Tensor, Pixels | None]:
+        loaded = [load_pixels(images.file(part.image_url.url, f"messages[{index}].content[{n}].image_url.url"),
+                              low_detail if part.image_url.detail == "low" else processing) for n, part in image_parts]
         # Rendered as judge-score renders a prompt: what the user wrote is read as text, whatever tokens it spells.
-        text, controls = render_query(get_template(settings.template), query, [t.shape[0] for t in tiles], settings.tokens_per_tile,
+        text, controls = render_query(settings.template, query, [placeholder(processing, p.tokens) for p in loaded],
                                       settings.system_message if system is None else system)
-        return torch.tensor(encode_prompt(service.tokenizer, text, controls)), torch.cat(tiles) if tiles else None
+        return torch.tensor(encode_prompt(service.tokenizer, text, controls)), Pixels.cat(loaded)
 
     try:
         input_ids, pixels = await run_in_threadpool(tokenized)
@@ -285,7 +300,7 @@ async def chat_completions(request: Request, service: Service) -> Response:
     if room < 1:
         raise RequestError(400, "messages", f"the prompt is {len(input_ids)} tokens, and {context_name(service)} holds {service.context} "
                                             "with the answer", code="context_length_exceeded")
-    answer = Answer(service, body, stops, len(input_ids), 0 if pixels is None else len(pixels), request.state.request_id, arrived)
+    answer = Answer(service, body, stops, len(input_ids), 0 if pixels is None else pixels.tiles, request.state.request_id, arrived)
     # the written token's log-probability is the first of its step's likeliest
     logprobs = max(1, body.top_logprobs or 0) if body.logprobs else 0
     prompt = ChatPrompt(input_ids, pixels, body.new_tokens(service.score_options.max_new_tokens, room), logprobs, sampling(body),
@@ -379,13 +394,13 @@ class Answer:
         self.service, self.body, self.stops, self.prompt_tokens, self.n_tiles = service, body, stops, prompt_tokens, n_tiles
         self.id, self.created, self.arrived = f"chatcmpl-{request_id}", now(), arrived
         self.decode = service.judge.decode
-        self.stop_id = service.tokenizer.convert_tokens_to_ids(get_template(service.judge.settings.template).stop_token)
+        self.stop_ids = service.judge.stop_ids
         self.gone = threading.Event()  # the client disconnected: the model thread ends the request
         self.first_token_at: float | None = None
         # Streamed text goes out as it is written, unless each token goes with its log-probabilities (the
         # model thread returns those with the whole answer).
         self.live = bool(body.stream and not body.logprobs)
-        self.choices = [ChoiceText(self.decode, stops, self.stop_id) for _ in range(body.n or 1)]
+        self.choices = [ChoiceText(self.decode, stops, self.stop_ids) for _ in range(body.n or 1)]
         self.loop = asyncio.get_running_loop()
         self.written: asyncio.Queue[int] = asyncio.Queue()  # choices with new text, while live
 
@@ -403,7 +418,7 @@ class Answer:
         return going
 
     def texts(self, completions: list[Completion]) -> list[ChoiceText]:
-        return [ChoiceText.of(c.tokens, self.decode, self.stops, self.stop_id) for c in completions]
+        return [ChoiceText.of(c.tokens, self.decode, self.stops, self.stop_ids) for c in completions]
 
     def counted(self, completions: list[Completion], texts: list[ChoiceText]) -> None:
         metrics = self.service.metrics

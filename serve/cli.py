@@ -29,7 +29,7 @@ from mmjudge.serve.options import ServeOptions, prefill_budget
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = CommandParser(prog="judge-serve", description=__doc__)
     p.add_argument("--model_path", required=True,
-                   help="judge checkpoint, a local directory or a Hugging Face Hub id: original InternVL2, native, or a judge-train output")
+                   help="judge checkpoint, a local directory or a Hugging Face Hub id: InternVL2/2.5/3 (original or -hf), Qwen2.5-VL, Qwen3-VL, or a judge-train output")
     add_revision_flag(p)
     p.add_argument("--served_model_name",
                    help="the name requests give as their `model` and /v1/models lists; any other name is answered 404 model_not_found "
@@ -66,6 +66,7 @@ def _main(argv) -> int:
     from mmjudge.infer.engine import judge_vocabulary
     from mmjudge.infer.grammar import GrammarError
     from mmjudge.judge.model import with_max_tiles
+    from mmjudge.judge.rope import context_length
     from mmjudge.serve.app import Service, build_app
     from mmjudge.serve.metrics import Metrics
     from mmjudge.serve.worker import Worker
@@ -73,7 +74,7 @@ def _main(argv) -> int:
     loaded = Judge.load(args.model_path, device=args.device, dtype=args.dtype, revision=args.revision)  # the Python API's door, the same judge
     judge, device = loaded.model, loaded.device
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
-    context = judge.model.config.text_config.max_position_embeddings
+    context = context_length(judge.model.config.get_text_config())
     if limits.max_model_len is not None and limits.max_model_len > context:
         raise UsageError(f"--max_model_len {limits.max_model_len} is more than {args.model_path}'s context of {context} tokens")
     worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000, prefill_budget(limits.max_num_batched_tokens, device),

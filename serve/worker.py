@@ -43,12 +43,13 @@ from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import JudgeResult, UsageError
 from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Rubric
+from mmjudge.judge.vision import Pixels
 
 
 @dataclass
 class ChatPrompt:
     input_ids: torch.Tensor  # 1-D: the rendered prompt, image tokens expanded
-    pixels: torch.Tensor | None  # every tile of every image, in prompt order
+    pixels: Pixels | None  # every image's pixels, in prompt order
     max_new_tokens: int  # cut to the model's context less the prompt (finish_reason "length")
     logprobs: int  # how many of each step's likeliest tokens to return with their log-probabilities (0: none)
     sampling: Sampling = Sampling()
@@ -234,6 +235,6 @@ class Worker:
                         jobs[completion.index].future.set_result(sorted(answered, key=lambda c: c.choice))
         except OutOfMemory as err:
             prompt = jobs[err.request.index].prompt
-            raise UsageError(f"the prompt ({len(prompt.input_ids)} tokens, {0 if prompt.pixels is None else len(prompt.pixels)} tiles) "
+            raise UsageError(f"the prompt ({len(prompt.input_ids)} tokens, {0 if prompt.pixels is None else prompt.pixels.tiles} tiles) "
                              f"with up to {prompt.max_new_tokens} new tokens does not fit in {self.device} memory even alone; "
                              "send fewer or smaller images, or ask for fewer tokens") from None

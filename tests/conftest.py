@@ -61,6 +61,21 @@ def checkpoint(tmp_path_factory):
     return write_original_checkpoint(tmp_path_factory.mktemp("ckpt"), seed=0)
 
 
+@pytest.fixture(scope="module")
+def annotated(tmp_path_factory):
+    """A synthetic annotated dataset of 12 samples and its images: train.json holds the first 10 records (second
+    annotators included), heldout.json the rest, written once per test module."""
+    import json
+
+    from mmjudge.judge.testing import write_dataset
+
+    root = tmp_path_factory.mktemp("data")
+    records = json.loads(write_dataset(root, 12, seed=2, annotated=True).read_text())
+    (root / "train.json").write_text(json.dumps(records[:10]))
+    (root / "heldout.json").write_text(json.dumps(records[10:]))
+    return root
+
+
 @pytest.fixture
 def wait_for_lines():
     """Waits until a file another process appends to (a journal mid-run) holds at least `n` lines, or that

@@ -38,7 +38,9 @@ from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.calibrator import Calibrator
 from mmjudge.judge.cli import run
 from mmjudge.judge.data import load_samples
-from mmjudge.judge.model import load_judge, read_settings
+from mmjudge.judge.model import JudgeSettings, load_judge, read_settings
+from mmjudge.judge.templates import TEMPLATES
+from mmjudge.judge.tiling import TilingConfig
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.prompts import load_rubrics
 from mmjudge.configs import CONFIG_DIR
@@ -265,12 +267,15 @@ def test_training_configs(root, data):
     assert_taken_or_refused(code, err, root / "train.yaml", root / "no-model")
 
 
+SETTINGS_BASE = JudgeSettings(TEMPLATES["phi3-chat"], None, TilingConfig())  # judge_config.json's fields are read over a base's
+
+
 @FUZZ
 @given(data=file_bytes(JUDGE_SETTINGS))
 def test_checkpoint_settings(root, data):
     (root / "ckpt").mkdir(exist_ok=True)
     (root / "ckpt" / "judge_config.json").write_bytes(data)
-    assert_taken_or_refused(*outcome(lambda: run(lambda argv: read_settings(root / "ckpt", 256) and 0, [])), root / "ckpt" / "judge_config.json")
+    assert_taken_or_refused(*outcome(lambda: run(lambda argv: read_settings(root / "ckpt", SETTINGS_BASE) and 0, [])), root / "ckpt" / "judge_config.json")
 
 
 @FUZZ

@@ -1,4 +1,4 @@
-"""judge-train: fine-tune an InternVL2 judge on human-rated annotations.
+"""judge-train: fine-tune a judge (InternVL2/2.5/3, Qwen2.5-VL, Qwen3-VL) on human-rated annotations.
 
     judge-train --model_path BASE --train_file train.json --input_dir DATA --output_dir OUT [--eval_file heldout.json]
     judge-train merge --adapter OUT --output_dir MERGED [--format native|original]
@@ -30,7 +30,7 @@ from mmjudge.train.config import TrainConfig
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = CommandParser(prog="judge-train", description=__doc__)
     p.add_argument("--model_path", required=True, help="base judge checkpoint, a local directory or a Hugging Face Hub id "
-                                                       "(original InternVL2, native, or a merged judge)")
+                                                       "(InternVL2/2.5/3 original or -hf, Qwen2.5-VL, Qwen3-VL, or a merged judge)")
     add_revision_flag(p)
     p.add_argument("--train_file", required=True, path="file", help="annotations to learn from (JSON list or JSONL)")
     p.add_argument("--input_dir", required=True, path="dir", help="directory that image paths in the annotations are relative to")
@@ -54,7 +54,8 @@ def merge_parser() -> argparse.ArgumentParser:
     add_revision_flag(p, of="--adapter")
     p.add_argument("--output_dir", required=True, path="output_dir", help="where the merged checkpoint goes: a new or empty directory")
     p.add_argument("--format", choices=("native", "original"), default="native",
-                   help="native: transformers' InternVL, as this toolkit and transformers read it; original: InternVL2's own format "
+                   help="native: transformers' own layout of the backbone (the released layout of a -hf InternVL, Qwen2.5-VL or "
+                        "Qwen3-VL base), as this toolkit, transformers and vLLM read it; original: InternVL's own format "
                         "(InternVLChatModel) in the layout of the adapter's original base, with its code, as InternVL's code, MMIE's "
                         "main.py, vLLM and LMDeploy read it (default: native)")
     add_common_flags(p)
@@ -74,7 +75,8 @@ def merge(argv) -> int:
     out = Path(args.output_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--output_dir {out} is not an empty directory; give a new or empty one")
-    from mmjudge.judge.model import checkpoint_format, load_judge, original_base, save_native, save_original
+    from mmjudge.judge.backbones.internvl import save_original
+    from mmjudge.judge.model import checkpoint_format, load_judge, original_base, save_native
 
     adapter = api.find_checkpoint(args.adapter, args.revision, "--adapter").path
     if checkpoint_format(adapter) != "adapter":

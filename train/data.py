@@ -18,6 +18,7 @@ evaluation compares with their mean.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable
@@ -30,12 +31,13 @@ from datasets import Dataset
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from mmjudge.infer.progress import Bar, counted
+from mmjudge.judge.backbones import Backbone
 from mmjudge.judge.data import Annotation, InputError, Problem, UsageError, load_annotations
 from mmjudge.judge.model import Judge
 from mmjudge.judge.parsing import ScoreScale, format_judgement
 from mmjudge.judge.prompts import Rubric, build_prompt, encode_prompt, rubric_problems
-from mmjudge.judge.templates import get_template, join_parts
-from mmjudge.judge.tiling import TilingConfig, load_tiles
+from mmjudge.judge.templates import join_parts
+from mmjudge.judge.vision import ImageProcessing, Pixels, load_pixels
 
 IGNORE_INDEX = -100  # labels the loss skips (torch's cross_entropy default)
 
@@ -113,18 +115,17 @@ def consensus_level(mean_score: float, critic: float | None, scale: ScoreScale) 
 def encode(judge: Judge, rated: RatedSample, rubric: Rubric, image_root: Path, image_token_budget: int | None) -> dict:
     """One example as plain lists, ready for a datasets.Dataset."""
     settings = judge.settings
-    template = get_template(settings.template)
-    prompt = build_prompt(rated.annotation, rubric, template, settings.system_message, image_root,
-                          settings.tiling, settings.tokens_per_tile, image_token_budget)
+    prompt = build_prompt(rated.annotation, rubric, settings.template, settings.system_message, image_root, settings.images, image_token_budget)
     prompt_ids = encode_prompt(judge.tokenizer, prompt.text, prompt.controls)
-    target_ids = encode_prompt(judge.tokenizer, *join_parts(template.target_parts(target_text(rated, rubric))), add_special_tokens=False)
+    target_ids = encode_prompt(judge.tokenizer, *join_parts(settings.template.target_parts(target_text(rated, rubric))), add_special_tokens=False)
     return {
         "id": rated.annotation.id,
         "input_ids": prompt_ids + target_ids,
         "labels": [IGNORE_INDEX] * len(prompt_ids) + target_ids,
         "length": len(prompt_ids) + len(target_ids),
         "image_paths": [str(image.path) for image in prompt.images],
-        "image_max_tiles": [image.tiling.max_tiles for image in prompt.images],
+        # each image's processing as the image-token budget left it (fewer tiles, fewer pixels)
+        "image_settings": [json.dumps(image.processing.stored()) for image in prompt.images],
         "n_tiles": prompt.n_tiles,
         "truncated": prompt.truncated,
     }
@@ -147,29 +148,33 @@ def build_dataset(
 
 
 class Collator:
-    """Right-pads a batch and loads its image tiles (decoding happens in DataLoader workers). Each row's
-    position ids are its own, its pads repeating its last position: a row's long-rope regime then comes
-    from its own length, not the batch's width (judge/rope.py), and its loss is the loss it has alone."""
+    """Right-pads a batch and loads its images (decoding happens in DataLoader workers). Each row's rotary
+    positions are its own, by its backbone's rule (1-D, or Qwen-VL's 3-D M-RoPE over its own image grids),
+    its pads repeating its last position: a row's long-rope regime then comes from its own length, not the
+    batch's width (judge/rope.py), and its loss is the loss it has alone."""
 
-    def __init__(self, pad_id: int, tiling: TilingConfig):
-        self.pad_id, self.tiling = pad_id, tiling
+    def __init__(self, pad_id: int, backbone: Backbone, images: ImageProcessing):
+        self.pad_id, self.backbone, self.images = pad_id, backbone, images
 
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
         width = max(len(r["input_ids"]) for r in rows)
         input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-        position_ids = torch.arange(width).repeat(len(rows), 1)
-        tiles = []
+        positions, loaded = [], []
         for i, r in enumerate(rows):
             n = len(r["input_ids"])
             input_ids[i, :n], labels[i, :n], attention_mask[i, :n] = torch.tensor(r["input_ids"]), torch.tensor(r["labels"]), 1
-            position_ids[i, n:] = n - 1
-            for path, max_tiles in zip(r["image_paths"], r["image_max_tiles"]):
-                tiles.append(load_tiles(path, TilingConfig(**{**self.tiling.__dict__, "max_tiles": max_tiles, "min_tiles": min(self.tiling.min_tiles, max_tiles)})))
-        batch = {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask, "position_ids": position_ids}
-        if tiles:
-            batch["pixel_values"] = torch.cat(tiles)
+            images = [load_pixels(path, self.images.restored(json.loads(stored))) for path, stored in zip(r["image_paths"], r["image_settings"])]
+            pixels = Pixels.cat(images)
+            row, _ = self.backbone.positions(input_ids[i, :n], None if pixels is None else pixels.grids)
+            positions.append(row[:, torch.minimum(torch.arange(width), torch.tensor(n - 1))])
+            loaded += images
+        position_ids = torch.stack(positions, dim=1)  # (axes, batch, width)
+        batch = {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask,
+                 "position_ids": position_ids if self.backbone.mrope else position_ids[0]}
+        if pixels := Pixels.cat(loaded):
+            batch |= self.backbone.model_inputs(pixels)
         return batch
 
 

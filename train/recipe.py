@@ -32,6 +32,7 @@ from mmjudge.infer.engine import Scorer, prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.progress import Bar
 from mmjudge.judge.data import SCORE_FIELDS, Annotation, JudgeResult, UsageError, write_json_atomically
+from mmjudge.judge.backbones import backbone_of
 from mmjudge.judge.hub import Checkpoint
 from mmjudge.judge.kernels import use_fused_kernels
 from mmjudge.judge.model import (CheckpointError, Judge, check_adapter_weights, check_finite, load_judge, load_native, save_tokenizer,
@@ -54,20 +55,30 @@ def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
     for p in judge.model.parameters():
         p.requires_grad = False
     # Trained in full when asked (LoRA's modules_to_save), whichever way the language model is trained.
-    whole = [name for name, asked in (("vision_tower", cfg.train_vision_tower), ("multi_modal_projector", cfg.train_projector)) if asked]
+    backbone = judge.backbone
+    whole = [*(backbone.vision_tower,) * cfg.train_vision_tower, *backbone.projector * cfg.train_projector]
+    whole = [name for name in whole if not any(name.startswith(f"{other}.") for other in whole)]  # Qwen-VL's merger is in its tower
     if cfg.full_finetune:
-        trainable = [judge.model.model.language_model, judge.model.lm_head] + [getattr(judge.model.model, name) for name in whole]
+        trainable = [judge.model.model.language_model, judge.model.lm_head] + [judge.model.model.get_submodule(name) for name in whole]
         for module in trainable:
             for p in module.parameters():
                 p.requires_grad = True
         return judge.model
-    check_lora_targets(judge.model, cfg.lora_targets)
+    targets = cfg.lora_targets or language_model_linears(judge.model)
+    check_lora_targets(judge.model, targets)
     lora = LoraConfig(
         r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-        target_modules=lora_pattern(cfg.lora_targets),
+        target_modules=lora_pattern(targets),
         modules_to_save=whole or None,
     )
     return get_peft_model(judge.model, lora)
+
+
+def language_model_linears(model: torch.nn.Module) -> list[str]:
+    """The names of the linear layers in the language model's blocks: LoRA's default targets, whatever the
+    family calls them (InternVL's official recipe for Phi-3 targets exactly these four)."""
+    blocks = model.model.language_model.layers
+    return sorted({name.rsplit(".", 1)[-1] for name, module in blocks.named_modules() if isinstance(module, torch.nn.Linear)})
 
 
 def lora_pattern(targets: list[str]) -> str:
@@ -80,9 +91,8 @@ def check_lora_targets(model: torch.nn.Module, targets: list[str]) -> None:
     words), and a misspelt one beside a right one would silently train without it."""
     names = [name for name, _ in model.named_modules()]
     if unmatched := [t for t in targets if not any(re.fullmatch(lora_pattern([t]), name) for name in names)]:
-        linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                         if "language_model" in name and isinstance(module, torch.nn.Linear)})
-        raise UsageError(f"--lora_targets {' '.join(unmatched)}: no language-model layer of that name; its linear layers are {', '.join(linear)}")
+        raise UsageError(f"--lora_targets {' '.join(unmatched)}: no language-model layer of that name; its linear layers are "
+                         f"{', '.join(language_model_linears(model))}")
 
 
 def run_vision_in_every_batch(model: torch.nn.Module) -> None:
@@ -98,15 +108,16 @@ def run_vision_in_every_batch(model: torch.nn.Module) -> None:
     The forward itself is wrapped so the blank tile runs where the native forward runs images, after the
     token embedding and before the language model; a forward pre-hook would run it before the model's own
     call and ZeRO-3 would see the modules in another order."""
-    inner = model.model  # InternVLModel
+    inner = model.model  # the native model under the output layer: InternVLModel, Qwen2_5_VLModel, ...
+    backbone = backbone_of(model.config)
     forward = inner.forward
 
     def forward_with_vision(input_ids=None, pixel_values=None, inputs_embeds=None, **kwargs):
         if inner.training and pixel_values is None:
             inputs_embeds = inner.get_input_embeddings()(input_ids)
-            blank = inputs_embeds.new_zeros(1, 3, *inner.config.vision_config.image_size)
-            features = inner.get_image_features(pixel_values=blank, return_dict=True).pooler_output
-            inputs_embeds, input_ids = inputs_embeds + features.sum() * 0, None
+            features, deepstack = backbone.features(inner, backbone.blank_pixels(inner.config, inputs_embeds.dtype, inputs_embeds.device))
+            unused = features.sum() + sum(layer.sum() for layer in deepstack or [])
+            inputs_embeds, input_ids = inputs_embeds + unused * 0, None
         return forward(input_ids=input_ids, pixel_values=pixel_values, inputs_embeds=inputs_embeds, **kwargs)
 
     inner.forward = forward_with_vision
@@ -349,7 +360,7 @@ def train(base: Checkpoint, annotations: tuple[list[Annotation], list[Annotation
     output_dir.mkdir(parents=True, exist_ok=True)
     judge = load_judge(base.path, "cpu", torch.bfloat16 if torch.cuda.is_available() else torch.float32)
     use_fused_kernels(judge.model, "cuda" if torch.cuda.is_available() else "cpu")  # the Trainer moves it to the GPU
-    judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)
+    judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)  # nothing to cut for a backbone without tiles (Qwen-VL)
     judge.model.config.use_cache = False
     dataset = build_dataset(judge, train_annotations, rubrics, image_root, cfg.max_length, cfg.image_token_budget, str(train_file))
     run_vision_in_every_batch(judge.model)
@@ -360,7 +371,7 @@ def train(base: Checkpoint, annotations: tuple[list[Annotation], list[Annotation
         args=training_arguments(cfg, output_dir / CHECKPOINTS_DIR, deepspeed, bool(eval_annotations)),
         train_dataset=dataset,
         eval_dataset=eval_annotations or None,
-        data_collator=Collator(judge.tokenizer.pad_token_id, judge.settings.tiling),
+        data_collator=Collator(judge.pad_id, judge.backbone, judge.settings.images),
         judge=judge, rubrics=rubrics, image_root=image_root, cfg=cfg,
         history_file=output_dir / "eval_history.json",
     )

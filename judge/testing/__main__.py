@@ -1,6 +1,7 @@
 """python -m mmjudge.judge.testing checkpoint|dataset ...: write a tiny random judge or a synthetic dataset.
 
     python -m mmjudge.judge.testing checkpoint --format original|native [--seed N] [--shards K] [--dtype D] OUT_DIR
+    python -m mmjudge.judge.testing checkpoint --family NAME [--seed N] [--rope_switch N] OUT_DIR
     python -m mmjudge.judge.testing dataset --samples N [--seed N] [--annotated] OUT_DIR
 
 Both print the path they wrote. See `judge/testing/synthetic.py` for the annotated scores' rule.
@@ -14,6 +15,7 @@ import sys
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import UsageError
 from mmjudge.judge.testing import write_dataset, write_native_checkpoint, write_original_checkpoint
+from mmjudge.judge.testing.families import DEFAULT_SWITCH, FAMILIES, write_family_checkpoint
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +27,12 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt.add_argument("--format", choices=["original", "native"], default="original",
                       help="original: InternVLChatModel, as InternVL2-4B and MMIE-Eval ship; "
                            "native: transformers' InternVLForConditionalGeneration + judge_config.json (default: original)")
+    ckpt.add_argument("--family", choices=list(FAMILIES),
+                      help="a tiny checkpoint of this backbone family in its released layout (judge/testing/families.py); "
+                           "instead of --format (default: InternVL2-4B's, by --format)")
+    ckpt.add_argument("--rope_switch", type=int, default=DEFAULT_SWITCH,
+                      help="with --family: where the language model's rotary embedding switches regime (Phi-3's long rope, InternLM2's "
+                           f"dynamic NTK), to put prompts on both sides of it (default: {DEFAULT_SWITCH})")
     ckpt.add_argument("--seed", type=int, default=0, help="seed of the random weights (default: 0)")
     ckpt.add_argument("--shards", type=int, default=1, help="number of safetensors shards, original format only (default: 1)")
     ckpt.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
@@ -44,7 +52,11 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "checkpoint":
+    if args.command == "checkpoint" and args.family:
+        if args.shards != 1 or args.dtype != "float32":
+            raise UsageError("--shards and --dtype apply to --format original only; a --family checkpoint is written in its released layout")
+        path = write_family_checkpoint(args.family, args.out_dir, seed=args.seed, rope_switch=args.rope_switch)
+    elif args.command == "checkpoint":
         if args.shards < 1:
             raise UsageError(f"--shards must be at least 1, got {args.shards}")
         if args.format == "original":

@@ -49,7 +49,7 @@ def test_the_full_size_judge_is_built_from_the_shared_config(monkeypatch, tmp_pa
 
     judge = full_size_judge("meta", tmp_path / "tokenizer")
     assert 4.1e9 < sum(p.numel() for p in judge.model.parameters()) < 4.2e9
-    assert (judge.settings.template, judge.settings.tiling.max_tiles, judge.settings.tokens_per_tile) == ("phi3-chat", 12, 256)
+    assert (judge.settings.template.name, judge.settings.images.max_tiles, judge.settings.images.tokens_per_tile) == ("phi3-chat", 12, 256)
     assert vision_tokens_per_tile(judge) == 1025
 
 

@@ -116,21 +116,21 @@ def test_a_request_holds_the_local_prompts_user_turn_and_its_images_in_order(dat
     sample = next(s for s in load_samples(dataset / "data.json", dataset) if len(s.images()) >= 2)
     rubric = load_rubrics()[sample.category]
     options = ScoreOptions(max_new_tokens=9)
-    prompt = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig(), 256)
+    prompt = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig())
     request = chat_request(prompt, "judge", options)
     text, *images = request["messages"][0]["content"]
     # the local judge's prompt is this turn inside its chat template
-    local = build_prompt(sample, rubric, get_template("phi3-chat"), None, dataset, TilingConfig(), 256)
+    local = build_prompt(sample, rubric, get_template("phi3-chat"), None, dataset, TilingConfig())
     assert get_template("phi3-chat").render(text["text"]).count("<image>") == len(images) == len(sample.images())
     assert local.query == text["text"] and "<image>" in text["text"]
     assert [i["image_url"]["url"].split(",")[0] for i in images] == [
         "data:image/png;base64" if p.endswith("png") else "data:image/jpeg;base64" for p in sample.images()]
     assert request["max_tokens"] == 9 and request["temperature"] == 0 and request["top_logprobs"] == 20
     assert "mm_processor_kwargs" not in request  # GPT-4o's API refuses what it does not know
-    two = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig(max_tiles=2), 256)
+    two = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig(max_tiles=2))
     assert chat_request(two, "judge", ScoreOptions(max_tiles=2))["mm_processor_kwargs"] == {"max_dynamic_patch": 2}
     # tiles lowered to fit the image-token budget: the server must tile as the budget planned
-    budgeted = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig(), 256, image_token_budget=256 * len(images))
+    budgeted = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig(), image_token_budget=256 * len(images))
     assert budgeted.truncated and chat_request(budgeted, "judge", options)["mm_processor_kwargs"] == {"max_dynamic_patch": 1}
 
 

@@ -175,7 +175,7 @@ def test_the_loader_fetches_its_own_files_only_never_code_or_pickles(hub_of_inte
     fetched = set(filter_repo_objects(INTERNVL2_4B_FILES, allow_patterns=hub_of_internvl2_4b[0]))
     assert fetched == FETCHED
     assert not [f for f in fetched if f.endswith(".bin") or (f.endswith(".py") and f != "conversation.py")]
-    assert judge_.source_format == "original" and judge_.settings.system_message == "You are a careful judge."  # read as data
+    assert judge_.source_format == "original" and judge_.settings.system == "You are a careful judge."  # read as data
 
 
 def test_the_original_format_export_fetches_the_base_code_as_files_and_still_no_pickles(hub_of_internvl2_4b, tmp_path):

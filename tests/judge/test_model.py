@@ -21,8 +21,9 @@ from safetensors.torch import load_file, save_file
 from transformers import Phi3Config, Phi3ForCausalLM
 
 from mmjudge.judge.data import InputError
-from mmjudge.judge.model import (CheckpointError, check_adapter_files, load_judge, native_tensors, original_config, original_tensors, read_settings, save_native,
-                         settings_from_original, stored_dtypes, write_settings)
+from mmjudge.judge.backbones.internvl import KeyMap, original_config, settings_from_original
+from mmjudge.judge.model import CheckpointError, JudgeSettings, check_adapter_files, load_judge, read_settings, save_native, stored_dtypes, write_settings
+from mmjudge.judge.templates import TEMPLATES
 from mmjudge.judge.testing import write_native_checkpoint, write_original_checkpoint
 from mmjudge.judge.testing.checkpoints import SIZES
 from mmjudge.judge.tiling import TilingConfig
@@ -91,7 +92,7 @@ def original_forward(input_ids, pixels, sd, config, llm, image_token_id):
 
 def prompt_ids(judge, n_tiles, text="Is this a good answer?"):
     tok = judge.tokenizer
-    query = "<img>" + "<IMG_CONTEXT>" * (judge.settings.tokens_per_tile * n_tiles) + "</img>\n" + text
+    query = "<img>" + "<IMG_CONTEXT>" * (judge.settings.images.tokens_per_tile * n_tiles) + "</img>\n" + text
     return tok(f"<|user|>\n{query}<|end|><|assistant|>\n", return_tensors="pt").input_ids
 
 
@@ -131,17 +132,18 @@ def test_greedy_generation_matches_independent_loop(original_dir):
 def test_one_key_map_reads_both_ways(original_dir):
     """native_tensors gives the native model's own names; original_tensors undoes it exactly, fused qkv included."""
     original = original_state_dict(original_dir)
-    native = dict(pair for key, tensor in original.items() for pair in native_tensors(key, tensor))
+    keys = KeyMap.of(_config(original_dir)["llm_config"])
+    native = dict(pair for key, tensor in original.items() for pair in keys.native_tensors(key, tensor))
     assert native.keys() == dict(load_judge(original_dir).model.named_parameters()).keys()
-    back = original_tensors(native)
+    back = keys.original_tensors(native)
     assert back.keys() == original.keys() and all(torch.equal(back[k], original[k]) for k in original)
     del native["model.vision_tower.encoder.layer.1.attention.k_proj.bias"]
-    with pytest.raises(CheckpointError, match=r"vision_model.encoder.layers.1.attn.qkv.bias: the vision tower has no k projection"):
-        original_tensors(native)
+    with pytest.raises(CheckpointError, match=r"vision_model.encoder.layers.1.attn.qkv.bias: the model has no k projection"):
+        keys.original_tensors(native)
 
 
-@pytest.mark.parametrize("changes", [{}, {"system_message": "Judge strictly."}, {"template": "Hermes-2"},
-                                     {"tiling": TilingConfig(image_size=SIZES.image_size, min_tiles=2, max_tiles=4, use_thumbnail=False)}])
+@pytest.mark.parametrize("changes", [{}, {"system_message": "Judge strictly."}, {"template": TEMPLATES["Hermes-2"]},
+                                     {"images": TilingConfig(image_size=SIZES.image_size, min_tiles=2, max_tiles=4, use_thumbnail=False, tokens_per_tile=SIZES.tokens_per_tile)}])
 def test_original_config_carries_the_judges_settings_back(original_dir, changes):
     judge = load_judge(original_dir)
     config = json.loads((original_dir / "config.json").read_text())
@@ -153,9 +155,9 @@ def test_original_config_carries_the_judges_settings_back(original_dir, changes)
 
 def test_settings_come_from_the_original_config(original_dir):
     settings = load_judge(original_dir).settings
-    assert settings.template == "phi3-chat"
-    assert settings.tiling.max_tiles == 6 and settings.tiling.use_thumbnail and settings.tiling.image_size == SIZES.image_size
-    assert settings.tokens_per_tile == SIZES.tokens_per_tile
+    assert settings.template.name == "phi3-chat"
+    assert settings.images.max_tiles == 6 and settings.images.use_thumbnail and settings.images.image_size == SIZES.image_size
+    assert settings.images.tokens_per_tile == SIZES.tokens_per_tile
     assert settings.system_message is None  # no override: the template's default applies
 
 
@@ -179,7 +181,7 @@ def test_save_native_round_trip_keeps_logits_and_settings(original_dir, tmp_path
 
 def test_native_checkpoint_written_by_transformers_loads(tmp_path):
     judge = load_judge(write_native_checkpoint(tmp_path / "native", seed=1))
-    assert judge.source_format == "native" and judge.settings.template == "phi3-chat"
+    assert judge.source_format == "native" and judge.settings.template.name == "phi3-chat"
     assert judge.model.config.tie_word_embeddings is False
 
 
@@ -196,7 +198,7 @@ def test_system_message_read_from_conversation_py_without_executing_it(original_
         "register_conv_template(Conversation(name='phi3-chat', system_template='<|system|>\\n{system_message}',"
         " system_message='You are a careful judge.', roles=('<|user|>\\n', '<|assistant|>\\n'), sep='<|end|>'))\n"
     )
-    assert load_judge(ckpt).settings.system_message == "You are a careful judge."
+    assert load_judge(ckpt).settings.system == "You are a careful judge."
 
 
 @pytest.mark.parametrize(
@@ -205,7 +207,7 @@ def test_system_message_read_from_conversation_py_without_executing_it(original_
         (lambda d: (d / "config.json").unlink(), "no config.json or adapter_config.json"),
         (lambda d: (d / "config.json").write_text('{"template": }'), r"config.json: invalid JSON at line 1, column 14"),
         (lambda d: _edit_config(d, architectures=["LlavaForConditionalGeneration"], model_type="llava"), "unsupported architecture"),
-        (lambda d: _edit_config(d, llm_config={**_config(d)["llm_config"], "model_type": "internlm2"}), "unsupported language model 'internlm2'"),
+        (lambda d: _edit_config(d, llm_config={**_config(d)["llm_config"], "model_type": "internlm3"}), "unsupported language model 'internlm3'"),
         (lambda d: _edit_config(d, ps_version="v1"), "unsupported ps_version"),
         (lambda d: _edit_config(d, template="vicuna"), "template 'vicuna' is not one of"),
         (lambda d: [f.unlink() for f in d.glob("*.safetensors")], "no model.safetensors"),
@@ -438,30 +440,39 @@ def test_an_adapter_whose_base_is_an_adapter_is_refused_not_a_recursion(original
         load_judge(adapter)
 
 
-SETTINGS = {"template": "phi3-chat", "system_message": None, "image_size": 448, "min_tiles": 1, "max_tiles": 6, "use_thumbnail": True}
+SETTINGS = {"template": "phi3-chat", "image_size": 448, "min_tiles": 1, "max_tiles": 6, "use_thumbnail": True}
+BASE = JudgeSettings(TEMPLATES["Hermes-2"], None, TilingConfig(max_tiles=12))
 
 
 @pytest.mark.parametrize("content, message", [
     ('{"template": "phi3-chat",', "invalid JSON at line 1"),
-    ({k: v for k, v in SETTINGS.items() if k != "max_tiles"}, "max_tiles: Field required"),
+    ({**SETTINGS, "max_tiles": 0}, "max_tiles: Input should be greater than 0"),
     ({**SETTINGS, "template": "vicuna"}, "template: 'vicuna' is not one of phi3-chat"),
     ({**SETTINGS, "min_tiles": 7}, "min_tiles 7 is above max_tiles 6"),
+    ({"min_tiles": 13}, "min_tiles 13 is above max_tiles 12"),  # over the base's
     ({**SETTINGS, "tiles": 6}, "tiles: Extra inputs are not permitted"),
+    ({**SETTINGS, "max_pixels": 1000}, "max_pixels: settings of another backbone's image processing"),
 ])
 def test_a_malformed_judge_config_is_named(tmp_path, content, message):
     (tmp_path / "judge_config.json").write_text(content if isinstance(content, str) else json.dumps(content))
     with pytest.raises((CheckpointError, InputError), match=f"judge_config.json: .*{message}"):
-        read_settings(tmp_path, 256)
+        read_settings(tmp_path, BASE)
 
 
 def test_judge_config_is_read_as_written(tmp_path):
     (tmp_path / "judge_config.json").write_text(json.dumps({**SETTINGS, "system_message": "Be fair."}))
-    settings = read_settings(tmp_path, 256)
+    settings = read_settings(tmp_path, BASE)
+    assert settings.template == TEMPLATES["phi3-chat"] and settings.images.max_tiles == 6 and settings.system == "Be fair."
     again = tmp_path / "again"
     again.mkdir()
     write_settings(settings, again)
     assert json.loads((again / "judge_config.json").read_text()) == {**SETTINGS, "system_message": "Be fair."}
-    assert read_settings(again, 256) == settings
+    assert read_settings(again, BASE) == settings
+
+
+def test_a_judge_config_left_out_field_is_the_bases(tmp_path):
+    (tmp_path / "judge_config.json").write_text(json.dumps({"max_tiles": 3}))
+    assert read_settings(tmp_path, BASE) == dataclasses.replace(BASE, images=TilingConfig(max_tiles=3))
 
 
 def su_rope(config: dict, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

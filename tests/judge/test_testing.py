@@ -131,7 +131,7 @@ def test_same_seed_same_bytes(tmp_path):
 def test_native_checkpoint_loads_untied_and_runs_one_tile(tmp_path):
     ckpt = write_native_checkpoint(tmp_path, seed=1)
     assert json.loads((ckpt / "judge_config.json").read_text()) == {
-        "template": "phi3-chat", "system_message": None, "image_size": SIZES.image_size, "min_tiles": 1, "max_tiles": 6, "use_thumbnail": True}
+        "template": "phi3-chat", "image_size": SIZES.image_size, "min_tiles": 1, "max_tiles": 6, "use_thumbnail": True}
     raw = json.loads((ckpt / "config.json").read_text())
     assert raw["tie_word_embeddings"] is False and raw["text_config"]["tie_word_embeddings"] is False
     model = InternVLForConditionalGeneration.from_pretrained(ckpt).eval()

@@ -11,8 +11,8 @@ from mmjudge.infer.engine import _load_pixels, prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import UsageError, load_samples
 from mmjudge.judge.model import load_judge
-from mmjudge.judge.prompts import image_tokens, load_rubrics
-from mmjudge.judge.templates import get_template
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.vision import Pixels, placeholder
 from mmjudge.judge.testing import HANG_S, write_dataset, write_original_checkpoint
 from mmjudge.serve.worker import Abandoned, ChatPrompt, Worker
 
@@ -23,10 +23,12 @@ def judge(tmp_path_factory):
 
 
 def prompt(judge, text: str, tiles: int = 0, pixels: int = 0) -> ChatPrompt:
-    query = (image_tokens(tiles, judge.settings.tokens_per_tile) + "\n" if tiles else "") + text
-    ids = judge.tokenizer(get_template(judge.settings.template).render(query), return_tensors="pt").input_ids[0]
-    size = judge.settings.tiling.image_size
-    return ChatPrompt(ids, torch.zeros(pixels, 3, size, size) if pixels else None, max_new_tokens=3, logprobs=0)
+    images = judge.settings.images
+    query = (placeholder(images, tiles * images.tokens_per_tile) + "\n" if tiles else "") + text
+    ids = judge.tokenizer(judge.settings.template.render(query), return_tensors="pt").input_ids[0]
+    size = images.image_size
+    tiles_given = Pixels(torch.zeros(pixels, 3, size, size), pixels * images.tokens_per_tile) if pixels else None
+    return ChatPrompt(ids, tiles_given, max_new_tokens=3, logprobs=0)
 
 
 @pytest.mark.slow

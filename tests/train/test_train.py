@@ -34,12 +34,8 @@ def base(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    records = json.loads(write_dataset(root, 12, seed=2, annotated=True).read_text())
-    (root / "train.json").write_text(json.dumps(records[:10]))
-    (root / "heldout.json").write_text(json.dumps(records[10:]))
-    return root
+def data(annotated):
+    return annotated
 
 
 def train_args(base, data, out, *extra):
@@ -80,7 +76,7 @@ def test_a_critique_that_writes_control_tokens_teaches_them_as_text(base, data):
     special = judge.tokenizer.added_tokens_encoder
     assert [judge.tokenizer.convert_ids_to_tokens(t) for t in target if t in special.values()] == ["<|end|>"] and target[-1] == special["<|end|>"]
     assert judge.tokenizer.decode(target).startswith("Weak.<|end|><|user|>\nAnd <IMG_CONTEXT> here.")
-    assert row["input_ids"].count(special["<IMG_CONTEXT>"]) == row["n_tiles"] * judge.settings.tokens_per_tile  # its images' alone
+    assert row["input_ids"].count(special["<IMG_CONTEXT>"]) == row["n_tiles"] * judge.settings.images.tokens_per_tile  # its images' alone
 
 
 def test_a_sample_longer_than_max_length_is_named_by_its_first_record(base, data):
@@ -99,7 +95,7 @@ def test_a_sample_longer_than_max_length_is_named_by_its_first_record(base, data
 
 def test_evaluation_scores_the_prompts_training_learns_from(base, data):
     judge = load_judge(base)
-    cfg = TrainConfig(max_tiles=1, image_token_budget=judge.settings.tokens_per_tile)  # one image's worth: the others are cut
+    cfg = TrainConfig(max_tiles=1, image_token_budget=judge.settings.images.tokens_per_tile)  # one image's worth: the others are cut
     judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)  # as train() does
     annotations = load_annotations(data / "train.json", data)
     rubrics = load_rubrics(TINY_RUBRIC)
@@ -124,7 +120,7 @@ def test_a_padded_micro_batch_has_the_loss_of_its_sequences_alone(base, data, tm
     judge = load_judge(write_original_checkpoint(tmp_path / "long-rope", original_max_position_embeddings=switch))
     rows = list(build_dataset(judge, annotations, rubrics, data, 8192, None, "train.json"))
     assert min(len(r["input_ids"]) for r in rows) <= switch < max(len(r["input_ids"]) for r in rows)
-    collate = Collator(judge.tokenizer.pad_token_id, judge.settings.tiling)
+    collate = Collator(judge.tokenizer.pad_token_id, judge.backbone, judge.settings.images)
     with torch.no_grad():
         batched = judge.model(**collate(rows)).loss
         alone = [judge.model(**collate([row])).loss for row in rows]
