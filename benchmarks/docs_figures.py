@@ -7,6 +7,7 @@
         README.md, docs/demo.md                          what lies between <!-- figures:NAME --> and
                                                          <!-- /figures:NAME -->, rendered from the record
     .venv/bin/python benchmarks/docs_figures.py --check    exit 1 where a page's figures are not its record's
+    .venv/bin/python benchmarks/docs_figures.py --render   rewrite the pages' figures from the record, running nothing
 
 The run's commit is the checkout's HEAD; a checkout whose tracked files differ from it (other than the files
 this script writes) is refused, unless --allow_dirty, which the record and the pages then say. Arguments after
@@ -36,18 +37,19 @@ WRITTEN = [RECORD, *IMAGES.values(), *PAGES.values()]
 STEP = re.compile(r"^== (?P<title>.+)$|^\s+ok in (?P<seconds>\d+)s", re.MULTILINE)
 
 
-def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+def git(checkout: Path, *args: str) -> str:
+    # only the final newline goes: a porcelain status line may begin with a space (" M README.md")
+    return subprocess.run(["git", *args], cwd=checkout, capture_output=True, text=True, check=True).stdout.rstrip("\n")
 
 
-def source(allow_dirty: bool) -> dict:
-    """The commit that runs, refusing a checkout whose code is not that commit's."""
-    changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+def source(allow_dirty: bool, checkout: Path = ROOT) -> dict:
+    """The commit that runs, refusing a checkout whose code is not that commit's (the files written here aside)."""
+    changed = [line[3:] for line in git(checkout, "status", "--porcelain", "--untracked-files=no").splitlines()]
     changed = [path for path in changed if Path(path) not in WRITTEN]
     if changed and not allow_dirty:
-        raise SystemExit(f"error: tracked files differ from commit {git('rev-parse', '--short', 'HEAD')}: {', '.join(changed)}; "
+        raise SystemExit(f"error: tracked files differ from commit {git(checkout, 'rev-parse', '--short', 'HEAD')}: {', '.join(changed)}; "
                          "commit them (the record names the commit that ran) or give --allow_dirty")
-    return {"commit": git("rev-parse", "HEAD"), "commit_date": git("show", "-s", "--format=%cs", "HEAD"), "dirty": bool(changed)}
+    return {"commit": git(checkout, "rev-parse", "HEAD"), "commit_date": git(checkout, "show", "-s", "--format=%cs", "HEAD"), "dirty": bool(changed)}
 
 
 def load_average() -> float | None:
@@ -70,6 +72,8 @@ def run_demo(out: Path, demo_args: list[str]) -> dict:
     load_before, start = load_average(), time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     seconds = time.perf_counter() - start
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "docs_figures.log").write_text(done.stdout + done.stderr)  # kept, whatever happens next
     if done.returncode != 0:
         raise SystemExit(f"judge-demo failed with exit code {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
     return {"stdout": done.stdout, "seconds": seconds, "load_average": [load_before, load_average()],
@@ -94,8 +98,9 @@ def printed_summary(stdout: str) -> list[str]:
     return tail.split("\n\nTrained judge:")[0].splitlines()
 
 
-def figures(out: Path, run: dict, allow_dirty: bool) -> dict:
-    """The record of one demo run: where and from what it ran, and the figures the docs quote."""
+def figures(out: Path, run: dict, started: dict) -> dict:
+    """The record of one demo run: where and from what it ran, and the figures the docs quote. A checkout that
+    changed while the demo ran is recorded as dirty (the run is kept, and tests/test_docs.py refuses it)."""
     report = json.loads((out / "report" / "report.json").read_text())
     pearson = {}
     for judge in ("before", "after"):
@@ -107,7 +112,7 @@ def figures(out: Path, run: dict, allow_dirty: bool) -> dict:
     splits = {name: len({r["id"] for r in json.loads((out / "data" / f"{name}.json").read_text())}) for name in ("train", "validation", "test")}
     return {
         "command": run["command"],
-        "source": source(allow_dirty),
+        "source": started if source(allow_dirty=True) == started else {**started, "dirty": True},
         "run_date": datetime.now(timezone.utc).date().isoformat(),
         "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "load_average_before_after": run["load_average"],
                     "python": platform.python_version(), "torch": version("torch"), "transformers": version("transformers")},
@@ -125,17 +130,18 @@ def _r(value: float | None, digits: int = 3) -> str:
 
 
 def _machine(record: dict) -> str:
+    """Where and from what the run ran, in words: the commit, the date, the machine and the load other work put on it."""
     m, s = record["machine"], record["source"]
     before, after = m["load_average_before_after"]
     dirty = " with uncommitted changes" if s["dirty"] else ""
-    return (f"commit {s['commit'][:7]}{dirty} ({s['commit_date']}), run {record['run_date']} on {m['cpu']} ({m['cores']} cores, "
-            f"load average {before} before and {after} after, from other work on the machine)")
+    return (f"at commit {s['commit'][:7]}{dirty} on {record['run_date']}, on {m['cpu']} ({m['cores']} cores; load average "
+            f"{before} when it started and {after} when it ended, from other work on the machine)")
 
 
 def render(record: dict) -> dict[str, str]:
     """The text of each marked region, from the record alone."""
     p, t = record["pearson"], record["splits"]["test"]
-    readme = (f"The demo's last recorded run (`{record['command']}`, {_machine(record)}) took {record['seconds']['total']} s; "
+    readme = (f"Its last recorded run, `{record['command']}` {_machine(record)}, took {record['seconds']['total']} s; "
               f"the judge's Pearson with the human overall score on the {t} test samples went from {_r(p['before']['value'])} "
               f"before training to {_r(p['after']['value'])} after ([the demo](docs/demo.md)).")
     rows = [f"| {name} training | {_r(p[name]['value'])} | [{_r(p[name]['fisher_95'][0], 2)}, {_r(p[name]['fisher_95'][1], 2)}] | {p[name]['n']:.0f} |"
@@ -143,7 +149,7 @@ def render(record: dict) -> dict[str, str]:
     steps = [f"| {title} | {seconds} |" for title, seconds in record["seconds"]["steps"].items()]
     splits = ", ".join(f"{n} {name}" for name, n in record["splits"].items())
     demo = "\n".join([
-        f"`{record['command']}` at {_machine(record)}; Python {record['machine']['python']}, torch "
+        f"`{record['command']}` {_machine(record)}; Python {record['machine']['python']}, torch "
         f"{record['machine']['torch']}, transformers {record['machine']['transformers']}. Samples: {splits}.",
         "",
         "| judge | Pearson, expected score vs human overall (test split) | 95% interval | n |",
@@ -196,11 +202,18 @@ def stale_pages(root: Path) -> list[str]:
     return stale
 
 
+def write_pages(root: Path, record: dict) -> None:
+    rendered = render(record)
+    for name, page in PAGES.items():
+        (root / page).write_text(rewrite((root / page).read_text(), name, rendered[name]))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     demo_args = argv[argv.index("--") + 1:] if "--" in argv else []
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="only compare the pages with the record (default: off)")
+    parser.add_argument("--render", action="store_true", help="only rewrite the pages from the record, as after a change of wording (default: off)")
     parser.add_argument("--demo_dir", default="demo_outputs", help="where judge-demo writes its run (default: demo_outputs)")
     parser.add_argument("--root", default=str(ROOT), help=f"the folder holding README.md and docs/ to write (default: {ROOT})")
     parser.add_argument("--allow_dirty", action="store_true", help="run from a checkout with uncommitted changes (default: off)")
@@ -211,17 +224,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"not what {RECORD} renders to: {', '.join(stale)}; run benchmarks/docs_figures.py", file=sys.stderr)
             return 1
         return 0
+    if args.render:
+        write_pages(root, json.loads((root / RECORD).read_text()))
+        return 0
     out = Path(args.demo_dir).resolve()
-    source(args.allow_dirty)  # refused before minutes of demo, not after
+    started = source(args.allow_dirty)  # refused before minutes of demo, not after
     run = run_demo(out, demo_args)
-    record = figures(out, run, args.allow_dirty)
+    record = figures(out, run, started)
     (root / RECORD).parent.mkdir(parents=True, exist_ok=True)
     (root / RECORD).write_text(json.dumps(record, indent=1) + "\n")
     for judge, image in IMAGES.items():
         shutil.copyfile(out / "report" / "plots" / f"{judge}_scatter.png", root / image)
-    rendered = render(record)
-    for name, page in PAGES.items():
-        (root / page).write_text(rewrite((root / page).read_text(), name, rendered[name]))
+    write_pages(root, record)
     print(f"{root / RECORD}: {_machine(record)}\nPearson {_r(record['pearson']['before']['value'])} -> {_r(record['pearson']['after']['value'])}, "
           f"{record['seconds']['total']} s; rewrote {', '.join(str(p) for p in PAGES.values())} and {', '.join(str(p) for p in IMAGES.values())}")
     return 0

@@ -123,6 +123,26 @@ def test_the_demos_output_is_read_as_it_prints_it():
     assert docs_figures.printed_summary(stdout) == ["Done in 75s. Agreement ...:", "  before: Pearson -0.115, n = 80", "", "Score sets: ..."]
 
 
+def test_the_run_is_named_by_a_commit_whose_code_it_is(tmp_path):
+    """The checkout's code must be its commit's: a changed tracked file is refused by name, while the pages and
+    images the script itself rewrites may differ (a changed first line of `git status` included)."""
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True, capture_output=True)
+    git("init", "-q")
+    for path in ["README.md", "benchmarks/docs_figures.py", "docs/demo.md"]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("v1\n")
+    git("add", "-A")
+    git("commit", "-q", "-m", "v1")
+    (tmp_path / "README.md").write_text("figures\n")
+    (tmp_path / "docs" / "demo.md").write_text("figures\n")
+    assert docs_figures.source(False, tmp_path)["dirty"] is False
+    (tmp_path / "benchmarks" / "docs_figures.py").write_text("v2\n")
+    with pytest.raises(SystemExit, match=r"tracked files differ from commit [0-9a-f]+: benchmarks/docs_figures.py;"):
+        docs_figures.source(False, tmp_path)
+    assert docs_figures.source(True, tmp_path)["dirty"] is True
+
+
 @pytest.mark.slow
 def test_the_figures_script_runs_the_demo_and_writes_the_pages(tmp_path):
     """The script end to end on a small demo: the record of the run, the run's scatter plots, the pages'
