@@ -144,7 +144,7 @@ def render(record: dict) -> dict[str, str]:
     readme = (f"Its last recorded run, `{record['command']}` {_machine(record)}, took {record['seconds']['total']} s; "
               f"the judge's Pearson with the human overall score on the {t} test samples went from {_r(p['before']['value'])} "
               f"before training to {_r(p['after']['value'])} after ([the demo](docs/demo.md)).")
-    rows = [f"| {name} training | {_r(p[name]['value'])} | [{_r(p[name]['fisher_95'][0], 2)}, {_r(p[name]['fisher_95'][1], 2)}] | {p[name]['n']:.0f} |"
+    rows = [f"| {name} training | {_r(p[name]['value'])} | [{_r(p[name]['fisher_95'][0])}, {_r(p[name]['fisher_95'][1])}] | {p[name]['n']:.0f} |"
             for name in ("before", "after")]
     steps = [f"| {title} | {seconds} |" for title, seconds in record["seconds"]["steps"].items()]
     splits = ", ".join(f"{n} {name}" for name, n in record["splits"].items())
