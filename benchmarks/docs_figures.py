@@ -141,7 +141,7 @@ def _machine(record: dict) -> str:
 def render(record: dict) -> dict[str, str]:
     """The text of each marked region, from the record alone."""
     p, t = record["pearson"], record["splits"]["test"]
-    readme = (f"Its last recorded run, `{record['command']}` {_machine(record)}, took {record['seconds']['total']} s; "
+    readme = (f"The demo's last recorded run, `{record['command']}` {_machine(record)}, took {record['seconds']['total']} s; "
               f"the judge's Pearson with the human overall score on the {t} test samples went from {_r(p['before']['value'])} "
               f"before training to {_r(p['after']['value'])} after ([the demo](docs/demo.md)).")
     rows = [f"| {name} training | {_r(p[name]['value'])} | [{_r(p[name]['fisher_95'][0])}, {_r(p[name]['fisher_95'][1])}] | {p[name]['n']:.0f} |"
