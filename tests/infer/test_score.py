@@ -26,7 +26,7 @@ from mmjudge.judge.prompts import load_rubrics
 from mmjudge.judge.testing import HANG_S, write_dataset, write_original_checkpoint
 
 FAST = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
-# The record of eval_result.json as the README documents it, in this order.
+# The record of eval_result.json as docs/scoring.md documents it, in this order.
 DOCUMENTED_KEYS = ["id", "model", "category", "feedback", "score", "criteria", "score_distribution", "expected_score",
                    "parse_error", "truncated", "n_images", "n_tiles", "prompt_tokens", "generated_tokens", "judge_fingerprint", "rubric_fingerprint"]
 

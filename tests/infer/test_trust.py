@@ -296,7 +296,7 @@ def test_the_probe_through_a_server_gives_the_local_probes_records(checkpoint, d
         server.terminate()
         server.wait(timeout=HANG_S)
     local, remote = read(tmp_path / "local", "probe_blank.json"), read(tmp_path / "remote", "probe_blank.json")
-    # a chat API gives no distribution after a parse failure, nor the tiles (README), nor the judge's weights to fingerprint;
+    # a chat API gives no distribution after a parse failure, nor the tiles (docs/openai-scoring.md), nor the judge's weights to fingerprint;
     # all else is the local record
     same = lambda r: {k: v for k, v in r.items() if k not in ("score_distribution", "expected_score", "n_tiles", "judge_fingerprint")}  # noqa: E731
     assert len(remote) == 6 and [same(r) for r in remote] == [same(r) for r in local]

@@ -136,7 +136,7 @@ def test_judge_score_through_the_server_and_v1_score_give_the_records_judge_scor
     remote = json.loads((tmp_path / "remote" / "eval_result.json").read_text())
     assert [list(r) for r in remote] == [list(r) for r in local]
     # The random judge writes no score: each record is a parse failure, whose local distribution is read after a
-    # score heading appended to the judge's own tokens, which a chat API cannot do (README): none remotely.
+    # score heading appended to the judge's own tokens, which a chat API cannot do (docs/openai-scoring.md): none remotely.
     assert all(r["parse_error"] for r in local)
     assert all(r["score_distribution"] is None and r["expected_score"] is None for r in remote)
     # judge-score stamps the judge (its weights' fingerprint, which a server does not show) and the rubric; /v1/score neither
