@@ -283,6 +283,10 @@ HARMLESS_WARNINGS = [
     # PEFT's get_peft_model (every LoRA run) reads transformers' `is_gradient_checkpointing`, which transformers 5
     # deprecates: PEFT's to change, nothing a user of judge-train can do or needs to know.
     (FutureWarning, r"`is_gradient_checkpointing` is deprecated"),
+    # PEFT 0.20's save_pretrained looks for the base's config.json by the model's name_or_path, to tell whether
+    # the vocabulary grew and the embeddings must be saved too; a judge converted from the original format has
+    # no such path, and judge-train adds no token, so its assumption (not modified) is right. PEFT 0.21 says nothing.
+    (UserWarning, r"Could not find a config file in .* will assume that the vocabulary was not modified"),
 ]
 
 
