@@ -1,4 +1,4 @@
-# Two targets a user needs: `make demo` and `make test`. Both set up .venv first (once).
+# Two targets a user needs: `make demo` and `make test`; `make docs` builds the documentation site. Both set up .venv first (once).
 # torch is pinned to the CPU build used by the test suite; on a GPU machine install your CUDA build of
 # torch first and run `make setup TORCH=` to keep it.
 VENV ?= .venv
@@ -9,7 +9,7 @@ DEEPSPEED ?= deepspeed==0.19.8
 # killed elsewhere (whose lock never goes away) cannot hang this checkout's training.
 export TORCH_EXTENSIONS_DIR ?= $(abspath $(VENV))/torch_extensions
 
-.PHONY: setup test demo clean
+.PHONY: setup test test-installed lock demo docs clean
 
 setup: $(VENV)/.installed
 
@@ -26,11 +26,33 @@ $(VENV)/.installed: pyproject.toml requirements/lock.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
+# The whole suite, on requirements/lock.txt: every dependency at the lower bound of its range.
 test: setup
 	$(PY) -m pytest -q --durations=15
+
+# What `pip install mmjudge` gets, on the newest versions the ranges allow (.ci/installed.sh): the wheel,
+# built from the sdist, in a fresh venv; the README's commands in a user's folder; the quick loop from the
+# sdist's tests against the installed package. CI runs it after `make test`.
+test-installed:
+	TORCH='$(TORCH)' bash .ci/installed.sh
+
+# Rewrites requirements/lock.txt from pyproject.toml's lower bounds, for this Python (requirements/lock.py).
+lock:
+	python3 requirements/lock.py
 
 demo: setup
 	$(VENV)/bin/judge-demo --output_dir demo_outputs
 
+# The documentation site (mkdocs.yml), in site/: MkDocs and Material in a venv of their own, pinned in
+# requirements/docs.txt. --strict: a broken link, a missing heading or a page left out of the nav fails.
+DOCS_VENV ?= .venv-docs
+docs: $(DOCS_VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir site
+
+$(DOCS_VENV)/.installed: requirements/docs.txt
+	test -x $(DOCS_VENV)/bin/python || python3 -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install -q -r requirements/docs.txt
+	touch $@
+
 clean:
-	rm -rf $(VENV) demo_outputs eval_outputs
+	rm -rf $(VENV) $(DOCS_VENV) demo_outputs eval_outputs site

@@ -31,7 +31,9 @@ from mmjudge.infer.engine import Scorer, prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.cli import add_revision_flag
 from mmjudge.judge.data import load_samples
-from mmjudge.judge.model import Judge, load_judge, load_tokenizer, native_config_from_original, settings_from_original
+from mmjudge.judge.backbones.internvl import native_config_from_original, settings_from_original
+from mmjudge.judge.model import Judge, load_judge, load_tokenizer
+from mmjudge.judge.tiling import IMAGE_TOKENS
 from mmjudge.configs import CONFIG_DIR
 from mmjudge.judge.prompts import load_rubrics
 from mmjudge.judge.kernels import use_fused_kernels
@@ -49,7 +51,7 @@ def full_size_judge(device: str, tokenizer_dir: Path) -> Judge:
     """InternVL2-4B's architecture (InternViT-300M + Phi-3-mini, configs/model/internvl2-4b.json) with
     random bf16 weights."""
     write_tokenizer(tokenizer_dir)
-    tokenizer = load_tokenizer(tokenizer_dir)
+    tokenizer = load_tokenizer(tokenizer_dir, IMAGE_TOKENS)
     config = json.loads(FULL_SIZE.read_text())
     native = native_config_from_original(config, tokenizer)
     torch.set_default_dtype(torch.bfloat16)
@@ -109,7 +111,7 @@ def reference_loop(judge: Judge, items, new_tokens: int, device: str) -> tuple[f
     for item in items:
         pixels = _load_pixels(item, dtype, pin=False)
         ids = item.input_ids[None].to(device, torch.long)
-        images = {} if pixels is None else {"pixel_values": pixels.to(device)}
+        images = {} if pixels is None else judge.backbone.model_inputs(pixels.to(device, dtype))
         out = judge.model.generate(input_ids=ids, **images, generation_config=config)
         outputs.append(out[0, ids.shape[1]:].tolist())
     _sync(device)

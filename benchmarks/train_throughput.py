@@ -51,12 +51,12 @@ def free_port() -> str:
 def batch(judge, seq_len: int, tiles: int, batch_size: int, device: str, dtype) -> dict:
     """Random text with `tiles` tiles of image tokens; the second half of the text is the loss target."""
     image_id = judge.image_token_id
-    n_image = tiles * judge.settings.tokens_per_tile
+    n_image = tiles * judge.settings.images.tokens_per_tile
     text = torch.randint(10, judge.tokenizer.convert_tokens_to_ids("<|endoftext|>"), (batch_size, seq_len - n_image))
     ids = torch.cat([torch.full((batch_size, n_image), image_id), text], dim=1)
     labels = ids.clone()
     labels[:, : n_image + text.shape[1] // 2] = -100
-    size = judge.settings.tiling.image_size
+    size = judge.settings.images.image_size
     return {"input_ids": ids.to(device), "labels": labels.to(device), "attention_mask": torch.ones_like(ids).to(device),
             "pixel_values": torch.randn(batch_size * tiles, 3, size, size, device=device, dtype=dtype)}
 

@@ -7,7 +7,7 @@ threshold where its records carry score distributions, and its benchmark scores 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from pydantic import BaseModel
@@ -23,7 +23,7 @@ from mmjudge.calibration.conformal import (
     written_agreement,
 )
 from mmjudge.calibration.fit import Level, cross_fit, fit_map, reliability
-from mmjudge.calibration.inputs import Coverage, HumanRecord, Ratings
+from mmjudge.calibration.inputs import Coverage, HumanRecord, Ratings, fitted_identity
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.calibration.stats import (
     Agreement,
@@ -50,13 +50,16 @@ MIN_MODELS = 3
 
 @dataclass
 class Options:
-    criteria: list[str]
-    group_by: str  # "category", "model" or "none"
-    bootstrap: int
-    seed: int
-    fit: str  # "isotonic", "linear" or "none"
-    folds: int
-    scale: ScoreScale
+    """judge-calibrate's settings, each declared once, here, with its default: the keywords of
+    `mmjudge.calibrate` and, under the same names (`--by` for group_by), judge-calibrate's flags."""
+
+    criteria: list[str] | None = None  # None: every criterion some judge and the human file both scored on a shared id
+    group_by: str = "category"  # "category", "model" or "none"
+    bootstrap: int = 1000  # resamples for the intervals; 0: none
+    seed: int = 0  # of the bootstrap, the calibration folds and the plot jitter
+    fit: str = "isotonic"  # "isotonic", "linear" or "none"
+    folds: int = 5  # cross-fitting folds for the held-out calibration errors
+    scale: ScoreScale = field(default_factory=ScoreScale)  # MMIE's 0-6
     overall: str = "score"  # or "expected_score": which judge value the overall criterion compares
     coverage: float = 0.9  # of the conformal score sets
     target_agreement: float = 0.9  # of the records the judge may score alone
@@ -322,8 +325,10 @@ def calibrate(ratings: Ratings, judge: str, opts: Options, human_path: str) -> C
     calibrator = None
     if len(p.ids) >= 2:
         xs, ys = fit_map(p.judge, p.human, opts.fit, opts.scale.bounds)
+        judge_fingerprint, rubric_fingerprints = fitted_identity(ratings.judges[judge])
         fitted_on = FittedOn(judge=judge, predictions=ratings.coverage[judge].predictions, human=human_path, n=len(p.ids), folds=opts.folds,
-                             mse_before=mean_error(p.judge, p.human, "mse").value, held_out_mse_after=after("mse").value)
+                             mse_before=mean_error(p.judge, p.human, "mse").value, held_out_mse_after=after("mse").value,
+                             judge_fingerprint=judge_fingerprint, rubric_fingerprints=rubric_fingerprints)
         calibrator = Calibrator(method=opts.fit, source=source, x=xs, y=ys, scale=opts.scale.bounds, fitted_on=fitted_on)
     probabilities, human_levels, written_levels = _with_distributions(ratings, judge, opts.scale)
     sets, escalating = score_sets(probabilities, human_levels, opts), escalation(probabilities, human_levels, written_levels, opts)
@@ -377,6 +382,10 @@ def model_data(ratings: Ratings, judge: str) -> ModelData:
 
 
 class Report(BaseModel):
+    """Everything judge-calibrate measured (the module docstring), as report.json holds it and
+    `mmjudge.calibrate` returns it: per judge (`judges[name]`), its coverage of the human ids, per criterion
+    the agreement tables (`criteria[c].all`, and per group), its calibration and benchmark scores."""
+
     scale: tuple[float, float]  # [low, high], as before --step existed, so that readers of report.json keep working
     step: float
     criteria: list[str]

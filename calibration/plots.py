@@ -1,4 +1,5 @@
-"""The report's pictures (matplotlib, Agg backend: no display needed). Each function returns PNG bytes.
+"""The report's pictures (matplotlib, Agg backend: no display needed). Each function returns a `Plot`: the PNG
+and its caption, which says what is drawn and how (what is jittered, why a line is missing).
 
 Every per-judge picture puts the judge's score on x and the human score on y, so the scatter, the
 confusion matrix and the reliability curve read the same way.
@@ -7,6 +8,7 @@ confusion matrix and the reliability curve read the same way.
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 
 import matplotlib
 
@@ -22,6 +24,13 @@ from mmjudge.judge.parsing import ScoreScale
 plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 8})
 JUDGE_COLOUR, HUMAN_COLOUR, CALIBRATED_COLOUR = "tab:blue", "tab:orange", "tab:green"
 DPI = 110
+JITTER = 0.18  # of a discrete axis's spacing: points of one value spread out, and stay clear of the next value's
+
+
+@dataclass(frozen=True)
+class Plot:
+    png: bytes
+    caption: str  # what the picture shows and how it is drawn, for the report's text beside it
 
 
 def _png(fig) -> bytes:
@@ -30,6 +39,17 @@ def _png(fig) -> bytes:
     fig.savefig(buffer, format="png", dpi=DPI)
     plt.close(fig)
     return buffer.getvalue()
+
+
+def grid_spacing(values: np.ndarray, scale: ScoreScale) -> float | None:
+    """The spacing of the grid every value lies on when they are discrete: the scale's levels, or means of a
+    few annotators' levels (halves, thirds, ... twelfths); None for continuous values (expected scores)."""
+    values = np.asarray(values, dtype=float)
+    for parts in range(1, 13):
+        steps = (values - scale.low) / (scale.step / parts)
+        if len(values) and np.allclose(steps, np.rint(steps), rtol=0, atol=1e-6):
+            return scale.step / parts
+    return None
 
 
 def _level_ticks(ax, scale: ScoreScale, axes: str = "xy") -> None:
@@ -48,23 +68,46 @@ def _square_axes(ax, scale: ScoreScale, xlabel: str, ylabel: str, title: str) ->
     _level_ticks(ax, scale)
 
 
-def scatter(judge: np.ndarray, human: np.ndarray, name: str, scale: ScoreScale, seed: int = 0) -> bytes:
-    """Judge vs human with jitter (scores on levels would pile up on a few points) and the least-squares line."""
+def scatter(judge: np.ndarray, human: np.ndarray, name: str, scale: ScoreScale, seed: int = 0, collapse: str | None = None,
+            value: str = "score") -> Plot:
+    """Judge vs human, with the least-squares line unless the judge's scores collapse (`collapse`, the report's
+    verdict: a line through one level is no trend). `value`: what the judge's values are ("score",
+    "expected score"). A discrete axis is jittered (scores on a few levels would pile up on a few points),
+    a continuous one never: its spread is the data's."""
     rng = np.random.default_rng(seed)
     fig, ax = plt.subplots(figsize=(5.2, 6))
-    jitter = lambda v: v + rng.uniform(-0.18, 0.18, len(v)) * scale.step
-    ax.scatter(jitter(judge), jitter(human), s=12, alpha=0.45, color=JUDGE_COLOUR, edgecolors="none", label=f"samples, jittered (n={len(judge)})")
+    drawn, jittered, exact = [], [], []
+    for label, values in (("judge", judge), ("human", human)):
+        spacing = grid_spacing(values, scale)
+        if spacing is None:
+            drawn.append(values)
+            exact.append(label)
+        else:
+            drawn.append(values + rng.uniform(-JITTER, JITTER, len(values)) * spacing)
+            jittered.append(f"{label} axis by up to ±{JITTER * spacing:.2g}")
+    ax.scatter(*drawn, s=12, alpha=0.45, color=JUDGE_COLOUR, edgecolors="none",
+               label=f"samples (n={len(judge)}), " + (f"jittered: {', '.join(jittered)}" if jittered else "not jittered"))
     lo, hi = scale.bounds
-    if np.ptp(judge) > 0:
+    if collapse:
+        line = f"No fitted line through a collapsed judge ({collapse})."
+    elif np.ptp(judge) > 0:
         slope, intercept = np.polyfit(judge, human, 1)
         ax.plot([lo, hi], [intercept + slope * lo, intercept + slope * hi], color="tab:red", linewidth=1.5,
                 label=f"least squares: human = {slope:.2f} x judge {intercept:+.2f}")
-    _square_axes(ax, scale, "judge score", "human score (mean of annotators)", f"{name}: judge vs human, overall")
+        line = "Red: the least-squares line."
+    else:
+        line = "No fitted line: the judge gave one value."
+    _square_axes(ax, scale, f"judge {value}", "human score (mean of annotators)", f"{name}: judge vs human, overall")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=1, frameon=False)  # below: points fill every corner
-    return _png(fig)
+    caption = f"{name}: each point is an id, the judge's {value} against the mean of its annotators' scores."
+    if jittered:
+        caption += f" Discrete values are jittered so that equal ones do not hide each other ({', '.join(jittered)})."
+    if exact:
+        caption += f" {' and '.join(exact).capitalize()} values are continuous and drawn where they are, unjittered."
+    return Plot(_png(fig), f"{caption} {line} Dashed: judge = human.")
 
 
-def confusion(judge: np.ndarray, human: np.ndarray, name: str, scale: ScoreScale) -> bytes:
+def confusion(judge: np.ndarray, human: np.ndarray, name: str, scale: ScoreScale) -> Plot:
     k, levels = scale.n_levels, scale.levels
     counts = np.zeros((k, k), dtype=int)  # [human level, judge level]
     np.add.at(counts, (scale.index(human), scale.index(judge)), 1)
@@ -81,10 +124,11 @@ def confusion(judge: np.ndarray, human: np.ndarray, name: str, scale: ScoreScale
     ax.grid(False)
     ax.plot(edges, edges, color="grey", linestyle="--", linewidth=0.8)
     fig.colorbar(image, ax=ax, shrink=0.85, label="samples")
-    return _png(fig)
+    return Plot(_png(fig), f"{name}: how many ids fall on each pair of levels, the judge's (x) against people's (y), each score at its "
+                           "nearest level. The dashed diagonal is exact agreement.")
 
 
-def reliability_curve(calibration: Calibration, name: str, scale: ScoreScale) -> bytes:
+def reliability_curve(calibration: Calibration, name: str, scale: ScoreScale) -> Plot:
     """Mean human score at each judge score level, before and after calibration, with the map itself."""
     fig, ax = plt.subplots(figsize=(5.2, 6))
     source = "expected score" if calibration.source == "expected_score" else "score"
@@ -102,10 +146,12 @@ def reliability_curve(calibration: Calibration, name: str, scale: ScoreScale) ->
                 ax.annotate(f"{v.n}", (v.judge_level, v.mean_human), textcoords="offset points", xytext=offset, fontsize=7, color=colour)
     _square_axes(ax, scale, "score level, nearest (small numbers: samples)", "mean human score at that level", f"{name}: reliability")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)  # below: a harsh judge's curve fills the upper left
-    return _png(fig)
+    return Plot(_png(fig), f"{name}: the mean human score of the ids at each level of the judge's {source} (small numbers: ids), before "
+                           "calibration and after it on held-out folds, beside the map fitted on all pairs. On the dashed line a "
+                           "level means to the judge what it means to people.")
 
 
-def histograms(result: CriterionResult, name: str, scale: ScoreScale) -> bytes:
+def histograms(result: CriterionResult, name: str, scale: ScoreScale) -> Plot:
     h = result.histogram
     levels, offset = np.array(h.levels), 0.2 * scale.step
     fig, ax = plt.subplots(figsize=(5.6, 4.2))
@@ -117,13 +163,15 @@ def histograms(result: CriterionResult, name: str, scale: ScoreScale) -> bytes:
     ax.set(xlabel="score (nearest level)", ylabel="samples", title=title)
     _level_ticks(ax, scale, "x")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)  # below: inside, it covers a tall bar
-    return _png(fig)
+    collapse = f" Warning: {result.collapse}." if result.collapse else ""
+    return Plot(_png(fig), f"{name}: how often each level was given, by the judge and by people (the mean of annotators at its "
+                           f"nearest level).{collapse}")
 
 
 LABEL_PAD = 0.15  # room on the r axis beyond the intervals for the n labels
 
 
-def group_bars(results: dict[str, CriterionResult], group_by: str) -> bytes:
+def group_bars(results: dict[str, CriterionResult], group_by: str) -> Plot:
     """Overall Pearson r per group and judge with its 95% Fisher-z interval; undefined r is marked, not drawn.
     The r axis spans the intervals drawn (and 0), not always -1 to 1: agreement is usually positive, and a
     fixed axis left its negative half empty."""
@@ -156,13 +204,14 @@ def group_bars(results: dict[str, CriterionResult], group_by: str) -> bytes:
     ax.legend(handles, judges, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(len(judges), 4), frameon=False)
     ax.set(xlim=(-0.5, len(groups) - 0.5), xticks=range(len(groups)), xticklabels=groups, ylabel="Pearson r, 95% interval (Fisher z)", xlabel=group_by,
            title=f"Overall agreement by {group_by}")
-    return _png(fig)
+    return Plot(_png(fig), f"Overall Pearson r per {group_by} and judge, with its 95% Fisher-z interval; n: the ids of the group. "
+                           "Where r is undefined (too few ids, or one side constant) the group is marked, not drawn.")
 
 
 BENCHMARK_WAYS = (("ppi", "PPI++ (human + judge)", "tab:green"), ("human_only", "human only", HUMAN_COLOUR), ("judge_only", "judge only", JUDGE_COLOUR))
 
 
-def benchmark(scores: BenchmarkScores, name: str, scale: ScoreScale) -> bytes:
+def benchmark(scores: BenchmarkScores, name: str, scale: ScoreScale) -> Plot:
     """Each evaluated model's mean score, three ways side by side, with their 95% intervals; models best first
     (by PPI++) from the top. An undefined estimate is left out of its row."""
     models = list(scores.ranking.order) + [m for m in scores.models if m not in scores.ranking.order]
@@ -180,10 +229,12 @@ def benchmark(scores: BenchmarkScores, name: str, scale: ScoreScale) -> bytes:
            xlabel="mean overall score, 95% interval", title=f"{name}: benchmark score per model")
     _level_ticks(ax, scale, "x")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(models) < 4 else -0.12), ncol=3, frameon=False)
-    return _png(fig)
+    return Plot(_png(fig), f"{name}: each evaluated model's mean overall score, estimated three ways with 95% intervals: PPI++ "
+                           "(the human-scored ids with every id only the judge scored), people's scores only, the judge's only. "
+                           "Best first, by PPI++.")
 
 
-def ranking(report: PreferenceReport) -> bytes:
+def ranking(report: PreferenceReport) -> Plot:
     """Each evaluated model's Bradley-Terry log-strength with its 95% interval: people's and each judge's side by
     side, models in people's order from the top."""
     models = list(report.people_ranking.models) or sorted({m for j in report.judges.values() for m in j.ranking.models})
@@ -203,10 +254,11 @@ def ranking(report: PreferenceReport) -> bytes:
     ax.set_yticks(np.arange(len(models))[::-1], models, fontsize=8)
     ax.set(xlabel="Bradley-Terry log-strength, 95% interval (0: the average model)", title="Ranking of the evaluated models")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 if len(models) > 4 else -0.25), ncol=min(len(sides), 4), frameon=False)
-    return _png(fig)
+    return Plot(_png(fig), "Each evaluated model's Bradley-Terry log-strength from the final verdicts, with its 95% bootstrap interval: "
+                           "people's and each judge's side by side, the models in people's order from the top.")
 
 
-def position_bias(report: PreferenceReport) -> bytes:
+def position_bias(report: PreferenceReport) -> Plot:
     """How often each judge's first-shown answer wins, per order; 0.5 is no bias."""
     judges = list(report.judges)
     orders = ("forward", "reverse", "both")
@@ -224,4 +276,5 @@ def position_bias(report: PreferenceReport) -> bytes:
     ax.set(xticks=range(len(judges)), xticklabels=judges, ylim=(0, 1.08), ylabel="share of verdicts for the answer shown first",
            title="Position bias (0.5: none)")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
-    return _png(fig)
+    return Plot(_png(fig), "How often each judge's verdict goes to the answer shown first, among the verdicts that prefer one answer, "
+                           "per order (forward: A first; reverse: B first) and over both; the dashed line, 0.5, is no bias.")

@@ -1,6 +1,8 @@
-"""report.json (everything, machine-readable), report.md (tables a paper or README can take),
-report.html (the same tables and every plot, self-contained), and the PNGs under plots/.
+"""report.json (everything, machine-readable), report.md (tables a paper or README can take, readable as
+plain text), report.html (the same tables and every plot, self-contained), and the PNGs under plots/.
 
+Both read top down: a summary (per judge: n, Pearson with its interval, MSE, κ, collapse, and the PPI++
+estimates per evaluated model), the plots with captions that say how they are drawn, then every table.
 The markdown and the HTML are two renderings of one list of sections, so they cannot drift apart.
 """
 
@@ -8,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import html
+import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,10 +40,17 @@ class Table:
 
 
 @dataclass
+class Image:
+    file: str  # under plots/
+    plot: plots.Plot
+    judge: str | None = None  # the judge it shows; None: all of them
+
+
+@dataclass
 class Section:
     title: str
     level: int
-    blocks: list[str | Table]  # paragraphs and tables, in order
+    blocks: list[str | Table | Image]  # paragraphs, tables and plots, in order
 
 
 def fmt(value: float | None, digits: int = 3) -> str:
@@ -144,11 +155,39 @@ def calibrator_note(report: Report) -> str:
     """Which file judge-score --calibrator would apply, so that a reader never takes an earlier run's for this one's."""
     removed = f" An earlier run's {', '.join(report.removed_calibrators)} in this directory was removed." if report.removed_calibrators else ""
     if report.calibrator_of is None:
-        why = "--fit none" if report.fit == "none" else "no judge had two human-scored ids with an overall score"
+        why = "--fit none" if report.fit == "none" else "its judge has fewer than two human-scored ids with an overall score"
         return f"No calibrator.json was written ({why}).{removed}"
-    several = " (calibrator_<judge>.json holds each judge's)" if len(report.judges) > 1 else ""
+    each = [f"calibrator_{slug(j)}.json" for j, r in report.judges.items() if r.calibration and r.calibration.calibrator]
+    several = f" ({', '.join(each)}: each judge's)" if len(report.judges) > 1 and each else ""
     return (f"calibrator.json ({report.calibrator_of}'s map, fitted on all pairs, with its score sets and escalation threshold where "
             f"fitted) is what judge-score --calibrator applies{several}.{removed}")
+
+
+def summary_criterion(report: Report) -> str:
+    return "overall" if "overall" in report.criteria else report.criteria[0]
+
+
+def summary_section(report: Report) -> Section:
+    """What a maintainer reads first: each judge's agreement on one line, and the benchmark scores it gives."""
+    criterion = summary_criterion(report)
+    rows = []
+    for name, j in report.judges.items():
+        result = j.criteria[criterion]
+        rows.append([name, _row(result.all, "n"), _row(result.all, "pearson"), _row(result.all, "mse"), _row(result.all, "quadratic_kappa"),
+                     result.collapse or "no", str(j.coverage.parse_failures)])
+    value = "expected score" if report.overall == "expected_score" and criterion == "overall" else "score"
+    blocks: list[str | Table | Image] = [
+        f"Each judge's {criterion} {value} against the human score ({report.reference}); the tables below give the rest.",
+        Table(["judge", "n", "Pearson r [95% Fisher z]", "MSE", "quadratic weighted κ", "collapse", "parse failures"], rows)]
+    models = list(dict.fromkeys(m for j in report.judges.values() if j.benchmark for m in j.benchmark.models))
+    if models:
+        judges = [name for name, j in report.judges.items() if j.benchmark and j.benchmark.models]
+        rows = [[m] + [_estimate(report.judges[j].benchmark.models[m].ppi) if m in report.judges[j].benchmark.models else "–" for j in judges]
+                for m in models]
+        blocks += ["Benchmark score per evaluated model by PPI++ (mean overall human score, 95% interval; see below for the judge-only "
+                   "and human-only means):", Table(["model", *(f"{j}: PPI++ [95%]" for j in judges)], rows)]
+    blocks.append(calibrator_note(report))
+    return Section("Summary", 2, blocks)
 
 
 def calibration_section(report: Report) -> Section:
@@ -243,7 +282,7 @@ def bias_section(report: Report) -> Section:
         Table(["judge", "criterion", "mean residual", "vs answer length", "vs images", "vs category (η)", "mean residual by category"], rows)])
 
 
-def sections(report: Report) -> list[Section]:
+def sections(report: Report, figures: list[Image] | None = None) -> list[Section]:
     scale = report.score_scale
     intervals = (f"Intervals are 95%: Fisher z, and a percentile bootstrap of {report.bootstrap} resamples (seed {report.seed}) where shown."
                  if report.bootstrap else "Intervals are 95%, Fisher z (no bootstrap: --bootstrap 0).")
@@ -254,19 +293,52 @@ def sections(report: Report) -> list[Section]:
         intro.append("The judge's overall value is its expected score (the probability-weighted mean of its score distribution), "
                      "not the score it wrote.")
     intro += [f"Note: {n}" for n in report.notes]
-    return [Section("Judge agreement with human scores", 1, intro), *agreement_sections(report), system_section(report),
-            calibration_section(report), guarantees_section(report), benchmark_section(report), bias_section(report),
-            Section("Notes", 2, [COSINE_NOTE])]
+    figures = figures or []
+    return [Section("Judge agreement with human scores", 1, []), summary_section(report), *plot_sections(report, figures),
+            Section("Inputs and method", 2, intro), *agreement_sections(report), system_section(report), calibration_section(report), guarantees_section(report),
+            benchmark_section(report), bias_section(report), Section("Notes", 2, [COSINE_NOTE])]
 
 
-MARKDOWN_SPECIAL = "\\`*_[]|"  # what could format text, start a link or end a table cell
+def plot_sections(report: Report, figures: list[Image]) -> list[Section]:
+    """The plots, right after the summary: the per-group comparison, then each judge's."""
+    if not figures:
+        return []
+    per_judge = [Section(name, 3, blocks) for name in report.judges if (blocks := [f for f in figures if f.judge == name])]
+    return [Section("Plots", 2, [f for f in figures if f.judge is None]), *per_judge]
+
+
+# What could format a judge's name, an id or a path (the user's text) in markdown, each made literal.
+# Plain text stays plain: "[95% Fisher z]", "a < b", "PBL_999" and "A & B" mean nothing to markdown and are left as they are.
+MARKDOWN_LITERAL = [
+    (re.compile(r"([\\`*|~])"), r"\\\1"),  # emphasis, code, a table cell's end, strikethrough
+    (re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])"), r"\\_"),  # emphasis; "PBL_999" (inside a word) is none
+    (re.compile(r"\](?=[(\[:])"), r"\\]"),  # a link, an image, a reference
+    (re.compile(r"&(?=#?[0-9A-Za-z]+;)"), "&amp;"),  # an entity (first: the next line writes one)
+    (re.compile(r"<(?=[A-Za-z/!?])"), "&lt;"),  # a tag, an autolink
+]
+LINE_START = re.compile(r"^([#>+=-]|\d+[.)])")  # what would make a wrapped line a heading, a quote, a list or a rule
+WIDTH = 100  # of the markdown's paragraphs, so that it reads as plain text
 
 
 def _md_text(text: str) -> str:
-    """Text as markdown shows it literally: judge names, ids and file paths are the user's, and a tag or
-    a link in them must not become one in the report."""
-    text = text.replace("&", "&amp;").replace("<", "&lt;")  # no tag opens without "<"; "a > b" stays legible
-    return "".join("\\" + c if c in MARKDOWN_SPECIAL else c for c in text)
+    for pattern, literal in MARKDOWN_LITERAL:
+        text = pattern.sub(literal, text)
+    return text
+
+
+def _md_paragraph(text: str) -> list[str]:
+    lines = textwrap.wrap(_md_text(text), WIDTH, break_long_words=False, break_on_hyphens=False)
+    return [LINE_START.sub(r"\\\1", line) if k else line for k, line in enumerate(lines)]
+
+
+def _md_table(table: Table) -> list[str]:
+    """Columns padded to one width, so that the table lines up as plain text too; the first column left,
+    the numbers right."""
+    cells = [[_md_text(c) for c in row] for row in [table.header, *table.rows]]
+    widths = [max(len(row[k]) for row in cells) for k in range(len(table.header))]
+    line = lambda row: "| " + " | ".join(c.ljust(w) if k == 0 else c.rjust(w) for k, (c, w) in enumerate(zip(row, widths))) + " |"  # noqa: E731
+    rule = "|" + "|".join(":" + "-" * (w + 1) if k == 0 else "-" * (w + 1) + ":" for k, w in enumerate(widths)) + "|"
+    return [line(cells[0]), rule, *map(line, cells[1:])]
 
 
 def markdown(secs: list[Section]) -> str:
@@ -275,10 +347,11 @@ def markdown(secs: list[Section]) -> str:
         lines += ["#" * s.level + " " + _md_text(s.title), ""]
         for block in s.blocks:
             if isinstance(block, Table):
-                lines += ["| " + " | ".join(map(_md_text, block.header)) + " |", "|" + "---|" * len(block.header)]
-                lines += ["| " + " | ".join(map(_md_text, row)) + " |" for row in block.rows]
+                lines += _md_table(block)
+            elif isinstance(block, Image):
+                lines += [f"![{_md_text(block.file)}](plots/{block.file})", *_md_paragraph(block.plot.caption)]
             else:
-                lines.append(_md_text(block))
+                lines += _md_paragraph(block)
             lines.append("")
     return "\n".join(lines)
 
@@ -287,37 +360,53 @@ def _html_blocks(secs: list[Section]) -> str:
     out = []
     for s in secs:
         out.append(f"<h{s.level}>{html.escape(s.title)}</h{s.level}>")
-        for block in s.blocks:
+        figures = []
+        for block in [*s.blocks, None]:
+            if isinstance(block, Image):  # consecutive plots share a row where they fit
+                png = base64.b64encode(block.plot.png).decode()
+                width = int.from_bytes(block.plot.png[16:20], "big")  # from the PNG's header: the caption wraps within the picture's width
+                figures.append(f"<figure style='width:{width}px'><img alt='{html.escape(block.file)}' src='data:image/png;base64,{png}'>"
+                               f"<figcaption>{html.escape(block.plot.caption)}</figcaption></figure>")
+                continue
+            if figures:
+                out.append(f"<div class='plots'>{''.join(figures)}</div>")
+                figures = []
             if isinstance(block, Table):
                 head = "".join(f"<th>{html.escape(h)}</th>" for h in block.header)
                 body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in block.rows)
-                out.append(f"<table><tr>{head}</tr>{body}</table>")
-            else:
+                out.append(f"<div class='table'><table><tr>{head}</tr>{body}</table></div>")
+            elif block is not None:
                 out.append(f"<p>{html.escape(block)}</p>")
     return "\n".join(out)
 
 
+# Plots keep their own aspect ratio: they shrink to the column (height follows), never stretch to a row's
+# tallest. A wide table scrolls in its own box rather than widening the page.
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1250px;margin:2em auto;padding:0 1em;color:#222}"
-         "table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:14px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-         "th{background:#f3f3f3}td:first-child{text-align:left}.plots{display:flex;flex-wrap:wrap;gap:8px}"
-         ".plots img{max-width:calc(50% - 8px);border:1px solid #eee}")
+         ".table{overflow-x:auto}table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:14px}"
+         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}"
+         ".plots{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}"
+         "figure{margin:0 0 1em;max-width:100%;flex:0 1 auto}figure img{display:block;max-width:100%;height:auto;border:1px solid #eee}"
+         "figcaption{font-size:13px;color:#444;margin-top:4px}")
 
 
-def make_plots(report: Report, paired: dict[str, Paired]) -> list[tuple[str, bytes]]:
-    """(file name, PNG) of every plot: the per-group comparison, then up to six per judge."""
+def make_plots(report: Report, paired: dict[str, Paired]) -> list[Image]:
+    """Every plot: the per-group comparison, then up to five per judge."""
     figures = []
     if report.group_by != "none" and "overall" in report.criteria:
-        figures.append(("groups.png", plots.group_bars({j: r.criteria["overall"] for j, r in report.judges.items()}, report.group_by)))
+        figures.append(Image("groups.png", plots.group_bars({j: r.criteria["overall"] for j, r in report.judges.items()}, report.group_by)))
     scale = report.score_scale
+    value = "expected score" if report.overall == "expected_score" else "score"
     for name, p in paired.items():
-        judge = report.judges[name]
-        figures += [(f"{slug(name)}_scatter.png", plots.scatter(p.judge, p.human, name, scale, report.seed)),
-                    (f"{slug(name)}_confusion.png", plots.confusion(p.judge, p.human, name, scale)),
-                    (f"{slug(name)}_histograms.png", plots.histograms(judge.criteria["overall"], name, scale))]
+        judge, file = report.judges[name], slug(name)
+        overall = judge.criteria["overall"]
+        drawn = {"scatter": plots.scatter(p.judge, p.human, name, scale, report.seed, overall.collapse, value),
+                 "confusion": plots.confusion(p.judge, p.human, name, scale), "histograms": plots.histograms(overall, name, scale)}
         if judge.calibration is not None and judge.calibration.reliability_before:
-            figures.append((f"{slug(name)}_reliability.png", plots.reliability_curve(judge.calibration, name, scale)))
+            drawn["reliability"] = plots.reliability_curve(judge.calibration, name, scale)
         if judge.benchmark is not None and judge.benchmark.models:
-            figures.append((f"{slug(name)}_benchmark.png", plots.benchmark(judge.benchmark, name, scale)))
+            drawn["benchmark"] = plots.benchmark(judge.benchmark, name, scale)
+        figures += [Image(f"{file}_{kind}.png", plot, name) for kind, plot in drawn.items()]
     return figures
 
 
@@ -326,20 +415,20 @@ def slug(name: str) -> str:
 
 
 def write_reports(report: Report, paired: dict[str, Paired], out_dir: Path) -> None:
-    write_pages(out_dir, report, sections(report), make_plots(report, paired), "Judge agreement with human scores")
+    figures = make_plots(report, paired)
+    write_pages(out_dir, report, sections(report, figures), figures, "Judge agreement with human scores")
 
 
-def write_pages(out_dir: Path, report, secs: list[Section], figures: list[tuple[str, bytes]], title: str) -> None:
-    """report.json, report.md, the plots and report.html (the plots embedded) of one report."""
+def write_pages(out_dir: Path, report, secs: list[Section], figures: list[Image], title: str) -> None:
+    """report.json, report.md, the plots and report.html (the plots embedded where `secs` place them) of one report."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomically(out_dir / "report.json", report.model_dump(mode="json"))
     write_text_atomically(out_dir / "report.md", markdown(secs))
     (out_dir / "plots").mkdir(exist_ok=True)
-    for file_name, png in figures:
-        (out_dir / "plots" / file_name).write_bytes(png)
-    images = "".join(f"<img alt='{html.escape(f)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>" for f, png in figures)
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{STYLE}</style>"
-            f"</head><body>{_html_blocks(secs)}<h2>Plots</h2><div class='plots'>{images}</div></body></html>\n")
+    for figure in figures:
+        (out_dir / "plots" / figure.file).write_bytes(figure.plot.png)
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width,initial-scale=1'>"
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>{_html_blocks(secs)}</body></html>\n")
     write_text_atomically(out_dir / "report.html", page)
 
 
@@ -401,5 +490,7 @@ def preference_sections(report: PreferenceReport) -> list[Section]:
 
 
 def write_preference_report(report: PreferenceReport, out_dir: Path) -> None:
-    figures = [("ranking.png", plots.ranking(report)), ("position_bias.png", plots.position_bias(report))]
-    write_pages(out_dir, report, preference_sections(report), figures, "Judge agreement with people's preferences")
+    figures = [Image("ranking.png", plots.ranking(report)), Image("position_bias.png", plots.position_bias(report))]
+    secs = preference_sections(report)
+    secs.insert(2, Section("Plots", 2, figures))  # after the summary of agreement, as the score report places its plots
+    write_pages(out_dir, report, secs, figures, "Judge agreement with people's preferences")

@@ -9,7 +9,8 @@
        images blanked (--probe_images blank: does the judge look at them?)
     5. judge-calibrate both against the test split's human scores, on the judges' expected scores: their
        agreement, conformal score sets, and each evaluated model's benchmark score by PPI++, which adds the
-       validation ids that only the judge scored to the test ids that people scored too
+       validation ids that only the judge scored to the test ids that people scored too; report/calibrator.json
+       is the trained judge's map (judge-score --calibrator refuses it for another judge)
     6. pairwise: synthetic pairs whose people prefer the answer with the better quality word (a tie where
        both say the same), split likewise; the untrained judge judges the test pairs in both orders,
        judge-train teaches the base judge people's verdicts (both orders of every pair), the trained judge
@@ -18,33 +19,39 @@
 
 The test split is seen by neither training nor checkpoint selection, so the before/after figures are not
 flattered by the choice of checkpoint; the validation split's human scores are used by no figure here.
-Each step runs the real command a user would type, as a subprocess (this package only reads the commands'
-outputs, with their own formatters), and the demo stops with that command's exit code if one fails. The
-settings are configs/demo.yaml's, each overridden by the flag of its name.
+Each step runs the real command a user would type, as a subprocess whose output (its progress bars
+included) shows in the terminal as it comes and goes to its log (this package only reads the commands'
+outputs, with their own formatters); the demo stops with that command's exit code if one fails. The
+settings are configs/demo.yaml's, each overridden by the flag of its name. The figures a reader quotes
+(Pearson before and after, each step's time, the machine, the commit) go to figures.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import random
 import shlex
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 from mmjudge.calibration.benchmark import summary_lines
 from mmjudge.infer.probe import format_reliance
-from mmjudge.judge.cli import add_common_flags, add_settings_flags, config_values, flag_given, run, settings_from_config
-from mmjudge.judge.data import UsageError
-from mmjudge.configs import CONFIG_DIR
+from mmjudge.judge.cli import CommandParser, add_common_flags, add_settings_flags, config_given, config_values, run, settings_from_config
+from mmjudge.judge.data import UsageError, write_json_atomically
+from mmjudge.configs import CONFIG_DIR, by_name
 from mmjudge.train.config import TrainConfig
 
 DEFAULT_CONFIG = CONFIG_DIR / "demo.yaml"
 SPLITS = ("train", "validation", "test")
+FIGURES = "figures.json"
 
 
 def _setting(help: str):
@@ -58,7 +65,7 @@ class DemoSettings:
     samples: int = _setting("synthetic samples (one id each), split by id into train, validation and test")
     validation_share: float = _setting("share of the ids that judge-train scores at every checkpoint to keep the best")
     test_share: float = _setting("share of the ids for the before/after figures, seen by neither training nor selection")
-    max_steps: int | None = _setting("judge-train's optimizer steps (none: the epochs of configs/train/tiny.yaml)")
+    max_steps: int | None = _setting("judge-train's optimizer steps (none: the epochs of the bundled training preset tiny)")
     pairs: int = _setting("synthetic pairs (one id each) of the pairwise part, split as the samples are")
     pair_steps: int = _setting("judge-train's optimizer steps on the pairs")
     seed: int = _setting("seed of the judge, the dataset and the split")
@@ -92,23 +99,29 @@ def split(data_dir: Path, sizes: dict[str, int], seed: int, source: str = "data.
     return paths
 
 
-def step(title: str, args: list[str], log_dir: Path) -> None:
+def step(title: str, args: list[str], log_dir: Path) -> float:
+    """Run one step's command, its output shown as it comes (bars and all) and kept in its log; its seconds."""
     print(f"\n== {title}\n$ {shlex.join(args)}", flush=True)
     start = time.perf_counter()
     log = log_dir / f"{title.split(':')[0].strip().replace(' ', '_')}.log"
-    with log.open("w") as out:
-        done = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT)
-    print(f"   {'ok' if done.returncode == 0 else 'FAILED'} in {time.perf_counter() - start:.0f}s (log: {log})", flush=True)
-    if done.returncode != 0:
-        print(log.read_text()[-3000:], file=sys.stderr)
-        raise SystemExit(done.returncode)
+    with log.open("wb") as kept, subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as command:
+        # Bytes as they come, not lines: a progress bar redraws its line with carriage returns, never a newline.
+        while chunk := command.stdout.read1(65536):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            kept.write(chunk)
+    seconds = time.perf_counter() - start
+    print(f"   {'ok' if command.returncode == 0 else 'FAILED'} in {seconds:.0f}s (log: {log})", flush=True)
+    if command.returncode != 0:
+        raise SystemExit(command.returncode)
+    return seconds
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="judge-demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--output_dir", default="demo_outputs", help="where everything is written (default: demo_outputs)")
-    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="YAML of the settings below (default: configs/demo.yaml)")
-    add_settings_flags(p, DemoSettings, config_values(DemoSettings, flag_given(argv, "config") or DEFAULT_CONFIG, argparse.Namespace()))
+    p = CommandParser(prog="judge-demo", description=__doc__)
+    p.add_argument("--output_dir", default="demo_outputs", path="output_dir", help="where everything is written (default: demo_outputs)")
+    p.add_argument("--config", default=str(DEFAULT_CONFIG), path="file", help="YAML of the settings below (default: configs/demo.yaml)")
+    add_settings_flags(p, DemoSettings, config_values(DemoSettings, config_given(argv, None, DEFAULT_CONFIG), argparse.Namespace()))
     add_common_flags(p)
     return p
 
@@ -126,62 +139,68 @@ def _main(argv) -> int:
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     py, seed = sys.executable, str(settings.seed)
-    rubric = ["--rubric", str(CONFIG_DIR / "rubrics" / "tiny")]
-    training = CONFIG_DIR / "train" / "tiny.yaml"
+    rubric = ["--rubric", "tiny"]  # the bundled files by name, as a user types them
     # Both judges write their review as judge-train's evaluation has them write it, and are compared on their
     # expected scores: the untrained judge writes no score a parser could find, but judge-score reads its
     # score distribution after a forced "### Score" heading, so both sides are measured the same way.
-    review_tokens = str(settings_from_config(TrainConfig, training, argparse.Namespace()).eval_max_new_tokens)
+    review_tokens = str(settings_from_config(TrainConfig, by_name("train", "tiny"), argparse.Namespace()).eval_max_new_tokens)
     score = ["--max_new_tokens", review_tokens, "--max_tiles", "1", "--no_resume", *rubric]
     steps = [] if settings.max_steps is None else ["--max_steps", str(settings.max_steps)]
-    start = time.perf_counter()
+    start, seconds = time.perf_counter(), {}
 
-    step("1a: write a tiny judge", [py, "-m", "mmjudge.judge.testing", "checkpoint", "--format", "original", "--seed", seed, str(out / "base-judge")], logs)
-    step("1b: write a dataset", [py, "-m", "mmjudge.judge.testing", "dataset", "--samples", str(settings.samples), "--annotated", "--seed", seed, str(out / "data")], logs)
+    def timed(title: str, command: list[str]) -> None:
+        seconds[title] = round(step(title, command, logs), 1)
+
+    timed("1a: write a tiny judge", [py, "-m", "mmjudge.judge.testing", "checkpoint", "--format", "original", "--seed", seed, str(out / "base-judge")])
+    timed("1b: write a dataset", [py, "-m", "mmjudge.judge.testing", "dataset", "--samples", str(settings.samples), "--annotated", "--seed", seed, str(out / "data")])
     files = split(out / "data", sizes, settings.seed)
     # What the trained judge scores: the test ids, whose human scores judge-calibrate reads, and the
     # validation ids, which stand for the bulk of a benchmark that no person scores.
     files["judged"] = out / "data" / "judged.json"
     files["judged"].write_text(json.dumps(json.loads(files["test"].read_text()) + json.loads(files["validation"].read_text()), indent=1))
-    step("2: score before training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "base-judge"), "--input_dir", str(out / "data"),
-                                       "--input_file", "test.json", "--output_dir", str(out / "scores-before"), *score], logs)
+    timed("2: score before training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "base-judge"), "--input_dir", str(out / "data"),
+                                        "--input_file", "test.json", "--output_dir", str(out / "scores-before"), *score])
+    print("   (as expected: an untrained judge writes no score; its expected score, read after a forced '### Score', is what is compared)")
     shutil.rmtree(out / "trained-judge", ignore_errors=True)  # judge-train starts only in an empty directory: a rerun replaces the judge
-    step("3: train", [py, "-m", "mmjudge.train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
-                      "--eval_file", str(files["validation"]), "--input_dir", str(out / "data"), "--output_dir", str(out / "trained-judge"),
-                      "--config", str(training), *steps, *rubric], logs)
-    step("4: score after training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "trained-judge"), "--input_dir", str(out / "data"),
-                                      "--input_file", "judged.json", "--output_dir", str(out / "scores-after"), "--probe_images", "blank", *score], logs)
-    step("5: calibrate", [py, "-m", "mmjudge.calibration.cli", "--predictions", str(out / "scores-before" / "eval_result.json"),
-                          str(out / "scores-after" / "eval_result.json"), "--names", "before", "after", "--human", str(files["test"]),
-                          "--overall", "expected_score", "--output_dir", str(out / "report")], logs)
+    timed("3: train", [py, "-m", "mmjudge.train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
+                       "--eval_file", str(files["validation"]), "--input_dir", str(out / "data"), "--output_dir", str(out / "trained-judge"),
+                       "--config", "tiny", *steps, *rubric])
+    timed("4: score after training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "trained-judge"), "--input_dir", str(out / "data"),
+                                       "--input_file", "judged.json", "--output_dir", str(out / "scores-after"), "--probe_images", "blank", *score])
+    # calibrator.json is the trained judge's map: the one a user goes on to apply (judge-score --calibrator), to that judge
+    timed("5: calibrate", [py, "-m", "mmjudge.calibration.cli", "--predictions", str(out / "scores-before" / "eval_result.json"),
+                           str(out / "scores-after" / "eval_result.json"), "--names", "before", "after", "--calibrator_of", "after",
+                           "--human", str(files["test"]), "--overall", "expected_score", "--output_dir", str(out / "report")])
 
     pair_sizes = split_sizes(settings, settings.pairs)
-    step("6a: write pairs", [py, "-m", "mmjudge.judge.testing", "pairs", "--pairs", str(settings.pairs), "--annotated", "--text_only",
-                             "--seed", seed, str(out / "pairs")], logs)
+    timed("6a: write pairs", [py, "-m", "mmjudge.judge.testing", "pairs", "--pairs", str(settings.pairs), "--annotated", "--text_only",
+                             "--seed", seed, str(out / "pairs")])
     pairs = split(out / "pairs", pair_sizes, settings.seed, "pairs.json")
     # Both judges are read by their verdict distributions (the untrained judge writes no verdict), in both orders.
     judge_pairs = ["--input_dir", str(out / "pairs"), "--input_file", "test.json", "--pair_rule", "mean_probability", *score]
-    step("6b: judge pairs before training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "base-judge"),
-                                             "--output_dir", str(out / "pairs-before"), *judge_pairs], logs)
+    timed("6b: judge pairs before training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "base-judge"),
+                                             "--output_dir", str(out / "pairs-before"), *judge_pairs])
     shutil.rmtree(out / "pairwise-judge", ignore_errors=True)
-    step("6c: train on pairs", [py, "-m", "mmjudge.train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(pairs["train"]),
+    timed("6c: train on pairs", [py, "-m", "mmjudge.train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(pairs["train"]),
                                 "--eval_file", str(pairs["validation"]), "--input_dir", str(out / "pairs"), "--output_dir", str(out / "pairwise-judge"),
-                                "--config", str(training), "--max_steps", str(settings.pair_steps), "--save_steps", str(settings.pair_steps), *rubric],
-         logs)
-    step("6d: judge pairs after training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "pairwise-judge"),
-                                            "--output_dir", str(out / "pairs-after"), *judge_pairs], logs)
-    step("6e: calibrate the verdicts", [py, "-m", "mmjudge.calibration.cli", "--predictions", str(out / "pairs-before" / "eval_result.json"),
+                                "--config", "tiny", "--max_steps", str(settings.pair_steps), "--save_steps", str(settings.pair_steps), *rubric])
+    timed("6d: judge pairs after training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "pairwise-judge"),
+                                            "--output_dir", str(out / "pairs-after"), *judge_pairs])
+    timed("6e: calibrate the verdicts", [py, "-m", "mmjudge.calibration.cli", "--predictions", str(out / "pairs-before" / "eval_result.json"),
                                         str(out / "pairs-after" / "eval_result.json"), "--names", "before", "after", "--human", str(pairs["test"]),
-                                        "--output_dir", str(out / "pairs-report")], logs)
+                                        "--output_dir", str(out / "pairs-report")])
 
     report = json.loads((out / "report" / "report.json").read_text())
-    print_headline(report, time.perf_counter() - start, sizes)
+    total = time.perf_counter() - start
+    print_headline(report, total, sizes)
     print_trust(report["judges"]["after"], json.loads((out / "scores-after" / "summary.json").read_text())["image_reliance"], sizes)
-    print_pairs(json.loads((out / "pairs-report" / "report.json").read_text()), pair_sizes)
+    pairs_report = json.loads((out / "pairs-report" / "report.json").read_text())
+    print_pairs(pairs_report, pair_sizes)
+    write_json_atomically(out / FIGURES, figures(report, settings, sizes, seconds, total, out, pairs_report, pair_sizes))
     print(f"\nTrained judge: {out / 'trained-judge'}\nScores: {out / 'scores-before'}, {out / 'scores-after'} "
           f"(image reliance: {out / 'scores-after' / 'probe_blank.png'})\nReport: {out / 'report' / 'report.html'}\n"
           f"Pairwise judge: {out / 'pairwise-judge'}\nVerdicts: {out / 'pairs-before'}, {out / 'pairs-after'}\n"
-          f"Pairwise report: {out / 'pairs-report' / 'report.html'}")
+          f"Pairwise report: {out / 'pairs-report' / 'report.html'}\nFigures (for the docs): {out / FIGURES}")
     return 0
 
 
@@ -196,6 +215,60 @@ def print_pairs(report: dict, sizes: dict[str, int]) -> None:
         shown = "undefined" if bias["share"] is None else f"{bias['share']:.3f} of {bias['n']}"
         print(f"  {name:>6}: accuracy {value(judge['accuracy_with_ties'])} with ties (n = {judge['n_with_ties']}), "
               f"{value(judge['accuracy_without_ties'])} without (n = {judge['n_without_ties']}); first shown wins {shown}")
+
+
+def figures(report: dict, settings: DemoSettings, sizes: dict[str, int], seconds: dict[str, float], total: float, out: Path,
+            pairs_report: dict, pair_sizes: dict[str, int]) -> dict:
+    """What a reader of the docs is told of this run, in one file, so that the docs quote a run rather than
+    copies typed by hand: the Pearsons before and after training, its times, and where and from what it ran."""
+    pearson = {}
+    for name in ("before", "after"):
+        table = report["judges"][name]["criteria"]["overall"]["all"]
+        r, interval = table["pearson"], table["pearson"].get("fisher_95") or {}
+        pearson[name] = {"value": r["value"], "fisher_95": [interval.get("low"), interval.get("high")], "n": table["n"]["value"],
+                         "reason": r.get("reason")}
+    history = json.loads((out / "trained-judge" / "eval_history.json").read_text())
+    measured = [h["overall"]["pearson"] for h in history if h["overall"].get("pearson") is not None]
+    return {
+        "source": source(),
+        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(), "torch": _version("torch"),
+                    "transformers": _version("transformers")},
+        "settings": asdict(settings),
+        "splits": sizes,
+        "pearson": pearson,  # of the expected score with the human overall score, on the test split
+        "validation_pearson_best": max(measured) if measured else None,  # judge-train's checkpoint choice
+        "training_steps": history[-1]["step"] if history else None,
+        "seconds": {"total": round(total, 1), "steps": seconds},
+        "report": {"html": "report/report.html", "plots": sorted(f"report/plots/{p.name}" for p in (out / "report" / "plots").glob("*.png"))},
+        # the pairwise part: agreement with people's verdicts on the test pairs, and how often the answer shown first wins
+        "pairs": {"splits": pair_sizes, **{name: {"accuracy_with_ties": j["accuracy_with_ties"]["value"], "accuracy_without_ties": j["accuracy_without_ties"]["value"],
+                                                  "first_shown_wins": j["position_bias"]["both"]["share"]}
+                                           for name, j in pairs_report["judges"].items()}},
+    }
+
+
+def source() -> dict:
+    """The package's version, and the commit of the checkout it runs from (None when installed from a wheel)."""
+    here = Path(__file__).resolve()
+    git = lambda *args: subprocess.run(["git", "-C", str(here.parent), *args], capture_output=True, text=True)  # noqa: E731
+    top = git("rev-parse", "--show-toplevel")
+    commit = None
+    if top.returncode == 0 and (Path(top.stdout.strip()) / "demo" / "cli.py").resolve() == here:  # this checkout, not a repository around a venv
+        commit = git("rev-parse", "HEAD").stdout.strip() + ("-dirty" if git("status", "--porcelain", "--untracked-files=no").stdout.strip() else "")
+    return {"version": _version("mmjudge"), "commit": commit}
+
+
+def cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")] if cpuinfo.exists() else []
+    return names[0] if names else platform.processor() or platform.machine()
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def print_headline(report: dict, seconds: float, sizes: dict[str, int]) -> None:

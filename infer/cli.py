@@ -1,4 +1,4 @@
-"""judge-score: score interleaved answers with an InternVL2 judge.
+"""judge-score: score interleaved answers with a judge on any supported backbone (InternVL2/2.5/3, Qwen2.5-VL, Qwen3-VL).
 
     judge-score --model_path CKPT --input_dir DATA --input_file data.json [--output_dir eval_outputs]
 
@@ -18,47 +18,57 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from mmjudge.infer.options import ScoreOptions
-from mmjudge.judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, setting_problems
+from mmjudge.infer.options import ScoreOptions, options_for, preset
+from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag, add_settings_flags, config_given, config_values, flag_given, run
 from mmjudge.judge.data import UsageError
-from mmjudge.configs import CONFIG_DIR
 from mmjudge.infer.summary import SUMMARY
 from mmjudge.judge.formats import FORMATS, Format, detect_format
 from mmjudge.judge.outputs import LOCK_FILE
 
 DTYPES = ("bfloat16", "float16", "float32")
 BACKENDS = ("local", "openai")
+# --backend openai: one sample's request in all, every try and every wait between tries. Each try is cut after
+# 600 s (openai_backend.ANSWER_TIMEOUT_S), and with the 6 tries of --max_retries 5 a server trickling its
+# answers held a run for about an hour on one sample.
+REQUEST_TIMEOUT_S = 900.0
 PROBES = ("blank", "shuffle")  # infer/probe.py: what each puts in place of the answer's images
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="judge-score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model_path", "--model-path", required=True,
-                   help="judge checkpoint, a local directory or a Hugging Face Hub id: original InternVL2, native, or a judge-train output; "
+    p = CommandParser(prog="judge-score", description=__doc__)
+    p.add_argument("--model_path", required=True,
+                   help="judge checkpoint, a local directory or a Hugging Face Hub id: InternVL2/2.5/3 (original or -hf), Qwen2.5-VL, Qwen3-VL, or a judge-train output; "
                         "with --backend openai, the model's name on the server")
     add_revision_flag(p)
-    p.add_argument("--input_dir", "--input-dir", required=True, help="directory that image paths in the input are relative to")
-    p.add_argument("--input_file", "--input-file", "--input_name", "--input-name", required=True, help="JSON list or JSONL of samples, relative to --input_dir")
-    p.add_argument("--output_dir", "--output-dir", default="eval_outputs", help="where results, summary and journal go (default: %(default)s)")
-    p.add_argument("--output_file", "--output-file", "--output_name", "--output-name", default="eval_result.json", help="result file name (default: %(default)s)")
+    p.add_argument("--input_dir", required=True, path="dir", help="directory that image paths in the input are relative to")
+    p.add_argument("--input_file", "--input_name", required=True, path="file", under="input_dir",
+                   help="JSON list or JSONL of samples, read in --input_dir as MMIE-Eval reads it (--input_dir D --input_file F is D/F; "
+                        "an absolute path is read as it is)")
+    p.add_argument("--output_dir", default="eval_outputs", path="output_dir", help="where results, summary and journal go (default: %(default)s)")
+    p.add_argument("--output_file", "--output_name", default="eval_result.json", help="result file name, in --output_dir (default: %(default)s)")
     p.add_argument("--format", choices=list(FORMATS), help="the input's benchmark format (default: detected from the file)")
-    p.add_argument("--criteria_file", "--criteria-file", help="MEGA-Bench only: the tasks' rows of MEGA-Bench's dataset, JSON Lines or a JSON list, for each task's metric_info "
-                                                                    "and each query's eval_context (default: none; --format megabench needs one)")
-    p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: the format's, configs/rubrics/sa|pbl|msr.yaml for MMIE)")
-    p.add_argument("--config", help="YAML of the scoring options that differ from the defaults, overridden by the flags given "
-                                     "(default: the format's preset, configs/score/<format>.yaml, where there is one)")
-    add_option_flags(p, flag_given(argv, "config"), flag_given(argv, "format"))
+    p.add_argument("--criteria_file", path="file", help="MEGA-Bench only: the tasks' rows of MEGA-Bench's dataset, JSON Lines or a JSON list, for each "
+                                                        "task's metric_info and each query's eval_context (default: none; --format megabench needs one)")
+    p.add_argument("--rubric", nargs="+", path="file_or_dir", bundled="rubrics",
+                   help="rubric YAML files or directories (default: the format's, sa pbl msr for MMIE)")
+    p.add_argument("--config", path="file", bundled="score", help="YAML of the scoring options that differ from the defaults, overridden by the flags given "
+                                                                  "(default: the format's preset, where there is one)")
+    add_option_flags(p, config_given(argv, "score"), flag_given(argv, "format"))
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda:LOCAL_RANK if a GPU is present, else cpu)")
     p.add_argument("--dtype", choices=DTYPES, help="model dtype (default: bfloat16 on GPU, float32 on CPU)")
     p.add_argument("--limit", type=int, help="score only the first N (at least 1) valid samples (default: all)")
-    p.add_argument("--skip_invalid", "--skip-invalid", action="store_true", help="skip invalid records and list them in the summary instead of stopping (default: stop)")
-    p.add_argument("--no_resume", "--no-resume", action="store_true", help="ignore and delete the journal of an earlier run (default: resume it)")
-    p.add_argument("--calibrator", help="calibrator.json from judge-calibrate; adds calibrated_score to each record, and its score_set and escalate where the calibrator has them (default: none, no calibration)")
-    p.add_argument("--probe_images", "--probe-images", choices=PROBES,
+    p.add_argument("--skip_invalid", action="store_true", help="skip invalid records and list them in the summary instead of stopping (default: stop)")
+    p.add_argument("--no_resume", action="store_true", help="ignore and delete the journal of an earlier run (default: resume it)")
+    p.add_argument("--calibrator", path="file",
+                   help="calibrator.json from judge-calibrate; adds calibrated_score to each record, and its score_set and escalate where the "
+                        "calibrator has them; refused when fitted on another judge or rubric than this run's (default: none, no calibration)")
+    p.add_argument("--allow_calibrator_mismatch", action="store_true",
+                   help="apply --calibrator even when it was fitted on another judge's scores or another rubric, with a warning (default: refuse)")
+    p.add_argument("--probe_images", choices=PROBES,
                    help="score each sample whose answer has images a second time with them replaced - blank: mid-grey images of the same size; "
                         "shuffle: other samples' answer images of the same category - and report per criterion how the scores moved "
                         "(default: none, one pass)")
-    p.add_argument("--probe_seed", "--probe-seed", type=int, default=0, help="seed of --probe_images shuffle's draw (default: %(default)s)")
+    p.add_argument("--probe_seed", type=int, default=0, help="seed of --probe_images shuffle's draw (default: %(default)s)")
     add_backend_flags(p)
     add_common_flags(p)
     return p
@@ -69,13 +79,16 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
     remote.add_argument("--backend", choices=BACKENDS, default="local",
                         help="local: load --model_path here; openai: send each sample to the chat-completions API at --base_url, "
                              "--model_path then naming the model there (default: %(default)s)")
-    remote.add_argument("--base_url", "--base-url", help="the API's root, e.g. http://127.0.0.1:8000/v1 (default: none; --backend openai needs one)")
-    remote.add_argument("--api_key_env", "--api-key-env",
+    remote.add_argument("--base_url", help="the API's root, e.g. http://127.0.0.1:8000/v1 (default: none; --backend openai needs one)")
+    remote.add_argument("--api_key_env",
                         help="name of the environment variable holding the API key, sent as a Bearer token; "
                              "the key itself never goes on a command line, where every user sees it (default: none, no key sent)")
     remote.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (default: %(default)s)")
-    remote.add_argument("--max_retries", "--max-retries", type=int, default=5,
+    remote.add_argument("--max_retries", type=int, default=5,
                         help="tries after the first of a request answered 429 or 5xx or not at all, with exponential backoff (default: %(default)s)")
+    remote.add_argument("--request_timeout", type=float, default=REQUEST_TIMEOUT_S,
+                        help="seconds one sample's request may take in all, every try and every wait between tries "
+                             "(each try is cut after 600 s at most) (default: %(default)g)")
 
 
 def backend_problems(args, options: ScoreOptions) -> list[str]:
@@ -94,6 +107,8 @@ def backend_problems(args, options: ScoreOptions) -> list[str]:
         problems.append(f"--concurrency must be at least 1, got {args.concurrency}")
     if args.max_retries < 0:
         problems.append(f"--max_retries must be at least 0, got {args.max_retries}")
+    if not args.request_timeout > 0:  # NaN too
+        problems.append(f"--request_timeout must be a number of seconds above 0, got {args.request_timeout:g}")
     if args.api_key_env is not None and not os.environ.get(args.api_key_env):
         problems.append(f"--api_key_env {args.api_key_env}: that environment variable is not set or empty")
     if options.mode == "logits":
@@ -119,14 +134,7 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-def preset(format_name: str) -> Path | None:
-    """What judge-score changes from the defaults for a format unless --config names others; None for MMIE,
-    whose options are the defaults."""
-    path = CONFIG_DIR / "score" / f"{format_name}.yaml"
-    return path if path.is_file() else None
-
-
-def add_option_flags(parser: argparse.ArgumentParser, config: str | None, format_name: str | None) -> None:
+def add_option_flags(parser: argparse.ArgumentParser, config: Path | None, format_name: str | None) -> None:
     """A flag for each ScoreOptions field that has one, showing the value that applies: --config's, or
     --format's preset's, or each format's where they differ."""
     if config or format_name in FORMATS:
@@ -151,14 +159,8 @@ def preset_defaults(name: str, presets: dict[str, dict]) -> str:
 def score_options(args, fmt: Format) -> ScoreOptions:
     """The format's preset (or --config) overridden by the flags given; every value that cannot work, the
     CLI-only --limit's too, in one error."""
-    config = args.config or preset(fmt.name)
-    values = config_values(ScoreOptions, config, args)
-    problems = setting_problems(ScoreOptions, values)
-    if args.limit is not None and args.limit < 1:
-        problems.append(f"--limit must be at least 1, got {args.limit}")
-    if problems:
-        raise UsageError(f"invalid scoring options (from {config or 'the defaults'} and the flags):\n  " + "\n  ".join(problems))
-    return ScoreOptions(**values)
+    limit = [f"--limit must be at least 1, got {args.limit}"] if args.limit is not None and args.limit < 1 else []
+    return options_for(fmt.name, args.config, vars(args), limit)
 
 
 def main(argv=None) -> int:
@@ -166,9 +168,7 @@ def main(argv=None) -> int:
 
 
 def check_output_paths(args, fmt: Format) -> None:
-    output_dir, name = Path(args.output_dir), args.output_file
-    if output_dir.exists() and not output_dir.is_dir():
-        raise UsageError(f"--output_dir {output_dir}: a file is there; give a directory")
+    name = args.output_file
     if name in ("", ".", "..") or Path(name).name != name:
         raise UsageError(f"--output_file {name!r}: a file name, not a path; the directory is --output_dir")
     # The results would overwrite the run's lock (the next run then truncates them) or another file it writes.
@@ -178,8 +178,7 @@ def check_output_paths(args, fmt: Format) -> None:
 
 def _main(argv) -> int:
     args = build_parser(argv).parse_args(argv)
-    input_path = Path(args.input_dir) / args.input_file
-    fmt = FORMATS[args.format] if args.format else detect_format(input_path)
+    fmt = FORMATS[args.format] if args.format else detect_format(Path(args.input_file))
     options = score_options(args, fmt)
     if problems := backend_problems(args, options):
         raise UsageError("\n  ".join(["the backend's flags cannot work:", *problems]))

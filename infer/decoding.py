@@ -5,26 +5,41 @@
 
 Prefill: a group of prompts of similar length runs as one right-padded batch. Right padding puts every
 pad after its row's last token, so causal attention alone keeps the pads out of every real token's view:
-no padding mask is needed, and attention runs its causal flash kernel. Each row's position ids are its own
-(pads repeat the row's last position), so each row gets its own long-rope regime (judge/rope.py). The
-group's keys and values go straight into the rows' slots.
+no padding mask is needed, and attention runs its causal flash kernel. Each row's rotary positions are its
+own, by its backbone's rule (judge/backbones/: 1-D places for InternVL, 3-D M-RoPE for Qwen-VL; pads repeat
+the row's last position), so each row gets its own long-rope regime (judge/rope.py) and its own image grid.
+The group's keys and values go straight into the rows' slots.
 
-Decoding: one token per busy slot and step, each row at its own position, attending to its own slot up to
-that position. On a GPU each step is a CUDA graph (one per cache width in steps of `WIDTH_STEP`), so a
+Chunked prefill (a server's: `prefill_budget`, vLLM's max_num_batched_tokens): an engine step prefills at
+most that many prompt tokens beside its decoding step. Whole prompts are grouped within it; a longer one is
+prefilled into its slot a chunk per step, each chunk attending to the chunks before it through the slot,
+so that the other rows go on decoding meanwhile and a cancelled prompt leaves at the next step. A chunk's
+rotary positions take the regime of the whole prompt (its last position rides along with the chunk's), so
+a chunked prompt is encoded as its unchunked prefill encodes it, on either side of a long-rope switch.
+
+Decoding: one token per busy slot and step, each row at its own place in its slot (and at its own rotary
+position: the place plus the row's M-RoPE delta), attending to its own slot up to that place. On a GPU each
+step is a CUDA graph (one per cache width in steps of `WIDTH_STEP`), so a
 step costs the kernels' time rather than Python's. A row that finishes leaves its slot at once and the
 next prompt is prefilled into it, so the batch stays full instead of waiting for its longest answer.
 
 A request may carry its own limit on new tokens (a chat request's `max_tokens`), anything up to the
 model's context less its prompt (a longer one is cut there); the slots of a cache are sized for the
 largest its requests need. Asked for `top_logprobs`, each step also returns the log-probabilities of its
-k likeliest tokens over the whole vocabulary (image tokens and the other unwritable ones excluded),
-computed per row like everything else; scoring asks for none and computes none.
+k likeliest tokens over the whole vocabulary (the output layer's rows that stand for no token
+excluded), computed per row like everything else; scoring asks for none and computes none.
 
 Sampling (a request with a temperature above 0) keeps every row its own: each answer ("choice") draws one
 uniform number per token on the host from its own generator, seeded from the request's seed and the choice's
 index, and the token is read off the inverse CDF of the row's filtered distribution. So a seeded answer is
 the same whatever is batched beside it, and a step's shapes stay fixed for its CUDA graph. A request for n
 answers prefills its prompt once, its keys and values written into n slots.
+
+A request may carry a grammar (structured outputs, infer/grammar.py): each of its rows has its own matcher,
+which masks the tokens the grammar does not allow before the row's token is chosen or drawn, in the same
+batched step as every other row (a row without a grammar allows every token). The mask is one more input
+of fixed shape, so a step with constrained rows is a CUDA graph too; log-probabilities stay the model's
+own, before the mask (vLLM's default, `raw_logprobs`).
 
 A request may be ended early: `on_token` returning False ends a choice after that token, and `cancelled()`
 ends every choice of its request before admission or at the next step; a freed slot takes the next prompt.
@@ -40,20 +55,29 @@ adapters and DeepSpeed's hooks apply as in its own forward; the key/value cache 
 from __future__ import annotations
 
 import hashlib
+import inspect
+import math
 import random
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import torch
 
+from mmjudge.infer.grammar import Grammar, Matcher, allowed_tokens, token_masks
+from mmjudge.judge.backbones import backbone_of
+from mmjudge.judge.rope import context_length
+from mmjudge.judge.vision import Pixels
+
 # Prefill groups hold at most this many tokens, padding included: enough rows for the matrix units to run
 # at full rate, few enough that the group's activations stay small beside the KV cache.
 PREFILL_TOKENS = 16384
 # Decoding attends to the slots' first `width` positions, rounded up to this step: a CUDA graph per width.
 WIDTH_STEP = 512
+# Slots of a lane opened for a request that arrived while the others run (a server's): room for those after it.
+JOIN_SLOTS = 8
 
 
 @dataclass(frozen=True)
@@ -68,7 +92,7 @@ class Sampling:
 class Request:
     index: int
     input_ids: torch.Tensor  # 1-D prompt
-    pixels: Future | None = None  # its tiles (n, 3, h, w) in prompt order, or None; set when its turn nears
+    pixels: Future | None = None  # -> its images' Pixels in prompt order, or None; set when its turn nears
     max_new_tokens: int | None = None  # its own limit (cut to the context less the prompt); None: generate's
     sampling: Sampling = Sampling()
     n: int = 1  # independent answers ("choices"); the prompt is prefilled once, into n slots
@@ -76,10 +100,11 @@ class Request:
     on_token: Callable[[int, int], bool] | None = None
     # Checked before the request is admitted and before each step; True ends every choice, computing nothing more.
     cancelled: Callable[[], bool] | None = None
+    grammar: Grammar | None = None  # what every choice's text must follow (structured outputs)
 
 
 Loader = Callable[[Request], Future]  # starts loading a request's tiles in the background
-Joining = Callable[[Callable[[Request], bool]], list[Request]]  # generate's `joining`
+Joining = Callable[[Callable[[Request], bool]], None]  # generate's `joining`
 
 
 @dataclass
@@ -143,8 +168,10 @@ class _Row:
     slot: int = 0
     limit: int = 0  # its new tokens at most
     generator: torch.Generator | None = None  # a sampling row's own
+    matcher: Matcher | None = None  # where its text stands in its request's grammar
     uniform: float = 0.0  # what its next token is drawn with
     finish_reason: str = "length"
+    delta: int = 0  # its rotary position less its place, for the tokens it writes (M-RoPE; 0 otherwise)
     tokens: list[int] = field(default_factory=list)
     logits: list[torch.Tensor] = field(default_factory=list)
     top: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # each step's (log-probabilities, ids)
@@ -157,11 +184,21 @@ class _Row:
         if self.generator is not None:
             self.uniform = torch.rand((), generator=self.generator).item()
 
+    @property
+    def prefill_left(self) -> int:
+        """Prompt tokens still to prefill (in chunks)."""
+        return max(0, len(self.request.input_ids) - self.position)
+
+    @property
+    def prefilling(self) -> bool:
+        """Its prompt is being prefilled in chunks: no token of its own yet."""
+        return self.prefill_left > 0
+
 
 class SlotCache:
     """Keys and values of `slots` sequences of up to `capacity` tokens, for every layer. Passed to the
-    decoder layers as their cache: `update` stores a step's (or a prefill's) keys and values and returns
-    what attention reads."""
+    decoder layers as their cache: `update`, with the signature of transformers' public `Cache.update`,
+    stores a step's (or a prefill's) keys and values and returns what attention reads."""
 
     def __init__(self, layers: int, slots: int, heads: int, capacity: int, head_dim: int, dtype, device):
         shape = (layers, slots, heads, capacity, head_dim)
@@ -169,15 +206,25 @@ class SlotCache:
         self.values = torch.zeros(shape, dtype=dtype, device=device)
         self.rows = torch.arange(slots, device=device)
         self.positions = torch.zeros(slots, dtype=torch.long, device=device)  # decoding: each slot's write position
+        self.deltas = torch.zeros(slots, dtype=torch.long, device=device)  # decoding: each slot's rotary position less its place
         self.width = capacity
-        self.prefill: list[tuple[int, int, int]] | None = None  # (row of the group, slot, length) while prefilling
+        # while prefilling: (row of the group, slot, start, length) of what each slot takes
+        self.prefill: list[tuple[int, int, int, int]] | None = None
+        self.chunk: tuple[int, int] | None = None  # a chunk's (slot, end): it attends to that slot up to its end
 
-    def update(self, key: torch.Tensor, value: torch.Tensor, layer: int, cache_kwargs=None):
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        # Cache.update's parameters, by its names (a caller may pass them by keyword). Whatever else attention
+        # passes (from transformers 5.24, `kwargs=` its own keyword arguments; in some models rotary tables or
+        # cache positions) is not needed: keys come rotated, and the positions are ours.
+        key, value, layer = key_states, value_states, layer_idx
         if self.prefill is not None:
-            for row, slot, length in self.prefill:
-                self.keys[layer, slot, :, :length] = key[row, :, :length]
-                self.values[layer, slot, :, :length] = value[row, :, :length]
-            return key, value  # the group attends to itself
+            for row, slot, start, length in self.prefill:
+                self.keys[layer, slot, :, start:start + length] = key[row, :, :length]
+                self.values[layer, slot, :, start:start + length] = value[row, :, :length]
+            if self.chunk is None:
+                return key, value  # the group attends to itself
+            slot, end = self.chunk  # the chunks before it, and itself
+            return self.keys[layer, slot:slot + 1, :, :end], self.values[layer, slot:slot + 1, :, :end]
         self.keys[layer, self.rows, :, self.positions] = key[:, :, 0]
         self.values[layer, self.rows, :, self.positions] = value[:, :, 0]
         return self.keys[layer, :, :, : self.width], self.values[layer, :, :, : self.width]
@@ -187,52 +234,71 @@ class Decoder:
     """Decoding (module docstring) with one model. `columns` are the vocabulary entries whose logits
     are recorded at every written token (a judge's score tokens); `suppress` are never written."""
 
-    def __init__(self, model: torch.nn.Module, *, device, pad_id: int, stop_id: int | None, suppress: list[int],
-                 columns: torch.Tensor, token_budget: int | None, cuda_graphs: bool = True):
+    def __init__(self, model: torch.nn.Module, *, device, pad_id: int, stop_ids: tuple[int, ...], suppress: list[int],
+                 columns: torch.Tensor, token_budget: int | None, prefill_budget: int | None = None, cuda_graphs: bool = True):
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.vlm, self.lm_head = base.model, base.lm_head
         self.lm = self.vlm.language_model
         self.config = self.lm.config
+        self.backbone = backbone_of(base.config)
         self.device = torch.device(device)
         self.dtype = self.lm.embed_tokens.weight.dtype
-        self.pad_id, self.stop_id = pad_id, stop_id
+        self.pad_id, self.stop_ids = pad_id, frozenset(stop_ids)
         self.suppress = torch.tensor(suppress, dtype=torch.long, device=self.device)
         self.columns = columns.to(self.device)
-        self.image_token_id = base.config.image_token_id
+        self.vocab_size = self.config.vocab_size  # the output layer's rows (its weight may be partitioned, under ZeRO-3)
         self.token_budget = token_budget
-        self.context = self.config.max_position_embeddings  # prompt and new tokens together, at most
+        self.prefill_budget = prefill_budget  # prompt tokens an engine step prefills at most; None: whole prompts, no chunks
+        self.context = context_length(self.config)  # prompt and new tokens together, at most
+        self.cache_argument = _cache_argument(self.lm.layers[0])
         # Graphs need every weight in place: not under ZeRO-3, whose hooks gather weights as each layer runs.
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda" and not any(hasattr(p, "ds_id") for p in model.parameters())
-        # Forward passes run, for a server's metrics: prefill groups and decoding steps (one for all busy slots).
-        self.prefills = self.steps = 0
+        # Forward passes run, for a server's metrics: prefill groups (or chunks) and decoding steps (one for all
+        # busy slots); and the prompt tokens prefilled.
+        self.prefills = self.steps = self.prefill_tokens = 0
 
     # -- the model, driven by hand --------------------------------------------------------------------
 
-    def _embed(self, input_ids: torch.Tensor, pixels: torch.Tensor | None) -> torch.Tensor:
+    def _embed(self, input_ids: torch.Tensor, pixels: Pixels | None) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """The prompts' input embeddings, the image tokens' replaced by the vision tower's features, and the
+        backbone's DeepStack features for the image tokens, if it has them."""
         embeds = self.lm.embed_tokens(input_ids)
-        if pixels is not None:
-            features = self.vlm.get_image_features(pixel_values=pixels, return_dict=True).pooler_output
-            placeholders = (input_ids == self.image_token_id).unsqueeze(-1)
-            embeds = embeds.masked_scatter(placeholders, features.to(embeds.dtype))
-        return embeds
+        if pixels is None:
+            return embeds, None
+        features, deepstack = self.backbone.features(self.vlm, pixels)
+        placeholders = (input_ids == self.backbone.image_token_id).unsqueeze(-1)
+        return embeds.masked_scatter(placeholders, features.to(embeds.dtype)), deepstack
 
-    def _layers(self, hidden: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor | None, cache: SlotCache | None) -> torch.Tensor:
-        position_embeddings = self.lm.rotary_emb(hidden, position_ids=position_ids)
-        for layer in self.lm.layers[: self.config.num_hidden_layers]:
-            hidden = layer(hidden, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
-                           position_embeddings=position_embeddings)
+    def _layers(self, hidden: torch.Tensor, places: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor | None,
+                cache: SlotCache | None, deepstack: list[torch.Tensor] | None = None, images: torch.Tensor | None = None,
+                reach: torch.Tensor | None = None) -> torch.Tensor:
+        """The decoder layers and the final norm over `hidden` at `places` (batch, length) with the rotary
+        positions `rotary` ((batch, length), or (3, batch, length) for M-RoPE); DeepStack features are added to
+        the image tokens (`images`, a mask) after the early layers, as the native model adds them. `reach`:
+        rotary positions that ride along with `rotary` for the rotary embedding alone (a chunk's prompt's last
+        position: judge/rope.py picks a row's regime by its largest position), their embeddings dropped."""
+        cos, sin = self.lm.rotary_emb(hidden, position_ids=rotary if reach is None else torch.cat([rotary, reach], dim=-1))
+        position_embeddings = (cos[..., : hidden.shape[1], :], sin[..., : hidden.shape[1], :])
+        for index, layer in enumerate(self.lm.layers[: self.config.num_hidden_layers]):
+            hidden = layer(hidden, attention_mask=mask, position_ids=places, position_embeddings=position_embeddings,
+                           **{self.cache_argument: cache})
+            if deepstack is not None and index < len(deepstack):
+                hidden = hidden.clone()
+                hidden[images] = hidden[images] + deepstack[index].to(hidden.dtype)
         return self.lm.norm(hidden)
 
-    def _head(self, hidden: torch.Tensor, logprobs: int, draws: Draws | None) -> Step:
+    def _head(self, hidden: torch.Tensor, logprobs: int, draws: Draws | None, masks: torch.Tensor | None) -> Step:
         """A step's outputs from last-position hidden states (rows, hidden); each of fixed shape, so that a
-        CUDA graph can return them. Without draws (no row samples) every row takes the argmax."""
+        CUDA graph can return them. Without draws (no row samples) every row takes the argmax; without masks
+        (no row has a grammar) every token may be written."""
         logits = self.lm_head(hidden).float()
         recorded = logits[:, self.columns]
         if len(self.suppress):
             logits.index_fill_(1, self.suppress, float("-inf"))
-        chosen = logits.argmax(-1)
+        writable = logits if masks is None else logits.masked_fill(~allowed_tokens(masks, logits.shape[1]), float("-inf"))
+        chosen = writable.argmax(-1)
         if draws is not None:
-            chosen = torch.where(draws.temperature > 0, _sample(logits, draws), chosen)
+            chosen = torch.where(draws.temperature > 0, _sample(writable, draws), chosen)
         if not logprobs:
             return Step(chosen, recorded, logits[:, :0], chosen[:, None][:, :0])
         # The model's own log-probabilities, whatever the temperature (as OpenAI reports them).
@@ -254,32 +320,73 @@ class Decoder:
         for sequence, request in enumerate(requests):
             input_ids[sequence, : len(request.input_ids)] = request.input_ids
         # pads repeat their row's last position, so that no row's largest position is another's
-        position_ids = torch.minimum(torch.arange(width), (lengths - 1)[:, None])
-        pixels = [p for r in requests if (p := r.pixels.result()) is not None]
-        input_ids, position_ids = input_ids.to(self.device), position_ids.to(self.device)
+        places = torch.minimum(torch.arange(width), (lengths - 1)[:, None])
+        images = [r.pixels.result() for r in requests]
+        rotary = []
+        for rows, request, pixels in zip(group, requests, images):
+            positions, delta = self.backbone.positions(request.input_ids, None if pixels is None else pixels.grids)
+            rotary.append(positions[:, places[len(rotary)]])  # (axes, width): pads repeat the last position
+            for row in rows:
+                row.delta = delta
+        rotary = torch.stack(rotary, dim=1)  # (axes, batch, width)
+        rotary = rotary if self.backbone.mrope else rotary[0]
+        input_ids, places, rotary = input_ids.to(self.device), places.to(self.device), rotary.to(self.device)
         # each copied from its own pinned buffer (a concatenation on the host would not be pinned)
-        pixel_values = torch.cat([p.to(self.device, self.dtype, non_blocking=True) for p in pixels]) if pixels else None
+        pixels = Pixels.cat([p.to(self.device, self.dtype, non_blocking=True) for p in images if p is not None])
         if cache is not None:
-            cache.prefill = [(sequence, row.slot, int(lengths[sequence])) for sequence, rows in enumerate(group) for row in rows]
+            cache.prefill = [(sequence, row.slot, 0, int(lengths[sequence])) for sequence, rows in enumerate(group) for row in rows]
         try:
-            hidden = self._layers(self._embed(input_ids, pixel_values), position_ids, None, cache)
+            embeds, deepstack = self._embed(input_ids, pixels)
+            hidden = self._layers(embeds, places, rotary, None, cache, deepstack, input_ids == self.backbone.image_token_id)
         finally:
             if cache is not None:
                 cache.prefill = None
         self.prefills += 1
+        self.prefill_tokens += int(lengths.sum())
         sequences = torch.tensor([sequence for sequence, rows in enumerate(group) for _ in rows])
         rows = [row for rows in group for row in rows]
-        draws = _draws(rows)
+        draws, masks = _draws(rows), self._masks(rows)
         return self._head(hidden[sequences.to(self.device), (lengths[sequences] - 1).to(self.device)], logprobs,
-                          None if draws is None else draws.to(self.device))
+                          None if draws is None else draws.to(self.device), None if masks is None else masks.to(self.device))
 
     @torch.no_grad()
-    def _step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, logprobs: int) -> Step:
+    def _prefill_chunk(self, rows: list[_Row], cache: SlotCache, prompt: _ChunkedPrompt, end: int) -> torch.Tensor:
+        """The next chunk of the rows' prompt, from their position to `end`: its keys and values go to every
+        row's slot after the chunks before it, which it attends to through the first row's slot. The hidden
+        state of its last position."""
+        start = rows[0].position
+        places = torch.arange(start, end, device=self.device)[None]
+        rotary, reach = prompt.positions[:, None, start:end], prompt.positions[:, None, -1:]
+        if not self.backbone.mrope:
+            rotary, reach = rotary[0], reach[0]
+        images = prompt.images[None, start:end]
+        deepstack = None
+        if prompt.deepstack is not None:  # the features of the chunk's image tokens: those after the chunks before it
+            before, count = int(prompt.images[:start].sum()), int(images.sum())
+            deepstack = [features[before:before + count] for features in prompt.deepstack]
+        mask = (torch.arange(end, device=self.device) <= places[..., None])[:, None]  # (1, 1, chunk, end): causal
+        cache.prefill, cache.chunk = [(0, row.slot, start, end - start) for row in rows], (rows[0].slot, end)
+        try:
+            hidden = self._layers(prompt.embeds[:, start:end], places, rotary, mask, cache, deepstack, images, reach=reach)
+        finally:
+            cache.prefill, cache.chunk = None, None
+        self.prefills += 1
+        self.prefill_tokens += end - start
+        return hidden[:, -1]
+
+    @torch.no_grad()
+    def _step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, logprobs: int) -> Step:
         """One decoding step of every slot: tokens (slots,) at cache.positions."""
-        positions = cache.positions[:, None]
-        mask = (torch.arange(cache.width, device=self.device) <= positions)[:, None, None, :]
-        hidden = self._layers(self.lm.embed_tokens(tokens[:, None]), positions, mask, cache)
-        return self._head(hidden[:, -1], logprobs, draws)
+        places = cache.positions[:, None]
+        rotary = places + cache.deltas[:, None]
+        mask = (torch.arange(cache.width, device=self.device) <= places)[:, None, None, :]
+        hidden = self._layers(self.lm.embed_tokens(tokens[:, None]), places, rotary.expand(3, -1, -1) if self.backbone.mrope else rotary, mask, cache)
+        return self._head(hidden[:, -1], logprobs, draws, masks)
+
+    def _masks(self, rows: list[_Row | None]) -> torch.Tensor | None:
+        """The rows' token masks (infer/grammar.py), or None where no row has a grammar. A row fed follow-up
+        tokens writes nothing of its own: it has none."""
+        return token_masks([row.matcher if row is not None and not row.following else None for row in rows], self.vocab_size)
 
     # -- logits mode ------------------------------------------------------------------------------------
 
@@ -294,10 +401,11 @@ class Decoder:
             recorded = self._prefill_splitting([[_Row(r, len(r.input_ids))] for r, _ in group], None, 0).recorded
             yield [(r.index, recorded[row].cpu()) for row, (r, _) in enumerate(group)]
 
-    def _group(self, waiting: _Lookahead, slots: int) -> list[tuple[Request, range]]:
-        """The next requests that fit in one prefill group, each with the choices it starts, in at most
-        `slots` slots: longest first, so the first sets the width."""
-        budget = min(PREFILL_TOKENS, self.token_budget or PREFILL_TOKENS)
+    def _group(self, waiting: _Lookahead, slots: int, tokens: int | None = None) -> list[tuple[Request, range]]:
+        """The next requests that fit in one prefill group of at most `tokens` (padding included; the first is
+        taken whatever its length), each with the choices it starts, in at most `slots` slots: longest first,
+        so the first sets the width."""
+        budget = min(PREFILL_TOKENS, self.token_budget or PREFILL_TOKENS, tokens or PREFILL_TOKENS)
         group = [waiting.take(slots)]
         width = len(group[0][0].input_ids)
         slots -= len(group[0][1])
@@ -327,87 +435,194 @@ class Decoder:
         """Completions of up to max_new_tokens (or a request's own limit), one per choice, yielded as rows
         finish. `follow_up(index, tokens)` returns the tokens to feed after a finished row's output (at most
         follow_up_tokens), or []. With top_logprobs k > 0, each written token comes with the k likeliest
-        tokens of its step and their log-probabilities. `joining(fits)`, asked whenever a slot is free,
-        returns requests that arrived since (a server's), each one that fits(request) says fits the cache.
+        tokens of its step and their log-probabilities. `joining(take)`, asked at every engine step (a
+        server's), hands each request that arrived since to take(request), which places it and says whether
+        it found room.
 
         Requests come longest first. Every slot of a cache holds its longest request, so one cache for a
         whole benchmark would size every slot for its single longest prompt: the requests are cut into
-        segments, a new one (and a new cache) wherever the slots would at least double."""
+        segments, a new one (and a new cache, a "lane") wherever the slots would at least double. The lanes
+        run one after another; a server's run side by side, a step of each per engine step, so that a long
+        prompt in a lane of its own does not hold up the short ones, and a request that arrives goes to a
+        lane with a free slot that fits it, or to a new lane where the token budget has room."""
         def need(request: Request) -> int:  # the tokens of its slot
             return len(request.input_ids) + self._limit(request, max_new_tokens) + follow_up_tokens + 1
 
-        for segment in _segments(requests, need):
-            yield from self._generate(segment, load, max_new_tokens, need, follow_up, max(map(need, segment)), top_logprobs, joining)
+        segments = deque(_segments(requests, need))
+        lanes: list[_Lane] = []
+        while segments or lanes:
+            # a segment's lane opens once the lanes before it are done, or (a server's) at once where the budget has room
+            while segments and (not lanes or (joining is not None and self._room(lanes) >= max(map(need, segments[0])))):
+                segment = segments.popleft()
+                lanes.append(self._lane(segment, max(map(need, segment)), sum(r.n for r in segment), load, lanes, need))
+            finished = [c for lane in lanes for c in self._cancel(lane)]  # first, so that their slots take waiting requests at once
+            if joining is not None:
+                joining(lambda request: self._take(request, lanes, need, load, self._limit(request, max_new_tokens)))
+            # the step's prompt tokens: new prompts first, whole (a short prompt never waits behind a long one's chunks),
+            # but leaving a quarter to the prompts being prefilled in chunks, which take the rest
+            ongoing, used = [lane for lane in lanes if lane.chunking()], 0
+            admitted = self.prefill_budget if self.prefill_budget is None or not ongoing else self.prefill_budget - self.prefill_budget // 4
+            for lane in lanes:
+                done, tokens = self._admit(lane, None if admitted is None else admitted - used, max_new_tokens, follow_up, top_logprobs)
+                finished, used = finished + done, used + tokens
+            for lane in sorted(ongoing, key=lambda lane: lane.chunking()[0].prefill_left):  # the nearest to done first
+                tokens = min(lane.chunking()[0].prefill_left, self.prefill_budget - used)
+                finished += self._chunk(lane, tokens, follow_up, top_logprobs)
+                used += tokens
+            for lane in lanes:
+                finished += self._decode(lane, follow_up, top_logprobs)
+            lanes = [lane for lane in lanes if lane.active()]
+            if finished:
+                yield finished
 
     def _limit(self, request: Request, max_new_tokens: int) -> int:
         """A request's new tokens at most: its own limit or generate's, within the context after its prompt
         (one, to read the prompt's answer at all, where the prompt fills the context)."""
         return max(1, min(request.max_new_tokens or max_new_tokens, self.context - len(request.input_ids)))
 
-    def _generate(self, requests, load, max_new_tokens, need, follow_up, capacity, logprobs, joining) -> Iterator[list[Completion]]:
+    def _lane(self, requests: list[Request], capacity: int, slots: int, load: Loader, lanes: list[_Lane], need) -> _Lane:
+        """A lane for `requests` with up to `slots` slots of `capacity` tokens, as the budget left beside
+        `lanes` allows (one at least, where it is the only lane)."""
         try:
-            cache = self._allocate(capacity, sum(r.n for r in requests))
+            cache = self._allocate(capacity, slots, self._room(lanes) if lanes else None)
         except torch.OutOfMemoryError:  # not even one slot: a long prompt, or a long answer asked for
             raise OutOfMemory(max(requests, key=need)) from None
-        slots: list[_Row | None] = [None] * cache.rows.numel()
-        waiting = _Lookahead(requests, 2 * len(slots), load)
-        tokens = torch.full((len(slots),), self.pad_id, dtype=torch.long)
-        graphs = _StepGraphs()
-        while waiting or any(slots):
-            finished = self._cancel(slots)  # first, so that their slots take waiting requests at once
-            if joining is not None and any(row is None for row in slots):
-                waiting.extend(joining(lambda request: need(request) <= capacity))
-            finished += self._admit(waiting, slots, cache, tokens, max_new_tokens, follow_up, logprobs)
-            if any(slots):
-                width = min(capacity, -(-max(row.position + 1 for row in slots if row) // WIDTH_STEP) * WIDTH_STEP)
-                cache.positions.copy_(torch.tensor([row.position if row else 0 for row in slots]))
-                outputs = self._run_step(cache, tokens, _draws(slots), width, graphs, logprobs).rows()
-                for slot, row in enumerate(slots):
-                    if row is None:
-                        continue
-                    row.position += 1
-                    if self._accept(row, outputs[slot], tokens, follow_up):
-                        finished.append(_completion(row))
-                        slots[slot] = None
-            if finished:
-                yield finished
+        slots = cache.rows.numel()
+        return _Lane(cache, capacity, _Lookahead(requests, 2 * slots, load), [None] * slots, torch.full((slots,), self.pad_id, dtype=torch.long))
 
-    def _admit(self, waiting, slots, cache, tokens, max_new_tokens, follow_up, logprobs) -> list[Completion]:
-        """Prefill waiting requests into free slots, a slot per choice; returns the choices of requests
-        cancelled before their turn, and rows that finished at their first token."""
-        finished = []
-        while waiting and (free := [s for s, row in enumerate(slots) if row is None]):
+    def _take(self, request: Request, lanes: list[_Lane], need, load: Loader, limit: int) -> bool:
+        """Place a request that arrived: in a lane that fits it where slots for it are free, or free up within
+        its own answer's length (`limit` steps: waiting longer would more than double its time), the fullest
+        (its steps shared with the most rows); or else in a lane of its own, where the token budget has room:
+        JOIN_SLOTS slots (for those that come after it) of a size class, WIDTH_STEP tokens times a power of
+        two (so that requests of similar lengths share it)."""
+        fitting = [lane for lane in lanes if lane.capacity >= need(request) and lane.freed_within(limit) >= lane.waiting.choices + request.n]
+        if fitting:
+            max(fitting, key=lambda lane: (len(lane.slots) - lane.slots.count(None) + lane.waiting.choices, -lane.capacity)).waiting.extend([request])
+            return True
+        size_class = WIDTH_STEP * 2 ** math.ceil(math.log2(-(-need(request) // WIDTH_STEP)))
+        capacity = min(size_class, self.context + need(request) - len(request.input_ids))
+        if lanes and self._room(lanes) < capacity:
+            return False
+        lanes.append(self._lane([request], capacity, max(JOIN_SLOTS, request.n), load, lanes, need))
+        return True
+
+    def _admit(self, lane: _Lane, tokens: int | None, max_new_tokens, follow_up, logprobs) -> tuple[list[Completion], int]:
+        """Prefill waiting requests into the lane's free slots, a slot per choice, in groups of whole prompts
+        within `tokens` (None: no limit); a prompt longer than the prefill budget starts its chunks with what
+        is left. Returns the choices of requests cancelled before their turn and rows that finished at their
+        first token, and the prompt tokens prefilled."""
+        finished, used = [], 0
+        while lane.waiting and (free := [s for s, row in enumerate(lane.slots) if row is None]):
+            left = None if tokens is None else tokens - used
+            head = len(lane.waiting.peek().input_ids)
+            if left is not None and head > left:
+                if head > self.prefill_budget and left > 0 and not lane.chunking():
+                    done, started = self._start_chunks(lane, free, left, max_new_tokens, follow_up, logprobs)
+                    finished, used = finished + done, used + started
+                break
             group = []
-            for request, choices in self._group(waiting, len(free)):
+            for request, choices in self._group(lane.waiting, len(free), left):
                 if _cancelled(request):
-                    finished += [Completion(request.index, [], torch.empty(0, len(self.columns)), choice=c, finish_reason="cancelled")
-                                 for c in choices]
+                    finished += _cancelled_choices(request, choices, len(self.columns))
                     continue
-                request.sampling = seeded(request.sampling)  # once: its choices may start in several admissions
-                limit = self._limit(request, max_new_tokens)
-                group.append([_Row(request, len(request.input_ids), c, free.pop(0), limit, _generator(request.sampling, c)) for c in choices])
+                group.append(self._rows(request, choices, free, len(request.input_ids), max_new_tokens))
             if not group:
                 continue
             rows = [row for choices in group for row in choices]
             for row in rows:
                 row.draw()
-            outputs = self._prefill_splitting(group, cache, logprobs).cpu().rows()
+            used += len(group) * max(len(rows[0].request.input_ids) for rows in group)
+            outputs = self._prefill_splitting(group, lane.cache, logprobs).cpu().rows()
             for row, output in zip(rows, outputs):
-                if self._accept(row, output, tokens, follow_up):
+                if self._accept(row, output, lane.tokens, follow_up):
                     finished.append(_completion(row))
                 else:
-                    slots[row.slot] = row
+                    lane.slots[row.slot] = row
+        return finished, used
+
+    def _rows(self, request: Request, choices: range, free: list[int], position: int, max_new_tokens: int) -> list[_Row]:
+        """A row per choice of the request, each in a slot taken from `free`, its next input at `position`."""
+        request.sampling = seeded(request.sampling)  # once: its choices may start in several admissions
+        limit = self._limit(request, max_new_tokens)
+        return [_Row(request, position, c, free.pop(0), limit, _generator(request.sampling, c),
+                     request.grammar.matcher() if request.grammar is not None else None) for c in choices]
+
+    def _start_chunks(self, lane: _Lane, free: list[int], tokens: int, max_new_tokens, follow_up, logprobs) -> tuple[list[Completion], int]:
+        """The lane's next request into free slots, its prompt embedded once, and its first chunk of `tokens`."""
+        request, choices = lane.waiting.take(len(free))
+        if _cancelled(request):
+            return _cancelled_choices(request, choices, len(self.columns)), 0
+        for row in self._rows(request, choices, free, 0, max_new_tokens):
+            lane.slots[row.slot] = row
+        pixels = request.pixels.result()
+        positions, delta = self.backbone.positions(request.input_ids, None if pixels is None else pixels.grids)
+        for row in lane.chunking():
+            row.delta = delta
+        input_ids = request.input_ids[None].to(self.device)
+        with torch.no_grad():
+            embeds, deepstack = self._embed(input_ids, None if pixels is None else pixels.to(self.device, self.dtype))
+        lane.prompt = _ChunkedPrompt(embeds, positions.to(self.device), deepstack, input_ids[0] == self.backbone.image_token_id)
+        return self._chunk(lane, tokens, follow_up, logprobs), tokens
+
+    def _chunk(self, lane: _Lane, tokens: int, follow_up, logprobs) -> list[Completion]:
+        """The next chunk, of up to `tokens`, of the prompt the lane prefills in chunks; after the last, each of
+        its rows takes its first token (returned where that ends it)."""
+        rows = lane.chunking()
+        prompt = len(rows[0].request.input_ids)
+        end = min(prompt, rows[0].position + max(1, tokens))
+        hidden = self._prefill_chunk(rows, lane.cache, lane.prompt, end)
+        for row in rows:
+            row.position = end
+        if end < prompt:
+            return []
+        lane.prompt = None
+        for row in rows:
+            row.draw()
+        draws, masks = _draws(rows), self._masks(rows)
+        outputs = self._head(hidden.expand(len(rows), -1), logprobs, None if draws is None else draws.to(self.device),
+                             None if masks is None else masks.to(self.device)).cpu().rows()
+        finished = []
+        for row, output in zip(rows, outputs):
+            if self._accept(row, output, lane.tokens, follow_up):
+                finished.append(_completion(row))
+                lane.slots[row.slot] = None
         return finished
 
-    def _cancel(self, slots: list[_Row | None]) -> list[Completion]:
-        """The rows of cancelled requests, out of their slots before the next step."""
+    def _decode(self, lane: _Lane, follow_up, logprobs) -> list[Completion]:
+        """One decoding step of the lane's rows that have their prompt in full; the rows it finishes."""
+        rows = [row if row is not None and not row.prefilling else None for row in lane.slots]
+        if not any(rows):
+            return []
+        width = min(lane.capacity, -(-max(row.position + 1 for row in rows if row) // WIDTH_STEP) * WIDTH_STEP)
+        # a slot being prefilled in chunks is written at the position where its next chunk starts, which that chunk overwrites
+        lane.cache.positions.copy_(torch.tensor([row.position if row else 0 for row in lane.slots]))
+        lane.cache.deltas.copy_(torch.tensor([row.delta if row else 0 for row in lane.slots]))
+        outputs = self._run_step(lane.cache, lane.tokens, _draws(rows), self._masks(rows), width, lane.graphs, logprobs).rows()
+        finished = []
+        for slot, row in enumerate(rows):
+            if row is None:
+                continue
+            row.position += 1
+            if self._accept(row, outputs[slot], lane.tokens, follow_up):
+                finished.append(_completion(row))
+                lane.slots[slot] = None
+        return finished
+
+    def _cancel(self, lane: _Lane) -> list[Completion]:
+        """The rows of cancelled requests, out of their slots before the next step (a prompt being prefilled
+        in chunks included: no further chunk is run)."""
+        slots = lane.slots
         cancelled = {id(row.request) for row in slots if row and _cancelled(row.request)}
         finished = []
         for slot, row in enumerate(slots):
             if row and id(row.request) in cancelled:
                 row.finish_reason = "cancelled"
-                finished.append(_completion(row))
+                # a row still being prefilled in chunks has written nothing
+                finished += [_completion(row)] if row.tokens else _cancelled_choices(row.request, range(row.choice, row.choice + 1), len(self.columns))
                 slots[slot] = None
+        if not lane.chunking():
+            lane.prompt = None
         return finished
 
     def _accept(self, row: _Row, step: Step, tokens: torch.Tensor, follow_up) -> bool:
@@ -418,12 +633,14 @@ class Decoder:
                 return True
         else:
             token = step.chosen
+            if row.matcher is not None and token not in self.stop_ids:
+                row.matcher.accept(token)
             row.tokens.append(token)
             row.logits.append(step.recorded)
             if len(step.top_ids):
                 row.top.append((step.top_logprobs, step.top_ids))
             on_token = row.request.on_token
-            if token == self.stop_id:
+            if token in self.stop_ids:
                 row.finish_reason = "stop"
             elif on_token is not None and on_token(row.choice, token) is False:
                 row.finish_reason = "ended"
@@ -436,54 +653,71 @@ class Decoder:
             if not row.pending:
                 return True
             row.following = True
-            if token != self.stop_id:  # the last written token is not in the cache yet
+            if token not in self.stop_ids:  # the last written token is not in the cache yet
                 row.pending.insert(0, token)
         tokens[row.slot] = row.pending.pop(0)
         return False
 
-    def _run_step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, width: int, graphs: _StepGraphs,
-                  logprobs: int) -> Step:
+    def _run_step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, width: int,
+                  graphs: _StepGraphs, logprobs: int) -> Step:
         cache.width = width
         self.steps += 1
         if not self.cuda_graphs:
-            return self._step(cache, tokens.to(self.device), None if draws is None else draws.to(self.device), logprobs).cpu()
-        # Steps where no row samples keep the greedy graph, which computes no draw.
-        key = (width, draws is not None)
+            return self._step(cache, tokens.to(self.device), None if draws is None else draws.to(self.device),
+                              None if masks is None else masks.to(self.device), logprobs).cpu()
+        # Steps where no row samples keep the greedy graph, which computes no draw; steps where no row has a
+        # grammar, the graph that applies no mask.
+        key = (width, draws is not None, masks is not None)
         if key not in graphs.by_key:
-            graphs.by_key[key] = self._capture(cache, tokens, draws, graphs, logprobs)
+            graphs.by_key[key] = self._capture(cache, tokens, draws, masks, graphs, logprobs)
         graph, inputs, outputs = graphs.by_key[key]
-        for static, value in zip(inputs, (tokens, *(draws or ()))):
+        for static, value in zip(inputs, _step_inputs(tokens, draws, masks)):
             static.copy_(value, non_blocking=True)
         graph.replay()
         return outputs.cpu()
 
-    def _capture(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, graphs: _StepGraphs, logprobs: int) -> tuple:
+    def _capture(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, graphs: _StepGraphs,
+                 logprobs: int) -> tuple:
         """A CUDA graph of one step at the cache's current width, and its input tensors (tokens, then the
-        draws' if any). Warming up writes keys and values at the slots' current positions, which the real
-        step then overwrites before anything reads them."""
-        inputs = tuple(t.to(self.device) for t in (tokens, *(draws or ())))
-        step_draws = Draws(*inputs[1:]) if draws is not None else None
+        draws' if any, then the masks if any). Warming up writes keys and values at the slots' current
+        positions, which the real step then overwrites before anything reads them."""
+        inputs = tuple(t.to(self.device) for t in _step_inputs(tokens, draws, masks))
+        step_draws = Draws(*inputs[1:5]) if draws is not None else None
+        step_masks = inputs[-1] if masks is not None else None
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            self._step(cache, inputs[0], step_draws, logprobs)
+            self._step(cache, inputs[0], step_draws, step_masks, logprobs)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         if graphs.pool is None:
             graphs.pool = torch.cuda.graph_pool_handle()
         with torch.cuda.graph(graph, pool=graphs.pool):
-            outputs = self._step(cache, inputs[0], step_draws, logprobs)
+            outputs = self._step(cache, inputs[0], step_draws, step_masks, logprobs)
         return graph, inputs, outputs
 
-    def _allocate(self, capacity: int, requests: int) -> SlotCache:
-        """A cache of as many slots of `capacity` tokens as the token budget allows (or, with none given on
-        a GPU, as free memory holds, beside room for prefill), and no more than there are requests."""
+    def _room(self, lanes: list[_Lane]) -> int:
+        """KV-cache tokens a new lane may take beside `lanes`: the token budget (on a CPU without one, 65536)
+        less what they hold; a lane whose one slot is larger than the whole budget (a prompt too long for it
+        gets that slot all the same) is not counted, so that it does not keep every other request out. On a
+        GPU without a budget, what free memory holds, beside room for prefill."""
+        if self.token_budget is None and (free := _memory_budget(self.device, self._bytes_per_token())) is not None:
+            return free
+        budget = self.token_budget or 65536
+        return budget - sum(lane.capacity * len(lane.slots) for lane in lanes if lane.capacity <= budget)
+
+    def _bytes_per_token(self) -> int:
+        config = self.config
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * self.dtype.itemsize
+
+    def _allocate(self, capacity: int, requests: int, room: int | None = None) -> SlotCache:
+        """A cache of as many slots of `capacity` tokens as `room` (by default the whole budget: _room) allows,
+        one at least, and no more than there are requests."""
         config = self.config
         heads = config.num_key_value_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        bytes_per_token = 2 * config.num_hidden_layers * heads * head_dim * self.dtype.itemsize
-        budget = self.token_budget or _memory_budget(self.device, bytes_per_token) or 65536
-        slots = max(1, min(requests, budget // capacity))
+        slots = max(1, min(requests, (self._room([]) if room is None else room) // capacity))
         while True:
             try:
                 return SlotCache(config.num_hidden_layers, slots, heads, capacity, head_dim, self.dtype, self.device)
@@ -496,11 +730,58 @@ class Decoder:
 
 @dataclass
 class _StepGraphs:
-    """A cache's decoding-step graphs, one per width and greedy or sampling step, sharing one memory pool.
+    """A cache's decoding-step graphs, one per width, greedy or sampling step, and with or without token
+    masks, sharing one memory pool.
     They live and die with their cache: a pool whose graphs are gone cannot take another capture."""
 
-    by_key: dict[tuple[int, bool], tuple] = field(default_factory=dict)
+    by_key: dict[tuple[int, bool, bool], tuple] = field(default_factory=dict)
     pool: tuple | None = None
+
+
+@dataclass
+class _ChunkedPrompt:
+    """A prompt prefilled in chunks, as its chunks take it: embedded once, with its rotary positions (axes,
+    prompt), its DeepStack features (if its backbone has them) and where its image tokens are."""
+
+    embeds: torch.Tensor  # (1, prompt, hidden)
+    positions: torch.Tensor
+    deepstack: list[torch.Tensor] | None
+    images: torch.Tensor  # (prompt,) bool
+
+
+@dataclass
+class _Lane:
+    """A cache of slots of `capacity` tokens, the rows in them, and the requests waiting for them (its
+    segment's, and a server's that arrived since and fit)."""
+
+    cache: SlotCache
+    capacity: int
+    waiting: _Lookahead
+    slots: list[_Row | None]
+    tokens: torch.Tensor  # each slot's next input token
+    graphs: _StepGraphs = field(default_factory=_StepGraphs)
+    prompt: _ChunkedPrompt | None = None  # the prompt being prefilled in chunks
+
+    def active(self) -> bool:
+        return bool(self.waiting) or any(self.slots)
+
+    def freed_within(self, steps: int) -> int:
+        """Slots free now or within `steps` engine steps at the latest (a row's prompt still to prefill counted
+        a step a token: at most)."""
+        return sum(row is None or row.prefill_left + row.limit - len(row.tokens) <= steps for row in self.slots)
+
+    def chunking(self) -> list[_Row]:
+        """The rows of the request whose prompt is being prefilled in chunks (one at a time), if any."""
+        return [row for row in self.slots if row is not None and row.prefilling]
+
+
+def _cancelled_choices(request: Request, choices: range, columns: int) -> list[Completion]:
+    return [Completion(request.index, [], torch.empty(0, columns), choice=c, finish_reason="cancelled") for c in choices]
+
+
+def _step_inputs(tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """A step's inputs in the order its graph holds them: tokens, the draws' four if any, the masks if any."""
+    return (tokens, *(draws or ()), *(() if masks is None else (masks,)))
 
 
 def _segments(requests: list[Request], need: Callable[[Request], int]) -> Iterator[list[Request]]:
@@ -578,6 +859,18 @@ def _memory_budget(device: torch.device, bytes_per_token: int) -> int | None:
     return max(0, free - reserve) // bytes_per_token
 
 
+def _cache_argument(layer: torch.nn.Module) -> str:
+    """The keyword a decoder layer takes its key/value cache by: `past_key_values` up to transformers 5.23,
+    `cache` from 5.24 (where the old name warns, until 5.40 removes it). A name the layer does not declare
+    would fall into its **kwargs unread, and decoding would run with no cache at all: refused instead."""
+    parameters = inspect.signature(layer.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in parameters:
+            return name
+    raise TypeError(f"{type(layer).__name__}.forward takes its cache by neither `cache` nor `past_key_values`: "
+                    "a transformers release this decoder does not know (pyproject.toml lists those tested)")
+
+
 def _empty_cache(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -587,10 +880,11 @@ class _Lookahead:
     """Requests pulled from an iterable a few at a time, so that only those near their turn have their
     images loading (20,000 samples' tiles would not fit in host memory)."""
 
-    def __init__(self, requests: Iterable[Request], ahead: int, load: Loader):
+    def __init__(self, requests: list[Request], ahead: int, load: Loader):
         self.source, self.ahead, self.load = iter(requests), ahead, load
         self.buffer: deque[Request] = deque()
         self.started = 0  # choices of the first request already in slots (a request of n takes n slots)
+        self.choices = sum(request.n for request in requests)  # choices not started yet, of every request to come
         self._fill()
 
     def _fill(self) -> None:
@@ -609,12 +903,14 @@ class _Lookahead:
         for request in requests:
             request.pixels = self.load(request)
             self.buffer.append(request)
+            self.choices += request.n
 
     def take(self, most: int) -> tuple[Request, range]:
         """The first request and up to `most` of its choices not started yet; it leaves once all have."""
         request = self.buffer[0]
         choices = range(self.started, min(request.n, self.started + most))
         self.started = choices.stop
+        self.choices -= len(choices)
         if self.started == request.n:
             self.started = 0
             self.buffer.popleft()

@@ -36,23 +36,22 @@ from pathlib import Path
 import torch
 
 from mmjudge.infer.decoding import Completion, Decoder, OutOfMemory, Request, Sampling
+from mmjudge.infer.grammar import Grammar, GrammarError, Vocabulary, score_lines
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import VERDICTS, JudgeResult, OrderJudgement, Pair, PairResult, Sample, UsageError
-from mmjudge.judge.detokenize import chat_answer
 from mmjudge.judge.model import Judge, with_max_tiles
 from mmjudge.judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
 from mmjudge.judge.preferences import ORDERS, POINTWISE_RULE, in_pair_terms, likeliest, pairwise_verdict, pointwise_verdict
-from mmjudge.judge.prompts import IMAGE_TOKENS, PlannedImage, Rubric, build_pair_prompt, build_prompt, encode_prompt
-from mmjudge.judge.templates import get_template
-from mmjudge.judge.tiling import load_tiles
+from mmjudge.judge.prompts import PlannedImage, Rubric, build_pair_prompt, build_prompt, encode_prompt
 from mmjudge.judge.verdicts import VERDICT_FORMATS, Reading, VerdictFormat
+from mmjudge.judge.vision import Pixels, load_pixels
 
 
 @dataclass
 class Prepared:
     """A sample, or one view of a pair, ready for the model. The prompt's text is not kept: its token ids say
-    the same, and the text, with 256 `<IMG_CONTEXT>` spelled out per tile, would be the largest thing held
-    per sample."""
+    the same, and the text, with each image token spelled out (256 `<IMG_CONTEXT>` per InternVL tile), would be
+    the largest thing held per sample."""
 
     index: int  # position in the input file
     sample: Sample | Pair  # what the prompt shows: a sample (a pair's answer, for a pointwise rubric), or a pair
@@ -79,9 +78,9 @@ def prepare(judge: Judge, samples: Iterable[tuple[int, Sample | Pair]], rubrics:
     (image headers only, no pixel decoding), but minutes for tens of thousands: callers pass `samples`
     through a progress bar."""
     settings = with_max_tiles(judge.settings, options.max_tiles)
-    template = get_template(settings.template)
     count_tokens = lambda text: len(judge.tokenizer(text, add_special_tokens=False).input_ids)  # noqa: E731
-    budgets = (settings.tiling, settings.tokens_per_tile, options.image_token_budget, options.prompt_token_budget, count_tokens)
+    budgets = (settings.images, options.image_token_budget, options.prompt_token_budget, count_tokens)
+    template = settings.template
 
     def encoded(prompt, logits_prefix: str) -> torch.Tensor:
         text = prompt.text + (logits_prefix if options.mode == "logits" else "")
@@ -163,33 +162,67 @@ def expected_score(distribution: dict[str, float] | None) -> float | None:
 
 
 def unwritable_tokens(judge: Judge) -> list[int]:
-    """What a judge never writes: an image token would stand for no image (and break the forced score
-    heading's reading of its output), and the output layer's rows beyond the tokenizer (Phi-3 has 32,064
-    for 32,011 tokens) stand for no token at all."""
-    tokenizer = judge.tokenizer
-    return tokenizer.convert_tokens_to_ids(list(IMAGE_TOKENS)) + list(range(len(tokenizer), judge.model.config.text_config.vocab_size))
+    """What a judge never writes: the output layer's rows beyond the tokenizer (Phi-3 has 32,064 for 32,011
+    tokens), which stand for no token, so no text (MMIE's `main.py` stops with an IndexError where one comes
+    first). Every token of the tokenizer is written where it comes first, the image tokens included, as
+    InternVL's `generate` writes them: `<IMG_CONTEXT>` or `</img>` is then text of the answer, read back by
+    its embedding as the reference reads it (docs/exactness.md)."""
+    return list(range(len(judge.tokenizer), judge.model.config.get_text_config().vocab_size))
 
 
-def _load_pixels(item: Prepared, dtype: torch.dtype, pin: bool) -> torch.Tensor | None:
-    """The sample's tiles in the model's dtype; pinned for a GPU, so that the copy overlaps compute."""
-    tiles = [load_tiles(image.path, image.tiling) for image in item.images]
-    for image, t in zip(item.images, tiles):
-        if t.shape[0] != image.n_tiles:
-            raise RuntimeError(f"{image.path}: planned {image.n_tiles} tiles, tiling produced {t.shape[0]}")
-    if not tiles:
+class _Counted:
+    """Each item's share of the progress reported so far: a token's worth per token written, until it finishes."""
+
+    def __init__(self, progress: Callable[[float], None] | None, items: int, max_new_tokens: int | None):
+        self.progress, self.shares = progress, [0.0] * items
+        self.per_token = 1 / max_new_tokens if max_new_tokens else 0.0
+
+    def token(self, index: int) -> Callable[[int, int], None] | None:
+        """The item's on_token callback (the decoder calls it for every token but the stop token)."""
+        if self.progress is None or not self.per_token:
+            return None
+
+        def wrote(choice: int, token: int) -> None:
+            if self.shares[index] + self.per_token < 1:  # the last part waits for the item to finish
+                self.shares[index] += self.per_token
+                self.progress(self.per_token)
+        return wrote
+
+    def finished(self, indices: Iterable[int]) -> None:
+        if self.progress is None:
+            return
+        rest = 0.0
+        for i in indices:
+            rest, self.shares[i] = rest + 1 - self.shares[i], 1.0
+        self.progress(rest)
+
+
+def _load_pixels(item: Prepared, dtype: torch.dtype, pin: bool) -> Pixels | None:
+    """The sample's pixels in the model's dtype; pinned for a GPU, so that the copy overlaps compute."""
+    loaded = [load_pixels(image.path, image.processing) for image in item.images]
+    for image, pixels in zip(item.images, loaded):
+        if pixels.tokens != image.tokens:
+            raise RuntimeError(f"{image.path}: planned {image.tokens} image tokens, its processing made {pixels.tokens}")
+    if not loaded:
         return None
-    pixels = torch.cat(tiles).to(dtype)
+    pixels = Pixels.cat(loaded)
+    pixels = Pixels(pixels.values.to(dtype), pixels.tokens, pixels.grids)
     return pixels.pin_memory() if pin else pixels
 
 
-def judge_decoder(judge: Judge, device: str, token_budget: int | None, columns: list[int], stop: bool = True) -> Decoder:
+def judge_vocabulary(judge: Judge) -> Vocabulary:
+    """The judge's tokens as its grammars read them (infer/grammar.py): every row of its output layer, and its
+    template's stop token as the end of an answer."""
+    return Vocabulary.of(judge.tokenizer, judge.model.config.get_text_config().vocab_size, judge.stop_ids[0])
+
+
+def judge_decoder(judge: Judge, device: str, token_budget: int | None, columns: list[int], stop: bool = True,
+                  prefill_budget: int | None = None) -> Decoder:
     """A decoder of the judge's text: padded with its pad token, never writing its unwritable tokens, and
-    stopping at its template's stop token unless `stop` is False; `columns` are the logits it records."""
-    tokenizer = judge.tokenizer
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    stop_id = tokenizer.convert_tokens_to_ids(get_template(judge.settings.template).stop_token)
-    return Decoder(judge.model, device=device, pad_id=pad_id, stop_id=stop_id if stop else None, suppress=unwritable_tokens(judge),
-                   columns=torch.tensor(columns, dtype=torch.long), token_budget=token_budget)
+    stopping at its template's stop token unless `stop` is False; `columns` are the logits it records;
+    `prefill_budget`: prompt tokens prefilled per engine step at most, longer prompts in chunks (None: none)."""
+    return Decoder(judge.model, device=device, pad_id=judge.pad_id, stop_ids=judge.stop_ids if stop else (), suppress=unwritable_tokens(judge),
+                   columns=torch.tensor(columns, dtype=torch.long), token_budget=token_budget, prefill_budget=prefill_budget)
 
 
 class Scorer:
@@ -198,8 +231,6 @@ class Scorer:
     def __init__(self, judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str):
         self.judge, self.rubrics, self.options, self.device = judge, rubrics, options, device
         tokenizer = judge.tokenizer
-        self.stop_text = get_template(judge.settings.template).stop_token
-        self.stop_id = tokenizer.convert_tokens_to_ids(self.stop_text)
         # A score distribution is read from the one token the judge writes its score with; scales whose
         # scores take several tokens (0.7, or 10 with a digit-splitting tokenizer) have none.
         self.score_ids: dict[ScoreScale, dict[int, int] | None] = {}
@@ -226,12 +257,30 @@ class Scorer:
         self.verdict_columns = {name: {v: tokens.index(t) for v, t in ids.items()} for name, ids in self.verdict_ids.items() if ids}
         self.follow_up_tokens = max(map(len, [self.forced_heading, *self.forced_verdict.values()]))
         self.decoder = judge_decoder(judge, device, options.token_budget, tokens, stop=not options.ignore_stop)
+        self.grammars = self._grammars() if options.structured else {}
 
-    def run(self, items: list[Prepared], cancelled: Callable[[Prepared], bool] | None = None) -> Iterator[list[tuple[Prepared, JudgeResult]]]:
+    def _grammars(self) -> dict[str, Grammar]:
+        """judge-score --structured: each category's answer layout (infer/grammar.py's score_lines)."""
+        try:
+            vocabulary = judge_vocabulary(self.judge)
+        except GrammarError as err:
+            raise UsageError(f"--structured: {err}") from None
+        if pairwise := sorted(category for category, rubric in self.rubrics.items() if rubric.kind == "pairwise"):
+            raise UsageError(f"--structured holds a judge to its rubric's score lines; rubric {pairwise[0]!r} asks for a verdict: "
+                             "leave --structured out for pairs")
+        return {category: score_lines(vocabulary, tuple(rubric.criteria.values()), tuple(str(level) for level in rubric.score_scale.levels))
+                for category, rubric in self.rubrics.items()}
+
+    def run(self, items: list[Prepared], cancelled: Callable[[Prepared], bool] | None = None,
+            progress: Callable[[float], None] | None = None) -> Iterator[list[tuple[Prepared, JudgeResult]]]:
         """Results as they finish. An item that `cancelled` says True for (its client has gone) is dropped
-        before its prefill or at the next decoding step, and has no result."""
+        before its prefill or at the next decoding step, and has no result. `progress(samples)` is told of
+        the work as it goes, in parts of samples: a sample's 1 / max_new_tokens per token the judge writes,
+        and the rest of its 1 when it finishes (infer/progress.py)."""
+        counted = _Counted(progress, len(items), self.options.max_new_tokens if self.options.mode == "generate" else None)
         # Longest first: prefill groups of similar lengths, and a freed slot always has room for the next.
-        requests = [Request(i, items[i].input_ids.long(), sampling=items[i].sampling, cancelled=partial(cancelled, items[i]) if cancelled else None)
+        requests = [Request(i, items[i].input_ids.long(), sampling=items[i].sampling, cancelled=partial(cancelled, items[i]) if cancelled else None,
+                            on_token=counted.token(i), grammar=self.grammars.get(items[i].sample.category))
                     for i in sorted(range(len(items)), key=lambda i: -len(items[i].input_ids))]
         pin = torch.device(self.device).type == "cuda"
         with ThreadPoolExecutor(self.options.workers) as pool:
@@ -241,23 +290,28 @@ class Scorer:
             try:
                 if self.options.mode == "logits":
                     for group in self.decoder.logits(requests, load):
+                        counted.finished(i for i, _ in group)
                         yield [(items[i], self._logits_result(items[i], recorded)) for i, recorded in group]
                 else:
                     follow_up = lambda index, tokens: self._follow_up(items[index], tokens)  # noqa: E731
                     for done in self.decoder.generate(requests, load, self.options.max_new_tokens, follow_up, self.follow_up_tokens):
+                        counted.finished(c.index for c in done)
                         yield [(items[c.index], self._generate_result(items[c.index], c)) for c in done if c.finish_reason != "cancelled"]
             except OutOfMemory as err:
                 item = items[err.request.index]
                 raise UsageError(f"sample {item.sample.id!r} (record {item.index}: {len(item.input_ids)} prompt tokens, {item.n_tiles} tiles) "
                                  f"does not fit in {self.device} memory even alone; lower --max_tiles or set --image_token_budget") from None
 
-    def judged(self, items: list[Prepared], cancelled: Callable[[Prepared], bool] | None = None
-               ) -> Iterator[list[tuple[int, JudgeResult | PairResult]]]:
+    def judged(self, items: list[Prepared], cancelled: Callable[[Prepared], bool] | None = None,
+               progress: Callable[[float], None] | None = None) -> Iterator[list[tuple[int, JudgeResult | PairResult]]]:
         """(index, result) of every sample and pair as it finishes: a sample's JudgeResult, or a pair's
-        PairResult once all its views are in."""
+        PairResult once all its views are in. `progress`, as `run` tells it, in parts of inputs (a pair's
+        views share its 1)."""
         expected = Counter(item.index for item in items if item.pair is not None)
         views: dict[int, list[tuple[Prepared, JudgeResult | OrderJudgement]]] = defaultdict(list)
-        for batch in self.run(items, cancelled):
+        inputs = len({item.index for item in items})
+        per_input = None if progress is None or not items else (lambda done: progress(done * inputs / len(items)))
+        for batch in self.run(items, cancelled, per_input):
             done = []
             for item, result in batch:
                 if item.pair is None:
@@ -293,8 +347,8 @@ class Scorer:
         return {str(value): p for value, p in zip(self.score_ids[scale], probs)}
 
     def _feedback(self, tokens: list[int]) -> str:
-        """The judge's text as MMIE writes it: decoded and finished as InternVL's chat() does."""
-        return chat_answer(self.judge.decode([t for t in tokens if t != self.stop_id]), self.stop_text)
+        """The judge's text as its backbone's reference writes it (MMIE: decoded and finished as InternVL's chat() does)."""
+        return self.judge.answer(tokens)
 
     def _verdict_distribution(self, fmt: VerdictFormat, logits: torch.Tensor, first: str) -> dict[str, float] | None:
         """The probability of each verdict, in the pair's terms, from one position's recorded logits."""
@@ -308,7 +362,7 @@ class Scorer:
         """The generation step that wrote the verdict's character at `offset` of the judge's text (which
         starts where the decoded output's leading whitespace ends): the first step whose decoded prefix
         reaches past it, found by bisection; None unless that step wrote one of the format's verdict tokens."""
-        written = [t for t in tokens if t != self.stop_id]
+        written = [t for t in tokens if t not in self.judge.stop_ids]
         whole = self.judge.decode(written)
         target = len(whole) - len(whole.lstrip()) + offset
         low, high = 0, len(written)

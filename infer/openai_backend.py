@@ -12,7 +12,8 @@ with the judge behind an OpenAI-compatible chat-completions API (judge-serve, `v
 What is not the local backend's (README, "Scoring through an OpenAI-compatible server"):
 - the server renders the chat template and tiles the images; a tile limit (--max_tiles, or one lowered
   by image_token_budget) is sent as vLLM's `mm_processor_kwargs.max_dynamic_patch`, which judge-serve
-  reads too;
+  reads too; a server that refuses the field by name (`transformers serve`: 422) is sent the request again
+  without it, and the run warns that the server's own tiling applies;
 - the answer is stripped as InternVL's chat() strips it, but not cut where it spells the template's
   separator, which the client does not know;
 - a parse failure has no distribution: the local backend reads one after a `### Score` heading appended
@@ -26,8 +27,9 @@ summary's warnings: no logprobs (no score distribution), a written score that is
 top (the server does not decode greedily), images it drops (found before scoring from the first sample
 with images, one new token: by the tiles the server says it cut, or else by sending it once more without
 its images: a server that sees them counts more prompt tokens with them).
-An answer that is not a chat completion, or larger than answer_limit, or unfinished after
-ANSWER_TIMEOUT_S, ends the run with a message naming its sample; the samples finished stay in the journal.
+An answer that is not a chat completion, or larger than answer_limit, ends the run with a message naming its
+sample, and so does a request still unanswered after its tries (each cut at ANSWER_TIMEOUT_S) or after
+--request_timeout in all; the samples finished stay in the journal.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -52,6 +54,7 @@ from tqdm import tqdm
 
 from mmjudge.infer.engine import expected_score
 from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.progress import Bar
 from mmjudge.judge.data import JudgeResult, Sample, UsageError
 from mmjudge.judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
 from mmjudge.judge.prompts import JudgePrompt, Rubric, build_prompt
@@ -74,6 +77,11 @@ NEUTRAL = {"temperature": 0, "top_p": 1, "presence_penalty": 0, "frequency_penal
 # llama.cpp's repeat_penalty. A server without one may refuse it by name (judge-serve, OpenAI): it has no
 # such penalty to turn off, and the field is not sent to it again.
 NEUTRAL_IF_KNOWN = {"repetition_penalty": 1, "repeat_penalty": 1}
+# What a request can go without when a server refuses it by name: the penalties above, and vLLM's tile limit
+# (the server then tiles as it does by default, which the run says: TILING_REFUSED).
+DROPPABLE = (*NEUTRAL_IF_KNOWN, "mm_processor_kwargs")
+TILING_REFUSED = ("{url} refuses mm_processor_kwargs (vLLM's per-request tile limit, sent for --max_tiles or image_token_budget): "
+                  "requests go without it, and the server's own tiling applies")
 BACKOFF_S, MAX_BACKOFF_S = 1.0, 60.0
 
 
@@ -88,8 +96,13 @@ class Refused(ServerError):
 class OpenAIBackend:
     """The judge behind --base_url; this process sends its samples, --concurrency at a time."""
 
+    judge_fingerprint = None  # the server's weights are not the client's to read
+
     def __init__(self, args, options: ScoreOptions, rubrics: dict[str, Rubric], samples: list[Sample]):
-        self.server = Server(args.base_url, args.model_path, args.api_key_env, args.max_retries, args.concurrency)
+        if options.structured:
+            raise UsageError("--structured constrains this machine's decoder: it applies to --backend local (and to judge-serve's own "
+                             "--structured), not to a server's answers")
+        self.server = Server(args.base_url, args.model_path, args.api_key_env, args.max_retries, args.concurrency, args.request_timeout)
         self.options, self.rubrics, self.samples, self.image_root = options, rubrics, samples, Path(args.input_dir)
         self.concurrency = args.concurrency
         self.found: list[str] = []  # what the server does that a local run would not, in the order found
@@ -103,24 +116,28 @@ class OpenAIBackend:
             print(f"warning: {warning}", file=sys.stderr)
         return {"backend": "openai", "base_url": self.server.base_url, "model": self.server.model, "max_tiles": self.options.max_tiles}
 
-    def score(self, samples: list[tuple[int, Sample]]) -> Iterator[list[JudgeResult]]:
+    def said(self) -> list[str]:
+        """What the server does that a local run would not, as found so far."""
+        return [*self.found, *([TILING_REFUSED.format(url=self.server.url)] if "mm_processor_kwargs" in self.server.unknown else [])]
+
+    def score(self, samples: list[tuple[int, Sample]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult]]:
         warned = False
-        with tqdm(total=len(samples), unit="sample", desc="scoring", file=sys.stderr) as bar:
+        with bar("scoring") as scoring:
             for result in score_concurrently(self.server, [sample for _, sample in samples], self.rubrics, self.image_root, self.options, self.concurrency):
                 if not warned and not score_is_top(result):
                     warned = True
                     tqdm.write(f"warning: {NOT_GREEDY.format(what=f'sample {result.id!r}')} (all such samples are counted in the summary)", file=sys.stderr)
                 yield [result]
-                bar.update(1)
+                scoring.update(1)
 
     def warnings(self, results: list[JudgeResult]) -> list[str]:
         """What the summary says of the server: what the probe found, and the records whose written score is
         not their distribution's top (those of an earlier run resumed included)."""
         not_top = [r.id for r in results if not score_is_top(r)]
         if not not_top:
-            return self.found
+            return self.said()
         first = ", ".join(repr(i) for i in not_top[:3]) + (" ..." if len(not_top) > 3 else "")
-        return [*self.found, NOT_GREEDY.format(what=f"{len(not_top)} of {len(results)} samples ({first})")]
+        return [*self.said(), NOT_GREEDY.format(what=f"{len(not_top)} of {len(results)} samples ({first})")]
 
     def close(self) -> None:
         self.server.close()
@@ -205,8 +222,8 @@ def score_sample(server: Server, sample: Sample, rubric: Rubric, image_root: Pat
 
 
 def sample_prompt(sample: Sample, rubric: Rubric, image_root: Path, options: ScoreOptions) -> JudgePrompt:
-    tiling = TilingConfig(max_tiles=options.max_tiles or INTERNVL2_MAX_TILES)
-    return build_prompt(sample, rubric, USER_TURN, None, image_root, tiling, INTERNVL2_TILE_TOKENS, options.image_token_budget)
+    tiling = TilingConfig(max_tiles=options.max_tiles or INTERNVL2_MAX_TILES, tokens_per_tile=INTERNVL2_TILE_TOKENS)
+    return build_prompt(sample, rubric, USER_TURN, None, image_root, tiling, options.image_token_budget)
 
 
 def chat_request(prompt: JudgePrompt, model: str, options: ScoreOptions) -> dict:
@@ -214,7 +231,7 @@ def chat_request(prompt: JudgePrompt, model: str, options: ScoreOptions) -> dict
     request = {"model": model, "messages": [{"role": "user", "content": [{"type": "text", "text": prompt.query}, *images]}],
                "max_tokens": options.max_new_tokens, **NEUTRAL, "logprobs": True, "top_logprobs": TOP_LOGPROBS}
     # Only when asked for or lowered by the image budget: GPT-4o's API refuses parameters it does not know.
-    max_tiles = prompt.images[0].tiling.max_tiles if prompt.images else None
+    max_tiles = prompt.images[0].processing.max_tiles if prompt.images else None
     if options.max_tiles is not None or (max_tiles is not None and max_tiles < INTERNVL2_MAX_TILES):
         request["mm_processor_kwargs"] = {"max_dynamic_patch": max_tiles or options.max_tiles}
     return request
@@ -254,10 +271,10 @@ class Server:
     within a deadline and a size."""
 
     def __init__(self, base_url: str, model: str, api_key_env: str | None, max_retries: int, concurrency: int,
-                 transport: httpx2.BaseTransport | None = None):
-        self.base_url, self.model, self.max_retries = base_url, model, max_retries
+                 request_timeout_s: float, transport: httpx2.BaseTransport | None = None):
+        self.base_url, self.model, self.max_retries, self.request_timeout_s = base_url, model, max_retries, request_timeout_s
         self.url = base_url.rstrip("/") + "/chat/completions"
-        self.unknown: set[str] = set()  # the fields of NEUTRAL_IF_KNOWN this server refused by name
+        self.unknown: set[str] = set()  # the fields of DROPPABLE this server refused by name
         self.lock = threading.Lock()
         key = os.environ[api_key_env] if api_key_env else None
         self.client = httpx2.Client(
@@ -266,13 +283,15 @@ class Server:
         )
 
     def complete(self, request: dict, sample_id: str) -> ChatAnswer:
-        attempt = 0
+        attempt, deadline = 0, time.monotonic() + self.request_timeout_s
         while True:
             wait_s = None
             with self.lock:
-                sent = {**request, **{k: v for k, v in NEUTRAL_IF_KNOWN.items() if k not in self.unknown}}
+                sent = {k: v for k, v in {**request, **NEUTRAL_IF_KNOWN}.items() if k not in self.unknown}
             try:
-                status, headers, body = self.post(sent, request["max_tokens"])
+                # What is left of the deadline, never less than a moment: a wait that overslept it on a busy machine
+                # would give httpx a negative timeout, which it refuses with a ValueError.
+                status, headers, body = self.post(sent, request["max_tokens"], min(ANSWER_TIMEOUT_S, max(deadline - time.monotonic(), 1e-3)))
             except (httpx2.TransportError, TimeoutError) as err:
                 problem = f"no answer ({type(err).__name__}: {err})"
             except (httpx2.DecodingError, AnswerTooLarge) as err:
@@ -283,41 +302,49 @@ class Server:
                 problem = f"HTTP {status}: {error_message(body)}"
                 if refused := self.refused_fields(status, body, sent):
                     with self.lock:
-                        self.unknown |= refused
+                        new, self.unknown = refused - self.unknown, self.unknown | refused
+                    if "mm_processor_kwargs" in new:
+                        print(f"warning: {TILING_REFUSED.format(url=self.url)}", file=sys.stderr)
                     continue  # the same request without them, at once: not a retry
                 if status != 429 and status < 500:  # the request itself is wrong: retrying repeats it
                     raise Refused(f"{self.url} refused sample {sample_id!r}: {problem}")
                 wait_s = retry_after(headers)
+            wait_s = wait_s if wait_s is not None else backoff(attempt)
             if attempt == self.max_retries:
+                tried = f"failed {attempt + 1} time(s)"
                 break
-            time.sleep(wait_s if wait_s is not None else backoff(attempt))
+            if time.monotonic() + wait_s >= deadline:  # no time left for another try
+                tried = f"failed {attempt + 1} time(s) in --request_timeout {self.request_timeout_s:g} s"
+                break
+            time.sleep(wait_s)
             attempt += 1
-        raise ServerError(f"{self.url}: sample {sample_id!r} failed {self.max_retries + 1} time(s), last with {problem}; "
+        raise ServerError(f"{self.url}: sample {sample_id!r} {tried}, last with {problem}; "
                           "the samples finished are kept: rerun the same command to resume")
 
-    def post(self, request: dict, max_tokens: int) -> tuple[int, httpx2.Headers, bytes]:
+    def post(self, request: dict, max_tokens: int, timeout_s: float) -> tuple[int, httpx2.Headers, bytes]:
         """The answer's status, headers and body, decompressed; AnswerTooLarge past its size, and a TimeoutError
-        at the first piece that arrives ANSWER_TIMEOUT_S after sending, however the server trickles it (httpx's
+        at the first piece that arrives `timeout_s` after sending, however the server trickles it (httpx's
         timeouts are per read: a server silent that long is cut by the read timeout instead)."""
-        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         limit = answer_limit(max_tokens)
         body = bytearray()
-        with self.client.stream("POST", self.url, json=request) as response:
+        timeout = httpx2.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s))
+        with self.client.stream("POST", self.url, json=request, timeout=timeout) as response:
             for chunk in response.iter_bytes():
                 body += chunk
                 if len(body) > limit:
                     raise AnswerTooLarge(f"more than {limit:,} bytes for {max_tokens} new tokens")
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"unfinished after {ANSWER_TIMEOUT_S:g} s")
+                    raise TimeoutError(f"unfinished after {timeout_s:.3g} s")
             return response.status_code, response.headers, bytes(body)
 
     @staticmethod
     def refused_fields(status: int, body: bytes, sent: dict) -> set[str]:
-        """The fields of NEUTRAL_IF_KNOWN sent that a 400 or 422 (FastAPI's validation error) names."""
+        """The fields of DROPPABLE sent that a 400 or 422 (FastAPI's validation error) names."""
         if status not in (400, 422):
             return set()
         text = body[:4096].decode("utf-8", errors="replace")
-        return {name for name in NEUTRAL_IF_KNOWN if name in sent and re.search(rf"\b{name}\b", text)}
+        return {name for name in DROPPABLE if name in sent and re.search(rf"\b{name}\b", text)}
 
     def close(self) -> None:
         self.client.close()

@@ -7,10 +7,14 @@ repeated them could drift from them unseen."""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Literal
 
-from mmjudge.judge.cli import setting_problems
+from mmjudge.configs import bundled, by_name
+from mmjudge.judge.cli import config_values, setting_problems
 from mmjudge.judge.data import UsageError
 from mmjudge.judge.preferences import RULES
 
@@ -43,6 +47,10 @@ class ScoreOptions:
         None, "tokens per prompt before the question's oldest context is cut; none: no limit", minimum=1)
     max_tiles: int | None = _option(None, "tiles per image before the thumbnail; none: the checkpoint's max_dynamic_patch", minimum=1)
     workers: int = _option(4, "background threads that decode and tile images", minimum=1)
+    structured: bool = _option(
+        False, "constrain the judge's answer with a grammar to the layout its rubric asks for: free text, then one line per criterion "
+               "and a '### Score' line, every score on the rubric's scale, so that each score written parses (recorded in summary.json); "
+               "off: the judge writes freely, as MMIE's protocol has it")
     ignore_stop: bool = _option(False, "always generate max_new_tokens, no forced score heading (benchmarks: equal work per sample)",
                                 flag=False)
     # Pairs (judge/preferences.py says how a pair's verdict is decided).
@@ -58,5 +66,27 @@ class ScoreOptions:
         problems = setting_problems(ScoreOptions, asdict(self))
         if self.samples > 1 and self.temperature == 0:
             problems.append(f"samples {self.samples} at temperature 0 would be {self.samples} copies of one judgement; give a temperature above 0")
+        if self.structured and self.mode == "logits":
+            problems.append("structured constrains what the judge writes, and --mode logits writes nothing: use --mode generate")
+        if self.structured and self.ignore_stop:
+            problems.append("structured ends each answer where its grammar ends, and ignore_stop never ends one")
         if problems:
             raise UsageError("invalid scoring options:\n  " + "\n  ".join(problems))
+
+
+def preset(format_name: str) -> Path | None:
+    """What judge-score changes from the defaults for a format unless a config names others: the bundled
+    scoring preset of the format's name; None for MMIE, whose options are the defaults."""
+    return bundled("score").get(format_name)
+
+
+def options_for(format_name: str, config: str | Path | None, given: dict, more_problems: Iterable[str] = ()) -> ScoreOptions:
+    """The options an input of this format is scored with, by judge-score and by Judge.score alike: the
+    format's preset, or `config` (a bundled preset's name or a YAML) where there is one, overridden by the
+    values `given` (flags or keyword arguments; None: not given). Every value that cannot work, and the
+    caller's `more_problems`, in one UsageError."""
+    config = by_name("score", config) if config else preset(format_name)
+    values = config_values(ScoreOptions, config, argparse.Namespace(**given))
+    if problems := setting_problems(ScoreOptions, values) + list(more_problems):
+        raise UsageError(f"invalid scoring options (from {config or 'the defaults'} and the flags):\n  " + "\n  ".join(problems))
+    return ScoreOptions(**values)

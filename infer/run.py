@@ -14,36 +14,41 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import torch
 import torch.distributed as dist
 
+from mmjudge.api import read_benchmark
 from mmjudge.infer.journal import Journal, Result, clear, file_sha256, fingerprint, journal_pattern, read_finished
 from mmjudge.infer.local_backend import LocalBackend
 from mmjudge.infer.openai_backend import OpenAIBackend
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.probe import ProbePass, format_reliance, image_reliance, plot_file, plot_reliance, probe_pass, result_file
+from mmjudge.infer.progress import Bar
 from mmjudge.infer.summary import SUMMARY, format_pairs_summary, format_summary, summarize, summarize_pairs
-from mmjudge.judge.calibrator import Calibrator
-from mmjudge.judge.data import (CALIBRATOR_FIELDS, InputError, JudgeResult, Pair, PairResult, Problem, Sample, UsageError, resolve_image,
-                                write_json_atomically)
+from mmjudge.judge.calibrator import Calibrator, as_records, load_calibrator
+from mmjudge.judge.data import InputError, JudgeResult, Pair, PairResult, Problem, Sample, UsageError, resolve_image, write_json_atomically
 from mmjudge.judge.distributed import end_process_group
 from mmjudge.judge.formats import BenchmarkInput, Format
+from mmjudge.judge.identity import stamp
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.outputs import locked, overwritten_inputs
-from mmjudge.judge.prompts import Rubric, judgeable, load_rubrics, rubric_problems
+from mmjudge.judge.prompts import Rubric, judgeable, rubric_problems
 
 
 
 class Backend(Protocol):
+    judge_fingerprint: str | None  # of the judge's weights, read before it loads (judge/identity.py); None: not visible
+
     def load(self) -> dict:
         """The judge made ready; what of it must be unchanged for a journal's results to be resumed."""
 
-    def score(self, samples: list[tuple[int, Sample | Pair]]) -> Iterator[list[Result]]:
-        """The results of these samples or pairs (each with its index among the run's), a batch at a time as they finish."""
+    def score(self, samples: list[tuple[int, Sample | Pair]], bar: Callable[[str], Bar]) -> Iterator[list[Result]]:
+        """The results of these samples or pairs (each with its index among the run's), a batch at a time as they
+        finish; `bar(what)` makes a progress bar over the whole run's inputs (every rank's) to count them on."""
 
     def warnings(self, results: list[Result]) -> list[str]:
         """What the summary must say of how these results were made (a server's that does not decode as a
@@ -58,30 +63,35 @@ def score(args, fmt: Format, options: ScoreOptions) -> int:
         backend: Backend = (LocalBackend(args, options, run.rubrics, rank) if args.backend == "local"
                              else OpenAIBackend(args, options, run.rubrics, run.samples))
         held.callback(backend.close)
+        run.judge_fingerprint = backend.judge_fingerprint
+        if run.calibrator is not None:
+            run.warnings += checked_calibrator(run, args.calibrator, args.model_path, args.allow_calibrator_mismatch, rank)
         output_dir = Path(args.output_dir)
         on_rank_zero(lambda: held.enter_context(locked(output_dir, "judge-score")), rank, world, "take --output_dir")  # held until the run ends
 
         run_id = fingerprint({**backend.load(), **input_fingerprint(args, options, run.rubrics, run.bench.samples)})
-        score_pass(args, backend, run.samples, args.output_file, run_id, rank, world)
+        score_pass(args, backend, run, run.samples, args.output_file, run_id, rank, world)
         probe = None
         if args.probe_images:
             # The grey images live in a directory of this run's own, never among the user's inputs.
             blank_dir = Path(held.enter_context(tempfile.TemporaryDirectory(prefix="judge-score-probe-")))
             probe = probe_pass(args.probe_images, args.probe_seed, run.samples, Path(args.input_dir), blank_dir, run_id)
-            score_pass(args, backend, probe.samples, result_file(probe.kind), probe.run_id, rank, world)
+            score_pass(args, backend, run, probe.samples, result_file(probe.kind), probe.run_id, rank, world)
 
-        on_rank_zero(lambda: merge(args, fmt, run, run_id, backend.warnings, probe), rank, world)
+        on_rank_zero(lambda: merge(args, fmt, run, run_id, backend.warnings, probe, options.structured), rank, world)
         return 0
 
 
-def score_pass(args, backend: Backend, samples: list[Sample | Pair], output_file: str, run_id: str, rank: int, world: int) -> None:
-    """Score this rank's share of the samples (or pairs) that the journals of `output_file` do not hold yet."""
+def score_pass(args, backend: Backend, run: ScoringInput, samples: list[Sample | Pair], output_file: str, run_id: str, rank: int, world: int) -> None:
+    """Score this rank's share of the samples (or pairs) that the journals of `output_file` do not hold yet, each result
+    stamped with the judge and rubric that scored it."""
     finished = finished_results(args, output_file, run_id, rank, world, record_type(samples))
-    mine = [(i, s) for i, s in enumerate(samples) if i % world == rank and s.id not in finished]
+    left = [(i, s) for i, s in enumerate(samples) if s.id not in finished]
+    mine = [(i, s) for i, s in left if i % world == rank]
     journal = Journal(Path(args.output_dir), output_file, rank, run_id)
     try:
-        for results in backend.score(mine):
-            journal.append(results)
+        for results in backend.score(mine, lambda what: Bar(what, len(left), rank, world, key=run_id)):
+            journal.append(stamp(results, run.judge_fingerprint, run.rubrics))
     finally:
         journal.close()
     barrier(world)
@@ -96,6 +106,8 @@ class ScoringInput:
     samples: list[Sample | Pair]
     skipped: list[Problem]
     calibrator: Calibrator | None
+    judge_fingerprint: str | None = None  # the backend's (judge/identity.py), stamped on every record
+    warnings: list[str] = field(default_factory=list)  # for the summary: a calibrator applied unchecked or against a mismatch
 
     @property
     def pairs(self) -> bool:
@@ -105,10 +117,14 @@ class ScoringInput:
     def rubrics(self) -> dict[str, Rubric]:
         return self.bench.rubrics
 
+    @property
+    def score_scale(self) -> ScoreScale:  # the summary's: the first rubric's
+        return next(iter(self.rubrics.values())).score_scale
+
 
 def scoring_input(args, fmt: Format) -> ScoringInput:
     """The input read and checked, all before any model or server is used."""
-    input_path = Path(args.input_dir) / args.input_file
+    input_path = Path(args.input_file)  # read in --input_dir (judge.cli resolved it)
     bench = read_input(fmt, input_path, args)
     skipped = bench.problems + rubric_problems(bench.samples, bench.rubrics, input_path)
     if skipped and not args.skip_invalid:
@@ -150,17 +166,17 @@ def finished_results(args, output_file: str, run_id: str, rank: int, world: int,
     return finished
 
 
-def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None) -> None:
+def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None,
+          structured: bool) -> None:
     """The journals merged into the result file and summary, and the benchmark's own files written."""
     output_dir = Path(args.output_dir)
-    finish(output_dir, args.output_file, run.samples, run_id, run.calibrator, run.skipped, run.rubrics, warnings, probe,
-           fmt.name, lambda results: fmt.write(run.bench, {r.id: r for r in results}, output_dir))
+    finish(output_dir, args.output_file, run, run_id, warnings, probe, fmt.name, lambda results: fmt.write(run.bench, {r.id: r for r in results}, output_dir),
+           structured)
 
 
 def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
-    """The input in the toolkit's terms, its rubrics loaded; refuses what cannot work before a model loads."""
-    if args.criteria_file and fmt.name != "megabench":
-        raise UsageError(f"--criteria_file applies to --format megabench only, not {fmt.name}")
+    """The input in the toolkit's terms, its rubrics loaded, as the Python API reads it; refuses what cannot
+    work before a model loads, and any input that the run's outputs would overwrite."""
     if not args.rubric and not fmt.default_rubrics:
         raise UsageError(f"--format {fmt.name} judges with {fmt.name}'s own prompt, which this toolkit does not ship: import it from the "
                          f"benchmark's repository, `judge-rubric import --benchmark {fmt.name} {fmt.prompt_source} -o {fmt.name}.yaml`, "
@@ -174,25 +190,19 @@ def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
               ("--model_path", args.model_path), *[("--rubric", path) for path in args.rubric or fmt.default_rubrics]]
     if problems := overwritten_inputs(Path(args.output_dir), written, inputs):
         raise UsageError("\n  ".join(problems))
-    rubrics = load_rubrics(args.rubric or fmt.default_rubrics)
-    bench = fmt.read(input_path, Path(args.input_dir), rubrics, Path(args.criteria_file) if args.criteria_file else None)
-    bench.problems.sort(key=lambda p: (p.index is not None, p.index or 0))
-    for note in bench.notes:
-        print(f"note: {note}", file=sys.stderr)
-    return bench
+    return read_benchmark(fmt, input_path, Path(args.input_dir), args.rubric, args.criteria_file)
 
 
-def load_calibrator(path: str, rubrics: list[Rubric]) -> Calibrator:
-    """The calibrator, refused where the rubrics score on another scale: its map would read a 0-1 score as
-    if on 0-6 and write calibrated scores that look plausible and mean nothing."""
-    calibrator = Calibrator.load(path)
-    low, high = calibrator.scale
-    for rubric in rubrics:
-        scale = rubric.score_scale
-        if scale.bounds != (low, high):
-            raise UsageError(f"--calibrator {path} maps scores on the scale {low:g}-{high:g}, but rubric {rubric.category!r} "
-                             f"scores {scale.low:g}-{scale.high:g}; fit a calibrator on this benchmark's scores with judge-calibrate --scale")
-    return calibrator
+def checked_calibrator(run: ScoringInput, path: str, model_path: str, allow_mismatch: bool, rank: int) -> list[str]:
+    """The calibrator refused where it was fitted on another judge or rubric than this run's scores use, unless
+    --allow_calibrator_mismatch (Calibrator.check_fit); the warnings, said once, for the summary."""
+    categories = {s.category for s in run.samples}
+    warnings = run.calibrator.check_fit(path, f"--model_path {model_path}", run.judge_fingerprint,
+                                        {c: r for c, r in run.rubrics.items() if c in categories}, allow_mismatch)
+    if rank == 0:
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+    return warnings
 
 
 def journaled(output_dir: Path, output_file: str, samples: list[Sample | Pair], run_id: str) -> list[Result]:
@@ -204,29 +214,25 @@ def journaled(output_dir: Path, output_file: str, samples: list[Sample | Pair], 
     return [finished[s.id] for s in samples]
 
 
-def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator, skipped, rubrics,
-           warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None,
-           format_name: str, write_benchmark_files: Callable[[list[JudgeResult]], list[Path]]) -> None:
+def finish(output_dir: Path, output_file: str, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]],
+           probe: ProbePass | None, format_name: str, write_benchmark_files: Callable[[list[JudgeResult]], list[Path]],
+           structured: bool) -> None:
     """Merge every rank's journal into the result file, in input order, write the benchmark's own files, and
     write the summary (naming those files, with the probe's figures, from its own journals, when there is one)."""
-    results = journaled(output_dir, output_file, samples, run_id)
-    pairs = record_type(samples) is PairResult
-    if calibrator is not None:
-        for r in results:
-            r.calibrated_score = calibrator.apply(getattr(r, calibrator.source))
-            r.score_set = calibrator.score_set(r.score_distribution)
-            r.escalate = calibrator.escalate(r.score, r.score_distribution)
-    uncalibrated = CALIBRATOR_FIELDS if calibrator is None and not pairs else None
-    write_json_atomically(output_dir / output_file, [r.model_dump(exclude=uncalibrated) for r in results])
+    calibrator = run.calibrator
+    results = journaled(output_dir, output_file, run.samples, run_id)
+    pairs = record_type(run.samples) is PairResult
+    write_json_atomically(output_dir / output_file, [r.model_dump() for r in results] if pairs else as_records(results, calibrator))
     benchmark_files = write_benchmark_files(results)
-    written = {"warnings": warnings(results), "benchmark_files": [path.name for path in benchmark_files]}
+    # structured: whether a grammar held the judge to its rubric's layout (--structured); exactness runs have it off
+    written = {"structured": structured, "warnings": [*run.warnings, *warnings(results)], "benchmark_files": [path.name for path in benchmark_files]}
     if pairs:
-        summary = {**summarize_pairs(results, samples, skipped), **written}
+        summary = {**summarize_pairs(results, run.samples, run.skipped), **written}
         write_json_atomically(output_dir / SUMMARY, summary)
         print(format_pairs_summary(summary))
     else:
-        scale = next(iter(rubrics.values())).score_scale
-        summary = {**summarize(results, skipped, scale, calibrator), **written}
+        scale = run.score_scale
+        summary = {**summarize(results, run.skipped, scale, calibrator), **written}
         if probe is not None:
             summary["image_reliance"] = finish_probe(output_dir, probe, results, scale)
         write_json_atomically(output_dir / SUMMARY, summary)
@@ -241,7 +247,7 @@ def finish(output_dir: Path, output_file: str, samples, run_id: str, calibrator,
 def finish_probe(output_dir: Path, probe: ProbePass, results: list[JudgeResult], scale: ScoreScale) -> dict:
     """The probe's result file and plot written; the summary's image_reliance entry."""
     probed = journaled(output_dir, result_file(probe.kind), probe.samples, probe.run_id)
-    write_json_atomically(output_dir / result_file(probe.kind), [r.model_dump(exclude=CALIBRATOR_FIELDS) for r in probed])
+    write_json_atomically(output_dir / result_file(probe.kind), as_records(probed, None))
     entry = image_reliance(probe.kind, probe.seed, results, {r.id: r for r in probed}, probe.notes, scale)
     if entry["criteria"]:
         plot_reliance(entry, output_dir / plot_file(probe.kind))
@@ -288,7 +294,7 @@ def on_rank_zero(work: Callable[[], None], rank: int, world: int, what: str = "m
 
 def input_fingerprint(args, options: ScoreOptions, rubrics, samples: list[Sample]) -> dict:
     """The parts of a run's fingerprint that do not depend on where the judge runs: input, rubrics, mode."""
-    input_path = Path(args.input_dir) / args.input_file
+    input_path = Path(args.input_file)  # read in --input_dir (judge.cli resolved it)
     # The content, not only the path: results of an input edited since must not be resumed as its results.
     contents = {"input_sha256": file_sha256(input_path), "criteria_sha256": file_sha256(Path(args.criteria_file)) if args.criteria_file else None}
     # An image replaced under the same name is caught by its size and time, as the weights are: hashing

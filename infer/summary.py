@@ -11,10 +11,11 @@ from statistics import mean
 
 from mmjudge.judge.calibrator import Calibrator
 from mmjudge.judge.data import CRITERIA, JudgeResult, Pair, PairResult, Problem
-from mmjudge.judge.parsing import COLLAPSE_SHARE, ScoreScale
+from mmjudge.judge.parsing import COLLAPSE_SHARE, SCORE_HEADING, ScoreScale
 from mmjudge.judge.preferences import ORDERS, first_wins, order_verdict
 
 SUMMARY = "summary.json"  # its file, beside the results
+PARSE_ERRORS_SHOWN = 3
 
 
 def _mean_by(results: list[JudgeResult], group: Callable[[JudgeResult], str | None]) -> dict[str, dict]:
@@ -80,6 +81,8 @@ def summarize(results: list[JudgeResult], skipped: list[Problem], scale: ScoreSc
         "by_model": _mean_by(results, lambda r: r.model),
         "by_criterion": criteria,
         "parse_failures": sum(r.parse_error is not None for r in results),
+        # why they failed, the most frequent first: all of one reason is a format the judge does not write
+        "parse_errors": dict(Counter(r.parse_error for r in results if r.parse_error is not None).most_common(PARSE_ERRORS_SHOWN)),
         "truncated": sum(bool(r.truncated) for r in results),
         "skipped_invalid": [str(p) for p in skipped],
         "collapse": collapsed,
@@ -97,13 +100,31 @@ def format_summary(summary: dict) -> str:
     for title, key in (("category", "by_category"), ("model", "by_model"), ("criterion", "by_criterion")):
         for name, group in summary[key].items():
             lines.append(f"  {title} {name}: {fmt(group['mean_score'])} (n={group['n']})")
+    if summary.get("structured"):
+        lines.append("Structured: each answer held to its rubric's layout and scale by a grammar (--structured)")
     lines += calibrator_lines(summary.get("calibrator", {}))
+    lines += nothing_parsed(summary)
     for name, found in summary["collapse"].items():
         counts = "  ".join(f"{level}: {n}" for level, n in found["histogram"].items())
         lines.append(f"warning: {name} scores collapse: {found['share']:.0%} of {found['n']} are {found['level']} "
                      f"(over {COLLAPSE_SHARE:.0%} on one level measures little); histogram {counts}")
     lines += [f"warning: {warning}" for warning in summary.get("warnings", [])]
     return "\n".join(lines)
+
+
+def nothing_parsed(summary: dict) -> list[str]:
+    """A banner for a run none of whose outputs gave a score: its mean is undefined and its records carry no
+    score, which a line of counts among others does not make plain."""
+    if summary["scored"] or not summary["samples"]:
+        return []
+    reasons = "; ".join(f"{n} x {reason}" for reason, n in summary.get("parse_errors", {}).items())
+    return ["!" * 100,
+            f"warning: NONE of the {summary['samples']} outputs parsed: no record has a score, and the mean score is undefined.",
+            f"  why: {reasons}",
+            "  Is the judge trained to write this rubric's format (an untrained or base model is not), and is --max_new_tokens long enough"
+            " for its feedback? expected_score is still written where the judge's score distribution was read after a forced"
+            f" '{SCORE_HEADING}' heading.",
+            "!" * 100]
 
 
 def calibrator_lines(entry: dict) -> list[str]:

@@ -26,45 +26,61 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mmjudge.judge.data import InputError, read_json, validation_problems, write_text_atomically
+from mmjudge.judge.data import (CALIBRATOR_FIELDS, MAX_SETTINGS_BYTES, InputError, JudgeResult, UsageError, read_json, validation_problems,
+                                write_text_atomically)
+from mmjudge.judge.identity import rubric_fingerprint
+
+
+# Every number a calibrator holds, in its range: read from a file anyone may have written, a negative
+# threshold made judge-score's score sets empty ("internal failure: IndexError"), and a coverage of 2.0 was
+# reported as fitted. NaN and infinity are refused with them (allow_inf_nan).
+Share = Annotated[float, Field(ge=0, le=1)]
+Probability = Annotated[float, Field(gt=0, lt=1)]  # asked for: neither certain nor impossible
+Count = Annotated[int, Field(ge=0)]
+NonNegative = Annotated[float, Field(ge=0)]
+STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class FittedOn(BaseModel):
     """Where the map came from, so a calibrated score can be traced back."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     judge: str | None = None
     predictions: str | None = None
     human: str | None = None
-    n: int
-    folds: int | None = None
-    mse_before: float | None = None
-    held_out_mse_after: float | None = None
+    n: Count
+    folds: Annotated[int, Field(ge=2)] | None = None
+    mse_before: NonNegative | None = None
+    held_out_mse_after: NonNegative | None = None
+    # The judge and the rubrics (category -> fingerprint, judge/identity.py) that scored the predictions it was
+    # fitted on; None where the predictions did not say. judge-score --calibrator refuses another judge's map.
+    judge_fingerprint: str | None = None
+    rubric_fingerprints: dict[str, str] | None = None
 
 
 class ScoreSets(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    coverage: float  # the asked-for probability that a record's set holds its human score
-    threshold: float  # levels join the set while the probability already in it is at most this
-    n: int  # human-scored records it was fitted on
-    held_out_coverage: float | None = None  # reached on cross-fitted folds
-    held_out_mean_size: float | None = None  # mean number of levels in a set, on those folds
+    model_config = STRICT
+    coverage: Probability  # the asked-for probability that a record's set holds its human score
+    threshold: Share  # levels join the set while the probability already in it is at most this (1: every level)
+    n: Count  # human-scored records it was fitted on
+    held_out_coverage: Share | None = None  # reached on cross-fitted folds
+    held_out_mean_size: NonNegative | None = None  # mean number of levels in a set, on those folds
 
 
 class Escalation(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     agreement: Literal["exact", "within_1"]  # agreeing is the same level, or at most one level apart
-    target_agreement: float
-    error_rate: float  # the guarantee holds with probability 1 - error_rate
+    target_agreement: Probability
+    error_rate: Probability  # the guarantee holds with probability 1 - error_rate
     # The judge's probability of agreeing with its own written score (within the tolerance), at or above
     # which a record is left to the judge; None: no threshold met the target, every record is escalated.
-    threshold: float | None
-    n: int
+    threshold: Share | None
+    n: Count
 
 
 def mass_before(probabilities: np.ndarray) -> np.ndarray:
@@ -108,7 +124,7 @@ class Calibrator(BaseModel):
     """Maps the overall score: judge-calibrate fits no other criterion, so judge-score reads `source`
     (the record's score or expected_score) and writes calibrated_score."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     method: Literal["isotonic", "linear"]
     source: Literal["score", "expected_score"]  # which field of a judge-score record it reads
     x: list[float]
@@ -147,7 +163,7 @@ class Calibrator(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> Calibrator:
-        content = read_json(path)  # which names a missing, empty or broken file
+        content = read_json(path, MAX_SETTINGS_BYTES)  # which names a missing, oversized, empty or broken file
         try:
             return cls.model_validate(content)
         except ValidationError as err:
@@ -155,6 +171,40 @@ class Calibrator(BaseModel):
 
     def save(self, path: str | Path) -> None:
         write_text_atomically(Path(path), self.model_dump_json(indent=2) + "\n")
+
+    def fitted_elsewhere(self, judge_fingerprint: str | None, rubric_fingerprints: dict[str, str]) -> tuple[list[str], list[str]]:
+        """How a judge (its weights' fingerprint) and its rubrics (category -> fingerprint) differ from those the map
+        was fitted on, and what cannot be checked, each in words: (mismatches, unchecked)."""
+        fitted = self.fitted_on or FittedOn(n=0)
+        mismatches, unchecked = [], []
+        source = f" (the judge of {fitted.predictions})" if fitted.predictions else ""
+        if fitted.judge_fingerprint is None:
+            unchecked.append("it does not say which judge it was fitted on (its predictions carried no judge_fingerprint: an earlier "
+                             "judge-score, or another tool's scores)")
+        elif judge_fingerprint is None:
+            unchecked.append(f"it was fitted on the judge with weights {fitted.judge_fingerprint}{source}, and this run's judge, behind a "
+                             "server, shows no weights to compare")
+        elif judge_fingerprint != fitted.judge_fingerprint:
+            mismatches.append(f"it was fitted on another judge's scores: weights {fitted.judge_fingerprint}{source}, this judge's are "
+                              f"{judge_fingerprint}")
+        if fitted.rubric_fingerprints is not None:
+            mismatches += [f"rubric {category!r} is not the one it was fitted on (fingerprint {fitted.rubric_fingerprints[category]}, "
+                           f"this run's {fingerprint})" for category, fingerprint in sorted(rubric_fingerprints.items())
+                           if fitted.rubric_fingerprints.get(category, fingerprint) != fingerprint]
+        return mismatches, unchecked
+
+    def check_fit(self, path: str | Path, judge: str, judge_fingerprint: str | None, rubrics: dict, allow_mismatch: bool = False) -> list[str]:
+        """Refuses the map (UsageError) for a judge (named `judge` in the message; its weights' fingerprint) or rubrics
+        (category -> judge.prompts.Rubric, those scored) other than it was fitted on, unless `allow_mismatch`: a map of
+        one judge's scale applied to another's writes plausible numbers that mean nothing. The warnings for what is
+        applied anyway, or cannot be checked."""
+        mismatches, unchecked = self.fitted_elsewhere(judge_fingerprint, {c: rubric_fingerprint(r) for c, r in rubrics.items()})
+        if mismatches and not allow_mismatch:
+            raise UsageError(f"--calibrator {path} does not fit {judge}: {'; '.join(mismatches)}. A calibration map is one judge's and "
+                             "one rubric's: fit one on this judge's scores (judge-calibrate --predictions <its eval_result.json>), or give "
+                             "--allow_calibrator_mismatch to apply it anyway")
+        return ([f"--calibrator {path} applied although {m} (--allow_calibrator_mismatch)" for m in mismatches]
+                + [f"--calibrator {path} applied unchecked: {u}" for u in unchecked])
 
     def apply(self, value: float | None) -> float | None:
         """The calibrated score; None (a parse failure) stays None."""
@@ -191,3 +241,27 @@ class Calibrator(BaseModel):
         within = 1 if self.escalation.agreement == "within_1" else 0
         written = np.array([round(score - self.scale[0])])
         return bool(agreement_confidence(p, written, within)[0] < self.escalation.threshold)
+
+
+def load_calibrator(path: str | Path, rubrics: list) -> Calibrator:
+    """The calibrator, refused where the rubrics (judge.prompts.Rubric) score on another scale: its map would
+    read a 0-1 score as if on 0-6 and write calibrated scores that look plausible and mean nothing."""
+    calibrator = Calibrator.load(path)
+    low, high = calibrator.scale
+    for rubric in rubrics:
+        scale = rubric.score_scale
+        if scale.bounds != (low, high):
+            raise UsageError(f"--calibrator {path} maps scores on the scale {low:g}-{high:g}, but rubric {rubric.category!r} "
+                             f"scores {scale.low:g}-{scale.high:g}; fit a calibrator on this benchmark's scores with judge-calibrate --scale")
+    return calibrator
+
+
+def as_records(results: list[JudgeResult], calibrator: Calibrator | None) -> list[dict]:
+    """The records judge-score writes and Judge.score returns: with a calibrator, each result gets (in place)
+    and shows its calibrated_score, score_set and escalate; without one, a record has exactly MMIE's keys."""
+    if calibrator is not None:
+        for r in results:
+            r.calibrated_score = calibrator.apply(getattr(r, calibrator.source))
+            r.score_set = calibrator.score_set(r.score_distribution)
+            r.escalate = calibrator.escalate(r.score, r.score_distribution)
+    return [r.model_dump(exclude=CALIBRATOR_FIELDS if calibrator is None else None) for r in results]

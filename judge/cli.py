@@ -1,27 +1,41 @@
-"""What every command shares on the command line: the exit codes and how errors reach the user.
+"""What every command shares on the command line: how flags are spelled, how file flags are read, the
+exit codes and how errors reach the user.
 
-A user's mistake (bad file, bad flag value, unusable checkpoint) is one clear message naming the file,
-and exit code 2; a failure of the toolkit itself is an "internal failure", exit code 1, with the
-traceback shown only under --verbose.
+- Flags are snake_case (`--model_path`, as MMIE-Eval's own script spells them), and each also answers to its
+  kebab-case spelling (`--model-path`, as vLLM and VLMEvalKit users type them): `CommandParser` adds the
+  second spelling to every flag of every command, and --help shows the first.
+- A flag that names a file or folder is declared as one (`add_argument(..., path="file")`): after parsing,
+  its value is the path to open, relative to the working directory unless its --help says otherwise (only
+  judge-score's `--input_file`, which MMIE-Eval's `--input_dir D --input_file F` reads inside D); a bundled
+  file may be named instead of a path (`bundled="train"`: `--config tiny`); and a file or folder that is not
+  there is refused before anything runs, in one error that names each flag.
+- A user's mistake (bad file, bad flag value, unusable checkpoint) is one clear message naming the flag or
+  the file, and exit code 2; a failure of the toolkit itself is an "internal failure", exit code 1, with the
+  traceback shown only under --verbose.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import errno
+import functools
 import os
 import reprlib
 import sys
 import traceback
 import types
 import typing
+import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, dataclass, fields
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
+from mmjudge.configs import bundled, by_name
+from mmjudge.judge.cpu import use_free_cores
 from mmjudge.judge.data import InputError, UsageError, missing_file, validation_problems
 from mmjudge.judge.yamlfile import read_yaml
 
@@ -36,6 +50,135 @@ def package_version() -> str:
         return "unknown (not installed)"
 
 
+# What a path flag names: a file to read, a folder to read, either (a rubric file or a folder of them), a
+# folder to write into (made if missing), a file to write.
+PATH_KINDS = ("file", "dir", "file_or_dir", "output_dir", "output_file")
+
+
+@dataclass(frozen=True)
+class PathFlag:
+    """A flag (or positional argument) that names a file or folder."""
+
+    name: str  # the flag as messages name it, --input_file; "" for a positional argument, named by its value alone
+    kind: str  # one of PATH_KINDS
+    under: str | None = None  # the flag (dest) of a folder that a relative value is read in; None: the working directory
+    bundled: str | None = None  # a kind of configs/ (configs.bundled): a value that is one of its names is that file
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of every command (module docstring): each snake_case flag also takes its kebab-case
+    spelling, and the flags declared with `path=` are resolved and checked when the arguments are parsed."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("epilog", CONVENTIONS)
+        self.path_flags: dict[str, PathFlag] = {}  # before argparse adds its --help
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *names, **kwargs):
+        return _declare(super().add_argument, self.path_flags, *names, **kwargs)
+
+    def add_argument_group(self, *args, **kwargs):
+        group = super().add_argument_group(*args, **kwargs)
+        group.add_argument = functools.partial(_declare, group.add_argument, self.path_flags)  # a group's flags follow the same rules
+        return group
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if not extras:  # else parse_args refuses the unknown arguments first, argparse's own way
+            resolve_paths(self.path_flags, namespace)
+        return namespace, extras
+
+
+CONVENTIONS = ("Every flag is also accepted with hyphens for underscores (--model-path for --model_path). Paths are relative to the "
+               "working directory unless a flag's help says otherwise. A bundled file's name (listed in its flag's help) names that "
+               "file in any folder; write ./NAME for a file of that name in the working directory.")
+
+
+def _declare(add: Callable, path_flags: dict[str, PathFlag], *names: str, path: str | None = None, under: str | None = None,
+             bundled: str | None = None, **kwargs) -> argparse.Action:
+    """Add a flag with its kebab-case spelling, and register it as a path flag when `path` says what it names."""
+    spelled = list(names) + [kebab for name in names if name.startswith("--") and (kebab := "--" + name[2:].replace("_", "-")) not in names]
+    if bundled is not None:
+        kwargs["help"] = _with_names(kwargs.get("help", ""), bundled)
+    action = add(*spelled, **kwargs)
+    if path is not None:
+        if path not in PATH_KINDS:
+            raise ValueError(f"path={path!r}: one of {PATH_KINDS}")
+        path_flags[action.dest] = PathFlag(names[0] if names[0].startswith("-") else "", path, under, bundled)
+    return action
+
+
+def _with_names(help_text: str, kind: str) -> str:
+    """The help with the bundled names listed before its "(default: ...)"."""
+    names = f"bundled by name: {', '.join(bundled(kind))}"
+    text, sep, default = help_text.rpartition(" (default:")
+    return f"{text}; {names}{sep}{default}" if sep else f"{help_text}; {names}"
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """--help shows each flag once, in its snake_case spelling (CONVENTIONS, the epilog, says hyphens work too)."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        shown = copy.copy(action)
+        canonical = [s.lstrip("-").replace("-", "_") for s in action.option_strings]
+        shown.option_strings = [s for i, s in enumerate(action.option_strings) if canonical[i] not in canonical[:i]]
+        return super()._format_action_invocation(shown)
+
+
+def resolve_paths(path_flags: dict[str, PathFlag], namespace: argparse.Namespace) -> None:
+    """Each path flag's value replaced by the path it names (a bundled file's, or the value read in its
+    folder), every one that cannot be read or written refused in one UsageError that names the flags."""
+    problems = []
+    for dest, flag in path_flags.items():
+        value = getattr(namespace, dest, None)
+        if value is None:
+            continue
+        resolved = [_resolved(flag, str(v), namespace, problems) for v in (value if isinstance(value, list) else [value])]
+        setattr(namespace, dest, resolved if isinstance(value, list) else resolved[0])
+    if problems:
+        raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the files and folders named:\n  " + "\n  ".join(problems))
+
+
+def _resolved(flag: PathFlag, value: str, namespace: argparse.Namespace, problems: list[str]) -> str:
+    """The path `value` names for `flag`; what is wrong with it goes to `problems`."""
+    names = bundled(flag.bundled) if flag.bundled else {}
+    if value in names:  # configs.by_name's rule: a bare name is the bundled file, whatever the working directory holds
+        if Path(value).exists():
+            print(f"note: {flag.name} {value} is the bundled {value}; for the {value} here, write ./{value}", file=sys.stderr)
+        return str(names[value])
+    folder = getattr(namespace, flag.under) if flag.under else None
+    path = Path(folder) / value if folder is not None else Path(value)
+    if folder is not None and not Path(folder).is_dir():
+        return str(path)  # the folder's own flag says what is wrong
+    if problem := _path_problem(flag.kind, path):
+        named = f"{flag.name} {value}".lstrip()
+        message = f"{named}: {problem}" if str(path) == value else f"{named}: {path}: {problem} ({flag.name} is read in --{flag.under})"
+        if folder is not None and not Path(value).is_absolute() and Path(value).is_file():
+            message += f"; {value} is in the working directory, not in --{flag.under}: give its absolute path"
+        problems.append(message + (f"; bundled by name: {', '.join(names)}" if names else ""))
+    return value if folder is None else str(path)  # as given: ./tiny stays a path, never read as a name again
+
+
+def _path_problem(kind: str, path: Path) -> str | None:
+    """Why `path` cannot be what a flag of `kind` names, or None."""
+    try:
+        if kind == "file":
+            return None if path.is_file() else missing_file(path)
+        if kind == "dir":
+            return None if path.is_dir() else "a file, not a folder" if path.exists() else "folder not found"
+        if kind == "file_or_dir":
+            return None if path.is_file() or path.is_dir() else missing_file(path)
+        if kind == "output_dir" and path.exists() and not path.is_dir():
+            return "a file is there; give a folder"
+        if kind == "output_file" and path.is_dir():
+            return "a folder is there; give a file name"
+        above = next(folder for folder in path.parents if folder.exists())  # the folders below it are made
+        return None if above.is_dir() else f"{above} is a file, not a folder"
+    except OSError as err:  # a name longer than the filesystem takes
+        return f"unusable ({err.strerror})"
+
+
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="show full tracebacks on errors (default: off)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
@@ -47,19 +190,20 @@ def add_revision_flag(parser: argparse.ArgumentParser, of: str = "--model_path")
 
 def add_settings_flags(parser: argparse.ArgumentParser, cls, applied: dict) -> None:
     """One flag per field of the settings dataclass `cls` (a field whose metadata says `flag: False` has
-    none), spelled with underscores or hyphens, with the help in the field's metadata. The default shown
-    is the value a run would use, `applied[name]` (config_values' result, or a text where it depends on
-    the format). The flags themselves default to None: settings_from_config applies only the ones the user
-    gave, over the --config file."""
+    none), with the help in the field's metadata. The default shown is the value a run would use,
+    `applied[name]` (config_values' result, or a text where it depends on the format). The flags themselves
+    default to None: settings_from_config applies only the ones the user gave, over the --config file."""
     hints = typing.get_type_hints(cls)
     for f in fields(cls):
         if not f.metadata.get("flag", True):
             continue
         value = applied[f.name]
         shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else "none" if value is None else value
-        names = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
+        names = [f"--{f.name}"]  # the parser adds the kebab-case spelling
         help_text = f"{f.metadata['help']} (default: {shown})"
         kind = hints[f.name]
+        if isinstance(kind, types.UnionType) and typing.get_origin(given := next(a for a in typing.get_args(kind) if a is not type(None))) is list:
+            kind = given  # an optional list: none given is the default
         if kind is bool:
             parser.add_argument(*names, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif typing.get_origin(kind) is typing.Literal:
@@ -92,6 +236,15 @@ def flag_given(argv: Sequence[str] | None, flag: str) -> str | None:
     early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     early.add_argument(*names, dest="value")
     return early.parse_known_args(list(argv or []))[0].value
+
+
+def config_given(argv: Sequence[str] | None, kind: str | None, default: Path | None = None) -> Path | None:
+    """The YAML that `--config` names in argv (a bundled preset of `kind` by name, or a path), read before
+    the parser is built so that --help shows its values; `default` where none is given or it is not a
+    file (the parser then says so, beside any other path that is wrong)."""
+    value = flag_given(argv, "config")
+    path = (by_name(kind, value) if kind else Path(value)) if value else None
+    return path if path is not None and path.is_file() else default
 
 
 def setting_problems(cls, values: dict) -> list[str]:
@@ -151,7 +304,9 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
     """Call a command's main, turning known errors into a message and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in args
+    use_free_cores()  # before torch loads: no command imports it before this
     forbid_pickled_code()
+    keep_deprecations_from_users()
     try:
         return main(args) or 0
     except KeyboardInterrupt:
@@ -174,6 +329,14 @@ def forbid_pickled_code() -> None:
     checkpoint's tensors and data files, never its code or pickled objects."""
     os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # torch refuses to load at all when both are set
     os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+
+
+def keep_deprecations_from_users() -> None:
+    """The libraries' deprecation notices (FutureWarning, DeprecationWarning) address whoever calls their API, this
+    toolkit's developers, whose test runs show them; the user of a command can do nothing about them, and one
+    (`is_gradient_checkpointing` is deprecated, from PEFT) came with every adapter loaded."""
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 # OSErrors that say what the machine lacks (space, quota, permission) or cannot take (a path too long), not

@@ -285,6 +285,10 @@ class JudgeResult(BaseModel):
     n_tiles: int | None  # None: a server that does not say how it tiled the images (judge-score --backend openai)
     prompt_tokens: int
     generated_tokens: int
+    # Which judge and rubric scored it (judge/identity.py), so that a calibrator fitted on these records says
+    # whose scores it maps; None where not known (a judge behind a server, whose weights are not visible).
+    judge_fingerprint: str | None = None
+    rubric_fingerprint: str | None = None
 
     @field_validator("score_distribution", "expected_score", "calibrated_score")
     @classmethod
@@ -337,6 +341,8 @@ class PairResult(BaseModel):
     reverse: list[OrderJudgement] = []
     scores: dict[str, JudgeResult] | None = None  # pointwise judges: "A" and "B"
     n_images: int
+    judge_fingerprint: str | None = None  # which judge and rubric gave the verdicts (judge/identity.py), as a JudgeResult's
+    rubric_fingerprint: str | None = None
 
     @field_validator("verdict_distribution")
     @classmethod
@@ -394,21 +400,30 @@ def read_text(path: str | Path) -> str:
         raise InputError([Problem(str(path), f"not UTF-8 text (byte {err.start}: {err.reason}); save it as UTF-8")]) from None
 
 
-def read_json(path: str | Path) -> object:
+def read_json(path: str | Path, max_bytes: int | None = None) -> object:
     """The content of a JSON file, or of a JSONL file (`.jsonl`, one value per line) as a list; errors
-    name the file and the line, or the record and field (see `value_problems`)."""
-    content, problems = load_json(path)
+    name the file and the line, or the record and field (see `value_problems`). A file of more than
+    `max_bytes` is refused before it is read."""
+    content, problems = load_json(path, max_bytes)
     if problems:
         raise InputError(problems)
     return content
 
 
-def load_json(path: str | Path) -> tuple[object, list[Problem]]:
+# A settings file (a checkpoint's config.json, adapter_config.json or judge_config.json, a calibrator): kilobytes
+# in real ones. Read whole, a JSON file takes about 3 times its size in memory: a 300 MB adapter_config.json took 1 GB.
+MAX_SETTINGS_BYTES = 16 * 2**20
+
+
+def load_json(path: str | Path, max_bytes: int | None = None) -> tuple[object, list[Problem]]:
     """`read_json`'s content and the problems of its values (a top-level list's index is the record), for
     a reader that sets those records aside (`--skip_invalid`); a file that cannot be read raises."""
     path = Path(path)
     if not path.is_file():
         raise InputError([Problem(str(path), missing_file(path))])
+    if max_bytes is not None and (size := path.stat().st_size) > max_bytes:
+        raise InputError([Problem(str(path), f"{size:,} bytes; a file of this kind holds a few kilobytes, and more than "
+                                             f"{max_bytes:,} is refused unread")])
     text = read_text(path)
     if not text.strip():
         raise InputError([Problem(str(path), "file is empty")])
@@ -612,9 +627,13 @@ def parse_records(path: str | Path, records: list, model: type[BaseModel], id_ke
     return parsed, problems
 
 
-def _parse(path: str | Path, model: type[Sample]) -> tuple[list, list[Problem]]:
-    """Every record of the file that validates, and the problems of those that do not."""
-    records, problems = load_json(path)
+def _parse(path: str | Path, model: type[Sample], records: list | None = None) -> tuple[list, list[Problem]]:
+    """Every record of the file that validates, and the problems of those that do not; or of `records`,
+    given in memory (the Python API) and named `path` in the problems."""
+    if records is None:
+        records, problems = load_json(path)
+    else:
+        problems = [_located(path, where, message) for where, message in value_problems(records)]
     if not isinstance(records, list):
         raise InputError([Problem(str(path), RECORDS_EXPECTED)])
     if file_problems := [p for p in problems if p.index is None]:
@@ -727,12 +746,12 @@ def _same_sample_once(path: str | Path, parsed: list[tuple[int, Sample | Pair]])
     return kept, problems, notes
 
 
-def validate_samples(path: str | Path, image_root: str | Path | None = None, model: type[Sample] | type[Pair] = Sample
-                     ) -> tuple[list[Sample], list[Problem], list[str]]:
-    """The valid samples (or, with `model=Pair`, pairs) of a file, every problem of the others, and notes the
-    user should read; images are checked when `image_root` is given. For `--skip_invalid`; `load_samples`
-    is the strict form."""
-    parsed, problems = _parse(path, model)
+def validate_samples(path: str | Path, image_root: str | Path | None = None, model: type[Sample] | type[Pair] = Sample,
+                     records: list | None = None) -> tuple[list[Sample], list[Problem], list[str]]:
+    """The valid samples (or, with `model=Pair`, pairs) of a file (or of `records` in memory, named `path`),
+    every problem of the others, and notes the user should read; images are checked when `image_root` is
+    given. For `--skip_invalid`; `load_samples` is the strict form."""
+    parsed, problems = _parse(path, model, records)
     parsed, duplicates, notes = _same_sample_once(path, parsed)
     problems += duplicates
     if image_root is not None:

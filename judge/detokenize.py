@@ -19,11 +19,20 @@ transformers 5 has no such tokenizer any more, and its own differs from it in tw
 `text_decoder` and `reference_ids` rebuild the reference's tokenizer from the checkpoint's own files: its
 `tokenizer.model` and `tokenizer_config.json`. In decoding, special tokens are skipped; other added
 tokens stand alone, joined to the text around them by a space; each run of SentencePiece pieces loses the
-word-start marker of its first piece and is decoded by SentencePiece itself. A tokenizer without a
+word-start marker of its first piece and is decoded by SentencePiece itself. InternLM2's tokenizer (its
+checkpoints' own `tokenization_internlm2.py`, InternVL2-2B/8B) decodes each run with SentencePiece as the model
+file says (which drops a first word-start marker only where the model adds one when encoding) and always
+cleans the spaces before punctuation of each run, whatever the config says. A tokenizer without a
 SentencePiece model (Qwen2, Llama 3) encodes and decodes with its own methods, which is what the reference
 does too.
 
 `chat_answer` is the rest of what InternVL's `chat()` does to that text before MMIE writes it.
+
+Qwen2's tokenizer (InternVL2-1B, InternVL2.5-1B/4B, InternVL3 in their original layout): 4.37's slow Qwen2Tokenizer
+reads merges.txt skipping every line that starts with "#", taking the merges of "#" runs for comments (fixed in
+transformers 4.40, its PR #29929), so 121 tokens of Qwen2's vocabulary are never made: "### Question" is three
+"#" tokens there, one "###" token in transformers 5. InternVL's code pins 4.37.2, and its chat() and fine-tuning
+encode with that tokenizer; `without_hash_merges` gives the loaded tokenizer the same merges.
 """
 
 from __future__ import annotations
@@ -47,6 +56,10 @@ def text_decoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]], st
     if reference is None:
         return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
     processor, config, added, special = reference
+    if config.get("tokenizer_class") == "InternLM2Tokenizer":
+        decode_run = lambda pieces: _clean_up(processor.decode_pieces(pieces))  # noqa: E731
+    else:
+        decode_run = functools.partial(_decode_pieces, processor)
 
     def decode(ids: list[int]) -> str:
         texts, pieces = [], []
@@ -54,14 +67,14 @@ def text_decoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]], st
             if i in special:
                 continue
             if i in added:
-                if pieces and (text := _decode_pieces(processor, pieces)):
+                if pieces and (text := decode_run(pieces)):
                     texts.append(text)
                 pieces = []
                 texts.append(added[i])
             else:
                 pieces.append(processor.id_to_piece(i))
         if pieces:
-            texts.append(_decode_pieces(processor, pieces))
+            texts.append(decode_run(pieces))
         text = " ".join(texts)
         return _clean_up(text) if config.get("clean_up_tokenization_spaces", True) else text
 
@@ -150,3 +163,19 @@ def _clean_up(text: str) -> str:
 def _content(token) -> str | None:
     """A special token as tokenizer_config.json writes it: a string, or an AddedToken's dict."""
     return token.get("content") if isinstance(token, dict) else token
+
+
+def without_hash_merges(tokenizer: PreTrainedTokenizerBase, path: Path) -> PreTrainedTokenizerBase:
+    """A Qwen2 tokenizer with the merges 4.37's slow Qwen2Tokenizer reads from the checkpoint's merges.txt (every
+    line starting with "#" skipped; module doc); any other tokenizer as it is."""
+    merges_file = path / "merges.txt"
+    if type(tokenizer).__name__ != "Qwen2Tokenizer" or not merges_file.is_file():
+        return tokenizer
+    from tokenizers import Tokenizer
+
+    lines = [line.strip() for line in merges_file.read_text(encoding="utf-8").splitlines()]
+    merges = [line.split() for line in lines if line and not line.startswith("#")]
+    backend = json.loads(tokenizer.backend_tokenizer.to_str())
+    backend["model"]["merges"] = merges
+    tokenizer._tokenizer = Tokenizer.from_str(json.dumps(backend))
+    return tokenizer

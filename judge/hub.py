@@ -55,7 +55,10 @@ def resolve(name: str | Path, revision: str | None, allow_patterns: Sequence[str
     except HFValidationError:
         raise UsageError(f"{repo_id}: not a local directory, nor a Hugging Face Hub id (org/name)") from None
     try:
-        snapshot = Path(snapshot_download(repo_id, revision=revision, allow_patterns=list(allow_patterns)))
+        # Offline, the cache alone, said outright: huggingface_hub before 2.0 still lists a commit id's files
+        # on the Hub when HF_HUB_OFFLINE is set, and fails there.
+        snapshot = Path(snapshot_download(repo_id, revision=revision, allow_patterns=list(allow_patterns),
+                                          local_files_only=constants.HF_HUB_OFFLINE))
     except GatedRepoError:
         raise UsageError(f"{repo_id}: a gated model on the Hugging Face Hub; accept its terms on its page, then log in with `hf auth login`") from None
     except RepositoryNotFoundError:

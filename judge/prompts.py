@@ -3,12 +3,13 @@
     sample --layout---> question/answer items, rendered with `Image-k: <image>` lines (MMIE's layout, k from 0)
            --rubric---> the category's prompt (configs/rubrics/*.yaml)
            --template-> the chat turn (judge/templates.py)
-           --expand---> each image slot becomes <img><IMG_CONTEXT> x (tokens_per_tile * tiles)</img>
+           --expand---> each image slot becomes the backbone's image tokens (judge/vision.py): InternVL's
+                        <img><IMG_CONTEXT> x (256 * tiles)</img>, Qwen-VL's <|vision_start|><|image_pad|> x n<|vision_end|>
            --encode---> token ids, special tokens only where the template and the images put them (encode_prompt)
 
 Text is text: an image slot comes only from an image segment, never from what a text spells. A sample's,
 a rubric's or a system message's `<image>` stays those seven characters, and its `<img>`, `<IMG_CONTEXT>` or
-`<|end|>` become the tokens of their characters (encode_prompt). The prompt is therefore carried as a
+`<|end|>` (or any other backbone's image and control tokens) become the tokens of their characters (encode_prompt). The prompt is therefore carried as a
 `Query`, texts and image slots, until the image tokens replace the slots; `<image>` marks a slot only in
 `JudgePrompt.query`, the spelling a chat API takes. (MMIE's own script, through InternVL's chat(), would put
 an image where a sample's text spells `<image>` and read a spelled `<|end|>` as the control token.)
@@ -18,10 +19,11 @@ prompts.py): MMIE's dataset.py reads the answer only until the prompt holds 3 im
 longer answer never reaches its judge. Rubrics that reproduce MMIE do the same, and record the cut; this
 toolkit's own rubrics read every answer whole.
 
-Image-token budget (`image_token_budget`, counted in <IMG_CONTEXT> tokens per sample). When a sample's
-images need more, cuts are made in this order until it fits, and each is recorded in
+Image-token budget (`image_token_budget`, counted in image tokens per sample: InternVL's <IMG_CONTEXT>). When a
+sample's images need more, cuts are made in this order until it fits, and each is recorded in
 `JudgePrompt.truncated`:
-  1. every image's tile limit is lowered together, one step at a time, down to 1 tile (no thumbnail);
+  1. every image's limit is lowered together, one step at a time (`ImageProcessing.reduced`): InternVL's tile
+     limit down to 1 tile (no thumbnail), Qwen-VL's most pixels down to its least;
   2. whole images are replaced by the text `[image omitted]`, question images first (earliest first),
      then answer images (latest first), keeping the `Image-k:` numbering so the text still lines up.
 The rubric, instructions, question and answer text are never cut by this budget.
@@ -44,7 +46,6 @@ from pathlib import Path
 from string import Formatter
 from typing import Literal
 
-from PIL import Image
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
 from mmjudge.configs import DEFAULT_RUBRICS
@@ -53,14 +54,11 @@ from mmjudge.judge.data import (IMAGE_PLACEHOLDER, InputError, JudgeText, Pair, 
 from mmjudge.judge.detokenize import reference_ids
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.templates import ChatTemplate, Span, join_parts
-from mmjudge.judge.tiling import TilingConfig, count_tiles
 from mmjudge.judge.verdicts import VERDICT_FORMATS
+from mmjudge.judge.vision import ImageProcessing, image_size, placeholder
 from mmjudge.judge.yamlfile import read_yaml
 
 OMITTED_IMAGE = "[image omitted]"
-# InternVL's image tokens: an image is IMG_START, IMG_CONTEXT once per image token of its tiles, IMG_END.
-IMG_START, IMG_CONTEXT, IMG_END = "<img>", "<IMG_CONTEXT>", "</img>"
-IMAGE_TOKENS = (IMG_START, IMG_CONTEXT, IMG_END)
 CONTEXT_OMITTED = "[earlier context omitted]"
 TEMPLATE_FIELDS = ("instructions", "question", "answer", "reference")
 # A pairwise rubric's: the two answers in the order the judge is shown them (the reverse order shows B as
@@ -223,13 +221,14 @@ def load_rubrics(paths: list[str | Path] | tuple[Path, ...] = DEFAULT_RUBRICS) -
 
 @dataclass(frozen=True)
 class PlannedImage:
-    """One image of the prompt and how many tiles it gets (0: omitted for the budget)."""
+    """One image of the prompt, the rule it is processed by, and its tiles and image tokens (0: omitted for the budget)."""
 
     path: Path
     number: int  # the k of `Image-k`, from 0 as MMIE numbers them
     part: str  # "question" or "answer"
-    tiling: TilingConfig
+    processing: ImageProcessing
     n_tiles: int
+    tokens: int
 
 
 @dataclass(frozen=True)
@@ -248,6 +247,10 @@ class JudgePrompt:
     @property
     def n_tiles(self) -> int:
         return sum(image.n_tiles for image in self.images)
+
+    @property
+    def image_tokens(self) -> int:
+        return sum(image.tokens for image in self.images)
 
 
 # A question or answer as MMIE lays it out: each segment's text, then its image as `Image-k: <image>`.
@@ -317,50 +320,35 @@ def reference_text(sample: Sample) -> str:
     return first or ""
 
 
-def _image_size(path: Path, exif_transpose: bool) -> tuple[int, int]:
-    with Image.open(path) as image:
-        width, height = image.size
-        if exif_transpose and image.getexif().get(0x0112) in (5, 6, 7, 8):  # orientations that swap axes
-            width, height = height, width
-    return width, height
-
-
 Parts = list[tuple[str, list[Segment]]]  # a prompt's question and answers, named, in the order shown
 
 
-def plan_images(
-    parts: Parts, image_root: Path, tiling: TilingConfig, tokens_per_tile: int, budget: int | None
-) -> tuple[list[PlannedImage], list[str]]:
-    """Decide the tiles of every image under the budget (see the module docstring for the order of cuts:
-    a pair's answers count as the answer, the one shown last first)."""
+def plan_images(parts: Parts, image_root: Path, processing: ImageProcessing, budget: int | None) -> tuple[list[PlannedImage], list[str]]:
+    """Decide the tiles and tokens of every image under the budget (see the module docstring for the order of
+    cuts: a pair's answers count as the answer, the one shown last first)."""
     refs = [(s.image, part) for part, segments in parts for s in segments if s.image is not None]
-    sizes = [_image_size(resolve_image(path, image_root), tiling.exif_transpose) for path, _ in refs]
-    plans = [
-        PlannedImage(resolve_image(path, image_root), k, part, tiling, count_tiles(*size, tiling))
-        for k, ((path, part), size) in enumerate(zip(refs, sizes))
-    ]
+    sizes = [image_size(resolve_image(path, image_root), processing.exif_transpose) for path, _ in refs]
+    plans = [PlannedImage(resolve_image(path, image_root), k, part, processing, *processing.plan(*size))
+             for k, ((path, part), size) in enumerate(zip(refs, sizes))]
     truncated: list[str] = []
-    tokens = lambda: sum(p.n_tiles for p in plans) * tokens_per_tile  # noqa: E731
+    tokens = lambda: sum(p.tokens for p in plans)  # noqa: E731
     if budget is None or tokens() <= budget:
         return plans, truncated
-    max_tiles = tiling.max_tiles
-    while tokens() > budget and max_tiles > 1:
-        max_tiles -= 1
-        smaller = replace(tiling, max_tiles=max_tiles, min_tiles=min(tiling.min_tiles, max_tiles))
-        plans = [replace(p, tiling=smaller, n_tiles=count_tiles(*size, smaller)) if p.n_tiles else p for p, size in zip(plans, sizes)]
-    if max_tiles < tiling.max_tiles:
-        truncated.append(f"tiles per image limited to {max_tiles} (from {tiling.max_tiles})")
+    smaller = processing
+    while tokens() > budget and (step := smaller.reduced()) is not None:
+        smaller = step
+        plans = [replace(p, processing=smaller, **dict(zip(("n_tiles", "tokens"), smaller.plan(*size)))) if p.n_tiles else p
+                 for p, size in zip(plans, sizes)]
+    if smaller is not processing:
+        (kind, least), (_, most) = smaller.limit(), processing.limit()
+        truncated.append(f"{kind} per image limited to {least:,} (from {most:,})")
     drop_order = [i for i, p in enumerate(plans) if p.part == "question"] + [i for i, p in reversed(list(enumerate(plans))) if p.part != "question"]
     for i in drop_order:
         if tokens() <= budget:
             break
-        plans[i] = replace(plans[i], n_tiles=0)
+        plans[i] = replace(plans[i], n_tiles=0, tokens=0)
         truncated.append(f"Image-{plans[i].number} ({plans[i].part}) omitted")
     return plans, truncated
-
-
-def image_tokens(n_tiles: int, tokens_per_tile: int) -> str:
-    return IMG_START + IMG_CONTEXT * (tokens_per_tile * n_tiles) + IMG_END
 
 
 def build_prompt(
@@ -369,8 +357,7 @@ def build_prompt(
     template: ChatTemplate,
     system_message: str | None,
     image_root: str | Path,
-    tiling: TilingConfig,
-    tokens_per_tile: int,
+    processing: ImageProcessing,
     image_token_budget: int | None = None,
     prompt_token_budget: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
@@ -378,30 +365,29 @@ def build_prompt(
     read_cuts = []
     if rubric.answer_stops_at_images is not None:
         sample, read_cuts = read_answer_as_mmie(sample, rubric.answer_stops_at_images)
-    plans, truncated = plan_images([("question", sample.question), ("answer", sample.answer)], Path(image_root), tiling, tokens_per_tile,
-                                   image_token_budget)
+    plans, truncated = plan_images([("question", sample.question), ("answer", sample.answer)], Path(image_root), processing, image_token_budget)
     truncated = read_cuts + truncated
     question = layout(sample.question, 0)
     answer = layout(sample.answer, sum(isinstance(item, int) for item in question))
 
     def assemble(question_items: list[Item]) -> JudgePrompt:
-        return _assemble(sample, rubric, template, system_message, plans, question_items, answer, tokens_per_tile, truncated)
+        return _assemble(sample, rubric, template, system_message, plans, question_items, answer, truncated)
 
     if prompt_token_budget is None:
         return assemble(question)
     if count_tokens is None:
         raise ValueError("a prompt token budget needs count_tokens")
-    return fit_prompt_budget(assemble, question, plans, prompt_token_budget, count_tokens, tokens_per_tile)
+    return fit_prompt_budget(assemble, question, plans, prompt_token_budget, count_tokens)
 
 
 def _assemble(sample: Sample, rubric: Rubric, template: ChatTemplate, system_message: str | None, plans: list[PlannedImage],
-              question: list[Item], answer: list[Item], tokens_per_tile: int, truncated: list[str]) -> JudgePrompt:
+              question: list[Item], answer: list[Item], truncated: list[str]) -> JudgePrompt:
     shown = {p.number: p.n_tiles > 0 for p in plans}
     query = rubric.fill({"question": render(question, shown), "answer": render(answer, shown),
                          "reference": [reference_text(sample) if rubric.use_reference else ""]})
     laid_out = {item for item in question + answer if isinstance(item, int)}
     shown_images = [p for p in plans if p.n_tiles > 0 and p.number in laid_out]
-    text, controls = render_query(template, query, [p.n_tiles for p in shown_images], tokens_per_tile, system_message)
+    text, controls = render_query(template, query, [placeholder(p.processing, p.tokens) for p in shown_images], system_message)
     return JudgePrompt(sample.id, text, shown_images, list(truncated), spelled(query), controls)
 
 
@@ -412,8 +398,7 @@ def build_pair_prompt(
     template: ChatTemplate,
     system_message: str | None,
     image_root: str | Path,
-    tiling: TilingConfig,
-    tokens_per_tile: int,
+    processing: ImageProcessing,
     image_token_budget: int | None = None,
     prompt_token_budget: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
@@ -423,7 +408,7 @@ def build_pair_prompt(
     module docstring), the two answers standing for the answer."""
     second = "B" if first == "A" else "A"
     parts = [("question", pair.question), (f"answer {first}", pair.answer(first)), (f"answer {second}", pair.answer(second))]
-    plans, truncated = plan_images(parts, Path(image_root), tiling, tokens_per_tile, image_token_budget)
+    plans, truncated = plan_images(parts, Path(image_root), processing, image_token_budget)
     question = layout(pair.question, 0)
     shown_first = layout(pair.answer(first), _images_in(question))
     shown_second = layout(pair.answer(second), _images_in(question) + _images_in(shown_first))
@@ -441,14 +426,14 @@ def build_pair_prompt(
         by_number = {p.number: p for p in plans}
         images = [by_number[number] for number in order]
         query: Query = [None if isinstance(piece, int) else piece for piece in slotted]
-        text, controls = render_query(template, query, [image.n_tiles for image in images], tokens_per_tile, system)
+        text, controls = render_query(template, query, [placeholder(image.processing, image.tokens) for image in images], system)
         return JudgePrompt(pair.id, text, images, list(truncated), spelled(query), controls)
 
     if prompt_token_budget is None:
         return assemble(question)
     if count_tokens is None:
         raise ValueError("a prompt token budget needs count_tokens")
-    return fit_prompt_budget(assemble, question, plans, prompt_token_budget, count_tokens, tokens_per_tile)
+    return fit_prompt_budget(assemble, question, plans, prompt_token_budget, count_tokens)
 
 
 def _images_in(items: list[Item]) -> int:
@@ -479,14 +464,13 @@ def _pair_pieces(rubric: Rubric, items: list[Item], shown: dict[int, bool], with
     return joined
 
 
-def render_query(template: ChatTemplate, query: Query, tiles: list[int], tokens_per_tile: int,
-                 system_message: str | None) -> tuple[str, tuple[Span, ...]]:
-    """A user turn in the chat template, each image slot as the image tokens of its tiles: the prompt's
-    text, and the spans of the template's and the images' own tokens (encode_prompt). judge-serve renders
-    a chat request's turn with it too."""
-    assert query.count(None) == len(tiles), "one tile count per image slot"
-    counts = iter(tiles)
-    parts = [(piece, False) if piece is not None else (image_tokens(next(counts), tokens_per_tile), True) for piece in query]
+def render_query(template: ChatTemplate, query: Query, images: list[str], system_message: str | None) -> tuple[str, tuple[Span, ...]]:
+    """A user turn in the chat template, each image slot as its image tokens (`images`, in order, each
+    `vision.placeholder`'s text): the prompt's text, and the spans of the template's and the images' own
+    tokens (encode_prompt). judge-serve renders a chat request's turn with it too."""
+    assert query.count(None) == len(images), "one image per image slot"
+    texts = iter(images)
+    parts = [(piece, False) if piece is not None else (next(texts), True) for piece in query]
     return join_parts(template.parts(parts, system_message))
 
 
@@ -537,17 +521,17 @@ def _as_text(tokenizer, text: str) -> list[int]:
 
 
 def fit_prompt_budget(assemble: Callable[[list[Item]], JudgePrompt], question: list[Item], plans: list[PlannedImage],
-                      budget: int, count_tokens: Callable[[str], int], tokens_per_tile: int) -> JudgePrompt:
+                      budget: int, count_tokens: Callable[[str], int]) -> JudgePrompt:
     """MileBench's long-context rule: drop the question's oldest context, texts and images alike, until
     the prompt fits the budget (see the module docstring)."""
     texts = [i for i, item in enumerate(question) if isinstance(item, str)]
     pinned = {texts[0], texts[-1]} if texts else set()
     droppable = [i for i in range(len(question)) if i not in pinned]
     shown = {p.number: p.n_tiles > 0 for p in plans}
-    tiles = {p.number: p.n_tiles for p in plans}
+    tokens = {p.number: p.tokens for p in plans}
 
     def cost(item: Item) -> int:  # an estimate: each round is checked against the real count
-        return count_tokens(spelled(render([item], shown))) + (tiles[item] * tokens_per_tile + 2 if isinstance(item, int) else 0)
+        return count_tokens(spelled(render([item], shown))) + (tokens[item] + 2 if isinstance(item, int) else 0)
 
     prompt, dropped = assemble(question), 0
     while (over := count_tokens(prompt.text) - budget) > 0 and dropped < len(droppable):

@@ -1,6 +1,6 @@
 """judge-rubric import: turn a Python rubric file such as MMIE's prompts.py into this toolkit's YAML.
 
-    judge-rubric import MMIE/prompts.py -o configs/rubrics/mmie.yaml
+    judge-rubric import MMIE/prompts.py -o rubrics/mmie.yaml
     judge-rubric import --benchmark vlrewardbench VL_RewardBench/prompt.py -o vlrewardbench.yaml
 
 With --benchmark, the file is a pairwise benchmark's and its judge prompt becomes a pairwise rubric
@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from mmjudge.judge.cli import add_common_flags, run
+from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import UsageError, missing_file, validation_problems, write_text_atomically
 from mmjudge.judge.outputs import overwritten_inputs
 from mmjudge.judge.pairwise_prompts import IMPORTERS
@@ -99,12 +99,12 @@ def import_rubrics(path: Path, scale: tuple[int, int]) -> list[Rubric]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="judge-rubric", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandParser(prog="judge-rubric", description=__doc__)
     add_common_flags(p)
     sub = p.add_subparsers(dest="command", required=True)
     imp = sub.add_parser("import", help="convert a prompts.py file into rubric YAML")
-    imp.add_argument("path", help="the Python rubric file, e.g. MMIE's prompts.py")
-    imp.add_argument("-o", "--output", required=True, help="the YAML file to write")
+    imp.add_argument("path", path="file", help="the Python rubric file, e.g. MMIE's prompts.py")
+    imp.add_argument("-o", "--output", required=True, path="output_file", help="the YAML file to write; missing folders are made")
     imp.add_argument("--scale", nargs=2, type=int, default=[ScoreScale.low, ScoreScale.high], metavar=("LOW", "HIGH"),
                      help=f"score scale the prompts ask for (default: {ScoreScale.low} {ScoreScale.high}, MMIE's)")
     imp.add_argument("--benchmark", choices=["mmie", *IMPORTERS], default="mmie",
@@ -129,7 +129,8 @@ def _main(argv) -> int:
     header = f"# Imported by judge-rubric from {args.path}; the prompt text is kept byte for byte.\n"
     body = yaml.safe_dump([r.model_dump(mode="json") for r in rubrics], allow_unicode=True, sort_keys=False, width=10**6)
     try:
-        write_text_atomically(Path(args.output), header + body)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(output, header + body)
     except OSError as err:
         raise UsageError(f"-o {args.output}: cannot write it ({err.strerror})") from None
     print(f"{args.output}: {', '.join(r.category for r in rubrics)}")

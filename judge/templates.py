@@ -1,16 +1,28 @@
-"""Conversation templates of the InternVL2 family, rendered the way InternVL's `model.chat` renders them.
+"""Chat templates: one user turn, rendered as the backbone's reference renders it.
 
-All three use InternVL's "MPT" separator style: system, then each turn as role + message + separator,
-with no newline between turns, and the final assistant role left open for the model to continue:
+Every template here is InternVL's "MPT" separator style, which is also the ChatML layout of Qwen-VL: an optional
+system turn, then the user's role + query + separator, and the assistant's role left open for the model to
+continue:
 
     phi3-chat       <|system|>\n{system}<|end|><|user|>\n{query}<|end|><|assistant|>\n
     internlm2-chat  <|im_start|>system\n{system}<|im_end|><|im_start|>user\n{query}<|im_end|><|im_start|>assistant\n
     Hermes-2        (the same ChatML layout as internlm2-chat)
+    internvl2_5     the same with the separator "<|im_end|>\n" (InternVL2.5 and InternVL3)
+    Qwen-VL         <|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{query}<|im_end|>\n<|im_start|>assistant\n
+                    (Qwen2.5-VL's default system message is "You are a helpful assistant."; Qwen3-VL has none:
+                    without one, no system turn)
 
-The model stops at the separator token (`<|end|>` or `<|im_end|>`), which is also the token a trained
-target ends with. The system message comes from the checkpoint when it carries one (config.json's
-`system_message`, or its own `conversation.py` read with `ast`, never executed); otherwise it is
-InternVL's default below.
+The model stops at the separator's token (`<|end|>` or `<|im_end|>`), which is also what a trained target ends
+with. A template and its default system message are read from the checkpoint, as data, never executed:
+
+- InternVL's original format names its template in config.json; the checkpoint's own `conversation.py` defines
+  it (`Conversation(name=..., system_template=..., system_message=..., roles=..., sep=...)`, read with `ast`),
+  and config.json's `system_message` overrides the default. Without a conversation.py, the built-in TEMPLATES
+  below (InternVL's published ones) stand in.
+- A Hugging Face-native checkpoint (Qwen-VL, InternVL's -hf) ships a Jinja chat template
+  (`chat_template.jinja`, `chat_template.json`, or tokenizer_config.json's `chat_template`).
+  `template_from_jinja` renders it on marker messages and reads the roles, separator and default system
+  message off the result; a template that does not render one user turn in this layout is refused.
 
 A rendered turn is also known as parts (`ChatTemplate.parts`): the template's own strings, whose control
 tokens are the only ones the turn may hold, and the text it frames (system message, query), which is
@@ -54,7 +66,7 @@ class ChatTemplate:
     user_role: str
     assistant_role: str
     separator: str
-    default_system_message: str = INTERNVL_SYSTEM_MESSAGE
+    default_system_message: str | None = INTERNVL_SYSTEM_MESSAGE  # None: no system turn unless one is given
 
     def render(self, query: str, system_message: str | None = None) -> str:
         """The prompt for one user turn, ending where the assistant's answer begins."""
@@ -62,10 +74,12 @@ class ChatTemplate:
 
     def parts(self, query: list[Part], system_message: str | None = None) -> list[Part]:
         """`render`'s turn in parts around a query given in parts (its image tokens are the prompt's own)."""
-        head, tail = self.system_template.split("{system_message}")
         system = self.default_system_message if system_message is None else system_message
-        return [(head, True), (system, False), (tail + self.separator + self.user_role, True), *query,
-                (self.separator + self.assistant_role, True)]
+        turn = [*query, (self.separator + self.assistant_role, True)]
+        if system is None:
+            return [(self.user_role, True), *turn]
+        head, tail = self.system_template.split("{system_message}")
+        return [(head, True), (system, False), (tail + self.separator + self.user_role, True), *turn]
 
     def target(self, answer: str) -> str:
         """What a trained judge must produce after `render`: the answer and the stop separator."""
@@ -89,8 +103,9 @@ class ChatTemplate:
         default = self.default_system_message if system_message is None else system_message
         return ("{% if messages[0]['role'] == 'system' %}{% set system = messages[0]['content'] %}"
                 "{% else %}{% set system = " + json.dumps(default) + " %}{% endif %}"
-                "{{ bos_token }}" + quoted(system_before) + "{{ system }}" + quoted(system_after + self.separator + self.user_role)
-                + "{{ messages[-1]['content'] }}" + quoted(self.separator + self.assistant_role))
+                "{% if bos_token %}{{ bos_token }}{% endif %}"
+                "{% if system is not none %}" + quoted(system_before) + "{{ system }}" + quoted(system_after + self.separator)
+                + "{% endif %}" + quoted(self.user_role) + "{{ messages[-1]['content'] }}" + quoted(self.separator + self.assistant_role))
 
 
 _CHATML = dict(
@@ -100,6 +115,10 @@ _CHATML = dict(
     separator="<|im_end|>",
 )
 
+# InternVL2.5's and InternVL3's default system message, as InternVL's conversation.py defines it for internvl2_5.
+INTERNVL2_5_SYSTEM_MESSAGE = "你是书生·万象，英文名是InternVL，是由上海人工智能实验室、清华大学及多家合作单位联合开发的多模态大语言模型。"
+
+# InternVL's published templates (its conversation.py), for original checkpoints that do not ship one.
 TEMPLATES: dict[str, ChatTemplate] = {
     "phi3-chat": ChatTemplate(
         name="phi3-chat",
@@ -110,6 +129,7 @@ TEMPLATES: dict[str, ChatTemplate] = {
     ),
     "internlm2-chat": ChatTemplate(name="internlm2-chat", **_CHATML),
     "Hermes-2": ChatTemplate(name="Hermes-2", **_CHATML),
+    "internvl2_5": ChatTemplate(name="internvl2_5", **{**_CHATML, "separator": "<|im_end|>\n"}, default_system_message=INTERNVL2_5_SYSTEM_MESSAGE),
 }
 
 
@@ -119,11 +139,11 @@ def get_template(name: str) -> ChatTemplate:
     return TEMPLATES[name]
 
 
-def system_message_from_conversation_py(path: Path, template: str) -> str | None:
-    """The system_message that a checkpoint's conversation.py gives `template`, read as data.
-
-    Looks for `Conversation(name=<template>, system_message=<literal>, ...)`; None when the file has no
-    such literal (then the caller falls back to the template's default)."""
+def template_from_conversation_py(path: Path, name: str) -> ChatTemplate | None:
+    """The template `name` as a checkpoint's conversation.py defines it, read as data: the literal arguments
+    of its `Conversation(name=<name>, ...)`, those it leaves out InternVL's published template's of that name.
+    None when the file does not define it; an InputError for one that is not InternVL's MPT style (another
+    layout than the one rendered here), or that leaves out what no published template gives."""
     try:
         tree = ast.parse(read_text(path), filename=str(path))
     except SyntaxError as err:
@@ -134,13 +154,68 @@ def system_message_from_conversation_py(path: Path, template: str) -> str | None
         if not isinstance(node, ast.Call):
             continue
         kwargs = {kw.arg: kw.value for kw in node.keywords if kw.arg}
-        name, message = kwargs.get("name"), kwargs.get("system_message")
-        if name is None or message is None:
+        if _literal(kwargs.get("name")) != name:
             continue
-        try:
-            if ast.literal_eval(name) == template:
-                value = ast.literal_eval(message)
-                return value if isinstance(value, str) else None
-        except ValueError:
-            continue
+        published = TEMPLATES.get(name)
+        style = ast.unparse(kwargs["sep_style"]).rsplit(".", 1)[-1] if "sep_style" in kwargs else "MPT" if published else "ADD_COLON_SINGLE"
+        if style != "MPT":
+            raise InputError([Problem(str(path), f"template {name!r}: separator style {style}; this toolkit renders InternVL's MPT style "
+                                                 "(system, then role + message + separator per turn)")])
+        given = {key: _literal(kwargs[key]) for key in ("system_template", "system_message", "roles", "sep") if key in kwargs}
+        if published is not None:
+            given = {"system_template": published.system_template, "system_message": published.default_system_message,
+                     "roles": (published.user_role, published.assistant_role), "sep": published.separator} | given
+        roles, system_template = given.get("roles"), given.get("system_template", "{system_message}")
+        if not (isinstance(roles, tuple) and len(roles) == 2 and all(isinstance(r, str) for r in roles)) or not isinstance(given.get("sep"), str) \
+                or not isinstance(system_template, str) or system_template.count("{system_message}") != 1:
+            raise InputError([Problem(str(path), f"template {name!r}: roles (two strings), sep and system_template must be string "
+                                                 "literals, the system_template holding {system_message} once")])
+        message = given.get("system_message", "")
+        return ChatTemplate(name, system_template, roles[0], roles[1], given["sep"], message if isinstance(message, str) else "")
     return None
+
+
+def _literal(node: ast.expr | None) -> object:
+    """A literal's value; None for no node or anything that is not a literal."""
+    if node is None:
+        return None
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return None
+
+
+# Marker texts a Jinja chat template is rendered with, to find its roles and separator.
+_SYSTEM, _USER, _ANSWER = "\x00SYSTEM\x00", "\x00USER\x00", "\x00ANSWER\x00"
+
+
+def template_from_jinja(render, bos_token: str | None, name: str = "chat_template") -> ChatTemplate:
+    """A checkpoint's Jinja chat template as a ChatTemplate (module docstring). `render(messages,
+    add_generation_prompt)` renders it (the tokenizer's apply_chat_template); a leading `bos_token` is dropped,
+    since the tokenizer adds its own. A ValueError says how the template does not fit this layout."""
+    def rendered(messages: list[dict], prompt: bool) -> str:
+        text = render(messages, prompt)
+        return text[len(bos_token):] if bos_token and text.startswith(bos_token) else text
+
+    user, system, answer = ({"role": "user", "content": _USER}, {"role": "system", "content": _SYSTEM},
+                            {"role": "assistant", "content": _ANSWER})
+    with_system = rendered([system, user], True)
+    answered = rendered([system, user, answer], False)
+    alone = rendered([user], True)
+    if any(text.count(marker) != 1 for text, marker in ((with_system, _SYSTEM), (with_system, _USER), (alone, _USER), (answered, _ANSWER))):
+        raise ValueError("it does not render a system message, a user message and an answer once each as given")
+    separator = answered.split(_ANSWER)[1]
+    head, rest = with_system.split(_SYSTEM)
+    between, after = rest.split(_USER)
+    if not separator or not after.startswith(separator) or separator not in between or not answered.startswith(with_system.split(_USER)[0]):
+        raise ValueError("its turns are not role + message + one separator (the ChatML layout)")
+    tail, user_role = between.split(separator, 1)
+    before_user = alone.split(_USER)[0]
+    system_turn_end = tail + separator + user_role
+    if before_user == user_role:
+        default = None
+    elif before_user.startswith(head) and before_user.endswith(system_turn_end):
+        default = before_user[len(head): len(before_user) - len(system_turn_end)]
+    else:
+        raise ValueError("without a system message it renders another layout than with one")
+    return ChatTemplate(name, head + "{system_message}" + tail, user_role, after[len(separator):], separator, default)

@@ -12,17 +12,30 @@ pixels (0.5 * 448^2 * cols * rows), so small images are not blown up.
 
 Rotation: the reference opens images with PIL and never applies the EXIF orientation tag, so a phone
 photo is tiled as stored, sideways. To reproduce MMIE-Eval's scores that is the default here too;
-`exif_transpose=True` turns the image upright first.
+`exif_transpose=True` turns the image upright first (judge/vision.py, `load_pixels`).
+
+`TilingConfig` is InternVL's `ImageProcessing` (judge/vision.py): each tile becomes `tokens_per_tile` image
+tokens (256 for 448 px tiles of 14 px patches, pixel-shuffled by 0.5), spelled `<img>`, `<IMG_CONTEXT>` x
+tokens, `</img>`; an image-token budget lowers the tile limit one tile at a time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from PIL import Image, ImageOps
+from PIL import Image
+
+from mmjudge.judge.vision import Pixels, load_pixels, restored_over, rgb
+
+if TYPE_CHECKING:
+    import torch  # loaded where tiles become tensors: commands import this before torch's threads are chosen (judge/cpu.py)
+
+# InternVL's image tokens: an image is IMG_START, IMG_CONTEXT once per image token of its tiles, IMG_END.
+IMG_START, IMG_CONTEXT, IMG_END = "<img>", "<IMG_CONTEXT>", "</img>"
+IMAGE_TOKENS = (IMG_START, IMG_CONTEXT, IMG_END)
 
 # ImageNet statistics, which InternViT was trained with.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -36,6 +49,42 @@ class TilingConfig:
     max_tiles: int = 12
     use_thumbnail: bool = True
     exif_transpose: bool = False
+    tokens_per_tile: int = 256
+    image_tokens: tuple[str, str, str] = IMAGE_TOKENS
+    # Transparency composited onto white, as transformers' processor of a -hf checkpoint converts to RGB (GotOcr2's);
+    # InternVL's own code drops it (PIL's convert("RGB")).
+    on_white: bool = False
+
+    def plan(self, width: int, height: int) -> tuple[int, int]:
+        tiles = count_tiles(width, height, self)
+        return tiles, tiles * self.tokens_per_tile
+
+    def reduced(self) -> TilingConfig | None:
+        return self.with_max_tiles(self.max_tiles - 1) if self.max_tiles > 1 else None
+
+    def limit(self) -> tuple[str, int]:
+        return "tiles", self.max_tiles
+
+    def stored(self) -> dict:
+        return {"image_size": self.image_size, "min_tiles": self.min_tiles, "max_tiles": self.max_tiles, "use_thumbnail": self.use_thumbnail}
+
+    def restored(self, fields: dict) -> TilingConfig:
+        return restored_over(self, fields, "InternVL tiles images", "min_tiles", "max_tiles")
+
+    def with_max_tiles(self, max_tiles: int) -> TilingConfig:
+        return replace(self, max_tiles=max_tiles, min_tiles=min(self.min_tiles, max_tiles))
+
+    def processor_config(self) -> dict | None:
+        if not self.on_white:
+            return None
+        return {"crop_to_patches": True, "min_patches": self.min_tiles, "max_patches": self.max_tiles, "size": {"height": self.image_size, "width": self.image_size},
+                "image_mean": list(IMAGENET_MEAN), "image_std": list(IMAGENET_STD), "resample": 3, "do_convert_rgb": True, "do_normalize": True,
+                "do_rescale": True, "do_resize": True, "rescale_factor": 1 / 255, "image_processor_type": "GotOcr2ImageProcessorFast",
+                "processor_class": "InternVLProcessor"}
+
+    def pixels(self, image: Image.Image) -> Pixels:
+        tiles = normalize_tiles(tile_image(image, self), self.image_size)
+        return Pixels(tiles, tiles.shape[0] * self.tokens_per_tile)
 
 
 def candidate_grids(cfg: TilingConfig) -> list[tuple[int, int]]:
@@ -72,9 +121,7 @@ def count_tiles(width: int, height: int, cfg: TilingConfig) -> int:
 
 def tile_image(image: Image.Image, cfg: TilingConfig) -> list[Image.Image]:
     """The RGB tiles of an image (and its thumbnail), in the order the model sees them."""
-    if cfg.exif_transpose:
-        image = ImageOps.exif_transpose(image)
-    image = image.convert("RGB")
+    image = rgb(image, cfg.on_white)
     cols, rows = choose_grid(*image.size, cfg)
     size = cfg.image_size
     resized = image.resize((size * cols, size * rows))
@@ -86,6 +133,8 @@ def tile_image(image: Image.Image, cfg: TilingConfig) -> list[Image.Image]:
 
 def normalize_tiles(tiles: list[Image.Image], image_size: int) -> torch.Tensor:
     """(n, 3, size, size) float32: each tile BICUBIC-resized to size, scaled to [0, 1], ImageNet-normalised."""
+    import torch
+
     mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32)[:, None, None]
     std = torch.tensor(IMAGENET_STD, dtype=torch.float32)[:, None, None]
     out = []
@@ -97,5 +146,4 @@ def normalize_tiles(tiles: list[Image.Image], image_size: int) -> torch.Tensor:
 
 
 def load_tiles(path: str | Path, cfg: TilingConfig) -> torch.Tensor:
-    with Image.open(path) as image:
-        return normalize_tiles(tile_image(image, cfg), cfg.image_size)
+    return load_pixels(path, cfg).values

@@ -6,16 +6,19 @@
 
 A chat request holds at most one system (or `developer`) message, then one user message whose content is a
 text or a list of `text` and `image_url` parts. Decoding is greedy unless `temperature` says otherwise;
-`top_p`, `top_k` (vLLM's), `seed`, `n`, `stop`, `stream`, `logprobs` are honoured. An optional field given
-as null is taken as absent, as OpenAI's API reference allows. A field this server cannot honour (tools,
-`logit_bias`, `response_format` other than text, penalties other than neutral, ...) is refused by name, and
-so is a field it does not know: none is silently ignored. Fields that only label a request for its sender
-(`user`, `metadata`, ...) change no answer and are taken.
+`top_p`, `top_k` (vLLM's), `seed`, `n`, `stop`, `stream`, `logprobs` are honoured, and so are structured
+outputs: OpenAI's `response_format` (`json_object`, `json_schema`) and vLLM's `structured_outputs`
+(`json`, `regex`, `choice`, `grammar`) or its older `guided_*` fields, at most one of them. An optional
+field given as null is taken as absent, as OpenAI's API reference allows. A field this server cannot honour
+(tools, `logit_bias`, penalties other than neutral, `store: true`, ...) is refused by name, and so is a
+field it does not know: none is silently ignored. Fields that only label a request for its sender (`user`,
+`metadata`, ...) change no answer and are taken (docs/serve.md lists each field and what is done with it).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -26,8 +29,9 @@ MAX_TOP_LOGPROBS = 20  # OpenAI's limit
 MAX_CHOICES = 128  # OpenAI's limit on n
 MAX_STOP_SEQUENCES = 16
 
-# Fields that label a request for its sender, or tune a service this server does not have; no answer changes.
-LABELS = {"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier", "parallel_tool_calls"}
+# Fields that label a request for its sender, or only route it within OpenAI's service; no answer changes
+# (docs/serve.md says why for each).
+LABELS = {"user", "safety_identifier", "metadata", "prompt_cache_key", "parallel_tool_calls"}
 # Fields taken at their neutral values only (what an SDK or harness sends to say "nothing special"), each with
 # why another value is refused.
 NEUTRAL = {
@@ -36,7 +40,9 @@ NEUTRAL = {
     "repetition_penalty": ([1], "penalties are not implemented; a judge decodes its own distribution"),
     "min_p": ([0], "min_p sampling is not implemented; use top_p or top_k"),
     "logit_bias": ([{}], "logit_bias is not implemented"),
-    "response_format": ([{"type": "text"}], "structured output is not implemented; only {\"type\": \"text\"}"),
+    "store": ([False], "this server stores no completion"),
+    "service_tier": (["auto", "default"], "this server has one tier of service"),
+    "guided_decoding_backend": (["auto", "guidance"], "this server's grammars are llguidance's (vLLM's 'guidance' backend)"),
     "tools": ([[]], "tool calls are not implemented"),
     "tool_choice": (["none"], "tool calls are not implemented"),
     "functions": ([[]], "function calls are not implemented"),
@@ -99,8 +105,11 @@ class ScoreRequest(BaseModel):
 
 
 class ImageURL(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     url: str
-    detail: str | None = None  # OpenAI's resolution hint; InternVL tiles every image the same way
+    # OpenAI's resolution: "low" is one tile of the whole image (InternVL's max_dynamic_patch 1); "high" and
+    # "auto" the server's tiling (its --max_tiles, or the request's mm_processor_kwargs)
+    detail: Literal["auto", "low", "high"] | None = None
 
 
 class Part(BaseModel):
@@ -139,10 +148,61 @@ class Message(BaseModel):
 
 
 class ProcessorKwargs(BaseModel):
-    """vLLM's per-request image-processor settings; InternVL's tile limit is the one a judge needs."""
+    """vLLM's per-request image-processor settings: InternVL's tile limit, Qwen-VL's least and most pixels."""
 
     model_config = ConfigDict(extra="forbid")
     max_dynamic_patch: int | None = Field(default=None, ge=1, le=40)
+    min_pixels: int | None = Field(default=None, ge=1)
+    max_pixels: int | None = Field(default=None, ge=1)
+
+
+class JSONSchema(BaseModel):
+    """OpenAI's `response_format.json_schema`. The schema is enforced whatever `strict` says (vLLM does the
+    same): a judge asked for JSON writes JSON."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: str | None = None
+    description: str | None = None
+    schema_: dict | bool = Field(default=True, alias="schema")  # absent: any JSON value
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchema | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("a json_schema response_format needs its json_schema, and only it takes one")
+        return self
+
+
+class StructuredOutputs(BaseModel):
+    """vLLM's `structured_outputs`: one of json, regex, choice, grammar, json_object, with the whitespace
+    JSON may have between its tokens."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    json_: dict | bool | str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = Field(default=None, min_length=1)
+    grammar: str | None = None
+    json_object: bool | None = None
+    whitespace_pattern: str | None = None
+    disable_any_whitespace: bool | None = None
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What a request's answer must follow, as the request says it: the field that says it (for errors),
+    one of json, regex, choice, grammar, and for JSON the whitespace between tokens (None: the server's
+    default; "": none)."""
+
+    field: str
+    kind: Literal["json", "regex", "choice", "grammar"]
+    value: object
+    whitespace: str | None = None
 
 
 class StreamOptions(BaseModel):
@@ -168,6 +228,40 @@ class ChatRequest(BaseModel):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     mm_processor_kwargs: ProcessorKwargs | None = None
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
+    # vLLM's older names of structured_outputs' fields
+    guided_json: dict | bool | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = Field(default=None, min_length=1)
+    guided_grammar: str | None = None
+    guided_whitespace_pattern: str | None = None
+
+    def constraint(self) -> Constraint | None:
+        """The one structured output the request asks for, or None; a 400 where it asks for two."""
+        found = []
+        if self.response_format is not None and self.response_format.type != "text":
+            schema = self.response_format.json_schema.schema_ if self.response_format.json_schema else {"type": "object"}
+            found.append(Constraint("response_format", "json", schema))
+        if (given := self.structured_outputs) is not None:
+            whitespace = "" if given.disable_any_whitespace else given.whitespace_pattern
+            kinds = {"json": given.json_, "regex": given.regex, "choice": given.choice, "grammar": given.grammar,
+                     "json_object": {"type": "object"} if given.json_object else None}
+            found += [Constraint(f"structured_outputs.{name}", "json" if name == "json_object" else name, value, whitespace)
+                      for name, value in kinds.items() if value is not None]
+            if not found:
+                raise RequestError(400, "structured_outputs", "give one of json, regex, choice, grammar, json_object")
+        found += [Constraint(f"guided_{kind}", kind, value, self.guided_whitespace_pattern) for kind, value in
+                  (("json", self.guided_json), ("regex", self.guided_regex), ("choice", self.guided_choice), ("grammar", self.guided_grammar))
+                  if value is not None]
+        if len(found) > 1:
+            raise RequestError(400, found[1].field, f"one structured output per request; {found[0].field} already asks for one")
+        if found and found[0].kind == "json" and isinstance(found[0].value, str):  # a schema sent as JSON text
+            try:
+                return Constraint(found[0].field, "json", json.loads(found[0].value), found[0].whitespace)
+            except ValueError:
+                raise RequestError(400, found[0].field, "a JSON schema given as text must be JSON") from None
+        return found[0] if found else None
 
     def stop_sequences(self) -> list[str]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -219,8 +313,8 @@ def refuse_unhonoured(body: dict) -> None:
     for key, value in body.items():
         if value is None or key in known:
             continue
-        if key not in NEUTRAL:
-            raise RequestError(400, key, "not a field of OpenAI's chat completions that this server knows; it honours every field it takes, "
+        if key not in NEUTRAL:  # an empty name is named as JSON writes it: an empty param names no field
+            raise RequestError(400, key or '""', "not a field of OpenAI's chat completions that this server knows; it honours every field it takes, "
                                          "so it refuses the ones it does not", code="unsupported_parameter")
         neutral, why = NEUTRAL[key]
         if not any(value == allowed and isinstance(value, bool) == isinstance(allowed, bool) for allowed in neutral):

@@ -25,7 +25,7 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -36,15 +36,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from mmjudge.infer import grammar
 from mmjudge.infer.decoding import Completion, Sampling
 from mmjudge.infer.engine import pair_result, prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import CALIBRATOR_FIELDS, IMAGE_PLACEHOLDER, Pair, Sample, UsageError, field_name, value_problems
 from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Query, Rubric, encode_prompt, render_query
-from mmjudge.judge.templates import get_template
-from mmjudge.judge.tiling import load_tiles
-from mmjudge.serve.api import ChatRequest, RequestError, ScoreRequest, chat_request, validated
+from mmjudge.judge.vision import Pixels, load_pixels, placeholder
+from mmjudge.serve.api import ChatRequest, Constraint, RequestError, ScoreRequest, chat_request, validated
 from mmjudge.serve.completions import ChoiceText, chunk, logprob_entries, now, sse, usage
 from mmjudge.serve.images import RequestImages
 from mmjudge.serve.metrics import Metrics
@@ -69,6 +69,7 @@ class Service:
     started: int
     context: int  # the model's context in tokens: a prompt and its answer together
     metrics: Metrics
+    vocabulary: grammar.Vocabulary | str  # the judge's tokens for structured outputs, or why it has none
 
     @property
     def tokenizer(self):
@@ -187,9 +188,27 @@ async def metrics(request: Request, service: Service) -> Response:
 
 def card(service: Service) -> dict:
     """The model as /v1/models lists it, with what a client needs to know of its input: its context
-    (vLLM's `max_model_len`) and the tiles it cuts an image into at most (`max_tiles`)."""
+    (vLLM's `max_model_len`) and how large an image it takes: the tiles an InternVL judge cuts an image into
+    at most (`max_tiles`), the pixels a Qwen-VL judge resizes one to at most (`max_pixels`)."""
+    limits = {k: v for k, v in service.judge.settings.images.stored().items() if k in ("max_tiles", "max_pixels")}
     return {"id": service.model_name, "object": "model", "created": service.started, "owned_by": "mmjudge",
-            "max_model_len": service.context, "max_tiles": service.judge.settings.tiling.max_tiles}
+            "max_model_len": service.context, **limits}
+
+
+def processing_of(settings, body: ChatRequest):
+    """The judge's image processing with the request's mm_processor_kwargs (vLLM's): a tile limit for an
+    InternVL judge, least and most pixels for a Qwen-VL one; the other backbone's are refused."""
+    processing = settings.images
+    kwargs = body.mm_processor_kwargs
+    if kwargs is None:
+        return processing
+    try:
+        if kwargs.max_dynamic_patch:
+            processing = processing.with_max_tiles(kwargs.max_dynamic_patch)
+        pixels = {k: v for k, v in (("min_pixels", kwargs.min_pixels), ("max_pixels", kwargs.max_pixels)) if v is not None}
+        return processing.restored(pixels) if pixels else processing
+    except (UsageError, ValueError) as err:
+        raise RequestError(400, "mm_processor_kwargs", str(err)) from None
 
 
 async def models(request: Request, service: Service) -> Response:
@@ -225,6 +244,10 @@ async def score(request: Request, service: Service) -> Response:
     try:
         local = await run_in_threadpool(lambda: [with_image_files(item, f"{what}[{k}]", images) for k, item in enumerate(items)])
         prepared = await run_in_threadpool(prepare, service.judge, list(enumerate(local)), service.rubrics, Path("."), service.score_options)
+        for item in prepared:
+            if len(item.input_ids) >= service.context:
+                raise RequestError(400, f"{what}[{item.index}]", f"the prompt is {len(item.input_ids)} tokens, and {context_name(service)} holds "
+                                                                 f"{service.context} with the answer", code="context_length_exceeded")
         gone = threading.Event()  # set when the client disconnects: its samples leave the model at the next step
         results = await until_answered(service, submitted(service, service.worker.score(prepared, gone.is_set)), request, gone)
     finally:
@@ -236,6 +259,10 @@ async def score(request: Request, service: Service) -> Response:
         results = [pair_result(views[k], service.score_options) for k in range(len(items))]
     service.metrics.e2e.observe(time.monotonic() - arrived)
     return JSONResponse({"results": [result.model_dump(exclude=CALIBRATOR_FIELDS if what == "samples" else None) for result in results]})
+
+
+def context_name(service: Service) -> str:
+    return "this server's --max_model_len" if service.limits.max_model_len else "this model's context"
 
 
 def with_image_files(item: Sample | Pair, where: str, images: RequestImages) -> Sample | Pair:
@@ -260,31 +287,33 @@ async def chat_completions(request: Request, service: Service) -> Response:
         raise RequestError(413, f"messages[{index}].content", f"{len(image_parts)} images, over this server's limit of {service.limits.max_images} (--max_images)")
     query = user_query(user.text(), len(image_parts))
     settings = service.judge.settings
-    tiling = settings.tiling
-    if body.mm_processor_kwargs and (max_tiles := body.mm_processor_kwargs.max_dynamic_patch):
-        tiling = replace(tiling, max_tiles=max_tiles, min_tiles=min(tiling.min_tiles, max_tiles))
+    processing = processing_of(settings, body)
+    low_detail = processing.with_max_tiles(1)  # OpenAI's low detail: one tile of the whole image (a Qwen-VL judge's images are whole already)
     images = RequestImages(service.image_root, service.limits.max_image_pixels)
+    constraint = body.constraint()
 
-    def tokenized() -> tuple[torch.Tensor, torch.Tensor | None]:
-        tiles = [load_tiles(images.file(part.image_url.url, f"messages[{index}].content[{n}].image_url.url"), tiling) for n, part in image_parts]
+    def tokenized() -> tuple[torch.Tensor, Pixels | None]:
+        loaded = [load_pixels(images.file(part.image_url.url, f"messages[{index}].content[{n}].image_url.url"),
+                              low_detail if part.image_url.detail == "low" else processing) for n, part in image_parts]
         # Rendered as judge-score renders a prompt: what the user wrote is read as text, whatever tokens it spells.
-        text, controls = render_query(get_template(settings.template), query, [t.shape[0] for t in tiles], settings.tokens_per_tile,
+        text, controls = render_query(settings.template, query, [placeholder(processing, p.tokens) for p in loaded],
                                       settings.system_message if system is None else system)
-        return torch.tensor(encode_prompt(service.tokenizer, text, controls)), torch.cat(tiles) if tiles else None
+        return torch.tensor(encode_prompt(service.tokenizer, text, controls)), Pixels.cat(loaded)
 
     try:
         input_ids, pixels = await run_in_threadpool(tokenized)
     finally:
         images.close()
+    rules = None if constraint is None else await run_in_threadpool(compiled, service, constraint)  # a large schema takes a while
     room = service.context - len(input_ids)
     if room < 1:
-        raise RequestError(400, "messages", f"the prompt is {len(input_ids)} tokens, and this model's context holds {service.context} "
+        raise RequestError(400, "messages", f"the prompt is {len(input_ids)} tokens, and {context_name(service)} holds {service.context} "
                                             "with the answer", code="context_length_exceeded")
-    answer = Answer(service, body, stops, len(input_ids), 0 if pixels is None else len(pixels), request.state.request_id, arrived)
+    answer = Answer(service, body, stops, len(input_ids), 0 if pixels is None else pixels.tiles, request.state.request_id, arrived)
     # the written token's log-probability is the first of its step's likeliest
     logprobs = max(1, body.top_logprobs or 0) if body.logprobs else 0
     prompt = ChatPrompt(input_ids, pixels, body.new_tokens(service.score_options.max_new_tokens, room), logprobs, sampling(body),
-                        body.n or 1, answer.on_token, answer.gone.is_set)
+                        body.n or 1, answer.on_token, answer.gone.is_set, rules)
     future = submitted(service, service.worker.chat(prompt))
     if body.stream:
         return StreamingResponse(answer.stream(future, request), media_type="text/event-stream")
@@ -296,6 +325,19 @@ async def chat_completions(request: Request, service: Service) -> Response:
     whole, texts = await run_in_threadpool(answer.whole, completions)
     answer.counted(completions, texts)
     return JSONResponse(whole)
+
+
+def compiled(service: Service, constraint: Constraint) -> grammar.Grammar:
+    """The request's structured output as a grammar of the judge's tokens; a 400 naming the field where it
+    does not compile."""
+    if isinstance(service.vocabulary, str):
+        raise RequestError(400, constraint.field, f"this judge cannot constrain its answers: {service.vocabulary}")
+    build = {"json": lambda v, value: grammar.json_schema(v, value, constraint.whitespace), "regex": grammar.regex,
+             "choice": grammar.choice, "grammar": grammar.grammar}[constraint.kind]
+    try:
+        return build(service.vocabulary, constraint.value)
+    except grammar.GrammarError as err:
+        raise RequestError(400, constraint.field, f"does not compile to a grammar: {err}") from None
 
 
 def sampling(body: ChatRequest) -> Sampling:
@@ -361,13 +403,13 @@ class Answer:
         self.service, self.body, self.stops, self.prompt_tokens, self.n_tiles = service, body, stops, prompt_tokens, n_tiles
         self.id, self.created, self.arrived = f"chatcmpl-{request_id}", now(), arrived
         self.decode = service.judge.decode
-        self.stop_id = service.tokenizer.convert_tokens_to_ids(get_template(service.judge.settings.template).stop_token)
+        self.stop_ids = service.judge.stop_ids
         self.gone = threading.Event()  # the client disconnected: the model thread ends the request
         self.first_token_at: float | None = None
         # Streamed text goes out as it is written, unless each token goes with its log-probabilities (the
         # model thread returns those with the whole answer).
         self.live = bool(body.stream and not body.logprobs)
-        self.choices = [ChoiceText(self.decode, stops, self.stop_id) for _ in range(body.n or 1)]
+        self.choices = [ChoiceText(self.decode, stops, self.stop_ids) for _ in range(body.n or 1)]
         self.loop = asyncio.get_running_loop()
         self.written: asyncio.Queue[int] = asyncio.Queue()  # choices with new text, while live
 
@@ -385,7 +427,7 @@ class Answer:
         return going
 
     def texts(self, completions: list[Completion]) -> list[ChoiceText]:
-        return [ChoiceText.of(c.tokens, self.decode, self.stops, self.stop_id) for c in completions]
+        return [ChoiceText.of(c.tokens, self.decode, self.stops, self.stop_ids) for c in completions]
 
     def counted(self, completions: list[Completion], texts: list[ChoiceText]) -> None:
         metrics = self.service.metrics

@@ -6,7 +6,7 @@
 POST /v1/score takes MMIE samples and answers with the records judge-score writes; POST
 /v1/chat/completions is OpenAI's API for any OpenAI client (streamed or whole, with logprobs); GET /v1/models,
 /health and /metrics (vLLM's metric names). It listens on 127.0.0.1 unless --host says otherwise, and any other address needs an
-API key. Scoring options are MMIE's defaults, changed by --config (a preset such as configs/score/milebench.yaml)
+API key. Scoring options are MMIE's defaults, changed by --config (a YAML, or a bundled preset by name such as milebench)
 and then by their flags.
 """
 
@@ -21,32 +21,32 @@ from pathlib import Path
 
 from mmjudge.infer.cli import DTYPES
 from mmjudge.infer.options import ScoreOptions
-from mmjudge.judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, setting_problems
+from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag, add_settings_flags, config_given, config_values, run, setting_problems
 from mmjudge.judge.data import UsageError
 from mmjudge.judge.formats import FORMATS
 from mmjudge.judge.prompts import load_rubrics
-from mmjudge.serve.options import ServeOptions
+from mmjudge.serve.options import ServeOptions, prefill_budget
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="judge-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model_path", "--model-path", required=True,
-                   help="judge checkpoint, a local directory or a Hugging Face Hub id: original InternVL2, native, or a judge-train output")
+    p = CommandParser(prog="judge-serve", description=__doc__)
+    p.add_argument("--model_path", required=True,
+                   help="judge checkpoint, a local directory or a Hugging Face Hub id: InternVL2/2.5/3 (original or -hf), Qwen2.5-VL, Qwen3-VL, or a judge-train output")
     add_revision_flag(p)
-    p.add_argument("--served_model_name", "--served-model-name",
+    p.add_argument("--served_model_name",
                    help="the name requests give as their `model` and /v1/models lists; any other name is answered 404 model_not_found "
                         "(default: --model_path as given)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on; any but a loopback address needs --api_key_env (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
-    p.add_argument("--api_key_env", "--api-key-env",
+    p.add_argument("--api_key_env",
                    help="name of the environment variable holding the API key that clients send as 'Authorization: Bearer KEY'; "
                         "the key itself never goes on a command line, where every user of the machine sees it (default: none, no key asked)")
-    p.add_argument("--image_root", "--image-root",
+    p.add_argument("--image_root", path="dir",
                    help="directory that image paths in requests are read under, and only under (default: none; images come as base64 data URLs)")
-    p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: MMIE's, configs/rubrics/sa|pbl|msr.yaml, and "
-                                               "the pairwise configs/rubrics/pairwise.yaml for pairs of category general)")
-    p.add_argument("--config", help="YAML of the scoring options that differ from the defaults (MMIE's), overridden by the flags given, "
-                                     "e.g. configs/score/milebench.yaml (default: none)")
-    add_settings_flags(p, ScoreOptions, config_values(ScoreOptions, flag_given(argv, "config"), argparse.Namespace()))
+    p.add_argument("--rubric", nargs="+", path="file_or_dir", bundled="rubrics",
+                   help="rubric YAML files or directories (default: MMIE's, sa pbl msr, and the pairwise rubric for pairs of category general)")
+    p.add_argument("--config", path="file", bundled="score",
+                   help="YAML of the scoring options that differ from the defaults (MMIE's), overridden by the flags given (default: none)")
+    add_settings_flags(p, ScoreOptions, config_values(ScoreOptions, config_given(argv, "score"), argparse.Namespace()))
     add_settings_flags(p, ServeOptions, config_values(ServeOptions, None, argparse.Namespace()))
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda:0 if a GPU is present, else cpu)")
     p.add_argument("--dtype", choices=DTYPES, help="model dtype (default: bfloat16 on GPU, float32 on CPU)")
@@ -62,22 +62,33 @@ def _main(argv) -> int:
     args = build_parser(argv).parse_args(argv)
     options, limits, api_key = settings(args)
     rubrics = load_rubrics(args.rubric or FORMATS["pairs"].default_rubrics)
-    import torch
     import uvicorn
 
-    from mmjudge.infer.local_backend import checked_device, default_device
-    from mmjudge.judge.model import load_judge, with_max_tiles
+    from mmjudge.api import Judge
+    from mmjudge.infer.engine import judge_vocabulary
+    from mmjudge.infer.grammar import GrammarError
+    from mmjudge.judge.model import with_max_tiles
+    from mmjudge.judge.rope import context_length
     from mmjudge.serve.app import Service, build_app
     from mmjudge.serve.metrics import Metrics
     from mmjudge.serve.worker import Worker
 
-    device = checked_device(args.device or default_device())
-    judge = load_judge(args.model_path, device, getattr(torch, args.dtype) if args.dtype else None, revision=args.revision)
+    loaded = Judge.load(args.model_path, device=args.device, dtype=args.dtype, revision=args.revision)  # the Python API's door, the same judge
+    judge, device = loaded.model, loaded.device
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
-    worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000)
+    context = context_length(judge.model.config.get_text_config())
+    if limits.max_model_len is not None and limits.max_model_len > context:
+        raise UsageError(f"--max_model_len {limits.max_model_len} is more than {args.model_path}'s context of {context} tokens")
+    worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000, prefill_budget(limits.max_num_batched_tokens, device),
+                    limits.max_model_len)
     name = args.served_model_name or args.model_path
+    try:
+        vocabulary = judge_vocabulary(judge)
+    except GrammarError as err:  # requests for structured outputs are refused, saying why
+        vocabulary = str(err)
+        print(f"judge-serve: no structured outputs: {err}", file=sys.stderr, flush=True)
     service = Service(name, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
-                      worker, int(time.time()), worker.context, Metrics(name))
+                      worker, int(time.time()), worker.context, Metrics(name), vocabulary)
     print(f"judge-serve: {args.model_path} on {device}, http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.Server(uvicorn.Config(build_app(service), host=args.host, port=args.port, log_level="info")).run()
     return 0
@@ -96,8 +107,6 @@ def settings(args) -> tuple[ScoreOptions, ServeOptions, str | None]:
         problems.append(f"--host {args.host} lets other machines in: give an API key with --api_key_env, or listen on 127.0.0.1")
     if not 0 < args.port < 65536:
         problems.append(f"--port must be 1-65535, got {args.port}")
-    if args.image_root and not Path(args.image_root).is_dir():
-        problems.append(f"--image_root {args.image_root}: not a directory")
     if problems:
         raise UsageError("judge-serve cannot start:\n  " + "\n  ".join(problems))
     return ScoreOptions(**values), ServeOptions(**limits), api_key

@@ -24,23 +24,23 @@ class ChoiceText:
     few tokens to see whether a stop sequence may have come (a token writes at least one byte of text, and a
     character is at most four), and the whole text only then; `exact` decodes the whole text at every token."""
 
-    def __init__(self, decode: Decode, stops: list[str], stop_id: int, exact: bool = False):
-        self.decode, self.stops, self.stop_id, self.exact = decode, stops, stop_id, exact
+    def __init__(self, decode: Decode, stops: list[str], stop_ids: tuple[int, ...], exact: bool = False):
+        self.decode, self.stops, self.stop_ids, self.exact = decode, stops, stop_ids, exact
         self.window = 4 * max(map(len, stops), default=0) + 8
         self.tokens: list[int] = []  # the tokens of the text: the stop token left out
         self.cut: int | None = None  # where a stop sequence begins in the text of the tokens
         self.stopped = False  # by the stop token or a stop sequence
 
     @classmethod
-    def of(cls, tokens: list[int], decode: Decode, stops: list[str], stop_id: int) -> ChoiceText:
+    def of(cls, tokens: list[int], decode: Decode, stops: list[str], stop_ids: tuple[int, ...]) -> ChoiceText:
         """The text of a finished choice. Decoded whole first: only a text that holds a stop sequence is
         read token by token, to find the one that ended it."""
-        end = tokens.index(stop_id) if stop_id in tokens else len(tokens)
-        choice = cls(decode, [], stop_id)
+        end = next((i for i, token in enumerate(tokens) if token in stop_ids), len(tokens))
+        choice = cls(decode, [], stop_ids)
         choice.tokens, choice.stopped = tokens[:end], end < len(tokens)
         text = decode(choice.tokens)
         if stops and any(stop in text for stop in stops):
-            choice = cls(decode, stops, stop_id, exact=True)
+            choice = cls(decode, stops, stop_ids, exact=True)
             for token in tokens:
                 if not choice.add(token):
                     break
@@ -54,7 +54,7 @@ class ChoiceText:
         """Take the next written token; False once the choice has ended."""
         if self.stopped:
             return False
-        if token == self.stop_id:
+        if token in self.stop_ids:
             self.stopped = True
             return False
         self.tokens.append(token)

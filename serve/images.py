@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import tempfile
 from pathlib import Path
 
 from PIL import Image
 
 from mmjudge.serve.api import RequestError
+
+WHITESPACE = re.compile(r"[ \t\n\r\f\v]+")
 
 
 class RequestImages:
@@ -46,7 +49,9 @@ class RequestImages:
         if not comma or not header.endswith(";base64"):
             raise RequestError(400, field, "a data URL must be base64: data:image/png;base64,...")
         try:
-            content = base64.b64decode(data, validate=True)
+            # ASCII whitespace is skipped, as standard (RFC 2045) decoders and OpenAI's service skip it: lmms-eval's
+            # wildvision sends "base64, <data>", with a space; any other character outside base64 is refused
+            content = base64.b64decode(WHITESPACE.sub("", data), validate=True)
         except (binascii.Error, ValueError):
             raise RequestError(400, field, "the data URL's base64 does not decode") from None
         self._count += 1

@@ -14,6 +14,18 @@ def _limit(default: int, help: str, minimum: int):
     return field(default=default, metadata={"help": help, "minimum": minimum})
 
 
+# Prompt tokens per engine step when --max_num_batched_tokens is not given. On a CPU a 2048-token chunk
+# beside a 16,000-token prompt took seconds, so short requests waited longer than for the unchunked prefill;
+# 512 halved their median and p99 (docs/serve.md, "Long prompts").
+GPU_PREFILL_BUDGET, CPU_PREFILL_BUDGET = 2048, 512
+
+
+def prefill_budget(given: int | None, device: str) -> int:
+    if given is not None:
+        return given
+    return GPU_PREFILL_BUDGET if device.startswith("cuda") else CPU_PREFILL_BUDGET
+
+
 @dataclass(frozen=True)
 class ServeOptions:
     batch_wait_ms: int = _limit(20, "how long the first request of a batch waits for others to join it, in ms", 0)
@@ -21,6 +33,14 @@ class ServeOptions:
     max_samples: int = _limit(256, "samples per /v1/score request", 1)
     max_images: int = _limit(64, "images per sample or per chat request", 0)
     max_image_pixels: int = _limit(40_000_000, "width x height of an image, read from its header before it is decoded", 1)
+    max_num_batched_tokens: int | None = field(default=None, metadata={
+        "help": "prompt tokens prefilled per engine step at most (vLLM's name): a longer chat prompt is prefilled in chunks between the "
+                "decoding steps of the answers being written, and stops at the next chunk when its client leaves; none: "
+                f"{GPU_PREFILL_BUDGET} on a GPU (vLLM's), {CPU_PREFILL_BUDGET} on a CPU, where a chunk of {GPU_PREFILL_BUDGET} takes seconds "
+                "that every short answer beside it waits", "minimum": 1})
+    max_model_len: int | None = field(default=None, metadata={
+        "help": "tokens a request's prompt and answer hold together at most (vLLM's name): a longer prompt is refused (400) before it "
+                "reaches the model, an answer is cut there; none: the model's context", "minimum": 2})
 
     def __post_init__(self):
         if problems := setting_problems(ServeOptions, asdict(self)):

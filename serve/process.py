@@ -18,9 +18,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(flags: list[str], port: int, log: Path, env: dict | None = None, timeout_s: float = 180) -> subprocess.Popen:
-    """`judge-serve FLAGS --port PORT` started and answering /health, its output in `log`; the server is
-    stopped again if it does not answer within the timeout."""
+def start_server(flags: list[str], port: int, log: Path, env: dict | None = None, timeout_s: float = 3600) -> subprocess.Popen:
+    """`judge-serve FLAGS --port PORT` started and answering /health, its output in `log`; an error as soon as
+    it exits, and the server stopped again if it does not answer within the timeout: a bound on a hang only,
+    since a busy machine can take minutes to load a model."""
     with log.open("ab") as out:
         process = subprocess.Popen([sys.executable, "-m", "mmjudge.serve.cli", *flags, "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + timeout_s

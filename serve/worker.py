@@ -9,9 +9,12 @@ first one waits up to --batch_wait_ms for others), so that concurrent requests s
 Either way each answer is the one its request gets alone: the decoder computes every row as it would be
 alone, whatever is batched beside it (a sampled answer draws from its own seeded generator).
 
-A chat prompt that arrives while a round's chat answers are being written joins them at once, in a slot
-that one of them freed, when it fits the slots and asks for no more top log-probabilities than the round;
-otherwise (and behind any /v1/score request, which runs next) it waits for the next round.
+A chat prompt that arrives while a round's chat answers are being written joins them at once when it asks
+for no more top log-probabilities than the round: in a free slot of a lane (a cache of slots) that fits
+it, or in a lane of its own where the token budget has room (infer/decoding.py); otherwise (and behind any
+/v1/score request, which runs next) it waits for the next round. Chat prompts are prefilled at most
+--max_num_batched_tokens tokens per engine step, a long one in chunks, so that one long prompt does not
+stall the answers being written beside it.
 
 A chat prompt may be cancelled (its client is gone): it is dropped before its turn, or leaves its slot at
 the next step, and its future still gets its choices, finish_reason "cancelled".
@@ -35,16 +38,18 @@ import torch
 
 from mmjudge.infer.decoding import Completion, OutOfMemory, Request, Sampling, seeded
 from mmjudge.infer.engine import Prepared, Scorer, judge_decoder
+from mmjudge.infer.grammar import Grammar
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import JudgeResult, UsageError
 from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Rubric
+from mmjudge.judge.vision import Pixels
 
 
 @dataclass
 class ChatPrompt:
     input_ids: torch.Tensor  # 1-D: the rendered prompt, image tokens expanded
-    pixels: torch.Tensor | None  # every tile of every image, in prompt order
+    pixels: Pixels | None  # every image's pixels, in prompt order
     max_new_tokens: int  # cut to the model's context less the prompt (finish_reason "length")
     logprobs: int  # how many of each step's likeliest tokens to return with their log-probabilities (0: none)
     sampling: Sampling = Sampling()
@@ -54,6 +59,7 @@ class ChatPrompt:
     on_token: Callable[[int, int], bool] | None = None
     # Set by the HTTP layer when the client is gone: every choice ends before the next step (finish_reason "cancelled").
     cancelled: Callable[[], bool] | None = None
+    grammar: Grammar | None = None  # structured outputs: what each choice's text must follow
 
 
 @dataclass
@@ -91,11 +97,14 @@ class _Told:
 
 
 class Worker:
-    def __init__(self, judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str, batch_wait_s: float):
+    def __init__(self, judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str, batch_wait_s: float,
+                 prefill_budget: int | None = None, max_model_len: int | None = None):
         self.options, self.device, self.batch_wait_s = options, device, batch_wait_s
         self.scorer = Scorer(judge, rubrics, options, device)
         # A chat answer ends at the stop token whatever --ignore_stop says (a benchmarking switch), and records no score logits.
-        self.chat_decoder = judge_decoder(judge, device, options.token_budget, columns=[])
+        self.chat_decoder = judge_decoder(judge, device, options.token_budget, columns=[], prefill_budget=prefill_budget)
+        for decoder in (self.scorer.decoder, self.chat_decoder):  # --max_model_len: answers end there
+            decoder.context = min(decoder.context, max_model_len or decoder.context)
         self.counts: Counter[str] = Counter()  # the metrics endpoint's counters; written by this thread only
         self._queue: queue.Queue[ScoreJob | ChatJob] = queue.Queue()
         self._held: list[ScoreJob | ChatJob] = []  # arrived during a round and not joined to it: the next round's first
@@ -109,9 +118,11 @@ class Worker:
         return self._queue.qsize() + len(self._held)
 
     def forward_passes(self) -> dict[str, int]:
-        """Prefill groups and decoding steps run so far, scoring and chat together."""
+        """Prefill groups (or chunks) and decoding steps run so far, and the prompt tokens prefilled, scoring and
+        chat together."""
         decoders = (self.scorer.decoder, self.chat_decoder)
-        return {"prefill": sum(d.prefills for d in decoders), "step": sum(d.steps for d in decoders)}
+        return {"prefill": sum(d.prefills for d in decoders), "step": sum(d.steps for d in decoders),
+                "prefill_tokens": sum(d.prefill_tokens for d in decoders)}
 
     def score(self, items: list[Prepared], cancelled: Callable[[], bool] | None = None) -> Future:
         return self._submit(ScoreJob(items, Future(), cancelled))
@@ -132,7 +143,7 @@ class Worker:
         if prompt.on_token is not None:
             prompt.on_token.written.clear()  # a new run, from the first token
         return Request(index, prompt.input_ids.long(), max_new_tokens=prompt.max_new_tokens, sampling=prompt.sampling, n=prompt.n,
-                       on_token=prompt.on_token, cancelled=prompt.cancelled)
+                       on_token=prompt.on_token, cancelled=prompt.cancelled, grammar=prompt.grammar)
 
     def _submit(self, job: ScoreJob | ChatJob) -> Future:
         self._queue.put(job)
@@ -198,20 +209,19 @@ class Worker:
             future.set_result(jobs[request.index].prompt.pixels)
             return future
 
-        def joining(fits) -> list[Request]:
-            joined = []
+        def joining(take) -> None:
             while not self._held:  # once one waits for the next round, those after it wait too
                 try:
                     job = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                request = self._request(len(jobs), job.prompt) if isinstance(job, ChatJob) and job.prompt.logprobs <= logprobs else None
-                if request is None or not fits(request):
-                    self._held.append(job)
-                    break
-                jobs.append(job)
-                joined.append(request)
-            return joined
+                if isinstance(job, ChatJob) and job.prompt.logprobs <= logprobs:
+                    jobs.append(job)  # first: take() starts loading its tiles, found by its index
+                    if take(self._request(len(jobs) - 1, job.prompt)):
+                        continue
+                    jobs.pop()
+                self._held.append(job)
+                break
 
         choices: dict[int, list[Completion]] = defaultdict(list)
         try:
@@ -225,6 +235,6 @@ class Worker:
                         jobs[completion.index].future.set_result(sorted(answered, key=lambda c: c.choice))
         except OutOfMemory as err:
             prompt = jobs[err.request.index].prompt
-            raise UsageError(f"the prompt ({len(prompt.input_ids)} tokens, {0 if prompt.pixels is None else len(prompt.pixels)} tiles) "
+            raise UsageError(f"the prompt ({len(prompt.input_ids)} tokens, {0 if prompt.pixels is None else prompt.pixels.tiles} tiles) "
                              f"with up to {prompt.max_new_tokens} new tokens does not fit in {self.device} memory even alone; "
                              "send fewer or smaller images, or ask for fewer tokens") from None

@@ -61,15 +61,30 @@ def checkpoint(tmp_path_factory):
     return write_original_checkpoint(tmp_path_factory.mktemp("ckpt"), seed=0)
 
 
+@pytest.fixture(scope="module")
+def annotated(tmp_path_factory):
+    """A synthetic annotated dataset of 12 samples and its images: train.json holds the first 10 records (second
+    annotators included), heldout.json the rest, written once per test module."""
+    import json
+
+    from mmjudge.judge.testing import write_dataset
+
+    root = tmp_path_factory.mktemp("data")
+    records = json.loads(write_dataset(root, 12, seed=2, annotated=True).read_text())
+    (root / "train.json").write_text(json.dumps(records[:10]))
+    (root / "heldout.json").write_text(json.dumps(records[10:]))
+    return root
+
+
 @pytest.fixture
 def wait_for_lines():
-    """Waits until a file another process appends to (a journal mid-run) holds at least `n` lines, or a
-    timeout passes; returns whether it did."""
-    def wait(path: Path, n: int, timeout_s: float = 120) -> bool:
-        deadline = time.time() + timeout_s
-        while time.time() < deadline:
-            if path.exists() and len(path.read_text().splitlines()) >= n:
-                return True
+    """Waits until a file another process appends to (a journal mid-run) holds at least `n` lines, or that
+    process has ended; returns whether the file holds them. No time limit: a busy machine is slow, not wrong."""
+    def wait(path: Path, n: int, process) -> bool:
+        def holds() -> bool:
+            return path.exists() and len(path.read_text().splitlines()) >= n
+
+        while not holds() and process.poll() is None:
             time.sleep(0.05)
-        return False
+        return holds()
     return wait

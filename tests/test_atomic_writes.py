@@ -9,9 +9,13 @@ from dataclasses import replace
 import pytest
 
 from mmjudge.judge.calibrator import Calibrator
-from mmjudge.judge.model import read_settings, write_settings
+from mmjudge.judge.model import JudgeSettings, read_settings, write_settings
+from mmjudge.judge.templates import TEMPLATES
 from mmjudge.judge.testing import write_native_checkpoint
+from mmjudge.judge.tiling import TilingConfig
 from mmjudge.train.recipe import append_history
+
+BASE = JudgeSettings(TEMPLATES["Hermes-2"], None, TilingConfig())  # every field of the file is read over it
 
 
 @pytest.fixture
@@ -38,13 +42,13 @@ def test_a_calibrator_cut_short_leaves_the_previous_one(tmp_path, full_disk):
 
 def test_judge_settings_cut_short_leave_the_previous_ones(tmp_path, full_disk):
     checkpoint = write_native_checkpoint(tmp_path / "judge")
-    settings = read_settings(checkpoint, 256)
+    settings = read_settings(checkpoint, BASE)
     before = (checkpoint / "judge_config.json").read_text()
     full_disk()
     with pytest.raises(OSError):
-        write_settings(replace(settings, template="internlm2-chat"), checkpoint)
+        write_settings(replace(settings, template=TEMPLATES["internlm2-chat"]), checkpoint)
     assert (checkpoint / "judge_config.json").read_text() == before
-    assert read_settings(checkpoint, 256) == settings
+    assert read_settings(checkpoint, BASE) == settings
 
 
 def test_an_evaluation_history_cut_short_keeps_the_evaluations_before(tmp_path, full_disk):

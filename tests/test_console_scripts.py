@@ -9,6 +9,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from mmjudge.judge.testing import HANG_S
 
 
 # Each test starts the commands as processes: seconds each, more than the quick loop affords.
@@ -26,7 +27,7 @@ def outputs() -> dict[tuple[str, ...], subprocess.CompletedProcess]:
     """Every --help and --version run, started together: most of their time is interpreter and torch start-up."""
     commands = [(*run, "--help") for run in HELP_RUNS] + [(name, "--version") for name in SCRIPTS]
     started = {c: subprocess.Popen([str(BIN / c[0]), *c[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands}
-    return {c: subprocess.CompletedProcess(p.args, p.wait(timeout=300), *p.communicate()) for c, p in started.items()}
+    return {c: subprocess.CompletedProcess(p.args, p.wait(timeout=HANG_S), *p.communicate()) for c, p in started.items()}
 
 
 def test_the_readme_commands_are_the_declared_scripts():
@@ -66,11 +67,11 @@ def test_help_states_every_default(outputs, run):
     assert options_without_default(done.stdout) == []
 
 
-def test_the_command_lines_are_read_before_transformers_loads():
+def test_the_command_lines_are_read_before_transformers_loads(tmp_path):
     """--help, --version and a bad flag's message must not wait for transformers (seconds): the command
     modules and their settings import without it, and the parsers build without it."""
     code = ("import sys, mmjudge.infer.cli, mmjudge.train.cli, mmjudge.serve.cli; mmjudge.infer.cli.build_parser(); mmjudge.train.cli.build_parser(); mmjudge.train.cli.merge_parser(); "
             "mmjudge.serve.cli.build_parser(); "
             "print(sorted(m for m in ('transformers', 'peft', 'deepspeed') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr

@@ -11,18 +11,35 @@ forces weights-only loading process-wide (mmjudge.judge.cli.run), which reads te
 other global; `allow_checkpoint_types` adds the few types DeepSpeed's checkpoints hold. Before the model
 loads, `unsafe_pickles` lists the globals of every pickle in the checkpoint, so that a planted one is named
 with its file, not found half-way through a resume.
+
+A checkpoint also holds `data_order.json`, written here: the RNG state the order of the epoch in progress
+was drawn from (train.data.EpochOrder), plain JSON, so that a resume part-way through any epoch sees the
+rest of that epoch in the order the run it resumes saw.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import os
 import re
+import reprlib
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+from mmjudge.judge.data import write_json_atomically
+
+if TYPE_CHECKING:
+    import torch  # loaded where used: judge-train's command line imports this before torch's threads are chosen (judge/cpu.py)
+
+from mmjudge.judge.data import InputError, read_json
+from mmjudge.judge.outputs import LOCK_FILE, overwritten_inputs
+from mmjudge.train.config import CHECKPOINTS_DIR
 
 TRAINER_STATE = "trainer_state.json"
+DATA_ORDER = "data_order.json"
 _STEP = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -48,11 +65,54 @@ def _unfinished(path: Path, step: int) -> str | None:
     return None if saved == step else f"{TRAINER_STATE} says step {saved}"
 
 
+def write_data_order(checkpoint: Path, drawn: tuple[int, torch.Tensor]) -> None:
+    epoch, rng_state = drawn
+    write_json_atomically(checkpoint / DATA_ORDER, {"epoch": epoch, "rng_state": base64.b64encode(rng_state.numpy().tobytes()).decode("ascii")})
+
+
+def read_data_order(checkpoint: Path) -> tuple[int, torch.Tensor] | None:
+    """The epoch in progress at the checkpoint and the RNG state its order was drawn from; None where the
+    checkpoint holds none (saved before judge-train wrote one). Anything else than what write_data_order
+    writes is a CheckpointError naming the file."""
+    import torch
+
+    from mmjudge.judge.model import CheckpointError
+
+    file = checkpoint / DATA_ORDER
+    if not file.is_file():
+        return None
+    state_bytes = torch.get_rng_state().numel()
+    if file.stat().st_size > 2 * state_bytes:  # its base64 and an epoch number: a bigger file is not one
+        raise CheckpointError(f"{file}: {file.stat().st_size:,} bytes, not the data order judge-train writes (about {state_bytes * 4 // 3:,})")
+    try:
+        saved = json.loads(file.read_bytes())
+        epoch, rng_state = saved["epoch"], base64.b64decode(saved["rng_state"], validate=True)
+    except (ValueError, TypeError, KeyError, binascii.Error):
+        raise CheckpointError(f"{file}: not the data order judge-train writes ({{\"epoch\": N, \"rng_state\": base64}}); "
+                              "resume from an earlier checkpoint, or delete the file to draw the rest of this epoch afresh") from None
+    if type(epoch) is not int or epoch < 0 or len(rng_state) != state_bytes:
+        raise CheckpointError(f"{file}: epoch must be a whole number of at least 0 and rng_state {state_bytes:,} bytes, "
+                              f"got {reprlib.repr(epoch)} and {len(rng_state):,} bytes")
+    return epoch, torch.frombuffer(bytearray(rng_state), dtype=torch.uint8)
+
+
+def data_order_problems(checkpoint: Path) -> list[str]:
+    from mmjudge.judge.model import CheckpointError
+
+    try:
+        read_data_order(checkpoint)
+    except CheckpointError as err:
+        return [str(err)]
+    return []
+
+
 def allow_checkpoint_types() -> None:
     """Let weights-only loading read what DeepSpeed's own checkpoints hold besides tensors: its loss scaler,
     the ZeRO stage, and ZeRO-1/2's fragment addresses. The list is what real checkpoints hold (ZeRO-2, ZeRO-3
     and ZeRO-3 offload, saved by judge-train and their pickles' globals listed); a bf16 run holds the same
     static loss scaler. Without DeepSpeed installed there is none to allow."""
+    import torch
+
     try:
         from deepspeed.runtime.fp16.loss_scaler import LossScaler
         from deepspeed.runtime.zero.config import ZeroStageEnum
@@ -64,26 +124,42 @@ def allow_checkpoint_types() -> None:
 
 def _outside_tag(checkpoint: Path) -> list[str]:
     """DeepSpeed loads its shards from the folder its `latest` file names, read as a path: one that names
-    anything but a folder of this checkpoint would load pickles this scan never saw."""
+    anything but a folder of this checkpoint, or a folder here that is a link to elsewhere, would load
+    pickles from outside the checkpoint."""
     latest = checkpoint / "latest"
     if not latest.is_file():
         return []
-    tag = latest.read_bytes().decode("utf-8", errors="replace").strip()
-    if tag in ("", ".", "..") or Path(tag).name != tag or not (checkpoint / tag).is_dir():
+    with latest.open("rb") as f:  # a tag is a folder's name: a few bytes, whatever the file's size
+        tag = f.read(4096).decode("utf-8", errors="replace").strip()
+    folder = (checkpoint / tag).resolve()
+    if tag in ("", ".", "..") or Path(tag).name != tag or not folder.is_dir() or folder.parent != checkpoint.resolve():
         return [f"{latest}: names {tag[:200]!r}, not a folder of this checkpoint; DeepSpeed would load its shards from there (was it planted?)"]
     return []
+
+
+def _files(checkpoint: Path) -> list[Path]:
+    """Every file of the checkpoint, behind links too (each folder once): a pickle is loaded through a link."""
+    seen, files = set(), []
+    for root, folders, names in os.walk(checkpoint, followlinks=True):
+        if (real := Path(root).resolve()) in seen:
+            folders.clear()
+            continue
+        seen.add(real)
+        files += [Path(root) / name for name in names]
+    return sorted(files)
 
 
 def unsafe_pickles(checkpoint: Path) -> list[str]:
     """One problem for each pickle of the checkpoint (`*.pt`, `*.pth`) that holds a global weights-only
     loading refuses, read from the pickle's opcodes without running any. (training_args.bin, which the
     Trainer writes and never reads back, is not looked at.)"""
+    import torch
     from transformers.trainer_pt_utils import safe_globals  # the numpy types of the random states, as the Trainer allows them
 
     allow_checkpoint_types()
     problems = _outside_tag(checkpoint)
     with safe_globals():
-        for file in sorted(p for p in checkpoint.rglob("*") if p.suffix in (".pt", ".pth") and p.is_file()):
+        for file in (p for p in _files(checkpoint) if p.suffix in (".pt", ".pth") and p.is_file()):
             try:
                 found = torch.serialization.get_unsafe_globals_in_checkpoint(file)
             except (ValueError, RuntimeError, zipfile.BadZipFile) as err:  # not the zip archive torch.save writes
@@ -93,3 +169,31 @@ def unsafe_pickles(checkpoint: Path) -> list[str]:
                 problems.append(f"{file}: holds pickled {', '.join(sorted(found))}, which no checkpoint of judge-train holds; "
                                 "refused, since unpickling it could run any code (was it planted?)")
     return problems
+
+
+def run_problems(out: Path, resume: bool, deepspeed: str | None, inputs: list[tuple[str, str | Path | None]]) -> list[str]:
+    """What --deepspeed, --resume and --output_dir ask that cannot work; `inputs` are the run's input files
+    by flag, none of which may lie where the run writes.
+
+    A fresh run needs a new or empty --output_dir: an earlier run's files would outlive it (after a
+    --full_finetune run, judge-score would load the earlier LoRA adapter), and its checkpoints would be
+    resumed later. Refusing is safer than deleting: a mistyped directory costs a message, not a judge.
+    Every rank checks before any writes there: the Trainer writes only once all have joined the process group."""
+    problems = []
+    if deepspeed:
+        try:
+            read_json(deepspeed)
+        except InputError as err:
+            problems += [f"--deepspeed {problem}" for problem in err.problems]
+    checkpoints = out / CHECKPOINTS_DIR
+    if resume:
+        checkpoint, skipped = resume_point(checkpoints) if checkpoints.is_dir() else (None, [])
+        if checkpoint is None:
+            problems.append(f"--resume: nothing to resume in {out}: no checkpoint saved whole in {checkpoints}"
+                            + "".join(f"; {line}" for line in skipped) + "; drop --resume to start a fresh run in a new or empty --output_dir")
+        else:
+            problems += [f"--resume: {problem}" for problem in unsafe_pickles(checkpoint) + data_order_problems(checkpoint)]
+    if not resume and out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
+        problems.append(f"--output_dir {out} is not empty (an earlier run?); give a new or empty directory, or --resume to continue that run")
+    # Everything in --output_dir is the run's: an input there could be overwritten by a checkpoint or the judge.
+    return problems + overwritten_inputs(out, ["**"], inputs)

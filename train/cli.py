@@ -1,66 +1,63 @@
-"""judge-train: fine-tune an InternVL2 judge on human-rated annotations.
+"""judge-train: fine-tune a judge (InternVL2/2.5/3, Qwen2.5-VL, Qwen3-VL) on human-rated annotations.
 
     judge-train --model_path BASE --train_file train.json --input_dir DATA --output_dir OUT [--eval_file heldout.json]
-    judge-train --model_path BASE --train_file pairs.json --input_dir DATA --output_dir OUT --rubric configs/rubrics/pairwise.yaml
+    judge-train --model_path BASE --train_file pairs.json --input_dir DATA --output_dir OUT  # pairs: the pairwise rubric
     judge-train merge --adapter OUT --output_dir MERGED [--format native|original]
 
 Many GPUs or nodes: `torchrun --nproc_per_node N -m mmjudge.train.cli ...` or `deepspeed --module mmjudge.train.cli ...` (add
---deepspeed configs/deepspeed/zero2.json); README.md shows both, on one node and on several.
+--deepspeed zero2); README.md shows both, on one node and on several.
 Settings are TrainConfig's defaults (InternVL's LoRA recipe for InternVL2-4B), overridden by --config (a YAML
-in configs/train/ holding what differs) and then by the flag of each setting's name; --help shows the values
+holding what differs, or a bundled preset by name: --config tiny) and then by the flag of each setting's name; --help shows the values
 that apply, --config's included when one is given.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from contextlib import nullcontext
+from dataclasses import fields
 from pathlib import Path
 
-from mmjudge.judge.cli import add_common_flags, add_revision_flag, add_settings_flags, config_values, flag_given, run, settings_from_config
-from mmjudge.judge.data import InputError, UsageError, holds_pairs, read_json
-from mmjudge.judge.outputs import LOCK_FILE, locked, overwritten_inputs, written_whole
-from mmjudge.judge.prompts import DEFAULT_RUBRICS, load_rubrics
-from mmjudge.train.checkpoints import resume_point, unsafe_pickles
-from mmjudge.train.config import CHECKPOINTS_DIR, TrainConfig, config_problems
+from mmjudge import api
+from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag, add_settings_flags, config_given, config_values, run
+from mmjudge.judge.data import UsageError
+from mmjudge.judge.outputs import written_whole
+from mmjudge.train.config import TrainConfig
 
-# judge.model, judge.distributed and train.recipe are imported where they are used: they load torch and
-# transformers (seconds), which --help, --version and a bad flag's message do not need.
+# judge.model and the training recipe are imported where they are used (here and in mmjudge.api): they load
+# torch and transformers (seconds), which --help, --version and a bad flag's message do not need.
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="judge-train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandParser(prog="judge-train", description=__doc__)
     p.add_argument("--model_path", required=True, help="base judge checkpoint, a local directory or a Hugging Face Hub id "
-                                                       "(original InternVL2, native, or a merged judge)")
+                                                       "(InternVL2/2.5/3 original or -hf, Qwen2.5-VL, Qwen3-VL, or a merged judge)")
     add_revision_flag(p)
-    p.add_argument("--train_file", required=True, help="annotations to learn from (JSON list or JSONL): samples with human_scores, "
-                                                       "or pairs with a preference, each learnt in both orders under a pairwise rubric")
-    p.add_argument("--input_dir", required=True, help="directory that image paths in the annotations are relative to")
-    p.add_argument("--output_dir", required=True, help="where the trained judge, checkpoints and eval_history.json go: "
-                                                       "a new or empty directory, unless --resume")
-    p.add_argument("--eval_file", help="held-out annotations scored at every checkpoint (default: none)")
-    p.add_argument("--config", help="YAML of the settings that differ from the defaults below, e.g. configs/train/tiny.yaml (default: none)")
-    p.add_argument("--rubric", nargs="+", help="rubric YAML files or directories (default: configs/rubrics/{sa,pbl,msr}.yaml, "
-                                               "and configs/rubrics/pairwise.yaml for pairs)")
-    p.add_argument("--deepspeed", help="DeepSpeed JSON, e.g. configs/deepspeed/zero2.json (default: none)")
+    p.add_argument("--train_file", required=True, path="file", help="annotations to learn from (JSON list or JSONL): samples with human_scores, "
+                                                                     "or pairs with a preference, each learnt in both orders under a pairwise rubric")
+    p.add_argument("--input_dir", required=True, path="dir", help="directory that image paths in the annotations are relative to")
+    p.add_argument("--output_dir", required=True, path="output_dir", help="where the trained judge, checkpoints and eval_history.json go: "
+                                                                          "a new or empty directory, unless --resume")
+    p.add_argument("--eval_file", path="file", help="held-out annotations scored at every checkpoint (default: none)")
+    p.add_argument("--config", path="file", bundled="train", help="YAML of the settings that differ from the defaults below (default: none)")
+    p.add_argument("--rubric", nargs="+", path="file_or_dir", bundled="rubrics", help="rubric YAML files or directories (default: sa pbl msr, and pairwise for pairs)")
+    p.add_argument("--deepspeed", path="file", bundled="deepspeed", help="DeepSpeed JSON (default: none)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output_dir (default: start fresh)")
     # The deepspeed launcher passes this flag; the rank itself is read from LOCAL_RANK, which it sets as torchrun does.
-    p.add_argument("--local_rank", "--local-rank", type=int, help="this process's device on its node, passed by the deepspeed launcher "
-                                                                  "(default: set by the launcher)")
-    add_settings_flags(p, TrainConfig, config_values(TrainConfig, flag_given(argv, "config"), argparse.Namespace()))
+    p.add_argument("--local_rank", type=int, help="this process's device on its node, passed by the deepspeed launcher (default: set by the launcher)")
+    add_settings_flags(p, TrainConfig, config_values(TrainConfig, config_given(argv, "train"), argparse.Namespace()))
     add_common_flags(p)
     return p
 
 
 def merge_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="judge-train merge", description="Fold a LoRA adapter into its base and write a standalone checkpoint.")
+    p = CommandParser(prog="judge-train merge", description="Fold a LoRA adapter into its base and write a standalone checkpoint.")
     p.add_argument("--adapter", required=True, help="a judge-train output holding an adapter: its directory or a Hugging Face Hub id")
     add_revision_flag(p, of="--adapter")
-    p.add_argument("--output_dir", required=True, help="where the merged checkpoint goes: a new or empty directory")
+    p.add_argument("--output_dir", required=True, path="output_dir", help="where the merged checkpoint goes: a new or empty directory")
     p.add_argument("--format", choices=("native", "original"), default="native",
-                   help="native: transformers' InternVL, as this toolkit and transformers read it; original: InternVL2's own format "
+                   help="native: transformers' own layout of the backbone (the released layout of a -hf InternVL, Qwen2.5-VL or "
+                        "Qwen3-VL base), as this toolkit, transformers and vLLM read it; original: InternVL's own format "
                         "(InternVLChatModel) in the layout of the adapter's original base, with its code, as InternVL's code, MMIE's "
                         "main.py, vLLM and LMDeploy read it (default: native)")
     add_common_flags(p)
@@ -80,9 +77,10 @@ def merge(argv) -> int:
     out = Path(args.output_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--output_dir {out} is not an empty directory; give a new or empty one")
-    from mmjudge.judge.model import checkpoint_format, find_checkpoint, load_judge, original_base, save_native, save_original
+    from mmjudge.judge.backbones.internvl import save_original
+    from mmjudge.judge.model import checkpoint_format, load_judge, original_base, save_native
 
-    adapter = find_checkpoint(args.adapter, args.revision).path
+    adapter = api.find_checkpoint(args.adapter, args.revision, "--adapter").path
     if checkpoint_format(adapter) != "adapter":
         raise UsageError(f"--adapter {args.adapter}: not a LoRA adapter directory (no adapter_config.json)")
     base = original_base(adapter) if args.format == "original" else None  # refused here, before the weights load
@@ -95,37 +93,12 @@ def merge(argv) -> int:
 
 def fine_tune(argv) -> int:
     args = build_parser(argv).parse_args(argv)
-    cfg = settings_from_config(TrainConfig, args.config, args)
-    out = Path(args.output_dir)
-    # A setting's problem names the config it may come from; the others name their flag or file.
-    if problems := [f"{args.config} (or its flag): {p}" if args.config else p for p in config_problems(cfg)] + run_problems(args, out):
-        raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the settings and flags:\n  " + "\n  ".join(problems))
-    rubrics = load_rubrics(args.rubric or default_rubrics(Path(args.train_file)))
-    from mmjudge.judge.distributed import end_process_group
-    from mmjudge.judge.model import find_checkpoint
-    from mmjudge.train.data import check_scales, read_annotations
-    from mmjudge.train.recipe import train
-
-    # Every problem of the inputs, then of the base, before --output_dir is taken: a run refused leaves none behind.
-    train_file, image_root = Path(args.train_file), Path(args.input_dir)
-    annotations = read_annotations(train_file, Path(args.eval_file) if args.eval_file else None, image_root, rubrics, cfg.scale)
-    check_scales(annotations[0] + annotations[1], rubrics, cfg.scale)
-    base = find_checkpoint(args.model_path, args.revision)
-    # Rank 0 holds --output_dir for the run; the others wait for it in the Trainer's process group.
-    with locked(out, "judge-train") if int(os.environ.get("RANK", "0")) == 0 else nullcontext():
-        try:
-            result = train(base, annotations, train_file, image_root, out, rubrics, cfg, args.deepspeed, args.resume)
-        finally:
-            end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
-    print(f"trained judge: {out}  (steps: {result['global_step']}, {chosen_by(result['best'], bool(args.eval_file), result['measure'])})")
+    settings = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}  # None: not given, the config's or the default applies
+    result = api.fine_tune(args.model_path, args.train_file, args.output_dir, input_dir=args.input_dir, eval_file=args.eval_file,
+                           config=args.config, rubrics=args.rubric, deepspeed=args.deepspeed, resume=args.resume, revision=args.revision,
+                           **settings)
+    print(f"trained judge: {result.output_dir}  (steps: {result.global_step}, {chosen_by(result.best, result.evaluated, result.measure)})")
     return 0
-
-
-def default_rubrics(train_file: Path) -> tuple[Path, ...]:
-    """MMIE's rubrics, and for pairs the toolkit's pairwise one beside them (judge-score's defaults for pairs)."""
-    from mmjudge.judge.formats import FORMATS
-
-    return FORMATS["pairs"].default_rubrics if holds_pairs(train_file) else DEFAULT_RUBRICS
 
 
 def chosen_by(best: float | None, evaluated: bool, measure: str = "overall Pearson") -> str:
@@ -136,35 +109,6 @@ def chosen_by(best: float | None, evaluated: bool, measure: str = "overall Pears
         why = "too few overall scores parsed, or all alike" if measure == "overall Pearson" else "no verdict parsed"
         return f"best {measure}: undefined at every evaluation ({why}); the first checkpoint kept"
     return f"best {measure}: {best:.3f}"
-
-
-def run_problems(args, out: Path) -> list[str]:
-    """What --deepspeed, --resume and --output_dir ask that cannot work.
-
-    A fresh run needs a new or empty --output_dir: an earlier run's files would outlive it (after a
-    --full_finetune run, judge-score would load the earlier LoRA adapter), and its checkpoints would be
-    resumed later. Refusing is safer than deleting: a mistyped directory costs a message, not a judge.
-    Every rank checks before any writes there: the Trainer writes only once all have joined the process group."""
-    problems = []
-    if args.deepspeed:
-        try:
-            read_json(args.deepspeed)
-        except InputError as err:
-            problems += [f"--deepspeed {problem}" for problem in err.problems]
-    checkpoints = out / CHECKPOINTS_DIR
-    if args.resume:
-        checkpoint, skipped = resume_point(checkpoints) if checkpoints.is_dir() else (None, [])
-        if checkpoint is None:
-            problems.append(f"--resume: nothing to resume in {out}: no checkpoint saved whole in {checkpoints}"
-                            + "".join(f"; {line}" for line in skipped) + "; drop --resume to start a fresh run in a new or empty --output_dir")
-        else:
-            problems += [f"--resume: {problem}" for problem in unsafe_pickles(checkpoint)]
-    if not args.resume and out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
-        problems.append(f"--output_dir {out} is not empty (an earlier run?); give a new or empty directory, or --resume to continue that run")
-    # Everything in --output_dir is the run's: an input there could be overwritten by a checkpoint or the judge.
-    inputs = [("--model_path", args.model_path), ("--train_file", args.train_file), ("--eval_file", args.eval_file), ("--config", args.config),
-              ("--deepspeed", args.deepspeed), *[("--rubric", path) for path in args.rubric or default_rubrics(Path(args.train_file))]]
-    return problems + overwritten_inputs(out, ["**"], inputs)
 
 
 if __name__ == "__main__":

@@ -33,16 +33,19 @@ class TrainConfig:
     of its name."""
 
     max_length: int = _opt(4096, "longest training sequence in tokens (prompt + image tokens + target)", minimum=1)
-    max_tiles: int = _opt(6, "tiles per image before the thumbnail (InternVL2-4B's fine-tuning uses 6)", minimum=1)
+    max_tiles: int = _opt(6, "tiles per image before the thumbnail (InternVL2-4B's fine-tuning uses 6; a Qwen-VL image is one "
+                             "tile, resized whole)", minimum=1)
     image_token_budget: int | None = _opt(None, "image tokens per sample before tiles and images are cut (none: no limit)", minimum=0)
     scale: tuple[int, int] = _opt((ScoreScale.low, ScoreScale.high), "the human score scale, LOW HIGH")
     full_finetune: bool = _opt(False, "train all language-model weights instead of LoRA (small models)")
     lora_r: int = _opt(16, "LoRA rank", minimum=1)
     lora_alpha: int = _opt(32, "LoRA alpha", minimum=1)
     lora_dropout: float = _opt(0.05, "LoRA dropout", minimum=0, below=1)
-    lora_targets: list[str] = _opt(["qkv_proj", "o_proj", "gate_up_proj", "down_proj"], "language-model linear layers that get LoRA")
-    train_projector: bool = _opt(False, "also train the vision-language projector")
-    train_vision_tower: bool = _opt(False, "also train the vision tower (InternViT) in full; with LoRA the adapter then holds a copy of it")
+    lora_targets: list[str] | None = _opt(None, "language-model linear layers that get LoRA (none: every linear layer of its "
+                                                "blocks, e.g. Phi-3's qkv_proj o_proj gate_up_proj down_proj, Qwen's and Llama's "
+                                                "q_proj k_proj v_proj o_proj gate_proj up_proj down_proj)")
+    train_projector: bool = _opt(False, "also train the vision-language projector (InternVL's mlp1, Qwen-VL's patch merger)")
+    train_vision_tower: bool = _opt(False, "also train the vision tower (InternViT, Qwen-VL's ViT) in full; with LoRA the adapter then holds a copy of it")
     learning_rate: float = _opt(4e-5, "peak learning rate", minimum=0)
     weight_decay: float = _opt(0.01, "AdamW weight decay", minimum=0)
     warmup_ratio: float = _opt(0.03, "share of steps spent warming the learning rate up", minimum=0, below=1)

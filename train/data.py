@@ -7,9 +7,13 @@ parses, with the loss only on the target and its stop token.
 Prompt and target are tokenized separately, exactly as at inference time, where the prompt is
 tokenized alone and the judge continues it.
 
-Several annotators of one id are merged: each criterion's target is the mean of the annotators who
-rated it (then rounded to the rubric's scale by `format_judgement`); the reference critique is
-the first annotator's `feedback`. The individual ratings stay in the file for `judge-calibrate`.
+Several annotators of one id are merged into one judgement: the critique is the first annotator's
+`feedback` (the first who wrote one), and each criterion's score is the mean of the annotators who rated it,
+at the rubric's nearest level; a mean half-way between two levels goes to the level on that critic's side.
+MMIE's rounding (half-way to even) would round the criteria of one judgement apart: annotators at overall 3
+and 4, coherence 2 and 3, would give overall 4 (3.5) beside coherence 2 (2.5), a pair neither wrote and
+that the answer cannot predict. The individual ratings stay in the file for `judge-calibrate`, and the
+evaluation compares with their mean.
 
 Pairs with a preference are learnt the same way under a pairwise rubric: each pair in both orders (swap
 augmentation, as JudgeLM and IntJudge train), the target the rubric's verdict format writing people's
@@ -19,22 +23,29 @@ verdict in the order shown (their majority, and each criterion's), after their r
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 
 import torch
 from datasets import Dataset
+from transformers.trainer_pt_utils import LengthGroupedSampler
 
+from mmjudge.infer.progress import Bar, counted
+from mmjudge.judge.backbones import Backbone
 from mmjudge.judge.data import Annotation, InputError, Pair, Problem, UsageError, holds_pairs, load_annotations, load_pairs, majority
 from mmjudge.judge.model import Judge
-from mmjudge.judge.parsing import format_judgement
+from mmjudge.judge.parsing import ScoreScale, format_judgement
 from mmjudge.judge.preferences import in_pair_terms
 from mmjudge.judge.prompts import Rubric, build_pair_prompt, build_prompt, encode_prompt, rubric_problems
+from mmjudge.judge.templates import join_parts
 from mmjudge.judge.verdicts import VERDICT_FORMATS
-from mmjudge.judge.templates import get_template, join_parts
-from mmjudge.judge.tiling import TilingConfig, load_tiles
+from mmjudge.judge.vision import ImageProcessing, Pixels, load_pixels
 
 IGNORE_INDEX = -100  # labels the loss skips (torch's cross_entropy default)
 
@@ -77,12 +88,13 @@ def check_scales(annotations: list[Annotation], rubrics: dict[str, Rubric], scal
 
 @dataclass(frozen=True)
 class RatedSample:
-    """One id with its annotators merged into the training target."""
+    """One id with its annotators merged into the training target (module docstring)."""
 
     annotation: Annotation  # the first record of the id (question, answer, images)
     index: int  # that record's place in the annotations: its record number in the file, for messages
-    scores: dict[str, float]
+    scores: dict[str, float]  # each criterion's mean over the annotators who rated it
     feedback: str | None
+    critic_scores: dict[str, float]  # the scores of the annotator whose feedback the target carries
 
 
 def merge_annotators(annotations: list[Annotation]) -> list[RatedSample]:
@@ -95,72 +107,89 @@ def merge_annotators(annotations: list[Annotation]) -> list[RatedSample]:
     for sample_id, group in by_id.items():
         names = {name for a in group for name in a.human_scores.given()}
         scores = {name: mean(a.human_scores.given()[name] for a in group if name in a.human_scores.given()) for name in sorted(names)}
-        feedback = next((a.feedback for a in group if a.feedback), None)
-        merged.append(RatedSample(group[0], first_index[sample_id], scores, feedback))
+        critic = next((a for a in group if a.feedback), group[0])
+        merged.append(RatedSample(group[0], first_index[sample_id], scores, critic.feedback, critic.human_scores.given()))
     return merged
 
 
 def target_text(rated: RatedSample, rubric: Rubric) -> str:
-    criteria = {name: rated.scores[name] for name in rubric.criteria if name in rated.scores}
-    return format_judgement(rated.scores.get("overall"), criteria, rubric.criteria, rated.feedback, rubric.score_scale)
+    scale = rubric.score_scale
+    levels = {name: consensus_level(rated.scores[name], rated.critic_scores.get(name), scale) for name in rated.scores}
+    criteria = {name: levels[name] for name in rubric.criteria if name in levels}
+    return format_judgement(levels.get("overall"), criteria, rubric.criteria, rated.feedback, scale)
+
+
+def consensus_level(mean_score: float, critic: float | None, scale: ScoreScale) -> float:
+    """The annotators' mean at the scale's nearest level; half-way between two, the level on the critic's side
+    (module docstring), or MMIE's rounding where the critic gave no score or the mean itself."""
+    below = scale.low + math.floor(round((mean_score - scale.low) / scale.step, 9)) * scale.step
+    if critic is None or critic == mean_score or not math.isclose(mean_score - below, scale.step / 2):
+        return mean_score
+    return below if critic < mean_score else below + scale.step
 
 
 def encode(judge: Judge, rated: RatedSample, rubric: Rubric, image_root: Path, image_token_budget: int | None) -> dict:
     """One example as plain lists, ready for a datasets.Dataset."""
     settings = judge.settings
-    template = get_template(settings.template)
-    prompt = build_prompt(rated.annotation, rubric, template, settings.system_message, image_root,
-                          settings.tiling, settings.tokens_per_tile, image_token_budget)
-    return _example(judge, rated.annotation.id, prompt, target_text(rated, rubric), template)
+    prompt = build_prompt(rated.annotation, rubric, settings.template, settings.system_message, image_root, settings.images, image_token_budget)
+    return _example(judge, rated.annotation.id, prompt, target_text(rated, rubric))
 
 
-def _example(judge: Judge, example_id: str, prompt, target: str, template) -> dict:
+def _example(judge: Judge, example_id: str, prompt, target: str) -> dict:
     prompt_ids = encode_prompt(judge.tokenizer, prompt.text, prompt.controls)
-    target_ids = encode_prompt(judge.tokenizer, *join_parts(template.target_parts(target)), add_special_tokens=False)
+    target_ids = encode_prompt(judge.tokenizer, *join_parts(judge.settings.template.target_parts(target)), add_special_tokens=False)
     return {
         "id": example_id,
         "input_ids": prompt_ids + target_ids,
         "labels": [IGNORE_INDEX] * len(prompt_ids) + target_ids,
         "length": len(prompt_ids) + len(target_ids),
         "image_paths": [str(image.path) for image in prompt.images],
-        "image_max_tiles": [image.tiling.max_tiles for image in prompt.images],
+        # each image's processing as the image-token budget left it (fewer tiles, fewer pixels)
+        "image_settings": [json.dumps(image.processing.stored()) for image in prompt.images],
         "n_tiles": prompt.n_tiles,
         "truncated": prompt.truncated,
     }
 
 
 def build_dataset(
-    judge: Judge, annotations: list[Annotation], rubrics: dict[str, Rubric], image_root: Path,
+    judge: Judge, annotations: list[Annotation] | list[Pair], rubrics: dict[str, Rubric], image_root: Path,
     max_length: int, image_token_budget: int | None, source: str,
 ) -> Dataset:
     """Encode every rated sample (every rated pair, in both orders); any that is still longer than max_length,
     or whose verdict its rubric's format cannot write, is an error naming it."""
-    if annotations and isinstance(annotations[0], Pair):
-        rated_pairs = merge_pair_annotators(annotations)
-        rows, places, problems = [], [], []
-        for r in rated_pairs:
-            rubric = rubrics[r.pair.category]
-            try:
-                pair_target(r, rubric, "A")
-            except ValueError as err:
-                problems.append(Problem(source, f"{err}: the {rubric.verdict_format} rubric of category {r.pair.category} cannot learn this "
-                                                "pair's preference", r.index, r.pair.id, "preference"))
-                continue
-            for first in ("A", "B"):
-                rows.append(encode_pair(judge, r, rubric, first, image_root, image_token_budget))
-                places.append((r.index, r.pair.id))
-        if problems:
-            raise InputError(problems)
-    else:
-        rated = merge_annotators(annotations)
-        rows = [encode(judge, r, rubrics[r.annotation.category], image_root, image_token_budget) for r in rated]
-        places = [(r.index, r.annotation.id) for r in rated]
+    with Bar("encoding", len({a.id for a in annotations}), rank=int(os.environ.get("RANK", "0"))) as bar:  # every rank encodes them all
+        if annotations and isinstance(annotations[0], Pair):
+            rows, places = _encoded_pairs(judge, annotations, rubrics, image_root, image_token_budget, source, bar)
+        else:
+            rated = merge_annotators(annotations)
+            rows = [encode(judge, r, rubrics[r.annotation.category], image_root, image_token_budget) for r in counted(rated, bar)]
+            places = [(r.index, r.annotation.id) for r in rated]
     too_long = [Problem(source, f"{row['length']} tokens after image-token budgeting exceed max_length {max_length}; "
                                 "raise max_length or lower image_token_budget / max_tiles", index, record_id)
                 for (index, record_id), row in zip(places, rows) if row["length"] > max_length]
     if too_long:
         raise InputError(too_long)
     return Dataset.from_list(rows)
+
+
+def _encoded_pairs(judge: Judge, pairs: list[Pair], rubrics: dict[str, Rubric], image_root: Path, image_token_budget: int | None,
+                   source: str, bar: Bar) -> tuple[list[dict], list[tuple[int, str]]]:
+    """Both orders of every rated pair as examples, and each one's (record number, id) for messages."""
+    rows, places, problems = [], [], []
+    for r in counted(merge_pair_annotators(pairs), bar):
+        rubric = rubrics[r.pair.category]
+        try:
+            pair_target(r, rubric, "A")
+        except ValueError as err:
+            problems.append(Problem(source, f"{err}: the {rubric.verdict_format} rubric of category {r.pair.category} cannot learn this "
+                                            "pair's preference", r.index, r.pair.id, "preference"))
+            continue
+        for first in ("A", "B"):
+            rows.append(encode_pair(judge, r, rubric, first, image_root, image_token_budget))
+            places.append((r.index, r.pair.id))
+    if problems:
+        raise InputError(problems)
+    return rows, places
 
 
 @dataclass(frozen=True)
@@ -211,34 +240,62 @@ def pair_target(rated: RatedPair, rubric: Rubric, first: str) -> str:
 def encode_pair(judge: Judge, rated: RatedPair, rubric: Rubric, first: str, image_root: Path, image_token_budget: int | None) -> dict:
     """One order of one pair as an example, as `encode` makes one of a sample."""
     settings = judge.settings
-    template = get_template(settings.template)
-    prompt = build_pair_prompt(rated.pair, first, rubric, template, settings.system_message, image_root, settings.tiling,
-                               settings.tokens_per_tile, image_token_budget)
-    return _example(judge, f"{rated.pair.id}#{'forward' if first == 'A' else 'reverse'}", prompt, pair_target(rated, rubric, first), template)
+    prompt = build_pair_prompt(rated.pair, first, rubric, settings.template, settings.system_message, image_root, settings.images,
+                               image_token_budget)
+    return _example(judge, f"{rated.pair.id}#{'forward' if first == 'A' else 'reverse'}", prompt, pair_target(rated, rubric, first))
 
 
 class Collator:
-    """Right-pads a batch and loads its image tiles (decoding happens in DataLoader workers). Each row's
-    position ids are its own, its pads repeating its last position: a row's long-rope regime then comes
-    from its own length, not the batch's width (judge/rope.py), and its loss is the loss it has alone."""
+    """Right-pads a batch and loads its images (decoding happens in DataLoader workers). Each row's rotary
+    positions are its own, by its backbone's rule (1-D, or Qwen-VL's 3-D M-RoPE over its own image grids),
+    its pads repeating its last position: a row's long-rope regime then comes from its own length, not the
+    batch's width (judge/rope.py), and its loss is the loss it has alone."""
 
-    def __init__(self, pad_id: int, tiling: TilingConfig):
-        self.pad_id, self.tiling = pad_id, tiling
+    def __init__(self, pad_id: int, backbone: Backbone, images: ImageProcessing):
+        self.pad_id, self.backbone, self.images = pad_id, backbone, images
 
     def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
         width = max(len(r["input_ids"]) for r in rows)
         input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-        position_ids = torch.arange(width).repeat(len(rows), 1)
-        tiles = []
+        positions, loaded = [], []
         for i, r in enumerate(rows):
             n = len(r["input_ids"])
             input_ids[i, :n], labels[i, :n], attention_mask[i, :n] = torch.tensor(r["input_ids"]), torch.tensor(r["labels"]), 1
-            position_ids[i, n:] = n - 1
-            for path, max_tiles in zip(r["image_paths"], r["image_max_tiles"]):
-                tiles.append(load_tiles(path, TilingConfig(**{**self.tiling.__dict__, "max_tiles": max_tiles, "min_tiles": min(self.tiling.min_tiles, max_tiles)})))
-        batch = {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask, "position_ids": position_ids}
-        if tiles:
-            batch["pixel_values"] = torch.cat(tiles)
+            images = [load_pixels(path, self.images.restored(json.loads(stored))) for path, stored in zip(r["image_paths"], r["image_settings"])]
+            pixels = Pixels.cat(images)
+            row, _ = self.backbone.positions(input_ids[i, :n], None if pixels is None else pixels.grids)
+            positions.append(row[:, torch.minimum(torch.arange(width), torch.tensor(n - 1))])
+            loaded += images
+        position_ids = torch.stack(positions, dim=1)  # (axes, batch, width)
+        batch = {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask,
+                 "position_ids": position_ids if self.backbone.mrope else position_ids[0]}
+        if pixels := Pixels.cat(loaded):
+            batch |= self.backbone.model_inputs(pixels)
         return batch
+
+
+class EpochOrder(LengthGroupedSampler):
+    """The Trainer's `group_by_length` order, drawn as its own sampler draws it (from the global RNG, at the
+    start of each epoch), remembering the RNG state each epoch's order was drawn from: `drawn`, which a
+    checkpoint carries (train/checkpoints.py), so that a run resumed part-way through epoch e draws epoch
+    e's order again.
+
+    Why: the Trainer skips the batches already trained of the resumed epoch, but draws its order from the
+    RNG as seeded afresh, and restores the checkpoint's RNG states only after. That is the first epoch's
+    order, so a resume in the first epoch was exact; in any later epoch the rest of the epoch came in
+    another order (a resume at step 9 of 12, in the second epoch, ended 4.4e-4 away from the run it resumed).
+    `epoch` says which epoch a draw is for (the Trainer's state: the checkpoint's epoch on resume)."""
+
+    def __init__(self, batch_size: int, lengths: list[int], epoch: Callable[[], int], drawn: tuple[int, torch.Tensor] | None = None):
+        super().__init__(batch_size, lengths=lengths)
+        self.epoch = epoch
+        self.drawn = drawn  # (epoch, the RNG state its order was drawn from)
+
+    def __iter__(self):
+        epoch = self.epoch()
+        if self.drawn is not None and self.drawn[0] == epoch:  # resumed part-way through this epoch
+            torch.set_rng_state(self.drawn[1])  # the Trainer restores the checkpoint's own states after this draw
+        self.drawn = (epoch, torch.get_rng_state())
+        return super().__iter__()

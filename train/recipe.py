@@ -13,30 +13,42 @@ often match people's, ties counted as a verdict.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import sys
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from peft import LoraConfig, get_peft_model
+from tqdm.auto import tqdm
 from transformers import Trainer, TrainingArguments, set_seed
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers.utils import logging as transformers_logging
 
 from mmjudge.calibration.stats import agreement_table
 from mmjudge.infer.engine import Scorer, prepare
 from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.progress import Bar
+from mmjudge.judge.backbones import backbone_of
 from mmjudge.judge.data import SCORE_FIELDS, Annotation, JudgeResult, Pair, UsageError, write_json_atomically
 from mmjudge.judge.hub import Checkpoint
 from mmjudge.judge.kernels import use_fused_kernels
-from mmjudge.judge.model import CheckpointError, Judge, check_adapter_weights, check_finite, load_judge, load_native, with_max_tiles, write_settings
+from mmjudge.judge.model import (CheckpointError, Judge, check_adapter_weights, check_finite, load_judge, load_native, save_tokenizer,
+                                 with_max_tiles, write_settings)
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.preferences import ORDERS, first_wins, order_verdict
 from mmjudge.judge.prompts import Rubric
-from mmjudge.train.checkpoints import allow_checkpoint_types, resume_point
+from mmjudge.train.checkpoints import DATA_ORDER, allow_checkpoint_types, read_data_order, resume_point, write_data_order
 from mmjudge.train.config import CHECKPOINTS_DIR, TrainConfig
-from mmjudge.train.data import Collator, build_dataset, merge_annotators, merge_pair_annotators
+from mmjudge.train.data import Collator, EpochOrder, build_dataset, merge_annotators, merge_pair_annotators
+
+# transformers 5.23 renamed TrainingArguments' gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs)
+# (the old names warn there, until 6 removes them): the names the installed version declares.
+CHECKPOINTING = "activation_checkpointing" if "activation_checkpointing" in TrainingArguments.__dataclass_fields__ else "gradient_checkpointing"
 
 
 def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
@@ -46,20 +58,30 @@ def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
     for p in judge.model.parameters():
         p.requires_grad = False
     # Trained in full when asked (LoRA's modules_to_save), whichever way the language model is trained.
-    whole = [name for name, asked in (("vision_tower", cfg.train_vision_tower), ("multi_modal_projector", cfg.train_projector)) if asked]
+    backbone = judge.backbone
+    whole = [*(backbone.vision_tower,) * cfg.train_vision_tower, *backbone.projector * cfg.train_projector]
+    whole = [name for name in whole if not any(name.startswith(f"{other}.") for other in whole)]  # Qwen-VL's merger is in its tower
     if cfg.full_finetune:
-        trainable = [judge.model.model.language_model, judge.model.lm_head] + [getattr(judge.model.model, name) for name in whole]
+        trainable = [judge.model.model.language_model, judge.model.lm_head] + [judge.model.model.get_submodule(name) for name in whole]
         for module in trainable:
             for p in module.parameters():
                 p.requires_grad = True
         return judge.model
-    check_lora_targets(judge.model, cfg.lora_targets)
+    targets = cfg.lora_targets or language_model_linears(judge.model)
+    check_lora_targets(judge.model, targets)
     lora = LoraConfig(
         r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-        target_modules=lora_pattern(cfg.lora_targets),
+        target_modules=lora_pattern(targets),
         modules_to_save=whole or None,
     )
     return get_peft_model(judge.model, lora)
+
+
+def language_model_linears(model: torch.nn.Module) -> list[str]:
+    """The names of the linear layers in the language model's blocks: LoRA's default targets, whatever the
+    family calls them (InternVL's official recipe for Phi-3 targets exactly these four)."""
+    blocks = model.model.language_model.layers
+    return sorted({name.rsplit(".", 1)[-1] for name, module in blocks.named_modules() if isinstance(module, torch.nn.Linear)})
 
 
 def lora_pattern(targets: list[str]) -> str:
@@ -72,9 +94,8 @@ def check_lora_targets(model: torch.nn.Module, targets: list[str]) -> None:
     words), and a misspelt one beside a right one would silently train without it."""
     names = [name for name, _ in model.named_modules()]
     if unmatched := [t for t in targets if not any(re.fullmatch(lora_pattern([t]), name) for name in names)]:
-        linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                         if "language_model" in name and isinstance(module, torch.nn.Linear)})
-        raise UsageError(f"--lora_targets {' '.join(unmatched)}: no language-model layer of that name; its linear layers are {', '.join(linear)}")
+        raise UsageError(f"--lora_targets {' '.join(unmatched)}: no language-model layer of that name; its linear layers are "
+                         f"{', '.join(language_model_linears(model))}")
 
 
 def run_vision_in_every_batch(model: torch.nn.Module) -> None:
@@ -90,15 +111,16 @@ def run_vision_in_every_batch(model: torch.nn.Module) -> None:
     The forward itself is wrapped so the blank tile runs where the native forward runs images, after the
     token embedding and before the language model; a forward pre-hook would run it before the model's own
     call and ZeRO-3 would see the modules in another order."""
-    inner = model.model  # InternVLModel
+    inner = model.model  # the native model under the output layer: InternVLModel, Qwen2_5_VLModel, ...
+    backbone = backbone_of(model.config)
     forward = inner.forward
 
     def forward_with_vision(input_ids=None, pixel_values=None, inputs_embeds=None, **kwargs):
         if inner.training and pixel_values is None:
             inputs_embeds = inner.get_input_embeddings()(input_ids)
-            blank = inputs_embeds.new_zeros(1, 3, *inner.config.vision_config.image_size)
-            features = inner.get_image_features(pixel_values=blank, return_dict=True).pooler_output
-            inputs_embeds, input_ids = inputs_embeds + features.sum() * 0, None
+            features, deepstack = backbone.features(inner, backbone.blank_pixels(inner.config, inputs_embeds.dtype, inputs_embeds.device))
+            unused = features.sum() + sum(layer.sum() for layer in deepstack or [])
+            inputs_embeds, input_ids = inputs_embeds + unused * 0, None
         return forward(input_ids=input_ids, pixel_values=pixel_values, inputs_embeds=inputs_embeds, **kwargs)
 
     inner.forward = forward_with_vision
@@ -109,9 +131,33 @@ class JudgeTrainer(Trainer):
 
     def __init__(self, *args, judge: Judge, rubrics: dict[str, Rubric], image_root: Path, cfg: TrainConfig, history_file: Path, **kwargs):
         super().__init__(*args, **kwargs)  # eval_dataset: the held-out annotations themselves
+        # Short lines instead of the Trainer's dicts of every logged value as strings
+        self.remove_callback(ProgressCallback)
+        self.remove_callback(PrinterCallback)
+        self.add_callback(TrainingLines())
         self.judge, self.rubrics = judge, rubrics
         self.image_root, self.cfg, self.history_file = image_root, cfg, history_file
         self._evaluated: tuple[int, dict] | None = None  # (step, metrics): the Trainer may ask twice per step
+        self.resumed_from: str | None = None
+        self.data_order: EpochOrder | None = None
+
+    def train(self, resume_from_checkpoint: str | None = None, **kwargs):
+        self.resumed_from = resume_from_checkpoint
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def _get_train_sampler(self, train_dataset=None) -> EpochOrder:
+        """The group_by_length order, resumed with the checkpoint's (EpochOrder says why). Every rank draws
+        from rank 0's saved state: the ranks' shards of one order must be of the same order."""
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        drawn = read_data_order(Path(self.resumed_from)) if self.resumed_from else None
+        self.data_order = EpochOrder(self.args.train_batch_size * self.args.gradient_accumulation_steps, dataset["length"],
+                                     epoch=lambda: int(self.state.epoch), drawn=drawn)
+        return self.data_order
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        super()._save_rng_state(output_dir)
+        if self.args.should_save and self.data_order is not None and self.data_order.drawn is not None:
+            write_data_order(Path(output_dir), self.data_order.drawn)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         """The checkpoint's trained weights, every one restored or the resume refused. The Trainer's own
@@ -144,6 +190,7 @@ class JudgeTrainer(Trainer):
         flat = {f"{metric_key_prefix}_{k}": v for k, v in flat_metrics(metrics).items()}
         if self.is_world_process_zero():
             append_history(self.history_file, {"step": self.state.global_step, "epoch": self.state.epoch, **metrics})
+            tqdm.write(evaluation_line(self.state.global_step, self.state.epoch, metrics), file=sys.stderr)
         self.log(flat)
         self._evaluated = (self.state.global_step, flat)
         return flat
@@ -160,7 +207,9 @@ def judged_held_out(judge: Judge, items: list[Annotation] | list[Pair], rubrics,
     model.eval()
     options = evaluation_options(cfg)
     prepared = prepare(judge, list(enumerate(items)), rubrics, image_root, options)
-    results = {index: result for batch in Scorer(judge, rubrics, options, device).judged(prepared) for index, result in batch}
+    # Every rank scores every item: rank 0's bar is the whole evaluation.
+    with Bar("evaluating", len(items), rank=int(os.environ.get("RANK", "0")), leave=False) as bar:
+        results = {index: result for batch in Scorer(judge, rubrics, options, device).judged(prepared, progress=bar.update) for index, result in batch}
     model.train(was_training)
     return results
 
@@ -169,7 +218,7 @@ def evaluate_judge(judge: Judge, annotations: list[Annotation], rubrics, image_r
     """Score the held-out set and compare with the (merged) human scores."""
     rated = merge_annotators(annotations)
     results = judged_held_out(judge, [r.annotation for r in rated], rubrics, image_root, cfg, device)
-    metrics = {"parse_failures": sum(r.score is None for r in results.values())}
+    metrics = {"samples": len(results), "parse_failures": sum(r.score is None for r in results.values())}
     for name in SCORE_FIELDS:
         pairs = [(_judge_value(results[i], name), r.scores[name]) for i, r in enumerate(rated) if name in r.scores]
         pairs = [(j, h) for j, h in pairs if j is not None]
@@ -214,6 +263,86 @@ def ranked_by(measure: str) -> str:
     return f"ranking_{measure}"
 
 
+def evaluation_line(step: int, epoch: float | None, metrics: dict) -> str:
+    """One evaluation in a line: the overall agreement (on pairs, the accuracy) that chooses the checkpoint,
+    and how much parsed."""
+    when = f"step {step}" + (f" (epoch {epoch:.2f})" if epoch is not None else "")
+    if "pairs" in metrics:
+        shown = lambda key: "undefined" if metrics.get(key) is None else f"{metrics[key]:.3f}"  # noqa: E731
+        return (f"evaluation at {when}: pairwise accuracy {shown('accuracy_with_ties')} with ties, {shown('accuracy_without_ties')} without; "
+                f"swap consistency {shown('swap_consistency')}, first shown wins {shown('first_shown_wins')}; "
+                f"judgements unparsed: {metrics['parse_failures']} of {2 * metrics['pairs']}")
+    overall = metrics.get("overall", {})
+    shown = [("Pearson", "pearson", "{:.3f}"), ("MSE", "mse", "{:.3f}"), ("quadratic κ", "quadratic_kappa", "{:.3f}"),
+             ("exact agreement", "exact_agreement", "{:.0%}")]
+    if all(overall.get(key) is None for _, key, _ in shown):
+        figures = "Pearson, MSE, quadratic κ and exact agreement undefined"
+    else:
+        figures = ", ".join(f"{label} {'undefined' if overall.get(key) is None else form.format(overall[key])}" for label, key, form in shown)
+    samples = metrics.get("samples")
+    parsed = f"{samples - metrics['parse_failures']} of {samples}" if samples is not None else f"{metrics['parse_failures']} failed"
+    return f"evaluation at {when}: overall {figures}; outputs parsed: {parsed}"
+
+
+class TrainingLines(ProgressCallback):
+    """The Trainer's bar, named, with a short line per log instead of the dict of every value: loss, learning
+    rate and gradient norm while training, the run's time and mean loss at its end. Evaluations are
+    JudgeTrainer.evaluate's own line."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.training_bar = tqdm(total=state.max_steps, desc="training", unit="step", dynamic_ncols=True)
+        self.current_step = 0
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or self.training_bar is None:
+            return
+        if "loss" in logs:
+            self.training_bar.write(f"step {state.global_step}/{state.max_steps} (epoch {logs.get('epoch', state.epoch):.2f}): loss {logs['loss']:.4f}, "
+                                    f"learning rate {logs.get('learning_rate', float('nan')):.2e}, gradient norm {logs.get('grad_norm', float('nan')):.3f}",
+                                    file=sys.stderr)
+        elif "train_runtime" in logs:
+            self.training_bar.write(f"trained {state.global_step} steps in {logs['train_runtime']:.0f}s "
+                                    f"({logs.get('train_steps_per_second', 0):.2f} steps/s), mean loss {logs.get('train_loss', float('nan')):.4f}",
+                                    file=sys.stderr)
+
+
+# Library messages that every run printed and that say nothing about it: each silenced by its own words, so
+# that any other message of the same library still shows.
+HARMLESS_LOGS = {
+    # DeepSpeed's accelerator detection, when the Trainer imports it on a machine without CUDA: a CPU run is a
+    # CPU run by choice (training_arguments' use_cpu), not a GPU that went unseen.
+    "DeepSpeed": "Setting accelerator to CPU. If you have GPU or other accelerator, we were unable to detect it.",
+}
+HARMLESS_WARNINGS = [
+    # PEFT's get_peft_model (every LoRA run) reads transformers' `is_gradient_checkpointing`, which transformers 5
+    # deprecates: PEFT's to change, nothing a user of judge-train can do or needs to know.
+    (FutureWarning, r"`is_gradient_checkpointing` is deprecated"),
+    # PEFT 0.20's save_pretrained looks for the base's config.json by the model's name_or_path, to tell whether
+    # the vocabulary grew and the embeddings must be saved too; a judge converted from the original format has
+    # no such path, and judge-train adds no token, so its assumption (not modified) is right. PEFT 0.21 says nothing.
+    (UserWarning, r"Could not find a config file in .* will assume that the vocabulary was not modified"),
+]
+
+
+class _Harmless(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != HARMLESS_LOGS.get(record.name)
+
+
+HARMLESS = _Harmless()
+
+
+def quiet_known_noise() -> None:
+    """Silence HARMLESS_LOGS and HARMLESS_WARNINGS, and transformers' own progress bars ("Writing model shards"
+    at every checkpoint, "Loading weights"): a second bar for seconds of work, drawn under the training bar."""
+    for name in HARMLESS_LOGS:
+        logging.getLogger(name).addFilter(HARMLESS)  # once: a logger keeps one of each filter
+    for category, message in HARMLESS_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    transformers_logging.disable_progress_bar()
+
+
 def append_history(history_file: Path, evaluation: dict) -> None:
     """eval_history.json with one more evaluation, replaced whole: a crash while writing it leaves the
     evaluations before, which a rerun with --resume reads and extends."""
@@ -246,8 +375,7 @@ def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None
         num_train_epochs=cfg.num_epochs,
         max_steps=cfg.max_steps,
         bf16=on_gpu,
-        activation_checkpointing=cfg.gradient_checkpointing,
-        activation_checkpointing_kwargs={"use_reentrant": False},
+        **{CHECKPOINTING: cfg.gradient_checkpointing, f"{CHECKPOINTING}_kwargs": {"use_reentrant": False}},
         save_strategy="steps",
         save_steps=cfg.save_steps,
         eval_strategy="steps" if has_eval else "no",
@@ -255,7 +383,6 @@ def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None
         metric_for_best_model=ranked_by(measure) if has_eval else None,
         greater_is_better=True,
         logging_steps=cfg.logging_steps,
-        train_sampling_strategy="group_by_length",
         remove_unused_columns=False,
         dataloader_num_workers=cfg.dataloader_workers,
         deepspeed=deepspeed,
@@ -274,10 +401,11 @@ def train(base: Checkpoint, annotations: tuple[list[Annotation], list[Annotation
     pairs with a preference); the result says how the saved weights were chosen."""
     train_annotations, eval_annotations = annotations
     measure = "accuracy_with_ties" if isinstance(train_annotations[0], Pair) else "pearson_overall"
+    quiet_known_noise()
     output_dir.mkdir(parents=True, exist_ok=True)
     judge = load_judge(base.path, "cpu", torch.bfloat16 if torch.cuda.is_available() else torch.float32)
     use_fused_kernels(judge.model, "cuda" if torch.cuda.is_available() else "cpu")  # the Trainer moves it to the GPU
-    judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)
+    judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)  # nothing to cut for a backbone without tiles (Qwen-VL)
     judge.model.config.use_cache = False
     dataset = build_dataset(judge, train_annotations, rubrics, image_root, cfg.max_length, cfg.image_token_budget, str(train_file))
     run_vision_in_every_batch(judge.model)
@@ -288,7 +416,7 @@ def train(base: Checkpoint, annotations: tuple[list[Annotation], list[Annotation
         args=training_arguments(cfg, output_dir / CHECKPOINTS_DIR, deepspeed, bool(eval_annotations), measure),
         train_dataset=dataset,
         eval_dataset=eval_annotations or None,
-        data_collator=Collator(judge.tokenizer.pad_token_id, judge.settings.tiling),
+        data_collator=Collator(judge.pad_id, judge.backbone, judge.settings.images),
         judge=judge, rubrics=rubrics, image_root=image_root, cfg=cfg,
         history_file=output_dir / "eval_history.json",
     )
@@ -306,6 +434,9 @@ def resumed_checkpoint(checkpoints: Path) -> str:
     if int(os.environ.get("RANK", "0")) == 0:
         for line in skipped:
             print(f"note: {line}; resuming from {checkpoint.name}", file=sys.stderr)
+        if not (checkpoint / DATA_ORDER).is_file():
+            print(f"note: {checkpoint.name} holds no {DATA_ORDER} (saved before judge-train kept one): resumed part-way through "
+                  "an epoch after the first, the rest of that epoch comes in another order than the run it resumes", file=sys.stderr)
     return str(checkpoint)
 
 
@@ -337,6 +468,6 @@ def save_judge(trainer: Trainer, judge: Judge, base: Checkpoint, output_dir: Pat
         # A Hub base by its id, pinned to the commit trained over: its cache path would not travel, and main may move on.
         where = {"base_model_name_or_path": base.hub_id, "revision": base.commit} if base.hub_id else {"base_model_name_or_path": str(base.path.resolve())}
         write_json_atomically(adapter_config, {**config, **where})
-    judge.tokenizer.save_pretrained(output_dir)
+    save_tokenizer(judge.tokenizer, output_dir)  # an adapter's too, for the tools that read it beside the adapter (vLLM's LoRA)
     write_settings(judge.settings, output_dir)
     write_json_atomically(output_dir / "train_config.json", asdict(cfg))

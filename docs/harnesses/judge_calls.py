@@ -18,7 +18,8 @@ class CallLog:
     def record(self, body, status, text: str):
         sent = json.loads(body) if body else {}
         call = {"step": self.step, "model": sent.get("model"), "temperature": sent.get("temperature"),
-                "max_tokens": sent.get("max_tokens"), "status": status}
+                "max_tokens": sent.get("max_tokens", sent.get("max_completion_tokens")), "status": status,
+                "format": (sent.get("response_format") or {}).get("type")}
         if status == 200:
             call["answer"] = json.loads(text)["choices"][0]["message"]["content"]
         else:
@@ -31,8 +32,9 @@ class CallLog:
         width = max(len(step) for step in steps)
         for call in self.calls:
             outcome = short(call["answer"]) if call["status"] == 200 else short(call["error"], 200)
+            structured = f" response_format={call['format']}" if call["format"] else ""
             print(f"{call['step']:<{width}} model={call['model']} temperature={call['temperature']} "
-                  f"max_tokens={call['max_tokens']} -> {call['status']} {outcome}")
+                  f"max_tokens={call['max_tokens']}{structured} -> {call['status']} {outcome}")
         refused = [call for call in self.calls if call["status"] != 200]
         temperatures = {step: sorted({call["temperature"] for call in self.calls if call["step"] == step})
                         for step in steps}

@@ -19,21 +19,22 @@ from mmjudge.judge.templates import TEMPLATES
 from mmjudge.judge.testing import write_dataset, write_tokenizer
 from mmjudge.judge.testing.checkpoints import SIZES
 from mmjudge.judge.tiling import TilingConfig
+from mmjudge.judge.vision import placeholder
 
 out = Path(sys.argv[1])
 write_tokenizer(out / "tokenizer")
 samples, problems, _ = validate_samples(write_dataset(out / "data", 9, seed=3), out / "data")
 assert not problems, problems
 template = TEMPLATES["phi3-chat"]
-tiling = TilingConfig(image_size=SIZES.image_size, max_tiles=2)
+tiling = TilingConfig(image_size=SIZES.image_size, max_tiles=2, tokens_per_tile=SIZES.tokens_per_tile)
 prompts = []
 for rubrics, system_message in ((DEFAULT_RUBRICS, None), (tuple((CONFIG_DIR / "rubrics" / "tiny").glob("*.yaml")), "You rate answers."),
                                 (tuple((CONFIG_DIR / "rubrics" / "tiny").glob("*.yaml")), "")):
     by_category = load_rubrics(rubrics)
     for sample in samples[:3]:
-        prompt = build_prompt(sample, by_category[sample.category], template, system_message, out / "data", tiling, SIZES.tokens_per_tile)
+        prompt = build_prompt(sample, by_category[sample.category], template, system_message, out / "data", tiling)
         prompts.append({"text": prompt.text, "controls": [list(span) for span in prompt.controls]})
-text, controls = render_query(template, "<image>\nIs this a good answer? Rate it.", [2], SIZES.tokens_per_tile, None)
+text, controls = render_query(template, [None, "\nIs this a good answer? Rate it."], [placeholder(tiling, 2 * SIZES.tokens_per_tile)], None)
 prompts.append({"text": text, "controls": [list(span) for span in controls]})
 (out / "prompts.json").write_text(json.dumps(prompts, indent=1, ensure_ascii=False))
 print(f"{len(prompts)} prompts, {sum(len(p['text']) for p in prompts)} characters")

@@ -2,6 +2,7 @@
 synthetic pairs.
 
     python -m mmjudge.judge.testing checkpoint --format original|native [--seed N] [--shards K] [--dtype D] OUT_DIR
+    python -m mmjudge.judge.testing checkpoint --family NAME [--seed N] [--rope_switch N] OUT_DIR
     python -m mmjudge.judge.testing dataset --samples N [--seed N] [--annotated] OUT_DIR
     python -m mmjudge.judge.testing pairs --pairs N [--seed N] [--annotated] [--text_only] OUT_DIR
 
@@ -13,26 +14,33 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mmjudge.judge.cli import add_common_flags, run
+from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import UsageError
 from mmjudge.judge.testing import write_dataset, write_native_checkpoint, write_original_checkpoint, write_pairs
+from mmjudge.judge.testing.families import DEFAULT_SWITCH, FAMILIES, write_family_checkpoint
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mmjudge.judge.testing", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandParser(prog="python -m mmjudge.judge.testing", description=__doc__)
     add_common_flags(p)
     sub = p.add_subparsers(dest="command", required=True)
     ckpt = sub.add_parser("checkpoint", help="write a tiny random InternVL2-style judge (weights, config, tokenizer)")
-    ckpt.add_argument("out_dir", help="directory to write (created if missing)")
+    ckpt.add_argument("out_dir", path="output_dir", help="directory to write (created if missing)")
     ckpt.add_argument("--format", choices=["original", "native"], default="original",
                       help="original: InternVLChatModel, as InternVL2-4B and MMIE-Eval ship; "
                            "native: transformers' InternVLForConditionalGeneration + judge_config.json (default: original)")
+    ckpt.add_argument("--family", choices=list(FAMILIES),
+                      help="a tiny checkpoint of this backbone family in its released layout (judge/testing/families.py); "
+                           "instead of --format (default: InternVL2-4B's, by --format)")
+    ckpt.add_argument("--rope_switch", type=int, default=DEFAULT_SWITCH,
+                      help="with --family: where the language model's rotary embedding switches regime (Phi-3's long rope, InternLM2's "
+                           f"dynamic NTK), to put prompts on both sides of it (default: {DEFAULT_SWITCH})")
     ckpt.add_argument("--seed", type=int, default=0, help="seed of the random weights (default: 0)")
     ckpt.add_argument("--shards", type=int, default=1, help="number of safetensors shards, original format only (default: 1)")
     ckpt.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                       help="stored dtype, original format only; the real checkpoint is bfloat16, float32 keeps parity checks exact (default: float32)")
     data = sub.add_parser("dataset", help="write a synthetic MMIE-format dataset: OUT_DIR/data.json and real images in OUT_DIR/images/")
-    data.add_argument("out_dir", help="directory to write (created if missing)")
+    data.add_argument("out_dir", path="output_dir", help="directory to write (created if missing)")
     data.add_argument("--samples", type=int, default=24, help="number of samples (default: 24)")
     data.add_argument("--seed", type=int, default=0, help="seed of texts, images and scores (default: 0)")
     data.add_argument("--annotated", action="store_true",
@@ -54,7 +62,11 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "checkpoint":
+    if args.command == "checkpoint" and args.family:
+        if args.shards != 1 or args.dtype != "float32":
+            raise UsageError("--shards and --dtype apply to --format original only; a --family checkpoint is written in its released layout")
+        path = write_family_checkpoint(args.family, args.out_dir, seed=args.seed, rope_switch=args.rope_switch)
+    elif args.command == "checkpoint":
         if args.shards < 1:
             raise UsageError(f"--shards must be at least 1, got {args.shards}")
         if args.format == "original":

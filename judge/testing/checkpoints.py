@@ -28,7 +28,9 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoTokenizer, InternVLForConditionalGeneration, PreTrainedTokenizerBase
 
-from mmjudge.judge.model import JudgeSettings, native_config_from_original, write_settings
+from mmjudge.judge.backbones.internvl import native_config_from_original
+from mmjudge.judge.model import JudgeSettings, write_settings
+from mmjudge.judge.templates import TEMPLATES
 from mmjudge.judge.tiling import TilingConfig
 
 # Phi-3's added tokens, then InternVL's, in the order of InternVL2-4B's tokenizer (ids 32000..32019 there).
@@ -175,6 +177,11 @@ def _llm_config(tokenizer: PreTrainedTokenizerBase, original_max_position_embedd
 
 
 def _original_config(tokenizer: PreTrainedTokenizerBase, original_max_position_embeddings: int = 4096) -> dict:
+    return internvl_chat_config(_llm_config(tokenizer, original_max_position_embeddings))
+
+
+def internvl_chat_config(llm_config: dict, template: str = "phi3-chat") -> dict:
+    """An original (InternVLChatModel) config.json around a language model's config, with the tiny vision tower."""
     s = SIZES
     vision = {
         "architectures": ["InternVisionModel"], "model_type": "intern_vit_6b", "hidden_size": s.vision_hidden,
@@ -188,8 +195,8 @@ def _original_config(tokenizer: PreTrainedTokenizerBase, original_max_position_e
         # Names of the remote code a real checkpoint ships; no code is written, and the loader never runs any.
         "auto_map": {"AutoConfig": "configuration_internvl_chat.InternVLChatConfig", "AutoModel": "modeling_internvl_chat.InternVLChatModel",
                      "AutoModelForCausalLM": "modeling_internvl_chat.InternVLChatModel"},
-        "llm_config": _llm_config(tokenizer, original_max_position_embeddings), "vision_config": vision, "force_image_size": s.image_size, "downsample_ratio": 0.5,
-        "ps_version": "v2", "select_layer": -1, "template": "phi3-chat", "dynamic_image_size": True, "use_thumbnail": True,
+        "llm_config": llm_config, "vision_config": vision, "force_image_size": s.image_size, "downsample_ratio": 0.5,
+        "ps_version": "v2", "select_layer": -1, "template": template, "dynamic_image_size": True, "use_thumbnail": True,
         "min_dynamic_patch": 1, "max_dynamic_patch": s.max_tiles, "use_backbone_lora": 0, "use_llm_lora": 0,
         "tie_word_embeddings": False, "torch_dtype": "bfloat16",
     }
@@ -290,8 +297,8 @@ def write_native_checkpoint(out_dir: str | Path, *, seed: int = 0) -> Path:
         model = InternVLForConditionalGeneration(config)
     model.generation_config.eos_token_id = _stop_tokens(tokenizer)
     model.save_pretrained(out_dir, safe_serialization=True)
-    tiling = TilingConfig(image_size=SIZES.image_size, min_tiles=1, max_tiles=SIZES.max_tiles, use_thumbnail=True)
-    write_settings(JudgeSettings("phi3-chat", None, tiling, config.image_seq_length), out_dir)
+    tiling = TilingConfig(image_size=SIZES.image_size, min_tiles=1, max_tiles=SIZES.max_tiles, use_thumbnail=True, tokens_per_tile=config.image_seq_length)
+    write_settings(JudgeSettings(TEMPLATES["phi3-chat"], None, tiling), out_dir)
     return out_dir
 
 

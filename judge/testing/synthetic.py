@@ -15,9 +15,13 @@ a function of that marker and of whether the answer has an image (`human_scores`
     text_image_coherence = max(overall - 1, 0)
     style_consistency    = min(overall + 1, 6) if the answer has two or more images, else overall
 
-Every record names `annotator` "ann-1" and carries a short `feedback`. Every fourth sample (1, 5, 9, ...)
-is rated again by "ann-2", whose overall and text_quality differ by exactly 1 (one up, or one down from 6),
-so multi-annotator aggregation has something to average.
+Every record names `annotator` "ann-1" and carries a short `feedback` (FEEDBACK) that gives none of the facts the
+scores follow from: a critique that named the marker ("The answer is excellent.") let a
+judge in training read its scores from its own critique, right in every target, instead of from the answer;
+where it had not yet learnt to write that word, its scores followed a wrong one (the demo's seed 2 wrote
+"average" for every answer, overall Pearson 0.39, where this critique gives 0.99). Every fourth sample (1, 5,
+9, ...) is rated again by "ann-2", whose overall and text_quality differ by exactly 1 (one up, or one down
+from 6), so multi-annotator aggregation has something to average.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from mmjudge.judge.data import JudgeResult
 CATEGORIES = ("SA", "PBL", "MSR")
 MODELS = ("model-a", "model-b", "model-c")
 MARKERS = {"poor": 0, "average": 3, "excellent": 5}
+FEEDBACK = "The answer was rated."  # as long as "The answer is excellent." was: the review fits eval_max_new_tokens
 WORDS = "the boat leaves the harbour and the story goes on with a clear plan for each step of the scene".split()
 
 
@@ -108,7 +113,7 @@ def write_dataset(out_dir: str | Path, n_samples: int, *, seed: int = 0, annotat
             records.append(record)
             continue
         scores = human_scores(marker, n_answer_images)
-        records.append({**record, "human_scores": scores, "annotator": "ann-1", "feedback": f"The answer is {marker}."})
+        records.append({**record, "human_scores": scores, "annotator": "ann-1", "feedback": FEEDBACK})
         if i % 4 == 1:
             records.append({**record, "human_scores": _second_opinion(scores), "annotator": "ann-2"})
     path = out_dir / "data.json"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mmjudge.judge.testing import write_tokenizer
+from mmjudge.judge.testing import HANG_S, write_tokenizer
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "score_throughput.py"
 
@@ -18,7 +18,7 @@ def test_benchmark_runs_on_cpu_with_a_tiny_judge(tmp_path):
     out = tmp_path / "figures.json"
     cmd = [sys.executable, str(BENCHMARK), "--tiny", "--samples", "4", "--reference_samples", "2", "--new_tokens", "3",
            "--max_tiles", "1", "--device", "cpu", "--invariance_samples", "4", "--json", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(out.read_text())
     assert figures["samples"] == 4 and figures["device"] == "cpu"
@@ -35,7 +35,7 @@ def test_the_profile_runs_on_cpu_and_names_where_time_goes(tmp_path):
     out = tmp_path / "profile.txt"
     cmd = [sys.executable, str(BENCHMARK.parent / "profile_score.py"), "--tiny", "--samples", "3", "--new_tokens", "3",
            "--max_tiles", "1", "--device", "cpu", "--out", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-2000:]
     text = out.read_text()
     assert "== generate: 3 samples" in text and "== logits: 3 samples" in text and "aten::mm" in text
@@ -49,7 +49,7 @@ def test_the_full_size_judge_is_built_from_the_shared_config(monkeypatch, tmp_pa
 
     judge = full_size_judge("meta", tmp_path / "tokenizer")
     assert 4.1e9 < sum(p.numel() for p in judge.model.parameters()) < 4.2e9
-    assert (judge.settings.template, judge.settings.tiling.max_tiles, judge.settings.tokens_per_tile) == ("phi3-chat", 12, 256)
+    assert (judge.settings.template.name, judge.settings.images.max_tiles, judge.settings.images.tokens_per_tile) == ("phi3-chat", 12, 256)
     assert vision_tokens_per_tile(judge) == 1025
 
 

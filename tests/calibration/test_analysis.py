@@ -115,7 +115,7 @@ def test_ceiling_is_computed_on_the_ids_each_judge_is_compared_on():
     pairs, scale = drawn_pairs(human, "overall", seed=0), ScoreScale(0, 6)
     assert j == human_ceiling(r, ids[:40], pairs, "overall", scale, 0, 0) and k == human_ceiling(r, ids[20:], pairs, "overall", scale, 0, 0)
     assert human_ceiling(r, ids, pairs, "overall", scale, 0, 0).ids == 60 and j != k
-    md = markdown(sections(report))
+    md = " ".join(markdown(sections(report)).split())  # tables padded and paragraphs wrapped for plain text: one space each
     assert "| statistic | j | k | human ceiling, ids of j | human ceiling, ids of k |" in md
     assert "human ceiling, ids of k: 40 ids with two or more annotators (up to 2)" in md
 

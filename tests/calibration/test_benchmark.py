@@ -21,7 +21,7 @@ def simulate(rng, draws: int, n: int, big_n: int, bias: float, noise: float):
 
 
 # floor: the normal interval is asymptotic; with 30 human scores per model it covers about 93% (measured
-# over seeds: 0.926-0.932), which the README says; from 50 on, within a binomial error of 95%.
+# over seeds: 0.926-0.932), which docs/trust.md says; from 50 on, within a binomial error of 95%.
 @pytest.mark.parametrize("n, big_n, bias, noise, floor", [(50, 1000, 1.0, 0.8, 0.93), (30, 300, -0.7, 2.5, 0.915), (200, 2000, 0.0, 0.5, 0.935)])
 def test_ppi_intervals_cover_the_true_mean_at_their_nominal_rate_whatever_the_judges_bias(n, big_n, bias, noise, floor):
     truth, human, judged, judge_only = simulate(np.random.default_rng([n, big_n]), DRAWS, n, big_n, bias, noise)

@@ -11,6 +11,8 @@ from scipy import stats as sps
 from sklearn.metrics import cohen_kappa_score
 
 from mmjudge.calibration.cli import main
+from mmjudge.calibration.inputs import read_predictions
+from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.calibrator import Calibrator
 
 CATEGORIES, MODELS = ["SA", "PBL", "MSR"], ["m1", "m2", "m3"]
@@ -19,6 +21,12 @@ CATEGORIES, MODELS = ["SA", "PBL", "MSR"], ["m1", "m2", "m3"]
 def write(path, records):
     path.write_text(json.dumps(records))
     return str(path)
+
+
+def report_md(out: Path) -> str:
+    """report.md with every run of white space as one space: its tables are padded and its paragraphs wrapped
+    for plain-text reading."""
+    return " ".join((out / "report.md").read_text().split())
 
 
 def no_nan(constant):
@@ -73,10 +81,10 @@ def test_reports_and_calibrator_are_written_with_their_content(files, capsys):
     cal = judge["calibration"]
     assert cal["source"] == "expected_score" and cal["mse_after"]["value"] < cal["mse_before"]["value"]
 
-    md = (out / "report.md").read_text()
-    assert "| Pearson r \\[95% Fisher z\\] |" in md and "Cosine similarity is reported because MMIE reports it" in md
+    md = report_md(out)
+    assert "| Pearson r [95% Fisher z] |" in md and "Cosine similarity is reported because MMIE reports it" in md
     assert "#### overall by category" in md and "| MSR |" in md and "## Calibration of the overall score" in md
-    assert "1 parse failure(s)" in md and "PBL\\_999" in md  # markdown shows ids literally
+    assert "1 parse failure(s)" in md and "PBL_999" in md  # markdown shows ids literally
     assert "| statistic | judge | human ceiling |" in md and "human ceiling: 45 ids with two or more annotators (up to 2)" in md
     assert "human ceiling: no id compared with the judge has two annotators on this criterion" in md
     page = (out / "report.html").read_text()
@@ -109,7 +117,7 @@ def test_flat_human_file_two_judges_linear_fit_and_a_collapsed_judge(files, tmp_
     assert a["bias"]["residual_vs_n_images"]["n"] == 90  # from the predictions' n_images
     assert b["collapse"] == "score collapse: standard deviation 0.000 < 0.1"
     assert b["all"]["pearson"] == {"value": None, "reason": "the judge's scores are constant", "fisher_95": None, "bootstrap_95": None}
-    assert "Warning, b: score collapse" in (out / "report.md").read_text()
+    assert "Warning, b: score collapse" in report_md(out)
     assert Calibrator.load(out / "calibrator_a.json").method == "linear"
     assert Calibrator.load(out / "calibrator_b.json").y[0] == Calibrator.load(out / "calibrator_b.json").y[1]  # flat: no information
     assert Calibrator.load(out / "calibrator.json") == Calibrator.load(out / "calibrator_a.json")
@@ -201,7 +209,9 @@ ANNOTATED = {"id": "SA_0", "question": "q", "answer": "a", "human_scores": {"ove
         ("predictions", [{"id": "SA_0", "score": 3, "score_distribution": {"3": True}}],
          "bad.json: record 0 (id 'SA_0'): score_distribution: the probability of '3' must be a number in 0-1, got True"),
         ("predictions", [{"id": "SA_0", "score": 3, "score_distribution": {"3": 0.5, "4": 0.4}}],
-         "bad.json: record 0 (id 'SA_0'): score_distribution: the probabilities add up to 0.9, not 1"),
+         "bad.json: record 0 (id 'SA_0'): score_distribution: the probabilities add up to 0.9, not 1 (within 0.00035, the rounding of 7 levels to 4 decimals)"),
+        ("predictions", [{"id": "SA_0", "score": 3, "score_distribution": {"3": 0.4996, "4": 0.4999}}],
+         "bad.json: record 0 (id 'SA_0'): score_distribution: the probabilities add up to 0.9995, not 1"),
     ],
 )
 def test_input_errors_exit_2_naming_file_and_id(files, tmp_path, capsys, side, records, message):
@@ -270,7 +280,7 @@ def test_a_judge_without_any_overall_score_gets_undefined_figures_and_no_plots(f
     assert report["judges"]["failed"]["calibration"] is None
     assert sorted(p.name for p in (out / "plots").glob("*.png")) == [
         "good_benchmark.png", "good_confusion.png", "good_histograms.png", "good_reliability.png", "good_scatter.png", "groups.png"]
-    assert "Intervals are 95%, Fisher z (no bootstrap: --bootstrap 0)." in (out / "report.md").read_text()
+    assert "Intervals are 95%, Fisher z (no bootstrap: --bootstrap 0)." in report_md(out)
 
 
 def test_a_criterion_asked_for_that_no_shared_id_has_is_an_error(files, tmp_path, capsys):
@@ -369,7 +379,7 @@ def test_a_local_judge_against_gpt4o_on_inst_it_logs(tmp_path):
     notes = "\n".join(report["notes"])
     assert f"3 item(s) of {gpt_log} marked valid: false" in notes and "left out: 003-02, 005-01, 101" in notes
     assert f"local: 2 item(s) of {local_log} marked valid: false" in notes
-    assert "scale 0-1 in steps of 0.1" in (out / "report.md").read_text()
+    assert "scale 0-1 in steps of 0.1" in report_md(out)
     pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
     assert pngs == ["groups.png", "local_benchmark.png", "local_confusion.png", "local_histograms.png", "local_reliability.png", "local_scatter.png"]
     calibrator = Calibrator.load(out / "calibrator.json")
@@ -418,7 +428,7 @@ def test_expected_scores_compare_where_no_written_score_parsed(tmp_path, capsys)
     assert overall["n"]["value"] == 40
     assert overall["pearson"]["value"] == pytest.approx(sps.pearsonr(expected, human).statistic)
     assert report["judges"]["p"]["calibration"]["source"] == "expected_score"
-    assert "The judge's overall value is its expected score" in (tmp_path / "r" / "report.md").read_text()
+    assert "The judge's overall value is its expected score" in report_md(tmp_path / "r")
 
 
 def megabench_scored(path, tasks: dict[str, list[float]]) -> str:
@@ -465,7 +475,7 @@ def test_a_rerun_that_fits_no_map_removes_the_earlier_calibrator_and_says_none_a
     assert (out / "calibrator.json").exists()
     assert main([*base, "--fit", "none"]) == 0
     assert not (out / "calibrator.json").exists()
-    text = (out / "report.md").read_text()
+    text = report_md(out)
     assert "is what judge-score --calibrator applies" not in text
     assert "No calibrator.json was written (--fit none). An earlier run's calibrator.json in this directory was removed." in text
 
@@ -475,7 +485,7 @@ def test_judge_names_reach_the_markdown_and_the_html_escaped(files):
     name = "<img src=x onerror=alert(1)>|*j*"
     out = tmp / "names"
     assert main(["--predictions", preds, "--human", human, "--output_dir", str(out), "--names", name, "--bootstrap", "0", "--by", "none"]) == 0
-    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    md, page = report_md(out), (out / "report.html").read_text()
     assert "<img src=x" not in md and "&lt;img src=x onerror=alert(1)>\\|\\*j\\*" in md
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;|*j*" in page
 
@@ -527,10 +537,28 @@ def test_benchmark_scores_score_sets_and_escalation_from_a_predictions_file_far_
     assert calibrator.escalation.threshold == escalation["fit"]["threshold"]
     records = json.loads(Path(preds).read_text())
     assert sum(calibrator.escalate(r["score"], r["score_distribution"]) for r in records) == escalation["escalated"]
-    md = (out / "report.md").read_text()
+    md = report_md(out)
     assert "## Benchmark scores per evaluated model" in md and "ranking by PPI++: strong > middling > weak" in md
     assert "## Score sets and escalation" in md and "PPI++" in md
     assert (out / "plots" / "j_benchmark.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("decimals", [6, 5, 4])
+def test_score_distributions_rounded_as_people_write_them_are_read_renormalised(tmp_path, decimals):
+    """Seven levels rounded to 6 decimals add up to 1 within 3.5e-6, which a tolerance of 1e-6 refused: 247 of
+    600 records ('the probabilities add up to 1, not 1'), in either --overall."""
+    preds, human = leaderboard_files(tmp_path, per_model=200)
+    records = json.loads(Path(preds).read_text())
+    for r in records:
+        r["score_distribution"] = {level: round(p, decimals) for level, p in r["score_distribution"].items()}
+    rounded = write(tmp_path / "rounded.json", records)
+    assert sum(abs(sum(r["score_distribution"].values()) - 1) > 1e-6 for r in records) > 100
+    for flags in ([], ["--overall", "expected_score", "--agreement", "exact"]):
+        out = tmp_path / f"r{len(flags)}"
+        assert main(["--predictions", rounded, "--human", human, "--output_dir", str(out), "--names", "j", "--bootstrap", "0", "--by", "none", *flags]) == 0
+        assert json.loads((out / "report.json").read_text())["judges"]["j"]["calibration"]["escalation"]["judged"] == 600
+    read = read_predictions(rounded, ScoreScale()).records
+    assert all(abs(sum(r.score_distribution.values()) - 1) < 1e-12 for r in read.values())
 
 
 def test_coverage_and_target_agreement_are_checked(files, tmp_path, capsys):
@@ -550,7 +578,7 @@ def test_a_judge_close_to_people_is_trusted_on_most_records_and_the_calibrator_m
     calibrator = Calibrator.load(out / "calibrator.json")
     decisions = [calibrator.escalate(r["score"], r["score_distribution"]) for r in json.loads(Path(preds).read_text())]
     assert sum(decisions) == escalation["escalated"] < len(decisions) / 2
-    assert f"| {fit['threshold']:.3f} | {fit['trusted']} of {fit['n']} |" in (out / "report.md").read_text()
+    assert f"| {fit['threshold']:.3f} | {fit['trusted']} of {fit['n']} |" in report_md(out)
 
 
 def test_a_score_distribution_on_a_scale_of_tenths_is_named_not_misread(tmp_path, capsys):
@@ -559,3 +587,17 @@ def test_a_score_distribution_on_a_scale_of_tenths_is_named_not_misread(tmp_path
     assert main(["--predictions", preds, "--human", human, "--output_dir", str(tmp_path / "r"), "--scale", "0", "1", "--step", "0.1"]) == 2
     assert ("p.json: record 0 (id 'a'): score_distribution: a score distribution is read on a scale of whole numbers in steps of 1, "
             "not 0-1 in steps of 0.1") in capsys.readouterr().err
+
+
+def test_calibrator_of_names_the_judge_whose_map_is_calibrator_json(files, tmp_path, capsys):
+    preds, human, _ = files
+    records = json.loads(Path(preds).read_text())
+    trained = write(tmp_path / "trained.json", [{**r, "score": None if r["score"] is None else min(6, r["score"] + 1), "expected_score": None}
+                                                for r in records])
+    out = tmp_path / "r"
+    base = ["--predictions", preds, trained, "--names", "before", "after", "--human", human, "--bootstrap", "0", "--by", "none"]
+    assert main([*base, "--output_dir", str(out), "--calibrator_of", "after"]) == 0
+    assert Calibrator.load(out / "calibrator.json") == Calibrator.load(out / "calibrator_after.json") != Calibrator.load(out / "calibrator_before.json")
+    assert "calibrator.json (after's map" in report_md(out)
+    assert main([*base, "--output_dir", str(tmp_path / "r2"), "--calibrator_of", "trained"]) == 2
+    assert "--calibrator_of trained: no judge of that name; the judges are before, after" in capsys.readouterr().err

@@ -122,3 +122,30 @@ def test_benchmark_plot_draws_three_intervals_per_model_best_first_and_leaves_un
     legend = ax.get_legend()
     assert [t.get_text() for t in legend.get_texts()] == ["PPI++ (human + judge)", "human only", "judge only"]
     assert legend.get_window_extent().y1 <= ax.get_window_extent().y0  # below the axes, off the data
+
+
+def test_the_scatter_jitters_a_discrete_axis_only_and_draws_no_line_through_a_collapsed_judge(drawn):
+    rng = np.random.default_rng(4)
+    human = rng.integers(0, 13, 80) / 2  # means of two annotators: halves
+    expected = rng.uniform(3.265, 3.353, 80)  # an untrained judge's expected scores: continuous, and collapsed
+    result = report({"j": list(expected)}, list(human), ["SA"] * 80, ScoreScale()).judges["j"].criteria["overall"]
+    assert result.collapse is not None
+    plot = plots.scatter(expected, human, "j", ScoreScale(), 0, result.collapse, "expected score")
+    ax = drawn[-1].axes[0]
+    x, y = ax.collections[0].get_offsets().T
+    assert np.array_equal(x, expected)  # drawn where they are: 3.265-3.353 stays 3.265-3.353
+    assert 0 < np.abs(y - human).max() <= plots.JITTER * 0.5
+    assert [line.get_label() for line in ax.lines] == ["judge = human"]  # no least-squares line
+    assert "human axis by up to ±0.09" in plot.caption and "No fitted line through a collapsed judge" in plot.caption
+
+
+def test_the_scatter_of_a_judge_that_ranks_jitters_both_axes_and_draws_its_line(drawn):
+    rng = np.random.default_rng(5)
+    human = rng.integers(0, 7, 80).astype(float)
+    judge = np.clip(human + rng.choice([-1, 0, 1], 80), 0, 6)
+    plot = plots.scatter(judge, human, "j", ScoreScale())
+    ax = drawn[-1].axes[0]
+    x, y = ax.collections[0].get_offsets().T
+    assert 0 < np.abs(x - judge).max() <= plots.JITTER and 0 < np.abs(y - human).max() <= plots.JITTER
+    assert len(ax.lines) == 2 and ax.lines[0].get_label().startswith("least squares")
+    assert "judge axis by up to ±0.18, human axis by up to ±0.18" in plot.caption and "Red: the least-squares line" in plot.caption

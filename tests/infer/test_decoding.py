@@ -1,11 +1,15 @@
 """The decoder behind judge-score (infer/decoding.py) on the tiny judge: each row computed as it would be
 alone, whatever its batch, its slot or its neighbours' lengths; and equal to transformers' own generate."""
 
+import inspect
+import warnings
+
 import pytest
 import torch
+import transformers
 from transformers import GenerationConfig
 
-from mmjudge.infer.decoding import Completion, Decoder, Request, Sampling
+from mmjudge.infer.decoding import Completion, Decoder, Request, Sampling, SlotCache
 from mmjudge.infer.engine import Scorer, _load_pixels, judge_decoder, prepare, unwritable_tokens
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import load_samples
@@ -85,10 +89,10 @@ def test_a_long_rope_judge_alone_writes_what_transformers_generate_writes(long_r
     suppress = unwritable_tokens(judge)
     for i, item in enumerate(items):
         pixels = _load_pixels(item, torch.float32, pin=False)
-        config = GenerationConfig(max_new_tokens=12, do_sample=False, eos_token_id=scorer.stop_id, pad_token_id=decoder.pad_id,
+        config = GenerationConfig(max_new_tokens=12, do_sample=False, eos_token_id=list(judge.stop_ids), pad_token_id=decoder.pad_id,
                                   suppress_tokens=suppress, return_dict_in_generate=True, output_logits=True)
         ids = item.input_ids[None].long()
-        reference = judge.model.generate(input_ids=ids, **({} if pixels is None else {"pixel_values": pixels}), generation_config=config)
+        reference = judge.model.generate(input_ids=ids, **({} if pixels is None else judge.backbone.model_inputs(pixels)), generation_config=config)
         assert completions[i].tokens == reference.sequences[0, ids.shape[1]:].tolist()
         full = torch.stack(reference.logits, dim=1)[0]  # (steps, vocabulary)
         torch.testing.assert_close(completions[i].logits, full[:, decoder.columns], rtol=0, atol=1e-5)
@@ -119,10 +123,10 @@ def test_follow_up_tokens_read_what_a_forward_pass_over_the_whole_text_reads(jud
     assert len(completions) == 4
     for completion in completions:
         item = items[completion.index]
-        written = [t for t in completion.tokens if t != scorer.stop_id]
+        written = [t for t in completion.tokens if t not in judge.stop_ids]
         pixels = _load_pixels(item, torch.float32, pin=False)
         ids = torch.tensor([[*item.input_ids.tolist(), *written, *heading]])
-        logits = judge.model(input_ids=ids, **({} if pixels is None else {"pixel_values": pixels})).logits[0, -1]
+        logits = judge.model(input_ids=ids, **({} if pixels is None else judge.backbone.model_inputs(pixels))).logits[0, -1]
         torch.testing.assert_close(completion.follow_up_logits, logits[scorer.decoder.columns], rtol=0, atol=1e-5)
 
 
@@ -144,7 +148,8 @@ def test_rows_that_stop_early_leave_their_slot_to_the_next_prompt_and_write_what
     for budget in (2 * capacity, 1):
         options = ScoreOptions(max_new_tokens=8, token_budget=budget, max_tiles=2)
         scorer = Scorer(judge, rubrics, options, "cpu")
-        scorer.stop_id = scorer.decoder.stop_id = stop
+        monkeypatch.setitem(judge.__dict__, "stop_ids", (stop,))  # the judge's cached stop tokens: its answers end there
+        scorer.decoder.stop_ids = frozenset({stop})
         scorer._follow_up = lambda item, tokens: []  # count the written tokens' steps only
         count = []
         run_step = scorer.decoder._run_step
@@ -164,7 +169,7 @@ def test_rows_that_stop_early_leave_their_slot_to_the_next_prompt_and_write_what
 
 
 def test_prefill_groups_hold_at_most_the_budget_longest_first_and_drop_nothing(judge):
-    decoder = Decoder(judge.model, device="cpu", pad_id=0, stop_id=None, suppress=[], columns=torch.tensor([1]), token_budget=1200)
+    decoder = Decoder(judge.model, device="cpu", pad_id=0, stop_ids=(), suppress=[], columns=torch.tensor([1]), token_budget=1200)
     lengths = [2000, 900, 300, 300, 100, 50]
     requests = [Request(i, torch.ones(n, dtype=torch.long)) for i, n in enumerate(lengths)]
     from mmjudge.infer.decoding import _Lookahead
@@ -221,10 +226,10 @@ def test_top_logprobs_are_those_of_transformers_logits_and_each_request_stops_at
     suppress = unwritable_tokens(judge)
     for i, item in enumerate(items):
         pixels = _load_pixels(item, torch.float32, pin=False)
-        config = GenerationConfig(max_new_tokens=limits[i], do_sample=False, eos_token_id=scorer.stop_id, pad_token_id=decoder.pad_id,
+        config = GenerationConfig(max_new_tokens=limits[i], do_sample=False, eos_token_id=list(judge.stop_ids), pad_token_id=decoder.pad_id,
                                   suppress_tokens=suppress, return_dict_in_generate=True, output_logits=True)
         ids = item.input_ids[None].long()
-        reference = judge.model.generate(input_ids=ids, **({} if pixels is None else {"pixel_values": pixels}), generation_config=config)
+        reference = judge.model.generate(input_ids=ids, **({} if pixels is None else judge.backbone.model_inputs(pixels)), generation_config=config)
         written = reference.sequences[0, ids.shape[1]:].tolist()
         assert completions[i].tokens == written and len(written) == limits[i]  # the random judge never stops early
         full = torch.stack(reference.logits, dim=1)[0].float()
@@ -242,6 +247,35 @@ def test_scoring_asks_for_no_top_logprobs_and_computes_none(judge, samples, data
     assert len(completions) == 2 and not calls
 
 
+# -- the cache's contract with transformers' attention ----------------------------------------------------
+
+def test_the_slot_cache_takes_every_call_transformers_cache_update_takes():
+    """Attention stores keys and values through transformers' public `Cache.update(key_states, value_states,
+    layer_idx, *args, **kwargs)`; 5.24's attention passes `kwargs=`, which the cache's narrower signature
+    refused (judge-score's first sample: TypeError)."""
+    public = inspect.signature(transformers.Cache.update).parameters.values()
+    ours = inspect.signature(SlotCache.update).parameters.values()
+    assert [(p.name, p.kind) for p in ours] == [(p.name, p.kind) for p in public]
+    cache = SlotCache(layers=2, slots=3, heads=2, capacity=8, head_dim=4, dtype=torch.float32, device="cpu")
+    cache.positions = torch.tensor([0, 5, 2])
+    key, value = torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4)
+    keys, values = cache.update(key_states=key, value_states=value, layer_idx=1, kwargs={"position_ids": None})
+    assert torch.equal(keys[[0, 1, 2], :, [0, 5, 2]], key[:, :, 0]) and torch.equal(values[[0, 1, 2], :, [0, 5, 2]], value[:, :, 0])
+    assert not cache.keys[0].any()
+
+
+def test_decoding_passes_the_cache_as_the_installed_transformers_names_it(judge, prompts):
+    """5.24 renamed the decoder layers' cache argument (`past_key_values` to `cache`): the old name warns, and
+    from 5.40 would reach attention as an unknown keyword, leaving every step with no cache. The decoder
+    passes it under the name the layers declare: no warning, and greedy tokens equal to transformers'."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        written = answers(chat_decoder(judge), [Request(0, prompts[0], max_new_tokens=6)])[0, 0].tokens
+    reference = judge.model.generate(input_ids=prompts[0][None], max_new_tokens=6, do_sample=False, eos_token_id=None,
+                                     suppress_tokens=unwritable_tokens(judge), pad_token_id=0)
+    assert written == reference[0, len(prompts[0]):].tolist()
+
+
 # -- sampling, choices, ending early (judge-serve's chat answers) -----------------------------------------
 
 QUESTIONS = ["Is this answer good?", "Rate the answer to the question about the picture, and say why in a few words.",
@@ -249,9 +283,8 @@ QUESTIONS = ["Is this answer good?", "Rate the answer to the question about the 
 
 
 def chat_ids(judge, text: str) -> torch.Tensor:
-    from mmjudge.judge.templates import get_template
 
-    return judge.tokenizer(get_template(judge.settings.template).render(text), return_tensors="pt").input_ids[0]
+    return judge.tokenizer(judge.settings.template.render(text), return_tensors="pt").input_ids[0]
 
 
 def no_images(request):

@@ -102,3 +102,39 @@ def test_sampled_cuda_graph_steps_write_what_eager_steps_and_each_request_alone_
     assert graphs == run(everything, False)
     alone = {key: tokens for i in everything for key, tokens in run([i], True).items()}
     assert graphs == alone
+
+
+def test_constrained_steps_and_chunked_prefills_under_cuda_graphs_write_what_eager_unchunked_steps_write(tmp_path, dataset, monkeypatch):
+    """Token masks are graph inputs like the draws: rows under a JSON schema or a choice beside free rows,
+    greedy and sampled, prompts prefilled in chunks of 256, fp32: the same tokens as eager steps after whole
+    prefills. (Written without a GPU at hand: run it on one.)"""
+    from concurrent.futures import Future
+
+    from mmjudge.infer import grammar
+    from mmjudge.infer.decoding import Request, Sampling
+    from mmjudge.infer.engine import judge_decoder, judge_vocabulary
+
+    monkeypatch.setattr(mmjudge.infer.decoding, "WIDTH_STEP", 64)
+    judge = load_judge(write_original_checkpoint(tmp_path / "ckpt", original_max_position_embeddings=700), "cuda", torch.float32)
+    vocabulary = judge_vocabulary(judge)
+    schema = {"type": "object", "properties": {"score": {"type": "integer", "minimum": 0, "maximum": 6}, "sure": {"type": "boolean"}},
+              "required": ["score", "sure"], "additionalProperties": False}
+    grammars = [None, grammar.json_schema(vocabulary, schema), grammar.choice(vocabulary, ["better", "worse", "tie"])]
+    options = ScoreOptions(max_tiles=2)
+    items = prepare(judge, list(enumerate(load_samples(dataset / "data.json", dataset))), load_rubrics(), dataset, options)
+
+    def requests():
+        return [Request(i, items[i].input_ids.long(), max_new_tokens=60, sampling=Sampling(0.8, seed=i) if i % 2 else Sampling(),
+                        grammar=grammars[i % 3]) for i in range(len(items))]
+
+    def load(request):
+        future = Future()
+        future.set_result(None if not items[request.index].images else _load_pixels(items[request.index], torch.float32, pin=True))
+        return future
+
+    def run(cuda_graphs, prefill_budget):
+        decoder = judge_decoder(judge, "cuda", None, columns=[], prefill_budget=prefill_budget)
+        decoder.cuda_graphs = cuda_graphs
+        return {(c.index, c.choice): c.tokens for done in decoder.generate(requests(), load, 60) for c in done}
+
+    assert run(True, 256) == run(False, None)

@@ -120,7 +120,8 @@ def test_megabench(checkpoint, tmp_path):
 def test_format_flags_that_cannot_work_are_refused_before_loading(tmp_path, capsys):
     write(tmp_path / "p.json", [{"question_id": 1, "question": "q", "model_prediction": "a", "ground_truth": "a", "split": "image"}])
     args = ["--model_path", str(tmp_path / "no-model"), "--input_dir", str(tmp_path), "--input_file", "p.json"]
-    assert main([*args, "--criteria_file", "c.json"]) == EXIT_BAD_INPUT
+    write(tmp_path / "c.json", [])
+    assert main([*args, "--criteria_file", str(tmp_path / "c.json")]) == EXIT_BAD_INPUT
     assert "--criteria_file applies to --format megabench only, not instit" in capsys.readouterr().err
     assert main([*args, "--output_dir", str(tmp_path), "--output_file", "p.json"]) == EXIT_BAD_INPUT
     assert "this run would overwrite" in capsys.readouterr().err

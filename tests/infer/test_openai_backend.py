@@ -27,11 +27,18 @@ def completion(content: str, logprobs=None) -> dict:
             "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}
 
 
-def server_answering(answers: list, monkeypatch, key_env=None) -> tuple[Server, list, list]:
+def server_answering(answers: list, monkeypatch, key_env=None, request_timeout_s=60.0, overslept_s=0.0) -> tuple[Server, list, list]:
     """A Server whose transport plays `answers` in turn (a status and JSON, or an exception to raise); it
-    records the requests and the waits between tries."""
-    requests, waits = [], []
-    monkeypatch.setattr(openai_backend.time, "sleep", waits.append)
+    records the requests and the waits between tries, which pass on a clock of the test's own (each
+    `overslept_s` longer than asked, as on a busy machine)."""
+    requests, waits, clock = [], [], [0.0]
+    monkeypatch.setattr(openai_backend.time, "monotonic", lambda: clock[0])
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock[0] += seconds + overslept_s
+
+    monkeypatch.setattr(openai_backend.time, "sleep", sleep)
     replies = iter(answers)
 
     def handle(request: httpx2.Request) -> httpx2.Response:
@@ -42,7 +49,7 @@ def server_answering(answers: list, monkeypatch, key_env=None) -> tuple[Server, 
         status, body, headers = reply
         return httpx2.Response(status, json=body, headers=headers)
 
-    return Server("http://127.0.0.1:9/v1/", "judge", key_env, 3, 2, transport=httpx2.MockTransport(handle)), requests, waits
+    return Server("http://127.0.0.1:9/v1/", "judge", key_env, 3, 2, request_timeout_s, transport=httpx2.MockTransport(handle)), requests, waits
 
 
 def test_429_5xx_and_no_answer_are_retried_with_growing_waits_and_retry_after_is_honoured(monkeypatch):
@@ -71,6 +78,26 @@ def test_retries_run_out_with_a_message_that_says_how_to_resume(monkeypatch):
     assert len(requests) == 4
 
 
+def test_retries_stop_at_the_request_timeout_and_each_try_is_cut_at_what_is_left(monkeypatch):
+    """Six tries of up to 600 s each: a server trickling its answers, or asking to come back later, held a run
+    for about an hour on one sample. --request_timeout bounds the tries and the waits between them together."""
+    overloaded = (503, {"error": {"message": "overloaded"}}, {"retry-after": "60"})
+    server, requests, waits = server_answering([overloaded] * 6, monkeypatch, request_timeout_s=150)
+    with pytest.raises(ServerError, match=r"sample 'SA_1' failed 3 time\(s\) in --request_timeout 150 s, last with HTTP 503: overloaded; "):
+        server.complete({"max_tokens": 9}, "SA_1")
+    assert waits == [60, 60] and len(requests) == 3  # at 0, 60 and 120 s; a fourth would start past 150 s
+    assert [r.extensions["timeout"]["read"] for r in requests] == [150, 90, 30]  # each try cut at what is left
+
+
+def test_a_wait_that_oversleeps_the_request_timeout_leaves_the_next_try_a_moment_not_a_negative_timeout(monkeypatch):
+    """httpx refuses a negative timeout with a ValueError, which ended the run as an internal failure."""
+    overloaded = (503, {"error": {"message": "overloaded"}}, {"retry-after": "60"})
+    server, requests, _ = server_answering([overloaded] * 2, monkeypatch, request_timeout_s=100, overslept_s=50)
+    with pytest.raises(ServerError, match=r"sample 'SA_1' failed 2 time\(s\) in --request_timeout 100 s, last with HTTP 503"):
+        server.complete({"max_tokens": 9}, "SA_1")
+    assert [r.extensions["timeout"]["read"] for r in requests] == [100, 1e-3]  # woken at 110 s
+
+
 def test_the_key_is_read_from_the_named_variable_and_sent_as_a_bearer_token(monkeypatch):
     monkeypatch.setenv("MY_JUDGE_KEY", "s3cret")
     server, requests, _ = server_answering([(200, completion("ok"), {})], monkeypatch, key_env="MY_JUDGE_KEY")
@@ -89,21 +116,21 @@ def test_a_request_holds_the_local_prompts_user_turn_and_its_images_in_order(dat
     sample = next(s for s in load_samples(dataset / "data.json", dataset) if len(s.images()) >= 2)
     rubric = load_rubrics()[sample.category]
     options = ScoreOptions(max_new_tokens=9)
-    prompt = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig(), 256)
+    prompt = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig())
     request = chat_request(prompt, "judge", options)
     text, *images = request["messages"][0]["content"]
     # the local judge's prompt is this turn inside its chat template
-    local = build_prompt(sample, rubric, get_template("phi3-chat"), None, dataset, TilingConfig(), 256)
+    local = build_prompt(sample, rubric, get_template("phi3-chat"), None, dataset, TilingConfig())
     assert get_template("phi3-chat").render(text["text"]).count("<image>") == len(images) == len(sample.images())
     assert local.query == text["text"] and "<image>" in text["text"]
     assert [i["image_url"]["url"].split(",")[0] for i in images] == [
         "data:image/png;base64" if p.endswith("png") else "data:image/jpeg;base64" for p in sample.images()]
     assert request["max_tokens"] == 9 and request["temperature"] == 0 and request["top_logprobs"] == 20
     assert "mm_processor_kwargs" not in request  # GPT-4o's API refuses what it does not know
-    two = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig(max_tiles=2), 256)
+    two = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig(max_tiles=2))
     assert chat_request(two, "judge", ScoreOptions(max_tiles=2))["mm_processor_kwargs"] == {"max_dynamic_patch": 2}
     # tiles lowered to fit the image-token budget: the server must tile as the budget planned
-    budgeted = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig(), 256, image_token_budget=256 * len(images))
+    budgeted = build_prompt(sample, rubric, openai_backend.USER_TURN, None, dataset, TilingConfig(), image_token_budget=256 * len(images))
     assert budgeted.truncated and chat_request(budgeted, "judge", options)["mm_processor_kwargs"] == {"max_dynamic_patch": 1}
 
 
@@ -147,6 +174,8 @@ def test_a_sample_result_from_a_scored_answer(dataset, monkeypatch):
     (["--base_url", "http://127.0.0.1:1/v1"], "--base_url applies to --backend openai only"),
     (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--device", "cpu"], "--device applies to the local backend only"),
     (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--concurrency", "0"], "--concurrency must be at least 1, got 0"),
+    (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--request_timeout", "0"], "--request_timeout must be a number of seconds above 0, got 0"),
+    (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--request_timeout", "nan"], "--request_timeout must be a number of seconds above 0, got nan"),
     (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--api_key_env", "NO_SUCH_KEY_VAR"], "--api_key_env NO_SUCH_KEY_VAR: that environment variable is not set"),
     (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--mode", "logits"], "--mode logits reads the score after a forced"),
     (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--format", "milebench"], "prompt_token_budget 8192 counts the judge's tokens"),

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -14,6 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
+from mmjudge.configs import CONFIG_DIR
 from mmjudge.infer.cli import build_parser, main
 from mmjudge.infer.decoding import Decoder
 from mmjudge.infer.engine import Scorer, prepare
@@ -21,13 +23,12 @@ from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import JudgeResult, UsageError, load_samples
 from mmjudge.judge.model import load_judge
 from mmjudge.judge.prompts import load_rubrics
-from mmjudge.judge.testing import write_dataset, write_original_checkpoint
+from mmjudge.judge.testing import HANG_S, write_dataset, write_original_checkpoint
 
-ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
-# The record of eval_result.json as the README documents it, in this order.
+# The record of eval_result.json as docs/scoring.md documents it, in this order.
 DOCUMENTED_KEYS = ["id", "model", "category", "feedback", "score", "criteria", "score_distribution", "expected_score",
-                   "parse_error", "truncated", "n_images", "n_tiles", "prompt_tokens", "generated_tokens"]
+                   "parse_error", "truncated", "n_images", "n_tiles", "prompt_tokens", "generated_tokens", "judge_fingerprint", "rubric_fingerprint"]
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +182,7 @@ def test_samples_that_once_failed_after_the_model_loaded_are_found_before_it_and
 
 
 def test_a_category_without_a_rubric_stops_the_run_or_is_skipped_and_listed(checkpoint, dataset, tmp_path, capsys):
-    only_sa = ["--rubric", str(ROOT / "configs" / "rubrics" / "sa.yaml"), "--mode", "logits"]
+    only_sa = ["--rubric", str(CONFIG_DIR / "rubrics" / "sa.yaml"), "--mode", "logits"]
     assert score(checkpoint, dataset, tmp_path / "stop", *only_sa) == 2
     err = capsys.readouterr().err
     assert "no rubric for category MSR (" in err and "no rubric for category PBL (" in err
@@ -290,7 +291,7 @@ def test_kill_9_loses_at_most_the_batch_in_flight(checkpoint, tmp_path, wait_for
                 "--max_new_tokens", "24", "--max_tiles", "2", "--token_budget", "1")  # batch size 1
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     journal = out / "eval_result.json.journal.rank0.jsonl"
-    assert wait_for_lines(journal, 4)
+    assert wait_for_lines(journal, 4, proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     done_before = [json.loads(line) for line in journal.read_text().splitlines()[1:] if line.endswith("}")]
@@ -312,9 +313,12 @@ def test_torchrun_two_processes_merge_to_the_single_process_result(dataset, tmp_
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "mmjudge.infer.cli",
            "--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json", "--output_dir", str(tmp_path / "multi"), *FAST]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in (tmp_path / "multi").glob("*.journal.*")) == ["eval_result.json.journal.rank0.jsonl", "eval_result.json.journal.rank1.jsonl"]
+    # rank 0's bars count both ranks' samples, not its own 4
+    assert re.search(r"preparing: 100%\|\S+\| 8/8 ", proc.stderr) and re.search(r"scoring: 100%\|\S+\| 8/8 ", proc.stderr)
+    assert not re.search(r"\| \d+/4 ", proc.stderr)
     multi, single = read(tmp_path / "multi"), read(tmp_path / "single")
     # Other batches (and threads) add floats in another order: distributions agree to float precision.
     inexact = ("score_distribution", "expected_score")
@@ -338,7 +342,7 @@ def test_when_rank_0_fails_to_merge_every_rank_exits(checkpoint, dataset, tmp_pa
                                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
     try:
-        errors = [proc.communicate(timeout=120)[1] for proc in procs]
+        errors = [proc.communicate(timeout=HANG_S)[1] for proc in procs]
     finally:
         for proc in procs:
             proc.kill()
@@ -399,31 +403,49 @@ def test_a_sample_too_large_for_memory_alone_stops_the_run_saying_what_to_change
         list(Scorer(judge, rubrics, options, "cpu").run(items))
 
 
-@pytest.mark.parametrize("preferred", ["image tokens", "rows without a token"])
-def test_a_judge_never_writes_tokens_that_stand_for_no_text(checkpoint, samples, dataset, preferred):
-    """A barely trained judge may rank <IMG_CONTEXT> first; written out, it would stand for no image and
-    break the forced-heading pass that reads the output back. Or it may rank first one of the output
-    layer's rows beyond the tokenizer (Phi-3 has 32,064 rows for 32,011 tokens), which no tokenizer can
-    decode. Generation suppresses both."""
-    judge = load_judge(checkpoint)  # its own copy: the head is patched below
-    if preferred == "image tokens":
-        image_ids = torch.tensor(judge.tokenizer.convert_tokens_to_ids(["<img>", "<IMG_CONTEXT>", "</img>"]))
-    else:
-        image_ids = torch.arange(len(judge.tokenizer), judge.model.lm_head.out_features)
-        assert len(image_ids) > 0
-    head = judge.model.lm_head
+def prefer(judge, favourites: dict[int, torch.Tensor]) -> None:
+    """Patch the judge's output layer to rank `favourites[step]` first at those forward passes (the prompt's is
+    step 0), or `favourites[None]` at every one."""
+    head, calls = judge.model.lm_head, []
 
-    class PrefersImageTokens(torch.nn.Module):
+    class Prefers(torch.nn.Module):
         def forward(self, hidden):
             logits = head(hidden)
-            logits[..., image_ids] += 1e4
+            chosen = favourites.get(len(calls), favourites.get(None))
+            if chosen is not None:
+                logits[..., chosen] += 1e4
+            calls.append(1)
             return logits
 
-    judge.model.lm_head = PrefersImageTokens()
+    judge.model.lm_head = Prefers()
+
+
+def test_a_judge_never_writes_rows_that_stand_for_no_token(checkpoint, samples, dataset):
+    """A barely trained judge may rank first one of the output layer's rows beyond the tokenizer (Phi-3 has
+    32,064 rows for 32,011 tokens), which no tokenizer can decode (MMIE's main.py stops there with an
+    IndexError). Generation suppresses them; the forced heading then reads a distribution."""
+    judge = load_judge(checkpoint)  # its own copy: the head is patched below
+    rows = torch.arange(len(judge.tokenizer), judge.model.lm_head.out_features)
+    assert len(rows) > 0
+    prefer(judge, {None: rows})
     rubrics, options = load_rubrics(), ScoreOptions(max_new_tokens=5, max_tiles=2)
     results = [r for batch in Scorer(judge, rubrics, options, "cpu").run(prepare(judge, samples[:2], rubrics, dataset, options)) for _, r in batch]
     assert all(r.score is None and r.score_distribution is not None for r in results)  # the forced pass ran
     assert all(r.generated_tokens == 5 for r in results)
+
+
+def test_a_judge_writes_image_tokens_where_it_ranks_them_first_as_the_reference_does(checkpoint, samples, dataset):
+    """InternVL's generate writes `</img>` or `<IMG_CONTEXT>` where it is the argmax (a trained export wrote
+    `<IMG_CONTEXT>` at its 20th step), and MMIE's feedback then holds it as text: judge-score writes the same
+    tokens and text (decoded as the reference decodes, tests/judge/test_detokenize.py), and still reads a
+    score distribution after the forced heading."""
+    judge = load_judge(checkpoint)
+    tokens = judge.tokenizer.convert_tokens_to_ids(["\u2581image", "</img>", "\u2581image", "<IMG_CONTEXT>", "<img>"])
+    prefer(judge, {step: torch.tensor([token]) for step, token in enumerate(tokens)})
+    rubrics, options = load_rubrics(), ScoreOptions(max_new_tokens=5, max_tiles=2)
+    [[(_, result)]] = list(Scorer(judge, rubrics, options, "cpu").run(prepare(judge, samples[:1], rubrics, dataset, options)))
+    assert result.feedback == judge.decode(tokens) == "image </img> image <IMG_CONTEXT> <img>"
+    assert result.score is None and result.score_distribution is not None and result.generated_tokens == 5
 
 
 @pytest.mark.parametrize("flag, name", [("--input_file", "summary.json"), ("--calibrator", "summary.json"), ("--rubric", "eval_result.json"),
@@ -444,10 +466,10 @@ def test_no_output_replaces_or_deletes_an_input_and_the_model_never_loads(datase
 
 
 def test_a_second_run_on_an_output_dir_in_use_is_refused_before_the_model_loads(checkpoint, dataset, tmp_path, capsys, monkeypatch):
-    import mmjudge.infer.local_backend
+    import mmjudge.judge.model
     from mmjudge.judge.outputs import locked
 
-    monkeypatch.setattr(mmjudge.infer.local_backend, "load_judge", lambda *args: pytest.fail("the model loaded"))
+    monkeypatch.setattr(mmjudge.judge.model, "load_judge", lambda *args: pytest.fail("the model loaded"))
     with locked(tmp_path / "out", "judge-score"):
         assert main(["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json",
                      "--output_dir", str(tmp_path / "out")]) == 2
@@ -455,7 +477,7 @@ def test_a_second_run_on_an_output_dir_in_use_is_refused_before_the_model_loads(
 
 
 def test_an_output_dir_that_cannot_be_written_is_refused_before_the_model_loads(checkpoint, dataset, tmp_path, capsys, monkeypatch):
-    import mmjudge.infer.local_backend
+    import mmjudge.judge.model
     import mmjudge.judge.outputs
 
     opened = os.open
@@ -466,7 +488,7 @@ def test_an_output_dir_that_cannot_be_written_is_refused_before_the_model_loads(
         return opened(path, *args, **kwargs)
 
     monkeypatch.setattr(mmjudge.judge.outputs.os, "open", read_only)
-    monkeypatch.setattr(mmjudge.infer.local_backend, "load_judge", lambda *args: pytest.fail("the model loaded"))
+    monkeypatch.setattr(mmjudge.judge.model, "load_judge", lambda *args: pytest.fail("the model loaded"))
     assert main(["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json",
                  "--output_dir", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == f"error: --output_dir {tmp_path / 'out'}: cannot write there (Permission denied)\n"
@@ -510,14 +532,14 @@ def test_control_and_image_tokens_in_a_sample_are_judged_as_text(checkpoint, dat
 def test_logits_that_are_no_numbers_give_no_distribution_and_the_outputs_stay_json(checkpoint, dataset, tmp_path, monkeypatch):
     """A float16 overflow makes NaN logits: their distribution is no measurement (null), and no output may
     hold a bare NaN, which is not JSON (other parsers refuse the file)."""
-    import mmjudge.infer.local_backend
+    import mmjudge.judge.model
 
     def judge_with_nan_logits(*args, **kwargs):
         judge = load_judge(*args, **kwargs)
         judge.model.lm_head.register_forward_hook(lambda module, inputs, logits: logits * float("nan"))
         return judge
 
-    monkeypatch.setattr(mmjudge.infer.local_backend, "load_judge", judge_with_nan_logits)
+    monkeypatch.setattr(mmjudge.judge.model, "load_judge", judge_with_nan_logits)
     assert score(checkpoint, dataset, tmp_path, "--limit", "2", "--max_new_tokens", "2") == 0
 
     def refuse(constant):

@@ -64,3 +64,15 @@ def test_collapse_counts_scored_records_only_on_any_scale():
     found = summarize(results, [], ScoreScale(0, 1, 0.1))["collapse"]["overall"]
     assert (found["level"], found["n"], found["histogram"]["0.5"], found["histogram"]["0.6"]) == ("0.5", 6, 5, 1)
     assert summarize([result("x", "SA", "m", None)], [], ScoreScale())["collapse"] == {}
+
+
+def test_a_run_none_of_whose_outputs_parsed_says_so_loudly_with_why():
+    failed = [result(f"SA_{i}", "SA", "a", None, parse_error="no '### Score' heading in the judge's output") for i in range(3)]
+    failed.append(result("SA_9", "SA", "a", None, parse_error="score 9 is outside the scale 0-6"))
+    summary = summarize(failed, [], ScoreScale())
+    assert summary["parse_errors"] == {"no '### Score' heading in the judge's output": 3, "score 9 is outside the scale 0-6": 1}
+    text = format_summary(summary)
+    assert "warning: NONE of the 4 outputs parsed: no record has a score, and the mean score is undefined." in text
+    assert "why: 3 x no '### Score' heading in the judge's output; 1 x score 9 is outside the scale 0-6" in text
+    assert "NONE" not in format_summary(summarize(failed + [result("SA_10", "SA", "a", 4)], [], ScoreScale()))
+    assert "NONE" not in format_summary(summarize([], [], ScoreScale()))  # nothing to score is not a failure to parse

@@ -46,6 +46,42 @@ def test_bad_files_name_the_file_and_the_problem(tmp_path, content, message):
     assert str(path) in str(err.value)
 
 
+FITTED = {"method": "linear", "source": "score", "x": [0, 6], "y": [1, 5], "scale": [0, 6], "fitted_on": {"n": 40, "folds": 5},
+          "score_sets": {"coverage": 0.9, "threshold": 0.7, "n": 40},
+          "escalation": {"agreement": "exact", "target_agreement": 0.8, "error_rate": 0.1, "threshold": 0.6, "n": 40}}
+
+
+@pytest.mark.parametrize("part, field, value, message", [
+    # judge-score failed on every record with "internal failure: IndexError": no level is at or below a negative threshold
+    ("score_sets", "threshold", -0.5, "score_sets.threshold: Input should be greater than or equal to 0"),
+    ("score_sets", "coverage", 2.0, "score_sets.coverage: Input should be less than 1"),  # was accepted, and reported
+    ("score_sets", "coverage", 0, "score_sets.coverage: Input should be greater than 0"),
+    ("score_sets", "n", -3, "score_sets.n: Input should be greater than or equal to 0"),
+    ("escalation", "threshold", 1.5, "escalation.threshold: Input should be less than or equal to 1"),
+    ("escalation", "error_rate", 1.0, "escalation.error_rate: Input should be less than 1"),
+    ("escalation", "target_agreement", float("nan"), "escalation.target_agreement"),
+    ("fitted_on", "folds", 1, "fitted_on.folds: Input should be greater than or equal to 2"),
+    ("fitted_on", "mse_before", -1, "fitted_on.mse_before: Input should be greater than or equal to 0"),
+])
+def test_a_calibrators_numbers_out_of_their_range_are_named_before_it_is_used(tmp_path, part, field, value, message):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(FITTED))
+    Calibrator.load(path).score_set(distribution(0.1, 0.2, 0.4, 0.3))
+    path.write_text(json.dumps({**FITTED, part: {**FITTED[part], field: value}}))
+    with pytest.raises(InputError) as err:
+        Calibrator.load(path)
+    [problem] = err.value.problems
+    assert str(problem).startswith(f"{path}: ") and message in str(problem)
+
+
+def test_a_calibrator_larger_than_any_fitted_one_is_refused_unread(tmp_path):
+    path = tmp_path / "c.json"
+    with path.open("wb") as f:
+        f.truncate(17 * 2**20)  # 17 MiB of nothing, on disk as a hole
+    with pytest.raises(InputError, match=r"c.json: 17,825,792 bytes; a file of this kind holds a few kilobytes, and more than 16,777,216 is refused unread"):
+        Calibrator.load(path)
+
+
 def test_missing_and_broken_files(tmp_path):
     with pytest.raises(InputError, match="nope.json: file not found"):
         Calibrator.load(tmp_path / "nope.json")

@@ -37,7 +37,7 @@ def the_error(capsys) -> str:
 
 def test_a_missing_model_path_is_a_user_error(data, tmp_path, capsys):
     assert score(data, tmp_path / "nowhere") == 2
-    assert the_error(capsys) == f"error: {tmp_path / 'nowhere'}: not a local directory, nor a Hugging Face Hub id (org/name)"
+    assert the_error(capsys) == f"error: --model_path {tmp_path / 'nowhere'}: not a local directory, nor a Hugging Face Hub id (org/name)"
 
 
 def test_a_checkpoint_config_that_is_not_json_is_named(data, tmp_path, capsys):
@@ -77,8 +77,13 @@ def test_train_scale_takes_exactly_two_values(tmp_path, capsys):
     assert info.value.code == 2 and "unrecognized arguments: 2" in capsys.readouterr().err
 
 
+def annotations_file(tmp_path):
+    (tmp_path / "t.json").write_text("[]")  # judge-train reads it only after the settings are checked
+    return str(tmp_path / "t.json")
+
+
 def test_every_training_setting_that_cannot_work_is_reported_at_once_before_loading(tmp_path, capsys):
-    args = ["--model_path", str(tmp_path / "no-model"), "--train_file", "missing.json", "--input_dir", ".", "--output_dir", str(tmp_path / "out")]
+    args = ["--model_path", str(tmp_path / "no-model"), "--train_file", annotations_file(tmp_path), "--input_dir", ".", "--output_dir", str(tmp_path / "out")]
     code = train_main([*args, "--save_steps", "0", "--per_device_batch_size", "0", "--lora_r", "0", "--gradient_accumulation_steps", "0",
                        "--max_length", "0", "--learning_rate=-1e-4", "--warmup_ratio", "1.5", "--lr_scheduler", "cosin", "--scale", "3", "3"])
     err = capsys.readouterr().err
@@ -96,7 +101,7 @@ def test_output_dir_resume_and_deepspeed_are_checked_before_loading(tmp_path, ca
     out = tmp_path / "out"
     out.mkdir()
     (out / "adapter_config.json").write_text("{}")  # an earlier LoRA run's, which judge-score would load
-    args = ["--model_path", str(tmp_path / "no-model"), "--train_file", "missing.json", "--input_dir", ".", "--output_dir", str(out)]
+    args = ["--model_path", str(tmp_path / "no-model"), "--train_file", annotations_file(tmp_path), "--input_dir", ".", "--output_dir", str(out)]
     assert train_main(args) == 2
     assert the_error(capsys) == (f"error: --output_dir {out} is not empty (an earlier run?); "
                                  "give a new or empty directory, or --resume to continue that run")
@@ -109,22 +114,23 @@ def test_output_dir_resume_and_deepspeed_are_checked_before_loading(tmp_path, ca
     assert the_error(capsys).startswith(f"error: --deepspeed {tmp_path / 'ds.json'}: invalid JSON at line 1, column 35")
 
 
-def test_settings_flags_take_either_spelling_and_leave_unflagged_fields_to_the_config():
+def test_settings_flags_take_either_spelling_and_leave_unflagged_fields_to_the_config(tmp_path):
     from mmjudge.infer.cli import build_parser as score_parser
     from mmjudge.train.cli import build_parser as train_parser
 
-    required = ["--model_path", "m", "--input_dir", ".", "--output_dir", "o"]
-    train = train_parser().parse_args([*required, "--train_file", "t.json", "--learning-rate", "3e-4", "--lora_r", "8", "--full-finetune"])
+    required = ["--model_path", "m", "--input_dir", str(tmp_path), "--output_dir", "o"]
+    train = train_parser().parse_args([*required, "--train_file", annotations_file(tmp_path), "--learning-rate", "3e-4", "--lora_r", "8", "--full-finetune"])
     assert (train.learning_rate, train.lora_r, train.full_finetune, train.num_epochs) == (3e-4, 8, True, None)
-    score = score_parser().parse_args([*required, "--input_file", "d.json", "--max-new-tokens", "64", "--mode", "logits"])
+    score = score_parser().parse_args([*required, "--input_file", "t.json", "--max-new-tokens", "64", "--mode", "logits"])
     assert (score.max_new_tokens, score.mode, score.token_budget) == (64, "logits", None)
     assert not hasattr(score, "ignore_stop")  # a ScoreOptions field without a flag
 
 
-def test_judge_train_accepts_the_local_rank_the_deepspeed_launcher_passes():
+def test_judge_train_accepts_the_local_rank_the_deepspeed_launcher_passes(tmp_path):
     from mmjudge.train.cli import build_parser as train_parser
 
-    args = train_parser().parse_args(["--model_path", "m", "--train_file", "t.json", "--input_dir", ".", "--output_dir", "o", "--local_rank=1"])
+    args = train_parser().parse_args(["--model_path", "m", "--train_file", annotations_file(tmp_path), "--input_dir", ".", "--output_dir", "o",
+                                      "--local_rank=1"])
     assert args.local_rank == 1
 
 
@@ -132,8 +138,9 @@ def test_rubric_import_names_a_missing_file_and_an_unwritable_output(tmp_path, c
     assert rubric_main(["import", str(tmp_path / "missing.py"), "-o", str(tmp_path / "r.yaml")]) == 2
     assert the_error(capsys) == f"error: {tmp_path / 'missing.py'}: file not found"
     (tmp_path / "prompts.py").write_text(MMIE_LIKE_PROMPTS)
-    assert rubric_main(["import", str(tmp_path / "prompts.py"), "-o", str(tmp_path / "no" / "r.yaml")]) == 2
-    assert the_error(capsys) == f"error: -o {tmp_path / 'no' / 'r.yaml'}: cannot write it (No such file or directory)"
+    (tmp_path / "a-file").write_text("")
+    assert rubric_main(["import", str(tmp_path / "prompts.py"), "-o", str(tmp_path / "a-file" / "r.yaml")]) == 2
+    assert the_error(capsys) == f"error: -o {tmp_path / 'a-file' / 'r.yaml'}: {tmp_path / 'a-file'} is a file, not a folder"
     assert rubric_main(["import", str(tmp_path / "prompts.py"), "-o", str(tmp_path / "r.yaml"), "--verbose"]) == 0
 
 

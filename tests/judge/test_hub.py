@@ -15,9 +15,8 @@ from huggingface_hub.utils import filter_repo_objects
 import mmjudge.judge.hub
 from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.model import CHECKPOINT_FILES, REMOTE_CODE, load_judge, original_base
-from mmjudge.judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
+from mmjudge.judge.testing import HANG_S, write_dataset, write_hub_cache, write_original_checkpoint
 
-ROOT = Path(__file__).resolve().parents[2]
 REPO = "org/tiny-judge"
 FAST = ["--max_new_tokens", "4", "--max_tiles", "2", "--workers", "1"]
 # The files of OpenGVLab/InternVL2-4B on the Hub (MMIE-Eval's are the same), and pickled weights as other
@@ -64,11 +63,11 @@ def weights(judge):
 def test_judge_score_takes_a_hub_id_from_the_cache_under_hf_home_offline(checkpoint, data, tmp_path):
     """As a user runs it: HF_HOME and HF_HUB_OFFLINE in the environment of a new process."""
     write_hub_cache(tmp_path / "hf" / "hub", REPO, checkpoint)
-    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
     env.pop("HF_HUB_CACHE", None)
     args = ["--input_dir", str(data), "--input_file", "data.json", *FAST]
     run = subprocess.run([sys.executable, "-m", "mmjudge.infer.cli", "--model_path", REPO, "--output_dir", str(tmp_path / "hub-out"), *args],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert run.returncode == 0, run.stderr
     assert f"{REPO} (revision main): {tmp_path / 'hf' / 'hub' / 'models--org--tiny-judge' / 'snapshots'}" in run.stderr
     assert score(checkpoint, data, tmp_path / "local-out") == 0
@@ -78,7 +77,7 @@ def test_judge_score_takes_a_hub_id_from_the_cache_under_hf_home_offline(checkpo
 def test_an_id_missing_from_the_offline_cache_is_one_line_and_exit_2(data, offline_cache, capsys):
     assert score("org/missing", data, "out") == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == [f"error: org/missing: no local directory of that name, and revision main of that Hub id is not (fully) in the "
+    assert lines == [f"error: --model_path org/missing: no local directory of that name, and revision main of that Hub id is not (fully) in the "
                      f"Hugging Face cache {offline_cache} (HF_HUB_OFFLINE is set); unset HF_HUB_OFFLINE to fetch it, or "
                      "`hf download org/missing --revision main` where the Hub is reachable, into the same cache"]
     assert not Path("out").exists()
@@ -92,14 +91,14 @@ def test_a_damaged_cache_entry_is_named_as_such(checkpoint, data, offline_cache,
     fix = f"remove it and fetch {REPO} again (`hf download {REPO} --revision main`)"
     ref.write_text("")
     assert score(REPO, data, "out") == 2
-    assert capsys.readouterr().err == f"error: {ref}: names no commit (an empty file in the Hugging Face cache); {fix}\n"
+    assert capsys.readouterr().err == f"error: --model_path {REPO}: {ref}: names no commit (an empty file in the Hugging Face cache); {fix}\n"
     ref.write_text(snapshot.name)
     for file in snapshot.iterdir():
         file.unlink()
     snapshot.rmdir()
     snapshot.write_text("")
     assert score(REPO, data, "out") == 2
-    assert capsys.readouterr().err == f"error: {snapshot}: a file where the Hugging Face cache keeps the folder of revision main; {fix}\n"
+    assert capsys.readouterr().err == f"error: --model_path {REPO}: {snapshot}: a file where the Hugging Face cache keeps the folder of revision main; {fix}\n"
     assert not Path("out").exists()
 
 
@@ -121,8 +120,8 @@ def test_a_local_directory_of_the_same_name_wins(tmp_path, offline_cache, capsys
     assert "note: org/tiny-judge is a local directory and is used as it is; revision v1 applies to Hub ids only" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name, message", [("a/b/c", "a/b/c: not a local directory, nor a Hugging Face Hub id (org/name)"),
-                                           ("", "an empty checkpoint name: give a local directory or a Hugging Face Hub id (org/name)")])
+@pytest.mark.parametrize("name, message", [("a/b/c", "--model_path a/b/c: not a local directory, nor a Hugging Face Hub id (org/name)"),
+                                           ("", "--model_path: an empty checkpoint name: give a local directory or a Hugging Face Hub id (org/name)")])
 def test_a_name_that_is_neither_a_directory_nor_an_id_is_a_user_error(data, offline_cache, capsys, name, message):
     assert score(name, data, "out") == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"error: {message}"]
@@ -155,7 +154,7 @@ def hub_of_internvl2_4b(tmp_path, monkeypatch):
             (published / name).write_text("raise SystemExit('executed')\n" if name.endswith(".py") else "not for the loader")
     asked = []
 
-    def download(repo_id, *, revision, allow_patterns):  # hands out the files that match, as snapshot_download does
+    def download(repo_id, *, revision, allow_patterns, local_files_only=False):  # hands out the files that match, as snapshot_download does
         asked.append(allow_patterns)
         snapshot = tmp_path / "hub" / revision
         for name in filter_repo_objects(INTERNVL2_4B_FILES, allow_patterns=allow_patterns):
@@ -176,7 +175,7 @@ def test_the_loader_fetches_its_own_files_only_never_code_or_pickles(hub_of_inte
     fetched = set(filter_repo_objects(INTERNVL2_4B_FILES, allow_patterns=hub_of_internvl2_4b[0]))
     assert fetched == FETCHED
     assert not [f for f in fetched if f.endswith(".bin") or (f.endswith(".py") and f != "conversation.py")]
-    assert judge_.source_format == "original" and judge_.settings.system_message == "You are a careful judge."  # read as data
+    assert judge_.source_format == "original" and judge_.settings.system == "You are a careful judge."  # read as data
 
 
 def test_the_original_format_export_fetches_the_base_code_as_files_and_still_no_pickles(hub_of_internvl2_4b, tmp_path):

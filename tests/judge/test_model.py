@@ -8,7 +8,10 @@ the qkv split, the projector or the config mapping were wrong, the logits would 
 import dataclasses
 import json
 import math
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -18,8 +21,9 @@ from safetensors.torch import load_file, save_file
 from transformers import Phi3Config, Phi3ForCausalLM
 
 from mmjudge.judge.data import InputError
-from mmjudge.judge.model import (CheckpointError, load_judge, native_tensors, original_config, original_tensors, read_settings, save_native,
-                         settings_from_original, write_settings)
+from mmjudge.judge.backbones.internvl import KeyMap, original_config, settings_from_original
+from mmjudge.judge.model import CheckpointError, JudgeSettings, check_adapter_files, load_judge, read_settings, save_native, stored_dtypes, write_settings
+from mmjudge.judge.templates import TEMPLATES
 from mmjudge.judge.testing import write_native_checkpoint, write_original_checkpoint
 from mmjudge.judge.testing.checkpoints import SIZES
 from mmjudge.judge.tiling import TilingConfig
@@ -88,7 +92,7 @@ def original_forward(input_ids, pixels, sd, config, llm, image_token_id):
 
 def prompt_ids(judge, n_tiles, text="Is this a good answer?"):
     tok = judge.tokenizer
-    query = "<img>" + "<IMG_CONTEXT>" * (judge.settings.tokens_per_tile * n_tiles) + "</img>\n" + text
+    query = "<img>" + "<IMG_CONTEXT>" * (judge.settings.images.tokens_per_tile * n_tiles) + "</img>\n" + text
     return tok(f"<|user|>\n{query}<|end|><|assistant|>\n", return_tensors="pt").input_ids
 
 
@@ -128,17 +132,18 @@ def test_greedy_generation_matches_independent_loop(original_dir):
 def test_one_key_map_reads_both_ways(original_dir):
     """native_tensors gives the native model's own names; original_tensors undoes it exactly, fused qkv included."""
     original = original_state_dict(original_dir)
-    native = dict(pair for key, tensor in original.items() for pair in native_tensors(key, tensor))
+    keys = KeyMap.of(_config(original_dir)["llm_config"])
+    native = dict(pair for key, tensor in original.items() for pair in keys.native_tensors(key, tensor))
     assert native.keys() == dict(load_judge(original_dir).model.named_parameters()).keys()
-    back = original_tensors(native)
+    back = keys.original_tensors(native)
     assert back.keys() == original.keys() and all(torch.equal(back[k], original[k]) for k in original)
     del native["model.vision_tower.encoder.layer.1.attention.k_proj.bias"]
-    with pytest.raises(CheckpointError, match=r"vision_model.encoder.layers.1.attn.qkv.bias: the vision tower has no k projection"):
-        original_tensors(native)
+    with pytest.raises(CheckpointError, match=r"vision_model.encoder.layers.1.attn.qkv.bias: the model has no k projection"):
+        keys.original_tensors(native)
 
 
-@pytest.mark.parametrize("changes", [{}, {"system_message": "Judge strictly."}, {"template": "Hermes-2"},
-                                     {"tiling": TilingConfig(image_size=SIZES.image_size, min_tiles=2, max_tiles=4, use_thumbnail=False)}])
+@pytest.mark.parametrize("changes", [{}, {"system_message": "Judge strictly."}, {"template": TEMPLATES["Hermes-2"]},
+                                     {"images": TilingConfig(image_size=SIZES.image_size, min_tiles=2, max_tiles=4, use_thumbnail=False, tokens_per_tile=SIZES.tokens_per_tile)}])
 def test_original_config_carries_the_judges_settings_back(original_dir, changes):
     judge = load_judge(original_dir)
     config = json.loads((original_dir / "config.json").read_text())
@@ -150,9 +155,9 @@ def test_original_config_carries_the_judges_settings_back(original_dir, changes)
 
 def test_settings_come_from_the_original_config(original_dir):
     settings = load_judge(original_dir).settings
-    assert settings.template == "phi3-chat"
-    assert settings.tiling.max_tiles == 6 and settings.tiling.use_thumbnail and settings.tiling.image_size == SIZES.image_size
-    assert settings.tokens_per_tile == SIZES.tokens_per_tile
+    assert settings.template.name == "phi3-chat"
+    assert settings.images.max_tiles == 6 and settings.images.use_thumbnail and settings.images.image_size == SIZES.image_size
+    assert settings.images.tokens_per_tile == SIZES.tokens_per_tile
     assert settings.system_message is None  # no override: the template's default applies
 
 
@@ -176,7 +181,7 @@ def test_save_native_round_trip_keeps_logits_and_settings(original_dir, tmp_path
 
 def test_native_checkpoint_written_by_transformers_loads(tmp_path):
     judge = load_judge(write_native_checkpoint(tmp_path / "native", seed=1))
-    assert judge.source_format == "native" and judge.settings.template == "phi3-chat"
+    assert judge.source_format == "native" and judge.settings.template.name == "phi3-chat"
     assert judge.model.config.tie_word_embeddings is False
 
 
@@ -193,7 +198,7 @@ def test_system_message_read_from_conversation_py_without_executing_it(original_
         "register_conv_template(Conversation(name='phi3-chat', system_template='<|system|>\\n{system_message}',"
         " system_message='You are a careful judge.', roles=('<|user|>\\n', '<|assistant|>\\n'), sep='<|end|>'))\n"
     )
-    assert load_judge(ckpt).settings.system_message == "You are a careful judge."
+    assert load_judge(ckpt).settings.system == "You are a careful judge."
 
 
 @pytest.mark.parametrize(
@@ -202,7 +207,7 @@ def test_system_message_read_from_conversation_py_without_executing_it(original_
         (lambda d: (d / "config.json").unlink(), "no config.json or adapter_config.json"),
         (lambda d: (d / "config.json").write_text('{"template": }'), r"config.json: invalid JSON at line 1, column 14"),
         (lambda d: _edit_config(d, architectures=["LlavaForConditionalGeneration"], model_type="llava"), "unsupported architecture"),
-        (lambda d: _edit_config(d, llm_config={**_config(d)["llm_config"], "model_type": "internlm2"}), "unsupported language model 'internlm2'"),
+        (lambda d: _edit_config(d, llm_config={**_config(d)["llm_config"], "model_type": "internlm3"}), "unsupported language model 'internlm3'"),
         (lambda d: _edit_config(d, ps_version="v1"), "unsupported ps_version"),
         (lambda d: _edit_config(d, template="vicuna"), "template 'vicuna' is not one of"),
         (lambda d: [f.unlink() for f in d.glob("*.safetensors")], "no model.safetensors"),
@@ -325,6 +330,22 @@ def test_a_damaged_adapter_is_refused(original_dir, tmp_path, damage, message):
         load_judge(adapter_over(original_dir, tmp_path / "damaged", **damage))
 
 
+def test_every_weight_is_known_in_the_dtype_its_checkpoint_stores_it_in(tmp_path, native_dir):
+    """What an adapter's merged weights are rounded to (merge_adapter): an original checkpoint's dtypes per
+    tensor (here bfloat16, InternViT's fused qkv split in three), a native checkpoint's one dtype."""
+    base = write_original_checkpoint(tmp_path / "bf16", seed=1, dtype="bfloat16")
+    names = list(dict(load_judge(base).model.named_parameters()))
+    assert stored_dtypes(base, names) == dict.fromkeys(names, torch.bfloat16)
+    names = list(dict(load_judge(native_dir).model.named_parameters()))
+    assert stored_dtypes(native_dir, names) == dict.fromkeys(names, torch.float32)
+
+
+def test_an_adapter_loads_merged_into_its_base(original_dir, tmp_path):
+    """No LoRA layer is left to run at every token: the adapter is folded into the weights it changes."""
+    judge = load_judge(adapter_over(original_dir, tmp_path / "adapter"))
+    assert not hasattr(judge.model, "peft_config") and not any("lora" in name for name, _ in judge.model.named_parameters())
+
+
 def edited_adapter(adapter, config: dict | None = None, weights=None):
     """The adapter with its config's keys replaced by `config` and its weights passed through `weights`."""
     if config:
@@ -352,6 +373,14 @@ HOSTILE_ADAPTERS = {
     "an unknown peft_type": (dict(config={"peft_type": "FROBNICATE"}), r"adapter_config.json: peft_type 'FROBNICATE'; a judge's adapter is a LoRA adapter"),
     "modules_to_save the weights lack": (dict(config={"modules_to_save": ["lm_head"]}),
                                          r"adapter_model.safetensors: lacks base_model.model.lm_head.weight, which its config makes"),
+    # 79 s of PEFT matching each entry against each layer, before any word
+    "target_modules of 30,000 entries": (dict(config={"target_modules": [f"layer_{i}" for i in range(30_000)] + ["qkv_proj"]}),
+                                         r"adapter_config.json: target_modules holds 30,001 entries; an adapter names its layers' kinds or patterns, at most 1,000"),
+    "a pattern of a million characters": (dict(config={"target_modules": "(qkv_proj|" + "x" * 1_000_000 + ")"}),
+                                          r"adapter_config.json: target_modules is 1,000,011 characters long; at most 10,000"),
+    "a rank_pattern of 5,000 patterns": (dict(config={"rank_pattern": {f"layers.{i}.": 2 for i in range(5_000)}}), r"rank_pattern holds 5,000 entries"),
+    "weights with no LoRA matrix": (dict(weights=lambda w: {"language_model.lm_head.weight": torch.zeros(2, 2)}),
+                                    r"adapter_model.safetensors: holds no LoRA weights \(lora_A, lora_B\); is it a whole model's weights\?"),
 }
 
 
@@ -360,6 +389,35 @@ def test_a_hostile_adapter_is_refused_naming_its_file(original_dir, tmp_path, na
     edits, message = HOSTILE_ADAPTERS[name]
     with pytest.raises(CheckpointError, match=message):
         load_judge(edited_adapter(adapter_over(original_dir, tmp_path / "adapter"), **edits))
+
+
+def test_adapter_weights_linked_to_a_whole_models_file_are_refused_before_the_base_loads(original_dir, tmp_path, monkeypatch):
+    adapter = adapter_over(original_dir, tmp_path / "adapter")
+    (adapter / "adapter_model.safetensors").unlink()
+    (adapter / "adapter_model.safetensors").symlink_to(original_dir / "model.safetensors")
+    monkeypatch.setattr("mmjudge.judge.model.load_judge", None)  # the base is never loaded
+    with pytest.raises(CheckpointError, match=r"adapter_model.safetensors: holds no LoRA weights"):
+        check_adapter_files(adapter)
+
+
+def test_an_adapter_config_of_300_mb_is_refused_unread(original_dir, tmp_path):
+    adapter = adapter_over(original_dir, tmp_path / "adapter")
+    with (adapter / "adapter_config.json").open("r+b") as f:
+        f.truncate(300 * 2**20)  # read whole, it took 1 GB of memory
+    with pytest.raises(CheckpointError, match=r"adapter_config.json: 314,572,800 bytes; a file of this kind holds a few kilobytes, and more than 16,777,216 is refused unread"):
+        load_judge(adapter)
+
+
+def test_a_refused_adapter_is_one_line_without_the_libraries_warnings(original_dir, tmp_path):
+    """PEFT warns of a missing LoRA weight, and transformers of a deprecation, before the refusal that names it:
+    four lines of a library's words above one of ours."""
+    adapter = adapter_over(original_dir, tmp_path / "adapter", drop="layers.1.self_attn.o_proj.lora_B")
+    (tmp_path / "s.json").write_text(json.dumps([{"id": "SA_1", "question": "q", "answer": "a"}]))
+    done = subprocess.run([sys.executable, "-m", "mmjudge.infer.cli", "--model_path", str(adapter), "--input_dir", str(tmp_path),
+                           "--input_file", "s.json", "--output_dir", str(tmp_path / "out")], capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"error: {adapter}: weights do not match the config: missing "
+                                        "['base_model.model.model.language_model.layers.1.self_attn.o_proj.lora_B.weight'], unexpected []"]
 
 
 def test_an_adapter_with_only_pickled_weights_is_refused_by_merge_and_never_unpickled(original_dir, tmp_path, capsys):
@@ -382,30 +440,39 @@ def test_an_adapter_whose_base_is_an_adapter_is_refused_not_a_recursion(original
         load_judge(adapter)
 
 
-SETTINGS = {"template": "phi3-chat", "system_message": None, "image_size": 448, "min_tiles": 1, "max_tiles": 6, "use_thumbnail": True}
+SETTINGS = {"template": "phi3-chat", "image_size": 448, "min_tiles": 1, "max_tiles": 6, "use_thumbnail": True}
+BASE = JudgeSettings(TEMPLATES["Hermes-2"], None, TilingConfig(max_tiles=12))
 
 
 @pytest.mark.parametrize("content, message", [
     ('{"template": "phi3-chat",', "invalid JSON at line 1"),
-    ({k: v for k, v in SETTINGS.items() if k != "max_tiles"}, "max_tiles: Field required"),
+    ({**SETTINGS, "max_tiles": 0}, "max_tiles: Input should be greater than 0"),
     ({**SETTINGS, "template": "vicuna"}, "template: 'vicuna' is not one of phi3-chat"),
     ({**SETTINGS, "min_tiles": 7}, "min_tiles 7 is above max_tiles 6"),
+    ({"min_tiles": 13}, "min_tiles 13 is above max_tiles 12"),  # over the base's
     ({**SETTINGS, "tiles": 6}, "tiles: Extra inputs are not permitted"),
+    ({**SETTINGS, "max_pixels": 1000}, "max_pixels: settings of another backbone's image processing"),
 ])
 def test_a_malformed_judge_config_is_named(tmp_path, content, message):
     (tmp_path / "judge_config.json").write_text(content if isinstance(content, str) else json.dumps(content))
     with pytest.raises((CheckpointError, InputError), match=f"judge_config.json: .*{message}"):
-        read_settings(tmp_path, 256)
+        read_settings(tmp_path, BASE)
 
 
 def test_judge_config_is_read_as_written(tmp_path):
     (tmp_path / "judge_config.json").write_text(json.dumps({**SETTINGS, "system_message": "Be fair."}))
-    settings = read_settings(tmp_path, 256)
+    settings = read_settings(tmp_path, BASE)
+    assert settings.template == TEMPLATES["phi3-chat"] and settings.images.max_tiles == 6 and settings.system == "Be fair."
     again = tmp_path / "again"
     again.mkdir()
     write_settings(settings, again)
     assert json.loads((again / "judge_config.json").read_text()) == {**SETTINGS, "system_message": "Be fair."}
-    assert read_settings(again, 256) == settings
+    assert read_settings(again, BASE) == settings
+
+
+def test_a_judge_config_left_out_field_is_the_bases(tmp_path):
+    (tmp_path / "judge_config.json").write_text(json.dumps({"max_tiles": 3}))
+    assert read_settings(tmp_path, BASE) == dataclasses.replace(BASE, images=TilingConfig(max_tiles=3))
 
 
 def su_rope(config: dict, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -97,8 +97,8 @@ def test_majority_and_flip():
 # -- prompts ------------------------------------------------------------------------------------------
 
 def test_a_pair_prompt_shows_the_answers_in_either_order_with_images_numbered_as_shown(images):
-    forward = build_pair_prompt(pair(), "A", PAIRWISE, TEMPLATE, None, images, TilingConfig(max_tiles=1), 256)
-    reverse = build_pair_prompt(pair(), "B", PAIRWISE, TEMPLATE, None, images, TilingConfig(max_tiles=1), 256)
+    forward = build_pair_prompt(pair(), "A", PAIRWISE, TEMPLATE, None, images, TilingConfig(max_tiles=1))
+    reverse = build_pair_prompt(pair(), "B", PAIRWISE, TEMPLATE, None, images, TilingConfig(max_tiles=1))
     assert forward.query == ("Compare.\n### Question\nWhat next?\nImage-0: <image>\n\n### Answer A\nIt sails.\nImage-1: <image>\n\n"
                              "### Answer B\nIt sinks.\n\n### Review\n")
     assert reverse.query == ("Compare.\n### Question\nWhat next?\nImage-0: <image>\n\n### Answer A\nIt sinks.\n\n"
@@ -110,20 +110,20 @@ def test_a_pair_prompt_shows_the_answers_in_either_order_with_images_numbered_as
 def test_a_benchmark_layout_puts_parts_and_images_where_its_message_does(images):
     parts = PAIRWISE.model_copy(update={"layout": "parts", "separator": "", "images": "end",
                                         "template": "{instructions} Q: {question}\nA1: {answer_a}\nA2: {answer_b}"})
-    prompt = build_pair_prompt(pair(answer_a="It sails."), "B", parts, TEMPLATE, None, images, TilingConfig(max_tiles=1), 256)
+    prompt = build_pair_prompt(pair(answer_a="It sails."), "B", parts, TEMPLATE, None, images, TilingConfig(max_tiles=1))
     assert prompt.query == "Compare. Q: What next?\nA1: It sinks.\nA2: It sails.<image>"  # the question's image after the text, as [text, image]
     tagged = PAIRWISE.model_copy(update={"layout": "tagged", "system_message": "You judge.",
                                          "template": "<IN>: {question}<A>: {answer_a}\n<B>: {answer_b}{instructions}"})
-    prompt = build_pair_prompt(pair(answer_b=[{"text": "", "image": "b.png"}]), "A", tagged, TEMPLATE, None, images, TilingConfig(max_tiles=1), 256)
+    prompt = build_pair_prompt(pair(answer_b=[{"text": "", "image": "b.png"}]), "A", tagged, TEMPLATE, None, images, TilingConfig(max_tiles=1))
     assert prompt.query == "<IN>: What next? <IMG_0></IMG_0><image><A>: It sails. <IMG_1></IMG_1><image>\n<B>:  <IMG_2></IMG_2><image>Compare."
     assert prompt.text.startswith("<|system|>\nYou judge.<|end|>")  # the rubric's system message, not the checkpoint's
 
 
 def test_the_image_budget_cuts_the_answer_shown_last_first(images):
     both = pair(answer_b=[{"text": "It sinks.", "image": "b.png"}])
-    prompt = build_pair_prompt(both, "B", PAIRWISE, TEMPLATE, None, images, TilingConfig(max_tiles=1), 256, image_token_budget=512)
+    prompt = build_pair_prompt(both, "B", PAIRWISE, TEMPLATE, None, images, TilingConfig(max_tiles=1), image_token_budget=512)
     assert prompt.truncated == ["Image-0 (question) omitted"]
-    prompt = build_pair_prompt(both, "B", PAIRWISE, TEMPLATE, None, images, TilingConfig(max_tiles=1), 256, image_token_budget=256)
+    prompt = build_pair_prompt(both, "B", PAIRWISE, TEMPLATE, None, images, TilingConfig(max_tiles=1), image_token_budget=256)
     assert prompt.truncated == ["Image-0 (question) omitted", "Image-2 (answer A) omitted"]  # A is shown second: its image goes first
     assert "Image-1: <image>" in prompt.query and "Image-2: [image omitted]" in prompt.query
 

@@ -31,7 +31,7 @@ def make_sample(**overrides):
 
 
 def prompt_for(sample, root, rubric=RUBRIC, budget=None, tiling=TilingConfig(max_tiles=6)):
-    return build_prompt(sample, rubric, TEMPLATE, None, root, tiling, 256, budget)
+    return build_prompt(sample, rubric, TEMPLATE, None, root, tiling, budget)
 
 
 def test_mmie_flattening_numbers_images_across_question_and_answer(images):
@@ -171,7 +171,7 @@ def long_context_sample():
 
 
 def budget_prompt(sample, root, budget):
-    return build_prompt(sample, RUBRIC, TEMPLATE, None, root, TilingConfig(max_tiles=1), 16, prompt_token_budget=budget,
+    return build_prompt(sample, RUBRIC, TEMPLATE, None, root, TilingConfig(max_tiles=1, tokens_per_tile=16), prompt_token_budget=budget,
                         count_tokens=count_words)
 
 
@@ -206,7 +206,7 @@ def test_prompt_budget_never_cuts_instruction_question_or_answer(images):
 def test_prompt_budget_keeps_mmie_prompts_exact_when_they_fit(images):
     sample = make_sample()
     plain = prompt_for(sample, images)
-    budgeted = build_prompt(sample, RUBRIC, TEMPLATE, None, images, TilingConfig(max_tiles=6), 256,
+    budgeted = build_prompt(sample, RUBRIC, TEMPLATE, None, images, TilingConfig(max_tiles=6),
                             prompt_token_budget=count_words(plain.text), count_tokens=count_words)
     assert budgeted.text == plain.text and budgeted.truncated == []
 

@@ -84,7 +84,7 @@ def test_imported_rubric_builds_the_prompt_mmie_builds(imported, tmp_path, sampl
     answer_text, _ = mmie_flatten(record["answer"], n, stop_at=3)
     expected = module.get_prompt(sample_id).format(question=question_text, answer=answer_text, gt_answer="42")
     sample = Sample.model_validate(record)
-    prompt = build_prompt(sample, rubrics[sample.category], get_template("phi3-chat"), None, tmp_path, TilingConfig(max_tiles=1), 1)
+    prompt = build_prompt(sample, rubrics[sample.category], get_template("phi3-chat"), None, tmp_path, TilingConfig(max_tiles=1, tokens_per_tile=1))
     assert prompt.text == get_template("phi3-chat").render(expected.replace("<image>", "<img><IMG_CONTEXT></img>"))
     assert len(prompt.images) == expected.count("<image>")  # no image is tiled that MMIE does not show
     assert bool(prompt.truncated) == (answer_text != mmie_flatten(record["answer"], n)[0])  # every cut recorded

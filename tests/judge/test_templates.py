@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import mmjudge.judge
 from mmjudge.judge.templates import INTERNVL_SYSTEM_MESSAGE, TEMPLATES, get_template
 
 CHATML = "<|im_start|>system\nSYS<|im_end|><|im_start|>user\nQ?<|im_end|><|im_start|>assistant\n"
@@ -32,7 +33,7 @@ def test_core_package_imports_no_command_package():
     """judge/ is what every command shares; it must not depend on any of them."""
     commands = {"mmjudge.infer", "mmjudge.train", "mmjudge.calibration", "mmjudge.demo", "mmjudge.serve"}
     offenders = []
-    for path in Path(__file__).resolve().parents[2].joinpath("judge").rglob("*.py"):
+    for path in Path(mmjudge.judge.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             offenders += [f"{path.name}: {n}" for n in names if ".".join(n.split(".")[:2]) in commands]

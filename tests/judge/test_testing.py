@@ -14,6 +14,7 @@ from transformers import AutoTokenizer, InternVLForConditionalGeneration
 
 from mmjudge.judge.data import SCORE_FIELDS, load_annotations, load_samples
 from mmjudge.judge.testing import SIZES, human_scores, write_dataset, write_native_checkpoint, write_original_checkpoint, write_tokenizer
+from mmjudge.judge.testing.synthetic import FEEDBACK
 
 # Offsets above the base vocabulary, as in InternVL2-4B (base 32000: <|endoftext|> is 32000, <|end|> 32007, ...).
 REAL_OFFSETS = {"<|endoftext|>": 0, "<|assistant|>": 1, "<|system|>": 6, "<|end|>": 7, "<|user|>": 10, "<img>": 11, "</img>": 12, "<IMG_CONTEXT>": 13}
@@ -130,7 +131,7 @@ def test_same_seed_same_bytes(tmp_path):
 def test_native_checkpoint_loads_untied_and_runs_one_tile(tmp_path):
     ckpt = write_native_checkpoint(tmp_path, seed=1)
     assert json.loads((ckpt / "judge_config.json").read_text()) == {
-        "template": "phi3-chat", "system_message": None, "image_size": SIZES.image_size, "min_tiles": 1, "max_tiles": 6, "use_thumbnail": True}
+        "template": "phi3-chat", "image_size": SIZES.image_size, "min_tiles": 1, "max_tiles": 6, "use_thumbnail": True}
     raw = json.loads((ckpt / "config.json").read_text())
     assert raw["tie_word_embeddings"] is False and raw["text_config"]["tie_word_embeddings"] is False
     model = InternVLForConditionalGeneration.from_pretrained(ckpt).eval()
@@ -195,6 +196,17 @@ def test_annotated_scores_follow_the_documented_rule(tmp_path):
         levels.add(scores["overall"])
     assert len(levels) >= 4  # the rule spreads the scale, so a judge has something to learn
     assert all(isinstance(v, int) for r in json.loads(path.read_text()) for v in r["human_scores"].values())  # whole numbers, as people rate
+
+
+def test_the_critique_gives_none_of_the_facts_the_scores_follow_from(tmp_path):
+    """A critique naming the quality word let a judge in training read its scores from its own critique, always
+    right in the targets, rather than from the answer: where it had not learnt to write the word, it scored by
+    a wrong one (judge/testing/synthetic.py). Every answer, whatever its word and images, gets one critique."""
+    path = write_dataset(tmp_path, 30, seed=2, annotated=True)
+    records = [r for r in json.loads(path.read_text()) if r["annotator"] == "ann-1"]
+    assert len({r["human_scores"]["overall"] for r in records}) >= 4
+    assert {r["feedback"] for r in records} == {FEEDBACK}
+    assert not any(word in FEEDBACK for word in ("poor", "average", "excellent"))
 
 
 @pytest.mark.slow

@@ -5,6 +5,8 @@ false (serve/api.py ChatRequest)."""
 import pytest
 
 from mmjudge.judge.prompts import encode_prompt, render_query
+from mmjudge.judge.tiling import TilingConfig
+from mmjudge.judge.vision import placeholder
 from mmjudge.judge.templates import get_template
 from mmjudge.judge.testing import write_tokenizer
 from mmjudge.serve.api import ChatRequest, RequestError, validated
@@ -20,7 +22,8 @@ def tokenizer(tmp_path_factory):
 
 
 def prompt_ids(tokenizer, text: str, tiles: list[int]) -> list[int]:
-    rendered, controls = render_query(TEMPLATE, user_query(text, len(tiles)), tiles, TOKENS_PER_TILE, None)
+    tiling = TilingConfig(tokens_per_tile=TOKENS_PER_TILE)
+    rendered, controls = render_query(TEMPLATE, user_query(text, len(tiles)), [placeholder(tiling, n * TOKENS_PER_TILE) for n in tiles], None)
     return encode_prompt(tokenizer, rendered, controls)
 
 

@@ -20,7 +20,7 @@ def decode(ids: list[int]) -> str:
 
 def streamed(tokens: list[int], stops: list[str]) -> tuple[str, ChoiceText]:
     """What a live stream sends token by token, then what the whole answer says."""
-    live, sent = ChoiceText(decode, stops, STOP_ID), ""
+    live, sent = ChoiceText(decode, stops, (STOP_ID,)), ""
     for token in tokens:
         going = live.add(token)
         settled = live.settled()
@@ -28,7 +28,7 @@ def streamed(tokens: list[int], stops: list[str]) -> tuple[str, ChoiceText]:
         sent = settled
         if not going:
             break
-    return sent, ChoiceText.of(tokens, decode, stops, STOP_ID)
+    return sent, ChoiceText.of(tokens, decode, stops, (STOP_ID,))
 
 
 @pytest.mark.parametrize("seed", range(300))
@@ -55,12 +55,12 @@ def test_a_stream_puts_together_the_whole_answer_and_stops_where_the_text_first_
 
 
 def test_text_that_may_still_change_is_held_back():
-    choice = ChoiceText(decode, ["stop"], STOP_ID)
+    choice = ChoiceText(decode, ["stop"], (STOP_ID,))
     # from the last whitespace on, text may still change ("b ." -> "b."), and so may a half-written character
     for token, settled in [(0, "a"), (1, "a"), (2, "a"), (3, "a"), (10, "a"), (5, "a bc.!"), (6, "a bc.!"), (7, "a bc.!"), (0, "a bc.!")]:
         choice.add(token)
         assert choice.settled() == settled, (token, choice.text)
-    choice = ChoiceText(decode, ["d!"], STOP_ID)
+    choice = ChoiceText(decode, ["d!"], (STOP_ID,))
     for token in (0, 8):
         choice.add(token)
     assert choice.text == "ad" and choice.settled() == "a"  # "d" may begin "d!"

@@ -20,7 +20,7 @@ from PIL import Image
 
 from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.data import JudgeResult
-from mmjudge.judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
+from mmjudge.judge.testing import HANG_S, write_dataset, write_hub_cache, write_original_checkpoint
 from mmjudge.serve.cli import main as serve_main
 from mmjudge.serve.process import free_port, start_server
 
@@ -60,11 +60,11 @@ def server(checkpoint, dataset, tmp_path_factory):
                            port, log, env={**os.environ, KEY_ENV: KEY, "OMP_NUM_THREADS": "1"})
     yield f"http://127.0.0.1:{port}"
     process.terminate()
-    process.wait(timeout=30)
+    process.wait(timeout=HANG_S)
 
 
 def post(server, path, body, key=KEY, headers=(), **kwargs):
-    return httpx2.post(f"{server}{path}", headers={"Authorization": f"Bearer {key}", **dict(headers)}, timeout=120, **kwargs,
+    return httpx2.post(f"{server}{path}", headers={"Authorization": f"Bearer {key}", **dict(headers)}, timeout=HANG_S, **kwargs,
                        **({"content": body} if isinstance(body, (bytes, str)) else {"json": body}))
 
 
@@ -136,11 +136,13 @@ def test_judge_score_through_the_server_and_v1_score_give_the_records_judge_scor
     remote = json.loads((tmp_path / "remote" / "eval_result.json").read_text())
     assert [list(r) for r in remote] == [list(r) for r in local]
     # The random judge writes no score: each record is a parse failure, whose local distribution is read after a
-    # score heading appended to the judge's own tokens, which a chat API cannot do (README): none remotely.
+    # score heading appended to the judge's own tokens, which a chat API cannot do (docs/openai-scoring.md): none remotely.
     assert all(r["parse_error"] for r in local)
     assert all(r["score_distribution"] is None and r["expected_score"] is None for r in remote)
-    same = lambda r: {k: v for k, v in r.items() if k not in ("score_distribution", "expected_score")}  # noqa: E731
+    # judge-score stamps the judge (its weights' fingerprint, which a server does not show) and the rubric; /v1/score neither
+    same = lambda r: {k: v for k, v in r.items() if k not in ("score_distribution", "expected_score", "judge_fingerprint", "rubric_fingerprint")}  # noqa: E731
     assert [same(r) for r in remote] == [same(r) for r in local]  # feedback, token counts and tiles included
+    assert [r["rubric_fingerprint"] for r in remote] == [r["rubric_fingerprint"] for r in local] and remote[0]["judge_fingerprint"] is None
     assert len({r["feedback"] for r in remote}) > 1
     summary = json.loads((tmp_path / "remote" / "summary.json").read_text())
     assert summary == json.loads((tmp_path / "local" / "summary.json").read_text())
@@ -277,6 +279,9 @@ REFUSALS = {
     "a file inside the root that is no image": ("/v1/score", image_sample("data.json"), 400, "samples[0].question[0].image", OUTSIDE),
     "a URL to fetch": ("/v1/chat/completions", chat_with_image("http://127.0.0.1:1/x.png"), 400,
                        "messages[0].content[1].image_url.url", "fetches no URL"),
+    "an image detail OpenAI does not have": ("/v1/chat/completions", {"model": SERVED, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:,", "detail": "ultra"}}]}]}, 400, "messages[0].content[0].image_url.detail",
+        "Input should be 'auto', 'low' or 'high'"),
     "a data URL that is not base64": ("/v1/chat/completions", chat_with_image("data:image/png;base64,@@@"), 400,
                                       "messages[0].content[1].image_url.url", "does not decode"),
     "a data URL that is no image": ("/v1/chat/completions", chat_with_image("data:image/png;base64," + base64.b64encode(b"hello").decode()), 400,
@@ -298,15 +303,20 @@ REFUSALS = {
         ("tools", [{"type": "function", "function": {"name": "f"}}], "tool calls are not implemented"),
         ("tool_choice", "auto", "tool calls are not implemented"),
         ("logit_bias", {"13": 5}, "logit_bias is not implemented"),
-        ("response_format", {"type": "json_object"}, "structured output is not implemented"),
+        ("store", True, "this server stores no completion"),
+        ("service_tier", "flex", "this server has one tier of service"),
         ("presence_penalty", 0.5, "penalties are not implemented"),
         ("frequency_penalty", -1, "penalties are not implemented"),
         ("repetition_penalty", 1.1, "penalties are not implemented"),
-        ("guided_json", {"type": "object"}, "not a field of OpenAI's chat completions that this server knows"),
+        ("guided_decoding_backend", "outlines", "this server's grammars are llguidance's"),
+        ("reasoning_effort", "low", "not a field of OpenAI's chat completions that this server knows"),
         ("max_tokens", True, "Input should be a valid integer"),
         ("temperature", "0", "Input should be a valid number"),
         ("stream_options", {"include_usage": True}, "only with stream: true"),
     ]},
+    # a field with an empty name is named as JSON writes it (the fuzz test found it refused with an empty param)
+    "an empty field name": ("/v1/chat/completions", {"model": SERVED, "": [], "messages": HELLO}, 400, '""',
+                            "not a field of OpenAI's chat completions that this server knows"),
     "an empty stop sequence": ("/v1/chat/completions", {"model": SERVED, "stop": ["ok", ""], "messages": HELLO}, 400, "stop[1]",
                                "an empty stop sequence"),
     # issue 22, 4(b): the text limit of /v1/score applies to chat, before anything is tokenized
@@ -380,7 +390,7 @@ def test_a_missing_or_wrong_key_is_refused_and_health_needs_none(server, authori
     (["--host", "judge.example"], {}, "--host judge.example lets other machines in"),
     (["--api_key_env", "NO_SUCH_VARIABLE_HERE"], {}, "--api_key_env NO_SUCH_VARIABLE_HERE: that environment variable is not set"),
     (["--max_image_pixels", "0", "--batch_wait_ms", "-1"], {}, "max_image_pixels must be a whole number of at least 1"),
-    (["--image_root", "/no/such/dir"], {}, "--image_root /no/such/dir: not a directory"),
+    (["--image_root", "/no/such/dir"], {}, "--image_root /no/such/dir: folder not found"),
 ])
 def test_a_server_that_cannot_start_safely_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch, flags, env, message):
     assert serve_main(["--model_path", str(tmp_path / "no-model"), *flags]) == 2
@@ -400,23 +410,23 @@ def test_the_server_killed_mid_run_loses_nothing_and_scores_nothing_twice(checkp
               "--base_url", f"http://127.0.0.1:{port}/v1", "--concurrency", "2", "--max_retries", "0"]
     run = subprocess.Popen(client, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     journal = out / "eval_result.json.journal.rank0.jsonl"
-    assert wait_for_lines(journal, 4)
+    assert wait_for_lines(journal, 4, run)
     os.kill(server.pid, signal.SIGKILL)
     server.wait()
-    _, err = run.communicate(timeout=120)
+    _, err = run.communicate(timeout=HANG_S)
     assert run.returncode == 2 and "rerun the same command to resume" in err, err
     before = [json.loads(line) for line in journal.read_text().splitlines()[1:]]
     assert 3 <= len(before) < 16 and not (out / "eval_result.json").exists()
 
     server = start_server(flags, port, log, env)
     try:
-        done = subprocess.run(client, capture_output=True, text=True, env=env, timeout=300)
+        done = subprocess.run(client, capture_output=True, text=True, env=env, timeout=HANG_S)
         assert done.returncode == 0, done.stderr[-2000:]
         assert f"resuming: {len(before)} sample(s)" in done.stderr
         completions = metric(f"http://127.0.0.1:{port}", "judge_completions_total")
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        server.wait(timeout=HANG_S)
     assert completions == 16 - len(before) + 1  # the restarted server scored exactly what the journal lacked, after one probe
     lines = [json.loads(line) for line in journal.read_text().splitlines()[1:]]
     assert len(lines) == 16 and len({r["id"] for r in lines}) == 16  # each sample once
@@ -435,10 +445,10 @@ def test_the_judge_is_named_by_a_hub_id_at_a_revision_as_judge_score_names_it(se
     body = {"model": "org/tiny-judge", "max_tokens": 4, "messages": [{"role": "user", "content": "Is this answer good?"}]}
     try:
         assert [m["id"] for m in httpx2.get(f"http://127.0.0.1:{port}/v1/models").json()["data"]] == ["org/tiny-judge"]
-        answer = httpx2.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=120).json()
+        answer = httpx2.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=HANG_S).json()
     finally:
         hub_server.terminate()
-        hub_server.wait(timeout=30)
+        hub_server.wait(timeout=HANG_S)
     assert answer["choices"] == post(server, "/v1/chat/completions", body).json()["choices"]  # the module's server: the same files
     assert "org/tiny-judge (revision v1): " in (tmp_path / "serve.log").read_text()
 
@@ -449,7 +459,7 @@ def test_a_hub_id_missing_from_the_offline_cache_is_one_line_and_exit_2(tmp_path
     monkeypatch.chdir(tmp_path)
     assert serve_main(["--model_path", "org/missing", "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: org/missing: no local directory of that name, and revision main of that Hub id is not (fully) in the "
+    assert err.startswith("error: --model_path org/missing: no local directory of that name, and revision main of that Hub id is not (fully) in the "
                           "Hugging Face cache") and "Traceback" not in err
 
 
@@ -478,7 +488,8 @@ def test_what_openai_clients_send_is_answered_as_the_api_reference_says(server):
                                        "tools", "tool_choice", "user", "mm_processor_kwargs")}
     with_nulls = post(server, "/v1/chat/completions", {"model": SERVED, "messages": HELLO, "max_tokens": 4, **nulls})
     neutral = post(server, "/v1/chat/completions", {"model": SERVED, "messages": HELLO, "max_tokens": 4, "presence_penalty": 0, "frequency_penalty": 0.0,
-                                                    "logit_bias": {}, "response_format": {"type": "text"}, "user": "u1", "n": 1, "stream": False})
+                                                    "logit_bias": {}, "response_format": {"type": "text"}, "user": "u1", "n": 1, "stream": False,
+                                                    "store": False, "service_tier": "auto", "prompt_cache_key": "k", "safety_identifier": "s"})
     assert plain.status_code == with_nulls.status_code == neutral.status_code == 200, (with_nulls.text, neutral.text)
     assert with_nulls.json()["choices"] == neutral.json()["choices"] == plain.json()["choices"]
 
@@ -497,6 +508,35 @@ def test_what_openai_clients_send_is_answered_as_the_api_reference_says(server):
     long = client.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=2048)  # VLMEvalKit's default; the server's is 6
     written = long.usage.completion_tokens
     assert written > 6 and long.choices[0].finish_reason == ("length" if written == 2048 else "stop"), written
+
+
+def test_an_images_low_detail_is_one_tile_of_the_whole_image_and_high_or_auto_the_servers_tiling(server, dataset):
+    """OpenAI's `detail` (issue 31, item 4): honoured, where vLLM ignores it."""
+    def n_tiles(image, **detail):
+        part = {"type": "image_url", "image_url": {"url": data_url(image), **detail}}
+        answer = post(server, "/v1/chat/completions", {"model": SERVED, "max_tokens": 1, "messages": [{"role": "user", "content": [part]}]})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["n_tiles"]
+
+    tiled = max(sorted((dataset / "images").glob("*.png")), key=n_tiles)
+    assert n_tiles(tiled) == n_tiles(tiled, detail="auto") == n_tiles(tiled, detail="high") == 3  # --max_tiles 2 and the thumbnail
+    assert n_tiles(tiled, detail="low") == 1
+
+
+def test_a_data_url_whose_base64_holds_whitespace_reads_as_without_it(server, dataset):
+    """Issue 31, item 3: lmms-eval's wildvision sends `data:image/jpeg;base64, <data>` (a space after the comma),
+    as OpenAI's service takes it; line breaks (MIME's 76-column base64) likewise. Other characters are refused."""
+    image = next((dataset / "images").glob("*.png")).read_bytes()
+    data = base64.b64encode(image).decode()
+    plain = post(server, "/v1/chat/completions", {**chat_with_image(f"data:image/png;base64,{data}"), "max_tokens": 3})
+    assert plain.status_code == 200, plain.text
+    lines = "\r\n".join(data[k:k + 76] for k in range(0, len(data), 76))
+    for url in (f"data:image/jpeg;base64, {data}", f"data:image/png;base64,\n{lines}\n", f"data:image/png;base64,\t{data} "):
+        answer = post(server, "/v1/chat/completions", {**chat_with_image(url), "max_tokens": 3})
+        assert answer.status_code == 200 and answer.json()["choices"] == plain.json()["choices"], answer.text
+        assert answer.json()["usage"] == plain.json()["usage"]
+    refused = post(server, "/v1/chat/completions", chat_with_image(f"data:image/png;base64,{data[:40]}*{data[40:]}"))
+    assert refused.status_code == 400 and "does not decode" in refused.json()["error"]["message"]
 
 
 def test_stop_sequences_cut_the_answer_exactly_where_they_begin(server):
@@ -518,7 +558,7 @@ def test_stop_sequences_cut_the_answer_exactly_where_they_begin(server):
 
 def events(server, body) -> list:
     """The server-sent events of a streamed answer, as sent."""
-    with httpx2.stream("POST", f"{server}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=120) as response:
+    with httpx2.stream("POST", f"{server}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=HANG_S) as response:
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in response.iter_lines() if line]
     assert all(line.startswith("data: ") for line in lines)
@@ -619,6 +659,20 @@ def steps(server) -> int:
     return metric(server, "judge_decoding_steps_total")
 
 
+def finished(server) -> int:
+    """Chat choices finished, whatever their reason."""
+    text = metrics_text(server)
+    return sum(int(sample_value(text, "vllm:request_success_total", finished_reason=reason)) for reason in ("stop", "length", "abort"))
+
+
+def left_its_slot(server, finished_before: int) -> None:
+    """Waits until the request a client left is finished and out of the model: at once when the server sees
+    the disconnect, or, were it to compute on for nobody, after its 3000 tokens; however busy the machine."""
+    deadline = time.monotonic() + HANG_S
+    while (finished(server) == finished_before or metric(server, "vllm:num_requests_running", model_name=SERVED)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_a_client_that_leaves_stops_costing_decoding_steps(server):
     """Issue 21, item 3: a client that times out (whole answer) or closes its stream frees its slot; the
     model computes nothing more for it. Counted in decoding steps: the request asks for 3000 tokens, the
@@ -627,7 +681,7 @@ def test_a_client_that_leaves_stops_costing_decoding_steps(server):
     long = {"model": SERVED, "messages": HELLO, "max_tokens": 3000, "temperature": 1.0, "seed": 12}
     impatient = openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=1.5)
     for leave in ("timeout", "closed stream"):
-        before, aborted = steps(server), metric(server, "vllm:request_success_total", finished_reason="abort")
+        before, aborted, before_finished = steps(server), metric(server, "vllm:request_success_total", finished_reason="abort"), finished(server)
         if leave == "timeout":
             with pytest.raises(openai.APITimeoutError):
                 impatient.chat.completions.create(**long)
@@ -635,7 +689,7 @@ def test_a_client_that_leaves_stops_costing_decoding_steps(server):
             with client_of(server).chat.completions.create(**long, stream=True) as stream:
                 for _ in zip(range(3), stream):
                     pass
-        time.sleep(1.0)  # the server sees the disconnect at once; the row leaves its slot at the next step
+        left_its_slot(server, before_finished)
         settled = steps(server)
         time.sleep(2.0)
         assert steps(server) == settled, leave  # nothing more computed for it

@@ -11,9 +11,9 @@ from mmjudge.infer.engine import _load_pixels, prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import UsageError, load_samples
 from mmjudge.judge.model import load_judge
-from mmjudge.judge.prompts import image_tokens, load_rubrics
-from mmjudge.judge.templates import get_template
-from mmjudge.judge.testing import write_dataset, write_original_checkpoint
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.vision import Pixels, placeholder
+from mmjudge.judge.testing import HANG_S, write_dataset, write_original_checkpoint
 from mmjudge.serve.worker import Abandoned, ChatPrompt, Worker
 
 
@@ -23,27 +23,29 @@ def judge(tmp_path_factory):
 
 
 def prompt(judge, text: str, tiles: int = 0, pixels: int = 0) -> ChatPrompt:
-    query = (image_tokens(tiles, judge.settings.tokens_per_tile) + "\n" if tiles else "") + text
-    ids = judge.tokenizer(get_template(judge.settings.template).render(query), return_tensors="pt").input_ids[0]
-    size = judge.settings.tiling.image_size
-    return ChatPrompt(ids, torch.zeros(pixels, 3, size, size) if pixels else None, max_new_tokens=3, logprobs=0)
+    images = judge.settings.images
+    query = (placeholder(images, tiles * images.tokens_per_tile) + "\n" if tiles else "") + text
+    ids = judge.tokenizer(judge.settings.template.render(query), return_tensors="pt").input_ids[0]
+    size = images.image_size
+    tiles_given = Pixels(torch.zeros(pixels, 3, size, size), pixels * images.tokens_per_tile) if pixels else None
+    return ChatPrompt(ids, tiles_given, max_new_tokens=3, logprobs=0)
 
 
 @pytest.mark.slow
 def test_a_request_that_fails_in_the_model_thread_fails_alone_and_the_thread_goes_on(judge):
     worker = Worker(judge, load_rubrics(), ScoreOptions(max_new_tokens=3, max_tiles=2), "cpu", batch_wait_s=1.0)
-    alone, = worker.chat(prompt(judge, "Is this answer good?")).result(timeout=60)
+    alone, = worker.chat(prompt(judge, "Is this answer good?")).result(timeout=HANG_S)
     before = worker.forward_passes()["prefill"]
     # submitted within one batch wait: one round, in which the middle request's one tile meets two tiles' tokens
     futures = [worker.chat(prompt(judge, "Is this answer good?")), worker.chat(prompt(judge, "Broken.", tiles=2, pixels=1)),
                worker.chat(prompt(judge, "Another answer.", tiles=1, pixels=1))]
-    good, bad, other = (f.exception(timeout=60) or f.result()[0] for f in futures)
+    good, bad, other = (f.exception(timeout=HANG_S) or f.result()[0] for f in futures)
     assert isinstance(bad, Exception) and not isinstance(good, Exception) and not isinstance(other, Exception)
     assert good.tokens == alone.tokens and len(other.tokens) == 3
     # the round's one prefill group failed whole, then ran request by request: two prefills completed, the broken
     # request failed again alone
     assert worker.counts["failed_requests"] == 1 and worker.forward_passes()["prefill"] - before == 2
-    assert worker.alive() and worker.chat(prompt(judge, "Still there?")).result(timeout=60)[0].tokens
+    assert worker.alive() and worker.chat(prompt(judge, "Still there?")).result(timeout=HANG_S)[0].tokens
 
 
 # The tiny dataset's prompts run from 673 to 781 tokens with --max_tiles 2 (tests/infer/test_decoding.py): a
@@ -65,11 +67,11 @@ def test_a_chat_answer_batched_with_longer_and_shorter_prompts_is_its_answer_alo
     assert min(lengths) < ROPE_SWITCH < max(lengths)
     assert any(n < ROPE_SWITCH < n + p.max_new_tokens for n, p in zip(lengths, prompts))
     worker = Worker(judge, load_rubrics(), options, "cpu", batch_wait_s=0.0)
-    alone = [worker.chat(p).result(timeout=120)[0] for p in prompts]
+    alone = [worker.chat(p).result(timeout=HANG_S)[0] for p in prompts]
     worker.batch_wait_s = 5.0  # every prompt below joins one round
     futures = [worker.chat(p) for p in prompts]
     before = worker.forward_passes()["prefill"]
-    together = [f.result(timeout=300)[0] for f in futures]
+    together = [f.result(timeout=HANG_S)[0] for f in futures]
     assert worker.forward_passes()["prefill"] - before < len(prompts)  # they shared prefill groups
     for prompt, one, batched in zip(prompts, alone, together):
         assert batched.tokens == one.tokens and len(one.tokens) == prompt.max_new_tokens  # the random judge never stops early
@@ -87,7 +89,7 @@ def test_a_cancelled_prompt_is_answered_cancelled_without_computing_and_leaves_a
     a prompt that goes on (to its own limit, above the server's max_new_tokens)."""
     worker = Worker(judge, load_rubrics(), ScoreOptions(max_new_tokens=3), "cpu", batch_wait_s=1.0)
     before = worker.forward_passes()
-    gone = worker.chat(replace(prompt(judge, "Is this answer good?"), n=2, sampling=Sampling(0.8), cancelled=lambda: True)).result(timeout=60)
+    gone = worker.chat(replace(prompt(judge, "Is this answer good?"), n=2, sampling=Sampling(0.8), cancelled=lambda: True)).result(timeout=HANG_S)
     assert [(c.choice, c.tokens, c.finish_reason) for c in gone] == [(0, [], "cancelled"), (1, [], "cancelled")]
     assert worker.forward_passes() == before
     written = []
@@ -95,7 +97,7 @@ def test_a_cancelled_prompt_is_answered_cancelled_without_computing_and_leaves_a
                       cancelled=lambda: len(written) >= 3)
     staying = replace(prompt(judge, "Another answer, a longer one to judge."), max_new_tokens=5)
     futures = [worker.chat(leaving), worker.chat(staying)]  # one round
-    (left,), (stayed,) = (f.result(timeout=60) for f in futures)
+    (left,), (stayed,) = (f.result(timeout=HANG_S) for f in futures)
     assert (left.finish_reason, left.tokens) == ("cancelled", written) and len(written) == 3
     assert (stayed.finish_reason, len(stayed.tokens)) == ("length", 5)
     assert worker.forward_passes()["step"] - before["step"] == 4  # the staying prompt's four; the leaving one's two among them
@@ -115,7 +117,7 @@ def test_a_round_run_again_after_another_prompts_failure_tells_each_token_once_a
         return True
 
     futures = [worker.chat(streamed), worker.chat(replace(prompt(judge, "Another answer."), max_new_tokens=10, on_token=broken))]
-    choices, failed = futures[0].result(timeout=60), futures[1].exception(timeout=60)
+    choices, failed = futures[0].result(timeout=HANG_S), futures[1].exception(timeout=HANG_S)
     assert isinstance(failed, RuntimeError) and worker.counts["failed_requests"] == 1
     for c in choices:  # a sampled choice may write the stop token, which on_token is not told
         assert [t for choice, t in told if choice == c.choice] == (c.tokens[:-1] if c.finish_reason == "stop" else c.tokens)
@@ -126,11 +128,11 @@ def test_a_round_run_again_after_another_prompts_failure_tells_each_token_once_a
 def test_a_chat_prompt_arriving_while_others_write_takes_a_freed_slot_and_writes_its_answer_alone(judge, tmp_path):
     """Submitted while a round's answers are being written (from one's on_token, so surely meanwhile), a chat
     prompt that fits the round's slots takes the slot another answer freed at the next step: one round, its
-    steps shared, its answer the one it gets alone. One that does not fit, and one behind a /v1/score
-    request, wait for the next round."""
+    steps shared, its answer the one it gets alone. One too long for the round's slots gets a lane (a cache)
+    of its own in the same round; one behind a /v1/score request waits for the next round."""
     worker = Worker(judge, load_rubrics(), ScoreOptions(max_new_tokens=3, max_tiles=2), "cpu", batch_wait_s=1.0)
     joining = replace(prompt(judge, "Score it."), max_new_tokens=5, sampling=Sampling(0.8, seed=4))
-    alone, = worker.chat(joining).result(timeout=60)
+    alone, = worker.chat(joining).result(timeout=HANG_S)
     short = replace(prompt(judge, "Another answer."), max_new_tokens=2)
     futures = []
 
@@ -145,8 +147,8 @@ def test_a_chat_prompt_arriving_while_others_write_takes_a_freed_slot_and_writes
         futures.clear()
         long = replace(prompt(judge, "Is this answer good? Say why in a few words."), max_new_tokens=20, on_token=submit(*prompts))
         rounds, steps = worker.counts["rounds"], worker.chat_decoder.steps
-        (first,), _ = (f.result(timeout=60) for f in [worker.chat(long), worker.chat(short)])  # one round
-        answers = [f.result(timeout=120) for f in futures]
+        (first,), _ = (f.result(timeout=HANG_S) for f in [worker.chat(long), worker.chat(short)])  # one round
+        answers = [f.result(timeout=HANG_S) for f in futures]
         return len(first.tokens), answers, worker.counts["rounds"] - rounds, worker.chat_decoder.steps - steps
 
     written, [(joined,)], rounds, steps = round_with(joining)
@@ -155,9 +157,22 @@ def test_a_chat_prompt_arriving_while_others_write_takes_a_freed_slot_and_writes
     # too long for the round's slots, then a score request and a prompt behind it: the next round, all three
     data = write_dataset(tmp_path / "data", 1, seed=0).parent
     items = prepare(judge, enumerate(load_samples(data / "data.json", data)), load_rubrics(), data, ScoreOptions(max_tiles=2))
+    answered_in_round = {}
+    worker.chat_decoder.generate = watch(worker.chat_decoder.generate, lambda: worker.counts["rounds"], answered_in_round)
+    rounds_before = worker.counts["rounds"]
     written, [(too_long,), scored, (behind,)], rounds, steps = round_with(replace(joining, max_new_tokens=200), items, joining)
     assert (written, len(too_long.tokens), len(scored), behind.tokens) == (20, 200, 1, alone.tokens)
-    assert rounds == 2 and steps == 19 + 199 + 4  # the prompt behind, far shorter than the too long one, in a cache of its own
+    assert rounds == 2 and steps == 19 + 199 + 4  # each answer's steps in its own lane
+    assert answered_in_round[200] == rounds_before + 1 and answered_in_round[5] == rounds_before + 2
+
+
+def watch(generate, round_number, answered: dict):
+    """generate, noting the round in which each answer finished, by its length."""
+    def watched(*args, **kwargs):
+        for done in generate(*args, **kwargs):
+            answered.update({len(c.tokens): round_number() for c in done})
+            yield done
+    return watched
 
 
 def test_an_answer_too_long_for_memory_fails_alone_saying_so(judge, monkeypatch):
@@ -175,7 +190,7 @@ def test_an_answer_too_long_for_memory_fails_alone_saying_so(judge, monkeypatch)
     monkeypatch.setattr(mmjudge.infer.decoding, "SlotCache", small_device)
     worker = Worker(judge, load_rubrics(), ScoreOptions(max_new_tokens=3), "cpu", batch_wait_s=1.0)
     futures = [worker.chat(replace(prompt(judge, "Is this answer good?"), max_new_tokens=1000)), worker.chat(prompt(judge, "Score it."))]
-    failed, (answered,) = futures[0].exception(timeout=60), futures[1].result(timeout=60)
+    failed, (answered,) = futures[0].exception(timeout=HANG_S), futures[1].result(timeout=HANG_S)
     assert isinstance(failed, UsageError) and "with up to 1000 new tokens does not fit in cpu memory even alone" in str(failed)
     assert len(answered.tokens) == 3
 
@@ -190,11 +205,11 @@ def test_a_score_request_whose_client_left_is_dropped_before_its_prefill_or_at_t
     # a cache of 4 slots (a slot: the longest prompt, its 24 tokens and the forced heading's few)
     options = replace(options, token_budget=4 * (max(len(item.input_ids) for item in items()) + 40))
     worker = Worker(judge, load_rubrics(), options, "cpu", batch_wait_s=1.0)
-    alone = worker.score(items()).result(timeout=120)
+    alone = worker.score(items()).result(timeout=HANG_S)
 
     before = worker.forward_passes()
     left = worker.score(items(), cancelled=lambda: True)
-    assert isinstance(left.exception(timeout=120), Abandoned) and worker.forward_passes() == before
+    assert isinstance(left.exception(timeout=HANG_S), Abandoned) and worker.forward_passes() == before
 
     if mode == "logits":
         return
@@ -203,7 +218,7 @@ def test_a_score_request_whose_client_left_is_dropped_before_its_prefill_or_at_t
     # submitted within one batch wait: one round of 8 samples in 4 slots; the first request's client leaves
     # after three steps, and its slots take the second request's samples that wait
     leaving, staying = worker.score(items(), cancelled=lambda: steps() - start >= 3), worker.score(items())
-    assert isinstance(leaving.exception(timeout=120), Abandoned)
-    assert [r.model_dump() for r in staying.result(timeout=120)] == [r.model_dump() for r in alone]
+    assert isinstance(leaving.exception(timeout=HANG_S), Abandoned)
+    assert [r.model_dump() for r in staying.result(timeout=HANG_S)] == [r.model_dump() for r in alone]
     # 24 tokens each: two of the staying samples from the first step, two from the fourth (not after all 48)
     assert steps() - start == 3 + 23, steps() - start

@@ -5,10 +5,12 @@ load and score in judge-score.
 Every run covers one step in which one rank's batch has no image while the other's has (ZeRO-3 needs the
 vision tower run on both). The ZeRO-3 runs partition every weight, and one of them also trains the
 projector with gradient checkpointing on and evaluates (generation on every rank) at every step. The ZeRO-2
-run is resumed, once with an object planted in its checkpoint (refused, never run) and once as saved."""
+run, two epochs long, is resumed part-way through its second epoch, once with an object planted in its
+checkpoint (refused, never run) and once as saved (the run it resumes, to the last bit)."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -21,7 +23,7 @@ from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.data import load_annotations
 from mmjudge.judge.model import load_judge
 from mmjudge.configs import CONFIG_DIR
-from mmjudge.judge.testing import Planted, write_dataset, write_original_checkpoint
+from mmjudge.judge.testing import HANG_S, Planted, write_dataset, write_original_checkpoint
 from mmjudge.train.data import merge_annotators
 from mmjudge.train.config import TrainConfig
 from mmjudge.train.recipe import apply_lora
@@ -67,11 +69,13 @@ def test_deepspeed_trains_on_two_cpu_processes_and_the_adapter_scores(setup, tmp
     assert len(rated) == 4 and [not r.annotation.images() for r in rated].count(True) == 1
     out = tmp_path / "judge"
     extra = ["--train_projector", "--gradient_checkpointing", "--eval_file", str(data / "heldout.json"), "--eval_max_new_tokens", "4"] if thorough else []
+    # Seed 3 orders the two epochs so that their second steps train other samples: [2, 0 | 1, 3], then [2, 1 | 3, 0].
+    extra += ["--seed", "3"] if resume else []
     args = ["-m", "mmjudge.train.cli", "--model_path", str(base), "--train_file", str(data / "train.json"), "--input_dir", str(data),
             "--output_dir", str(out), "--config", str(CONFIG_DIR / "train" / "tiny.yaml"), "--rubric", str(CONFIG_DIR / "rubrics" / "tiny"),
-            "--no-full_finetune", "--max_steps", "2", "--per_device_batch_size", "1", "--save_steps", "1", "--warmup_ratio", "0",
+            "--no-full_finetune", "--max_steps", "4" if resume else "2", "--per_device_batch_size", "1", "--save_steps", "1", "--warmup_ratio", "0",
             "--dataloader_workers", "0", "--deepspeed", deepspeed_config(stage, tmp_path), *extra]
-    done = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=600, env=ENV)
+    done = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=HANG_S, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
     state = json.loads((out / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())
     # Two steps of one sample on each of two ranks is exactly one epoch of the four: the image-less sample
@@ -92,23 +96,31 @@ def resume_refuses_a_planted_object_and_resumes_the_real_checkpoint(out, args, t
     """An object planted in DeepSpeed's model states (which DeepSpeed unpickles with any global) ran code on
     --resume, and the run exited 0: it is refused, with the file and the reason, before any model loads.
     The same checkpoint, clean, resumes under the process-wide weights-only loading: DeepSpeed's own types
-    (its loss scaler, ZeRO stage, fragment addresses) are allowed, nothing else."""
-    states = out / "checkpoints" / "checkpoint-2" / "global_step2" / "mp_rank_00_model_states.pt"
+    (its loss scaler, ZeRO stage, fragment addresses) are allowed, nothing else. Resumed from checkpoint-3,
+    half-way through the second epoch, it is the run it resumes: before, that epoch's rest came in another
+    order, from every rank."""
+    stopped = tmp_path / "stopped"
+    shutil.copytree(out / "checkpoints" / "checkpoint-3", stopped / "checkpoints" / "checkpoint-3")
+    states = stopped / "checkpoints" / "checkpoint-3" / "global_step3" / "mp_rank_00_model_states.pt"
     clean = states.read_bytes()
     with torch.serialization.safe_globals([]):
         state = torch.load(states, weights_only=True)
     torch.save({**state, "planted": Planted(tmp_path / "ran")}, states)
-    resumed = [*TORCHRUN, *args[:args.index("--max_steps") + 1], "3", *args[args.index("--max_steps") + 2:], "--resume"]
-    done = subprocess.run(resumed, capture_output=True, text=True, timeout=600, env=ENV)
+    resumed = [*TORCHRUN, *args[:args.index("--output_dir") + 1], str(stopped), *args[args.index("--output_dir") + 2:], "--resume"]
+    done = subprocess.run(resumed, capture_output=True, text=True, timeout=HANG_S, env=ENV)
     assert done.returncode != 0 and not (tmp_path / "ran").exists()
     refused = (f"error: --resume: {states}: holds pickled io.open, which no checkpoint of judge-train holds; "
                "refused, since unpickling it could run any code (was it planted?)")
     assert done.stderr.splitlines().count(refused) == 2  # each rank's, each exit 2
     states.write_bytes(clean)
-    done = subprocess.run(resumed, capture_output=True, text=True, timeout=600, env=ENV)
+    done = subprocess.run(resumed, capture_output=True, text=True, timeout=HANG_S, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
-    state = json.loads((out / "checkpoints" / "checkpoint-3" / "trainer_state.json").read_text())
-    assert state["global_step"] == 3 and not (tmp_path / "ran").exists()
+    state = json.loads((stopped / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4 and state["epoch"] == 2.0 and not (tmp_path / "ran").exists()
+    whole, resumed_weights = (load_file(d / "adapter_model.safetensors") for d in (out, stopped))
+    assert whole.keys() == resumed_weights.keys()
+    for name in whole:
+        torch.testing.assert_close(resumed_weights[name], whole[name], rtol=0, atol=0)
 
 
 def assert_trained_adapter(out, base):

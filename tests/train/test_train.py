@@ -2,7 +2,9 @@
 loads, resume at the right step, merge, and LoRA placement."""
 
 import json
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +18,7 @@ from mmjudge.judge.data import SCORE_FIELDS, InputError, load_annotations
 from mmjudge.judge.model import load_judge, save_native, with_max_tiles
 from mmjudge.configs import CONFIG_DIR
 from mmjudge.judge.prompts import load_rubrics
-from mmjudge.judge.testing import write_dataset, write_hub_cache, write_original_checkpoint
+from mmjudge.judge.testing import HANG_S, write_dataset, write_hub_cache, write_original_checkpoint
 from mmjudge.judge.testing.checkpoints import SIZES
 from mmjudge.train.cli import main as train_main
 from mmjudge.train.data import IGNORE_INDEX, Collator, build_dataset, merge_annotators, target_text
@@ -32,12 +34,8 @@ def base(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    records = json.loads(write_dataset(root, 12, seed=2, annotated=True).read_text())
-    (root / "train.json").write_text(json.dumps(records[:10]))
-    (root / "heldout.json").write_text(json.dumps(records[10:]))
-    return root
+def data(annotated):
+    return annotated
 
 
 def train_args(base, data, out, *extra):
@@ -78,7 +76,7 @@ def test_a_critique_that_writes_control_tokens_teaches_them_as_text(base, data):
     special = judge.tokenizer.added_tokens_encoder
     assert [judge.tokenizer.convert_ids_to_tokens(t) for t in target if t in special.values()] == ["<|end|>"] and target[-1] == special["<|end|>"]
     assert judge.tokenizer.decode(target).startswith("Weak.<|end|><|user|>\nAnd <IMG_CONTEXT> here.")
-    assert row["input_ids"].count(special["<IMG_CONTEXT>"]) == row["n_tiles"] * judge.settings.tokens_per_tile  # its images' alone
+    assert row["input_ids"].count(special["<IMG_CONTEXT>"]) == row["n_tiles"] * judge.settings.images.tokens_per_tile  # its images' alone
 
 
 def test_a_sample_longer_than_max_length_is_named_by_its_first_record(base, data):
@@ -97,7 +95,7 @@ def test_a_sample_longer_than_max_length_is_named_by_its_first_record(base, data
 
 def test_evaluation_scores_the_prompts_training_learns_from(base, data):
     judge = load_judge(base)
-    cfg = TrainConfig(max_tiles=1, image_token_budget=judge.settings.tokens_per_tile)  # one image's worth: the others are cut
+    cfg = TrainConfig(max_tiles=1, image_token_budget=judge.settings.images.tokens_per_tile)  # one image's worth: the others are cut
     judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)  # as train() does
     annotations = load_annotations(data / "train.json", data)
     rubrics = load_rubrics(TINY_RUBRIC)
@@ -122,7 +120,7 @@ def test_a_padded_micro_batch_has_the_loss_of_its_sequences_alone(base, data, tm
     judge = load_judge(write_original_checkpoint(tmp_path / "long-rope", original_max_position_embeddings=switch))
     rows = list(build_dataset(judge, annotations, rubrics, data, 8192, None, "train.json"))
     assert min(len(r["input_ids"]) for r in rows) <= switch < max(len(r["input_ids"]) for r in rows)
-    collate = Collator(judge.tokenizer.pad_token_id, judge.settings.tiling)
+    collate = Collator(judge.tokenizer.pad_token_id, judge.backbone, judge.settings.images)
     with torch.no_grad():
         batched = judge.model(**collate(rows)).loss
         alone = [judge.model(**collate([row])).loss for row in rows]
@@ -135,6 +133,26 @@ def test_merged_annotators_average_each_criterion(data):
     for r in merge_annotators(annotations):
         ratings = [a.human_scores.given() for a in annotations if a.id == r.annotation.id]
         assert r.scores["overall"] == pytest.approx(sum(x["overall"] for x in ratings) / len(ratings))
+
+
+@pytest.mark.parametrize("critic", [0, 1])
+def test_two_annotators_one_level_apart_merge_into_the_judgement_of_the_one_whose_critique_it_carries(data, tmp_path, critic):
+    """Annotators at overall 3 and 4, coherence 2 and 3: MMIE's rounding of the means (3.5, 2.5) gave overall 4
+    beside coherence 2, a pair neither wrote. Half-way means go to the side of the annotator whose feedback the
+    target carries; a mean that is not half-way is rounded as MMIE rounds (three annotators)."""
+    record = {k: v for k, v in json.loads((data / "train.json").read_text())[0].items() if k not in ("feedback", "human_scores")}
+    ratings = [{"overall": 3, "text_image_coherence": 2, "text_quality": 3}, {"overall": 4, "text_image_coherence": 3, "text_quality": 4}]
+    records = [{**record, "annotator": f"ann-{i}", "human_scores": scores, **({"feedback": "Fine."} if i == critic else {})}
+               for i, scores in enumerate(ratings)]
+    third = {**record, "id": "SA_9999", "annotator": "ann-2", "human_scores": {"overall": 4, "text_image_coherence": 3, "text_quality": 4}}
+    (tmp_path / "two.json").write_text(json.dumps(records + [{**r, "id": "SA_9999"} for r in records] + [third]))
+    [two, three] = merge_annotators(load_annotations(tmp_path / "two.json", data))
+    rubric = load_rubrics(TINY_RUBRIC)[two.annotation.category]
+    expected = ratings[critic]
+    assert target_text(two, rubric) == (f"Fine.\nText quality: {expected['text_quality']}\nText-image coherence: "
+                                        f"{expected['text_image_coherence']}\n### Score\n{expected['overall']}")
+    assert target_text(three, rubric).endswith("Text quality: 4\nText-image coherence: 3\n### Score\n4")  # 3.67, 2.67 and 4
+    assert two.scores["overall"] == 3.5  # the evaluation still compares with the annotators' mean
 
 
 def test_lora_wraps_only_language_model_layers(base):
@@ -156,7 +174,7 @@ def test_the_vision_tower_trains_only_when_asked_and_its_weights_reach_the_saved
     tiles = torch.randn(2, 3, SIZES.image_size, SIZES.image_size, generator=torch.Generator().manual_seed(0))
     features = []
     for judge in (load_judge(base), load_judge(out)):  # the saved judge, adapter or full, sees with the trained tower
-        model = judge.model.get_base_model() if judge.source_format == "adapter" else judge.model
+        model = judge.model  # an adapter is merged into its base as it loads
         with torch.no_grad():
             features.append(model.model.vision_tower(pixel_values=tiles).last_hidden_state)
     assert not torch.allclose(features[0], features[1])
@@ -216,6 +234,49 @@ def test_train_save_score_and_merge(base, data, tmp_path):
         torch.testing.assert_close(standalone.model(input_ids=ids).logits, judge.model(input_ids=ids).logits, rtol=1e-4, atol=1e-5)
 
 
+# 80 id sequences and the text transformers 4.37's slow SentencePiece tokenizer gave them on the tiny tokenizer
+# (MMIE's reference decoding; docs/exactness.md).
+RECORDED_DECODING = Path(__file__).parents[1] / "judge" / "reference" / "decode_transformers_4.37.json"
+
+
+@pytest.mark.slow
+def test_a_trained_judge_is_read_and_written_by_its_base_tokenizer_rules(base, data, tmp_path):
+    """The tiny tokenizer says `"legacy": false`, as InternVL2-4B's does: the reference reads every prompt with
+    a word-start token after BOS. A LoRA adapter, a full fine-tune and the adapter merged are each scored
+    on the prompt ids training learnt from and decode the judge's tokens to the reference's text; so is an
+    adapter written before, holding transformers' rewrite of the tokenizer files."""
+    assert json.loads((base / "tokenizer_config.json").read_text())["legacy"] is False
+    rubrics = load_rubrics(TINY_RUBRIC)
+    annotations = load_annotations(data / "heldout.json", data)
+    judge = load_judge(base)
+    judge.settings = with_max_tiles(judge.settings, 1)  # tiny.yaml's, as train() sets it
+    training_ids = [row["input_ids"][:len(row["labels"]) - sum(x != IGNORE_INDEX for x in row["labels"])]
+                    for row in build_dataset(judge, annotations, rubrics, data, 8192, None, "heldout.json")]
+    steps = ["--max_steps", "2", "--save_steps", "2", "--per_device_batch_size", "2"]
+    assert train_main(train_args(base, data, tmp_path / "adapter", *steps, "--no-full_finetune")) == 0
+    assert train_main(train_args(base, data, tmp_path / "full", *steps)) == 0
+    assert train_main(["merge", "--adapter", str(tmp_path / "adapter"), "--output_dir", str(tmp_path / "merged")]) == 0
+    earlier = tmp_path / "earlier-adapter"
+    shutil.copytree(tmp_path / "adapter", earlier)
+    for name in ("tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+        (earlier / name).unlink(missing_ok=True)
+    load_judge(base).tokenizer.save_pretrained(earlier)  # what judge-train wrote before: no tokenizer.model, no "legacy"
+    cases = json.loads(RECORDED_DECODING.read_text())["cases"]
+    for judge_dir in ("adapter", "full", "merged", "earlier-adapter"):
+        out = tmp_path / f"scores-{judge_dir}"
+        assert score_main(["--model_path", str(tmp_path / judge_dir), "--input_dir", str(data), "--input_file", "heldout.json",
+                           "--output_dir", str(out), "--max_new_tokens", "2", "--max_tiles", "1", "--rubric", *TINY_RUBRIC]) == 0
+        scored = {r["id"]: r["prompt_tokens"] for r in json.loads((out / "eval_result.json").read_text())}
+        assert [scored[r.annotation.id] for r in merge_annotators(annotations)] == [len(ids) for ids in training_ids], judge_dir
+        judge = load_judge(tmp_path / judge_dir)
+        judge.settings = with_max_tiles(judge.settings, 1)
+        items = prepare(judge, [(i, r.annotation) for i, r in enumerate(merge_annotators(annotations))], rubrics, data, evaluation_options(TrainConfig(max_tiles=1)))
+        assert [item.input_ids.tolist() for item in items] == training_ids, judge_dir
+        assert all(judge.decode(case["ids"]) == case["text"] for case in cases), judge_dir
+    for judge_dir in ("adapter", "full", "merged"):  # a trained judge carries its base's files, to train on or hand on
+        assert all((tmp_path / judge_dir / f).read_bytes() == (base / f).read_bytes() for f in ("tokenizer.model", "tokenizer_config.json"))
+
+
 def train_interrupted_after(steps: int, args: list[str], monkeypatch) -> int:
     """judge-train's exit code when Ctrl-C comes after `steps` steps."""
     step = JudgeTrainer.training_step
@@ -249,6 +310,37 @@ def test_a_run_interrupted_and_resumed_ends_where_an_uninterrupted_run_ends(base
     assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3, 4, 5, 6]  # none trained twice
 
 
+def logged_losses(out, step):
+    state = json.loads((out / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").read_text())
+    return {e["step"]: e["loss"] for e in state["log_history"] if "loss" in e}
+
+
+@pytest.mark.slow
+def test_a_run_resumed_part_way_through_any_epoch_is_the_run_it_resumes(base, data, tmp_path):
+    """Eight training samples in batches of 2: four steps an epoch. Resumed from checkpoint-6, half-way
+    through the second epoch, the rest of that epoch came in another order (step 7's loss 5.506 where the
+    run logs 5.521); from the first epoch (checkpoint-2) it was exact. Each resume
+    here, from an epoch's middle, from its end, and from a resumed run's own checkpoint in the third epoch,
+    logs the run's losses and ends on its weights."""
+    args = ["--max_steps", "12", "--save_steps", "2", "--per_device_batch_size", "2"]
+    assert train_main(train_args(base, data, tmp_path / "whole", *args)) == 0
+    whole = logged_losses(tmp_path / "whole", 12)
+    assert len(merge_annotators(load_annotations(data / "train.json", data))) == 8  # the epochs this test's steps fall in
+
+    def resumed_from(run, step):
+        out = tmp_path / f"from-{run.name}-{step}"
+        shutil.copytree(run / "checkpoints" / f"checkpoint-{step}", out / "checkpoints" / f"checkpoint-{step}")
+        assert train_main(train_args(base, data, out, *args, "--resume")) == 0
+        assert {s: loss for s, loss in logged_losses(out, 12).items() if s > step} == {s: loss for s, loss in whole.items() if s > step}
+        resumed, uninterrupted = (load_file(d / "model.safetensors") for d in (out, tmp_path / "whole"))
+        for name in uninterrupted:
+            torch.testing.assert_close(resumed[name], uninterrupted[name], rtol=0, atol=0)
+        return out
+
+    resumed_from(resumed_from(tmp_path / "whole", 6), 10)
+    resumed_from(tmp_path / "whole", 4)
+
+
 @pytest.mark.slow
 def test_a_full_finetune_interrupted_and_resumed_ends_where_an_uninterrupted_run_ends(base, data, tmp_path, monkeypatch, capsys):
     """The same for a full fine-tune (configs/train/tiny.yaml), whose checkpoint transformers saves under other
@@ -279,7 +371,7 @@ def test_a_full_finetune_interrupted_and_resumed_ends_where_an_uninterrupted_run
     capsys.readouterr()
     assert train_main(train_args(base, data, tmp_path / "damaged", *args, "--resume")) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {damaged_checkpoint}: config.json describes a model of ") and "Traceback" not in err
+    assert err.splitlines()[-1].startswith(f"error: {damaged_checkpoint}: config.json describes a model of ") and "Traceback" not in err  # after the encoding bar
     # A LoRA run resuming a full fine-tune's checkpoint: refused, naming it.
     assert train_main(train_args(base, data, tmp_path / "stopped", *args, "--resume", "--no-full_finetune")) == 2
     assert f"{checkpoint.parent / 'checkpoint-4'}: --resume: the checkpoint holds fully fine-tuned weights, but this run trains a LoRA adapter" in capsys.readouterr().err
@@ -363,7 +455,7 @@ def test_a_hub_base_missing_from_the_offline_cache_stops_before_any_output(data,
     monkeypatch.chdir(tmp_path)
     assert train_main(train_args("org/missing", data, tmp_path / "judge")) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and errors[0].startswith("error: org/missing: no local directory of that name, and revision main")
+    assert len(errors) == 1 and errors[0].startswith("error: --model_path org/missing: no local directory of that name, and revision main")
     assert not (tmp_path / "judge").exists()
 
 
@@ -439,6 +531,31 @@ def test_a_bfloat16_base_exports_in_bfloat16(data, tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_an_adapter_is_scored_as_its_export_bit_for_bit(data, tmp_path):
+    """Scored unmerged, a LoRA adapter over a bfloat16 base kept precision its export rounds away: of a 3-step
+    adapter's 24 texts, 2 parted from the reference's on the export (docs/exactness.md). Loaded, an adapter is
+    its merge rounded as the export is (its LoRA layers and the projector it trains whole): the same logits,
+    the same weights and the same scores as the original-format export."""
+    base = write_original_checkpoint(tmp_path / "base", seed=5, dtype="bfloat16")
+    adapter = trained_over(base, data, tmp_path / "judge", "--train_projector")
+    assert train_main(["merge", "--adapter", str(adapter), "--output_dir", str(tmp_path / "exported"), "--format", "original"]) == 0
+    judge, exported = load_judge(adapter), load_judge(tmp_path / "exported")
+    ids = exported.tokenizer("<|user|>\n<img>" + "<IMG_CONTEXT>" * SIZES.tokens_per_tile + "</img>\nhello<|end|><|assistant|>\n",
+                             return_tensors="pt").input_ids
+    pixels = torch.randn(1, 3, SIZES.image_size, SIZES.image_size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(judge.model(input_ids=ids, pixel_values=pixels).logits, exported.model(input_ids=ids, pixel_values=pixels).logits)
+    weights, exported_weights = judge.model.state_dict(), exported.model.state_dict()
+    assert weights.keys() == exported_weights.keys() and all(torch.equal(weights[k], exported_weights[k]) for k in weights)
+    scored = []
+    for name in ("judge", "exported"):
+        assert score_main(["--model_path", str(tmp_path / name), "--input_dir", str(data), "--input_file", "heldout.json", "--output_dir",
+                           str(tmp_path / f"scores-{name}"), "--max_new_tokens", "8", "--rubric", *TINY_RUBRIC]) == 0
+        scored.append([(r["feedback"], r["score_distribution"]) for r in json.loads((tmp_path / f"scores-{name}" / "eval_result.json").read_text())])
+    assert scored[0] == scored[1]
+
+
+@pytest.mark.slow
 def test_what_the_original_format_cannot_hold_is_refused(exportable, tmp_path, capsys):
     base, adapter = exportable
     (tmp_path / "taken").mkdir()
@@ -457,10 +574,13 @@ def test_what_the_original_format_cannot_hold_is_refused(exportable, tmp_path, c
 
 
 @pytest.mark.slow
-def test_resume_continues_at_the_saved_step(base, data, tmp_path):
+def test_resume_continues_at_the_saved_step(base, data, tmp_path, capsys):
     out = tmp_path / "judge"
     assert train_main(train_args(base, data, out, "--max_steps", "2", "--save_steps", "2", "--per_device_batch_size", "2")) == 0
+    (out / "checkpoints" / "checkpoint-2" / "data_order.json").unlink()  # as judge-train saved checkpoints before it kept one
+    capsys.readouterr()
     assert train_main(train_args(base, data, out, "--max_steps", "4", "--save_steps", "2", "--per_device_batch_size", "2", "--resume")) == 0
+    assert "note: checkpoint-2 holds no data_order.json (saved before judge-train kept one)" in capsys.readouterr().err
     state = json.loads((out / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4
     logged = [e["step"] for e in state["log_history"] if "loss" in e]
@@ -495,8 +615,8 @@ def test_a_scale_other_than_the_rubrics_is_refused_before_loading(data, tmp_path
 def test_lora_targets_that_name_no_layer_are_refused(base, data, tmp_path, capsys):
     # qkv_proj matches; the misspelt one alone would otherwise be skipped without a word
     assert train_main(train_args(base, data, tmp_path / "out", "--no-full_finetune", "--lora_targets", "qkv_proj", "o_prj")) == 2
-    assert capsys.readouterr().err.strip() == ("error: --lora_targets o_prj: no language-model layer of that name; "
-                                               "its linear layers are down_proj, gate_up_proj, o_proj, qkv_proj")
+    assert capsys.readouterr().err.strip().splitlines()[-1] == ("error: --lora_targets o_prj: no language-model layer of that name; "
+                                                                "its linear layers are down_proj, gate_up_proj, o_proj, qkv_proj")  # after the encoding bar
 
 
 @pytest.mark.parametrize("pearsons, said, best_step", [
@@ -539,3 +659,40 @@ def test_a_second_training_run_on_an_output_dir_in_use_is_refused(base, data, tm
     with locked(tmp_path / "out", "judge-train"):
         assert train_main(train_args(base, data, tmp_path / "out")) == 2
     assert f"--output_dir {tmp_path / 'out'} is in use by judge-train" in capsys.readouterr().err
+
+
+def test_an_evaluation_line_spells_undefined_and_never_minus_one():
+    from mmjudge.train.recipe import evaluation_line
+
+    nothing = {"samples": 80, "parse_failures": 80, **{name: {"n": 0, "pearson": None, "mse": None} for name in SCORE_FIELDS}}
+    assert evaluation_line(10, 0.333, nothing) == ("evaluation at step 10 (epoch 0.33): overall Pearson, MSE, quadratic κ and exact "
+                                                   "agreement undefined; outputs parsed: 0 of 80")
+    some = {"samples": 80, "parse_failures": 2, "overall": {"n": 78, "pearson": 0.98966, "mse": 0.08125, "quadratic_kappa": None,
+                                                            "exact_agreement": 0.85}}
+    assert evaluation_line(240, 8.0, some) == ("evaluation at step 240 (epoch 8.00): overall Pearson 0.990, MSE 0.081, quadratic κ "
+                                               "undefined, exact agreement 85%; outputs parsed: 78 of 80")
+
+
+@pytest.mark.slow
+def test_a_run_prints_short_lines_and_no_known_harmless_warning(base, data, tmp_path):
+    """judge-train as a user runs it, in a process of its own (DeepSpeed warns once per process): a named bar
+    for training and one for each evaluation, a line per log and per evaluation, and none of the Trainer's
+    dicts of strings, of its -1 for an undefined Pearson, or of the library warnings known to be harmless."""
+    import subprocess
+    import sys
+
+    args = train_args(base, data, tmp_path / "judge", "--max_steps", "2", "--save_steps", "1", "--eval_file", str(data / "heldout.json"),
+                      "--eval_max_new_tokens", "4", "--no-full_finetune")  # LoRA: PEFT's path too
+    done = subprocess.run([sys.executable, "-m", "mmjudge.train.cli", *args], capture_output=True, text=True, timeout=HANG_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stderr.replace("\r", "\n").splitlines() if line.strip()]
+    assert [line for line in lines if line.startswith("step ")] == [line for line in lines if re.match(r"step [12]/2 \(epoch", line)]
+    assert len([line for line in lines if line.startswith("step ")]) == 2
+    evaluations = [line for line in lines if line.startswith("evaluation at step")]
+    assert [re.sub(r"epoch [\d.]+", "epoch E", e.split(":")[0]) for e in evaluations] == ["evaluation at step 1 (epoch E)", "evaluation at step 2 (epoch E)"]
+    assert all(re.search(r"undefined; outputs parsed: 0 of [1-9]$", e) for e in evaluations), evaluations  # a random judge writes no score
+    assert any(line.startswith("training: 100%") for line in lines) and any(line.startswith("evaluating: ") for line in lines)
+    assert any(line.startswith("trained 2 steps in ") for line in lines)
+    everything = done.stdout + done.stderr
+    assert "{'" not in everything and "-1" not in everything
+    assert "Setting accelerator to CPU" not in everything and "is_gradient_checkpointing" not in everything and "Warning" not in everything

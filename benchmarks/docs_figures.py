@@ -1,0 +1,245 @@
+"""The figures the docs quote of the demo, from one run at one commit, never typed by hand.
+
+    .venv/bin/python benchmarks/docs_figures.py            # runs judge-demo (make demo's command), then writes
+        docs/figures/demo.json                           the run's record: commit, machine and load, command, figures
+        docs/images/demo_before_scatter.png              the report's scatter plots of that run
+        docs/images/demo_after_scatter.png
+        README.md, docs/demo.md                          what lies between <!-- figures:NAME --> and
+                                                         <!-- /figures:NAME -->, rendered from the record
+    .venv/bin/python benchmarks/docs_figures.py --check    exit 1 where a page's figures are not its record's
+    .venv/bin/python benchmarks/docs_figures.py --render   rewrite the pages' figures from the record, running nothing
+
+The run's commit is the checkout's HEAD; a checkout whose tracked files differ from it (other than the files
+this script writes) is refused, unless --allow_dirty, which the record and the pages then say. Arguments after
+`--` go to judge-demo (a smaller run for a test: `-- --samples 40 --max_steps 2`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from importlib.metadata import version
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = Path("docs/figures/demo.json")
+IMAGES = {"before": Path("docs/images/demo_before_scatter.png"), "after": Path("docs/images/demo_after_scatter.png")}
+PAGES = {"readme": Path("README.md"), "demo": Path("docs/demo.md")}  # region name -> the page that holds it
+WRITTEN = [RECORD, *IMAGES.values(), *PAGES.values()]
+STEP = re.compile(r"^== (?P<title>.+)$|^\s+ok in (?P<seconds>\d+)s", re.MULTILINE)
+
+
+def git(checkout: Path, *args: str) -> str:
+    # only the final newline goes: a porcelain status line may begin with a space (" M README.md")
+    return subprocess.run(["git", *args], cwd=checkout, capture_output=True, text=True, check=True).stdout.rstrip("\n")
+
+
+def source(allow_dirty: bool, checkout: Path = ROOT) -> dict:
+    """The commit that runs, refusing a checkout whose code is not that commit's (the files written here aside)."""
+    changed = [line[3:] for line in git(checkout, "status", "--porcelain", "--untracked-files=no").splitlines()]
+    changed = [path for path in changed if Path(path) not in WRITTEN]
+    if changed and not allow_dirty:
+        raise SystemExit(f"error: tracked files differ from commit {git(checkout, 'rev-parse', '--short', 'HEAD')}: {', '.join(changed)}; "
+                         "commit them (the record names the commit that ran) or give --allow_dirty")
+    return {"commit": git(checkout, "rev-parse", "HEAD"), "commit_date": git(checkout, "show", "-s", "--format=%cs", "HEAD"), "dirty": bool(changed)}
+
+
+def load_average() -> float | None:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_name() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def run_demo(out: Path, demo_args: list[str]) -> dict:
+    """judge-demo as `make demo` runs it (into `out`), with its output, its time and the machine's load around it."""
+    command = [str(Path(sys.executable).parent / "judge-demo"), "--output_dir", str(out), *demo_args]
+    load_before, start = load_average(), time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "docs_figures.log").write_text(done.stdout + done.stderr)  # kept, whatever happens next
+    if done.returncode != 0:
+        raise SystemExit(f"judge-demo failed with exit code {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+    return {"stdout": done.stdout, "seconds": seconds, "load_average": [load_before, load_average()],
+            "command": " ".join(["judge-demo", "--output_dir", out.name, *demo_args])}
+
+
+def step_seconds(stdout: str) -> dict[str, int]:
+    """Each step's seconds as the demo printed them: `== 3: train` ... `ok in 54s`."""
+    steps, title = {}, None
+    for match in STEP.finditer(stdout):
+        if match["title"]:
+            title = match["title"]
+        elif title is not None:
+            steps[title] = int(match["seconds"])
+            title = None
+    return steps
+
+
+def printed_summary(stdout: str) -> list[str]:
+    """What the demo printed once its steps were done, up to the paths of its outputs (which name this machine's folders)."""
+    tail = stdout[stdout.index("\nDone in"):].strip()
+    return tail.split("\n\nTrained judge:")[0].splitlines()
+
+
+def figures(out: Path, run: dict, started: dict) -> dict:
+    """The record of one demo run: where and from what it ran, and the figures the docs quote. A checkout that
+    changed while the demo ran is recorded as dirty (the run is kept, and tests/test_docs.py refuses it)."""
+    report = json.loads((out / "report" / "report.json").read_text())
+    pearson = {}
+    for judge in ("before", "after"):
+        table = report["judges"][judge]["criteria"]["overall"]["all"]
+        interval = table["pearson"].get("fisher_95") or {}
+        pearson[judge] = {"value": table["pearson"]["value"], "fisher_95": [interval.get("low"), interval.get("high")], "n": table["n"]["value"]}
+    history = json.loads((out / "trained-judge" / "eval_history.json").read_text())
+    validation = [h["overall"]["pearson"] for h in history if h["overall"].get("pearson") is not None]
+    splits = {name: len({r["id"] for r in json.loads((out / "data" / f"{name}.json").read_text())}) for name in ("train", "validation", "test")}
+    return {
+        "command": run["command"],
+        "source": started if source(allow_dirty=True) == started else {**started, "dirty": True},
+        "run_date": datetime.now(timezone.utc).date().isoformat(),
+        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "load_average_before_after": run["load_average"],
+                    "python": platform.python_version(), "torch": version("torch"), "transformers": version("transformers")},
+        "splits": splits,
+        "pearson": pearson,  # of the judges' expected scores with the human overall score, on the test split
+        "validation_pearson_best": max(validation, default=None),
+        "training_steps": history[-1]["step"] if history else None,
+        "seconds": {"total": round(run["seconds"]), "steps": step_seconds(run["stdout"])},
+        "printed": printed_summary(run["stdout"]),
+    }
+
+
+def _r(value: float | None, digits: int = 3) -> str:
+    return "undefined" if value is None else f"{value:.{digits}f}"
+
+
+def _machine(record: dict) -> str:
+    """Where and from what the run ran, in words: the commit, the date, the machine and the load other work put on it."""
+    m, s = record["machine"], record["source"]
+    before, after = m["load_average_before_after"]
+    dirty = " with uncommitted changes" if s["dirty"] else ""
+    return (f"at commit {s['commit'][:7]}{dirty} on {record['run_date']}, on {m['cpu']} ({m['cores']} cores; load average "
+            f"{before} when it started and {after} when it ended, from other work on the machine)")
+
+
+def render(record: dict) -> dict[str, str]:
+    """The text of each marked region, from the record alone."""
+    p, t = record["pearson"], record["splits"]["test"]
+    readme = (f"The demo's last recorded run, `{record['command']}` {_machine(record)}, took {record['seconds']['total']} s; "
+              f"the judge's Pearson with the human overall score on the {t} test samples went from {_r(p['before']['value'])} "
+              f"before training to {_r(p['after']['value'])} after ([the demo](docs/demo.md)).")
+    rows = [f"| {name} training | {_r(p[name]['value'])} | [{_r(p[name]['fisher_95'][0])}, {_r(p[name]['fisher_95'][1])}] | {p[name]['n']:.0f} |"
+            for name in ("before", "after")]
+    steps = [f"| {title} | {seconds} |" for title, seconds in record["seconds"]["steps"].items()]
+    splits = ", ".join(f"{n} {name}" for name, n in record["splits"].items())
+    demo = "\n".join([
+        f"`{record['command']}` {_machine(record)}; Python {record['machine']['python']}, torch "
+        f"{record['machine']['torch']}, transformers {record['machine']['transformers']}. Samples: {splits}.",
+        "",
+        "| judge | Pearson, expected score vs human overall (test split) | 95% interval | n |",
+        "|---|---:|---|---:|",
+        *rows,
+        "",
+        f"judge-train ran {record['training_steps']} optimizer steps and kept the checkpoint whose Pearson on the validation "
+        f"split was best: {_r(record['validation_pearson_best'])}.",
+        "",
+        "| step | seconds |",
+        "|---|---:|",
+        *steps,
+        f"| the whole demo | {record['seconds']['total']} |",
+        "",
+        "What the demo printed at the end:",
+        "",
+        "```",
+        *record["printed"],
+        "```",
+        "",
+        "The report's scatter plots of the two judges, from the same run:",
+        "",
+        "| before training | after training |",
+        "|---|---|",
+        "| ![the judge's expected score against the human overall score, before training](images/demo_before_scatter.png) "
+        "| ![the same after training](images/demo_after_scatter.png) |",
+    ])
+    return {"readme": readme, "demo": demo}
+
+
+def region(name: str) -> re.Pattern:
+    return re.compile(rf"(<!-- figures:{name} -->\n).*?(<!-- /figures:{name} -->)", re.DOTALL)
+
+
+def rewrite(text: str, name: str, body: str) -> str:
+    pattern = region(name)
+    if not pattern.search(text):
+        raise SystemExit(f"error: no <!-- figures:{name} --> ... <!-- /figures:{name} --> region")
+    return pattern.sub(lambda m: f"{m[1]}{body}\n{m[2]}", text, count=1)
+
+
+def stale_pages(root: Path) -> list[str]:
+    """The pages whose figures are not what the record renders to."""
+    rendered = render(json.loads((root / RECORD).read_text()))
+    stale = []
+    for name, page in PAGES.items():
+        text = (root / page).read_text()
+        if rewrite(text, name, rendered[name]) != text:
+            stale.append(f"{page} (<!-- figures:{name} -->)")
+    return stale
+
+
+def write_pages(root: Path, record: dict) -> None:
+    rendered = render(record)
+    for name, page in PAGES.items():
+        (root / page).write_text(rewrite((root / page).read_text(), name, rendered[name]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    demo_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="only compare the pages with the record (default: off)")
+    parser.add_argument("--render", action="store_true", help="only rewrite the pages from the record, as after a change of wording (default: off)")
+    parser.add_argument("--demo_dir", default="demo_outputs", help="where judge-demo writes its run (default: demo_outputs)")
+    parser.add_argument("--root", default=str(ROOT), help=f"the folder holding README.md and docs/ to write (default: {ROOT})")
+    parser.add_argument("--allow_dirty", action="store_true", help="run from a checkout with uncommitted changes (default: off)")
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    root = Path(args.root)
+    if args.check:
+        if stale := stale_pages(root):
+            print(f"not what {RECORD} renders to: {', '.join(stale)}; run benchmarks/docs_figures.py", file=sys.stderr)
+            return 1
+        return 0
+    if args.render:
+        write_pages(root, json.loads((root / RECORD).read_text()))
+        return 0
+    out = Path(args.demo_dir).resolve()
+    started = source(args.allow_dirty)  # refused before minutes of demo, not after
+    run = run_demo(out, demo_args)
+    record = figures(out, run, started)
+    (root / RECORD).parent.mkdir(parents=True, exist_ok=True)
+    (root / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+    for judge, image in IMAGES.items():
+        shutil.copyfile(out / "report" / "plots" / f"{judge}_scatter.png", root / image)
+    write_pages(root, record)
+    print(f"{root / RECORD}: {_machine(record)}\nPearson {_r(record['pearson']['before']['value'])} -> {_r(record['pearson']['after']['value'])}, "
+          f"{record['seconds']['total']} s; rewrote {', '.join(str(p) for p in PAGES.values())} and {', '.join(str(p) for p in IMAGES.values())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Structured outputs: a grammar the judge's answer must follow, enforced token by token with llguidance
+(guidance-ai's grammar engine, vLLM's `guidance` backend).
+
+    a request's response_format / structured_outputs, or judge-score --structured's rubric
+        -> Grammar (compiled and checked once, in the request's own thread, before the model sees it)
+        -> Grammar.matcher(): one Matcher per answer ("choice"), in the model thread; before each token
+           it writes its mask of allowed tokens into a row of a bitmask, after it takes the token written
+
+The decoder applies the bitmask with `allowed_tokens`, a plain tensor op (shifts and a compare) that a CUDA
+graph captures like the rest of a step. A row without a grammar has every bit set. The answer's stop token
+is llguidance's end of text: it is allowed once the grammar is satisfied, and is the only token allowed
+once the grammar is complete (a choice fully written, a JSON object closed).
+
+JSON grammars allow whitespace between tokens as vLLM's do (`whitespace_flexible`), but less of it
+(WHITESPACE: a space, or a line break and indentation): a small or badly tuned judge left free to write
+whitespace writes it until max_tokens, the known failure of JSON mode (the tiny test judge writes tabs).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+
+import llguidance
+import torch
+
+# Between two JSON tokens: nothing, a space, or a line break and its indentation (pretty-printed JSON up to
+# 4 levels of 4 spaces); never an endless run of blank space.
+WHITESPACE = r"(?:\x20|\r?\n[\x20\x09]{0,16})?"
+BITS = 32  # llguidance's masks are rows of 32-bit words, token t at bit t % 32 of word t // 32
+
+
+class GrammarError(ValueError):
+    """A grammar llguidance cannot compile: an invalid schema, regex or Lark text (the message says where)."""
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: a key of the compiled grammars' cache
+class Vocabulary:
+    """The judge's tokens as llguidance reads them (their bytes), the width of the model's output layer,
+    and the stop token that ends an answer."""
+
+    tokenizer: llguidance.LLTokenizer
+    size: int
+
+    @classmethod
+    def of(cls, tokenizer, size: int, stop_id: int) -> Vocabulary:
+        """From a fast Hugging Face tokenizer; `size` covers the output layer's rows beyond the tokenizer (never
+        allowed: they stand for no bytes)."""
+        import llguidance.hf
+
+        try:
+            return cls(llguidance.hf.from_tokenizer(tokenizer, n_vocab=size, eos_token=stop_id), size)
+        except ValueError as err:  # a slow (Python) tokenizer: llguidance reads a tokenizers' JSON
+            raise GrammarError(f"structured outputs need a fast tokenizer ({err})") from None
+
+
+@dataclass(frozen=True, eq=False)
+class Grammar:
+    """A compiled grammar for one vocabulary; `description` says what it constrains, for messages and logs."""
+
+    vocabulary: Vocabulary
+    description: str
+    _prototype: llguidance.LLMatcher
+
+    def matcher(self) -> Matcher:
+        return Matcher(self._prototype.deep_copy())
+
+
+class Matcher:
+    """One answer's place in its grammar."""
+
+    def __init__(self, matcher: llguidance.LLMatcher):
+        self._matcher = matcher
+
+    def fill(self, row: torch.Tensor) -> None:
+        """The next token's mask into `row`, a contiguous int32 CPU tensor of the vocabulary's words."""
+        self._matcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * row.element_size())
+
+    def accept(self, token: int) -> None:
+        """Take the token written: always one the last mask allowed, so a refusal is a fault of the decoder."""
+        if not self._matcher.consume_token(token):
+            raise RuntimeError(f"the grammar refused token {token}, which its own mask allowed: {self._matcher.get_error()}")
+
+
+def compiled(vocabulary: Vocabulary, spec: str, description: str) -> Grammar:
+    """`spec` (llguidance's serialized grammar) compiled for `vocabulary`, or GrammarError saying why not."""
+    matcher = llguidance.LLMatcher(vocabulary.tokenizer, spec, log_level=0)
+    if matcher.is_error():
+        raise GrammarError(_message(matcher.get_error()))
+    return Grammar(vocabulary, description, matcher)
+
+
+def _message(error: str) -> str:
+    return " ".join(line.strip() for line in error.strip().splitlines())[:500] or "invalid grammar"
+
+
+@functools.lru_cache(maxsize=256)  # a harness sends the same schema with every sample: compiled once
+def _cached(vocabulary: Vocabulary, kind: str, text: str, whitespace: str | None) -> Grammar:
+    if kind == "json":
+        options = {"whitespace_flexible": False} if whitespace == "" else {"whitespace_pattern": whitespace or WHITESPACE}
+        try:
+            spec = llguidance.LLMatcher.grammar_from_json_schema(text, defaults=options)
+        except ValueError as err:
+            raise GrammarError(str(err)) from None
+        return compiled(vocabulary, spec, "a JSON schema")
+    if kind == "regex":
+        return compiled(vocabulary, llguidance.LLMatcher.grammar_from_regex(text), "a regular expression")
+    if kind == "choice":
+        return compiled(vocabulary, llguidance.LLMatcher.grammar_from_lark("start: " + " | ".join(map(json.dumps, json.loads(text)))),
+                        "a choice")
+    if kind == "grammar":
+        try:
+            return compiled(vocabulary, llguidance.grammar_from("grammar", text), "a grammar")
+        except ValueError as err:  # GBNF that does not convert to Lark
+            raise GrammarError(str(err)) from None
+    raise ValueError(f"unknown grammar kind {kind!r}")
+
+
+def json_schema(vocabulary: Vocabulary, schema: dict | bool, whitespace: str | None = None) -> Grammar:
+    """JSON valid against `schema` ({} or True: any JSON value). `whitespace`: the pattern of whitespace
+    between tokens (None: WHITESPACE; "": none at all)."""
+    return _cached(vocabulary, "json", json.dumps(schema, sort_keys=True), whitespace)
+
+
+def json_object(vocabulary: Vocabulary, whitespace: str | None = None) -> Grammar:
+    """Any JSON object (OpenAI's and vLLM's JSON mode)."""
+    return json_schema(vocabulary, {"type": "object"}, whitespace)
+
+
+def regex(vocabulary: Vocabulary, pattern: str) -> Grammar:
+    """Text that matches `pattern` as a whole (Rust's regex syntax, as vLLM's guidance backend reads it)."""
+    return _cached(vocabulary, "regex", pattern, None)
+
+
+def choice(vocabulary: Vocabulary, options: list[str]) -> Grammar:
+    """Exactly one of `options`."""
+    return _cached(vocabulary, "choice", json.dumps(options), None)
+
+
+def grammar(vocabulary: Vocabulary, text: str) -> Grammar:
+    """A context-free grammar in Lark's syntax, or GBNF (llama.cpp's, which vLLM's xgrammar backend reads)."""
+    return _cached(vocabulary, "grammar", text, None)
+
+
+@functools.lru_cache(maxsize=64)
+def score_lines(vocabulary: Vocabulary, labels: tuple[str, ...], levels: tuple[str, ...]) -> Grammar:
+    """A judge's answer in the layout its rubric asks for (judge/parsing.py): free text, then one line
+    `<label>: <level>` per criterion in the rubric's order, a `### Score` line and the overall score alone;
+    every score one of `levels`. The free text cannot hold `### Score`, so the first heading the parser
+    finds is the constrained one, and the criterion lines it reads (the last of each label) are too."""
+    from mmjudge.judge.parsing import SCORE_HEADING
+
+    level = " | ".join(map(json.dumps, levels))
+    lines = " ".join(f"{json.dumps(f'{label}: ')} LEVEL {json.dumps(chr(10))}" for label in labels)
+    heading = json.dumps(f"{SCORE_HEADING}\n")
+    any_text, holding_heading = "/(?s:.*)/", f"/(?s:.*){SCORE_HEADING}(?s:.*)/"  # '#' and ' ' are literals in a regex
+    lark = (f"start: ANSWER\nFREE: {any_text} & ~{holding_heading}\nLEVEL: {level}\n"
+            f"ANSWER: FREE {json.dumps(chr(10))} {lines} {heading} LEVEL\n")
+    return compiled(vocabulary, llguidance.LLMatcher.grammar_from_lark(lark), f"one line per criterion ({', '.join(labels)}) and a score line, "
+                                                                          f"each scored {' | '.join(levels)}")
+
+
+def token_masks(matchers: list[Matcher | None], size: int) -> torch.Tensor | None:
+    """Each row's mask of the next of `size` tokens, every bit set for a row without a matcher; None where
+    no row has one (no mask is applied at all)."""
+    if not any(matchers):
+        return None
+    masks = torch.full((len(matchers), -(-size // BITS)), -1, dtype=torch.int32)
+    for row, matcher in enumerate(matchers):
+        if matcher is not None:
+            matcher.fill(masks[row])
+    return masks
+
+
+def allowed_tokens(masks: torch.Tensor, size: int) -> torch.Tensor:
+    """(rows, words) int32 bitmasks -> (rows, size) bool: token t allowed where bit t % 32 of word t // 32 is
+    set. Shifts and a compare, so a CUDA graph captures it with the step."""
+    bits = torch.arange(BITS, dtype=torch.int32, device=masks.device)
+    return ((masks[:, :, None] >> bits) & 1).flatten(1)[:, :size].bool()

@@ -1,0 +1,100 @@
+"""Chunked prefill (infer/decoding.py, issue 31 item 2): a prompt longer than the per-step prefill budget is
+prefilled a chunk per engine step, with the same tokens and (fp32, CPU) the same log-probabilities as
+unchunked, on both sides of a long-rope switch and through image tokens; the other requests decode between
+its chunks; a cancelled one stops at the next chunk."""
+
+import pytest
+import torch
+
+from mmjudge.infer.decoding import Request, Sampling
+from mmjudge.infer.engine import judge_decoder, prepare
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import load_samples
+from mmjudge.judge.model import load_judge
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.testing import write_dataset, write_original_checkpoint
+from tests.infer.test_decoding import ROPE_SWITCH, _loader, chat_ids, no_images
+
+CHUNK = 200  # the tiny dataset's prompts (673-781 tokens with --max_tiles 2) take 4 chunks, the last crossing the switch
+
+
+@pytest.fixture(scope="module")
+def long_rope_judge(tmp_path_factory):
+    return load_judge(write_original_checkpoint(tmp_path_factory.mktemp("long-rope"), seed=0, original_max_position_embeddings=ROPE_SWITCH))
+
+
+@pytest.fixture(scope="module")
+def items(long_rope_judge, tmp_path_factory):
+    data = write_dataset(tmp_path_factory.mktemp("data"), 8, seed=0).parent
+    return prepare(long_rope_judge, enumerate(load_samples(data / "data.json", data)), load_rubrics(), data, ScoreOptions(max_tiles=2))
+
+
+def run(judge, items, prefill_budget, **request):
+    decoder = judge_decoder(judge, "cpu", None, columns=[], prefill_budget=prefill_budget)
+    requests = [Request(k, item.input_ids.long(), max_new_tokens=12, **request) for k, item in enumerate(items)]
+    done = {(c.index, c.choice): c for batch in decoder.generate(requests, _loader(items), 12, top_logprobs=4) for c in batch}
+    return done, decoder
+
+
+@pytest.mark.slow
+def test_a_chunked_prefill_writes_what_an_unchunked_one_writes_across_the_long_rope_switch(long_rope_judge, items, monkeypatch):
+    lengths = [len(item.input_ids) for item in items]
+    assert min(lengths) < ROPE_SWITCH < max(lengths) and all(n > 3 * CHUNK for n in lengths)
+    assert sum(item.n_tiles > 0 for item in items) > 4  # chunks cut through runs of image tokens
+    for request in ({}, {"sampling": Sampling(temperature=0.9, seed=3), "n": 2}):
+        whole, unchunked = run(long_rope_judge, items, None, **request)
+        chunked, decoder = run(long_rope_judge, items, CHUNK, **request)
+        assert decoder.prefills == len(items) * 4 and unchunked.prefills < len(items)
+        assert whole.keys() == chunked.keys()
+        for key, one in whole.items():
+            assert chunked[key].tokens == one.tokens and len(one.tokens) == 12
+            torch.testing.assert_close(chunked[key].top_logprobs, one.top_logprobs, rtol=0, atol=1e-4)
+            assert chunked[key].top_ids.tolist() == one.top_ids.tolist()
+    # what makes it so past the switch: a chunk's rotary regime is its whole prompt's (its last position rides along)
+    import mmjudge.infer.decoding as decoding
+
+    layers = decoding.Decoder._layers
+    monkeypatch.setattr(decoding.Decoder, "_layers", lambda self, hidden, positions, mask, cache, reach=None: layers(self, hidden, positions, mask, cache))
+    blind, _ = run(long_rope_judge, items, CHUNK)
+    whole, _ = run(long_rope_judge, items, None)
+    past = [k for k, n in enumerate(lengths) if n > ROPE_SWITCH]
+    assert any(not torch.allclose(blind[k, 0].top_logprobs, whole[k, 0].top_logprobs, atol=1e-3) for k in past)
+    assert all(torch.allclose(blind[k, 0].top_logprobs, whole[k, 0].top_logprobs, atol=1e-4) for k in range(len(items)) if k not in past)
+
+
+def test_short_requests_decode_between_a_long_prompts_chunks_and_write_what_they_write_alone(long_rope_judge):
+    """A server's lanes side by side: the long prompt (a lane of its own) takes a chunk a step, the short
+    ones are admitted whole within the step's budget (half of it, while the chunks go on) and finish while
+    the long prompt is still being prefilled."""
+    judge = long_rope_judge
+    long = chat_ids(judge, "Judge this long answer. " + "The boat leaves the harbour at night, and the sea is grey. " * 400)
+    shorts = [chat_ids(judge, q) for q in ("Is this answer good?", "Score it.")]
+    budget = 512
+    assert len(long) > 5 * budget and all(len(ids) <= budget // 2 for ids in shorts)
+    decoder = judge_decoder(judge, "cpu", None, columns=[], prefill_budget=budget)
+    requests = [Request(0, long, max_new_tokens=4), *(Request(k + 1, ids, max_new_tokens=6) for k, ids in enumerate(shorts))]
+    finished = {c.index: decoder.prefills for batch in decoder.generate(requests, no_images, 6, joining=lambda take: None) for c in batch}
+    assert decoder.prefill_tokens == len(long) + sum(map(len, shorts))
+    assert decoder.prefills >= -(-len(long) // budget) + 1  # the long prompt's chunks, and the short ones' prefill
+    assert max(finished[1], finished[2]) < decoder.prefills  # the short ones were done before the long prompt's last chunk
+    together = {c.index: c.tokens for batch in judge_decoder(judge, "cpu", None, columns=[], prefill_budget=budget).generate(
+        requests_again(requests), no_images, 6, joining=lambda take: None) for c in batch}
+    for request in requests:
+        alone = next(judge_decoder(judge, "cpu", None, columns=[]).generate(requests_again([request]), no_images, 6))[0]
+        assert together[request.index] == alone.tokens
+
+
+def requests_again(requests):
+    return [Request(r.index, r.input_ids, max_new_tokens=r.max_new_tokens) for r in requests]
+
+
+def test_a_cancelled_long_prompt_stops_at_the_next_chunk(long_rope_judge):
+    judge = long_rope_judge
+    long = chat_ids(judge, "Judge this long answer. " + "The boat leaves the harbour at night. " * 40)
+    decoder = judge_decoder(judge, "cpu", None, columns=[], prefill_budget=64)
+    chunks = -(-len(long) // 64)
+    assert chunks > 6
+    gone = Request(0, long, max_new_tokens=4, cancelled=lambda: decoder.prefills >= 3)
+    (done,), = list(decoder.generate([gone], no_images, 4))
+    assert done.finish_reason == "cancelled" and done.tokens == []
+    assert decoder.prefills == 3 and decoder.steps == 0  # the chunk under way when it was cancelled was the last

@@ -1,0 +1,129 @@
+"""Structured outputs through judge-serve, driven by the official openai SDK (issue 31, item 1): OpenAI's
+response_format (json_schema, json_object) and the SDK's parse, vLLM's structured_outputs and guided_*
+(choice, regex, json, grammar), whole and streamed, the same alone and batched."""
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
+
+import openai
+import pydantic
+import pytest
+
+from tests.serve.test_serve import HELLO, SERVED, checkpoint, client_of, dataset, files, post, server  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.slow
+
+
+class Verdict(pydantic.BaseModel):
+    better: Literal["A", "B", "tie"]
+    score: int = pydantic.Field(ge=0, le=6)
+    sure: bool
+
+
+VERDICT = {"type": "object", "properties": {"better": {"enum": ["A", "B", "tie"]}, "score": {"type": "integer", "minimum": 0, "maximum": 6},
+                                            "sure": {"type": "boolean"}},
+           "required": ["better", "score", "sure"], "additionalProperties": False}
+AS_SCHEMA = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": VERDICT, "strict": True}}
+
+
+def valid_verdict(text: str) -> bool:
+    value = json.loads(text)
+    return (set(value) == {"better", "score", "sure"} and value["better"] in ("A", "B", "tie") and type(value["score"]) is int
+            and 0 <= value["score"] <= 6 and type(value["sure"]) is bool)
+
+
+def test_a_json_schema_answer_is_json_valid_against_the_schema_and_the_sdk_parses_it(server):
+    client = client_of(server)
+    for sampling in ({}, {"temperature": 1.0, "seed": 3}):
+        answer = client.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=200, response_format=AS_SCHEMA, **sampling)
+        assert answer.choices[0].finish_reason == "stop" and valid_verdict(answer.choices[0].message.content), answer
+    parsed = client.chat.completions.parse(model=SERVED, messages=HELLO, max_tokens=200, response_format=Verdict)
+    assert isinstance(parsed.choices[0].message.parsed, Verdict), parsed
+    assert parsed.choices[0].message.parsed == Verdict.model_validate_json(parsed.choices[0].message.content)
+    # several choices, each valid on its own
+    several = client.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=200, response_format=AS_SCHEMA, n=3, temperature=1.0, seed=5)
+    assert all(valid_verdict(c.message.content) for c in several.choices) and len({c.message.content for c in several.choices}) > 1
+    # without constraint the same request writes no JSON: the grammar is what makes it
+    free = client.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=40)
+    with pytest.raises(ValueError):
+        json.loads(free.choices[0].message.content)
+
+
+def test_json_mode_answers_an_object_and_a_bare_schema_any_json(server):
+    client = client_of(server)
+    answer = client.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=30, response_format={"type": "json_object"})
+    content = answer.choices[0].message.content
+    # the random judge's own keys run on until max_tokens; what it wrote is an object's start
+    assert content.startswith("{") and (answer.choices[0].finish_reason == "length" or isinstance(json.loads(content), dict)), content
+    bare = client.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=60,
+                                          response_format={"type": "json_schema", "json_schema": {"name": "flag", "schema": {"type": "boolean"}}})
+    assert bare.choices[0].message.content in ("true", "false")
+
+
+def test_vllms_choice_regex_json_and_grammar_constrain_the_answer(server):
+    client = client_of(server)
+
+    def ask(**extra):
+        return client.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=120, extra_body=extra).choices[0]
+
+    options = ["good", "bad", "cannot tell"]
+    for field in ({"structured_outputs": {"choice": options}}, {"guided_choice": options}):
+        assert ask(**field).message.content in options
+    pattern = r"Score: [0-6]"
+    for field in ({"structured_outputs": {"regex": pattern}}, {"guided_regex": pattern}):
+        assert re.fullmatch(pattern, ask(**field).message.content)
+    for field in ({"structured_outputs": {"json": VERDICT}}, {"guided_json": json.dumps(VERDICT)},
+                  {"structured_outputs": {"json": VERDICT, "disable_any_whitespace": True}}):
+        choice = ask(**field)
+        assert choice.finish_reason == "stop" and valid_verdict(choice.message.content), choice
+    assert " " not in ask(structured_outputs={"json": VERDICT, "disable_any_whitespace": True}).message.content
+    lark = 'start: "Verdict: " ("A" | "B") " wins"'
+    gbnf = 'root ::= "Verdict: " ("A" | "B") " wins"'
+    for field in ({"structured_outputs": {"grammar": lark}}, {"guided_grammar": gbnf}):
+        assert ask(**field).message.content in ("Verdict: A wins", "Verdict: B wins")
+
+
+def test_a_constrained_answer_is_the_same_alone_batched_and_streamed(server):
+    client = client_of(server)
+    asks = [{"response_format": AS_SCHEMA, "temperature": 1.0, "seed": 11}, {"response_format": AS_SCHEMA},
+            {"extra_body": {"guided_regex": r"(Yes|No), [0-6] points?"}, "temperature": 0.8, "seed": 4},
+            {"extra_body": {"guided_choice": ["A", "B", "tie"]}, "temperature": 1.5, "seed": 9}, {"temperature": 0.7, "seed": 2}]
+
+    def ask(fields):
+        return client.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=120, **fields).choices[0].message.content
+
+    alone = [ask(fields) for fields in asks]
+    with ThreadPoolExecutor(len(asks) * 2) as pool:
+        batched = list(pool.map(ask, asks * 2))
+    assert batched == alone * 2
+    for fields, whole in zip(asks, alone):
+        with client.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=120, stream=True, **fields) as stream:
+            assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == whole
+
+
+REFUSED = [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}}, "response_format", "does not compile"),
+    ({"response_format": {"type": "json_schema"}}, "response_format", "needs its json_schema"),
+    ({"response_format": {"type": "yaml"}}, "response_format.type", "'text', 'json_object' or 'json_schema'"),
+    ({"structured_outputs": {"regex": "(unclosed"}}, "structured_outputs.regex", "does not compile"),
+    ({"structured_outputs": {"grammar": "start: ??"}}, "structured_outputs.grammar", "does not compile"),
+    ({"structured_outputs": {"structural_tag": "{}"}}, "structured_outputs.structural_tag", "Extra inputs are not permitted"),
+    ({"structured_outputs": {}}, "structured_outputs", "give one of json, regex, choice, grammar, json_object"),
+    ({"guided_json": "{not json"}, "guided_json", "must be JSON"),
+    ({"response_format": {"type": "json_object"}, "guided_regex": "a"}, "guided_regex", "one structured output per request"),
+    ({"guided_choice": []}, "guided_choice", "at least 1 item"),
+    ({"guided_decoding_backend": "xgrammar", "guided_regex": "a"}, "guided_decoding_backend", "llguidance"),
+]
+
+
+@pytest.mark.parametrize("fields, param, message", REFUSED, ids=[p for _, p, _ in REFUSED])
+def test_a_structured_output_that_cannot_work_is_refused_by_field(server, fields, param, message):
+    response = post(server, "/v1/chat/completions", {"model": SERVED, "messages": HELLO, "max_tokens": 4, **fields})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and message in error["message"], error
+    neutral = post(server, "/v1/chat/completions", {"model": SERVED, "messages": HELLO, "max_tokens": 4, "response_format": {"type": "text"},
+                                                    "guided_decoding_backend": "guidance"})
+    assert neutral.status_code == 200, neutral.text

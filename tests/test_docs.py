@@ -1,0 +1,172 @@
+"""The README stays a front door and the docs hold together: the README within 200 lines; every relative link of
+the README and of docs/ reaches a file, and a heading where it names one (as the site's build resolves them,
+and as GitHub shows the files); the demo's figures on the pages are what benchmarks/docs_figures.py renders from
+the record of its run, so no figure is typed by hand. `make docs` (CI) builds the site in strict mode besides."""
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README_MAX_LINES = 200
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.MULTILINE | re.DOTALL)
+CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.DOTALL)
+
+
+def _load_figures_script():
+    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "benchmarks" / "docs_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+docs_figures = _load_figures_script()
+
+
+def prose(text: str) -> str:
+    """The text outside code blocks and code spans, where a link is a link."""
+    return CODE_SPAN.sub("", FENCE.sub("", text))
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as Python-Markdown's toc extension makes it (the site's), which is GitHub's for the
+    plain headings used here."""
+    text = re.sub(r"[`*_]", "", heading)
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def anchors(page: Path) -> set[str]:
+    found, seen = set(), {}
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*\s*$", FENCE.sub("", page.read_text()), re.MULTILINE):
+        base = slug(heading)
+        found.add(base if base not in seen else f"{base}_{seen[base]}")
+        seen[base] = seen.get(base, 0) + 1
+    return found
+
+
+def broken_links(page: Path, root: Path = ROOT) -> list[str]:
+    broken = []
+    for target in LINK.findall(prose(page.read_text())):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            broken.append(f"{target}: no heading #{anchor} in {linked.relative_to(root)}")
+    return broken
+
+
+def test_the_readme_is_a_front_door():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines: move the detail to a page under docs/"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_every_relative_link_resolves(page):
+    assert broken_links(page) == []
+
+
+def test_the_link_check_finds_a_missing_page_and_a_missing_heading(tmp_path):
+    (tmp_path / "a.md").write_text("# Title\n\n## The `x` flag's rules (in short)\n")
+    (tmp_path / "b.md").write_text("[ok](a.md#the-x-flags-rules-in-short) [gone](c.md) [no heading](a.md#other)\n"
+                                   "`[in code](d.md)`\n```\n[in a block](e.md)\n```\n[site](https://example.org/x.md)\n")
+    assert broken_links(tmp_path / "b.md", tmp_path) == ["c.md: no such file", "a.md#other: no heading #other in a.md"]
+
+
+def test_the_pages_figures_are_their_runs_record():
+    record = json.loads((ROOT / docs_figures.RECORD).read_text())
+    assert not record["source"]["dirty"], "the figures were made from uncommitted code"
+    assert re.fullmatch(r"[0-9a-f]{40}", record["source"]["commit"])
+    assert docs_figures.stale_pages(ROOT) == []
+    for image in docs_figures.IMAGES.values():
+        assert (ROOT / image).stat().st_size > 0
+
+
+def test_a_figure_edited_by_hand_is_found(tmp_path):
+    for path in [docs_figures.RECORD, *docs_figures.PAGES.values()]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / path, tmp_path / path)
+    demo = tmp_path / docs_figures.PAGES["demo"]
+    record = json.loads((tmp_path / docs_figures.RECORD).read_text())
+    after = f"{record['pearson']['after']['value']:.3f}"
+    assert after in demo.read_text()
+    demo.write_text(demo.read_text().replace(after, "0.999" if after != "0.999" else "0.998", 1))
+    assert docs_figures.stale_pages(tmp_path) == [f"{docs_figures.PAGES['demo']} (<!-- figures:demo -->)"]
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "docs_figures.py"), "--check", "--root", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "docs/demo.md" in done.stderr
+
+
+def test_a_page_without_its_figures_region_is_refused():
+    with pytest.raises(SystemExit, match="no <!-- figures:demo -->"):
+        docs_figures.rewrite("# The demo\n", "demo", "figures")
+
+
+def test_the_demos_output_is_read_as_it_prints_it():
+    stdout = ("\n== 1a: write a tiny judge\n$ python -m mmjudge.judge.testing checkpoint out\n   ok in 5s (log: out/logs/1a.log)\n"
+              "\n== 3: train\n$ python -m mmjudge.train.cli ...\n{'loss': 1.0}\n   ok in 54s (log: out/logs/3.log)\n"
+              "\nDone in 75s. Agreement ...:\n  before: Pearson -0.115, n = 80\n\nScore sets: ...\n\nTrained judge: /tmp/x\nReport: /tmp/x/r.html\n")
+    assert docs_figures.step_seconds(stdout) == {"1a: write a tiny judge": 5, "3: train": 54}
+    assert docs_figures.printed_summary(stdout) == ["Done in 75s. Agreement ...:", "  before: Pearson -0.115, n = 80", "", "Score sets: ..."]
+
+
+def test_the_run_is_named_by_a_commit_whose_code_it_is(tmp_path):
+    """The checkout's code must be its commit's: a changed tracked file is refused by name, while the pages and
+    images the script itself rewrites may differ (a changed first line of `git status` included)."""
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True, capture_output=True)
+    git("init", "-q")
+    for path in ["README.md", "benchmarks/docs_figures.py", "docs/demo.md"]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("v1\n")
+    git("add", "-A")
+    git("commit", "-q", "-m", "v1")
+    (tmp_path / "README.md").write_text("figures\n")
+    (tmp_path / "docs" / "demo.md").write_text("figures\n")
+    assert docs_figures.source(False, tmp_path)["dirty"] is False
+    (tmp_path / "benchmarks" / "docs_figures.py").write_text("v2\n")
+    with pytest.raises(SystemExit, match=r"tracked files differ from commit [0-9a-f]+: benchmarks/docs_figures.py;"):
+        docs_figures.source(False, tmp_path)
+    assert docs_figures.source(True, tmp_path)["dirty"] is True
+
+
+@pytest.mark.slow
+def test_the_figures_script_runs_the_demo_and_writes_the_pages(tmp_path):
+    """The script end to end on a small demo: the record of the run, the run's scatter plots, the pages'
+    regions rewritten from the record (and only those)."""
+    for path in docs_figures.PAGES.values():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / path, tmp_path / path)
+    (tmp_path / "docs" / "images").mkdir()
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "docs_figures.py"), "--root", str(tmp_path), "--allow_dirty",
+                           "--demo_dir", str(tmp_path / "demo"), "--", "--samples", "40", "--max_steps", "2", "--pairs", "20", "--pair_steps", "2"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    record = json.loads((tmp_path / docs_figures.RECORD).read_text())
+    report = json.loads((tmp_path / "demo" / "report" / "report.json").read_text())
+    for judge in ("before", "after"):
+        assert record["pearson"][judge]["value"] == report["judges"][judge]["criteria"]["overall"]["all"]["pearson"]["value"]
+        assert (tmp_path / docs_figures.IMAGES[judge]).read_bytes() == (tmp_path / "demo" / "report" / "plots" / f"{judge}_scatter.png").read_bytes()
+    assert record["splits"] == {"train": 24, "validation": 8, "test": 8} and record["training_steps"] == 2
+    assert record["command"] == "judge-demo --output_dir demo --samples 40 --max_steps 2 --pairs 20 --pair_steps 2"
+    assert list(record["seconds"]["steps"]) == ["1a: write a tiny judge", "1b: write a dataset", "2: score before training", "3: train",
+                                                "4: score after training", "5: calibrate", "6a: write pairs", "6b: judge pairs before training",
+                                                "6c: train on pairs", "6d: judge pairs after training", "6e: calibrate the verdicts"]
+    assert record["printed"][0].startswith("Done in")
+    assert docs_figures.stale_pages(tmp_path) == []
+    readme = (tmp_path / "README.md").read_text()
+    assert readme.replace(docs_figures.render(record)["readme"], "") == (ROOT / "README.md").read_text().replace(
+        docs_figures.render(json.loads((ROOT / docs_figures.RECORD).read_text()))["readme"], "")
