@@ -54,7 +54,7 @@ def test_a_chunked_prefill_writes_what_an_unchunked_one_writes_across_the_long_r
     import mmjudge.infer.decoding as decoding
 
     layers = decoding.Decoder._layers
-    monkeypatch.setattr(decoding.Decoder, "_layers", lambda self, hidden, positions, mask, cache, reach=None: layers(self, hidden, positions, mask, cache))
+    monkeypatch.setattr(decoding.Decoder, "_layers", lambda self, *args, reach=None, **kwargs: layers(self, *args, **kwargs))
     blind, _ = run(long_rope_judge, items, CHUNK)
     whole, _ = run(long_rope_judge, items, None)
     past = [k for k, n in enumerate(lengths) if n > ROPE_SWITCH]
