@@ -2,10 +2,14 @@
 
     judge-calibrate --predictions eval_result.json [other.json ...] --human annotations.json --output_dir report
     judge-calibrate --predictions local_log.json --human gpt4o_log.json --scale 0 1 --step 0.1 --output_dir report  # Inst-It logs
+    judge-calibrate --predictions eval_result.json --human pairs.json --output_dir report  # verdicts on pairs
 
 Writes report.json, report.md, report.html (plots embedded), plots/*.png, and calibrator.json (the map of the
 first judge, or of --calibrator_of, for `judge-score --calibrator`, which applies it to that judge only; with
-several judges also calibrator_<name>.json for each).
+several judges also calibrator_<name>.json for each). Predictions of verdicts on pairs (a pairwise judge-score
+run, an OpenING battle file of a judge's winners) get a report on preferences instead
+(calibration/preferences.py): agreement with and without ties, Cohen's kappa, position bias, swap consistency,
+win rates under four tie rules and a Bradley-Terry ranking; no map.
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ from pathlib import Path
 
 from mmjudge import api
 from mmjudge.calibration.analysis import Options, Report
+from mmjudge.calibration.preferences import analyse as analyse_preferences, is_preference_file
+from mmjudge.calibration.report import write_preference_report
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
-from mmjudge.judge.data import SCORE_FIELDS
+from mmjudge.judge.data import SCORE_FIELDS, UsageError
+from mmjudge.judge.outputs import locked, overwritten_inputs
 from mmjudge.judge.parsing import ScoreScale
 
 
@@ -32,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibrator_of", metavar="NAME",
                    help="the judge (by its name) whose map calibrator.json holds, for judge-score --calibrator (default: the first)")
     p.add_argument("--criteria", nargs="+", choices=SCORE_FIELDS, help="criteria to compare (default: every one both sides scored)")
-    p.add_argument("--by", choices=["category", "model", "none"], default=Options.group_by, help="grouping of the per-group figures (default: %(default)s)")
+    p.add_argument("--by", choices=["category", "model", "none"], default=Options.group_by, help="grouping of the per-group figures; for pairs, category is the benchmark's group (domain, task) (default: %(default)s)")
     p.add_argument("--bootstrap", type=int, default=Options.bootstrap, help="bootstrap resamples for Pearson's interval; 0 turns it off (default: %(default)s)")
     p.add_argument("--seed", type=int, default=Options.seed, help="seed of the bootstrap, the calibration folds and the plot jitter (default: %(default)s)")
     p.add_argument("--fit", choices=["isotonic", "linear", "none"], default=Options.fit, help="calibration map (default: %(default)s)")
@@ -72,8 +79,36 @@ def _short(value: float | None) -> str:
     return "undefined" if value is None else f"{value:.3f}"
 
 
+# Flags of score agreement that preferences have no use for: a run on pairs refuses them rather than ignore them.
+SCORE_ONLY = ("criteria", "calibrator_of", "fit", "overall", "folds", "coverage", "target_agreement", "agreement", "scale", "step")
+
+
+def preferences(args, out: Path) -> int:
+    parser = build_parser()
+    if given := [f"--{flag}" for flag in SCORE_ONLY if getattr(args, flag) != parser.get_default(flag)]:
+        raise UsageError(f"{', '.join(given)}: for scores; these predictions are verdicts on pairs")
+    names = args.names or [Path(path).stem for path in args.predictions]
+    if len(names) != len(args.predictions) or len(set(names)) != len(names):
+        raise UsageError(f"--names {names}: one name per predictions file ({len(args.predictions)}), each its own")
+    inputs = [("--human", args.human), *[("--predictions", path) for path in args.predictions]]
+    if problems := overwritten_inputs(out, ["report.json", "report.md", "report.html", "plots/*"], inputs):
+        raise UsageError("\n  ".join(problems))
+    report = analyse_preferences(args.predictions, names, args.human, args.by, args.bootstrap, args.seed)
+    with locked(out, "judge-calibrate"):
+        write_preference_report(report, out)
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for name, j in report.judges.items():
+        print(f"{name}: accuracy {_short(j.accuracy_with_ties.value)} with ties (n {j.n_with_ties}), {_short(j.accuracy_without_ties.value)} "
+              f"without (n {j.n_without_ties}), kappa {_short(j.kappa.value)}, first shown wins {_short(j.position_bias['both'].share)}")
+    print(f"report: {out / 'report.html'}")
+    return 0
+
+
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
+    if is_preference_file(args.predictions[0]):
+        return preferences(args, Path(args.output_dir))
     report = api.calibrate(args.predictions, args.human, names=args.names, output_dir=args.output_dir, criteria=args.criteria,
                            group_by=args.by, bootstrap=args.bootstrap, seed=args.seed, fit=args.fit, folds=args.folds,
                            scale=(*args.scale, args.step), overall=args.overall, coverage=args.coverage,

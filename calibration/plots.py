@@ -18,6 +18,7 @@ import numpy as np
 
 from mmjudge.calibration.analysis import Calibration, CriterionResult
 from mmjudge.calibration.benchmark import BenchmarkScores
+from mmjudge.calibration.preferences import PreferenceReport
 from mmjudge.judge.parsing import ScoreScale
 
 plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 8})
@@ -231,3 +232,49 @@ def benchmark(scores: BenchmarkScores, name: str, scale: ScoreScale) -> Plot:
     return Plot(_png(fig), f"{name}: each evaluated model's mean overall score, estimated three ways with 95% intervals: PPI++ "
                            "(the human-scored ids with every id only the judge scored), people's scores only, the judge's only. "
                            "Best first, by PPI++.")
+
+
+def ranking(report: PreferenceReport) -> Plot:
+    """Each evaluated model's Bradley-Terry log-strength with its 95% interval: people's and each judge's side by
+    side, models in people's order from the top."""
+    models = list(report.people_ranking.models) or sorted({m for j in report.judges.values() for m in j.ranking.models})
+    # the judges in matplotlib's colours less the people's orange (C1)
+    sides = [("people", report.people_ranking, HUMAN_COLOUR)] + [(name, j.ranking, f"C{k + (k > 0)}") for k, (name, j) in enumerate(report.judges.items())]
+    fig, ax = plt.subplots(figsize=(6.4, 1.4 + 0.45 * max(len(models), 1)))
+    for k, (name, ranked, colour) in enumerate(sides):
+        y = np.arange(len(models))[::-1] + 0.3 * (k - (len(sides) - 1) / 2) / max(len(sides) - 1, 1)
+        for yi, model in zip(y, models):
+            s = ranked.models.get(model)
+            if s is None:
+                continue
+            error = [[s.log_strength - s.low], [s.high - s.log_strength]] if s.low is not None else None
+            ax.errorbar(s.log_strength, yi, xerr=error, fmt="o", color=colour, capsize=2, markersize=4)
+        ax.plot([], [], "o-", color=colour, label=name)
+    ax.axvline(0, color="grey", linewidth=0.8)
+    ax.set_yticks(np.arange(len(models))[::-1], models, fontsize=8)
+    ax.set(xlabel="Bradley-Terry log-strength, 95% interval (0: the average model)", title="Ranking of the evaluated models")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 if len(models) > 4 else -0.25), ncol=min(len(sides), 4), frameon=False)
+    return Plot(_png(fig), "Each evaluated model's Bradley-Terry log-strength from the final verdicts, with its 95% bootstrap interval: "
+                           "people's and each judge's side by side, the models in people's order from the top.")
+
+
+def position_bias(report: PreferenceReport) -> Plot:
+    """How often each judge's first-shown answer wins, per order; 0.5 is no bias."""
+    judges = list(report.judges)
+    orders = ("forward", "reverse", "both")
+    fig, ax = plt.subplots(figsize=(max(4.8, 1.6 + 1.6 * len(judges)), 4.0))
+    width = 0.8 / len(orders)
+    for k, order in enumerate(orders):
+        x = np.arange(len(judges)) - 0.4 + width * (k + 0.5)
+        for xi, name in zip(x, judges):
+            b = report.judges[name].position_bias[order]
+            if b.share is not None:
+                ax.bar(xi, b.share, width=width * 0.9, color=f"C{k}")
+                ax.annotate(f"n={b.n}", (xi, b.share), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7, color="dimgrey")
+        ax.bar([], [], color=f"C{k}", label=order)
+    ax.axhline(0.5, color="black", linewidth=0.8, linestyle="--")
+    ax.set(xticks=range(len(judges)), xticklabels=judges, ylim=(0, 1.08), ylabel="share of verdicts for the answer shown first",
+           title="Position bias (0.5: none)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
+    return Plot(_png(fig), "How often each judge's verdict goes to the answer shown first, among the verdicts that prefer one answer, "
+                           "per order (forward: A first; reverse: B first) and over both; the dashed line, 0.5, is no bias.")

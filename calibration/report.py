@@ -18,8 +18,9 @@ from pathlib import Path
 from mmjudge.calibration import plots
 from mmjudge.calibration.analysis import Ceiling, Paired, Report
 from mmjudge.calibration.benchmark import Estimate
+from mmjudge.calibration.preferences import PreferenceReport
 from mmjudge.calibration.stats import Agreement, Stat
-from mmjudge.judge.data import write_json_atomically, write_text_atomically
+from mmjudge.judge.data import VERDICTS, write_json_atomically, write_text_atomically
 
 # Rows of the side-by-side table: MMIE's four (Pearson, cosine, MSE, MAE) and the rest.
 ROWS = [("n", "n"), ("pearson", "Pearson r [95% Fisher z]"), ("pearson_bootstrap", "Pearson r 95% bootstrap"),
@@ -414,14 +415,82 @@ def slug(name: str) -> str:
 
 
 def write_reports(report: Report, paired: dict[str, Paired], out_dir: Path) -> None:
+    figures = make_plots(report, paired)
+    write_pages(out_dir, report, sections(report, figures), figures, "Judge agreement with human scores")
+
+
+def write_pages(out_dir: Path, report, secs: list[Section], figures: list[Image], title: str) -> None:
+    """report.json, report.md, the plots and report.html (the plots embedded where `secs` place them) of one report."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomically(out_dir / "report.json", report.model_dump(mode="json"))
-    figures = make_plots(report, paired)
+    write_text_atomically(out_dir / "report.md", markdown(secs))
     (out_dir / "plots").mkdir(exist_ok=True)
     for figure in figures:
         (out_dir / "plots" / figure.file).write_bytes(figure.plot.png)
-    secs = sections(report, figures)
-    write_text_atomically(out_dir / "report.md", markdown(secs))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width,initial-scale=1'>"
-            f"<title>Judge agreement with human scores</title><style>{STYLE}</style></head><body>{_html_blocks(secs)}</body></html>\n")
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>{_html_blocks(secs)}</body></html>\n")
     write_text_atomically(out_dir / "report.html", page)
+
+
+# -- preferences --------------------------------------------------------------------------------------
+
+def _interval(stat: Stat) -> str:
+    if stat.value is None:
+        return f"undefined ({stat.reason})"
+    ci = stat.bootstrap_95
+    return fmt(stat.value) + (f" [{ci.low:.3f}, {ci.high:.3f}]" if ci is not None and ci.low is not None else "")
+
+
+def _bias(b) -> str:
+    return "–" if b.share is None else f"{b.share:.3f} ({b.first_wins} of {b.n}; p = {b.p_value:.2g})"
+
+
+def _strength(s) -> str:
+    return f"{s.log_strength:+.2f}" + (f" [{s.low:+.2f}, {s.high:+.2f}]" if s.low is not None else "")
+
+
+def preference_sections(report: PreferenceReport) -> list[Section]:
+    judges = list(report.judges)
+    intervals = (f"Intervals are 95% percentile bootstraps over pairs, {report.bootstrap} resamples (seed {report.seed})."
+                 if report.bootstrap else "No intervals (--bootstrap 0).")
+    intro = [f"People's preferences: {report.human_file}, {report.human_pairs} pairs, up to {report.most_annotators} annotator(s) a pair; "
+             f"a pair's people are their majority (a tie where they split). {intervals}", *[f"Note: {n}" for n in report.notes]]
+    rows = [[name, str(j.n_with_ties), _interval(j.accuracy_with_ties), str(j.n_without_ties), _interval(j.accuracy_without_ties), cell(j.kappa)]
+            for name, j in report.judges.items()]
+    secs = [Section("Judge agreement with people's preferences", 1, intro),
+            Section("Agreement", 2, ["Accuracy with ties counts A, B and tie as three verdicts; without ties leaves out every pair either side "
+                                     "calls a tie. Cohen's κ is over the three verdicts.",
+                                     Table(["judge", "pairs", "accuracy with ties", "pairs without ties", "accuracy without ties", "Cohen's κ"], rows)])]
+    for name, j in report.judges.items():
+        confusion = [[f"people {h}", *[str(j.confusion[h][v]) for v in VERDICTS]] for h in VERDICTS]
+        blocks: list[str | Table] = [Table(["", *[f"judge {v}" for v in VERDICTS]], confusion)]
+        if j.groups:
+            blocks.append(Table([report.group_by, "pairs", "accuracy with ties", "accuracy without ties"],
+                                [[g, str(a.n), _interval(a.accuracy_with_ties), _interval(a.accuracy_without_ties)] for g, a in j.groups.items()]))
+        secs.append(Section(f"{name}: verdicts against people's", 3, blocks))
+    bias = [[name, _bias(j.position_bias["forward"]), _bias(j.position_bias["reverse"]), _bias(j.position_bias["both"]),
+             _interval(j.swap_consistency)] for name, j in report.judges.items()]
+    secs.append(Section("Position bias and swap consistency", 2, [
+        "How often the answer shown first wins, among the verdicts that prefer one answer: 0.5 is no bias (p: a two-sided binomial "
+        "test against 0.5). Forward shows answer A first, reverse answer B. Swap consistency: how often the two orders give the same verdict.",
+        Table(["judge", "first shown wins, forward", "reverse", "both orders", "swap consistency"], bias)]))
+    models = list(report.people_ranking.models) or sorted({m for j in report.judges.values() for m in j.ranking.models})
+    strength = lambda ranking, m: _strength(ranking.models[m]) if m in ranking.models else "–"  # noqa: E731
+    table = Table(["model", "people", *judges], [[m, strength(report.people_ranking, m), *[strength(report.judges[j].ranking, m) for j in judges]]
+                                                  for m in models])
+    taus = [f"{name}: Kendall's τ between its order and people's {cell(j.kendall_tau_with_people)}." for name, j in report.judges.items()]
+    secs.append(Section("Ranking of the evaluated models", 2, [
+        f"Bradley-Terry log-strengths from the final verdicts (a tie half a win each; {report.tie_prior:g} of a tie between every two models "
+        "that met, so that a model that never wins keeps a finite strength); 0 is the average model.",
+        *([report.people_ranking.reason] if report.people_ranking.reason else []), table, *taus]))
+    for rule, what in report.tie_rules.items():
+        rates = [[m, fmt(report.people_win_rates[rule].get(m)), *[fmt(report.judges[j].win_rates[rule].get(m)) for j in judges]] for m in models]
+        secs.append(Section(f"Win rates, {what}", 3, [Table(["model", "people", *judges], rates)]))
+    return secs
+
+
+def write_preference_report(report: PreferenceReport, out_dir: Path) -> None:
+    figures = [Image("ranking.png", plots.ranking(report)), Image("position_bias.png", plots.position_bias(report))]
+    secs = preference_sections(report)
+    secs.insert(2, Section("Plots", 2, figures))  # after the summary of agreement, as the score report places its plots
+    write_pages(out_dir, report, secs, figures, "Judge agreement with people's preferences")

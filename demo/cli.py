@@ -11,6 +11,11 @@
        agreement, conformal score sets, and each evaluated model's benchmark score by PPI++, which adds the
        validation ids that only the judge scored to the test ids that people scored too; report/calibrator.json
        is the trained judge's map (judge-score --calibrator refuses it for another judge)
+    6. pairwise: synthetic pairs whose people prefer the answer with the better quality word (a tie where
+       both say the same), split likewise; the untrained judge judges the test pairs in both orders,
+       judge-train teaches the base judge people's verdicts (both orders of every pair), the trained judge
+       judges them again, and judge-calibrate compares both with people: accuracy, and how often the answer
+       shown first wins (position bias)
 
 The test split is seen by neither training nor checkpoint selection, so the before/after figures are not
 flattered by the choice of checkpoint; the validation split's human scores are used by no figure here.
@@ -61,24 +66,28 @@ class DemoSettings:
     validation_share: float = _setting("share of the ids that judge-train scores at every checkpoint to keep the best")
     test_share: float = _setting("share of the ids for the before/after figures, seen by neither training nor selection")
     max_steps: int | None = _setting("judge-train's optimizer steps (none: the epochs of the bundled training preset tiny)")
+    pairs: int = _setting("synthetic pairs (one id each) of the pairwise part, split as the samples are")
+    pair_steps: int = _setting("judge-train's optimizer steps on the pairs")
     seed: int = _setting("seed of the judge, the dataset and the split")
 
 
-def split_sizes(settings: DemoSettings) -> dict[str, int]:
-    """The number of ids in each split; every split needs one at least."""
-    test = round(settings.samples * settings.test_share)
-    validation = round(settings.samples * settings.validation_share)
-    sizes = {"train": settings.samples - validation - test, "validation": validation, "test": test}
+def split_sizes(settings: DemoSettings, count: int | None = None) -> dict[str, int]:
+    """The number of ids in each split of the samples (or of `count` pairs); every split needs one at least."""
+    count = settings.samples if count is None else count
+    test = round(count * settings.test_share)
+    validation = round(count * settings.validation_share)
+    sizes = {"train": count - validation - test, "validation": validation, "test": test}
     if empty := [name for name, size in sizes.items() if size < 1]:
-        raise UsageError(f"--samples {settings.samples}, --validation_share {settings.validation_share} and --test_share "
+        flag = "--samples" if count == settings.samples else "--pairs"
+        raise UsageError(f"{flag} {count}, --validation_share {settings.validation_share} and --test_share "
                          f"{settings.test_share} leave no sample for {' and '.join(empty)}")
     return sizes
 
 
-def split(data_dir: Path, sizes: dict[str, int], seed: int) -> dict[str, Path]:
-    """train.json, validation.json and test.json: the ids in a seeded random order, cut to the sizes. A
-    sample's annotators share its id, so they stay in one split."""
-    records = json.loads((data_dir / "data.json").read_text())
+def split(data_dir: Path, sizes: dict[str, int], seed: int, source: str = "data.json") -> dict[str, Path]:
+    """train.json, validation.json and test.json of `source`: the ids in a seeded random order, cut to the
+    sizes. A sample's (or pair's) annotators share its id, so they stay in one split."""
+    records = json.loads((data_dir / source).read_text())
     ids = sorted({r["id"] for r in records})
     random.Random(seed).shuffle(ids)
     paths, start = {}, 0
@@ -87,10 +96,6 @@ def split(data_dir: Path, sizes: dict[str, int], seed: int) -> dict[str, Path]:
         start += sizes[name]
         paths[name] = data_dir / f"{name}.json"
         paths[name].write_text(json.dumps([r for r in records if r["id"] in chosen], indent=1))
-    # What the trained judge scores: the test ids, whose human scores judge-calibrate reads, and the
-    # validation ids, which stand for the bulk of a benchmark that no person scores.
-    paths["judged"] = data_dir / "judged.json"
-    paths["judged"].write_text(json.dumps(json.loads(paths["test"].read_text()) + json.loads(paths["validation"].read_text()), indent=1))
     return paths
 
 
@@ -129,6 +134,7 @@ def _main(argv) -> int:
     args = build_parser(argv).parse_args(argv)
     settings = settings_from_config(DemoSettings, args.config, args)
     sizes = split_sizes(settings)
+    split_sizes(settings, settings.pairs)  # refused here, before any step
     out = Path(args.output_dir).resolve()
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -148,6 +154,10 @@ def _main(argv) -> int:
     timed("1a: write a tiny judge", [py, "-m", "mmjudge.judge.testing", "checkpoint", "--format", "original", "--seed", seed, str(out / "base-judge")])
     timed("1b: write a dataset", [py, "-m", "mmjudge.judge.testing", "dataset", "--samples", str(settings.samples), "--annotated", "--seed", seed, str(out / "data")])
     files = split(out / "data", sizes, settings.seed)
+    # What the trained judge scores: the test ids, whose human scores judge-calibrate reads, and the
+    # validation ids, which stand for the bulk of a benchmark that no person scores.
+    files["judged"] = out / "data" / "judged.json"
+    files["judged"].write_text(json.dumps(json.loads(files["test"].read_text()) + json.loads(files["validation"].read_text()), indent=1))
     timed("2: score before training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "base-judge"), "--input_dir", str(out / "data"),
                                         "--input_file", "test.json", "--output_dir", str(out / "scores-before"), *score])
     print("   (as expected: an untrained judge writes no score; its expected score, read after a forced '### Score', is what is compared)")
@@ -162,18 +172,53 @@ def _main(argv) -> int:
                            str(out / "scores-after" / "eval_result.json"), "--names", "before", "after", "--calibrator_of", "after",
                            "--human", str(files["test"]), "--overall", "expected_score", "--output_dir", str(out / "report")])
 
+    pair_sizes = split_sizes(settings, settings.pairs)
+    timed("6a: write pairs", [py, "-m", "mmjudge.judge.testing", "pairs", "--pairs", str(settings.pairs), "--annotated", "--text_only",
+                             "--seed", seed, str(out / "pairs")])
+    pairs = split(out / "pairs", pair_sizes, settings.seed, "pairs.json")
+    # Both judges are read by their verdict distributions (the untrained judge writes no verdict), in both orders.
+    judge_pairs = ["--input_dir", str(out / "pairs"), "--input_file", "test.json", "--pair_rule", "mean_probability", *score]
+    timed("6b: judge pairs before training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "base-judge"),
+                                             "--output_dir", str(out / "pairs-before"), *judge_pairs])
+    shutil.rmtree(out / "pairwise-judge", ignore_errors=True)
+    timed("6c: train on pairs", [py, "-m", "mmjudge.train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(pairs["train"]),
+                                "--eval_file", str(pairs["validation"]), "--input_dir", str(out / "pairs"), "--output_dir", str(out / "pairwise-judge"),
+                                "--config", "tiny", "--max_steps", str(settings.pair_steps), "--save_steps", str(settings.pair_steps), *rubric])
+    timed("6d: judge pairs after training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "pairwise-judge"),
+                                            "--output_dir", str(out / "pairs-after"), *judge_pairs])
+    timed("6e: calibrate the verdicts", [py, "-m", "mmjudge.calibration.cli", "--predictions", str(out / "pairs-before" / "eval_result.json"),
+                                        str(out / "pairs-after" / "eval_result.json"), "--names", "before", "after", "--human", str(pairs["test"]),
+                                        "--output_dir", str(out / "pairs-report")])
+
     report = json.loads((out / "report" / "report.json").read_text())
     total = time.perf_counter() - start
     print_headline(report, total, sizes)
     print_trust(report["judges"]["after"], json.loads((out / "scores-after" / "summary.json").read_text())["image_reliance"], sizes)
-    write_json_atomically(out / FIGURES, figures(report, settings, sizes, seconds, total, out))
+    pairs_report = json.loads((out / "pairs-report" / "report.json").read_text())
+    print_pairs(pairs_report, pair_sizes)
+    write_json_atomically(out / FIGURES, figures(report, settings, sizes, seconds, total, out, pairs_report, pair_sizes))
     print(f"\nTrained judge: {out / 'trained-judge'}\nScores: {out / 'scores-before'}, {out / 'scores-after'} "
           f"(image reliance: {out / 'scores-after' / 'probe_blank.png'})\nReport: {out / 'report' / 'report.html'}\n"
-          f"Figures (for the docs): {out / FIGURES}")
+          f"Pairwise judge: {out / 'pairwise-judge'}\nVerdicts: {out / 'pairs-before'}, {out / 'pairs-after'}\n"
+          f"Pairwise report: {out / 'pairs-report' / 'report.html'}\nFigures (for the docs): {out / FIGURES}")
     return 0
 
 
-def figures(report: dict, settings: DemoSettings, sizes: dict[str, int], seconds: dict[str, float], total: float, out: Path) -> dict:
+def print_pairs(report: dict, sizes: dict[str, int]) -> None:
+    """The pairwise part's figures: agreement with people's verdicts and position bias, before and after."""
+    print(f"\nPairwise: the judge's verdicts on the {sizes['test']} test pairs (both orders; the likeliest of its verdict distribution), "
+          f"against people's (trained on {sizes['train']}):")
+    for name in ("before", "after"):
+        judge = report["judges"][name]
+        value = lambda stat: "undefined" if stat["value"] is None else f"{stat['value']:.3f}"  # noqa: E731
+        bias = judge["position_bias"]["both"]
+        shown = "undefined" if bias["share"] is None else f"{bias['share']:.3f} of {bias['n']}"
+        print(f"  {name:>6}: accuracy {value(judge['accuracy_with_ties'])} with ties (n = {judge['n_with_ties']}), "
+              f"{value(judge['accuracy_without_ties'])} without (n = {judge['n_without_ties']}); first shown wins {shown}")
+
+
+def figures(report: dict, settings: DemoSettings, sizes: dict[str, int], seconds: dict[str, float], total: float, out: Path,
+            pairs_report: dict, pair_sizes: dict[str, int]) -> dict:
     """What a reader of the docs is told of this run, in one file, so that the docs quote a run rather than
     copies typed by hand: the Pearsons before and after training, its times, and where and from what it ran."""
     pearson = {}
@@ -195,6 +240,10 @@ def figures(report: dict, settings: DemoSettings, sizes: dict[str, int], seconds
         "training_steps": history[-1]["step"] if history else None,
         "seconds": {"total": round(total, 1), "steps": seconds},
         "report": {"html": "report/report.html", "plots": sorted(f"report/plots/{p.name}" for p in (out / "report" / "plots").glob("*.png"))},
+        # the pairwise part: agreement with people's verdicts on the test pairs, and how often the answer shown first wins
+        "pairs": {"splits": pair_sizes, **{name: {"accuracy_with_ties": j["accuracy_with_ties"]["value"], "accuracy_without_ties": j["accuracy_without_ties"]["value"],
+                                                  "first_shown_wins": j["position_bias"]["both"]["share"]}
+                                           for name, j in pairs_report["judges"].items()}},
     }
 
 

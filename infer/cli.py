@@ -145,14 +145,15 @@ def add_option_flags(parser: argparse.ArgumentParser, config: Path | None, forma
 
 
 def preset_defaults(name: str, presets: dict[str, dict]) -> str:
-    """'4', or each format's value where the presets differ: '1024 for mmie, 512 for milebench/instit'."""
+    """'4', or each format's value where the presets differ: '1024 for mmie, pairs; 512 for milebench, instit'
+    (spaced, so that --help wraps a long list of formats between names, not inside one)."""
     formats_by_value: dict[str, list[str]] = {}
     for format_name, values in presets.items():
         value = values[name]
         formats_by_value.setdefault("none" if value is None else str(value), []).append(format_name)
     if len(formats_by_value) == 1:
         return next(iter(formats_by_value))
-    return ", ".join(f"{value} for {'/'.join(names)}" for value, names in formats_by_value.items())
+    return "; ".join(f"{value} for {', '.join(names)}" for value, names in formats_by_value.items())
 
 
 def score_options(args, fmt: Format) -> ScoreOptions:

@@ -5,6 +5,14 @@ Why it is fast: prompts of similar length are prefilled together without padding
 and tiling run in background threads while the model works, decoding keeps every slot of a preallocated
 KV cache busy, and on a GPU each decoding step is a CUDA graph.
 
+Pairs go through the same engine. Under a pairwise rubric a pair is two prompts, one per order (A shown
+first: "forward"; B first: "reverse"), or 2k with k sampled judgements, each seeded by the pair, the order
+and the sample so that it is the same alone or in a batch; under a pointwise rubric it is two samples, one
+per answer. `judge_pairs` gathers a pair's judgements into its PairResult (judge/preferences.py decides the
+verdict). A verdict's distribution (over A, B and, where the rubric's verdict format has one, tie) is read as
+a score's is: at the token that wrote the verdict, or after the format's forced heading where the verdict did
+not parse, or, in logits mode, right after the prompt and that heading.
+
 Score distributions (the probability of each score value, on scales whose scores are one token each;
 other scales have none):
 - logits mode: read right after the prompt plus a forced `### Score` heading; `score` is its argmax.
@@ -17,6 +25,8 @@ other scales have none):
 
 from __future__ import annotations
 
+import hashlib
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,47 +35,85 @@ from pathlib import Path
 
 import torch
 
-from mmjudge.infer.decoding import Completion, Decoder, OutOfMemory, Request
+from mmjudge.infer.decoding import Completion, Decoder, OutOfMemory, Request, Sampling
 from mmjudge.infer.grammar import Grammar, GrammarError, Vocabulary, score_lines
 from mmjudge.infer.options import ScoreOptions
-from mmjudge.judge.data import JudgeResult, Sample, UsageError
+from mmjudge.judge.data import VERDICTS, JudgeResult, OrderJudgement, Pair, PairResult, Sample, UsageError
 from mmjudge.judge.model import Judge, with_max_tiles
 from mmjudge.judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
-from mmjudge.judge.prompts import PlannedImage, Rubric, build_prompt, encode_prompt
+from mmjudge.judge.preferences import ORDERS, POINTWISE_RULE, in_pair_terms, likeliest, pairwise_verdict, pointwise_verdict
+from mmjudge.judge.prompts import PlannedImage, Rubric, build_pair_prompt, build_prompt, encode_prompt
+from mmjudge.judge.verdicts import VERDICT_FORMATS, Reading, VerdictFormat
 from mmjudge.judge.vision import Pixels, load_pixels
 
 
 @dataclass
 class Prepared:
-    """A sample ready for the model. The prompt's text is not kept: its token ids say the same, and the
-    text, with each image token spelled out (256 `<IMG_CONTEXT>` per InternVL tile), would be the largest thing held per sample."""
+    """A sample, or one view of a pair, ready for the model. The prompt's text is not kept: its token ids say
+    the same, and the text, with each image token spelled out (256 `<IMG_CONTEXT>` per InternVL tile), would be
+    the largest thing held per sample."""
 
     index: int  # position in the input file
-    sample: Sample
+    sample: Sample | Pair  # what the prompt shows: a sample (a pair's answer, for a pointwise rubric), or a pair
     images: list[PlannedImage]  # the images shown, in prompt order
     truncated: list[str]
     input_ids: torch.Tensor  # 1-D int32: a list of Python ints takes 9x the memory (GiBs for 20k long prompts)
+    pair: Pair | None = None  # the pair this is a view of
+    view: str | None = None  # "forward" or "reverse" (a pairwise rubric's order), or the answer "A" or "B" (a pointwise rubric's)
+    sampling: Sampling = Sampling()
 
     @property
     def n_tiles(self) -> int:
         return sum(image.n_tiles for image in self.images)
 
+    @property
+    def first(self) -> str:
+        """The answer a pairwise view shows first."""
+        return ORDERS[self.view]
 
-def prepare(judge: Judge, samples: Iterable[tuple[int, Sample]], rubrics: dict[str, Rubric], image_root: Path, options: ScoreOptions) -> list[Prepared]:
-    """Prompts and token ids for every sample; cheap per sample (image headers only, no pixel decoding),
-    but minutes for tens of thousands: callers pass `samples` through a progress bar."""
+
+def prepare(judge: Judge, samples: Iterable[tuple[int, Sample | Pair]], rubrics: dict[str, Rubric], image_root: Path,
+            options: ScoreOptions) -> list[Prepared]:
+    """Prompts and token ids for every sample and pair (a pair's views: module docstring); cheap per sample
+    (image headers only, no pixel decoding), but minutes for tens of thousands: callers pass `samples`
+    through a progress bar."""
     settings = with_max_tiles(judge.settings, options.max_tiles)
     count_tokens = lambda text: len(judge.tokenizer(text, add_special_tokens=False).input_ids)  # noqa: E731
+    budgets = (settings.images, options.image_token_budget, options.prompt_token_budget, count_tokens)
+    template = settings.template
+
+    def encoded(prompt, logits_prefix: str) -> torch.Tensor:
+        text = prompt.text + (logits_prefix if options.mode == "logits" else "")
+        return torch.tensor(encode_prompt(judge.tokenizer, text, prompt.controls), dtype=torch.int32)
+
     prepared = []
-    for index, sample in samples:
-        prompt = build_prompt(
-            sample, rubrics[sample.category], settings.template, settings.system_message, image_root,
-            settings.images, options.image_token_budget, options.prompt_token_budget, count_tokens,
-        )
-        text = prompt.text + (f"{SCORE_HEADING}\n" if options.mode == "logits" else "")
-        ids = torch.tensor(encode_prompt(judge.tokenizer, text, prompt.controls), dtype=torch.int32)
-        prepared.append(Prepared(index, sample, prompt.images, prompt.truncated, ids))
+    for index, item in samples:
+        rubric = rubrics[item.category]
+        if isinstance(item, Sample):
+            prompt = build_prompt(item, rubric, template, settings.system_message, image_root, *budgets)
+            prepared.append(Prepared(index, item, prompt.images, prompt.truncated, encoded(prompt, f"{SCORE_HEADING}\n")))
+        elif rubric.kind == "pointwise":
+            for side in ("A", "B"):
+                sample = item.as_sample(side)
+                prompt = build_prompt(sample, rubric, template, settings.system_message, image_root, *budgets)
+                prepared.append(Prepared(index, sample, prompt.images, prompt.truncated, encoded(prompt, f"{SCORE_HEADING}\n"), item, side))
+        else:
+            logits_prefix = VERDICT_FORMATS[rubric.verdict_format].logits_prefix
+            for view, first in ORDERS.items():
+                prompt = build_pair_prompt(item, first, rubric, template, settings.system_message, image_root, *budgets)
+                ids = encoded(prompt, logits_prefix)
+                for k in range(options.samples):
+                    prepared.append(Prepared(index, item, prompt.images, prompt.truncated, ids, item, view, sampled(options, item.id, view, k)))
     return prepared
+
+
+def sampled(options: ScoreOptions, pair_id: str, view: str, k: int) -> Sampling:
+    """Greedy for one judgement per order; the k-th sampled judgement's own settings otherwise, its seed from
+    the run's, the pair, the order and k, so that it draws the same alone or in any batch."""
+    if options.samples == 1:
+        return Sampling()
+    digest = hashlib.sha256(f"{options.seed} {pair_id} {view} {k}".encode()).digest()
+    return Sampling(temperature=options.temperature, seed=int.from_bytes(digest[:8], "little") >> 1)
 
 
 def continuation_ids(tokenizer, text: str) -> list[int]:
@@ -90,6 +138,23 @@ def score_token_ids(tokenizer, scale: ScoreScale) -> dict[int, int]:
             raise ValueError(f"score {value} is not a single token after '{SCORE_HEADING}'")
         ids[value] = full[-1]
     return ids
+
+
+def verdict_token_ids(tokenizer, fmt: VerdictFormat) -> dict[str, int] | None:
+    """The token each verdict of the format starts with right after its context (judge/verdicts.py); None
+    where two verdicts start with the same token, or the context does not tokenize apart from them: that
+    format's verdicts then have no distribution."""
+    try:
+        base = continuation_ids(tokenizer, fmt.context)
+        ids = {}
+        for verdict, option in fmt.options.items():
+            full = continuation_ids(tokenizer, fmt.context + option)
+            if full[: len(base)] != base or len(full) == len(base):
+                return None
+            ids[verdict] = full[len(base)]
+    except ValueError:
+        return None
+    return ids if len(set(ids.values())) == len(ids) else None
 
 
 def expected_score(distribution: dict[str, float] | None) -> float | None:
@@ -178,9 +243,19 @@ class Scorer:
                     raise UsageError(f"--mode logits reads the score from one token, but rubric {rubric.category!r}: {err}; "
                                      "use --mode generate") from None
         self.forced_heading = continuation_ids(tokenizer, f"\n{SCORE_HEADING}\n")
-        # Only these vocabulary columns are ever read ("score logits"); each scale's score tokens are a subset.
-        tokens = sorted({t for ids in self.score_ids.values() if ids for t in ids.values()})
+        # A verdict distribution is read likewise from the token a verdict starts with (judge/verdicts.py).
+        formats = [VERDICT_FORMATS[name] for name in sorted({r.verdict_format for r in rubrics.values() if r.kind == "pairwise"})]
+        self.verdict_ids = {fmt.name: verdict_token_ids(tokenizer, fmt) for fmt in formats}
+        if options.mode == "logits" and (unread := sorted(name for name, ids in self.verdict_ids.items() if ids is None)):
+            raise UsageError(f"--mode logits reads the verdict from one token, but the verdicts of the {', '.join(unread)} verdict format "
+                             "do not start with distinct tokens for this judge's tokenizer; use --mode generate")
+        self.forced_verdict = {fmt.name: continuation_ids(tokenizer, fmt.forced) for fmt in formats if fmt.forced and self.verdict_ids[fmt.name]}
+        # Only these vocabulary columns are ever read ("score logits"); each scale's score tokens and each
+        # format's verdict tokens are a subset.
+        tokens = sorted({t for ids in [*self.score_ids.values(), *self.verdict_ids.values()] if ids for t in ids.values()})
         self.score_columns = {scale: [tokens.index(t) for t in ids.values()] for scale, ids in self.score_ids.items() if ids}
+        self.verdict_columns = {name: {v: tokens.index(t) for v, t in ids.items()} for name, ids in self.verdict_ids.items() if ids}
+        self.follow_up_tokens = max(map(len, [self.forced_heading, *self.forced_verdict.values()]))
         self.decoder = judge_decoder(judge, device, options.token_budget, tokens, stop=not options.ignore_stop)
         self.grammars = self._grammars() if options.structured else {}
 
@@ -190,6 +265,9 @@ class Scorer:
             vocabulary = judge_vocabulary(self.judge)
         except GrammarError as err:
             raise UsageError(f"--structured: {err}") from None
+        if pairwise := sorted(category for category, rubric in self.rubrics.items() if rubric.kind == "pairwise"):
+            raise UsageError(f"--structured holds a judge to its rubric's score lines; rubric {pairwise[0]!r} asks for a verdict: "
+                             "leave --structured out for pairs")
         return {category: score_lines(vocabulary, tuple(rubric.criteria.values()), tuple(str(level) for level in rubric.score_scale.levels))
                 for category, rubric in self.rubrics.items()}
 
@@ -201,7 +279,7 @@ class Scorer:
         and the rest of its 1 when it finishes (infer/progress.py)."""
         counted = _Counted(progress, len(items), self.options.max_new_tokens if self.options.mode == "generate" else None)
         # Longest first: prefill groups of similar lengths, and a freed slot always has room for the next.
-        requests = [Request(i, items[i].input_ids.long(), cancelled=partial(cancelled, items[i]) if cancelled else None,
+        requests = [Request(i, items[i].input_ids.long(), sampling=items[i].sampling, cancelled=partial(cancelled, items[i]) if cancelled else None,
                             on_token=counted.token(i), grammar=self.grammars.get(items[i].sample.category))
                     for i in sorted(range(len(items)), key=lambda i: -len(items[i].input_ids))]
         pin = torch.device(self.device).type == "cuda"
@@ -216,7 +294,7 @@ class Scorer:
                         yield [(items[i], self._logits_result(items[i], recorded)) for i, recorded in group]
                 else:
                     follow_up = lambda index, tokens: self._follow_up(items[index], tokens)  # noqa: E731
-                    for done in self.decoder.generate(requests, load, self.options.max_new_tokens, follow_up, len(self.forced_heading)):
+                    for done in self.decoder.generate(requests, load, self.options.max_new_tokens, follow_up, self.follow_up_tokens):
                         counted.finished(c.index for c in done)
                         yield [(items[c.index], self._generate_result(items[c.index], c)) for c in done if c.finish_reason != "cancelled"]
             except OutOfMemory as err:
@@ -224,11 +302,39 @@ class Scorer:
                 raise UsageError(f"sample {item.sample.id!r} (record {item.index}: {len(item.input_ids)} prompt tokens, {item.n_tiles} tiles) "
                                  f"does not fit in {self.device} memory even alone; lower --max_tiles or set --image_token_budget") from None
 
+    def judged(self, items: list[Prepared], cancelled: Callable[[Prepared], bool] | None = None,
+               progress: Callable[[float], None] | None = None) -> Iterator[list[tuple[int, JudgeResult | PairResult]]]:
+        """(index, result) of every sample and pair as it finishes: a sample's JudgeResult, or a pair's
+        PairResult once all its views are in. `progress`, as `run` tells it, in parts of inputs (a pair's
+        views share its 1)."""
+        expected = Counter(item.index for item in items if item.pair is not None)
+        views: dict[int, list[tuple[Prepared, JudgeResult | OrderJudgement]]] = defaultdict(list)
+        inputs = len({item.index for item in items})
+        per_input = None if progress is None or not items else (lambda done: progress(done * inputs / len(items)))
+        for batch in self.run(items, cancelled, per_input):
+            done = []
+            for item, result in batch:
+                if item.pair is None:
+                    done.append((item.index, result))
+                    continue
+                views[item.index].append((item, result))
+                if len(views[item.index]) == expected[item.index]:
+                    done.append((item.index, pair_result(views.pop(item.index), self.options)))
+            if done:
+                yield done
+
     def _follow_up(self, item: Prepared, tokens: list[int]) -> list[int]:
-        """The forced score heading for an output that does not parse, on a scale with a distribution
-        (module docstring); nothing otherwise, and nothing where benchmarks compare equal work."""
+        """The forced score heading (or verdict heading) for an output that does not parse, where a
+        distribution can be read (module docstring); nothing otherwise, and nothing where benchmarks compare
+        equal work."""
+        if self.options.ignore_stop:
+            return []
         rubric = self.rubrics[item.sample.category]
-        if self.options.ignore_stop or rubric.score_scale not in self.score_columns:
+        if item.view in ORDERS:
+            fmt = VERDICT_FORMATS[rubric.verdict_format]
+            forced = self.forced_verdict.get(fmt.name, [])
+            return list(forced) if forced and fmt.read(self._feedback(tokens), rubric.criteria).verdict is None else []
+        if rubric.score_scale not in self.score_columns:
             return []
         judgement = parse_judgement(self._feedback(tokens), rubric.criteria, rubric.score_scale)
         return list(self.forced_heading) if judgement.error is not None else []
@@ -244,7 +350,52 @@ class Scorer:
         """The judge's text as its backbone's reference writes it (MMIE: decoded and finished as InternVL's chat() does)."""
         return self.judge.answer(tokens)
 
-    def _generate_result(self, item: Prepared, completion: Completion) -> JudgeResult:
+    def _verdict_distribution(self, fmt: VerdictFormat, logits: torch.Tensor, first: str) -> dict[str, float] | None:
+        """The probability of each verdict, in the pair's terms, from one position's recorded logits."""
+        columns = self.verdict_columns.get(fmt.name)
+        if columns is None:
+            return None
+        probs = dict(zip(columns, logits[list(columns.values())].float().softmax(-1).tolist()))
+        return {verdict: probs[in_pair_terms(verdict, first)] for verdict in VERDICTS if verdict in probs}
+
+    def _verdict_step(self, tokens: list[int], offset: int, fmt: VerdictFormat) -> int | None:
+        """The generation step that wrote the verdict's character at `offset` of the judge's text (which
+        starts where the decoded output's leading whitespace ends): the first step whose decoded prefix
+        reaches past it, found by bisection; None unless that step wrote one of the format's verdict tokens."""
+        written = [t for t in tokens if t not in self.judge.stop_ids]
+        whole = self.judge.decode(written)
+        target = len(whole) - len(whole.lstrip()) + offset
+        low, high = 0, len(written)
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if len(self.judge.decode(written[:middle + 1])) > target else (middle + 1, high)
+        ids = (self.verdict_ids.get(fmt.name) or {}).values()
+        return low if low < len(written) and written[low] in ids else None
+
+    def _order_result(self, item: Prepared, text: str, reading: Reading, distribution, generated_tokens: int) -> OrderJudgement:
+        first = item.first
+        return OrderJudgement(
+            first=first, feedback=text, verdict=in_pair_terms(reading.verdict, first), label=reading.label,
+            criteria={name: in_pair_terms(v, first) for name, v in reading.criteria.items()}, verdict_distribution=distribution,
+            parse_error=reading.error, truncated=item.truncated, n_tiles=item.n_tiles, prompt_tokens=len(item.input_ids),
+            generated_tokens=generated_tokens,
+        )
+
+    def _generate_order(self, item: Prepared, completion: Completion) -> OrderJudgement:
+        rubric = self.rubrics[item.sample.category]
+        fmt = VERDICT_FORMATS[rubric.verdict_format]
+        text = self._feedback(completion.tokens)
+        reading = fmt.read(text, rubric.criteria)
+        distribution = None
+        if completion.follow_up_logits is not None:
+            distribution = self._verdict_distribution(fmt, completion.follow_up_logits, item.first)
+        elif reading.offset is not None and (step := self._verdict_step(completion.tokens, reading.offset, fmt)) is not None:
+            distribution = self._verdict_distribution(fmt, completion.logits[step], item.first)
+        return self._order_result(item, text, reading, distribution, len(completion.tokens))
+
+    def _generate_result(self, item: Prepared, completion: Completion) -> JudgeResult | OrderJudgement:
+        if item.view in ORDERS:
+            return self._generate_order(item, completion)
         tokens = completion.tokens
         text = self._feedback(tokens)
         rubric = self.rubrics[item.sample.category]
@@ -269,8 +420,15 @@ class Scorer:
             low, high = (low, middle) if SCORE_HEADING in decode(tokens[:middle]) else (middle, high)
         return next((step for step in range(high, len(tokens)) if tokens[step] in ids), None)
 
-    def _logits_result(self, item: Prepared, logits: torch.Tensor) -> JudgeResult:
+    def _logits_result(self, item: Prepared, logits: torch.Tensor) -> JudgeResult | OrderJudgement:
         rubric = self.rubrics[item.sample.category]
+        if item.view in ORDERS:
+            fmt = VERDICT_FORMATS[rubric.verdict_format]
+            distribution = self._verdict_distribution(fmt, logits, item.first)
+            verdict = likeliest(distribution)  # logits mode runs only where every verdict has its token
+            written = in_pair_terms(verdict, item.first)  # the verdict as the judge would have written it, in its positions
+            reading = Reading(written, fmt.options[written].strip(), criteria={name: None for name in rubric.criteria})
+            return self._order_result(item, "", reading, distribution, 0)
         distribution = self._distribution(rubric.score_scale, logits)
         score = int(max(distribution, key=distribution.get))  # logits mode runs on integral scales only
         return self._result(item, "", score, {name: None for name in rubric.criteria}, None, distribution, 0)
@@ -292,3 +450,19 @@ class Scorer:
             prompt_tokens=len(item.input_ids),
             generated_tokens=generated_tokens,
         )
+
+
+def pair_result(views: list[tuple[Prepared, JudgeResult | OrderJudgement]], options: ScoreOptions) -> PairResult:
+    """A pair's result from all its views' (judge/preferences.py decides its verdict)."""
+    views = sorted(views, key=lambda view: (view[0].view, view[0].sampling.seed or 0))  # the same order however they finished
+    pair = views[0][0].pair
+    common = dict(id=pair.id, model_a=pair.model_a, model_b=pair.model_b, category=pair.category, group=pair.group, n_images=len(pair.images()))
+    if views[0][0].view in ORDERS:
+        forward = [result for item, result in views if item.view == "forward"]
+        reverse = [result for item, result in views if item.view == "reverse"]
+        verdict, distribution, consistent = pairwise_verdict(forward, reverse, options.pair_rule)
+        return PairResult(**common, verdict=verdict, verdict_distribution=distribution, rule=options.pair_rule, swap_consistent=consistent,
+                          forward=forward, reverse=reverse)
+    scores = {item.view: result for item, result in views}
+    verdict, distribution = pointwise_verdict(scores["A"], scores["B"], options.tie_margin)
+    return PairResult(**common, verdict=verdict, verdict_distribution=distribution, rule=POINTWISE_RULE, scores=scores)

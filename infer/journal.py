@@ -1,7 +1,7 @@
 """Crash-safe progress for judge-score.
 
 Each rank appends finished results to its own `{output_file}.journal.rank{R}.jsonl` under the output
-directory, one JSON line per sample, flushed and fsync'ed after every batch. The first line of each
+directory, one JSON line per sample (or pair, once both its orders are judged), flushed and fsync'ed after every batch. The first line of each
 journal is the run's fingerprint (model, rubric, settings, and the input's content); a rerun resumes
 only when it matches.
 A `kill -9` can at worst leave a torn last line, which is ignored on reading, so at most the batch in
@@ -18,7 +18,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from mmjudge.judge.data import JudgeResult, UsageError, naming
+from mmjudge.judge.data import JudgeResult, PairResult, UsageError, naming
+
+Result = JudgeResult | PairResult  # a journal holds one kind, the one its run writes
 
 
 def fingerprint(settings: dict) -> str:
@@ -38,10 +40,10 @@ def journal_paths(output_dir: Path, output_file: str) -> list[Path]:
     return sorted(output_dir.glob(journal_pattern(output_file)))
 
 
-def read_finished(output_dir: Path, output_file: str, run_fingerprint: str) -> dict[str, JudgeResult]:
+def read_finished(output_dir: Path, output_file: str, run_fingerprint: str, record: type[Result] = JudgeResult) -> dict[str, Result]:
     """Results already in the journals of every rank (any earlier world size), by sample id. A line that is
-    not a result (a damaged file) is named, and its sample scored again."""
-    finished: dict[str, JudgeResult] = {}
+    not a `record` (a damaged file) is named, and its sample scored again."""
+    finished: dict[str, Result] = {}
     for path in journal_paths(output_dir, output_file):
         lines = path.read_bytes().split(b"\n")
         if len(lines) == 1:  # no complete line: a run killed before its header was written holds no result
@@ -59,7 +61,7 @@ def read_finished(output_dir: Path, output_file: str, run_fingerprint: str) -> d
         damaged = []
         for lineno, line in enumerate(lines[1:-1], 2):
             try:
-                result = JudgeResult.model_validate(_parse_line(line))
+                result = record.model_validate(_parse_line(line))
             except ValidationError:
                 damaged.append(lineno)
                 continue
@@ -103,7 +105,7 @@ class Journal:
                 f.truncate(data.rfind(b"\n") + 1)
             self._file = self.path.open("a", encoding="utf-8")
 
-    def append(self, results: list[JudgeResult]) -> None:
+    def append(self, results: list[Result]) -> None:
         with naming(self.path):
             self._file.write("".join(json.dumps(r.model_dump(), ensure_ascii=False, allow_nan=False) + "\n" for r in results))
             self._sync()

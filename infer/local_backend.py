@@ -10,7 +10,7 @@ from pathlib import Path
 from mmjudge.api import Judge, checked_device, default_device, find_checkpoint
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.progress import Bar
-from mmjudge.judge.data import JudgeResult, Sample
+from mmjudge.judge.data import JudgeResult, Pair, PairResult, Sample
 from mmjudge.judge.identity import weights_fingerprint
 from mmjudge.judge.model import weight_files, with_max_tiles
 from mmjudge.judge.prompts import Rubric
@@ -39,7 +39,7 @@ class LocalBackend:
                 "settings": model.settings.to_json(), "prompt_token_budget": self.options.prompt_token_budget,
                 "ignore_stop": self.options.ignore_stop, "structured": self.options.structured}
 
-    def score(self, samples: list[tuple[int, Sample]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult]]:
+    def score(self, samples: list[tuple[int, Sample | Pair]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult | PairResult]]:
         yield from self.judge.score_batches(samples, self.rubrics, self.options, self.image_root, progress=bar)
 
     def warnings(self, results: list[JudgeResult]) -> list[str]:

@@ -16,9 +16,11 @@ from typing import Literal
 from mmjudge.configs import bundled, by_name
 from mmjudge.judge.cli import config_values, setting_problems
 from mmjudge.judge.data import UsageError
+from mmjudge.judge.preferences import RULES
 
 
 Mode = Literal["generate", "logits"]
+Rule = Literal[RULES]
 
 
 def _option(default, help: str, minimum: int | None = None, flag: bool = True):
@@ -51,9 +53,19 @@ class ScoreOptions:
                "off: the judge writes freely, as MMIE's protocol has it")
     ignore_stop: bool = _option(False, "always generate max_new_tokens, no forced score heading (benchmarks: equal work per sample)",
                                 flag=False)
+    # Pairs (judge/preferences.py says how a pair's verdict is decided).
+    pair_rule: Rule = _option("agree", "a pairwise judge's final verdict from its two orders - agree: the verdict both orders give, "
+                                       "else a tie (MT-Bench's rule); mean_probability: the likeliest of the orders' mean verdict distribution")
+    tie_margin: float = _option(0.5, "a pointwise judge's tie: answers whose expected scores differ by this much or less", minimum=0)
+    samples: int = _option(1, "judgements of each pair in each order; above 1 they are sampled at temperature, and an order's verdict "
+                              "is their majority (VL-RewardBench's k-sample voting)", minimum=1)
+    temperature: float = _option(1.0, "sampling temperature of the judgements when samples is above 1", minimum=0)
+    seed: int = _option(0, "seed of the sampled judgements; each one's own, from it, the pair's id, the order and the sample", minimum=0)
 
     def __post_init__(self):
         problems = setting_problems(ScoreOptions, asdict(self))
+        if self.samples > 1 and self.temperature == 0:
+            problems.append(f"samples {self.samples} at temperature 0 would be {self.samples} copies of one judgement; give a temperature above 0")
         if self.structured and self.mode == "logits":
             problems.append("structured constrains what the judge writes, and --mode logits writes nothing: use --mode generate")
         if self.structured and self.ignore_stop:

@@ -22,21 +22,21 @@ import torch
 import torch.distributed as dist
 
 from mmjudge.api import read_benchmark
-from mmjudge.infer.journal import Journal, clear, file_sha256, fingerprint, journal_pattern, read_finished
+from mmjudge.infer.journal import Journal, Result, clear, file_sha256, fingerprint, journal_pattern, read_finished
 from mmjudge.infer.local_backend import LocalBackend
 from mmjudge.infer.openai_backend import OpenAIBackend
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.probe import ProbePass, format_reliance, image_reliance, plot_file, plot_reliance, probe_pass, result_file
 from mmjudge.infer.progress import Bar
-from mmjudge.infer.summary import SUMMARY, format_summary, summarize
+from mmjudge.infer.summary import SUMMARY, format_pairs_summary, format_summary, summarize, summarize_pairs
 from mmjudge.judge.calibrator import Calibrator, as_records, load_calibrator
-from mmjudge.judge.data import InputError, JudgeResult, Problem, Sample, UsageError, resolve_image, write_json_atomically
+from mmjudge.judge.data import InputError, JudgeResult, Pair, PairResult, Problem, Sample, UsageError, resolve_image, write_json_atomically
 from mmjudge.judge.distributed import end_process_group
 from mmjudge.judge.formats import BenchmarkInput, Format
 from mmjudge.judge.identity import stamp
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.outputs import locked, overwritten_inputs
-from mmjudge.judge.prompts import Rubric, rubric_problems
+from mmjudge.judge.prompts import Rubric, judgeable, rubric_problems
 
 
 
@@ -46,11 +46,11 @@ class Backend(Protocol):
     def load(self) -> dict:
         """The judge made ready; what of it must be unchanged for a journal's results to be resumed."""
 
-    def score(self, samples: list[tuple[int, Sample]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult]]:
-        """The results of these samples (each with its index among the run's), a batch at a time as they finish;
-        `bar(what)` makes a progress bar over the whole run's samples (every rank's) to count them on."""
+    def score(self, samples: list[tuple[int, Sample | Pair]], bar: Callable[[str], Bar]) -> Iterator[list[Result]]:
+        """The results of these samples or pairs (each with its index among the run's), a batch at a time as they
+        finish; `bar(what)` makes a progress bar over the whole run's inputs (every rank's) to count them on."""
 
-    def warnings(self, results: list[JudgeResult]) -> list[str]:
+    def warnings(self, results: list[Result]) -> list[str]:
         """What the summary must say of how these results were made (a server's that does not decode as a
         local run does)."""
 
@@ -82,10 +82,10 @@ def score(args, fmt: Format, options: ScoreOptions) -> int:
         return 0
 
 
-def score_pass(args, backend: Backend, run: ScoringInput, samples: list[Sample], output_file: str, run_id: str, rank: int, world: int) -> None:
-    """Score this rank's share of the samples that the journals of `output_file` do not hold yet, each result
+def score_pass(args, backend: Backend, run: ScoringInput, samples: list[Sample | Pair], output_file: str, run_id: str, rank: int, world: int) -> None:
+    """Score this rank's share of the samples (or pairs) that the journals of `output_file` do not hold yet, each result
     stamped with the judge and rubric that scored it."""
-    finished = finished_results(args, output_file, run_id, rank, world)
+    finished = finished_results(args, output_file, run_id, rank, world, record_type(samples))
     left = [(i, s) for i, s in enumerate(samples) if s.id not in finished]
     mine = [(i, s) for i, s in left if i % world == rank]
     journal = Journal(Path(args.output_dir), output_file, rank, run_id)
@@ -99,15 +99,19 @@ def score_pass(args, backend: Backend, run: ScoringInput, samples: list[Sample],
 
 @dataclass
 class ScoringInput:
-    """What a run scores, whichever backend scores it: the input, its rubrics, the samples (after
-    --skip_invalid and --limit), what was skipped, and the calibrator."""
+    """What a run scores, whichever backend scores it: the input, its rubrics, the samples or the pairs
+    (after --skip_invalid and --limit), what was skipped, and the calibrator."""
 
     bench: BenchmarkInput
-    samples: list[Sample]
+    samples: list[Sample | Pair]
     skipped: list[Problem]
     calibrator: Calibrator | None
     judge_fingerprint: str | None = None  # the backend's (judge/identity.py), stamped on every record
     warnings: list[str] = field(default_factory=list)  # for the summary: a calibrator applied unchecked or against a mismatch
+
+    @property
+    def pairs(self) -> bool:
+        return record_type(self.bench.samples) is PairResult
 
     @property
     def rubrics(self) -> dict[str, Rubric]:
@@ -125,21 +129,37 @@ def scoring_input(args, fmt: Format) -> ScoringInput:
     skipped = bench.problems + rubric_problems(bench.samples, bench.rubrics, input_path)
     if skipped and not args.skip_invalid:
         raise InputError(skipped)
-    scorable = [s for s in bench.samples if s.category in bench.rubrics]
+    scorable = [s for s in bench.samples if judgeable(s, bench.rubrics)]
     samples = scorable[: args.limit] if args.limit else scorable
     categories = sorted({s.category for s in samples})
+    if record_type(bench.samples) is PairResult and (refused := pair_refusals(args)):
+        raise UsageError("; ".join(refused))
     calibrator = load_calibrator(args.calibrator, [bench.rubrics[c] for c in categories]) if args.calibrator else None
     return ScoringInput(bench, samples, skipped, calibrator)
 
 
-def finished_results(args, output_file: str, run_id: str, rank: int, world: int) -> dict[str, JudgeResult]:
+def record_type(samples: list[Sample | Pair]) -> type[Result]:
+    """What a run writes for its input: a JudgeResult per sample, or a PairResult per pair."""
+    return PairResult if samples and isinstance(samples[0], Pair) else JudgeResult
+
+
+def pair_refusals(args) -> list[str]:
+    """The flags that do not apply to pairs: a calibrator maps scores, the probe moves them, and the openai
+    backend reads no verdict distribution."""
+    refused = [f"--{flag} applies to samples, not pairs" for flag in ("calibrator", "probe_images") if getattr(args, flag)]
+    if args.backend != "local":
+        refused.append("pairs are judged by --backend local (or by judge-serve's /v1/score); --backend openai scores samples only")
+    return refused
+
+
+def finished_results(args, output_file: str, run_id: str, rank: int, world: int, record: type[Result] = JudgeResult) -> dict[str, Result]:
     """The results an earlier run of the same settings left in the journals of `output_file` (none after
     --no_resume)."""
     output_dir = Path(args.output_dir)
     if args.no_resume and rank == 0:
         clear(output_dir, output_file)
     barrier(world)
-    finished = read_finished(output_dir, output_file, run_id)
+    finished = read_finished(output_dir, output_file, run_id, record)
     barrier(world)  # every rank has read the journals before any opens its own: a journal just created has no header yet
     if rank == 0 and finished:
         print(f"resuming: {len(finished)} sample(s) already scored for {output_file} in {output_dir}", file=sys.stderr)
@@ -157,6 +177,10 @@ def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[
 def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
     """The input in the toolkit's terms, its rubrics loaded, as the Python API reads it; refuses what cannot
     work before a model loads, and any input that the run's outputs would overwrite."""
+    if not args.rubric and not fmt.default_rubrics:
+        raise UsageError(f"--format {fmt.name} judges with {fmt.name}'s own prompt, which this toolkit does not ship: import it from the "
+                         f"benchmark's repository, `judge-rubric import --benchmark {fmt.name} {fmt.prompt_source} -o {fmt.name}.yaml`, "
+                         f"and give --rubric {fmt.name}.yaml")
     written = [args.output_file, SUMMARY, *fmt.outputs, journal_pattern(args.output_file)]
     if args.probe_images:
         if args.output_file == result_file(args.probe_images):
@@ -181,9 +205,9 @@ def checked_calibrator(run: ScoringInput, path: str, model_path: str, allow_mism
     return warnings
 
 
-def journaled(output_dir: Path, output_file: str, samples: list[Sample], run_id: str) -> list[JudgeResult]:
-    """Every rank's journal of `output_file` read back: a result per sample, in the samples' order."""
-    finished = read_finished(output_dir, output_file, run_id)
+def journaled(output_dir: Path, output_file: str, samples: list[Sample | Pair], run_id: str) -> list[Result]:
+    """Every rank's journal of `output_file` read back: a result per sample (or pair), in the input's order."""
+    finished = read_finished(output_dir, output_file, run_id, record_type(samples))
     missing = [s.id for s in samples if s.id not in finished]
     if missing:
         raise RuntimeError(f"{len(missing)} sample(s) have no result in {output_file} (first: {missing[:3]}); rerun to finish them")
@@ -197,18 +221,24 @@ def finish(output_dir: Path, output_file: str, run: ScoringInput, run_id: str, w
     write the summary (naming those files, with the probe's figures, from its own journals, when there is one)."""
     calibrator = run.calibrator
     results = journaled(output_dir, output_file, run.samples, run_id)
-    write_json_atomically(output_dir / output_file, as_records(results, calibrator))
+    pairs = record_type(run.samples) is PairResult
+    write_json_atomically(output_dir / output_file, [r.model_dump() for r in results] if pairs else as_records(results, calibrator))
     benchmark_files = write_benchmark_files(results)
-    scale = run.score_scale
     # structured: whether a grammar held the judge to its rubric's layout (--structured); exactness runs have it off
-    summary = {**summarize(results, run.skipped, scale, calibrator), "structured": structured, "warnings": [*run.warnings, *warnings(results)],
-               "benchmark_files": [path.name for path in benchmark_files]}
-    if probe is not None:
-        summary["image_reliance"] = finish_probe(output_dir, probe, results, scale)
-    write_json_atomically(output_dir / SUMMARY, summary)
-    print(format_summary(summary))
-    if probe is not None:
-        print(format_reliance(summary["image_reliance"]))
+    written = {"structured": structured, "warnings": [*run.warnings, *warnings(results)], "benchmark_files": [path.name for path in benchmark_files]}
+    if pairs:
+        summary = {**summarize_pairs(results, run.samples, run.skipped), **written}
+        write_json_atomically(output_dir / SUMMARY, summary)
+        print(format_pairs_summary(summary))
+    else:
+        scale = run.score_scale
+        summary = {**summarize(results, run.skipped, scale, calibrator), **written}
+        if probe is not None:
+            summary["image_reliance"] = finish_probe(output_dir, probe, results, scale)
+        write_json_atomically(output_dir / SUMMARY, summary)
+        print(format_summary(summary))
+        if probe is not None:
+            print(format_reliance(summary["image_reliance"]))
     print(f"results: {output_dir / output_file}\nsummary: {output_dir / SUMMARY}")
     for path in benchmark_files:
         print(f"{format_name}: {path}")
@@ -272,5 +302,7 @@ def input_fingerprint(args, options: ScoreOptions, rubrics, samples: list[Sample
     # Each image by its resolved path: the same folder named relatively once and absolutely the next time is the same input.
     images = sorted({resolve_image(image, args.input_dir).resolve() for sample in samples for image in sample.images()})
     contents["images"] = fingerprint([(str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in images])
+    pairs = {"pairs": {name: getattr(options, name) for name in ("pair_rule", "tie_margin", "samples", "temperature", "seed")}} if (
+        record_type(samples) is PairResult) else {}
     return {"rubrics": {k: r.model_dump() for k, r in rubrics.items()}, "mode": options.mode, "max_new_tokens": options.max_new_tokens,
-            "image_token_budget": options.image_token_budget, "input": str(input_path.resolve()), **contents}
+            "image_token_budget": options.image_token_budget, "input": str(input_path.resolve()), **contents, **pairs}

@@ -1,6 +1,7 @@
 """The end-of-run summary: MMIE's figures (sample count, mean score overall and per category) plus
 per criterion, per evaluated model, parse failures, truncations and skipped records, a warning when the
-scores collapse onto one level, and with a calibrator its score sets and escalations."""
+scores collapse onto one level, and with a calibrator its score sets and escalations. A run over pairs has
+its own (`summarize_pairs`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from collections.abc import Callable
 from statistics import mean
 
 from mmjudge.judge.calibrator import Calibrator
-from mmjudge.judge.data import CRITERIA, JudgeResult, Problem
+from mmjudge.judge.data import CRITERIA, JudgeResult, Pair, PairResult, Problem
 from mmjudge.judge.parsing import COLLAPSE_SHARE, SCORE_HEADING, ScoreScale
+from mmjudge.judge.preferences import ORDERS, first_wins, order_verdict
 
 SUMMARY = "summary.json"  # its file, beside the results
 PARSE_ERRORS_SHOWN = 3
@@ -137,3 +139,55 @@ def calibrator_lines(entry: dict) -> list[str]:
                      f"undecided (no score distribution): {escalation['undecided']}  "
                      f"(the judge alone agrees with people {agreement} at {escalation['target_agreement']:.0%} or more)")
     return lines
+
+
+def summarize_pairs(results: list[PairResult], pairs: list[Pair], skipped: list[Problem]) -> dict:
+    """The end-of-run figures of a pairwise run: the verdicts, how often the two orders agree, how often the
+    answer shown first wins in each order (position bias), parse failures, and, where the input says what
+    people preferred, how often the final verdict agrees with them (ties counted as a third verdict; and
+    with every pair where either side is a tie left out)."""
+    judgements = [j for r in results for j in r.forward + r.reverse]
+    swapped = [r.swap_consistent for r in results if r.swap_consistent is not None]
+    people = {p.id: p.preference for p in pairs}
+    compared = [(r.verdict, people[r.id]) for r in results if r.verdict is not None and people.get(r.id) is not None]
+    decisive = [(j, h) for j, h in compared if "tie" not in (j, h)]
+    return {
+        "pairs": len(results),
+        "judged": sum(r.verdict is not None for r in results),
+        "rules": sorted({r.rule for r in results}),
+        "verdicts": dict(Counter(r.verdict or "none" for r in results)),
+        "swap_consistency": mean(swapped) if swapped else None,
+        "first_shown_wins": {order: first_shown_share(results, order) for order in ORDERS},
+        "parse_failures": sum(j.parse_error is not None for j in judgements)
+                          + sum(s.parse_error is not None for r in results for s in (r.scores or {}).values()),
+        "agreement": {"with_ties": mean(j == h for j, h in compared) if compared else None, "n_with_ties": len(compared),
+                      "without_ties": mean(j == h for j, h in decisive) if decisive else None, "n_without_ties": len(decisive)},
+        "truncated": sum(any(j.truncated for j in r.forward + r.reverse) or any(s.truncated for s in (r.scores or {}).values()) for r in results),
+        "skipped_invalid": [str(p) for p in skipped],
+    }
+
+
+def first_shown_share(results: list[PairResult], order: str) -> dict:
+    """How often the answer shown first won in one order, among the pairs whose verdict in that order (as
+    their rule reads it) preferred one answer."""
+    wins = [w for r in results if getattr(r, order) and (w := first_wins(order_verdict(getattr(r, order), r.rule), ORDERS[order])) is not None]
+    return {"share": mean(wins) if wins else None, "n": len(wins)}
+
+
+def format_pairs_summary(summary: dict) -> str:
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    verdicts = "  ".join(f"{v}: {n}" for v, n in sorted(summary["verdicts"].items()))
+    first = summary["first_shown_wins"]
+    agreement = summary["agreement"]
+    lines = [
+        f"Pairs: {summary['pairs']}  judged: {summary['judged']}  parse failures: {summary['parse_failures']}"
+        f"  truncated: {summary['truncated']}  skipped (invalid): {len(summary['skipped_invalid'])}",
+        f"Verdicts ({', '.join(summary['rules'])}): {verdicts}",
+        f"Swap consistency: {fmt(summary['swap_consistency'])}  first shown wins: forward {fmt(first['forward']['share'])} "
+        f"(n={first['forward']['n']}), reverse {fmt(first['reverse']['share'])} (n={first['reverse']['n']})",
+    ]
+    if agreement["n_with_ties"]:
+        lines.append(f"Agreement with people: {fmt(agreement['with_ties'])} (n={agreement['n_with_ties']}, ties as a verdict), "
+                     f"{fmt(agreement['without_ties'])} (n={agreement['n_without_ties']}, ties left out)")
+    lines += [f"warning: {warning}" for warning in summary.get("warnings", [])]
+    return "\n".join(lines)

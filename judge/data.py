@@ -12,10 +12,11 @@ import math
 import os
 import re
 import secrets
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 from pathlib import Path
 from PIL import Image
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator, model_validator
@@ -25,6 +26,10 @@ from mmjudge.judge.parsing import ScoreScale
 CRITERIA = ("text_quality", "image_quality", "text_image_coherence", "style_consistency")
 SCORE_FIELDS = ("overall", *CRITERIA)
 CATEGORIES = ("SA", "PBL", "MSR")  # MMIE's; other benchmarks' samples name their rubric's category
+# A preference between two answers: A, B, or neither (a tie). In a pair's terms, whatever order the judge saw them in.
+VERDICTS = ("A", "B", "tie")
+Verdict = Literal["A", "B", "tie"]
+GENERAL = "general"  # the category of a pair that names none (and whose id names no MMIE category)
 
 
 IMAGE_PLACEHOLDER = "<image>"  # where the judge's prompt puts an image (InternVL's chat protocol)
@@ -68,6 +73,17 @@ def _as_segments(value: object) -> object:
     return value
 
 
+def _as_read(record: dict, interleaved: tuple[str, ...]) -> dict:
+    """A record's id as a string (a number is an id; `true` is none), and its interleaved fields as segments."""
+    record = dict(record)
+    if isinstance(record.get("id"), int) and not isinstance(record["id"], bool):
+        record["id"] = str(record["id"])
+    for key in interleaved:
+        if key in record:
+            record[key] = _as_segments(record[key])
+    return record
+
+
 def category_from_id(sample_id: str) -> str | None:
     """MMIE names a sample's category inside its id (e.g. `SA_0012`); None if no single one does."""
     tokens = {part.upper() for part in _split_alnum(sample_id)}
@@ -106,12 +122,7 @@ class Sample(BaseModel):
     def _fill(cls, data: object) -> object:
         if not isinstance(data, dict):
             return data
-        data = dict(data)
-        if isinstance(data.get("id"), int) and not isinstance(data["id"], bool):  # `true` is no id
-            data["id"] = str(data["id"])
-        for key in ("question", "answer", "gt_answer"):
-            if key in data:
-                data[key] = _as_segments(data[key])
+        data = _as_read(data, ("question", "answer", "gt_answer"))
         if data.get("category") is None and isinstance(data.get("id"), str):
             data["category"] = category_from_id(data["id"])
         if data.get("category") is None:
@@ -161,6 +172,93 @@ class Annotation(Sample):
         return value
 
 
+def flip(verdict: str | None) -> str | None:
+    """The same preference seen from the other order: A and B swap places, a tie stays a tie."""
+    return {"A": "B", "B": "A"}.get(verdict, verdict)
+
+
+def majority(verdicts: list[str | None]) -> str | None:
+    """One verdict from several (an order's k sampled judgements, a pair's annotators): the one more than half
+    of them give; a tie where none does; None where none gives a verdict at all."""
+    given = [v for v in verdicts if v is not None]
+    if not given:
+        return None
+    verdict, count = Counter(given).most_common(1)[0]
+    return verdict if count * 2 > len(verdicts) else "tie"
+
+
+def verdict_of(value: object) -> object:
+    """A verdict as written in a file, normalised: "tie", "Tie" and "TIE" are one verdict; A and B are
+    letters, written as the benchmarks write them. Anything else is left for validation to refuse."""
+    if isinstance(value, str) and value.strip().lower() == "tie":
+        return "tie"
+    return value.strip().upper() if isinstance(value, str) and value.strip().upper() in ("A", "B") else value
+
+
+class Pair(BaseModel):
+    """A question and two answers to it, interleaved like a sample's, and what people preferred when they
+    said: the unit of pairwise judging (judge-score) and of preference training and calibration.
+
+    `preference` is the overall one, `criteria` one per criterion, each A, B or tie; `annotator` names who
+    gave them (an annotated file repeats a pair once per annotator, as an annotation file repeats a sample),
+    and `rationale` is why, when the data has it (judge-train learns it before the verdict). `group` is the
+    benchmark's own grouping (a domain, a task), for per-group figures; `category` picks the rubric."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: str
+    question: list[Segment]
+    answer_a: list[Segment]
+    answer_b: list[Segment]
+    model_a: str | None = None
+    model_b: str | None = None
+    category: str
+    group: str | None = None
+    preference: Verdict | None = None
+    criteria: dict[str, Verdict] = {}
+    annotator: str | None = None
+    rationale: JudgeText | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        data = _as_read(data, ("question", "answer_a", "answer_b"))
+        if "preference" in data:
+            data["preference"] = verdict_of(data["preference"])
+        if isinstance(data.get("criteria"), dict):
+            data["criteria"] = {name: verdict_of(value) for name, value in data["criteria"].items()}
+        if data.get("category") is None:
+            data["category"] = (category_from_id(data["id"]) if isinstance(data.get("id"), str) else None) or GENERAL
+        elif isinstance(data["category"], str) and data["category"].upper() in CATEGORIES:
+            data["category"] = data["category"].upper()
+        return data
+
+    def answer(self, side: str) -> list[Segment]:
+        return self.answer_a if side == "A" else self.answer_b
+
+    def images(self) -> list[str]:
+        """Image paths in the order a forward prompt shows them: question, answer A, answer B."""
+        return [s.image for s in self.question + self.answer_a + self.answer_b if s.image is not None]
+
+    def judged(self) -> dict:
+        """What a judge is shown: the pair less what people said of it."""
+        return self.model_dump(exclude={"preference", "criteria", "annotator", "rationale"})
+
+    def as_sample(self, side: str) -> Sample:
+        """One answer as a sample of its own, for a judge that scores answers one at a time (MMIE-Eval)."""
+        return Sample(id=self.id, question=self.question, answer=self.answer(side), category=self.category,
+                      model=self.model_a if side == "A" else self.model_b)
+
+
+def finite_or_none(value):
+    """A number or a distribution read from logits, or None where it holds what is no number (a float16
+    overflow): that is no measurement, and JSON has no NaN (its bare NaN made eval_result.json unreadable
+    to other parsers)."""
+    values = value.values() if isinstance(value, dict) else [value]
+    return value if all(v is None or math.isfinite(v) for v in values) else None
+
+
 # The keys of a record that only a calibrator gives (judge-score --calibrator): without one, a record has
 # exactly MMIE's documented keys.
 CALIBRATOR_FIELDS = {"calibrated_score", "score_set", "escalate"}
@@ -195,10 +293,61 @@ class JudgeResult(BaseModel):
     @field_validator("score_distribution", "expected_score", "calibrated_score")
     @classmethod
     def _numbers_or_none(cls, value):
-        # Read from logits that are no numbers (a float16 overflow), a distribution is no measurement, and
-        # JSON has no NaN (its bare NaN made eval_result.json unreadable to other parsers): none.
-        values = value.values() if isinstance(value, dict) else [value]
-        return value if all(v is None or math.isfinite(v) for v in values) else None
+        return finite_or_none(value)
+
+
+class OrderJudgement(BaseModel):
+    """One judgement of a pair in one order. `first` is the answer the judge was shown first; `verdict` and
+    `verdict_distribution` are in the pair's terms whatever the order (in the reverse order, the judge's
+    "first answer is better" is B), and `label` is the verdict as the judge wrote it, in its rubric's own
+    words and positions ("[[A]]" is "A", VL-RewardBench's "Answer 2" is "2", OpenING's "Tie(A)")."""
+
+    model_config = ConfigDict(validate_assignment=True)
+    first: Literal["A", "B"]
+    feedback: str
+    verdict: Verdict | None
+    label: str | None
+    criteria: dict[str, Verdict | None] = {}
+    verdict_distribution: dict[str, float] | None = None
+    parse_error: str | None = None
+    truncated: list[str] = []
+    n_tiles: int | None
+    prompt_tokens: int
+    generated_tokens: int
+
+    @field_validator("verdict_distribution")
+    @classmethod
+    def _numbers_or_none(cls, value):
+        return finite_or_none(value)
+
+
+class PairResult(BaseModel):
+    """One judged pair as judge-score writes it. A pairwise judge sees both orders (`forward`: A first;
+    `reverse`: B first; one judgement each, or k when sampled); a pointwise judge scores each answer alone
+    (`scores`) and prefers the one whose expected score is higher by more than the tie margin. `verdict` is
+    the final one under `rule`, `verdict_distribution` its probabilities, and `swap_consistent` whether the
+    two orders agree (None where an order gave no verdict)."""
+
+    id: str
+    model_a: str | None
+    model_b: str | None
+    category: str
+    group: str | None = None
+    verdict: Verdict | None
+    verdict_distribution: dict[str, float] | None = None
+    rule: str
+    swap_consistent: bool | None = None
+    forward: list[OrderJudgement] = []
+    reverse: list[OrderJudgement] = []
+    scores: dict[str, JudgeResult] | None = None  # pointwise judges: "A" and "B"
+    n_images: int
+    judge_fingerprint: str | None = None  # which judge and rubric gave the verdicts (judge/identity.py), as a JudgeResult's
+    rubric_fingerprint: str | None = None
+
+    @field_validator("verdict_distribution")
+    @classmethod
+    def _numbers_or_none(cls, value):
+        return finite_or_none(value)
 
 
 @dataclass(frozen=True)
@@ -536,10 +685,11 @@ class ImagePlace:
     path: Path
 
 
-def sample_image_places(index: int, sample: Sample, image_root: str | Path) -> list[ImagePlace]:
+def sample_image_places(index: int, sample: Sample | Pair, image_root: str | Path) -> list[ImagePlace]:
+    parts = ("question", "answer_a", "answer_b") if isinstance(sample, Pair) else ("question", "answer")
     return [
         ImagePlace(index, sample.id, f"{part}[{k}].image", resolve_image(segment.image, image_root))
-        for part in ("question", "answer")
+        for part in parts
         for k, segment in enumerate(getattr(sample, part))
         if segment.image is not None
     ]
@@ -568,30 +718,40 @@ def _duplicate_problems(path: str | Path, samples: list[tuple[int, Sample]], key
     return problems
 
 
-def _same_sample_once(path: str | Path, parsed: list[tuple[int, Sample]]) -> tuple[list[tuple[int, Sample]], list[Problem], list[str]]:
-    """An annotation file repeats a sample once per annotator: identical repeats count once, and a note
-    says so; an id that names two different samples is an error."""
-    first: dict[str, tuple[int, Sample]] = {}
+def _same_sample_once(path: str | Path, parsed: list[tuple[int, Sample | Pair]]) -> tuple[list[tuple[int, Sample | Pair]], list[Problem], list[str]]:
+    """An annotation file repeats a sample (or a pair) once per annotator: identical repeats count once, and
+    a note says so; an id that names two different samples is an error. A pair is the same pair whatever its
+    annotators preferred."""
+    shown = lambda item: item.judged() if isinstance(item, Pair) else item  # noqa: E731
+    what = "pair" if parsed and isinstance(parsed[0][1], Pair) else "sample"
+    first: dict[str, tuple[int, Sample | Pair]] = {}
+    preferences: dict[str, list[str | None]] = {}
     kept, problems, repeats = [], [], 0
     for index, sample in parsed:
         if sample.id not in first:
             first[sample.id] = (index, sample)
             kept.append((index, sample))
-        elif sample != first[sample.id][1]:
-            problems.append(Problem(str(path), f"duplicate id with a different sample than record {first[sample.id][0]}", index, sample.id))
+        elif shown(sample) != shown(first[sample.id][1]):
+            problems.append(Problem(str(path), f"duplicate id with a different {what} than record {first[sample.id][0]}", index, sample.id))
+            continue
         else:
             repeats += 1
-    notes = [f"{path}: {repeats} record(s) repeat a sample read before (as an annotation file does, once per annotator); "
-             "each sample is scored once"] if repeats else []
+        if isinstance(sample, Pair):
+            preferences.setdefault(sample.id, []).append(sample.preference)
+    # A pair's people: the preference of their majority (a tie where they split), as judge-score's summary compares.
+    kept = [(index, item.model_copy(update={"preference": majority(preferences[item.id])}) if isinstance(item, Pair) else item)
+            for index, item in kept]
+    notes = [f"{path}: {repeats} record(s) repeat a {what} read before (as an annotation file does, once per annotator); "
+             f"each {what} is {'judged' if what == 'pair' else 'scored'} once"] if repeats else []
     return kept, problems, notes
 
 
-def validate_samples(path: str | Path, image_root: str | Path | None = None,
+def validate_samples(path: str | Path, image_root: str | Path | None = None, model: type[Sample] | type[Pair] = Sample,
                      records: list | None = None) -> tuple[list[Sample], list[Problem], list[str]]:
-    """The valid samples of a file (or of `records` in memory, named `path`), every problem of the others,
-    and notes the user should read; images are checked when `image_root` is given. For `--skip_invalid`;
-    `load_samples` is the strict form."""
-    parsed, problems = _parse(path, Sample, records)
+    """The valid samples (or, with `model=Pair`, pairs) of a file (or of `records` in memory, named `path`),
+    every problem of the others, and notes the user should read; images are checked when `image_root` is
+    given. For `--skip_invalid`; `load_samples` is the strict form."""
+    parsed, problems = _parse(path, model, records)
     parsed, duplicates, notes = _same_sample_once(path, parsed)
     problems += duplicates
     if image_root is not None:
@@ -608,6 +768,36 @@ def load_samples(path: str | Path, image_root: str | Path | None = None) -> list
     if problems:
         raise InputError(problems)
     return samples
+
+
+def holds_pairs(path: str | Path) -> bool:
+    """Whether a file's records are pairs (records with answer_a and answer_b) rather than samples; a file
+    that cannot be read is left to its reader to name what is wrong."""
+    try:
+        records = read_json(path)
+    except InputError:
+        return False
+    return isinstance(records, list) and bool(records) and isinstance(records[0], dict) and {"answer_a", "answer_b"} <= set(records[0])
+
+
+def load_pairs(path: str | Path, image_root: str | Path | None = None, preferred: bool = False) -> list[Pair]:
+    """Pairs, all valid, or an InputError listing every problem. One id may be annotated by several
+    annotators, once each, with the same pair; with `preferred`, every record must say which answer people
+    preferred (judge-train learns from it), and all of a pair's records are kept."""
+    parsed, problems = _parse(path, Pair)
+    if preferred:
+        problems += _duplicate_problems(path, parsed, key=lambda p: (p.id, p.annotator))
+        problems += [Problem(str(path), "no preference: give 'preference' (A, B or tie), which judge-train learns", index, p.id, "preference")
+                     for index, p in parsed if p.preference is None]
+        kept = parsed
+    else:
+        kept, duplicates, _ = _same_sample_once(path, parsed)
+        problems += duplicates
+    if image_root is not None:
+        problems += _sample_image_problems(path, kept, image_root)
+    if problems:
+        raise InputError(sorted(problems, key=lambda p: (p.index is not None, p.index or 0)))
+    return [p for _, p in kept]
 
 
 def load_annotations(

@@ -44,30 +44,44 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from string import Formatter
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
 from mmjudge.configs import DEFAULT_RUBRICS
-from mmjudge.judge.data import (IMAGE_PLACEHOLDER, InputError, JudgeText, Problem, Sample, Segment, missing_file, parse_records,
-                        resolve_image)
+from mmjudge.judge.data import (IMAGE_PLACEHOLDER, InputError, JudgeText, Pair, Problem, Sample, Segment, missing_file,
+                                parse_records, resolve_image)
 from mmjudge.judge.detokenize import reference_ids
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.templates import ChatTemplate, Span, join_parts
+from mmjudge.judge.verdicts import VERDICT_FORMATS
 from mmjudge.judge.vision import ImageProcessing, image_size, placeholder
 from mmjudge.judge.yamlfile import read_yaml
 
 OMITTED_IMAGE = "[image omitted]"
 CONTEXT_OMITTED = "[earlier context omitted]"
 TEMPLATE_FIELDS = ("instructions", "question", "answer", "reference")
+# A pairwise rubric's: the two answers in the order the judge is shown them (the reverse order shows B as
+# answer_a), whatever names the benchmark gives them ("Assistant A", "Answer 1", "<OUTPUT_A>").
+PAIR_FIELDS = ("instructions", "question", "answer_a", "answer_b")
 
 # A user turn as pieces of text, and None where an image goes.
 Query = list[str | None]
 
 
 class Rubric(BaseModel):
-    """One category's instructions and prompt layout, loaded from YAML."""
+    """One category's instructions and prompt layout, loaded from YAML.
+
+    A pairwise rubric (`kind: pairwise`) shows the judge a question and two answers and asks which is
+    better; its `verdict_format` (judge/verdicts.py) says how the judge writes its verdict and how it is
+    read back. Its answers and question are laid out as MMIE lays a sample out (`layout: mmie`), or as a
+    benchmark's chat message lists them (`layout: parts`: each text as it is, each image where it stands,
+    the pieces joined by `separator`; `layout: tagged`, OpenING's: parts whose text is followed by an
+    ` <IMG_k></IMG_k>` tag where an image comes). `images: end` puts the question's images after the whole
+    text, as a benchmark that sends [text, image] does. `system_message` replaces the checkpoint's."""
 
     model_config = ConfigDict(extra="forbid")
+    kind: Literal["pointwise", "pairwise"] = "pointwise"
     category: str
     scale: tuple[float, float] = (ScoreScale.low, ScoreScale.high)
     step: float = ScoreScale.step  # Inst-It's judge scores 0-1 in steps of 0.1
@@ -78,17 +92,24 @@ class Rubric(BaseModel):
     # MMIE's dataset.py reads the answer only until the prompt holds this many images (3); the rest of the
     # answer is left out (see `read_answer_as_mmie`). None reads every answer whole.
     answer_stops_at_images: int | None = None
+    # Pairwise rubrics only (the class docstring).
+    verdict_format: str = "mmjudge"
+    layout: Literal["mmie", "parts", "tagged"] = "mmie"
+    separator: str = ""
+    images: Literal["inline", "end"] = "inline"
+    system_message: JudgeText | None = None
 
     @field_validator("template")
     @classmethod
-    def _known_fields(cls, template: str) -> str:
+    def _known_fields(cls, template: str, info: ValidationInfo) -> str:
         # Checked when the rubric loads: `fill` would otherwise fail only after the model has loaded.
         try:
             names = [name for _, name, _, _ in Formatter().parse(template) if name is not None]
         except ValueError as err:  # a lone { or }
             raise ValueError(f"{err}; write a literal brace as {{{{ or }}}}") from None
-        if unknown := [name for name in names if name not in TEMPLATE_FIELDS]:
-            raise ValueError(f"unknown field(s) {_braced(unknown)}; a template may use {_braced(TEMPLATE_FIELDS)}")
+        known = PAIR_FIELDS if info.data.get("kind") == "pairwise" else TEMPLATE_FIELDS
+        if unknown := [name for name in names if name not in known]:
+            raise ValueError(f"unknown field(s) {_braced(unknown)}; a template may use {_braced(known)}")
         if [spec for _, name, spec, conversion in Formatter().parse(template) if name is not None and (spec or conversion)]:
             raise ValueError("a field takes no format spec or conversion (write {answer}, not {answer:>10} or {answer!r})")
         return template
@@ -103,37 +124,68 @@ class Rubric(BaseModel):
         # Without {answer} every prompt would be the same, whatever the sample says; without {instructions}
         # or {question} the judge would score an answer to nothing by no rubric; with use_reference and no
         # {reference}, the reference would never be shown.
-        needed = ["instructions", "question", "answer"] + (["reference"] if self.use_reference else [])
+        if self.kind == "pairwise":
+            needed = list(PAIR_FIELDS)
+        else:
+            needed = ["instructions", "question", "answer"] + (["reference"] if self.use_reference else [])
         used = {name for _, name, _, _ in Formatter().parse(self.template)}
         if missing := [name for name in needed if name not in used]:
             raise ValueError(f"template: {_braced(missing)} missing; a judge's prompt needs {_braced(needed)}")
+        return self
+
+    @model_validator(mode="after")
+    def _pairwise_settings(self) -> Rubric:
+        if self.kind == "pairwise" and self.verdict_format not in VERDICT_FORMATS:
+            raise ValueError(f"verdict_format: {self.verdict_format!r} is none of {', '.join(VERDICT_FORMATS)}")
+        pairwise_only = {"verdict_format": "mmjudge", "layout": "mmie", "separator": "", "images": "inline", "system_message": None}
+        if self.kind == "pointwise" and (given := [k for k, default in pairwise_only.items() if getattr(self, k) != default]):
+            raise ValueError(f"{', '.join(given)}: for a pairwise rubric only (kind: pairwise); this one scores answers one at a time")
+        if self.kind == "pairwise" and (self.use_reference or self.answer_stops_at_images is not None):
+            raise ValueError("use_reference and answer_stops_at_images are MMIE's, for pointwise rubrics only")
         return self
 
     @property
     def score_scale(self) -> ScoreScale:
         return ScoreScale(*self.scale, self.step)
 
-    def fill(self, question: Query, answer: Query, reference: str) -> Query:
-        """The template with its fields filled; the image slots of the question and the answer stay slots."""
-        fields = {"instructions": [self.instructions], "question": question, "answer": answer,
-                  "reference": [reference if self.use_reference else ""]}
+    def fill(self, fields: dict[str, Query]) -> Query:
+        """The template with its fields filled (the instructions are the rubric's own); the image slots of
+        the question and the answers stay slots."""
+        fields = {"instructions": [self.instructions], **fields}
         query: Query = []
         for literal, name, _, _ in Formatter().parse(self.template):
+            if self.layout == "tagged" and name in ("answer_a", "answer_b") and fields[name][:1] in ([], [""]):
+                # IntJudge announces an answer that opens without text by its prefix alone, on a line of its own
+                literal = "\n" + literal.strip()
             query.append(literal)
             if name is not None:
                 query += fields[name]
         return query
 
 
-def rubric_problems(samples: list[Sample], rubrics: dict[str, Rubric], file: Path) -> list[Problem]:
+def judgeable(item: Sample | Pair, rubrics: dict[str, Rubric]) -> bool:
+    """Whether a rubric judges the item: one of its category, pairwise only for a pair."""
+    rubric = rubrics.get(item.category)
+    return rubric is not None and (isinstance(item, Pair) or rubric.kind == "pointwise")
+
+
+def rubric_problems(samples: list[Sample | Pair], rubrics: dict[str, Rubric], file: Path) -> list[Problem]:
     """One problem per category that no rubric covers, with its sample count and first id (judge-score
-    --skip_invalid skips those samples)."""
+    --skip_invalid skips those samples); and one per category whose rubric is pairwise where its samples
+    each hold one answer."""
     uncovered: dict[str, list[str]] = {}
+    single: dict[str, list[str]] = {}
     for sample in samples:
         if sample.category not in rubrics:
             uncovered.setdefault(sample.category, []).append(sample.id)
-    return [Problem(str(file), f"no rubric for category {category} ({len(ids)} sample(s), first id {ids[0]!r}); give one with --rubric")
-            for category, ids in sorted(uncovered.items())]
+        elif isinstance(sample, Sample) and rubrics[sample.category].kind == "pairwise":
+            single.setdefault(sample.category, []).append(sample.id)
+    what = "pair(s)" if samples and isinstance(samples[0], Pair) else "sample(s)"
+    return [Problem(str(file), f"no rubric for category {category} ({len(ids)} {what}, first id {ids[0]!r}); give one with --rubric")
+            for category, ids in sorted(uncovered.items())] + [
+            Problem(str(file), f"the rubric of category {category} compares two answers (kind: pairwise), but its {len(ids)} sample(s) "
+                               f"each have one (first id {ids[0]!r}); give a pointwise rubric with --rubric")
+            for category, ids in sorted(single.items())]
 
 
 def _braced(names) -> str:
@@ -268,9 +320,13 @@ def reference_text(sample: Sample) -> str:
     return first or ""
 
 
-def plan_images(sample: Sample, image_root: Path, processing: ImageProcessing, budget: int | None) -> tuple[list[PlannedImage], list[str]]:
-    """Decide the tiles and tokens of every image under the budget (see the module docstring for the order of cuts)."""
-    refs = [(s.image, part) for part in ("question", "answer") for s in getattr(sample, part) if s.image is not None]
+Parts = list[tuple[str, list[Segment]]]  # a prompt's question and answers, named, in the order shown
+
+
+def plan_images(parts: Parts, image_root: Path, processing: ImageProcessing, budget: int | None) -> tuple[list[PlannedImage], list[str]]:
+    """Decide the tiles and tokens of every image under the budget (see the module docstring for the order of
+    cuts: a pair's answers count as the answer, the one shown last first)."""
+    refs = [(s.image, part) for part, segments in parts for s in segments if s.image is not None]
     sizes = [image_size(resolve_image(path, image_root), processing.exif_transpose) for path, _ in refs]
     plans = [PlannedImage(resolve_image(path, image_root), k, part, processing, *processing.plan(*size))
              for k, ((path, part), size) in enumerate(zip(refs, sizes))]
@@ -286,7 +342,7 @@ def plan_images(sample: Sample, image_root: Path, processing: ImageProcessing, b
     if smaller is not processing:
         (kind, least), (_, most) = smaller.limit(), processing.limit()
         truncated.append(f"{kind} per image limited to {least:,} (from {most:,})")
-    drop_order = [i for i, p in enumerate(plans) if p.part == "question"] + [i for i, p in reversed(list(enumerate(plans))) if p.part == "answer"]
+    drop_order = [i for i, p in enumerate(plans) if p.part == "question"] + [i for i, p in reversed(list(enumerate(plans))) if p.part != "question"]
     for i in drop_order:
         if tokens() <= budget:
             break
@@ -309,7 +365,7 @@ def build_prompt(
     read_cuts = []
     if rubric.answer_stops_at_images is not None:
         sample, read_cuts = read_answer_as_mmie(sample, rubric.answer_stops_at_images)
-    plans, truncated = plan_images(sample, Path(image_root), processing, image_token_budget)
+    plans, truncated = plan_images([("question", sample.question), ("answer", sample.answer)], Path(image_root), processing, image_token_budget)
     truncated = read_cuts + truncated
     question = layout(sample.question, 0)
     answer = layout(sample.answer, sum(isinstance(item, int) for item in question))
@@ -327,11 +383,85 @@ def build_prompt(
 def _assemble(sample: Sample, rubric: Rubric, template: ChatTemplate, system_message: str | None, plans: list[PlannedImage],
               question: list[Item], answer: list[Item], truncated: list[str]) -> JudgePrompt:
     shown = {p.number: p.n_tiles > 0 for p in plans}
-    query = rubric.fill(render(question, shown), render(answer, shown), reference_text(sample))
+    query = rubric.fill({"question": render(question, shown), "answer": render(answer, shown),
+                         "reference": [reference_text(sample) if rubric.use_reference else ""]})
     laid_out = {item for item in question + answer if isinstance(item, int)}
     shown_images = [p for p in plans if p.n_tiles > 0 and p.number in laid_out]
     text, controls = render_query(template, query, [placeholder(p.processing, p.tokens) for p in shown_images], system_message)
     return JudgePrompt(sample.id, text, shown_images, list(truncated), spelled(query), controls)
+
+
+def build_pair_prompt(
+    pair: Pair,
+    first: str,
+    rubric: Rubric,
+    template: ChatTemplate,
+    system_message: str | None,
+    image_root: str | Path,
+    processing: ImageProcessing,
+    image_token_budget: int | None = None,
+    prompt_token_budget: int | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+) -> JudgePrompt:
+    """A pair's prompt under a pairwise rubric, answer `first` ("A" or "B") shown first. Images are numbered
+    across the question and the answers in the order shown; the budgets cut as they cut a sample (the
+    module docstring), the two answers standing for the answer."""
+    second = "B" if first == "A" else "A"
+    parts = [("question", pair.question), (f"answer {first}", pair.answer(first)), (f"answer {second}", pair.answer(second))]
+    plans, truncated = plan_images(parts, Path(image_root), processing, image_token_budget)
+    question = layout(pair.question, 0)
+    shown_first = layout(pair.answer(first), _images_in(question))
+    shown_second = layout(pair.answer(second), _images_in(question) + _images_in(shown_first))
+    system = rubric.system_message if rubric.system_message is not None else system_message
+
+    def assemble(question_items: list[Item]) -> JudgePrompt:
+        shown = {p.number: p.n_tiles > 0 for p in plans}
+        end = rubric.images == "end"
+        fields = {"question": _pair_pieces(rubric, question_items, shown, with_images=not end),
+                  "answer_a": _pair_pieces(rubric, shown_first, shown), "answer_b": _pair_pieces(rubric, shown_second, shown)}
+        slotted = rubric.fill(fields)  # image slots still as their numbers, to put the tiles in the order the slots come
+        if end:
+            slotted += [part for item in question_items if isinstance(item, int) and shown[item] for part in (rubric.separator, item)]
+        order = [piece for piece in slotted if isinstance(piece, int)]
+        by_number = {p.number: p for p in plans}
+        images = [by_number[number] for number in order]
+        query: Query = [None if isinstance(piece, int) else piece for piece in slotted]
+        text, controls = render_query(template, query, [placeholder(image.processing, image.tokens) for image in images], system)
+        return JudgePrompt(pair.id, text, images, list(truncated), spelled(query), controls)
+
+    if prompt_token_budget is None:
+        return assemble(question)
+    if count_tokens is None:
+        raise ValueError("a prompt token budget needs count_tokens")
+    return fit_prompt_budget(assemble, question, plans, prompt_token_budget, count_tokens)
+
+
+def _images_in(items: list[Item]) -> int:
+    return sum(isinstance(item, int) for item in items)
+
+
+def _pair_pieces(rubric: Rubric, items: list[Item], shown: dict[int, bool], with_images: bool = True) -> list[str | int]:
+    """A question or answer as the rubric's layout shows it: an image slot as the image's number. `mmie`:
+    MMIE's lines (`render`); `parts`: each text as it is and each image where it stands, joined by the
+    rubric's separator; `tagged`: parts whose text before an image ends in ` <IMG_k></IMG_k>` (OpenING's)."""
+    if rubric.layout == "mmie":
+        return [piece for item in items if with_images or isinstance(item, str)
+                for piece in ([f"{item}\n"] if isinstance(item, str) else
+                              [f"Image-{item}: ", item, "\n"] if shown[item] else [f"Image-{item}: {OMITTED_IMAGE}\n"])]
+    pieces: list[str | int] = []
+    for k, item in enumerate(items):
+        if isinstance(item, str):
+            following = items[k + 1] if k + 1 < len(items) else None
+            tag = rubric.layout == "tagged" and isinstance(following, int) and with_images
+            pieces.append(f"{item} <IMG_{following}></IMG_{following}>" if tag else item)
+        elif with_images:
+            pieces.append(item if shown[item] else OMITTED_IMAGE)
+    joined: list[str | int] = []
+    for piece in pieces:
+        if joined and rubric.separator:
+            joined.append(rubric.separator)
+        joined.append(piece)
+    return joined
 
 
 def render_query(template: ChatTemplate, query: Query, images: list[str], system_message: str | None) -> tuple[str, tuple[Span, ...]]:

@@ -1,6 +1,10 @@
 """judge-rubric import: turn a Python rubric file such as MMIE's prompts.py into this toolkit's YAML.
 
     judge-rubric import MMIE/prompts.py -o rubrics/mmie.yaml
+    judge-rubric import --benchmark vlrewardbench VL_RewardBench/prompt.py -o vlrewardbench.yaml
+
+With --benchmark, the file is a pairwise benchmark's and its judge prompt becomes a pairwise rubric
+(judge/pairwise_prompts.py says which file of each benchmark, and what is read from it).
 
 The file is parsed with `ast` and never executed. It must have the shape of MMIE's: module-level string
 constants holding each category's instructions, and a function whose branches read
@@ -22,6 +26,7 @@ from pydantic import ValidationError
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import UsageError, missing_file, validation_problems, write_text_atomically
 from mmjudge.judge.outputs import overwritten_inputs
+from mmjudge.judge.pairwise_prompts import IMPORTERS
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.prompts import Rubric
 
@@ -102,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("-o", "--output", required=True, path="output_file", help="the YAML file to write; missing folders are made")
     imp.add_argument("--scale", nargs=2, type=int, default=[ScoreScale.low, ScoreScale.high], metavar=("LOW", "HIGH"),
                      help=f"score scale the prompts ask for (default: {ScoreScale.low} {ScoreScale.high}, MMIE's)")
+    imp.add_argument("--benchmark", choices=["mmie", *IMPORTERS], default="mmie",
+                     help="whose prompt file it is: MMIE's prompts.py, or a pairwise benchmark's (judge-score --format of the same name "
+                          "judges with the rubric) (default: %(default)s)")
     add_common_flags(imp)
     return p
 
@@ -115,7 +123,9 @@ def _main(argv) -> int:
     output = Path(args.output)
     if problems := overwritten_inputs(output.parent, [output.name], [("import", args.path)]):
         raise UsageError(problems[0])
-    rubrics = import_rubrics(Path(args.path), tuple(args.scale))
+    if args.benchmark != "mmie" and args.scale != [ScoreScale.low, ScoreScale.high]:
+        raise UsageError(f"--scale applies to MMIE's prompts; {args.benchmark}'s judge gives a verdict, not a score")
+    rubrics = import_rubrics(Path(args.path), tuple(args.scale)) if args.benchmark == "mmie" else IMPORTERS[args.benchmark](Path(args.path))
     header = f"# Imported by judge-rubric from {args.path}; the prompt text is kept byte for byte.\n"
     body = yaml.safe_dump([r.model_dump(mode="json") for r in rubrics], allow_unicode=True, sort_keys=False, width=10**6)
     try:

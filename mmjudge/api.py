@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from mmjudge.configs import DEFAULT_RUBRICS, by_name
 from mmjudge.judge.cpu import use_free_cores
-from mmjudge.judge.data import InputError, Sample, UsageError, validate_samples
+from mmjudge.judge.data import InputError, Pair, PairResult, Sample, UsageError, validate_samples
 
 if TYPE_CHECKING:
     import torch
@@ -176,8 +176,8 @@ class Judge:
             record["gt_answer"] = reference
         return self.score([record], **{"progress": False, **score_args})[0]
 
-    def score_batches(self, samples: list[tuple[int, Sample]], rubrics: dict[str, Rubric], options: ScoreOptions, input_dir: PathLike,
-                      progress: bool | Callable[[str], Bar] = False) -> Iterator[list[JudgeResult]]:
+    def score_batches(self, samples: list[tuple[int, Sample | Pair]], rubrics: dict[str, Rubric], options: ScoreOptions, input_dir: PathLike,
+                      progress: bool | Callable[[str], Bar] = False) -> Iterator[list[JudgeResult | PairResult]]:
         """The engine (infer/engine.py) on samples already checked, each with its index in the input: their
         results a batch at a time as they finish, in no set order. judge-score's local backend scores
         through this with its journal; `score` is this plus reading and checking the input. `progress`: bars
@@ -190,7 +190,7 @@ class Judge:
         with bar("preparing") as preparing:
             items = prepare(self.model, counted(samples, preparing), rubrics, Path(input_dir), options)
         with bar("scoring") as scoring:  # moved by every token written, so that a batch of all the samples moves it too
-            for batch in scorer.run(items, progress=scoring.update):
+            for batch in scorer.judged(items, progress=scoring.update):
                 yield [result for _, result in batch]
 
     def _read(self, samples, input_dir, format_name, criteria_file, images: Path) -> tuple[Format, BenchmarkInput, Path]:
@@ -321,7 +321,8 @@ class TrainResult:
 
     output_dir: Path
     global_step: int
-    best_pearson: float | None
+    best: float | None  # the held-out measure the checkpoint was chosen by
+    measure: str  # which: the overall Pearson, or on pairs the accuracy with ties
     evaluated: bool  # an eval_file chose the checkpoint
 
 
@@ -353,7 +354,7 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
         raise UsageError(f"unknown training setting(s) {', '.join(unknown)}; the settings are {', '.join(known)}")
     config = by_name("train", config) if config else None
     deepspeed = str(by_name("deepspeed", deepspeed)) if deepspeed else None
-    rubric_files = rubric_paths(rubrics) or list(DEFAULT_RUBRICS)
+    rubric_files = rubric_paths(rubrics) or list(default_rubrics(Path(train_file)))
     cfg = settings_from_config(TrainConfig, config, argparse.Namespace(**settings))
     out, train_file = Path(output_dir), Path(train_file)
     inputs = [("--model_path", model_path), ("--train_file", train_file), ("--eval_file", eval_file), ("--config", config),
@@ -382,7 +383,15 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
             result = train(base, annotations, train_file, image_root, out, loaded, cfg, deepspeed, resume)
         finally:
             end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
-    return TrainResult(out, result["global_step"], result["best_pearson"], eval_file is not None)
+    return TrainResult(out, result["global_step"], result["best"], result["measure"], eval_file is not None)
+
+
+def default_rubrics(train_file: Path) -> tuple[Path, ...]:
+    """MMIE's rubrics, and for pairs the toolkit's pairwise one beside them (judge-score's defaults for pairs)."""
+    from mmjudge.judge.data import holds_pairs
+    from mmjudge.judge.formats import FORMATS
+
+    return FORMATS["pairs"].default_rubrics if holds_pairs(train_file) else DEFAULT_RUBRICS
 
 
 def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict]] | dict[str, PathLike | list[dict]],

@@ -1,6 +1,7 @@
 """The requests judge-serve takes, as pydantic models, and the error every refusal becomes.
 
     POST /v1/score             {"samples": [MMIE sample, ...]}  ->  {"results": [judge-score record, ...]}
+                               {"pairs": [pair, ...]}           ->  {"results": [judge-score pair record, ...]}
     POST /v1/chat/completions  OpenAI's chat completions, as judges use them (below)
 
 A chat request holds at most one system (or `developer`) message, then one user message whose content is a
@@ -22,7 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mmjudge.judge.data import MAX_TEXT_CHARS, Sample, field_name
+from mmjudge.judge.data import MAX_TEXT_CHARS, Pair, Sample, field_name
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit
 MAX_CHOICES = 128  # OpenAI's limit on n
@@ -82,8 +83,25 @@ def validated(model: type[BaseModel], value: object) -> BaseModel:
 
 
 class ScoreRequest(BaseModel):
+    """Samples to score, or pairs to judge (in both orders, as judge-score judges them): one or the other."""
+
     model_config = ConfigDict(extra="forbid")
-    samples: list[Sample] = Field(min_length=1)
+    samples: list[Sample] | None = Field(default=None, min_length=1)
+    pairs: list[Pair] | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ScoreRequest:
+        if (self.samples is None) == (self.pairs is None):
+            raise ValueError("give 'samples' (to score) or 'pairs' (to judge in both orders), one of them")
+        return self
+
+    @property
+    def items(self) -> list[Sample] | list[Pair]:
+        return self.samples if self.samples is not None else self.pairs
+
+    @property
+    def field(self) -> str:
+        return "samples" if self.samples is not None else "pairs"
 
 
 class ImageURL(BaseModel):

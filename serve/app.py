@@ -3,7 +3,7 @@
     GET  /health               {"status": "ok"} while the model thread runs; no key needed
     GET  /metrics              Prometheus text in vLLM's shape (serve/metrics.py)
     GET  /v1/models            the one model served; /v1/models/{id} its card (ids may hold slashes)
-    POST /v1/score             MMIE samples -> the records judge-score writes (serve/api.py)
+    POST /v1/score             MMIE samples (or pairs) -> the records judge-score writes (serve/api.py)
     POST /v1/chat/completions  OpenAI's chat completions, whole or streamed (serve/api.py, serve/completions.py)
 
 Every refusal is a JSON error in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, with
@@ -38,9 +38,9 @@ from starlette.routing import Route
 
 from mmjudge.infer import grammar
 from mmjudge.infer.decoding import Completion, Sampling
-from mmjudge.infer.engine import prepare
+from mmjudge.infer.engine import pair_result, prepare
 from mmjudge.infer.options import ScoreOptions
-from mmjudge.judge.data import CALIBRATOR_FIELDS, IMAGE_PLACEHOLDER, Sample, UsageError, field_name, value_problems
+from mmjudge.judge.data import CALIBRATOR_FIELDS, IMAGE_PLACEHOLDER, Pair, Sample, UsageError, field_name, value_problems
 from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Query, Rubric, encode_prompt, render_query
 from mmjudge.judge.vision import Pixels, load_pixels, placeholder
@@ -229,41 +229,50 @@ def check_model(service: Service, name: str, field: str) -> None:
 async def score(request: Request, service: Service) -> Response:
     arrived = time.monotonic()
     body = validated(ScoreRequest, await read_json(request, service.limits.max_request_bytes))
-    if len(body.samples) > service.limits.max_samples:
-        raise RequestError(413, "samples", f"{len(body.samples)} samples, over this server's limit of {service.limits.max_samples} (--max_samples)")
-    for k, sample in enumerate(body.samples):
-        if sample.category not in service.rubrics:
-            raise RequestError(400, f"samples[{k}].category", f"no rubric for category {sample.category!r}; this server has {sorted(service.rubrics)}")
-        if len(sample.images()) > service.limits.max_images:
-            raise RequestError(413, f"samples[{k}]", f"{len(sample.images())} images, over this server's limit of {service.limits.max_images} (--max_images)")
+    items, what = body.items, body.field
+    if len(items) > service.limits.max_samples:
+        raise RequestError(413, what, f"{len(items)} {what}, over this server's limit of {service.limits.max_samples} (--max_samples)")
+    for k, item in enumerate(items):
+        rubric = service.rubrics.get(item.category)
+        if rubric is None:
+            raise RequestError(400, f"{what}[{k}].category", f"no rubric for category {item.category!r}; this server has {sorted(service.rubrics)}")
+        if what == "samples" and rubric.kind == "pairwise":
+            raise RequestError(400, f"{what}[{k}].category", f"the rubric of category {item.category!r} compares two answers; send the sample as a pair")
+        if len(item.images()) > service.limits.max_images:
+            raise RequestError(413, f"{what}[{k}]", f"{len(item.images())} images, over this server's limit of {service.limits.max_images} (--max_images)")
     images = RequestImages(service.image_root, service.limits.max_image_pixels)
     try:
-        samples = await run_in_threadpool(lambda: [with_image_files(sample, k, images) for k, sample in enumerate(body.samples)])
-        items = await run_in_threadpool(prepare, service.judge, list(enumerate(samples)), service.rubrics, Path("."), service.score_options)
-        for k, item in enumerate(items):
+        local = await run_in_threadpool(lambda: [with_image_files(item, f"{what}[{k}]", images) for k, item in enumerate(items)])
+        prepared = await run_in_threadpool(prepare, service.judge, list(enumerate(local)), service.rubrics, Path("."), service.score_options)
+        for item in prepared:
             if len(item.input_ids) >= service.context:
-                raise RequestError(400, f"samples[{k}]", f"the prompt is {len(item.input_ids)} tokens, and {context_name(service)} holds "
-                                                         f"{service.context} with the answer", code="context_length_exceeded")
+                raise RequestError(400, f"{what}[{item.index}]", f"the prompt is {len(item.input_ids)} tokens, and {context_name(service)} holds "
+                                                                 f"{service.context} with the answer", code="context_length_exceeded")
         gone = threading.Event()  # set when the client disconnects: its samples leave the model at the next step
-        results = await until_answered(service, submitted(service, service.worker.score(items, gone.is_set)), request, gone)
+        results = await until_answered(service, submitted(service, service.worker.score(prepared, gone.is_set)), request, gone)
     finally:
         images.close()
+    if what == "pairs":  # each pair's views gathered into its record, as judge-score gathers them
+        views: dict[int, list] = {}
+        for item, result in zip(prepared, results):
+            views.setdefault(item.index, []).append((item, result))
+        results = [pair_result(views[k], service.score_options) for k in range(len(items))]
     service.metrics.e2e.observe(time.monotonic() - arrived)
-    return JSONResponse({"results": [result.model_dump(exclude=CALIBRATOR_FIELDS) for result in results]})
+    return JSONResponse({"results": [result.model_dump(exclude=CALIBRATOR_FIELDS if what == "samples" else None) for result in results]})
 
 
 def context_name(service: Service) -> str:
     return "this server's --max_model_len" if service.limits.max_model_len else "this model's context"
 
 
-def with_image_files(sample: Sample, k: int, images: RequestImages) -> Sample:
-    """The sample with each image's reference replaced by the file that holds it."""
+def with_image_files(item: Sample | Pair, where: str, images: RequestImages) -> Sample | Pair:
+    """The sample (or pair) with each image's reference replaced by the file that holds it."""
     parts = {}
-    for part in ("question", "answer"):
-        segments = getattr(sample, part)
-        parts[part] = [segment.model_copy(update={"image": str(images.file(segment.image, f"samples[{k}].{part}[{n}].image"))})
+    for part in ("question", "answer_a", "answer_b") if isinstance(item, Pair) else ("question", "answer"):
+        segments = getattr(item, part)
+        parts[part] = [segment.model_copy(update={"image": str(images.file(segment.image, f"{where}.{part}[{n}].image"))})
                        if segment.image is not None else segment for n, segment in enumerate(segments)]
-    return sample.model_copy(update=parts)
+    return item.model_copy(update=parts)
 
 
 async def chat_completions(request: Request, service: Service) -> Response:

@@ -23,7 +23,8 @@ from mmjudge.infer.cli import DTYPES
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag, add_settings_flags, config_given, config_values, run, setting_problems
 from mmjudge.judge.data import UsageError
-from mmjudge.judge.prompts import DEFAULT_RUBRICS, load_rubrics
+from mmjudge.judge.formats import FORMATS
+from mmjudge.judge.prompts import load_rubrics
 from mmjudge.serve.options import ServeOptions, prefill_budget
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -41,7 +42,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                         "the key itself never goes on a command line, where every user of the machine sees it (default: none, no key asked)")
     p.add_argument("--image_root", path="dir",
                    help="directory that image paths in requests are read under, and only under (default: none; images come as base64 data URLs)")
-    p.add_argument("--rubric", nargs="+", path="file_or_dir", bundled="rubrics", help="rubric YAML files or directories (default: MMIE's, sa pbl msr)")
+    p.add_argument("--rubric", nargs="+", path="file_or_dir", bundled="rubrics",
+                   help="rubric YAML files or directories (default: MMIE's, sa pbl msr, and the pairwise rubric for pairs of category general)")
     p.add_argument("--config", path="file", bundled="score",
                    help="YAML of the scoring options that differ from the defaults (MMIE's), overridden by the flags given (default: none)")
     add_settings_flags(p, ScoreOptions, config_values(ScoreOptions, config_given(argv, "score"), argparse.Namespace()))
@@ -59,7 +61,7 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     args = build_parser(argv).parse_args(argv)
     options, limits, api_key = settings(args)
-    rubrics = load_rubrics(args.rubric or DEFAULT_RUBRICS)
+    rubrics = load_rubrics(args.rubric or FORMATS["pairs"].default_rubrics)
     import uvicorn
 
     from mmjudge.api import Judge

@@ -151,7 +151,7 @@ def test_fine_tune_trains_a_judge_that_loads_back(checkpoint, tmp_path):
     train_file = write_dataset(tmp_path / "data", 8, seed=0, annotated=True)
     trained = mmjudge.fine_tune(checkpoint, train_file, tmp_path / "judge", config="tiny", rubrics="tiny", max_steps=1,
                                 dataloader_workers=0)
-    assert (trained.global_step, trained.evaluated, trained.best_pearson) == (1, False, None)
+    assert (trained.global_step, trained.evaluated, trained.best, trained.measure) == (1, False, None, "overall Pearson")
     record = mmjudge.Judge.load(trained.output_dir, rubrics="tiny", **FAST).score_one("q", "a", category="SA")
     assert record["category"] == "SA" and record["generated_tokens"] >= 1
     with pytest.raises(UsageError, match="not empty"):

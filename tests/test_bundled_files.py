@@ -72,7 +72,7 @@ def test_a_path_still_works_and_a_name_here_too_is_the_bundled_one(elsewhere, ca
 def test_a_missing_name_lists_the_bundled_ones(elsewhere, capsys):
     assert score_main([*required(score_parser()), "--config", "configs/score/milebench.yaml"]) == 2
     assert capsys.readouterr().err == ("error: --config configs/score/milebench.yaml: file not found; "
-                                       "bundled by name: instit, megabench, milebench\n")
+                                       "bundled by name: instit, megabench, milebench, mmrb2, opening, vlrewardbench\n")
 
 
 def test_judge_train_runs_on_bundled_presets_from_another_folder(elsewhere, capsys):

@@ -152,7 +152,7 @@ def test_the_figures_script_runs_the_demo_and_writes_the_pages(tmp_path):
         shutil.copyfile(ROOT / path, tmp_path / path)
     (tmp_path / "docs" / "images").mkdir()
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "docs_figures.py"), "--root", str(tmp_path), "--allow_dirty",
-                           "--demo_dir", str(tmp_path / "demo"), "--", "--samples", "40", "--max_steps", "2"],
+                           "--demo_dir", str(tmp_path / "demo"), "--", "--samples", "40", "--max_steps", "2", "--pairs", "20", "--pair_steps", "2"],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     record = json.loads((tmp_path / docs_figures.RECORD).read_text())
@@ -161,9 +161,10 @@ def test_the_figures_script_runs_the_demo_and_writes_the_pages(tmp_path):
         assert record["pearson"][judge]["value"] == report["judges"][judge]["criteria"]["overall"]["all"]["pearson"]["value"]
         assert (tmp_path / docs_figures.IMAGES[judge]).read_bytes() == (tmp_path / "demo" / "report" / "plots" / f"{judge}_scatter.png").read_bytes()
     assert record["splits"] == {"train": 24, "validation": 8, "test": 8} and record["training_steps"] == 2
-    assert record["command"] == "judge-demo --output_dir demo --samples 40 --max_steps 2"
+    assert record["command"] == "judge-demo --output_dir demo --samples 40 --max_steps 2 --pairs 20 --pair_steps 2"
     assert list(record["seconds"]["steps"]) == ["1a: write a tiny judge", "1b: write a dataset", "2: score before training", "3: train",
-                                                "4: score after training", "5: calibrate"]
+                                                "4: score after training", "5: calibrate", "6a: write pairs", "6b: judge pairs before training",
+                                                "6c: train on pairs", "6d: judge pairs after training", "6e: calibrate the verdicts"]
     assert record["printed"][0].startswith("Done in")
     assert docs_figures.stale_pages(tmp_path) == []
     readme = (tmp_path / "README.md").read_text()

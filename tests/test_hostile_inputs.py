@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
+from mmjudge.calibration.cli import main as calibrate_main
 from mmjudge.calibration.inputs import compared_criteria, load_ratings, read_predictions
 from mmjudge.infer import openai_backend
 from mmjudge.infer.cli import build_parser as score_parser
@@ -77,6 +78,22 @@ METRIC_INFO = {"field_score_function": {"caption": "gpt_4o_as_judge"}, "aggregat
                "gpt4o_eval_configs": {"judge_model_type": "with image", "eval_criteria_prompt": "Is {response} an accurate caption of {what}?",
                                       "template_mapping": {"response": "model_output", "what": "eval_context.what"}}}
 MEGABENCH_ROW = {"task_name": "caption", "id": "0", "metric_info": str(METRIC_INFO), "eval_context": json.dumps({"what": "the cup"})}
+# The pairwise formats' records: the toolkit's pairs, and VL-RewardBench's, Multimodal RewardBench's, MMRB2's and OpenING's.
+PAIR = {"id": "p1", "question": [{"text": "Q?", "image": "images/a.png"}], "answer_a": "It sails.", "answer_b": [{"image": "images/a.png"}],
+        "preference": "A", "criteria": {"text_quality": "tie"}, "annotator": "x", "rationale": "Clearer."}
+VLRB = {"id": "RLAIF-V_1", "query": "<image>\nWhat is it?", "response": ["A cat.", "A dog."], "human_ranking": [0, 1], "image_path": "images/a.png",
+        "models": ["m1", "m2"]}
+MMRB = {"ID": "nocaps_1", "Text": "Describe.", "Image": "images/a.png", "Output1": "A cup.", "Output2": "A mug.", "Better": "Output2", "Category": "vqa"}
+MMRB2_FILE = {"pairs": [{"id": "p", "prompt_content": [["text", "Tell it."], ["image", "images/a.png"]], "prompt_source": "chameleon", "chosen": "A",
+                         "response_a": {"model_name": "m1", "response_content": [["text", "One."], ["image", "images/a.png"]]},
+                         "response_b": {"model_name": "m2", "response_content": [["text", "Two."]]}}]}
+BATTLE = {"data_id": "1", "model_A": {"id": "1", "name": "m1"}, "model_B": {"id": "2", "name": "m2"}, "winner": "Tie(A)"}
+OPENING_ANSWER = {"meta_task_name": "Story", "conversations": [{"input": [{"text": "Go on. <BEGIN> Once.", "image": "images/a.png"}]},
+                                                                {"output": [{"text": "Then.", "image": "./m1_output/1-o-0.jpg"}]}]}
+PAIR_RUBRICS = [{"kind": "pairwise", "category": category, "verdict_format": verdict, "layout": "parts", "instructions": "Which is better?",
+                 "template": "{instructions}{question}{answer_a}{answer_b}"}
+                for category, verdict in (("vlrewardbench", "vlrewardbench"), ("mmrewardbench", "brackets"), ("mmrb2_interleaved", "mmrb2"),
+                                          ("opening", "opening"))]
 CALIBRATOR = {"method": "linear", "source": "score", "x": [0, 6], "y": [1, 5], "scale": [0, 6], "fitted_on": {"n": 10, "folds": 5},
               "score_sets": {"coverage": 0.9, "threshold": 0.7, "n": 10},
               "escalation": {"agreement": "within_1", "target_agreement": 0.8, "error_rate": 0.1, "threshold": 0.6, "n": 10}}
@@ -314,6 +331,25 @@ def test_benchmark_formats(root, milebench, annotation, instit, log, megabench, 
 
 
 @FUZZ
+@given(pairs=st.one_of(file_bytes([PAIR, {**PAIR, "annotator": "y"}]), file_bytes([PAIR], "jsonl")), vlrb=file_bytes([VLRB], "jsonl"),
+       mmrb=file_bytes([MMRB]), mmrb2_file=file_bytes(MMRB2_FILE), battles=file_bytes([BATTLE]), answer=file_bytes(OPENING_ANSWER), detect=st.booleans())
+def test_pair_formats(root, pairs, vlrb, mmrb, mmrb2_file, battles, answer, detect):
+    (root / "pairs").mkdir(exist_ok=True)
+    (root / "pairs" / "rubrics.yaml").write_text(yaml.safe_dump(PAIR_RUBRICS))
+    (root / "pairs" / "m1_output").mkdir(exist_ok=True)
+    (root / "pairs" / "m1_output" / "1.json").write_bytes(answer)
+    (root / "pairs" / "m2_output").mkdir(exist_ok=True)
+    (root / "pairs" / "m2_output" / "1.json").write_text(json.dumps(OPENING_ANSWER))
+    rubric = ["--rubric", str(root / "pairs" / "rubrics.yaml")]
+    for fmt, name, data, extra in (("pairs", "pairs.json", pairs, []), ("vlrewardbench", "vlrb.jsonl", vlrb, rubric), ("mmrewardbench", "all_data.json", mmrb, rubric),
+                                   ("mmrb2", "interleaved.json", mmrb2_file, rubric), ("opening", "battles.json", battles, rubric)):
+        path = root / "pairs" / name
+        path.write_bytes(data)
+        code, err = score(root, str(path.relative_to(root)), *([] if detect else ["--format", fmt]), *extra)
+        assert_taken_or_refused(code, err, path, root / "no-model")
+
+
+@FUZZ
 @given(predictions=st.one_of(file_bytes([PREDICTION, {**PREDICTION, "id": "SA_2"}]), file_bytes(INSTIT_LOG), file_bytes(MEGABENCH_SCORED)),
        human=st.one_of(file_bytes([ANNOTATION]), file_bytes([{"id": "SA_1", "overall": 4, "annotator": "a"}]), file_bytes(INSTIT_LOG)))
 def test_calibration_inputs(root, predictions, human):
@@ -327,6 +363,20 @@ def test_calibration_inputs(root, predictions, human):
     assert_taken_or_refused(*outcome(lambda: run(read, [])), root / "predictions.json", root / "human.json")
 
 
+PAIR_RESULT = {"id": "p1", "model_a": "m1", "model_b": "m2", "category": "general", "group": "g", "verdict": "A", "rule": "agree",
+               "verdict_distribution": {"A": 0.7, "B": 0.2, "tie": 0.1}, "swap_consistent": True, "n_images": 0, "scores": None,
+               "forward": [{"first": "A", "feedback": "x", "verdict": "A", "label": "A", "n_tiles": 0, "prompt_tokens": 1, "generated_tokens": 1}],
+               "reverse": [{"first": "B", "feedback": "x", "verdict": "A", "label": "B", "n_tiles": 0, "prompt_tokens": 1, "generated_tokens": 1}]}
+
+
+@FUZZ
+@given(predictions=st.one_of(file_bytes([PAIR_RESULT, {**PAIR_RESULT, "id": "p2"}]), file_bytes([BATTLE]), file_bytes([{"id": "p1", "verdict": "B"}])),
+       human=st.one_of(file_bytes([PAIR, {**PAIR, "annotator": "y"}]), file_bytes([BATTLE]), file_bytes([MMRB]), file_bytes(MMRB2_FILE)))
+def test_preference_calibration_inputs(root, predictions, human):
+    (root / "verdicts.json").write_bytes(predictions)
+    (root / "people.json").write_bytes(human)
+    argv = ["--predictions", str(root / "verdicts.json"), "--human", str(root / "people.json"), "--output_dir", str(root / "report"), "--bootstrap", "0"]
+    assert_taken_or_refused(*outcome(lambda: calibrate_main(argv)), root / "verdicts.json", root / "people.json")
 @pytest.fixture(scope="module")
 def adapter(tmp_path_factory):
     """A LoRA adapter of the tiny judge as PEFT writes it, and its config (the fuzz's template)."""

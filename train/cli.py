@@ -1,6 +1,7 @@
 """judge-train: fine-tune a judge (InternVL2/2.5/3, Qwen2.5-VL, Qwen3-VL) on human-rated annotations.
 
     judge-train --model_path BASE --train_file train.json --input_dir DATA --output_dir OUT [--eval_file heldout.json]
+    judge-train --model_path BASE --train_file pairs.json --input_dir DATA --output_dir OUT  # pairs: the pairwise rubric
     judge-train merge --adapter OUT --output_dir MERGED [--format native|original]
 
 Many GPUs or nodes: `torchrun --nproc_per_node N -m mmjudge.train.cli ...` or `deepspeed --module mmjudge.train.cli ...` (add
@@ -32,13 +33,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--model_path", required=True, help="base judge checkpoint, a local directory or a Hugging Face Hub id "
                                                        "(InternVL2/2.5/3 original or -hf, Qwen2.5-VL, Qwen3-VL, or a merged judge)")
     add_revision_flag(p)
-    p.add_argument("--train_file", required=True, path="file", help="annotations to learn from (JSON list or JSONL)")
+    p.add_argument("--train_file", required=True, path="file", help="annotations to learn from (JSON list or JSONL): samples with human_scores, "
+                                                                     "or pairs with a preference, each learnt in both orders under a pairwise rubric")
     p.add_argument("--input_dir", required=True, path="dir", help="directory that image paths in the annotations are relative to")
     p.add_argument("--output_dir", required=True, path="output_dir", help="where the trained judge, checkpoints and eval_history.json go: "
                                                                           "a new or empty directory, unless --resume")
     p.add_argument("--eval_file", path="file", help="held-out annotations scored at every checkpoint (default: none)")
     p.add_argument("--config", path="file", bundled="train", help="YAML of the settings that differ from the defaults below (default: none)")
-    p.add_argument("--rubric", nargs="+", path="file_or_dir", bundled="rubrics", help="rubric YAML files or directories (default: sa pbl msr)")
+    p.add_argument("--rubric", nargs="+", path="file_or_dir", bundled="rubrics", help="rubric YAML files or directories (default: sa pbl msr, and pairwise for pairs)")
     p.add_argument("--deepspeed", path="file", bundled="deepspeed", help="DeepSpeed JSON (default: none)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output_dir (default: start fresh)")
     # The deepspeed launcher passes this flag; the rank itself is read from LOCAL_RANK, which it sets as torchrun does.
@@ -95,17 +97,18 @@ def fine_tune(argv) -> int:
     result = api.fine_tune(args.model_path, args.train_file, args.output_dir, input_dir=args.input_dir, eval_file=args.eval_file,
                            config=args.config, rubrics=args.rubric, deepspeed=args.deepspeed, resume=args.resume, revision=args.revision,
                            **settings)
-    print(f"trained judge: {result.output_dir}  (steps: {result.global_step}, {chosen_by(result.best_pearson, result.evaluated)})")
+    print(f"trained judge: {result.output_dir}  (steps: {result.global_step}, {chosen_by(result.best, result.evaluated, result.measure)})")
     return 0
 
 
-def chosen_by(best_pearson: float | None, evaluated: bool) -> str:
+def chosen_by(best: float | None, evaluated: bool, measure: str = "overall Pearson") -> str:
     """How the saved weights were chosen, in words."""
     if not evaluated:
         return "the last step's weights: no --eval_file to choose a checkpoint by"
-    if best_pearson is None:
-        return "best overall Pearson: undefined at every evaluation (too few overall scores parsed, or all alike); the first checkpoint kept"
-    return f"best overall Pearson: {best_pearson:.3f}"
+    if best is None:
+        why = "too few overall scores parsed, or all alike" if measure == "overall Pearson" else "no verdict parsed"
+        return f"best {measure}: undefined at every evaluation ({why}); the first checkpoint kept"
+    return f"best {measure}: {best:.3f}"
 
 
 if __name__ == "__main__":

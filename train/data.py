@@ -14,6 +14,11 @@ MMIE's rounding (half-way to even) would round the criteria of one judgement apa
 and 4, coherence 2 and 3, would give overall 4 (3.5) beside coherence 2 (2.5), a pair neither wrote and
 that the answer cannot predict. The individual ratings stay in the file for `judge-calibrate`, and the
 evaluation compares with their mean.
+
+Pairs with a preference are learnt the same way under a pairwise rubric: each pair in both orders (swap
+augmentation, as JudgeLM and IntJudge train), the target the rubric's verdict format writing people's
+verdict in the order shown (their majority, and each criterion's), after their rationale when they gave one
+(in the reverse order, its "Answer A" and "Answer B" change places, as the answers do).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,28 +38,36 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from mmjudge.infer.progress import Bar, counted
 from mmjudge.judge.backbones import Backbone
-from mmjudge.judge.data import Annotation, InputError, Problem, UsageError, load_annotations
+from mmjudge.judge.data import Annotation, InputError, Pair, Problem, UsageError, holds_pairs, load_annotations, load_pairs, majority
 from mmjudge.judge.model import Judge
 from mmjudge.judge.parsing import ScoreScale, format_judgement
-from mmjudge.judge.prompts import Rubric, build_prompt, encode_prompt, rubric_problems
+from mmjudge.judge.preferences import in_pair_terms
+from mmjudge.judge.prompts import Rubric, build_pair_prompt, build_prompt, encode_prompt, rubric_problems
 from mmjudge.judge.templates import join_parts
+from mmjudge.judge.verdicts import VERDICT_FORMATS
 from mmjudge.judge.vision import ImageProcessing, Pixels, load_pixels
 
 IGNORE_INDEX = -100  # labels the loss skips (torch's cross_entropy default)
 
 
 def read_annotations(train_file: Path, eval_file: Path | None, image_root: Path, rubrics: dict[str, Rubric],
-                     scale: tuple[float, float]) -> tuple[list[Annotation], list[Annotation]]:
-    """The training and held-out annotations (none without an eval file), with every problem of both files in
-    one error: a record that cannot work, or a category no rubric judges (found before the model loads)."""
+                     scale: tuple[float, float]) -> tuple[list[Annotation], list[Annotation]] | tuple[list[Pair], list[Pair]]:
+    """The training and held-out annotations (none without an eval file), or pairs with a preference where
+    the training file holds pairs, with every problem of both files in one error: a record that cannot work,
+    or a category no rubric judges, or one whose rubric judges the other kind (found before the model loads)."""
+    pairs = holds_pairs(train_file)
     loaded, problems = {}, []
     for file in filter(None, (train_file, eval_file)):
         try:
-            loaded[file] = load_annotations(file, image_root, scale)
+            loaded[file] = load_pairs(file, image_root, preferred=True) if pairs else load_annotations(file, image_root, scale)
         except InputError as err:
             problems += err.problems
             continue
         problems += rubric_problems(loaded[file], rubrics, file)
+        if pairs:  # a pair under a pointwise rubric has no verdict to learn
+            pointwise = sorted({p.category for p in loaded[file] if p.category in rubrics and rubrics[p.category].kind != "pairwise"})
+            problems += [Problem(str(file), f"the rubric of category {c} scores one answer (kind: pointwise); judge-train learns pairs' "
+                                            "verdicts with a pairwise rubric: give one with --rubric") for c in pointwise]
     if problems:
         raise InputError(problems)
     return loaded[train_file], loaded.get(eval_file, [])
@@ -61,7 +75,9 @@ def read_annotations(train_file: Path, eval_file: Path | None, image_root: Path,
 
 def check_scales(annotations: list[Annotation], rubrics: dict[str, Rubric], scale: tuple[float, float]) -> None:
     """The rubrics that judge `annotations` must score on their scale: the targets are written on the
-    rubric's, where a human 8 of 0-10 is no 0-6 score at all ('### Score None')."""
+    rubric's, where a human 8 of 0-10 is no 0-6 score at all ('### Score None'). Pairs have no scale."""
+    if annotations and isinstance(annotations[0], Pair):
+        return
     low, high = scale
     used = [rubrics[c] for c in sorted({a.category for a in annotations})]
     if other := [r for r in used if r.score_scale.bounds != (low, high)]:
@@ -116,10 +132,14 @@ def encode(judge: Judge, rated: RatedSample, rubric: Rubric, image_root: Path, i
     """One example as plain lists, ready for a datasets.Dataset."""
     settings = judge.settings
     prompt = build_prompt(rated.annotation, rubric, settings.template, settings.system_message, image_root, settings.images, image_token_budget)
+    return _example(judge, rated.annotation.id, prompt, target_text(rated, rubric))
+
+
+def _example(judge: Judge, example_id: str, prompt, target: str) -> dict:
     prompt_ids = encode_prompt(judge.tokenizer, prompt.text, prompt.controls)
-    target_ids = encode_prompt(judge.tokenizer, *join_parts(settings.template.target_parts(target_text(rated, rubric))), add_special_tokens=False)
+    target_ids = encode_prompt(judge.tokenizer, *join_parts(judge.settings.template.target_parts(target)), add_special_tokens=False)
     return {
-        "id": rated.annotation.id,
+        "id": example_id,
         "input_ids": prompt_ids + target_ids,
         "labels": [IGNORE_INDEX] * len(prompt_ids) + target_ids,
         "length": len(prompt_ids) + len(target_ids),
@@ -132,19 +152,97 @@ def encode(judge: Judge, rated: RatedSample, rubric: Rubric, image_root: Path, i
 
 
 def build_dataset(
-    judge: Judge, annotations: list[Annotation], rubrics: dict[str, Rubric], image_root: Path,
+    judge: Judge, annotations: list[Annotation] | list[Pair], rubrics: dict[str, Rubric], image_root: Path,
     max_length: int, image_token_budget: int | None, source: str,
 ) -> Dataset:
-    """Encode every rated sample; any that is still longer than max_length is an error naming it."""
-    rated = merge_annotators(annotations)
-    with Bar("encoding", len(rated), rank=int(os.environ.get("RANK", "0"))) as bar:  # every rank encodes them all
-        rows = [encode(judge, r, rubrics[r.annotation.category], image_root, image_token_budget) for r in counted(rated, bar)]
+    """Encode every rated sample (every rated pair, in both orders); any that is still longer than max_length,
+    or whose verdict its rubric's format cannot write, is an error naming it."""
+    with Bar("encoding", len({a.id for a in annotations}), rank=int(os.environ.get("RANK", "0"))) as bar:  # every rank encodes them all
+        if annotations and isinstance(annotations[0], Pair):
+            rows, places = _encoded_pairs(judge, annotations, rubrics, image_root, image_token_budget, source, bar)
+        else:
+            rated = merge_annotators(annotations)
+            rows = [encode(judge, r, rubrics[r.annotation.category], image_root, image_token_budget) for r in counted(rated, bar)]
+            places = [(r.index, r.annotation.id) for r in rated]
     too_long = [Problem(source, f"{row['length']} tokens after image-token budgeting exceed max_length {max_length}; "
-                                "raise max_length or lower image_token_budget / max_tiles", r.index, r.annotation.id)
-                for r, row in zip(rated, rows) if row["length"] > max_length]
+                                "raise max_length or lower image_token_budget / max_tiles", index, record_id)
+                for (index, record_id), row in zip(places, rows) if row["length"] > max_length]
     if too_long:
         raise InputError(too_long)
     return Dataset.from_list(rows)
+
+
+def _encoded_pairs(judge: Judge, pairs: list[Pair], rubrics: dict[str, Rubric], image_root: Path, image_token_budget: int | None,
+                   source: str, bar: Bar) -> tuple[list[dict], list[tuple[int, str]]]:
+    """Both orders of every rated pair as examples, and each one's (record number, id) for messages."""
+    rows, places, problems = [], [], []
+    for r in counted(merge_pair_annotators(pairs), bar):
+        rubric = rubrics[r.pair.category]
+        try:
+            pair_target(r, rubric, "A")
+        except ValueError as err:
+            problems.append(Problem(source, f"{err}: the {rubric.verdict_format} rubric of category {r.pair.category} cannot learn this "
+                                            "pair's preference", r.index, r.pair.id, "preference"))
+            continue
+        for first in ("A", "B"):
+            rows.append(encode_pair(judge, r, rubric, first, image_root, image_token_budget))
+            places.append((r.index, r.pair.id))
+    if problems:
+        raise InputError(problems)
+    return rows, places
+
+
+@dataclass(frozen=True)
+class RatedPair:
+    """One pair with its annotators merged into the training target."""
+
+    pair: Pair  # the first record of the id
+    index: int  # its record number in the file, for messages
+    preference: str  # people's majority (a tie where they split)
+    criteria: dict[str, str]  # each criterion's majority, where people gave one
+    rationale: str | None
+
+
+def merge_pair_annotators(pairs: list[Pair]) -> list[RatedPair]:
+    by_id: dict[str, list[tuple[int, Pair]]] = {}
+    for index, pair in enumerate(pairs):
+        by_id.setdefault(pair.id, []).append((index, pair))
+    merged = []
+    for group in by_id.values():
+        records = [pair for _, pair in group]
+        names = sorted({name for pair in records for name in pair.criteria})
+        criteria = {name: majority([pair.criteria.get(name) for pair in records if name in pair.criteria]) for name in names}
+        rationale = next((pair.rationale for pair in records if pair.rationale), None)
+        merged.append(RatedPair(records[0], group[0][0], majority([pair.preference for pair in records]), criteria, rationale))
+    return merged
+
+
+# "Answer A", "response B", "Assistant A" in a rationale: the answers as the order shown names them.
+_NAMED = re.compile(r"\b(answer|response|assistant|output)(\s+)([AB])\b", re.IGNORECASE)
+
+
+def in_order(rationale: str | None, first: str) -> str | None:
+    """People's rationale as the judge must write it with answer `first` shown first: in the reverse order the
+    answers change places, and so do their names in it ("Answer A is vague" is about the answer now shown as B).
+    A rationale that names them otherwise ("the first one") is kept as it is."""
+    if rationale is None or first == "A":
+        return rationale
+    return _NAMED.sub(lambda m: m.group(1) + m.group(2) + {"A": "B", "B": "A"}[m.group(3).upper()], rationale)
+
+
+def pair_target(rated: RatedPair, rubric: Rubric, first: str) -> str:
+    """What the judge should write with answer `first` shown first: people's rationale and verdict in the
+    order shown."""
+    criteria = {name: in_pair_terms(rated.criteria[name], first) for name in rubric.criteria if name in rated.criteria}
+    return VERDICT_FORMATS[rubric.verdict_format].write(in_pair_terms(rated.preference, first), criteria, rubric.criteria, in_order(rated.rationale, first))
+
+
+def encode_pair(judge: Judge, rated: RatedPair, rubric: Rubric, first: str, image_root: Path, image_token_budget: int | None) -> dict:
+    """One order of one pair as an example, as `encode` makes one of a sample."""
+    settings = judge.settings
+    prompt = build_pair_prompt(rated.pair, first, rubric, settings.template, settings.system_message, image_root, settings.images,
+                               image_token_budget)
+    return _example(judge, f"{rated.pair.id}#{'forward' if first == 'A' else 'reverse'}", prompt, pair_target(rated, rubric, first))
 
 
 class Collator:

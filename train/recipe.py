@@ -5,7 +5,9 @@
 
 Evaluation scores the held-out annotations with the same engine as judge-score (generate mode) and
 compares with the human scores using the calibration package's statistics, so the numbers in
-eval_history.json are the ones judge-calibrate would report.
+eval_history.json are the ones judge-calibrate would report. Trained on pairs, the judge judges the
+held-out pairs in both orders, and the best checkpoint is the one whose final verdicts (agree rule) most
+often match people's, ties counted as a verdict.
 """
 
 from __future__ import annotations
@@ -31,17 +33,18 @@ from mmjudge.calibration.stats import agreement_table
 from mmjudge.infer.engine import Scorer, prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.progress import Bar
-from mmjudge.judge.data import SCORE_FIELDS, Annotation, JudgeResult, UsageError, write_json_atomically
 from mmjudge.judge.backbones import backbone_of
+from mmjudge.judge.data import SCORE_FIELDS, Annotation, JudgeResult, Pair, UsageError, write_json_atomically
 from mmjudge.judge.hub import Checkpoint
 from mmjudge.judge.kernels import use_fused_kernels
 from mmjudge.judge.model import (CheckpointError, Judge, check_adapter_weights, check_finite, load_judge, load_native, save_tokenizer,
                                  with_max_tiles, write_settings)
 from mmjudge.judge.parsing import ScoreScale
+from mmjudge.judge.preferences import ORDERS, first_wins, order_verdict
 from mmjudge.judge.prompts import Rubric
 from mmjudge.train.checkpoints import DATA_ORDER, allow_checkpoint_types, read_data_order, resume_point, write_data_order
 from mmjudge.train.config import CHECKPOINTS_DIR, TrainConfig
-from mmjudge.train.data import Collator, EpochOrder, build_dataset, merge_annotators
+from mmjudge.train.data import Collator, EpochOrder, build_dataset, merge_annotators, merge_pair_annotators
 
 # transformers 5.23 renamed TrainingArguments' gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs)
 # (the old names warn there, until 6 removes them): the names the installed version declares.
@@ -180,8 +183,10 @@ class JudgeTrainer(Trainer):
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         if self._evaluated and self._evaluated[0] == self.state.global_step:
             return self._evaluated[1]
-        metrics = evaluate_judge(Judge(self.model, self.judge.tokenizer, self.judge.settings, "training"),
-                                 eval_dataset or self.eval_dataset, self.rubrics, self.image_root, self.cfg, self.args.device)
+        held_out = eval_dataset or self.eval_dataset
+        evaluate = evaluate_pairs if isinstance(held_out[0], Pair) else evaluate_judge
+        metrics = evaluate(Judge(self.model, self.judge.tokenizer, self.judge.settings, "training"), held_out, self.rubrics, self.image_root,
+                           self.cfg, self.args.device)
         flat = {f"{metric_key_prefix}_{k}": v for k, v in flat_metrics(metrics).items()}
         if self.is_world_process_zero():
             append_history(self.history_file, {"step": self.state.global_step, "epoch": self.state.epoch, **metrics})
@@ -191,8 +196,8 @@ class JudgeTrainer(Trainer):
         return flat
 
 
-def evaluate_judge(judge: Judge, annotations: list[Annotation], rubrics, image_root: Path, cfg: TrainConfig, device) -> dict:
-    """Score the held-out set with the scoring engine and compare with the (merged) human scores.
+def judged_held_out(judge: Judge, items: list[Annotation] | list[Pair], rubrics, image_root: Path, cfg: TrainConfig, device) -> dict[int, object]:
+    """The held-out samples (or pairs) judged by the scoring engine, as judge-score judges them, by position.
 
     Every rank scores the whole set, in the same batches: under ZeRO-3 every forward gathers weights
     collectively, so the ranks must make the same calls. generate keeps them in step when one rank's
@@ -201,19 +206,39 @@ def evaluate_judge(judge: Judge, annotations: list[Annotation], rubrics, image_r
     was_training = model.training
     model.eval()
     options = evaluation_options(cfg)
-    rated = merge_annotators(annotations)
-    items = prepare(judge, [(i, r.annotation) for i, r in enumerate(rated)], rubrics, image_root, options)
+    prepared = prepare(judge, list(enumerate(items)), rubrics, image_root, options)
     # Every rank scores every item: rank 0's bar is the whole evaluation.
     with Bar("evaluating", len(items), rank=int(os.environ.get("RANK", "0")), leave=False) as bar:
-        results = {r.id: r for batch in Scorer(judge, rubrics, options, device).run(items, progress=bar.update) for _, r in batch}
+        results = {index: result for batch in Scorer(judge, rubrics, options, device).judged(prepared, progress=bar.update) for index, result in batch}
     model.train(was_training)
+    return results
+
+
+def evaluate_judge(judge: Judge, annotations: list[Annotation], rubrics, image_root: Path, cfg: TrainConfig, device) -> dict:
+    """Score the held-out set and compare with the (merged) human scores."""
+    rated = merge_annotators(annotations)
+    results = judged_held_out(judge, [r.annotation for r in rated], rubrics, image_root, cfg, device)
     metrics = {"samples": len(results), "parse_failures": sum(r.score is None for r in results.values())}
     for name in SCORE_FIELDS:
-        pairs = [(_judge_value(results[r.annotation.id], name), r.scores[name]) for r in rated if name in r.scores]
+        pairs = [(_judge_value(results[i], name), r.scores[name]) for i, r in enumerate(rated) if name in r.scores]
         pairs = [(j, h) for j, h in pairs if j is not None]
         table = agreement_table([j for j, _ in pairs], [h for _, h in pairs], ScoreScale(*cfg.scale))
         metrics[name] = {stat: value.value for stat, value in table.items()}
     return metrics
+
+
+def evaluate_pairs(judge: Judge, pairs: list[Pair], rubrics, image_root: Path, cfg: TrainConfig, device) -> dict:
+    """Judge the held-out pairs in both orders and compare the final verdicts with people's (their majority)."""
+    rated = merge_pair_annotators(pairs)
+    results = judged_held_out(judge, [r.pair for r in rated], rubrics, image_root, cfg, device)
+    compared = [(results[i].verdict, r.preference) for i, r in enumerate(rated) if results[i].verdict is not None]
+    decisive = [(j, h) for j, h in compared if "tie" not in (j, h)]
+    consistent = [r.swap_consistent for r in results.values() if r.swap_consistent is not None]
+    first = [w for r in results.values() for order, shown in ORDERS.items() if (w := first_wins(order_verdict(getattr(r, order), r.rule), shown)) is not None]
+    rate = lambda values: sum(values) / len(values) if values else None  # noqa: E731
+    return {"pairs": len(rated), "parse_failures": sum(j.parse_error is not None for r in results.values() for j in r.forward + r.reverse),
+            "accuracy_with_ties": rate([j == h for j, h in compared]), "accuracy_without_ties": rate([j == h for j, h in decisive]),
+            "swap_consistency": rate(consistent), "first_shown_wins": rate(first)}
 
 
 def evaluation_options(cfg: TrainConfig) -> ScoreOptions:
@@ -228,14 +253,25 @@ def _judge_value(result: JudgeResult, name: str):
     return result.score if name == "overall" else result.criteria.get(name)
 
 
-# The Trainer keeps the best checkpoint by this key, which every evaluation must log: the overall Pearson,
-# or -1 where it is undefined (e.g. nothing parsed yet), the lowest rank. pearson_overall itself is logged
-# only where measured, so that -1 is never reported as a measurement.
-RANKED_BY = "ranking_pearson_overall"
+# The Trainer keeps the best checkpoint by this key, which every evaluation must log: the overall Pearson
+# (trained on pairs, the accuracy with ties), or -1 where it is undefined (e.g. nothing parsed yet), the
+# lowest rank. The measure itself is logged only where measured, so that -1 is never reported as a measurement.
+MEASURES = {"pearson_overall": "overall Pearson", "accuracy_with_ties": "pairwise accuracy, ties counted as a verdict"}
+
+
+def ranked_by(measure: str) -> str:
+    return f"ranking_{measure}"
 
 
 def evaluation_line(step: int, epoch: float | None, metrics: dict) -> str:
-    """One evaluation in a line: the overall agreement that chooses the checkpoint, and how much parsed."""
+    """One evaluation in a line: the overall agreement (on pairs, the accuracy) that chooses the checkpoint,
+    and how much parsed."""
+    when = f"step {step}" + (f" (epoch {epoch:.2f})" if epoch is not None else "")
+    if "pairs" in metrics:
+        shown = lambda key: "undefined" if metrics.get(key) is None else f"{metrics[key]:.3f}"  # noqa: E731
+        return (f"evaluation at {when}: pairwise accuracy {shown('accuracy_with_ties')} with ties, {shown('accuracy_without_ties')} without; "
+                f"swap consistency {shown('swap_consistency')}, first shown wins {shown('first_shown_wins')}; "
+                f"judgements unparsed: {metrics['parse_failures']} of {2 * metrics['pairs']}")
     overall = metrics.get("overall", {})
     shown = [("Pearson", "pearson", "{:.3f}"), ("MSE", "mse", "{:.3f}"), ("quadratic κ", "quadratic_kappa", "{:.3f}"),
              ("exact agreement", "exact_agreement", "{:.0%}")]
@@ -245,7 +281,6 @@ def evaluation_line(step: int, epoch: float | None, metrics: dict) -> str:
         figures = ", ".join(f"{label} {'undefined' if overall.get(key) is None else form.format(overall[key])}" for label, key, form in shown)
     samples = metrics.get("samples")
     parsed = f"{samples - metrics['parse_failures']} of {samples}" if samples is not None else f"{metrics['parse_failures']} failed"
-    when = f"step {step}" + (f" (epoch {epoch:.2f})" if epoch is not None else "")
     return f"evaluation at {when}: overall {figures}; outputs parsed: {parsed}"
 
 
@@ -316,14 +351,18 @@ def append_history(history_file: Path, evaluation: dict) -> None:
 
 
 def flat_metrics(metrics: dict) -> dict[str, float]:
+    if "accuracy_with_ties" in metrics:  # pairs
+        flat = {name: float(value) for name, value in metrics.items() if value is not None}
+        flat[ranked_by("accuracy_with_ties")] = flat.get("accuracy_with_ties", -1.0)
+        return flat
     flat = {"parse_failures": float(metrics["parse_failures"])}
     for name in SCORE_FIELDS:
         flat |= {f"{stat}_{name}": value for stat, value in metrics[name].items() if value is not None}
-    flat[RANKED_BY] = flat.get("pearson_overall", -1.0)
+    flat[ranked_by("pearson_overall")] = flat.get("pearson_overall", -1.0)
     return flat
 
 
-def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None, has_eval: bool) -> TrainingArguments:
+def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None, has_eval: bool, measure: str = "pearson_overall") -> TrainingArguments:
     on_gpu = torch.cuda.is_available()
     return TrainingArguments(
         output_dir=str(output_dir),
@@ -341,7 +380,7 @@ def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None
         save_steps=cfg.save_steps,
         eval_strategy="steps" if has_eval else "no",
         eval_steps=cfg.save_steps,
-        metric_for_best_model=RANKED_BY if has_eval else None,
+        metric_for_best_model=ranked_by(measure) if has_eval else None,
         greater_is_better=True,
         logging_steps=cfg.logging_steps,
         remove_unused_columns=False,
@@ -358,8 +397,10 @@ def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None
 
 def train(base: Checkpoint, annotations: tuple[list[Annotation], list[Annotation]], train_file: Path, image_root: Path,
           output_dir: Path, rubrics: dict[str, Rubric], cfg: TrainConfig, deepspeed: str | None, resume: bool) -> dict:
-    """Fine-tune `base` on the (training, held-out) annotations read from train_file and the eval file."""
+    """Fine-tune `base` on the (training, held-out) annotations read from train_file and the eval file (or
+    pairs with a preference); the result says how the saved weights were chosen."""
     train_annotations, eval_annotations = annotations
+    measure = "accuracy_with_ties" if isinstance(train_annotations[0], Pair) else "pearson_overall"
     quiet_known_noise()
     output_dir.mkdir(parents=True, exist_ok=True)
     judge = load_judge(base.path, "cpu", torch.bfloat16 if torch.cuda.is_available() else torch.float32)
@@ -372,7 +413,7 @@ def train(base: Checkpoint, annotations: tuple[list[Annotation], list[Annotation
     judge = Judge(model, judge.tokenizer, judge.settings, judge.source_format)
     trainer = JudgeTrainer(
         model=model,
-        args=training_arguments(cfg, output_dir / CHECKPOINTS_DIR, deepspeed, bool(eval_annotations)),
+        args=training_arguments(cfg, output_dir / CHECKPOINTS_DIR, deepspeed, bool(eval_annotations), measure),
         train_dataset=dataset,
         eval_dataset=eval_annotations or None,
         data_collator=Collator(judge.pad_id, judge.backbone, judge.settings.images),
@@ -383,8 +424,8 @@ def train(base: Checkpoint, annotations: tuple[list[Annotation], list[Annotation
     trainer.train(resume_from_checkpoint=resumed_checkpoint(output_dir / CHECKPOINTS_DIR) if resume else None)
     save_judge(trainer, judge, base, output_dir, cfg)
     # The log history, restored on --resume, covers every evaluation of the run.
-    measured = any("eval_pearson_overall" in entry for entry in trainer.state.log_history)
-    return {"global_step": trainer.state.global_step, "best_pearson": trainer.state.best_metric if measured else None}
+    measured = any(f"eval_{measure}" in entry for entry in trainer.state.log_history)
+    return {"global_step": trainer.state.global_step, "best": trainer.state.best_metric if measured else None, "measure": MEASURES[measure]}
 
 
 def resumed_checkpoint(checkpoints: Path) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mmjudge.judge.data import JudgeResult, Problem, Sample, Segment
+from mmjudge.judge.data import JudgeResult, Pair, PairResult, Problem, Sample, Segment, image_problems, parse_records, sample_image_places
 
 if TYPE_CHECKING:  # judge.prompts imports torch (tiling); the formats are read by judge-calibrate too, which must not
     from mmjudge.judge.parsing import ScoreScale
@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # judge.prompts imports torch (tiling); the formats are read 
 @dataclass
 class BenchmarkInput:
     path: Path
-    samples: list[Sample]  # the valid ones, in file order
+    samples: list[Sample | Pair]  # the valid ones, in file order
     problems: list[Problem]  # what is wrong with the others (judge-score stops, or skips them)
     rubrics: dict[str, Rubric]  # by category: every sample's category has one
     content: object  # the file as read, for `write` (None where the samples say all it needs)
@@ -44,16 +44,48 @@ class ScoredFile:
 
 
 @dataclass(frozen=True)
+class Preference:
+    """One verdict on a pair, read from a file for judge-calibrate: an annotator's, or a judge's."""
+
+    id: str  # as judge-score names the pair
+    verdict: str | None  # A, B or tie; None where the record gives none
+    model_a: str | None = None
+    model_b: str | None = None
+    group: str | None = None  # the benchmark's domain or task
+    annotator: str | None = None
+    lean: str | None = None  # the answer a tie leans to, where the file says (OpenING's Tie(A))
+
+
+@dataclass
+class PreferenceFile:
+    records: list[Preference]
+    problems: list[Problem]
+
+
+def preferences_of(path: str, records: list, model: type, build: Callable[[object], Preference], id_key: str = "id") -> PreferenceFile:
+    """Each record validated as `model` and read by `build`; every record that is not one is a problem."""
+    if not isinstance(records, list):
+        return PreferenceFile([], [Problem(path, "expected a list of records")])
+    parsed, problems = parse_records(path, records, model, id_key)
+    return PreferenceFile([build(record) for _, record in parsed], problems)
+
+
+@dataclass(frozen=True)
 class Format:
     name: str
     default_rubrics: tuple[Path, ...]
     looks_like: Callable[[object], bool]  # on the file's content: is it this benchmark's?
     read: Callable[..., BenchmarkInput]  # (path, image_root, rubrics, criteria_file) -> BenchmarkInput
-    write: Callable[[BenchmarkInput, dict[str, JudgeResult], Path], list[Path]]  # -> the files written
+    write: Callable[[BenchmarkInput, dict[str, JudgeResult | PairResult], Path], list[Path]]  # -> the files written
     outputs: tuple[str, ...] = ()  # file names `write` creates in the output directory
     # (path, the file's content, the scale its scores must be on) -> its judged items; None: the benchmark
     # has no scored file of a judge's (`write`'s output is one where it has).
     read_scores: Callable[[str, dict, ScoreScale], ScoredFile] | None = None
+    # A benchmark whose judge prompt is its own has no default rubric: this toolkit does not copy it. This
+    # names the file of its repository that `judge-rubric import --benchmark NAME` reads it from.
+    prompt_source: str | None = None
+    # (path, the file's content) -> its verdicts on pairs, for judge-calibrate; None: no such file
+    read_preferences: Callable[[str, object], PreferenceFile] | None = None
 
 
 def first_record(content: object) -> dict | None:
@@ -67,3 +99,22 @@ def interleaved(texts: list[str], images: list[str]) -> list[Segment]:
     after the last; `texts` are the pieces between the markers (one more than the images), empty ones dropped."""
     segments = [Segment(text=text or None, image=image) for text, image in zip(texts, images)]
     return segments + [Segment(text=text) for text in texts[len(images):] if text]
+
+
+def pair_input(path: Path, built: list[tuple[int, Pair]], problems: list[Problem], image_root: Path, rubrics: dict[str, Rubric],
+               content: object, notes: list[str] | None = None) -> BenchmarkInput:
+    """A benchmark's pairs as judge-score takes them: every pair's images checked, a repeated id refused
+    (the benchmarks' own metrics key their records by id), and the pairs of records with a problem left out."""
+    first: dict[str, int] = {}
+    for index, pair in built:
+        if pair.id in first:
+            problems.append(Problem(str(path), f"duplicate id: record {first[pair.id]} has it too", index, pair.id))
+        first.setdefault(pair.id, index)
+    problems += image_problems(path, [place for index, pair in built for place in sample_image_places(index, pair, image_root)])
+    bad = {p.index for p in problems}
+    return BenchmarkInput(path, [pair for index, pair in built if index not in bad], problems, rubrics, content, notes or [])
+
+
+def judgements(result: PairResult | None, order: str) -> list:
+    """An order's judgements of a pair, none where the pair has no result (not judged in this run)."""
+    return getattr(result, order) if result is not None else []

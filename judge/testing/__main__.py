@@ -1,8 +1,10 @@
-"""python -m mmjudge.judge.testing checkpoint|dataset ...: write a tiny random judge or a synthetic dataset.
+"""python -m mmjudge.judge.testing checkpoint|dataset|pairs ...: write a tiny random judge, a synthetic dataset or
+synthetic pairs.
 
     python -m mmjudge.judge.testing checkpoint --format original|native [--seed N] [--shards K] [--dtype D] OUT_DIR
     python -m mmjudge.judge.testing checkpoint --family NAME [--seed N] [--rope_switch N] OUT_DIR
     python -m mmjudge.judge.testing dataset --samples N [--seed N] [--annotated] OUT_DIR
+    python -m mmjudge.judge.testing pairs --pairs N [--seed N] [--annotated] [--text_only] OUT_DIR
 
 Both print the path they wrote. See `judge/testing/synthetic.py` for the annotated scores' rule.
 """
@@ -14,7 +16,7 @@ import sys
 
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import UsageError
-from mmjudge.judge.testing import write_dataset, write_native_checkpoint, write_original_checkpoint
+from mmjudge.judge.testing import write_dataset, write_native_checkpoint, write_original_checkpoint, write_pairs
 from mmjudge.judge.testing.families import DEFAULT_SWITCH, FAMILIES, write_family_checkpoint
 
 
@@ -43,6 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--seed", type=int, default=0, help="seed of texts, images and scores (default: 0)")
     data.add_argument("--annotated", action="store_true",
                       help="add human_scores (a learnable rule of the answer), annotator, feedback, and a second annotator for every fourth sample (default: off)")
+    pairs = sub.add_parser("pairs", help="write synthetic pairs: OUT_DIR/pairs.json, with the dataset their answers come from")
+    pairs.add_argument("out_dir", help="directory to write (created if missing)")
+    pairs.add_argument("--pairs", type=int, default=12, help="number of pairs (default: 12)")
+    pairs.add_argument("--seed", type=int, default=0, help="seed of texts and images (default: 0)")
+    pairs.add_argument("--annotated", action="store_true",
+                       help="add a preference (the answer with the better closing marker; a tie where they match), annotator and rationale, "
+                            "and a second annotator for every fourth pair (default: off)")
+    pairs.add_argument("--text_only", action="store_true", help="keep the texts alone: no images (default: off)")
     return p
 
 
@@ -65,6 +75,10 @@ def _main(argv) -> int:
             raise UsageError("--shards and --dtype apply to --format original only; transformers writes the native format itself")
         else:
             path = write_native_checkpoint(args.out_dir, seed=args.seed)
+    elif args.command == "pairs":
+        if args.pairs < 1:
+            raise UsageError(f"--pairs must be at least 1, got {args.pairs}")
+        path = write_pairs(args.out_dir, args.pairs, seed=args.seed, annotated=args.annotated, text_only=args.text_only)
     else:
         if args.samples < 1:
             raise UsageError(f"--samples must be at least 1, got {args.samples}")

@@ -121,6 +121,51 @@ def write_dataset(out_dir: str | Path, n_samples: int, *, seed: int = 0, annotat
     return path
 
 
+def write_pairs(out_dir: str | Path, n_pairs: int, *, seed: int = 0, annotated: bool = False, text_only: bool = False) -> Path:
+    """OUT_DIR/pairs.json (and the images of a synthetic dataset of 2 x n_pairs samples, data.json): pair k is
+    sample 2k-1's question with its answer as A and sample 2k's as B, `pair_000k`, of category general. With
+    `annotated=True` people prefer the answer whose closing marker is better (poor < average < excellent), a
+    tie where both say the same, and write why; every fourth pair is annotated again by "ann-2", alike. With
+    `text_only=True` a pair is the question's first text and each answer's closing sentence, no image: prompts
+    short enough for the demo to train a tiny judge on them in CPU seconds."""
+    if n_pairs < 1:
+        raise ValueError(f"n_pairs must be at least 1, got {n_pairs}")
+    out_dir = Path(out_dir)
+    records = json.loads(write_dataset(out_dir, 2 * n_pairs, seed=seed).read_text())
+    pairs = []
+    for k in range(n_pairs):
+        a, b = records[2 * k], records[2 * k + 1]
+        if text_only:  # the question's first text, and each answer's closing sentence: a short prompt
+            question, answer_a, answer_b = a["question"][:1], closing(a["answer"]), closing(b["answer"])
+        else:
+            question, answer_a, answer_b = a["question"], a["answer"], b["answer"]
+        pair = {"id": f"pair_{k + 1:04d}", "question": question, "answer_a": answer_a, "answer_b": answer_b, "model_a": a["model"], "model_b": b["model"]}
+        if not annotated:
+            pairs.append(pair)
+            continue
+        markers = [marker_of(a["answer"]), marker_of(b["answer"])]
+        ranks = [MARKERS[m] for m in markers]
+        preference = "tie" if ranks[0] == ranks[1] else "A" if ranks[0] > ranks[1] else "B"
+        rationale = f"Answer A is {markers[0]} and answer B is {markers[1]}."
+        pairs.append({**pair, "preference": preference, "annotator": "ann-1", "rationale": rationale})
+        if k % 4 == 0:
+            pairs.append({**pair, "preference": preference, "annotator": "ann-2"})
+    path = out_dir / "pairs.json"
+    path.write_text(json.dumps(pairs, indent=1))
+    return path
+
+
+def closing(answer: str | list[dict]) -> str:
+    """The sentence an answer of `write_dataset` closes with: "Overall, this answer is <marker>." """
+    text = answer if isinstance(answer, str) else answer[-1]["text"]
+    return "Overall," + text.rsplit("Overall,", 1)[-1]
+
+
+def marker_of(answer: str | list[dict]) -> str:
+    """The marker word an answer of `write_dataset` closes with."""
+    return closing(answer).rstrip(".").rsplit(" ", 1)[-1]
+
+
 def judge_result(sample_id: str, score: int | float | None, **fields) -> JudgeResult:
     """A judge-score result with this score and the given fields; the others are neutral (no model, no
     images, no tokens), for tests of what reads results."""

@@ -311,7 +311,7 @@ def test_every_calibration_module_imports_and_runs_without_torch(files):
         "    def find_spec(self, name, path, target=None):\n"
         "        if name.split('.')[0] == 'torch': raise ImportError('torch is blocked')\n"
         "sys.meta_path.insert(0, NoTorch())\n"
-        "import mmjudge.calibration, mmjudge.calibration.stats, mmjudge.calibration.fit, mmjudge.calibration.inputs, mmjudge.calibration.analysis\n"
+        "import mmjudge.calibration, mmjudge.calibration.stats, mmjudge.calibration.fit, mmjudge.calibration.inputs, mmjudge.calibration.analysis, mmjudge.calibration.preferences\n"
         "import mmjudge.calibration.plots, mmjudge.calibration.report, mmjudge.calibration.cli, mmjudge.calibration.benchmark, mmjudge.calibration.conformal, mmjudge.judge.calibrator\n"
         f"assert mmjudge.calibration.cli.main(['--predictions', {preds!r}, '--human', {human!r}, '--output_dir', {str(tmp / 'r')!r}]) == 0\n"
         "assert 'torch' not in sys.modules\n"

@@ -146,8 +146,10 @@ def test_every_option_that_cannot_work_is_reported_at_once_before_loading(datase
 
 def test_help_gives_each_formats_preset_as_the_default():
     text = " ".join(build_parser().format_help().split())
-    assert "longest feedback in tokens (default: 1024 for mmie, 512 for milebench/instit/megabench)" in text
-    assert "checkpoint's max_dynamic_patch (default: none for mmie/instit/megabench, 1 for milebench)" in text
+    assert ("longest feedback in tokens (default: 1024 for mmie, pairs, mmrewardbench; 512 for milebench, instit, megabench; "
+            "2048 for vlrewardbench; 2000 for mmrb2; 128 for opening)") in text
+    assert ("checkpoint's max_dynamic_patch (default: none for mmie, instit, megabench, pairs, vlrewardbench, mmrewardbench, mmrb2, "
+            "opening; 1 for milebench)") in text
     assert "on a CPU 65536 (default: none)" in text  # the same in every preset
 
 

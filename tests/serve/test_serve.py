@@ -155,6 +155,52 @@ def test_judge_score_through_the_server_and_v1_score_give_the_records_judge_scor
         assert s["expected_score"] == pytest.approx(r["expected_score"], abs=1e-4)
 
 
+def pairs_of(dataset) -> list[dict]:
+    """Four pairs of the dataset's answers, of category general (the pairwise rubric), one of SA (MMIE's, pointwise)."""
+    samples = json.loads((dataset / "data.json").read_text())
+    return [{"id": f"pair{k}", "question": samples[2 * k]["question"], "answer_a": samples[2 * k]["answer"], "answer_b": samples[2 * k + 1]["answer"],
+             "model_a": samples[2 * k]["model"], "model_b": samples[2 * k + 1]["model"], "category": "SA" if k == 3 else "general"} for k in range(4)]
+
+
+def same_pair(one: dict, other: dict) -> None:
+    """Two pair records equal but for the last digits of their distributions (computed in other batches)."""
+    for key, value in one.items():
+        if isinstance(value, dict) and key.endswith("distribution"):
+            assert other[key] == pytest.approx(value, abs=1e-5), key
+        elif key in ("forward", "reverse"):
+            assert len(value) == len(other[key])
+            for a, b in zip(value, other[key]):
+                same_pair(a, b)
+        elif key == "scores" and value is not None:
+            for side in value:
+                same_pair({k: v for k, v in value[side].items() if k != "expected_score"}, other[key][side])
+        elif key != "expected_score":
+            assert other[key] == value, key
+
+
+def test_v1_score_judges_pairs_in_both_orders_as_judge_score_does(server, checkpoint, dataset, tmp_path):
+    pairs = pairs_of(dataset)
+    (dataset / "pairs.json").write_text(json.dumps(pairs))
+    assert score_main(["--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "pairs.json", "--output_dir",
+                       str(tmp_path / "local"), *FAST]) == 0
+    local = json.loads((tmp_path / "local" / "eval_result.json").read_text())
+    served = post(server, "/v1/score", {"pairs": pairs}).json()["results"]
+    assert [list(r) for r in served] == [list(r) for r in local] and [r["id"] for r in served] == [p["id"] for p in pairs]
+    for s, r in zip(served, local):
+        same_pair(r, s)
+    assert served[0]["forward"][0]["first"] == "A" and served[0]["reverse"][0]["first"] == "B"
+    assert served[3]["rule"] == "expected_score" and set(served[3]["scores"]) == {"A", "B"}
+    # each pair alone answers what it answers beside the others
+    with ThreadPoolExecutor(4) as pool:
+        alone = list(pool.map(lambda pair: post(server, "/v1/score", {"pairs": [pair]}).json()["results"][0], pairs))
+    for a, s in zip(alone, served):
+        same_pair(s, a)
+    refused = post(server, "/v1/score", {"samples": [json.loads((dataset / "data.json").read_text())[0]], "pairs": pairs})
+    assert refused.status_code == 400 and "give 'samples' (to score) or 'pairs'" in refused.json()["error"]["message"]
+    no_rubric = post(server, "/v1/score", {"pairs": [{**pairs[0], "category": "X"}]})
+    assert no_rubric.status_code == 400 and no_rubric.json()["error"]["param"] == "pairs[0].category"
+
+
 def chat_body(dataset, k: int) -> dict:
     """32 different requests: texts of the dataset's samples, some with one of its images."""
     samples = json.loads((dataset / "data.json").read_text())

@@ -1,0 +1,332 @@
+"""The four pairwise benchmarks' files, both ways (judge/formats/{vlrewardbench,mmrewardbench,mmrb2,opening}.py),
+and their prompts imported from files of their code's shape (judge/pairwise_prompts.py). Each benchmark's own
+code is run against these readers and writers in docs/benchmarks.md; here each rule is checked against a
+count made another way."""
+
+import csv
+import io
+import json
+import random
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from mmjudge.judge.cli import run
+from mmjudge.judge.data import InputError, OrderJudgement, PairResult
+from mmjudge.judge.formats import FORMATS, detect_format
+from mmjudge.judge.formats import mmrb2, mmrewardbench, opening, vlrewardbench
+from mmjudge.judge.pairwise_prompts import IMPORTERS
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.rubric_cli import main as rubric_main
+
+
+def png_bytes(colour="red") -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (32, 32), colour).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def result(pair_id, forward=(), reverse=()) -> PairResult:
+    """A pair's result whose judge wrote these labels (and texts) in each order."""
+    def judged(items, first):
+        return [OrderJudgement(first=first, feedback=text, verdict=None, label=label, n_tiles=0, prompt_tokens=1, generated_tokens=1)
+                for label, text in items]
+    return PairResult(id=pair_id, model_a=None, model_b=None, category="c", verdict=None, rule="agree", forward=judged(forward, "A"),
+                      reverse=judged(reverse, "B"), n_images=0)
+
+
+# -- VL-RewardBench -----------------------------------------------------------------------------------
+
+def vlrb_record(rid, ranking=(0, 1), **extra):
+    return {"id": rid, "query": "<image>\nWhat is it?", "response": ["A cat.", "A dog."], "human_ranking": list(ranking),
+            "models": ["m1", "m2"], "judge": "human", "rationale": "r", "query_source": "s", **extra}
+
+
+def test_vlrewardbench_reads_its_parquet_and_caches_the_images_it_holds(tmp_path, monkeypatch):
+    import pyarrow
+    import pyarrow.parquet
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    rows = [vlrb_record("RLAIF-V_1", image={"bytes": png_bytes(), "path": "x.png"}), vlrb_record("mathverse-2", (1, 0), image={"bytes": png_bytes(), "path": None}),
+            vlrb_record("123", image={"bytes": png_bytes("blue"), "path": None})]
+    pyarrow.parquet.write_table(pyarrow.Table.from_pylist(rows), tmp_path / "test.parquet")
+    assert detect_format(tmp_path / "test.parquet").name == "vlrewardbench"
+    bench = vlrewardbench.read(tmp_path / "test.parquet", tmp_path, {})
+    assert bench.problems == []
+    assert [(p.group, p.preference) for p in bench.samples] == [("hallucination", "A"), ("reasoning", "B"), ("general", "A")]
+    assert bench.samples[0].question[0].text == "What is it?"  # "<image>\n" is out: the image goes apart
+    images = [Path(p.question[0].image) for p in bench.samples]
+    assert images[0] == images[1] != images[2] and images[0].parent == tmp_path / "cache" / "mmjudge" / "images" and images[0].suffix == ".png"
+
+
+def test_vlrewardbench_json_records_name_their_image_and_problems_name_their_record(tmp_path):
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    (tmp_path / "v.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        vlrb_record("ok", image_path="a.png"), vlrb_record("two", image_path="a.png", response=["one"]), vlrb_record("none")]))
+    bench = vlrewardbench.read(tmp_path / "v.jsonl", tmp_path, {})
+    assert [p.id for p in bench.samples] == ["ok"]
+    shown = [str(p) for p in bench.problems]
+    assert any("record 1 (id 'two'): response: List should have at least 2 items" in s for s in shown)
+    assert any("record 2 (id 'none'): no image" in s for s in shown)
+
+
+@pytest.mark.parametrize("ranking, random_number, rejected", [((0, 1), 0, 2), ((0, 1), 1, 1), ((1, 0), 0, 1), ((1, 0), 1, 2)])
+def test_vlrewardbench_rejected_position_is_the_lower_ranked_answer_in_the_order_shown(ranking, random_number, rejected):
+    shown = list(ranking) if random_number == 0 else list(reversed(ranking))
+    assert vlrewardbench.rejected_position(list(ranking), random_number) == rejected == shown.index(1) + 1
+
+
+def test_vlrewardbench_writes_a_line_per_judgement_and_votes_per_pair(tmp_path):
+    records = [vlrb_record("RLAIF-V_1"), vlrb_record("RLAIF-V_2"), vlrb_record("mathverse_3", (1, 0)), vlrb_record("wildvision_4")]
+    bench = vlrewardbench.BenchmarkInput(tmp_path / "v.jsonl", [], [], {}, records)
+    results = {  # (label, text): 1 or 2 as written, None unmatched; ranking (0, 1) rejects 2 in the forward order, 1 in the reverse
+        "RLAIF-V_1": result("RLAIF-V_1", [("1", "f")], [("2", "r")]),  # agree, agree: agree
+        "RLAIF-V_2": result("RLAIF-V_2", [("2", "f")], [("2", "r")]),  # reject, agree: other
+        "mathverse_3": result("mathverse_3", [("1", "f"), ("1", "f"), (None, "f")], [("1", "r"), (None, "r"), ("2", "r")]),
+        "wildvision_4": result("wildvision_4", [(None, "f")], [(None, "r")]),  # doesntMatch twice
+    }
+    vlrewardbench.write(bench, results, tmp_path)
+    lines = [json.loads(line) for line in (tmp_path / vlrewardbench.INFERENCE).read_text().splitlines()]
+    assert len(lines) == 12 and [line["meta"]["random_number"] for line in lines[:2]] == [0, 1]
+    assert lines[0]["ranking"] == [0, 1] and lines[0]["meta"]["filter_choice"] == "f" and lines[0]["meta"]["filter_number"] == 1
+    # mathverse_3, ranking (1, 0): forward rejects 1, reverse rejects 2 -> reject, reject, doesntMatch, agree, doesntMatch, reject
+    assert [line["meta"]["flag_status"] for line in lines[4:10]] == ["reject", "reject", "doesntMatch", "agree", "doesntMatch", "reject"]
+    figures = json.loads((tmp_path / vlrewardbench.ACCURACY).read_text())
+    assert figures["datasets"]["rlaif-v"] == {"agree_number": 1, "reject_number": 0, "doesntMatch_number": 0, "other_number": 1, "accept_rate": 1.0}
+    assert figures["datasets"]["reasoning_tasks"]["other_number"] == 1  # 3 rejects of 6 is no majority
+    assert figures["datasets"]["wildvision-battle"]["doesntMatch_number"] == 1
+    assert figures["groups"]["hallucination"] == {"correct": 1, "total": 1, "accuracy": 1.0}
+    assert figures["overall_accuracy"] == 1.0 and figures["macro_average_accuracy"] is None  # a group with no decided pair
+
+
+# -- Multimodal RewardBench ---------------------------------------------------------------------------
+
+def mmrb_record(rid, category, better="Output1"):
+    return {"ID": rid, "Text": "Describe.", "Image": "i.png", "Output1": "One.", "Output2": "Two.", "Better": better, "Category": category}
+
+
+def test_mmrewardbench_reads_its_records_with_its_label_and_domain_rules(tmp_path):
+    Image.new("RGB", (8, 8)).save(tmp_path / "i.png")
+    records = [mmrb_record("pairs_1", "safety"), mmrb_record("hateful_2", "safety", "Output2"), mmrb_record("mathvista_3", "reasoning", "output2"),
+               mmrb_record("EMMA_4", "reasoning"), mmrb_record("x_5", "vqa")]
+    (tmp_path / "all_data.json").write_text(json.dumps(records))
+    assert detect_format(tmp_path / "all_data.json").name == "mmrewardbench"
+    bench = mmrewardbench.read(tmp_path / "all_data.json", tmp_path, {})
+    assert [(p.group, p.preference) for p in bench.samples] == [("safety/bias", "A"), ("safety/toxicity", "B"), ("reasoning/math", "A"),
+                                                                 ("reasoning/coding", "A"), ("vqa", "A")]  # "output2" is not "Output2": A
+
+
+def test_mmrewardbench_accuracy_flips_its_seeded_coin_for_outputs_without_a_mark(tmp_path):
+    records = [mmrb_record(f"k_{k}", "vqa" if k % 2 else "knowledge", "Output2" if k % 3 else "Output1") for k in range(8)]
+    outputs = ["[[A]]", "x [[B]] y [[A]]", "none", "[[B]]", "no", "[[A]]", "?", "[[B]]"]
+    bench = mmrewardbench.BenchmarkInput(tmp_path / "d.json", [], [], {}, records)
+    mmrewardbench.write(bench, {r["ID"]: result(r["ID"], [(None, text)]) for r, text in zip(records, outputs)}, tmp_path)
+    lines = [json.loads(line) for line in (tmp_path / mmrewardbench.ANSWERS).read_text().splitlines()]
+    assert [line["output"] for line in lines] == outputs and lines[0]["Meta"] == records[0]
+    coin = random.Random(123)
+    predicted = ["A" if "[[A]]" in o else "B" if "[[B]]" in o else ("A" if coin.random() < 0.5 else "B") for o in outputs]
+    hits = [p == ("B" if r["Better"] == "Output2" else "A") for p, r in zip(predicted, records)]
+    figures = json.loads((tmp_path / mmrewardbench.ACCURACY).read_text())
+    assert list(figures) == ["all", "knowledge", "vqa"]
+    assert figures["all"] == {"correct": sum(hits), "total": 8, "accuracy": sum(hits) / 8}
+    assert figures["vqa"]["correct"] == sum(hits[1::2])
+
+
+# -- MMRB2 --------------------------------------------------------------------------------------------
+
+def mmrb2_pair(pid, source="chameleon", chosen="A"):
+    response = lambda side: {"model_name": f"m{side}", "response_content": [["text", f"Answer {side}."], ["image", "i.png"]]}  # noqa: E731
+    return {"id": pid, "prompt_content": [["text", "Tell it."]], "response_a": response("a"), "response_b": response("b"), "chosen": chosen,
+            "human_annotations": [5, 5, 4], "prompt_source": source, "prompt_metadata": {}}
+
+
+def test_mmrb2_reads_a_task_file_each_pair_of_its_source_s_task(tmp_path):
+    Image.new("RGB", (8, 8)).save(tmp_path / "i.png")
+    (tmp_path / "interleaved.json").write_text(json.dumps({"pairs": [mmrb2_pair("p1"), mmrb2_pair("p2", "blink", "B"), mmrb2_pair("p3", "nowhere")]}))
+    assert detect_format(tmp_path / "interleaved.json").name == "mmrb2"
+    bench = mmrb2.read(tmp_path / "interleaved.json", tmp_path, {})
+    assert [(p.category, p.preference, p.model_a) for p in bench.samples] == [("mmrb2_interleaved", "A", "ma"), ("mmrb2_reasoning", "B", "ma")]
+    assert [s.image for s in bench.samples[0].answer_a] == [None, "i.png"]
+    assert "record 2 (id 'p3'): prompt_source: 'nowhere' is no source" in str(bench.problems[0])
+
+
+def test_mmrb2_accuracy_counts_both_orders_the_reverse_flipped(tmp_path):
+    pairs = [mmrb2_pair(f"p{k}", chosen="AB"[k % 2]) for k in range(5)]
+    results = {"p0": result("p0", [("A", "{}")], [("B", "{}")]),  # both right
+               "p1": result("p1", [("A", "{}")], [("A", "{}")]),  # forward wrong, reverse A is the pair's B: right
+               "p2": result("p2", [("tie", "{}")], [(None, "no json")]),  # tie given and wrong; reverse without a judgement
+               "p3": result("p3", [("", "{}")], [])}  # an empty judgement is no judgement; p4 missing
+    bench = mmrb2.BenchmarkInput(tmp_path / "interleaved.json", [], [], {}, {"pairs": pairs})
+    mmrb2.write(bench, results, tmp_path)
+    predictions = json.loads((tmp_path / mmrb2.PREDICTIONS).read_text())
+    assert predictions["p1"]["reverse"] == [{"judgement": "A", "evaluator": "mmjudge", "metadata": {}}] and predictions["p2"]["reverse"] == []
+    figures = json.loads((tmp_path / mmrb2.ACCURACY).read_text())
+    assert figures == {"task_name": "interleaved", "accuracy": 3 / 5, "total_pairs": 5, "evaluated_pairs": 4, "missing_pairs": 1,
+                       "total_correct": 3, "total_evaluated": 5}
+
+
+# -- OpenING ------------------------------------------------------------------------------------------
+
+def battle(data_id, a, b, winner=None):
+    return {"data_id": data_id, "model_A": {"id": "1", "name": a}, "model_B": {"id": "2", "name": b}, **({"winner": winner} if winner else {})}
+
+
+def answer_file(arena, model, data_id, steps, question_images=("q.jpg",)):
+    folder = arena / f"{model}_output"
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs = [{"image": f"./images/{name}", "text": "Go on. <BEGIN> Once. <image>"} for name in question_images]
+    (folder / f"{data_id}.json").write_text(json.dumps({"meta_task_name": "Story", "conversations": [{"input": inputs}, {"output": steps}]}))
+    return folder
+
+
+def test_opening_reads_a_battle_file_with_each_model_s_answers_as_intjudge_does(tmp_path):
+    bench_dir, arena = tmp_path / "OpenING-benchmark", tmp_path / "Interleaved_Arena"
+    (bench_dir / "images").mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(bench_dir / "images" / "q.jpg")
+    folder = answer_file(arena, "m1", "7", [{"text": " First. <image>", "image": "./m1_output/7-o-0.jpg"}, {"text": "Gone.", "image": "./m1_output/7-o-1.jpg"}])
+    Image.new("RGB", (8, 8)).save(folder / "7-o-0.jpg")
+    answer_file(arena, "m2", "7", [{"text": "Other.", "image": None}])
+    (arena / "battles.json").write_text(json.dumps([battle("7", "m1", "m2", "Tie(B)"), battle("8", "m1", "m3")]))
+    assert detect_format(arena / "battles.json").name == "opening"
+    bench = opening.read(arena / "battles.json", bench_dir, {})
+    (pair,) = bench.samples
+    assert (pair.id, pair.preference, pair.group, pair.model_b) == ("7_m1_m2", "tie", "Story", "m2")
+    assert pair.question[0].text == "Go on.  Once. " and pair.question[0].image == "./images/q.jpg"  # stripped, less <image> and <BEGIN>
+    assert [(s.text, Path(s.image).name if s.image else None) for s in pair.answer_a] == [("First. ", "7-o-0.jpg"), ("Gone.", None)]
+    assert "1 answer image(s) not found" in bench.notes[0]
+    assert all("record 1 (id '8_m1_m3'):" in str(p) for p in bench.problems)
+    assert "m3_output/8.json: file not found" in str(bench.problems[1])
+
+
+WINNERS = ["A", "B", "Tie(A)", "Tie(B)", "Tie", "tie ()"]
+
+
+def test_opening_agreement_rules_against_a_plain_count():
+    rng = random.Random(0)
+    models = ["anole", "m1", "SEED-LLaMA", "m2"]
+    keys = [f"{k}_{rng.choice(models)}_{rng.choice(models)}" for k in range(60)]
+    human = {key: rng.choice(WINNERS[:4]) for key in keys}
+    judge = {key: rng.choice(WINNERS) for key in keys[5:]}
+    figures = opening.agreement(human, judge)
+    shared = [key for key in keys if key in judge]
+    force = {"Tie(A)": "A", "Tie(B)": "B", "Tie": "A"}
+    same = lambda rule, key: rule(human[key]) == rule(judge[key])  # noqa: E731
+    assert figures["force_divide"]["agreement"] == sum(same(lambda w: force.get(w, w), k) for k in shared) / len(shared) * 100
+    assert figures["with_tie"]["agreement"] == sum(same(lambda w: "Tie" if "tie" in w.lower() else w, k) for k in shared) / len(shared) * 100
+    decisive = [k for k in shared if "tie" not in human[k].lower() and "tie" not in judge[k].lower()]
+    assert figures["without_tie"] == {**figures["without_tie"], "agreement": sum(human[k] == judge[k] for k in decisive) / len(decisive) * 100,
+                                      "total": len(decisive)}
+    unseen = [k for k in shared if {k.split("_")[1], k.split("_")[2]} & {"anole", "SEED-LLaMA"}]
+    assert figures["with_tie"]["unseen_models"]["total"] == len(unseen)
+
+
+def test_opening_win_rates_under_each_tie_rule_against_a_plain_count():
+    battles = [battle(k, a, b, w) for k, (a, b, w) in enumerate([("x", "y", "A"), ("y", "x", "Tie(A)"), ("x", "z", "Tie"), ("z", "y", "B"),
+                                                                  ("x", "y", "Tie(B)"), ("y", "z", "A")])]
+    overall = {rule: opening.win_rates(battles, rule)[0] for rule in opening.WINRATE_CSVS}
+    # x: an A win; Tie(A) for y; a plain Tie with z; Tie(B) for y -> forced: 1 of 4; ties out: 1 of 1; tie 0: 1 of 4; tie 0.5: 2.5 of 4
+    assert overall["force_divide"]["x"] == 1 / 4 and overall["without_tie"]["x"] == 1.0
+    assert overall["tie_zero"]["x"] == 1 / 4 and overall["tie_half"]["x"] == 2.5 / 4
+    assert overall["force_divide"]["y"] == 4 / 5  # of its 5: Tie(A) as A, B against z, Tie(B) as B, A against z; lost the first
+    assert list(overall["tie_half"]) == sorted(overall["tie_half"], key=lambda m: -overall["tie_half"][m])
+    text = opening.winrate_csv(*opening.win_rates(battles, "tie_half"))
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert text.startswith("Model,") and "\r\n" in text
+    assert next(r for r in rows if r["Model"] == "x")["y"] == "66.67%" and next(r for r in rows if r["Model"] == "x")["x"] == "N/A"
+
+
+# -- the benchmarks' prompts ---------------------------------------------------------------------------
+
+PROMPT_FILES = {
+    "vlrewardbench": ("prompt.py", '''def prompt(data_obj, random_number):
+    answers = [data_obj["response"][0], data_obj["response"][1]] if random_number == 0 else [data_obj["response"][1], data_obj["response"][0]]
+    text = f""" Judge this {{kind}}.\\nQuestion: {data_obj["query"]}\\nAnswer 1: {answers[0]}\\nAnswer 2: {answers[1]}\\nOverall Judgment: Answer X is better."""
+    return text
+'''),
+    "mmrewardbench": ("judge.py", '''import os
+judge_prompt = """Compare them. Say "[[A]]" or "[[B]]".\\n[Q]\\n{question}\\n[A]\\n{answer_a}\\n[B]\\n{answer_b}"""
+'''),
+    "opening": ("judge_ab.py", '''def get_gpt4answer(input_text, input_images, modelA_output_textl, a_images, modelB_output_textl, b_images):
+    content = []
+    input_text[0] = "<IN>: " + input_text[0]
+    modelA_output_textl[0] = "<A>: " + modelA_output_textl[0]
+    modelB_output_textl[0] = "\\n<B>: " + modelB_output_textl[0]
+    content.append({"type": "text", "text": "\\nWhich is better?"})
+if __name__ == "__main__":
+    SYSTEM_MESSAGE = "You judge {pairs}."
+'''),
+}
+
+
+@pytest.mark.parametrize("benchmark", PROMPT_FILES)
+def test_each_benchmark_s_prompt_is_imported_byte_for_byte(tmp_path, benchmark):
+    name, code = PROMPT_FILES[benchmark]
+    (tmp_path / name).write_text(code)
+    assert rubric_main(["import", "--benchmark", benchmark, str(tmp_path / name), "-o", str(tmp_path / "r.yaml")]) == 0
+    (rubric,) = load_rubrics([tmp_path / "r.yaml"]).values()
+    assert rubric.kind == "pairwise" and rubric.category == benchmark
+    fields = {"question": ["Q?"], "answer_a": ["first"], "answer_b": ["second"]}
+    text = "".join(rubric.fill(fields))
+    expected = {"vlrewardbench": " Judge this {kind}.\nQuestion: Q?\nAnswer 1: first\nAnswer 2: second\nOverall Judgment: Answer X is better.",
+                "mmrewardbench": 'Compare them. Say "[[A]]" or "[[B]]".\n[Q]\nQ?\n[A]\nfirst\n[B]\nsecond',
+                "opening": "<IN>: Q?<A>: first\n<B>: second\nWhich is better?"}[benchmark]
+    assert text == expected
+    assert (rubric.verdict_format, rubric.layout) == {"vlrewardbench": ("vlrewardbench", "parts"), "mmrewardbench": ("brackets", "parts"),
+                                                     "opening": ("opening", "tagged")}[benchmark]
+    if benchmark == "opening":
+        assert rubric.system_message == "You judge {pairs}."
+
+
+def test_mmrb2_s_four_prompts_and_its_evaluator_s_message_are_imported(tmp_path):
+    prompts = "\n".join(f'def get_{name}_prompt():\n    return """{name} rubric {{json}}"""\n' for name in ("image_gen", "image_edit", "interleaved", "reasoning"))
+    (tmp_path / "evaluation_prompts.py").write_text(prompts)
+    (tmp_path / "local_pairwise_evaluator.py").write_text('''class E:
+    def pairwise_evaluate(self, prompt_content, response_a, response_b, task_type):
+        if task_type == "image":
+            evaluation_prompt = get_image_gen_prompt()
+        elif task_type == "edit":
+            evaluation_prompt = get_image_edit_prompt()
+        elif task_type == "interleaved":
+            evaluation_prompt = get_interleaved_prompt()
+        elif task_type in ("text", "reasoning"):
+            evaluation_prompt = get_reasoning_prompt()
+        content_list = []
+        content_list.append(["text", evaluation_prompt])
+        content_list.append(["text", "[PROMPT]"])
+        content_list.extend(prompt_content)
+        content_list.append(["text", "[A]"])
+        content_list.extend(response_a)
+        content_list.append(["text", "[B]"])
+        content_list.extend(response_b)
+''')
+    rubrics = IMPORTERS["mmrb2"](tmp_path / "evaluation_prompts.py")
+    assert [r.category for r in rubrics] == ["mmrb2_image", "mmrb2_edit", "mmrb2_interleaved", "mmrb2_reasoning"]
+    assert rubrics[2].instructions == "interleaved rubric {json}" and rubrics[2].verdict_format == "mmrb2"
+    assert "".join(rubrics[2].fill({"question": ["Q"], "answer_a": ["a"], "answer_b": ["b"]})) == "interleaved rubric {json}[PROMPT]Q[A]a[B]b"
+
+
+def test_a_file_of_another_shape_is_refused_naming_what_was_not_found(tmp_path, capsys):
+    (tmp_path / "other.py").write_text("x = 1\n")
+    for benchmark in IMPORTERS:
+        code = run(rubric_main, ["import", "--benchmark", benchmark, str(tmp_path / "other.py"), "-o", str(tmp_path / "r.yaml")])
+        assert code == 2 and "found no" in capsys.readouterr().err
+    assert not (tmp_path / "r.yaml").exists()
+
+
+def test_a_benchmark_format_without_a_rubric_says_how_to_import_its_prompt(tmp_path, capsys):
+    from mmjudge.infer.cli import main
+
+    (tmp_path / "all_data.json").write_text(json.dumps([mmrb_record("a", "vqa")]))
+    assert main(["--model_path", str(tmp_path / "none"), "--input_dir", str(tmp_path), "--input_file", "all_data.json"]) == 2
+    err = capsys.readouterr().err
+    assert "judge-rubric import --benchmark mmrewardbench multimodal_rewardbench/scripts/1_run_model_as_judge_gpt4o.py" in err
+
+
+def test_every_pair_format_reads_without_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, mmjudge.judge.formats; assert 'torch' not in sys.modules, 'torch loaded'"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    assert {"vlrewardbench", "mmrewardbench", "mmrb2", "opening", "pairs"} <= set(FORMATS)
