@@ -67,7 +67,7 @@ class People:
 
 
 class FlatVerdict(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", protected_namespaces=())  # model_a, model_b: a pair's fields, not pydantic's
     id: str | int
     verdict: Verdict | None
     model_a: str | None = None

@@ -204,7 +204,7 @@ class Pair(BaseModel):
     and `rationale` is why, when the data has it (judge-train learns it before the verdict). `group` is the
     benchmark's own grouping (a domain, a task), for per-group figures; `category` picks the rubric."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", protected_namespaces=())  # model_a, model_b: a pair's fields, not pydantic's
     id: str
     question: list[Segment]
     answer_a: list[Segment]
@@ -328,6 +328,7 @@ class PairResult(BaseModel):
     the final one under `rule`, `verdict_distribution` its probabilities, and `swap_consistent` whether the
     two orders agree (None where an order gave no verdict)."""
 
+    model_config = ConfigDict(protected_namespaces=())  # model_a, model_b: a pair's fields, not pydantic's
     id: str
     model_a: str | None
     model_b: str | None

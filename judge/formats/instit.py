@@ -48,7 +48,7 @@ UNSCORED = "marked valid: false (a failed judge call, which Inst-It scores 0 and
 
 
 class Item(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", protected_namespaces=())  # model_prediction: the log's own field
     question_id: str | int
     question: JudgeText
     model_prediction: JudgeText

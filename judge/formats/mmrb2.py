@@ -45,7 +45,7 @@ CATEGORIES = tuple(f"mmrb2_{task}" for task in TASKS)
 
 
 class Response(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", protected_namespaces=())  # model_name: the field its release names so
     model_name: str | None = None
     response_content: list[tuple[str, JudgeText]]
 

@@ -55,7 +55,7 @@ class Model(BaseModel):
 
 
 class Battle(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", protected_namespaces=())  # model_A, model_B: OpenING's fields
     data_id: str | int
     model_A: Model
     model_B: Model

@@ -41,7 +41,7 @@ def write(bench: BenchmarkInput, results: dict[str, PairResult], output_dir: Pat
 class Rated(BaseModel):
     """A person's preference on a pair, with or without the pair itself."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", protected_namespaces=())  # model_a, model_b: a pair's fields, not pydantic's
     id: str | int
     preference: Verdict | None
     model_a: str | None = None
