@@ -18,7 +18,7 @@ from safetensors import safe_open
 from mmjudge.configs import CONFIG_DIR
 from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.model import load_judge
-from mmjudge.judge.testing import write_hub_cache
+from mmjudge.judge.testing import HANG_S, write_hub_cache
 from mmjudge.judge.testing.families import FAMILIES, write_family_checkpoint
 from mmjudge.serve.process import free_port, start_server
 from mmjudge.train.cli import main as train_main
@@ -134,7 +134,7 @@ def test_judge_train_under_zero_on_two_cpu_processes(hub, data, tmp_path, name, 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_CACHE": str(hub / "cache"), "HF_HUB_OFFLINE": "1"}
     run = subprocess.run([*TORCHRUN, "-m", "mmjudge.train.cli", *train_args(HUB_IDS[name], data, tmp_path / "judge", "--no-full_finetune",
                                                                             "--per_device_batch_size", "1", "--deepspeed", str(tmp_path / "ds.json"))],
-                         env=env, capture_output=True, text=True, timeout=1200)
+                         env=env, capture_output=True, text=True, timeout=HANG_S)
     assert run.returncode == 0, run.stderr[-3000:]
     with safe_open(tmp_path / "judge" / "adapter_model.safetensors", "pt") as f:
         assert all(f.get_tensor(k).numel() > 0 for k in f.keys())
@@ -149,16 +149,16 @@ def test_judge_serve_answers_a_chat_with_an_image_and_scores(hub, data, tmp_path
     try:
         url = f"http://127.0.0.1:{port}"
         image = next((data / "images").glob("*.png"))
-        chat = httpx2.post(f"{url}/v1/chat/completions", timeout=300, json={
+        chat = httpx2.post(f"{url}/v1/chat/completions", timeout=HANG_S, json={
             "model": httpx2.get(f"{url}/v1/models").json()["data"][0]["id"], "max_tokens": 4, "temperature": 0,
             "messages": [{"role": "user", "content": [{"type": "text", "text": "Is this picture good?"},
                                                       {"type": "image_url", "image_url": {"url": str(image.relative_to(data))}}]}]})
         assert chat.status_code == 200, chat.text
         assert chat.json()["n_tiles"] >= 1 and chat.json()["usage"]["completion_tokens"] >= 1
         samples = [{k: r[k] for k in ("id", "model", "question", "answer", "gt_answer") if k in r} for r in json.loads((data / "heldout.json").read_text())]
-        scored = httpx2.post(f"{url}/v1/score", timeout=300, json={"samples": samples})
+        scored = httpx2.post(f"{url}/v1/score", timeout=HANG_S, json={"samples": samples})
         assert scored.status_code == 200, scored.text
         assert [r["id"] for r in scored.json()["results"]] == [s["id"] for s in samples]
     finally:
         process.terminate()
-        process.wait(timeout=60)
+        process.wait(timeout=HANG_S)

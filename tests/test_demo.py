@@ -100,7 +100,7 @@ def test_the_demo_learns_on_the_seed_whose_training_stalled(tmp_path):
     edge. Run by benchmarks/demo_seeds.py, the script that gives the README's ten seeds, which is tested with it."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / "demo_seeds.py"), "--seeds", "2", "--output_dir", str(tmp_path)]
     # a hang guard only: one thread per process, so that a busy machine slows the demo rather than stalling it
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=3600)
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=HANG_S)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     [seed] = json.loads((tmp_path / "demo_seeds.json").read_text())["seeds"]
     figures = json.loads((tmp_path / "seed-2" / "figures.json").read_text())

@@ -22,6 +22,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from mmjudge.judge.testing import HANG_S
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("judge", "infer", "train", "calibration", "demo", "serve")  # installed as mmjudge.<folder>
 # Needed at run time, though no module of ours imports it by name.
@@ -114,7 +116,7 @@ def test_every_module_a_run_imports_comes_with_a_declared_dependency(checkpoint,
     """protobuf was missing: only the lock installed it, and a fresh `pip install mmjudge` could not read
     InternVL2's tokenizer (transformers then asked for tiktoken)."""
     done = subprocess.run([sys.executable, "-c", RUN.format(packages=PACKAGES), str(checkpoint)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-3000:]
     modules = set(json.loads(done.stdout.splitlines()[-1])) - set(sys.stdlib_module_names)
     distributions = metadata.packages_distributions()

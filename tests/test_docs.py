@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from mmjudge.judge.testing import HANG_S
+
 ROOT = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 200
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -153,7 +155,7 @@ def test_the_figures_script_runs_the_demo_and_writes_the_pages(tmp_path):
     (tmp_path / "docs" / "images").mkdir()
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "docs_figures.py"), "--root", str(tmp_path), "--allow_dirty",
                            "--demo_dir", str(tmp_path / "demo"), "--", "--samples", "40", "--max_steps", "2", "--pairs", "20", "--pair_steps", "2"],
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     record = json.loads((tmp_path / docs_figures.RECORD).read_text())
     report = json.loads((tmp_path / "demo" / "report" / "report.json").read_text())

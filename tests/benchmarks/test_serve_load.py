@@ -35,7 +35,7 @@ def test_the_load_benchmark_measures_short_requests_beside_long_prompts_and_a_lo
     out = tmp_path / "long.json"
     cmd = [sys.executable, str(BENCHMARK), "--clients", "2", "--requests", "4", "--new_tokens", "3", "--time_limit_s", "300",
            "--long_prompt_tokens", "4000", "--cancel_long", "--cancel_after_s", "0", "--serve_flag=--max_num_batched_tokens=64", "--json", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(out.read_text())
     alone, beside = figures["levels"]

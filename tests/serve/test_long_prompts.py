@@ -11,7 +11,7 @@ import httpx2
 import openai
 import pytest
 
-from mmjudge.judge.testing import write_original_checkpoint
+from mmjudge.judge.testing import HANG_S, write_original_checkpoint
 from mmjudge.serve.process import free_port, start_server
 
 pytestmark = pytest.mark.slow
@@ -29,7 +29,7 @@ def server(tmp_path_factory):
                            port, root / "serve.log", env={**os.environ, "OMP_NUM_THREADS": "1"})
     yield f"http://127.0.0.1:{port}"
     process.terminate()
-    process.wait(timeout=30)
+    process.wait(timeout=HANG_S)
 
 
 def client(server, **options) -> openai.OpenAI:
@@ -54,7 +54,7 @@ def ask(server, text: str, **fields):
 
 def settled(server) -> tuple[int, int]:
     """The forward passes once the model thread has nothing left to run."""
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + HANG_S
     while metric(server, "vllm:num_requests_running", model_name=SERVED) > 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     return prefills(server), int(metric(server, "judge_decoding_steps_total"))
@@ -69,7 +69,7 @@ def test_a_short_request_is_answered_while_a_long_prompt_is_still_being_prefille
         short = ask(server, "Is this answer good?", max_tokens=4)
         assert not long.done()  # before, it waited for the long prompt's whole answer
         assert short.usage.completion_tokens == 4
-        answer = long.result(timeout=300)
+        answer = long.result(timeout=HANG_S)
     assert answer.usage.prompt_tokens > 8_000 and answer.choices[0].finish_reason in ("length", "stop")
     assert prefills(server) - before >= answer.usage.prompt_tokens // CHUNK + 1  # the long prompt's chunks, and the short one's prefill
 
