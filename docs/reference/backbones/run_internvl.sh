@@ -9,7 +9,7 @@ repo=$(cd "$here/../../.." && pwd)
 ours=$repo/.venv/bin/python
 switch=1150  # the long rope's (Phi-3) and dynamic NTK's (InternLM2) switch, inside the samples' prompt lengths
 mkdir -p "$work"
-[ -d "$work/data" ] || "$ours" "$here/samples.py" "$work/data" 20 1
+[ -d "$work/data" ] || "$ours" "$here/samples.py" "$work/data" 30 1
 for family in "${@:-internvl2-4b internvl2-1b internvl2-8b internvl2.5-8b internvl3-2b}"; do
   for name in $family; do
     dir=$work/${name//./_}  # transformers names a checkpoint's remote-code module after its folder: no dots (InternVL2_5-8B)

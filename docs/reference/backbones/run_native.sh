@@ -6,7 +6,7 @@ work=$1; shift
 here=$(cd "$(dirname "$0")" && pwd)
 ours=$(cd "$here/../../.." && pwd)/.venv/bin/python
 mkdir -p "$work"
-[ -d "$work/data" ] || "$ours" "$here/samples.py" "$work/data" 20 1
+[ -d "$work/data" ] || "$ours" "$here/samples.py" "$work/data" 30 1
 for name in ${@:-qwen2.5-vl-7b qwen3-vl-4b internvl3-1b-hf}; do
   rm -rf "$work/$name"
   "$ours" -m mmjudge.judge.testing checkpoint --family "$name" "$work/$name"
