@@ -98,3 +98,23 @@ def test_a_cancelled_long_prompt_stops_at_the_next_chunk(long_rope_judge):
     (done,), = list(decoder.generate([gone], no_images, 4))
     assert done.finish_reason == "cancelled" and done.tokens == []
     assert decoder.prefills == 3 and decoder.steps == 0  # the chunk under way when it was cancelled was the last
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen2.5-vl-7b", "qwen3-vl-4b"])
+def test_a_chunked_prefill_of_a_qwen_judge_keeps_its_image_grid_positions_and_deepstack_features(family, tmp_path):
+    """M-RoPE (3-D positions over each image's grid) and Qwen3-VL's DeepStack features for the image tokens:
+    a chunk takes its part of the prompt's positions and of its image tokens' features, so that a prompt cut
+    through its images writes what it writes whole."""
+    from mmjudge.judge.testing.families import write_family_checkpoint
+
+    judge = load_judge(write_family_checkpoint(family, tmp_path / "judge"))
+    data = write_dataset(tmp_path / "data", 4, seed=0).parent
+    items = prepare(judge, enumerate(load_samples(data / "data.json", data)), load_rubrics(), data, ScoreOptions())
+    assert all(item.n_tiles > 0 for item in items) and min(len(item.input_ids) for item in items) > 3 * CHUNK // 2
+    whole, _ = run(judge, items, None)
+    chunked, decoder = run(judge, items, CHUNK // 2)
+    assert decoder.prefills > 2 * len(items)  # every prompt in several chunks, cut through its image tokens
+    for key, one in whole.items():
+        assert chunked[key].tokens == one.tokens
+        torch.testing.assert_close(chunked[key].top_logprobs, one.top_logprobs, rtol=0, atol=1e-4)
