@@ -86,7 +86,9 @@ def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert {name: figures["pearson"][name]["value"] for name in ("before", "after")} == pearson
     assert list(figures["seconds"]["steps"]) == ["1a: write a tiny judge", "1b: write a dataset", "2: score before training", "3: train",
-                                                 "4: score after training", "5: calibrate"]
+                                                 "4: score after training", "5: calibrate", "6a: write pairs", "6b: judge pairs before training",
+                                                 "6c: train on pairs", "6d: judge pairs after training", "6e: calibrate the verdicts"]
+    assert figures["pairs"]["splits"] == {"train": 120, "validation": 40, "test": 40} and "Pairwise: the judge's verdicts" in done.stdout
     assert sum(figures["seconds"]["steps"].values()) <= figures["seconds"]["total"]
     assert figures["splits"] == {"train": 240, "validation": 80, "test": 80} and figures["machine"]["cores"] == os.cpu_count()
     assert figures["validation_pearson_best"] == max(h["overall"]["pearson"] or -1 for h in history)

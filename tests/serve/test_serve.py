@@ -163,8 +163,11 @@ def pairs_of(dataset) -> list[dict]:
 
 
 def same_pair(one: dict, other: dict) -> None:
-    """Two pair records equal but for the last digits of their distributions (computed in other batches)."""
+    """Two pair records equal but for the last digits of their distributions (computed in other batches), and
+    for the judge's and rubric's fingerprints, which judge-score stamps and /v1/score does not."""
     for key, value in one.items():
+        if key in ("judge_fingerprint", "rubric_fingerprint"):
+            continue
         if isinstance(value, dict) and key.endswith("distribution"):
             assert other[key] == pytest.approx(value, abs=1e-5), key
         elif key in ("forward", "reverse"):
