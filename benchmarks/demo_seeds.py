@@ -9,8 +9,8 @@ and DIR/demo_seeds.md (the table the README's demo section shows), and exits 1 w
     python benchmarks/demo_seeds.py --seeds 2 5 --output_dir /tmp/seeds
 
 Wall-clock times depend on what else the machine runs, so the table gives beside them the CPU seconds (user +
-system, of the demo and its steps), which vary far less with load, and the load average (1-minute, as
-/proc/loadavg gives it) before and after each seed. The environment is passed on as it is: on a machine
+system, of the demo and its steps), which vary far less with load, and the 1-minute load average, as
+the system gives it, before and after each seed. The environment is passed on as it is: on a machine
 others share, OMP_NUM_THREADS=1 keeps torch's threads from spinning against each other.
 """
 
@@ -27,14 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from mmjudge.demo.cli import FIGURES
-
-
-def load_average() -> float | None:
-    try:
-        return float(Path("/proc/loadavg").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
+from mmjudge.demo.cli import FIGURES, load_average
 
 
 def children_cpu_seconds() -> float:

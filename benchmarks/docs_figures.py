@@ -29,6 +29,8 @@ from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
 
+from mmjudge.demo.cli import cpu_name, load_average
+
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = Path("docs/figures/demo.json")
 IMAGES = {"before": Path("docs/images/demo_before_scatter.png"), "after": Path("docs/images/demo_after_scatter.png")}
@@ -50,20 +52,6 @@ def source(allow_dirty: bool, checkout: Path = ROOT) -> dict:
         raise SystemExit(f"error: tracked files differ from commit {git(checkout, 'rev-parse', '--short', 'HEAD')}: {', '.join(changed)}; "
                          "commit them (the record names the commit that ran) or give --allow_dirty")
     return {"commit": git(checkout, "rev-parse", "HEAD"), "commit_date": git(checkout, "show", "-s", "--format=%cs", "HEAD"), "dirty": bool(changed)}
-
-
-def load_average() -> float | None:
-    try:
-        return float(Path("/proc/loadavg").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def cpu_name() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def run_demo(out: Path, demo_args: list[str]) -> dict:

@@ -258,6 +258,11 @@ def source() -> dict:
     return {"version": _version("mmjudge"), "commit": commit}
 
 
+def load_average() -> float | None:
+    """The machine's 1-minute load average (None where the system gives none): what else ran beside a timed demo."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
 def cpu_name() -> str:
     cpuinfo = Path("/proc/cpuinfo")
     names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")] if cpuinfo.exists() else []
