@@ -167,6 +167,15 @@ def prefill_flops(judge: Judge, items) -> float:
     return total
 
 
+def decode_bytes(judge: Judge, items, new_tokens: int) -> float:
+    """The keys and values each written token must read: its row's whole cache, prompt and tokens so far
+    (the weights are read once per step for every row of the batch, so with many rows they are left out)."""
+    text = judge.model.config.text_config
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    per_token = 2 * text.num_hidden_layers * text.num_key_value_heads * head_dim * next(judge.model.parameters()).element_size()
+    return sum(per_token * (len(item.input_ids) * new_tokens + new_tokens * (new_tokens - 1) / 2) for item in items)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_path", help="a checkpoint to load instead of random full-size weights: a directory or a Hugging Face Hub id")
@@ -177,7 +186,10 @@ def main() -> None:
     p.add_argument("--new_tokens", type=int, default=256, help="tokens generated per sample on both sides (default: 256)")
     p.add_argument("--token_budget", type=int, help="the engine's KV-cache tokens (default: judge-score's: what free GPU memory holds)")
     p.add_argument("--max_tiles", type=int, default=12, help="tiles per image, as MMIE-Eval uses (default: 12)")
-    p.add_argument("--peak_tflops", type=float, default=989.0, help="bf16 dense peak of the GPU, for utilisation (default: 989, H100 SXM)")
+    p.add_argument("--peak_tflops", type=float, default=989.0,
+                   help="the bf16 matrix rate, for utilisation and the floor: gpu_limits.py measures it (default: 989, H100 SXM's datasheet)")
+    p.add_argument("--copy_tb_s", type=float, default=3.0,
+                   help="the memory bandwidth, for the floor: gpu_limits.py measures it (default: 3.0, an H100's measured copy)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--invariance_samples", type=int, default=0,
                    help="also score this many samples alone (--token_budget 1) and count records that differ from the batched ones")
@@ -226,6 +238,13 @@ def main() -> None:
             "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if args.device.startswith("cuda") else None,
         }
         figures["prefill_utilisation"] = figures["prefill_tflops"] / args.peak_tflops
+        # The physical floor: prefill FLOPs at the matrix rate, plus the cache each written token must read.
+        prefill_floor_s = prefill_flops(judge, logit_items) / args.peak_tflops / 1e12
+        generate_floor_s = prefill_floor_s + decode_bytes(judge, items, args.new_tokens) / args.copy_tb_s / 1e12
+        figures |= {"peak_tflops": args.peak_tflops, "copy_tb_s": args.copy_tb_s,
+                    "generate_floor_samples_per_s": len(items) / generate_floor_s, "generate_floor_ratio": eng_time / generate_floor_s,
+                    "mmie_hours_generate_floor": MMIE_SAMPLES * generate_floor_s / len(items) / 3600,
+                    "logits_floor_ratio": log_time / prefill_floor_s}
         if args.invariance_samples:
             figures |= invariance(judge, rubrics, samples[: args.invariance_samples], data, generate, logits, eng_out, args.device)
         for key, value in figures.items():

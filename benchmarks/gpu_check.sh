@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The GPU check: every GPU-only test and every benchmark in one run of at most ~8 minutes on one H100 or
+# H200, each figure written as JSON under OUT and a short table printed at the end (benchmarks/gpu_report.py).
+#
+#   bash benchmarks/gpu_wheels.sh           # here, once per change: what the GPU machine lacks, as wheels in .whl/
+#   bash benchmarks/gpu_check.sh "$OUT"     # there, in the repository (the device tool: carry .whl)
+#   GPU_CHECK_SMOKE=1 PYTHON=/path/to/python bash benchmarks/gpu_check.sh /tmp/out   # rehearsal on a CPU, tiny judge
+#
+# Steps run in order of what matters most, each under its own time limit and all under GPU_CHECK_SECONDS
+# (default 480): a step that would start past it is skipped and said so, so the run always ends with a table.
+set -u
+OUT=$(realpath -m "${1:-gpu_check}")
+REPO=$(realpath "$(dirname "$0")/..")
+PY=${PYTHON:-python3}
+SMOKE=${GPU_CHECK_SMOKE:-}
+mkdir -p "$OUT"
+DEADLINE=$((SECONDS + ${GPU_CHECK_SECONDS:-480}))
+export PYTHONUNBUFFERED=1
+
+WHEELS=$(realpath -m "${GPU_CHECK_WHEELS:-$REPO/.whl}")
+if [ -d "$WHEELS" ]; then
+  # The project's wheel and the dependencies the GPU machine lacks or holds too old (gpu_wheels.sh), beside
+  # the machine's own torch: --no-deps, so its torch stays.
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --ignore-requires-python --target /tmp/site "$WHEELS"/*.whl || exit 2
+  export PYTHONPATH=/tmp/site
+fi
+# Everything runs from an empty folder, as a user's commands do: the repository's mmjudge/ would otherwise
+# shadow the installed package (its subpackages are the folders beside it).
+cd "$(mktemp -d)" || exit 2
+
+step() {  # step NAME SECONDS COMMAND...: run COMMAND under min(SECONDS, time left), its output in log.txt
+  local name=$1 limit=$2 left=$((DEADLINE - SECONDS)) start=$SECONDS rc
+  shift 2
+  ((left < limit)) && limit=$left
+  if ((limit < 10)); then
+    echo "$name skipped (out of time)" | tee -a "$OUT/steps.txt"
+    return
+  fi
+  echo "=== $name: $*" >>"$OUT/log.txt"
+  timeout "$limit" "$@" >>"$OUT/log.txt" 2>&1
+  rc=$?
+  echo "$name rc=$rc $((SECONDS - start))s" | tee -a "$OUT/steps.txt"
+}
+
+figure() {  # figure FILE KEY DEFAULT: a number from a JSON written by an earlier step
+  $PY -c "import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], sys.argv[3]))" "$1" "$2" "$3" 2>/dev/null || echo "$3"
+}
+
+step gpu 30 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+step versions 60 $PY -c "import torch, transformers, peft, mmjudge; print(torch.__version__, torch.version.cuda, transformers.__version__, peft.__version__, mmjudge.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
+
+if [ -n "$SMOKE" ]; then
+  step limits 60 $PY $REPO/benchmarks/gpu_limits.py --device cpu --size 256 --copy_mib 16 --json "$OUT/limits.json"
+else
+  step limits 60 $PY $REPO/benchmarks/gpu_limits.py --json "$OUT/limits.json"
+fi
+PEAK=$(figure "$OUT/limits.json" matmul_tflops 798)
+COPY=$(figure "$OUT/limits.json" copy_tb_s 3.0)
+
+step gpu_tests 150 $PY -m pytest -c "$REPO/pyproject.toml" --rootdir "$REPO" -m gpu "$REPO/tests/infer/test_decoding_gpu.py" -q -p no:cacheprovider \
+  --junitxml="$OUT/gpu_tests.xml"
+
+if [ -n "$SMOKE" ]; then
+  SCALE=(--tiny --device cpu --samples 4 --reference_samples 1 --new_tokens 8 --max_tiles 1 --invariance_samples 2)
+  TRAIN=(--tiny --device cpu --steps 1 --seq_len 600 --tiles 1)
+  SERVE=(--clients 1 4 --requests 4 --new_tokens 4 --time_limit_s 30)
+else
+  SCALE=(--samples 48 --reference_samples 2 --new_tokens 256 --invariance_samples 16)
+  TRAIN=(--steps 5)
+  SERVE=(--device cuda --clients 1 8 32 64 --requests 128 --new_tokens 64 --time_limit_s 20)
+fi
+step score 240 $PY $REPO/benchmarks/score_throughput.py "${SCALE[@]}" --peak_tflops "$PEAK" --copy_tb_s "$COPY" --json "$OUT/score.json"
+step train 100 $PY $REPO/benchmarks/train_throughput.py "${TRAIN[@]}" --peak_tflops "$PEAK" --json "$OUT/train.json"
+step train_zero2 100 $PY $REPO/benchmarks/train_throughput.py "${TRAIN[@]}" --peak_tflops "$PEAK" --deepspeed $REPO/configs/deepspeed/zero2.json --json "$OUT/train_zero2.json"
+step serve 120 $PY $REPO/benchmarks/serve_load.py "${SERVE[@]}" --json "$OUT/serve.json"
+
+DEADLINE=$((SECONDS + 60)) step report 30 $PY $REPO/benchmarks/gpu_report.py "$OUT"
+cat "$OUT/summary.md" 2>/dev/null
