@@ -46,7 +46,7 @@ figure() {  # figure FILE KEY DEFAULT: a number from a JSON written by an earlie
   $PY -c "import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], sys.argv[3]))" "$1" "$2" "$3" 2>/dev/null || echo "$3"
 }
 
-step gpu 30 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+[ -n "$SMOKE" ] || step gpu 30 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 step versions 60 $PY -c "import torch, transformers, peft, mmjudge; print(torch.__version__, torch.version.cuda, transformers.__version__, peft.__version__, mmjudge.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
 
 if [ -n "$SMOKE" ]; then

@@ -1,0 +1,51 @@
+"""The GPU check (benchmarks/gpu_check.sh): its wiring end to end in its CPU rehearsal, and its table, which
+must say which step left no figures rather than fail or leave a row out."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mmjudge.judge.testing import HANG_S
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def report(folder: Path) -> str:
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_report.py"), str(folder)], capture_output=True, text=True, timeout=HANG_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return (folder / "summary.md").read_text()
+
+
+def test_the_table_reads_each_steps_figures_and_names_the_steps_that_left_none(tmp_path):
+    (tmp_path / "limits.json").write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "matmul_tflops": 778.5, "copy_tb_s": 3.03}))
+    (tmp_path / "gpu_tests.xml").write_text('<testsuites><testsuite name="pytest" errors="0" failures="1" skipped="0" tests="5"/></testsuites>')
+    (tmp_path / "train.json").write_text(json.dumps({"ms_per_step": 321.4, "mfu": 0.2999, "peak_gpu_memory_gib": 28.7}))
+    table = report(tmp_path)
+    assert "| matrix products (bf16) | 778 TFLOP/s |" in table and "| copy bandwidth | 3.03 TB/s |" in table
+    assert "| pytest -m gpu | 4 passed, 1 failed, 0 errors, 0 skipped |" in table
+    assert "| LoRA step | 321 ms, MFU 30.0%, peak 28.7 GiB |" in table
+    for step in ("scoring benchmark", "LoRA step, ZeRO-2", "judge-serve load"):
+        assert f"| {step} | did not finish (log.txt) |" in table
+    assert json.loads((tmp_path / "summary.json").read_text())["score"] is None
+
+
+@pytest.mark.slow
+def test_the_rehearsal_runs_every_step_and_ends_with_the_table(tmp_path):
+    """GPU_CHECK_SMOKE: the same steps on a CPU with a tiny judge, from an empty folder, with this Python
+    and the installed package (no wheels to install)."""
+    env = {**os.environ, "GPU_CHECK_SMOKE": "1", "PYTHON": sys.executable, "GPU_CHECK_WHEELS": str(tmp_path / "no-wheels")}
+    done = subprocess.run(["bash", str(BENCHMARKS / "gpu_check.sh"), str(tmp_path / "out")], capture_output=True, text=True, env=env,
+                          timeout=HANG_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    steps = (tmp_path / "out" / "steps.txt").read_text().splitlines()
+    assert [line.split()[:2] for line in steps] == [[name, "rc=0"] for name in
+                                                   ("versions", "limits", "gpu_tests", "score", "train", "train_zero2", "serve", "report")]
+    score = json.loads((tmp_path / "out" / "score.json").read_text())
+    assert score["generate_floor_ratio"] > 1 and score["logits_floor_ratio"] > 1  # nothing runs faster than its floor
+    table = done.stdout
+    assert "| pytest -m gpu | 0 passed, 0 failed, 0 errors, 5 skipped |" in table and "did not finish" not in table
+    assert "| judge-serve, 4 clients |" in table
