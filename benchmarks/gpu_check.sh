@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check: every GPU-only test and every benchmark in one run of at most ~8 minutes on one H100 or
-# H200, each figure written as JSON under OUT and a short table printed at the end (benchmarks/gpu_report.py).
+# H200. OUT receives five files, within the device tool's eight: log.txt (every step's output), steps.txt
+# (each step's exit code and seconds), profile.txt (where scoring's time goes), summary.json (every figure)
+# and summary.md (the short table benchmarks/gpu_report.py makes of them, also printed at the end).
 #
 #   bash benchmarks/gpu_wheels.sh           # here, once per change: what the GPU machine lacks, as wheels in .whl/
 #   bash benchmarks/gpu_check.sh "$OUT"     # there, in the repository (the device tool: carry .whl)
@@ -13,6 +15,7 @@ OUT=$(realpath -m "${1:-gpu_check}")
 REPO=$(realpath "$(dirname "$0")/..")
 PY=${PYTHON:-python3}
 SMOKE=${GPU_CHECK_SMOKE:-}
+FIGURES=$(mktemp -d)  # each step's JSON, gathered into summary.json at the end
 mkdir -p "$OUT"
 DEADLINE=$((SECONDS + ${GPU_CHECK_SECONDS:-480}))
 export PYTHONUNBUFFERED=1
@@ -50,29 +53,34 @@ figure() {  # figure FILE KEY DEFAULT: a number from a JSON written by an earlie
 step versions 60 $PY -c "import torch, transformers, peft, mmjudge; print(torch.__version__, torch.version.cuda, transformers.__version__, peft.__version__, mmjudge.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
 
 if [ -n "$SMOKE" ]; then
-  step limits 60 $PY $REPO/benchmarks/gpu_limits.py --device cpu --size 256 --copy_mib 16 --json "$OUT/limits.json"
+  step limits 60 $PY $REPO/benchmarks/gpu_limits.py --device cpu --size 256 --copy_mib 16 --json "$FIGURES/limits.json"
 else
-  step limits 60 $PY $REPO/benchmarks/gpu_limits.py --json "$OUT/limits.json"
+  step limits 60 $PY $REPO/benchmarks/gpu_limits.py --json "$FIGURES/limits.json"
 fi
-PEAK=$(figure "$OUT/limits.json" matmul_tflops 798)
-COPY=$(figure "$OUT/limits.json" copy_tb_s 3.0)
+PEAK=$(figure "$FIGURES/limits.json" matmul_tflops 798)
+COPY=$(figure "$FIGURES/limits.json" copy_tb_s 3.0)
 
 step gpu_tests 150 $PY -m pytest -c "$REPO/pyproject.toml" --rootdir "$REPO" -m gpu "$REPO/tests/infer/test_decoding_gpu.py" -q -p no:cacheprovider \
-  --junitxml="$OUT/gpu_tests.xml"
+  --junitxml="$FIGURES/gpu_tests.xml"
 
 if [ -n "$SMOKE" ]; then
   SCALE=(--tiny --device cpu --samples 4 --reference_samples 1 --new_tokens 8 --max_tiles 1 --invariance_samples 2)
   TRAIN=(--tiny --device cpu --steps 1 --seq_len 600 --tiles 1)
   SERVE=(--clients 1 4 --requests 4 --new_tokens 4 --time_limit_s 30)
+  PROFILE=(--tiny --device cpu --samples 3 --new_tokens 3 --max_tiles 1)
 else
   SCALE=(--samples 48 --reference_samples 2 --new_tokens 256 --invariance_samples 16)
   TRAIN=(--steps 5)
   SERVE=(--device cuda --clients 1 8 32 64 --requests 128 --new_tokens 64 --time_limit_s 20)
+  PROFILE=(--samples 16 --new_tokens 64)
 fi
-step score 240 $PY $REPO/benchmarks/score_throughput.py "${SCALE[@]}" --peak_tflops "$PEAK" --copy_tb_s "$COPY" --json "$OUT/score.json"
-step train 100 $PY $REPO/benchmarks/train_throughput.py "${TRAIN[@]}" --peak_tflops "$PEAK" --json "$OUT/train.json"
-step train_zero2 100 $PY $REPO/benchmarks/train_throughput.py "${TRAIN[@]}" --peak_tflops "$PEAK" --deepspeed $REPO/configs/deepspeed/zero2.json --json "$OUT/train_zero2.json"
-step serve 120 $PY $REPO/benchmarks/serve_load.py "${SERVE[@]}" --json "$OUT/serve.json"
+step score 240 $PY $REPO/benchmarks/score_throughput.py "${SCALE[@]}" --peak_tflops "$PEAK" --copy_tb_s "$COPY" --json "$FIGURES/score.json"
+step train 100 $PY $REPO/benchmarks/train_throughput.py "${TRAIN[@]}" --peak_tflops "$PEAK" --json "$FIGURES/train.json"
+step train_zero2 100 $PY $REPO/benchmarks/train_throughput.py "${TRAIN[@]}" --peak_tflops "$PEAK" --deepspeed $REPO/configs/deepspeed/zero2.json --json "$FIGURES/train_zero2.json"
+step serve 120 $PY $REPO/benchmarks/serve_load.py "${SERVE[@]}" --json "$FIGURES/serve.json"
 
-DEADLINE=$((SECONDS + 60)) step report 30 $PY $REPO/benchmarks/gpu_report.py "$OUT"
+step profile 100 $PY $REPO/benchmarks/profile_score.py "${PROFILE[@]}" --out "$OUT/profile.txt"
+
+DEADLINE=$((SECONDS + 60)) step report 30 $PY $REPO/benchmarks/gpu_report.py "$FIGURES"
+cp "$FIGURES/summary.json" "$FIGURES/summary.md" "$OUT/" 2>/dev/null
 cat "$OUT/summary.md" 2>/dev/null

@@ -43,8 +43,10 @@ def test_the_rehearsal_runs_every_step_and_ends_with_the_table(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     steps = (tmp_path / "out" / "steps.txt").read_text().splitlines()
     assert [line.split()[:2] for line in steps] == [[name, "rc=0"] for name in
-                                                   ("versions", "limits", "gpu_tests", "score", "train", "train_zero2", "serve", "report")]
-    score = json.loads((tmp_path / "out" / "score.json").read_text())
+                                                   ("versions", "limits", "gpu_tests", "score", "train", "train_zero2", "serve", "profile", "report")]
+    # within the eight files the device tool brings back
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["log.txt", "profile.txt", "steps.txt", "summary.json", "summary.md"]
+    score = json.loads((tmp_path / "out" / "summary.json").read_text())["score"]
     assert score["generate_floor_ratio"] > 1 and score["logits_floor_ratio"] > 1  # nothing runs faster than its floor
     table = done.stdout
     assert "| pytest -m gpu | 0 passed, 0 failed, 0 errors, 5 skipped |" in table and "did not finish" not in table
