@@ -12,7 +12,7 @@
        validation ids that only the judge scored to the test ids that people scored too; report/calibrator.json
        is the trained judge's map (judge-score --calibrator refuses it for another judge)
     6. pairwise: synthetic pairs whose people prefer the answer with the better quality word (a tie where
-       both say the same), split likewise; the untrained judge judges the test pairs in both orders,
+       both say the same; no rationale), split likewise; the untrained judge judges the test pairs in both orders,
        judge-train teaches the base judge people's verdicts (both orders of every pair), the trained judge
        judges them again, and judge-calibrate compares both with people: accuracy, and how often the answer
        shown first wins (position bias)
@@ -68,6 +68,7 @@ class DemoSettings:
     max_steps: int | None = _setting("judge-train's optimizer steps (none: the epochs of the bundled training preset tiny)")
     pairs: int = _setting("synthetic pairs (one id each) of the pairwise part, split as the samples are")
     pair_steps: int = _setting("judge-train's optimizer steps on the pairs")
+    pair_learning_rate: float = _setting("judge-train's peak learning rate on the pairs (configs/train/tiny.yaml's for the samples)")
     seed: int = _setting("seed of the judge, the dataset and the split")
 
 
@@ -173,8 +174,10 @@ def _main(argv) -> int:
                            "--human", str(files["test"]), "--overall", "expected_score", "--output_dir", str(out / "report")])
 
     pair_sizes = split_sizes(settings, settings.pairs)
+    # People's preferences alone: with a rationale naming both markers to write first, the tiny judge learnt no
+    # verdict at all (docs/pairwise.md, "The demo's pairwise part").
     timed("6a: write pairs", [py, "-m", "mmjudge.judge.testing", "pairs", "--pairs", str(settings.pairs), "--annotated", "--text_only",
-                             "--seed", seed, str(out / "pairs")])
+                             "--no_rationale", "--seed", seed, str(out / "pairs")])
     pairs = split(out / "pairs", pair_sizes, settings.seed, "pairs.json")
     # Both judges are read by their verdict distributions (the untrained judge writes no verdict), in both orders.
     judge_pairs = ["--input_dir", str(out / "pairs"), "--input_file", "test.json", "--pair_rule", "mean_probability", *score]
@@ -183,7 +186,8 @@ def _main(argv) -> int:
     shutil.rmtree(out / "pairwise-judge", ignore_errors=True)
     timed("6c: train on pairs", [py, "-m", "mmjudge.train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(pairs["train"]),
                                 "--eval_file", str(pairs["validation"]), "--input_dir", str(out / "pairs"), "--output_dir", str(out / "pairwise-judge"),
-                                "--config", "tiny", "--max_steps", str(settings.pair_steps), "--save_steps", str(settings.pair_steps), *rubric])
+                                "--config", "tiny", "--max_steps", str(settings.pair_steps), "--save_steps", str(settings.pair_steps),
+                                "--learning_rate", str(settings.pair_learning_rate), *rubric])
     timed("6d: judge pairs after training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "pairwise-judge"),
                                             "--output_dir", str(out / "pairs-after"), *judge_pairs])
     timed("6e: calibrate the verdicts", [py, "-m", "mmjudge.calibration.cli", "--predictions", str(out / "pairs-before" / "eval_result.json"),

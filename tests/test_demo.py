@@ -1,8 +1,9 @@
 """judge-demo, run exactly as `make demo` runs it: every step succeeds, the report is written from splits
 that share no id, and training is real - on test samples neither training nor checkpoint selection saw,
 the judge goes from no agreement with the human scores to Pearson above 0.8, scored by judge-score from
-the saved output; it prints each model's PPI++ benchmark score, the score sets' held-out coverage and the
-image-reliance figures. A failing step stops the demo with its exit code."""
+the saved output, and on test pairs from chance to people's verdicts (accuracy with ties 0.7 or more); it
+prints each model's PPI++ benchmark score, the score sets' held-out coverage and the image-reliance figures.
+A failing step stops the demo with its exit code."""
 
 import json
 import os
@@ -88,7 +89,13 @@ def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
     assert list(figures["seconds"]["steps"]) == ["1a: write a tiny judge", "1b: write a dataset", "2: score before training", "3: train",
                                                  "4: score after training", "5: calibrate", "6a: write pairs", "6b: judge pairs before training",
                                                  "6c: train on pairs", "6d: judge pairs after training", "6e: calibrate the verdicts"]
-    assert figures["pairs"]["splits"] == {"train": 120, "validation": 40, "test": 40} and "Pairwise: the judge's verdicts" in done.stdout
+    # The pairwise part: on test pairs it never saw, the judge learnt people's rule (a rationale naming the
+    # markers had it learn none: 0.125), and no longer prefers the answer shown first
+    pairs = figures["pairs"]
+    assert pairs["splits"] == {"train": 240, "validation": 80, "test": 80} and "Pairwise: the judge's verdicts" in done.stdout
+    assert pairs["after"]["accuracy_with_ties"] >= max(0.7, pairs["before"]["accuracy_with_ties"] + 0.2), pairs
+    assert 0.2 <= pairs["after"]["first_shown_wins"] <= 0.8, pairs
+    assert f"after: accuracy {pairs['after']['accuracy_with_ties']:.3f} with ties (n = 80)" in done.stdout
     assert sum(figures["seconds"]["steps"].values()) <= figures["seconds"]["total"]
     assert figures["splits"] == {"train": 240, "validation": 80, "test": 80} and figures["machine"]["cores"] == os.cpu_count()
     assert figures["validation_pearson_best"] == max(h["overall"]["pearson"] or -1 for h in history)

@@ -4,7 +4,7 @@ synthetic pairs.
     python -m mmjudge.judge.testing checkpoint --format original|native [--seed N] [--shards K] [--dtype D] OUT_DIR
     python -m mmjudge.judge.testing checkpoint --family NAME [--seed N] [--rope_switch N] OUT_DIR
     python -m mmjudge.judge.testing dataset --samples N [--seed N] [--annotated] OUT_DIR
-    python -m mmjudge.judge.testing pairs --pairs N [--seed N] [--annotated] [--text_only] OUT_DIR
+    python -m mmjudge.judge.testing pairs --pairs N [--seed N] [--annotated] [--text_only] [--no_rationale] OUT_DIR
 
 Both print the path they wrote. See `judge/testing/synthetic.py` for the annotated scores' rule.
 """
@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="add a preference (the answer with the better closing marker; a tie where they match), annotator and rationale, "
                             "and a second annotator for every fourth pair (default: off)")
     pairs.add_argument("--text_only", action="store_true", help="keep the texts alone: no images (default: off)")
+    pairs.add_argument("--no_rationale", action="store_true", help="with --annotated: the preference alone, no rationale (default: off)")
     return p
 
 
@@ -78,7 +79,8 @@ def _main(argv) -> int:
     elif args.command == "pairs":
         if args.pairs < 1:
             raise UsageError(f"--pairs must be at least 1, got {args.pairs}")
-        path = write_pairs(args.out_dir, args.pairs, seed=args.seed, annotated=args.annotated, text_only=args.text_only)
+        path = write_pairs(args.out_dir, args.pairs, seed=args.seed, annotated=args.annotated, text_only=args.text_only,
+                           rationale=not args.no_rationale)
     else:
         if args.samples < 1:
             raise UsageError(f"--samples must be at least 1, got {args.samples}")

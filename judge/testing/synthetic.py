@@ -121,13 +121,17 @@ def write_dataset(out_dir: str | Path, n_samples: int, *, seed: int = 0, annotat
     return path
 
 
-def write_pairs(out_dir: str | Path, n_pairs: int, *, seed: int = 0, annotated: bool = False, text_only: bool = False) -> Path:
+def write_pairs(out_dir: str | Path, n_pairs: int, *, seed: int = 0, annotated: bool = False, text_only: bool = False,
+                rationale: bool = True) -> Path:
     """OUT_DIR/pairs.json (and the images of a synthetic dataset of 2 x n_pairs samples, data.json): pair k is
     sample 2k-1's question with its answer as A and sample 2k's as B, `pair_000k`, of category general. With
     `annotated=True` people prefer the answer whose closing marker is better (poor < average < excellent), a
     tie where both say the same, and write why; every fourth pair is annotated again by "ann-2", alike. With
     `text_only=True` a pair is the question's first text and each answer's closing sentence, no image: prompts
-    short enough for the demo to train a tiny judge on them in CPU seconds."""
+    short enough for the demo to train a tiny judge on them in CPU seconds. With `rationale=False` people give
+    their preference alone: a rationale naming both markers lets a judge in training read its verdict from
+    its own rationale rather than from the answers, as a critique naming the marker did for scores (module
+    doc); the demo's tiny judge learnt no verdict that way (accuracy 0.125 on the test pairs, docs/pairwise.md)."""
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be at least 1, got {n_pairs}")
     out_dir = Path(out_dir)
@@ -146,8 +150,8 @@ def write_pairs(out_dir: str | Path, n_pairs: int, *, seed: int = 0, annotated: 
         markers = [marker_of(a["answer"]), marker_of(b["answer"])]
         ranks = [MARKERS[m] for m in markers]
         preference = "tie" if ranks[0] == ranks[1] else "A" if ranks[0] > ranks[1] else "B"
-        rationale = f"Answer A is {markers[0]} and answer B is {markers[1]}."
-        pairs.append({**pair, "preference": preference, "annotator": "ann-1", "rationale": rationale})
+        why = {"rationale": f"Answer A is {markers[0]} and answer B is {markers[1]}."} if rationale else {}
+        pairs.append({**pair, "preference": preference, "annotator": "ann-1", **why})
         if k % 4 == 0:
             pairs.append({**pair, "preference": preference, "annotator": "ann-2"})
     path = out_dir / "pairs.json"

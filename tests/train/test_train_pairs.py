@@ -65,6 +65,17 @@ def test_what_the_judge_learns_to_write_is_read_back_as_people_s_verdict(base, d
             assert in_pair_terms(reading.verdict, first) == r.preference
 
 
+def test_pairs_without_a_rationale_teach_the_verdict_alone(tmp_path):
+    """The demo's pairs (write_pairs(rationale=False)): the target is the verdict in the order shown, nothing
+    before it from which the judge could read it."""
+    pairs = load_pairs(write_pairs(tmp_path, 6, seed=3, annotated=True, text_only=True, rationale=False), tmp_path, preferred=True)
+    assert all(p.rationale is None and p.preference for p in pairs)
+    rubric = load_rubrics(TINY_RUBRIC)["general"]
+    flipped = {"A": "B", "B": "A", "tie": "tie"}
+    for r in merge_pair_annotators(pairs):
+        assert [pair_target(r, rubric, first) for first in "AB"] == [f"{VERDICT_HEADING}\n{r.preference}", f"{VERDICT_HEADING}\n{flipped[r.preference]}"]
+
+
 def test_a_preference_its_verdict_format_cannot_write_is_refused_naming_the_pair(base, data, tmp_path):
     rubric = tmp_path / "vlrb.yaml"
     rubric.write_text("kind: pairwise\ncategory: general\nverdict_format: vlrewardbench\ninstructions: Which?\n"
