@@ -8,8 +8,12 @@
                                                          <!-- /figures:NAME -->, rendered from the record
     .venv/bin/python benchmarks/docs_figures.py --check    exit 1 where a page's figures are not its record's
     .venv/bin/python benchmarks/docs_figures.py --render   rewrite the pages' figures from the record, running nothing
+    .venv/bin/python benchmarks/docs_figures.py --seeds demo_seeds/demo_seeds.json
+                                                         take benchmarks/demo_seeds.py's record of the demo on ten
+                                                         seeds as docs/figures/demo_seeds.json, rewrite the pages
 
-The run's commit is the checkout's HEAD; a checkout whose tracked files differ from it (other than the files
+The figures are the ones judge-demo writes to its figures.json, with the run's command, date and load beside
+them. The run's commit is the checkout's HEAD; a checkout whose tracked files differ from it (other than the files
 this script writes) is refused, unless --allow_dirty, which the record and the pages then say. Arguments after
 `--` go to judge-demo (a smaller run for a test: `-- --samples 40 --max_steps 2`).
 """
@@ -18,25 +22,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import re
 import shutil
 import subprocess
 import sys
 import time
 from datetime import datetime, timezone
-from importlib.metadata import version
 from pathlib import Path
 
-from mmjudge.demo.cli import cpu_name, load_average
+from mmjudge.demo.cli import FIGURES, load_average
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = Path("docs/figures/demo.json")
+SEEDS = Path("docs/figures/demo_seeds.json")  # benchmarks/demo_seeds.py's record, as it wrote it
 IMAGES = {"before": Path("docs/images/demo_before_scatter.png"), "after": Path("docs/images/demo_after_scatter.png")}
 PAGES = {"readme": Path("README.md"), "demo": Path("docs/demo.md")}  # region name -> the page that holds it
-WRITTEN = [RECORD, *IMAGES.values(), *PAGES.values()]
-STEP = re.compile(r"^== (?P<title>.+)$|^\s+ok in (?P<seconds>\d+)s", re.MULTILINE)
+WRITTEN = [RECORD, SEEDS, *IMAGES.values(), *PAGES.values()]
 
 
 def git(checkout: Path, *args: str) -> str:
@@ -68,18 +69,6 @@ def run_demo(out: Path, demo_args: list[str]) -> dict:
             "command": " ".join(["judge-demo", "--output_dir", out.name, *demo_args])}
 
 
-def step_seconds(stdout: str) -> dict[str, int]:
-    """Each step's seconds as the demo printed them: `== 3: train` ... `ok in 54s`."""
-    steps, title = {}, None
-    for match in STEP.finditer(stdout):
-        if match["title"]:
-            title = match["title"]
-        elif title is not None:
-            steps[title] = int(match["seconds"])
-            title = None
-    return steps
-
-
 def printed_summary(stdout: str) -> list[str]:
     """What the demo printed once its steps were done, up to the paths of its outputs (which name this machine's folders)."""
     tail = stdout[stdout.index("\nDone in"):].strip()
@@ -87,28 +76,20 @@ def printed_summary(stdout: str) -> list[str]:
 
 
 def figures(out: Path, run: dict, started: dict) -> dict:
-    """The record of one demo run: where and from what it ran, and the figures the docs quote. A checkout that
+    """The record of one demo run: the figures the demo wrote, with where, when and how it ran. A checkout that
     changed while the demo ran is recorded as dirty (the run is kept, and tests/test_docs.py refuses it)."""
-    report = json.loads((out / "report" / "report.json").read_text())
-    pearson = {}
-    for judge in ("before", "after"):
-        table = report["judges"][judge]["criteria"]["overall"]["all"]
-        interval = table["pearson"].get("fisher_95") or {}
-        pearson[judge] = {"value": table["pearson"]["value"], "fisher_95": [interval.get("low"), interval.get("high")], "n": table["n"]["value"]}
-    history = json.loads((out / "trained-judge" / "eval_history.json").read_text())
-    validation = [h["overall"]["pearson"] for h in history if h["overall"].get("pearson") is not None]
-    splits = {name: len({r["id"] for r in json.loads((out / "data" / f"{name}.json").read_text())}) for name in ("train", "validation", "test")}
+    written = json.loads((out / FIGURES).read_text())
     return {
         "command": run["command"],
         "source": started if source(allow_dirty=True) == started else {**started, "dirty": True},
         "run_date": datetime.now(timezone.utc).date().isoformat(),
-        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "load_average_before_after": run["load_average"],
-                    "python": platform.python_version(), "torch": version("torch"), "transformers": version("transformers")},
-        "splits": splits,
-        "pearson": pearson,  # of the judges' expected scores with the human overall score, on the test split
-        "validation_pearson_best": max(validation, default=None),
-        "training_steps": history[-1]["step"] if history else None,
-        "seconds": {"total": round(run["seconds"]), "steps": step_seconds(run["stdout"])},
+        "machine": {**written["machine"], "load_average_before_after": run["load_average"]},
+        "splits": written["splits"],
+        "pearson": written["pearson"],  # of the judges' expected scores with the human overall score, on the test split
+        "validation_pearson_best": written["validation_pearson_best"],
+        "training_steps": written["training_steps"],
+        "pairs": written["pairs"],
+        "seconds": {"total": round(run["seconds"]), "steps": {title: round(seconds) for title, seconds in written["seconds"]["steps"].items()}},
         "printed": printed_summary(run["stdout"]),
     }
 
@@ -126,15 +107,22 @@ def _machine(record: dict) -> str:
             f"{before} when it started and {after} when it ended, from other work on the machine)")
 
 
-def render(record: dict) -> dict[str, str]:
-    """The text of each marked region, from the record alone."""
+def render(record: dict, seeds: dict) -> dict[str, str]:
+    """The text of each marked region, from the records alone: the demo's run and its ten seeds."""
     p, t = record["pearson"], record["splits"]["test"]
-    readme = (f"The demo's last recorded run, `{record['command']}` {_machine(record)}, took {record['seconds']['total']} s; "
-              f"the judge's Pearson with the human overall score on the {t} test samples went from {_r(p['before']['value'])} "
-              f"before training to {_r(p['after']['value'])} after ([the demo](docs/demo.md)).")
+    readme = "\n".join([
+        f"The demo's last recorded run, `{record['command']}` {_machine(record)}, took {record['seconds']['total']} s; "
+        f"the judge's Pearson with the human overall score on the {t} test samples went from {_r(p['before']['value'])} "
+        f"before training to {_r(p['after']['value'])} after ([the demo](docs/demo.md)).",
+        "",
+        *seed_table(seeds),
+    ])
     rows = [f"| {name} training | {_r(p[name]['value'])} | [{_r(p[name]['fisher_95'][0])}, {_r(p[name]['fisher_95'][1])}] | {p[name]['n']:.0f} |"
             for name in ("before", "after")]
     steps = [f"| {title} | {seconds} |" for title, seconds in record["seconds"]["steps"].items()]
+    pairs = record["pairs"]
+    pair_rows = [f"| {name} training | {_r(pairs[name]['accuracy_with_ties'])} | {_r(pairs[name]['accuracy_without_ties'])} "
+                 f"| {_r(pairs[name]['first_shown_wins'])} |" for name in ("before", "after")]
     splits = ", ".join(f"{n} {name}" for name, n in record["splits"].items())
     demo = "\n".join([
         f"`{record['command']}` {_machine(record)}; Python {record['machine']['python']}, torch "
@@ -146,6 +134,12 @@ def render(record: dict) -> dict[str, str]:
         "",
         f"judge-train ran {record['training_steps']} optimizer steps and kept the checkpoint whose Pearson on the validation "
         f"split was best: {_r(record['validation_pearson_best'])}.",
+        "",
+        f"The pairwise part, on the {pairs['splits']['test']} test pairs judged in both orders (trained on {pairs['splits']['train']}):",
+        "",
+        "| pairwise judge | accuracy with ties | without ties | first shown wins |",
+        "|---|---:|---:|---:|",
+        *pair_rows,
         "",
         "| step | seconds |",
         "|---|---:|",
@@ -168,6 +162,23 @@ def render(record: dict) -> dict[str, str]:
     return {"readme": readme, "demo": demo}
 
 
+def seed_table(seeds: dict) -> list[str]:
+    """The demo on every seed, as benchmarks/demo_seeds.py recorded it: each seed's Pearson after training and its time."""
+    runs, floor = seeds["seeds"], seeds["min_pearson"]
+    first = runs[0]
+    commit = first["source"]["commit"] or first["source"]["version"]
+    loads = [load for r in runs for load in (r["load_before"], r["load_after"]) if load is not None]
+    learnt = sum(r["pearson_after"] is not None and r["pearson_after"] >= floor for r in runs)
+    return [f"`{seeds['command']}` for N = {', '.join(str(r['seed']) for r in runs)} (`benchmarks/demo_seeds.py`, one run at {commit[:7]}, "
+            f"on {first['machine']['cpu']}, {first['machine']['cores']} cores, load average {min(loads, default=0):.1f}-{max(loads, default=0):.1f}): "
+            f"{learnt} of {len(runs)} seeds reach a test Pearson of {floor:g} or more after training. Each seed's Pearson and its demo's seconds:",
+            "",
+            "| seed | " + " | ".join(str(r["seed"]) for r in runs) + " |",
+            "|---|" + "---:|" * len(runs),
+            "| Pearson | " + " | ".join(_r(r["pearson_after"]) for r in runs) + " |",
+            "| seconds | " + " | ".join(f"{r['seconds']:.0f}" for r in runs) + " |"]
+
+
 def region(name: str) -> re.Pattern:
     return re.compile(rf"(<!-- figures:{name} -->\n).*?(<!-- /figures:{name} -->)", re.DOTALL)
 
@@ -179,9 +190,13 @@ def rewrite(text: str, name: str, body: str) -> str:
     return pattern.sub(lambda m: f"{m[1]}{body}\n{m[2]}", text, count=1)
 
 
+def rendered_records(root: Path) -> dict[str, str]:
+    return render(json.loads((root / RECORD).read_text()), json.loads((root / SEEDS).read_text()))
+
+
 def stale_pages(root: Path) -> list[str]:
-    """The pages whose figures are not what the record renders to."""
-    rendered = render(json.loads((root / RECORD).read_text()))
+    """The pages whose figures are not what the records render to."""
+    rendered = rendered_records(root)
     stale = []
     for name, page in PAGES.items():
         text = (root / page).read_text()
@@ -190,8 +205,8 @@ def stale_pages(root: Path) -> list[str]:
     return stale
 
 
-def write_pages(root: Path, record: dict) -> None:
-    rendered = render(record)
+def write_pages(root: Path) -> None:
+    rendered = rendered_records(root)
     for name, page in PAGES.items():
         (root / page).write_text(rewrite((root / page).read_text(), name, rendered[name]))
 
@@ -202,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="only compare the pages with the record (default: off)")
     parser.add_argument("--render", action="store_true", help="only rewrite the pages from the record, as after a change of wording (default: off)")
+    parser.add_argument("--seeds", help="benchmarks/demo_seeds.py's demo_seeds.json: take it as the pages' ten-seed record, run nothing")
     parser.add_argument("--demo_dir", default="demo_outputs", help="where judge-demo writes its run (default: demo_outputs)")
     parser.add_argument("--root", default=str(ROOT), help=f"the folder holding README.md and docs/ to write (default: {ROOT})")
     parser.add_argument("--allow_dirty", action="store_true", help="run from a checkout with uncommitted changes (default: off)")
@@ -212,8 +228,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"not what {RECORD} renders to: {', '.join(stale)}; run benchmarks/docs_figures.py", file=sys.stderr)
             return 1
         return 0
-    if args.render:
-        write_pages(root, json.loads((root / RECORD).read_text()))
+    if args.seeds:
+        shutil.copyfile(args.seeds, root / SEEDS)
+    if args.render or args.seeds:
+        write_pages(root)
         return 0
     out = Path(args.demo_dir).resolve()
     started = source(args.allow_dirty)  # refused before minutes of demo, not after
@@ -223,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     (root / RECORD).write_text(json.dumps(record, indent=1) + "\n")
     for judge, image in IMAGES.items():
         shutil.copyfile(out / "report" / "plots" / f"{judge}_scatter.png", root / image)
-    write_pages(root, record)
+    write_pages(root)
     print(f"{root / RECORD}: {_machine(record)}\nPearson {_r(record['pearson']['before']['value'])} -> {_r(record['pearson']['after']['value'])}, "
           f"{record['seconds']['total']} s; rewrote {', '.join(str(p) for p in PAGES.values())} and {', '.join(str(p) for p in IMAGES.values())}")
     return 0
