@@ -104,7 +104,7 @@ def _machine(record: dict) -> str:
     before, after = m["load_average_before_after"]
     dirty = " with uncommitted changes" if s["dirty"] else ""
     return (f"at commit {s['commit'][:7]}{dirty} on {record['run_date']}, on {m['cpu']} ({m['cores']} cores; load average "
-            f"{before} when it started and {after} when it ended, from other work on the machine)")
+            f"{_r(before, 2)} when it started and {_r(after, 2)} when it ended, from other work on the machine)")
 
 
 def render(record: dict, seeds: dict) -> dict[str, str]:

@@ -264,7 +264,7 @@ def source() -> dict:
 
 def load_average() -> float | None:
     """The machine's 1-minute load average (None where the system gives none): what else ran beside a timed demo."""
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
 def cpu_name() -> str:
