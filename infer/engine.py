@@ -113,7 +113,7 @@ def sampled(options: ScoreOptions, pair_id: str, view: str, k: int) -> Sampling:
     if options.samples == 1:
         return Sampling()
     digest = hashlib.sha256(f"{options.seed} {pair_id} {view} {k}".encode()).digest()
-    return Sampling(temperature=options.temperature, seed=int.from_bytes(digest[:8], "little") >> 1)
+    return Sampling(temperature=options.temperature, top_p=options.top_p, seed=int.from_bytes(digest[:8], "little") >> 1)
 
 
 def continuation_ids(tokenizer, text: str) -> list[int]:

@@ -60,10 +60,14 @@ class ScoreOptions:
     samples: int = _option(1, "judgements of each pair in each order; above 1 they are sampled at temperature, and an order's verdict "
                               "is their majority (VL-RewardBench's k-sample voting)", minimum=1)
     temperature: float = _option(1.0, "sampling temperature of the judgements when samples is above 1", minimum=0)
+    top_p: float = _option(1.0, "nucleus of the judgements when samples is above 1: each token drawn from the likeliest ones that "
+                                "together hold this much probability (VL-RewardBench samples at 0.2); 1: from all")
     seed: int = _option(0, "seed of the sampled judgements; each one's own, from it, the pair's id, the order and the sample", minimum=0)
 
     def __post_init__(self):
         problems = setting_problems(ScoreOptions, asdict(self))
+        if not 0 < self.top_p <= 1:
+            problems.append(f"top_p {self.top_p:g} is a share of the probability: give a number above 0 and at most 1")
         if self.samples > 1 and self.temperature == 0:
             problems.append(f"samples {self.samples} at temperature 0 would be {self.samples} copies of one judgement; give a temperature above 0")
         if self.structured and self.mode == "logits":

@@ -11,7 +11,7 @@ from mmjudge.configs import CONFIG_DIR, DEFAULT_RUBRICS
 from mmjudge.infer.cli import main
 from mmjudge.infer.engine import Scorer, prepare
 from mmjudge.infer.options import ScoreOptions
-from mmjudge.judge.data import PairResult, load_pairs
+from mmjudge.judge.data import PairResult, UsageError, load_pairs
 from mmjudge.judge.model import load_judge
 from mmjudge.judge.preferences import pointwise_verdict
 from mmjudge.judge.prompts import load_rubrics
@@ -77,6 +77,24 @@ def test_a_pair_judged_alone_is_the_pair_judged_in_a_batch_in_both_orders(judge,
     pairwise = together[0]
     assert len(pairwise.forward) == len(pairwise.reverse) == options.samples
     assert [j.first for j in pairwise.forward + pairwise.reverse] == ["A"] * options.samples + ["B"] * options.samples
+
+
+def test_sampled_judgements_draw_from_the_nucleus_top_p_keeps(judge, pairs, data):
+    """VL-RewardBench samples at top_p 0.2: a nucleus that holds only the likeliest token draws the greedy
+    judgement every time, while the whole distribution of a random judge (nearly flat) draws others."""
+    greedy = judged(judge, pairs, data, ScoreOptions(max_new_tokens=6, max_tiles=1), [0])[0]
+    sampled = {top_p: judged(judge, pairs, data, ScoreOptions(max_new_tokens=6, max_tiles=1, samples=3, temperature=1.0, top_p=top_p), [0])[0]
+               for top_p in (1e-6, 1.0)}
+    for order in ("forward", "reverse"):
+        expected = getattr(greedy, order)[0].feedback
+        assert [j.feedback for j in getattr(sampled[1e-6], order)] == [expected] * 3
+        assert [j.feedback for j in getattr(sampled[1.0], order)] != [expected] * 3
+
+
+def test_a_top_p_outside_zero_to_one_is_refused():
+    for top_p in (0, 1.5):
+        with pytest.raises(UsageError, match=f"top_p {top_p:g} is a share of the probability"):
+            ScoreOptions(samples=3, top_p=top_p)
 
 
 def test_every_verdict_distribution_sums_to_one_and_is_in_the_pairs_terms(judge, pairs, data):
