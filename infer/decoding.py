@@ -701,15 +701,10 @@ class Decoder:
         less what they hold; a lane whose one slot is larger than the whole budget (a prompt too long for it
         gets that slot all the same) is not counted, so that it does not keep every other request out. On a
         GPU without a budget, what free memory holds, beside room for prefill."""
-        if self.token_budget is None and (free := _memory_budget(self.device, self._bytes_per_token())) is not None:
+        if self.token_budget is None and (free := _memory_budget(self.device, kv_bytes_per_token(self.config, self.dtype))) is not None:
             return free
         budget = self.token_budget or 65536
         return budget - sum(lane.capacity * len(lane.slots) for lane in lanes if lane.capacity <= budget)
-
-    def _bytes_per_token(self) -> int:
-        config = self.config
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * self.dtype.itemsize
 
     def _allocate(self, capacity: int, requests: int, room: int | None = None) -> SlotCache:
         """A cache of as many slots of `capacity` tokens as `room` (by default the whole budget: _room) allows,
@@ -847,6 +842,12 @@ def _completion(row: _Row) -> Completion:
     top_logprobs, top_ids = (torch.stack(column) for column in zip(*row.top)) if row.top else (None, None)
     return Completion(row.request.index, row.tokens, torch.stack(row.logits), row.follow_up_logits, top_logprobs, top_ids,
                       row.choice, row.finish_reason)
+
+
+def kv_bytes_per_token(config, dtype: torch.dtype) -> int:
+    """The keys and values one token keeps in the cache, over every layer of a language model of this config."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * dtype.itemsize
 
 
 def _memory_budget(device: torch.device, bytes_per_token: int) -> int | None:
