@@ -10,6 +10,7 @@
 #
 # Steps run in order of what matters most, each under its own time limit and all under GPU_CHECK_SECONDS
 # (default 480): a step that would start past it is skipped and said so, so the run always ends with a table.
+# GPU_CHECK_STEPS="gpu_tests score ..." runs those steps alone.
 set -u
 OUT=$(realpath -m "${1:-gpu_check}")
 REPO=$(realpath "$(dirname "$0")/..")
@@ -34,6 +35,9 @@ cd "$(mktemp -d)" || exit 2
 step() {  # step NAME SECONDS COMMAND...: run COMMAND under min(SECONDS, time left), its output in log.txt
   local name=$1 limit=$2 left=$((DEADLINE - SECONDS)) start=$SECONDS rc
   shift 2
+  if [ -n "${GPU_CHECK_STEPS:-}" ] && [[ " $GPU_CHECK_STEPS report " != *" $name "* ]]; then
+    return  # not asked for: GPU_CHECK_STEPS names the steps to run (the table is always made)
+  fi
   ((left < limit)) && limit=$left
   if ((limit < 10)); then
     echo "$name skipped (out of time)" | tee -a "$OUT/steps.txt"
@@ -60,8 +64,9 @@ fi
 PEAK=$(figure "$FIGURES/limits.json" matmul_tflops 798)
 COPY=$(figure "$FIGURES/limits.json" copy_tb_s 3.0)
 
-step gpu_tests 150 $PY -m pytest -c "$REPO/pyproject.toml" --rootdir "$REPO" -m gpu "$REPO/tests/infer/test_decoding_gpu.py" -q -p no:cacheprovider \
-  --junitxml="$FIGURES/gpu_tests.xml"
+# the GPU-only tests, and the split-KV attention's (which run in Triton's interpreter where there is no GPU)
+step gpu_tests 180 $PY -m pytest -c "$REPO/pyproject.toml" --rootdir "$REPO" -m "gpu or slow or not slow" "$REPO/tests/infer/test_decoding_gpu.py" \
+  "$REPO/tests/infer/test_split_kv.py" -q -p no:cacheprovider --junitxml="$FIGURES/gpu_tests.xml"
 
 if [ -n "$SMOKE" ]; then
   SCALE=(--tiny --device cpu --samples 4 --reference_samples 1 --new_tokens 8 --max_tiles 1 --invariance_samples 2)
@@ -69,7 +74,7 @@ if [ -n "$SMOKE" ]; then
   SERVE=(--clients 1 4 --requests 4 --new_tokens 4 --time_limit_s 30)
   PROFILE=(--tiny --device cpu --samples 3 --new_tokens 3 --max_tiles 1)
 else
-  SCALE=(--samples 48 --reference_samples 2 --new_tokens 256 --invariance_samples 16)
+  SCALE=(--samples 48 --reference_samples 2 --new_tokens 256 --invariance_samples 16 --compare_sdpa)
   TRAIN=(--steps 5)
   SERVE=(--device cuda --clients 1 8 32 64 --requests 128 --new_tokens 64 --time_limit_s 20)
   PROFILE=(--samples 16 --new_tokens 64)

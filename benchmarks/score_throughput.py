@@ -119,8 +119,12 @@ def reference_loop(judge: Judge, items, new_tokens: int, device: str) -> tuple[f
     return time.perf_counter() - start, outputs
 
 
-def engine_run(judge, rubrics, items, options, device) -> tuple[float, dict]:
+def engine_run(judge, rubrics, items, options, device, split_kv: bool | None = None) -> tuple[float, dict]:
+    """The engine's wall time and records; `split_kv`: its decoding steps' attention, split-KV or SDPA
+    (None: the decoder's own choice, split-KV on a GPU)."""
     scorer = Scorer(judge, rubrics, options, device)
+    if split_kv is not None:
+        scorer.decoder.split_kv = split_kv
     _sync(device)
     start = time.perf_counter()
     results = {r.id: r for batch in scorer.run(items) for _, r in batch}
@@ -181,7 +185,7 @@ def main() -> None:
     add_revision_flag(p)
     p.add_argument("--tiny", action="store_true", help="a tiny random judge (CPU smoke test)")
     p.add_argument("--samples", type=int, default=48, help="workload size (default: 48)")
-    p.add_argument("--reference_samples", type=int, default=8, help="samples timed in the reference loop (default: 8)")
+    p.add_argument("--reference_samples", type=int, default=8, help="samples timed in the reference loop; 0: none (default: 8)")
     p.add_argument("--new_tokens", type=int, default=256, help="tokens generated per sample on both sides (default: 256)")
     p.add_argument("--token_budget", type=int, help="the engine's KV-cache tokens (default: judge-score's: what free GPU memory holds)")
     p.add_argument("--max_tiles", type=int, default=12, help="tiles per image, as MMIE-Eval uses (default: 12)")
@@ -192,6 +196,8 @@ def main() -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--invariance_samples", type=int, default=0,
                    help="also score this many samples alone (--token_budget 1) and count records that differ from the batched ones")
+    p.add_argument("--compare_sdpa", action="store_true",
+                   help="also time generate mode with SDPA decoding steps, the attention used before split-KV (GPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args()
@@ -213,10 +219,14 @@ def main() -> None:
         n_ref = min(args.reference_samples, len(items))
         if args.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
-        reference_loop(judge, warm_up_share(items[:n_ref]), args.new_tokens, args.device)
-        ref_time, ref_out = reference_loop(judge, items[:n_ref], args.new_tokens, args.device)
+        if n_ref:
+            reference_loop(judge, warm_up_share(items[:n_ref]), args.new_tokens, args.device)
+        ref_time, ref_out = reference_loop(judge, items[:n_ref], args.new_tokens, args.device) if n_ref else (None, [])
         engine_run(judge, rubrics, warm_up_share(items), generate, args.device)
         eng_time, eng_out = engine_run(judge, rubrics, items, generate, args.device)
+        if args.compare_sdpa:
+            engine_run(judge, rubrics, warm_up_share(items), generate, args.device, split_kv=False)
+            sdpa_time, _ = engine_run(judge, rubrics, items, generate, args.device, split_kv=False)
         logits = ScoreOptions(mode="logits", token_budget=args.token_budget, max_tiles=args.max_tiles)
         logit_items = prepare(judge, samples, rubrics, data, logits)
         engine_run(judge, rubrics, warm_up_share(logit_items), logits, args.device)
@@ -226,9 +236,10 @@ def main() -> None:
         figures = {
             "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
             "samples": len(items), "new_tokens": args.new_tokens,
-            "reference_samples_per_s": n_ref / ref_time,
+            "decoding_attention": "split-KV" if Scorer(judge, rubrics, generate, args.device).decoder.split_kv else "SDPA",
+            "reference_samples_per_s": n_ref / ref_time if n_ref else None,
             "engine_samples_per_s": len(items) / eng_time,
-            "speedup": (len(items) / eng_time) / (n_ref / ref_time),
+            "speedup": (len(items) / eng_time) / (n_ref / ref_time) if n_ref else None,
             "logits_samples_per_s": len(items) / log_time,
             "prefill_tflops": prefill / log_time / 1e12,
             "greedy_agreement": f"{agree}/{n_ref}",
@@ -237,6 +248,8 @@ def main() -> None:
             "mmie_hours_logits": MMIE_SAMPLES / (len(items) / log_time) / 3600,
             "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if args.device.startswith("cuda") else None,
         }
+        if args.compare_sdpa:
+            figures["engine_samples_per_s_sdpa"] = len(items) / sdpa_time
         figures["prefill_utilisation"] = figures["prefill_tflops"] / args.peak_tflops
         # The physical floor: prefill FLOPs at the matrix rate, plus the cache each written token must read.
         prefill_floor_s = prefill / args.peak_tflops / 1e12

@@ -19,8 +19,10 @@ a chunked prompt is encoded as its unchunked prefill encodes it, on either side 
 
 Decoding: one token per busy slot and step, each row at its own place in its slot (and at its own rotary
 position: the place plus the row's M-RoPE delta), attending to its own slot up to that place. On a GPU each
-step is a CUDA graph (one per cache width in steps of `WIDTH_STEP`), so a
-step costs the kernels' time rather than Python's. A row that finishes leaves its slot at once and the
+step is a CUDA graph, so a step costs the kernels' time rather than Python's, and its attention is
+split-KV attention (infer/split_kv.py), which reads each row's keys and values up to its own place only:
+one graph per cache. Elsewhere attention is SDPA through a mask over the slots' first `width` positions
+(the longest row's place rounded up to `WIDTH_STEP`). A row that finishes leaves its slot at once and the
 next prompt is prefilled into it, so the batch stays full instead of waiting for its longest answer.
 
 A request may carry its own limit on new tokens (a chat request's `max_tokens`), anything up to the
@@ -60,6 +62,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -67,6 +70,7 @@ from typing import NamedTuple
 import torch
 
 from mmjudge.infer.grammar import Grammar, Matcher, allowed_tokens, token_masks
+from mmjudge.infer.split_kv import ATTENTION, triton_available
 from mmjudge.judge.backbones import backbone_of
 from mmjudge.judge.rope import context_length
 from mmjudge.judge.vision import Pixels
@@ -74,7 +78,7 @@ from mmjudge.judge.vision import Pixels
 # Prefill groups hold at most this many tokens, padding included: enough rows for the matrix units to run
 # at full rate, few enough that the group's activations stay small beside the KV cache.
 PREFILL_TOKENS = 16384
-# Decoding attends to the slots' first `width` positions, rounded up to this step: a CUDA graph per width.
+# SDPA decoding attends to the slots' first `width` positions, rounded up to this step.
 WIDTH_STEP = 512
 # Slots of a lane opened for a request that arrived while the others run (a server's): room for those after it.
 JOIN_SLOTS = 8
@@ -253,6 +257,8 @@ class Decoder:
         self.cache_argument = _cache_argument(self.lm.layers[0])
         # Graphs need every weight in place: not under ZeRO-3, whose hooks gather weights as each layer runs.
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda" and not any(hasattr(p, "ds_id") for p in model.parameters())
+        # Decoding steps' attention: split-KV on a GPU (Triton comes with PyTorch's CUDA builds), SDPA elsewhere.
+        self.split_kv = self.device.type == "cuda" and triton_available()
         # Forward passes run, for a server's metrics: prefill groups (or chunks) and decoding steps (one for all
         # busy slots); and the prompt tokens prefilled.
         self.prefills = self.steps = self.prefill_tokens = 0
@@ -271,17 +277,20 @@ class Decoder:
 
     def _layers(self, hidden: torch.Tensor, places: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor | None,
                 cache: SlotCache | None, deepstack: list[torch.Tensor] | None = None, images: torch.Tensor | None = None,
-                reach: torch.Tensor | None = None) -> torch.Tensor:
+                reach: torch.Tensor | None = None, slot_lengths: torch.Tensor | None = None) -> torch.Tensor:
         """The decoder layers and the final norm over `hidden` at `places` (batch, length) with the rotary
         positions `rotary` ((batch, length), or (3, batch, length) for M-RoPE); DeepStack features are added to
         the image tokens (`images`, a mask) after the early layers, as the native model adds them. `reach`:
         rotary positions that ride along with `rotary` for the rotary embedding alone (a chunk's prompt's last
-        position: judge/rope.py picks a row's regime by its largest position), their embeddings dropped."""
+        position: judge/rope.py picks a row's regime by its largest position), their embeddings dropped.
+        `slot_lengths`: a decoding step's split-KV attention, each row reading its slot up to that length (the
+        mask is then not read)."""
+        attention = {} if slot_lengths is None else {"slot_lengths": slot_lengths}
         cos, sin = self.lm.rotary_emb(hidden, position_ids=rotary if reach is None else torch.cat([rotary, reach], dim=-1))
         position_embeddings = (cos[..., : hidden.shape[1], :], sin[..., : hidden.shape[1], :])
         for index, layer in enumerate(self.lm.layers[: self.config.num_hidden_layers]):
             hidden = layer(hidden, attention_mask=mask, position_ids=places, position_embeddings=position_embeddings,
-                           **{self.cache_argument: cache})
+                           **{self.cache_argument: cache}, **attention)
             if deepstack is not None and index < len(deepstack):
                 hidden = hidden.clone()
                 hidden[images] = hidden[images] + deepstack[index].to(hidden.dtype)
@@ -379,8 +388,14 @@ class Decoder:
         """One decoding step of every slot: tokens (slots,) at cache.positions."""
         places = cache.positions[:, None]
         rotary = places + cache.deltas[:, None]
-        mask = (torch.arange(cache.width, device=self.device) <= places)[:, None, None, :]
-        hidden = self._layers(self.lm.embed_tokens(tokens[:, None]), places, rotary.expand(3, -1, -1) if self.backbone.mrope else rotary, mask, cache)
+        rotary = rotary.expand(3, -1, -1) if self.backbone.mrope else rotary
+        embeds = self.lm.embed_tokens(tokens[:, None])
+        if self.split_kv:
+            with _attention_implementation(self.config, ATTENTION):
+                hidden = self._layers(embeds, places, rotary, None, cache, slot_lengths=cache.positions + 1)
+        else:
+            mask = (torch.arange(cache.width, device=self.device) <= places)[:, None, None, :]
+            hidden = self._layers(embeds, places, rotary, mask, cache)
         return self._head(hidden[:, -1], logprobs, draws, masks)
 
     def _masks(self, rows: list[_Row | None]) -> torch.Tensor | None:
@@ -594,7 +609,8 @@ class Decoder:
         rows = [row if row is not None and not row.prefilling else None for row in lane.slots]
         if not any(rows):
             return []
-        width = min(lane.capacity, -(-max(row.position + 1 for row in rows if row) // WIDTH_STEP) * WIDTH_STEP)
+        # split-KV attention reads each row's own length whatever the width: the whole slot, one graph per lane
+        width = lane.capacity if self.split_kv else min(lane.capacity, -(-max(row.position + 1 for row in rows if row) // WIDTH_STEP) * WIDTH_STEP)
         # a slot being prefilled in chunks is written at the position where its next chunk starts, which that chunk overwrites
         lane.cache.positions.copy_(torch.tensor([row.position if row else 0 for row in lane.slots]))
         lane.cache.deltas.copy_(torch.tensor([row.delta if row else 0 for row in lane.slots]))
@@ -870,6 +886,17 @@ def _cache_argument(layer: torch.nn.Module) -> str:
             return name
     raise TypeError(f"{type(layer).__name__}.forward takes its cache by neither `cache` nor `past_key_values`: "
                     "a transformers release this decoder does not know (pyproject.toml lists those tested)")
+
+
+@contextmanager
+def _attention_implementation(config, name: str) -> Iterator[None]:
+    """The language model's attention function, by its AttentionInterface name, while the block runs."""
+    before = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
 
 
 def _empty_cache(device: torch.device) -> None:

@@ -9,6 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+
+# Where there is no GPU, Triton kernels (infer/split_kv_kernels.py) run in Triton's interpreter. Triton reads
+# this as triton.language is imported (transformers imports it), so here, before any test module.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # What such a process runs: a module (`-m`), or a console script or launcher by name.
 SLOW_MODULES = {"torch.distributed.run", "mmjudge.train.cli", "mmjudge.demo.cli", "mmjudge.serve.cli"}

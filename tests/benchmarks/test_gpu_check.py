@@ -26,7 +26,7 @@ def test_the_table_reads_each_steps_figures_and_names_the_steps_that_left_none(t
     (tmp_path / "train.json").write_text(json.dumps({"ms_per_step": 321.4, "mfu": 0.2999, "peak_gpu_memory_gib": 28.7}))
     table = report(tmp_path)
     assert "| matrix products (bf16) | 778 TFLOP/s |" in table and "| copy bandwidth | 3.03 TB/s |" in table
-    assert "| pytest -m gpu | 4 passed, 1 failed, 0 errors, 0 skipped |" in table
+    assert "| GPU tests (pytest) | 4 passed, 1 failed, 0 errors, 0 skipped |" in table
     assert "| LoRA step | 321 ms, MFU 30.0%, peak 28.7 GiB |" in table
     for step in ("scoring benchmark", "LoRA step, ZeRO-2", "judge-serve load"):
         assert f"| {step} | did not finish (log.txt) |" in table
@@ -49,5 +49,5 @@ def test_the_rehearsal_runs_every_step_and_ends_with_the_table(tmp_path):
     score = json.loads((tmp_path / "out" / "summary.json").read_text())["score"]
     assert score["generate_floor_ratio"] > 1 and score["logits_floor_ratio"] > 1  # nothing runs faster than its floor
     table = done.stdout
-    assert "| pytest -m gpu | 0 passed, 0 failed, 0 errors, 5 skipped |" in table and "did not finish" not in table
+    assert "| GPU tests (pytest) | 4 passed, 0 failed, 0 errors, 7 skipped |" in table and "did not finish" not in table
     assert "| judge-serve, 4 clients |" in table

@@ -138,3 +138,43 @@ def test_constrained_steps_and_chunked_prefills_under_cuda_graphs_write_what_eag
         return {(c.index, c.choice): c.tokens for done in decoder.generate(requests(), load, 60) for c in done}
 
     assert run(True, 256) == run(False, None)
+
+
+def test_split_kv_attention_in_bf16_gives_each_row_the_same_bits_alone_and_batched():
+    """What SDPA's masked kernels do not promise: a row's attention in bf16 is the same alone, in a slot as
+    wide as its own length, as beside longer rows in a wider cache; and close to float64's."""
+    from mmjudge.infer.split_kv import SPAN, slot_attention
+
+    lengths = [1, 300, SPAN, SPAN + 1, 5 * SPAN + 77]
+    generator = torch.Generator().manual_seed(0)
+    for heads, kv_heads, head_dim in [(32, 32, 96), (16, 2, 128)]:  # Phi-3-mini's; Qwen2.5-VL-3B's
+        keys, values = (torch.randn(len(lengths), kv_heads, max(lengths) + 512, head_dim, generator=generator).to("cuda", torch.bfloat16)
+                        for _ in range(2))
+        query = torch.randn(len(lengths), heads, 1, head_dim, generator=generator).to("cuda", torch.bfloat16)
+        batched, _ = slot_attention(None, query, keys, values, None, slot_lengths=torch.tensor(lengths, device="cuda"))
+        for row, length in enumerate(lengths):
+            alone, _ = slot_attention(None, query[row:row + 1], keys[row:row + 1, :, :length], values[row:row + 1, :, :length], None,
+                                      slot_lengths=torch.tensor([length], device="cuda"))
+            assert torch.equal(alone[0], batched[row])
+            k = keys[row, :, :length].double().repeat_interleave(heads // kv_heads, 0)
+            v = values[row, :, :length].double().repeat_interleave(heads // kv_heads, 0)
+            expected = ((query[row].double() @ k.transpose(-1, -2)) * head_dim**-0.5).softmax(-1) @ v
+            torch.testing.assert_close(batched[row, 0].double(), expected[:, 0], rtol=0, atol=2e-2)
+
+
+def test_generate_mode_uses_split_kv_attention_on_the_gpu_and_scores_as_sdpa_steps_do(tmp_path, dataset):
+    """The decoder picks split-KV attention on a GPU; judge-score's records with it, in fp32 under CUDA
+    graphs, are those of SDPA steps."""
+    judge = load_judge(write_original_checkpoint(tmp_path / "ckpt"), "cuda", torch.float32)
+    rubrics = load_rubrics()
+    options = ScoreOptions(max_tiles=2, max_new_tokens=32)
+    items = prepare(judge, list(enumerate(load_samples(dataset / "data.json", dataset))), rubrics, dataset, options)
+    records = {}
+    for split_kv in (True, False):
+        scorer = Scorer(judge, rubrics, options, "cuda")
+        assert scorer.decoder.split_kv
+        scorer.decoder.split_kv = split_kv
+        records[split_kv] = {r.id: r for batch in scorer.run(items) for _, r in batch}
+    for key, one in records[False].items():
+        assert (records[True][key].feedback, records[True][key].generated_tokens) == (one.feedback, one.generated_tokens)
+        assert records[True][key].score_distribution == pytest.approx(one.score_distribution, abs=1e-4)
