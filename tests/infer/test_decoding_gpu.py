@@ -71,8 +71,11 @@ def test_bf16_scoring_on_the_gpu_gives_every_record(tmp_path, dataset):
 
 def test_sampled_cuda_graph_steps_write_what_eager_steps_and_each_request_alone_write(tmp_path, dataset, monkeypatch):
     """Sampling steps replay their own graphs (the draws are graph inputs): sampled and greedy rows side by
-    side, choices forked from one prefill, rows crossing widths, in fp32: the same tokens as eager steps and
-    as each request alone."""
+    side, choices forked from one prefill, rows crossing widths, in fp32: the same tokens as eager steps; and
+    the greedy rows as each request alone. A sampled row alone may draw another token on the GPU: cuBLAS picks
+    its matrix kernels by the batch's size, so a logit's last bit depends on it, and the tiny random judge's
+    near-uniform distributions put many draws within a bit of a boundary (2026-11-27: 1 choice of 16). On
+    the CPU, tests/infer/test_decoding.py checks that sampled rows alone write the same."""
     from concurrent.futures import Future
 
     from mmjudge.infer.decoding import Request, Sampling
@@ -100,8 +103,8 @@ def test_sampled_cuda_graph_steps_write_what_eager_steps_and_each_request_alone_
     everything = list(range(len(items)))
     graphs = run(everything, True)
     assert graphs == run(everything, False)
-    alone = {key: tokens for i in everything for key, tokens in run([i], True).items()}
-    assert graphs == alone
+    alone = {key: tokens for i in everything if samplings[i % 4].temperature == 0 for key, tokens in run([i], True).items()}
+    assert alone and alone == {key: graphs[key] for key in alone}
 
 
 def test_constrained_steps_and_chunked_prefills_under_cuda_graphs_write_what_eager_unchunked_steps_write(tmp_path, dataset, monkeypatch):
