@@ -48,14 +48,15 @@ def rows(figures: dict) -> list[tuple[str, str]]:
                 f"{tests['errors']} errors, {tests['skipped']} skipped"))
     if score := figures["score"]:
         against = f", {score['speedup']:.1f}x the reference loop" if score.get("speedup") else ""
+        passes = f", {score['decode_steps']:,} decoding steps, {score['prefill_passes']:,} prefill passes" if "decode_steps" in score else ""
         attention = score.get("decoding_attention", "SDPA")
         out += [(f"generate mode ({attention} decoding)", f"{score['engine_samples_per_s']:.2f} samples/s{against}, "
-                                                         f"{score['mmie_hours_generate']:.2f} h for MMIE"),
+                                                         f"{score['mmie_hours_generate']:.2f} h for MMIE{passes}"),
                 ("... against its floor", f"{score['generate_floor_ratio']:.2f}x the floor ({score['mmie_hours_generate_floor']:.2f} h for MMIE)"),
                 *([("... with SDPA decoding", f"{score['engine_samples_per_s_sdpa']:.2f} samples/s")] if "engine_samples_per_s_sdpa" in score else []),
                 ("logits mode", f"{score['logits_samples_per_s']:.2f} samples/s, prefill at {100 * score['prefill_utilisation']:.1f}% "
                                 f"of the matrix rate, {score['mmie_hours_logits']:.2f} h for MMIE"),
-                ("greedy agreement with the reference loop", score["greedy_agreement"])]
+                ("greedy agreement with the reference loop", score["greedy_agreement"] if against else "not run")]
         if "invariance_samples" in score:
             out.append(("bf16 batch invariance", f"{score['generate_tokens_differ']} of {score['invariance_samples']} generated texts differ alone; "
                                                  f"logits: {score['logits_score_differs']} scores differ, largest gap {score['logits_max_distribution_gap']:.2g}"))

@@ -33,7 +33,7 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=8)
     p.add_argument("--new_tokens", type=int, default=32)
     p.add_argument("--max_tiles", type=int, default=12)
-    p.add_argument("--token_budget", type=int, default=65536)
+    p.add_argument("--token_budget", type=int, help="the engine's KV-cache tokens (default: judge-score's: what free GPU memory holds)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--rows", type=int, default=25, help="operators printed per mode")
     p.add_argument("--out", help="write the full tables here")

@@ -22,6 +22,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from PIL import Image
@@ -119,9 +120,16 @@ def reference_loop(judge: Judge, items, new_tokens: int, device: str) -> tuple[f
     return time.perf_counter() - start, outputs
 
 
-def engine_run(judge, rubrics, items, options, device, split_kv: bool | None = None) -> tuple[float, dict]:
-    """The engine's wall time and records; `split_kv`: its decoding steps' attention, split-KV or SDPA
-    (None: the decoder's own choice, split-KV on a GPU)."""
+class Run(NamedTuple):
+    seconds: float
+    records: dict  # by sample id
+    steps: int  # decoding steps (one for every busy slot of a cache)
+    prefills: int  # prefill forward passes (groups or chunks)
+
+
+def engine_run(judge, rubrics, items, options, device, split_kv: bool | None = None) -> Run:
+    """The engine's wall time, records and forward passes; `split_kv`: its decoding steps' attention,
+    split-KV or SDPA (None: the decoder's own choice, split-KV on a GPU)."""
     scorer = Scorer(judge, rubrics, options, device)
     if split_kv is not None:
         scorer.decoder.split_kv = split_kv
@@ -129,7 +137,7 @@ def engine_run(judge, rubrics, items, options, device, split_kv: bool | None = N
     start = time.perf_counter()
     results = {r.id: r for batch in scorer.run(items) for _, r in batch}
     _sync(device)
-    return time.perf_counter() - start, results
+    return Run(time.perf_counter() - start, results, scorer.decoder.steps, scorer.decoder.prefills)
 
 
 def invariance(judge, rubrics, samples, data, generate: ScoreOptions, logits: ScoreOptions, batched: dict, device: str) -> dict:
@@ -137,10 +145,10 @@ def invariance(judge, rubrics, samples, data, generate: ScoreOptions, logits: Sc
     generated tokens (generate mode) and the score distributions (logits mode, largest difference and
     argmax flips). On a GPU in bf16, batched kernels round differently from batch-1 ones."""
     alone = replace(generate, token_budget=1)
-    _, gen_alone = engine_run(judge, rubrics, prepare(judge, samples, rubrics, data, alone), alone, device)
+    gen_alone = engine_run(judge, rubrics, prepare(judge, samples, rubrics, data, alone), alone, device).records
     logit_items = prepare(judge, samples, rubrics, data, logits)
-    _, log_batched = engine_run(judge, rubrics, logit_items, logits, device)
-    _, log_alone = engine_run(judge, rubrics, logit_items, replace(logits, token_budget=1), device)
+    log_batched = engine_run(judge, rubrics, logit_items, logits, device).records
+    log_alone = engine_run(judge, rubrics, logit_items, replace(logits, token_budget=1), device).records
     gaps = [max(abs(log_alone[k].score_distribution[v] - log_batched[k].score_distribution[v]) for v in log_alone[k].score_distribution)
             for k in log_alone]
     return {
@@ -223,14 +231,15 @@ def main() -> None:
             reference_loop(judge, warm_up_share(items[:n_ref]), args.new_tokens, args.device)
         ref_time, ref_out = reference_loop(judge, items[:n_ref], args.new_tokens, args.device) if n_ref else (None, [])
         engine_run(judge, rubrics, warm_up_share(items), generate, args.device)
-        eng_time, eng_out = engine_run(judge, rubrics, items, generate, args.device)
+        run = engine_run(judge, rubrics, items, generate, args.device)
+        eng_time, eng_out = run.seconds, run.records
         if args.compare_sdpa:
             engine_run(judge, rubrics, warm_up_share(items), generate, args.device, split_kv=False)
-            sdpa_time, _ = engine_run(judge, rubrics, items, generate, args.device, split_kv=False)
+            sdpa_time = engine_run(judge, rubrics, items, generate, args.device, split_kv=False).seconds
         logits = ScoreOptions(mode="logits", token_budget=args.token_budget, max_tiles=args.max_tiles)
         logit_items = prepare(judge, samples, rubrics, data, logits)
         engine_run(judge, rubrics, warm_up_share(logit_items), logits, args.device)
-        log_time, _ = engine_run(judge, rubrics, logit_items, logits, args.device)
+        log_time = engine_run(judge, rubrics, logit_items, logits, args.device).seconds
         agree = sum(judge.decode(r) == eng_out[items[i].sample.id].feedback for i, r in enumerate(ref_out))
         prefill = prefill_flops(judge, logit_items)
         figures = {
@@ -239,6 +248,8 @@ def main() -> None:
             "decoding_attention": "split-KV" if Scorer(judge, rubrics, generate, args.device).decoder.split_kv else "SDPA",
             "reference_samples_per_s": n_ref / ref_time if n_ref else None,
             "engine_samples_per_s": len(items) / eng_time,
+            # generate mode's forward passes: its time per decoding step is (wall - prefill) / steps at most
+            "decode_steps": run.steps, "prefill_passes": run.prefills,
             "speedup": (len(items) / eng_time) / (n_ref / ref_time) if n_ref else None,
             "logits_samples_per_s": len(items) / log_time,
             "prefill_tflops": prefill / log_time / 1e12,

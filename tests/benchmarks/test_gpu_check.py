@@ -33,6 +33,19 @@ def test_the_table_reads_each_steps_figures_and_names_the_steps_that_left_none(t
     assert json.loads((tmp_path / "summary.json").read_text())["score"] is None
 
 
+def test_the_table_shows_the_decoding_attention_its_passes_and_the_sdpa_comparison(tmp_path):
+    """A scoring run without the reference loop (--reference_samples 0) and with --compare_sdpa."""
+    score = {"decoding_attention": "split-KV", "engine_samples_per_s": 1.157, "speedup": None, "mmie_hours_generate": 4.83,
+             "decode_steps": 1536, "prefill_passes": 21, "generate_floor_ratio": 3.15, "mmie_hours_generate_floor": 1.53,
+             "engine_samples_per_s_sdpa": 1.139, "logits_samples_per_s": 6.47, "prefill_utilisation": 0.511, "mmie_hours_logits": 0.86,
+             "greedy_agreement": "0/0"}
+    (tmp_path / "score.json").write_text(json.dumps(score))
+    table = report(tmp_path)
+    assert ("| generate mode (split-KV decoding) | 1.16 samples/s, 4.83 h for MMIE, 1,536 decoding steps, 21 prefill passes |"
+            in table), table
+    assert "| ... with SDPA decoding | 1.14 samples/s |" in table and "| greedy agreement with the reference loop | not run |" in table
+
+
 @pytest.mark.slow
 def test_the_rehearsal_runs_every_step_and_ends_with_the_table(tmp_path):
     """GPU_CHECK_SMOKE: the same steps on a CPU with a tiny judge, from an empty folder, with this Python
