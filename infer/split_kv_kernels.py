@@ -21,6 +21,8 @@ def partial(q_ptr, k_ptr, v_ptr, lengths_ptr, num_ptr, max_ptr, den_ptr,
     row, kv_head, span = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     length = tl.load(lengths_ptr + row)
     start = span * SPAN
+    # a layer's cache may hold more than 2**31 elements (an H200's memory, a model with few layers): 64-bit offsets
+    row_offset = row.to(tl.int64)
     if start < length:
         end = tl.minimum(start + SPAN, length)
         g = tl.arange(0, GROUP_PAD)
@@ -28,13 +30,13 @@ def partial(q_ptr, k_ptr, v_ptr, lengths_ptr, num_ptr, max_ptr, den_ptr,
         head = kv_head * GROUP + g
         in_group = g < GROUP
         in_dim = d < HEAD_DIM
-        q = tl.load(q_ptr + row * stride_qb + head[:, None] * stride_qh + d[None, :],
+        q = tl.load(q_ptr + row_offset * stride_qb + head[:, None] * stride_qh + d[None, :],
                     mask=in_group[:, None] & in_dim[None, :], other=0.0)
         m = tl.full((GROUP_PAD,), float("-inf"), tl.float32)
         den = tl.zeros((GROUP_PAD,), tl.float32)
         num = tl.zeros((GROUP_PAD, D_PAD), tl.float32)
-        k_row = k_ptr + row * stride_kb + kv_head * stride_kh
-        v_row = v_ptr + row * stride_vb + kv_head * stride_vh
+        k_row = k_ptr + row_offset * stride_kb + kv_head.to(tl.int64) * stride_kh
+        v_row = v_ptr + row_offset * stride_vb + kv_head.to(tl.int64) * stride_vh
         for first in range(start, end, BLOCK):
             n = first + tl.arange(0, BLOCK)
             inside = n < end
