@@ -96,7 +96,8 @@ def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
     assert pairs["after"]["accuracy_with_ties"] >= max(0.7, pairs["before"]["accuracy_with_ties"] + 0.2), pairs
     assert 0.2 <= pairs["after"]["first_shown_wins"] <= 0.8, pairs
     assert f"after: accuracy {pairs['after']['accuracy_with_ties']:.3f} with ties (n = 80)" in done.stdout
-    assert sum(figures["seconds"]["steps"].values()) <= figures["seconds"]["total"]
+    steps = figures["seconds"]["steps"]  # each rounded to 0.1 s, as the total is: their sum may pass it by half of 0.1 each
+    assert sum(steps.values()) <= figures["seconds"]["total"] + 0.05 * len(steps)
     assert figures["splits"] == {"train": 240, "validation": 80, "test": 80} and figures["machine"]["cores"] == os.cpu_count()
     assert figures["validation_pearson_best"] == max(h["overall"]["pearson"] or -1 for h in history)
     assert all((tmp_path / plot).is_file() for plot in figures["report"]["plots"])
