@@ -125,6 +125,7 @@ class Run(NamedTuple):
     records: dict  # by sample id
     steps: int  # decoding steps (one for every busy slot of a cache)
     prefills: int  # prefill forward passes (groups or chunks)
+    split_kv: bool  # the decoding steps' attention: split-KV, or SDPA
 
 
 def engine_run(judge, rubrics, items, options, device, split_kv: bool | None = None) -> Run:
@@ -137,7 +138,7 @@ def engine_run(judge, rubrics, items, options, device, split_kv: bool | None = N
     start = time.perf_counter()
     results = {r.id: r for batch in scorer.run(items) for _, r in batch}
     _sync(device)
-    return Run(time.perf_counter() - start, results, scorer.decoder.steps, scorer.decoder.prefills)
+    return Run(time.perf_counter() - start, results, scorer.decoder.steps, scorer.decoder.prefills, scorer.decoder.split_kv)
 
 
 def invariance(judge, rubrics, samples, data, generate: ScoreOptions, logits: ScoreOptions, batched: dict, device: str) -> dict:
@@ -245,7 +246,7 @@ def main() -> None:
         figures = {
             "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
             "samples": len(items), "new_tokens": args.new_tokens,
-            "decoding_attention": "split-KV" if Scorer(judge, rubrics, generate, args.device).decoder.split_kv else "SDPA",
+            "decoding_attention": "split-KV" if run.split_kv else "SDPA",
             "reference_samples_per_s": n_ref / ref_time if n_ref else None,
             "engine_samples_per_s": len(items) / eng_time,
             # generate mode's forward passes: its time per decoding step is (wall - prefill) / steps at most
