@@ -62,5 +62,6 @@ def test_the_rehearsal_runs_every_step_and_ends_with_the_table(tmp_path):
     score = json.loads((tmp_path / "out" / "summary.json").read_text())["score"]
     assert score["generate_floor_ratio"] > 1 and score["logits_floor_ratio"] > 1  # nothing runs faster than its floor
     table = done.stdout
-    assert "| GPU tests (pytest) | 4 passed, 0 failed, 0 errors, 7 skipped |" in table and "did not finish" not in table
+    # the split-KV kernel's two quick tests in Triton's interpreter; the seven GPU-only ones skipped
+    assert "| GPU tests (pytest) | 2 passed, 0 failed, 0 errors, 7 skipped |" in table and "did not finish" not in table
     assert "| judge-serve, 4 clients |" in table
