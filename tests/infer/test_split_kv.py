@@ -1,17 +1,19 @@
-"""Split-KV decoding attention (infer/split_kv.py), in Triton's interpreter where there is no GPU (conftest.py): the attention of each
-row over its own length, nothing read past it, bit for bit the same alone and in any batch; and the decoder's
-steps with it write what its SDPA steps write, for a judge with one key/value head per query head (Phi-3)
-and one with grouped queries (Qwen2.5-VL). On a GPU the same tests run compiled kernels, in fp32."""
+"""Split-KV decoding attention (infer/split_kv.py), in Triton's interpreter where there is no GPU
+(conftest.py): the attention of each row over its own length, nothing read past it, bit for bit the same
+alone and in any batch; and the decoder's steps with it write what its SDPA steps write, for a judge with one
+key/value head per query head (Phi-3) and judges with grouped queries (InternLM2, Qwen2.5-VL, Qwen3-VL). On a
+GPU the same tests run compiled kernels, in fp32."""
 
 from concurrent.futures import Future
 
 import pytest
 import torch
+from transformers import AttentionInterface
 
 import mmjudge.infer.split_kv
 from mmjudge.infer.decoding import Request
 from mmjudge.infer.engine import judge_decoder
-from mmjudge.infer.split_kv import SPAN, slot_attention
+from mmjudge.infer.split_kv import ATTENTION, SPAN, slot_attention
 from mmjudge.judge.model import load_judge
 from mmjudge.judge.testing import write_original_checkpoint
 from mmjudge.judge.testing.families import write_family_checkpoint
@@ -58,12 +60,27 @@ def no_images(request):
     return future
 
 
+@pytest.fixture
+def split_kv_calls():
+    """How many times decoding called the split-KV attention function, counted through its registration."""
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["slot_lengths"])
+        return slot_attention(*args, **kwargs)
+
+    AttentionInterface.register(ATTENTION, counted)
+    yield calls
+    AttentionInterface.register(ATTENTION, slot_attention)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["internvl2-4b", "qwen2.5-vl-3b"])
-def test_decoding_steps_with_split_kv_attention_write_what_sdpa_steps_write(tmp_path, family, monkeypatch):
+@pytest.mark.parametrize("family", ["internvl2-4b", "internvl2-8b", "qwen2.5-vl-3b", "qwen3-vl-4b"])
+def test_decoding_steps_with_split_kv_attention_write_what_sdpa_steps_write(tmp_path, family, monkeypatch, split_kv_calls):
     """Prompts of different lengths decoded side by side and in turn (a budget of two slots), greedy, rows
-    crossing spans (of 16 here): the same tokens and recorded logits as the SDPA steps, and as each row
-    alone (to rounding: the CPU's matrix products are not batch-invariant, the attention is)."""
+    crossing spans (of 16 here), for Phi-3, InternLM2 (grouped queries), Qwen2.5-VL and Qwen3-VL: the same
+    tokens and recorded logits as the SDPA steps, and as each row alone (to rounding: the CPU's matrix
+    products are not batch-invariant, the attention is)."""
     monkeypatch.setattr(mmjudge.infer.split_kv, "SPAN", 16)
     checkpoint = write_original_checkpoint(tmp_path / "judge") if family == "internvl2-4b" else write_family_checkpoint(family, tmp_path / "judge")
     judge = load_judge(checkpoint, DEVICE, torch.float32)
@@ -79,7 +96,9 @@ def test_decoding_steps_with_split_kv_attention_write_what_sdpa_steps_write(tmp_
         return {c.index: c for done in decoder.generate(requests, no_images, 12) for c in done}
 
     sdpa = run(False, range(4))
+    assert not split_kv_calls
     batched = run(True, range(4))
+    assert split_kv_calls  # the steps ran it (on a GPU: as their graphs were captured)
     in_turn = run(True, range(4), budget=2 * (max(map(len, prompts)) + 20))
     assert batched.keys() == sdpa.keys() == in_turn.keys()
     for index, expected in sdpa.items():
