@@ -57,9 +57,16 @@ def rows(figures: dict) -> list[tuple[str, str]]:
                 ("logits mode", f"{score['logits_samples_per_s']:.2f} samples/s, prefill at {100 * score['prefill_utilisation']:.1f}% "
                                 f"of the matrix rate, {score['mmie_hours_logits']:.2f} h for MMIE"),
                 ("greedy agreement with the reference loop", score["greedy_agreement"] if against else "not run")]
-        if "invariance_samples" in score:
-            out.append(("bf16 batch invariance", f"{score['generate_tokens_differ']} of {score['invariance_samples']} generated texts differ alone; "
-                                                 f"logits: {score['logits_score_differs']} scores differ, largest gap {score['logits_max_distribution_gap']:.2g}"))
+        if "engine_samples_per_s_deterministic" in score:
+            out.append(("deterministic (--deterministic)", f"generate {score['engine_samples_per_s_deterministic']:.2f} samples/s "
+                                                           f"({score['deterministic_cost_generate']:.2f}x the time), logits "
+                                                           f"{score['logits_samples_per_s_deterministic']:.2f} samples/s "
+                                                           f"({score['deterministic_cost_logits']:.2f}x)"))
+        for prefix, label in (("", "bf16 batch invariance"), ("deterministic_", "... deterministic")):
+            if f"{prefix}invariance_samples" in score:
+                out.append((label, f"{score[f'{prefix}generate_tokens_differ']} of {score[f'{prefix}invariance_samples']} generated texts differ "
+                                   f"alone ({score[f'{prefix}generate_distribution_differs']} score distributions); logits: "
+                                   f"{score[f'{prefix}logits_score_differs']} scores differ, largest gap {score[f'{prefix}logits_max_distribution_gap']:.2g}"))
     else:
         out.append(("scoring benchmark", missing))
     for key, label in (("train", "LoRA step"), ("train_zero2", "LoRA step, ZeRO-2")):

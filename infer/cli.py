@@ -111,6 +111,8 @@ def backend_problems(args, options: ScoreOptions) -> list[str]:
         problems.append(f"--request_timeout must be a number of seconds above 0, got {args.request_timeout:g}")
     if args.api_key_env is not None and not os.environ.get(args.api_key_env):
         problems.append(f"--api_key_env {args.api_key_env}: that environment variable is not set or empty")
+    if options.deterministic:
+        problems.append("--deterministic applies to the local backend: how the server batches is its own")
     if options.mode == "logits":
         problems.append("--mode logits reads the score after a forced '### Score' heading, which a chat API cannot add; use --mode generate")
     if options.prompt_token_budget is not None:

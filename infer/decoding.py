@@ -43,6 +43,11 @@ batched step as every other row (a row without a grammar allows every token). Th
 of fixed shape, so a step with constrained rows is a CUDA graph too; log-probabilities stay the model's
 own, before the mask (vLLM's default, `raw_logprobs`).
 
+Deterministic (`judge-score --deterministic`): each row's tokens and logits are the same bits in a batch of
+any size as alone. Each prompt is prefilled in a group of its own, so that its prefill's kernels see the
+same shapes whatever waits beside it, and on a GPU the steps' linear layers run batch-invariant matrix
+products (infer/batch_invariant.py) beside split-KV attention, which already is; both are Triton kernels.
+
 A request may be ended early: `on_token` returning False ends a choice after that token, and `cancelled()`
 ends every choice of its request before admission or at the next step; a freed slot takes the next prompt.
 
@@ -69,6 +74,7 @@ from typing import NamedTuple
 
 import torch
 
+from mmjudge.infer.batch_invariant import batch_invariant, use_batch_invariant_linears
 from mmjudge.infer.grammar import Grammar, Matcher, allowed_tokens, token_masks
 from mmjudge.infer.split_kv import ATTENTION, triton_available
 from mmjudge.judge.backbones import backbone_of
@@ -239,7 +245,8 @@ class Decoder:
     are recorded at every written token (a judge's score tokens); `suppress` are never written."""
 
     def __init__(self, model: torch.nn.Module, *, device, pad_id: int, stop_ids: tuple[int, ...], suppress: list[int],
-                 columns: torch.Tensor, token_budget: int | None, prefill_budget: int | None = None, cuda_graphs: bool = True):
+                 columns: torch.Tensor, token_budget: int | None, prefill_budget: int | None = None, cuda_graphs: bool = True,
+                 deterministic: bool = False):
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.vlm, self.lm_head = base.model, base.lm_head
         self.lm = self.vlm.language_model
@@ -259,6 +266,12 @@ class Decoder:
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda" and not any(hasattr(p, "ds_id") for p in model.parameters())
         # Decoding steps' attention: split-KV on a GPU (Triton comes with PyTorch's CUDA builds), SDPA elsewhere.
         self.split_kv = self.device.type == "cuda" and triton_available()
+        # Deterministic: each row's tokens and logits the same bits in any batch (module docstring).
+        self.deterministic = deterministic
+        self.batch_invariant = deterministic and self.split_kv
+        if deterministic:
+            use_batch_invariant_linears(self.lm)
+            use_batch_invariant_linears(self.lm_head)
         # Forward passes run, for a server's metrics: prefill groups (or chunks) and decoding steps (one for all
         # busy slots); and the prompt tokens prefilled.
         self.prefills = self.steps = self.prefill_tokens = 0
@@ -390,13 +403,14 @@ class Decoder:
         rotary = places + cache.deltas[:, None]
         rotary = rotary.expand(3, -1, -1) if self.backbone.mrope else rotary
         embeds = self.lm.embed_tokens(tokens[:, None])
-        if self.split_kv:
-            with _attention_implementation(self.config, ATTENTION):
-                hidden = self._layers(embeds, places, rotary, None, cache, slot_lengths=cache.positions + 1)
-        else:
-            mask = (torch.arange(cache.width, device=self.device) <= places)[:, None, None, :]
-            hidden = self._layers(embeds, places, rotary, mask, cache)
-        return self._head(hidden[:, -1], logprobs, draws, masks)
+        with batch_invariant(self.batch_invariant):
+            if self.split_kv:
+                with _attention_implementation(self.config, ATTENTION):
+                    hidden = self._layers(embeds, places, rotary, None, cache, slot_lengths=cache.positions + 1)
+            else:
+                mask = (torch.arange(cache.width, device=self.device) <= places)[:, None, None, :]
+                hidden = self._layers(embeds, places, rotary, mask, cache)
+            return self._head(hidden[:, -1], logprobs, draws, masks)
 
     def _masks(self, rows: list[_Row | None]) -> torch.Tensor | None:
         """The rows' token masks (infer/grammar.py), or None where no row has a grammar. A row fed follow-up
@@ -419,12 +433,12 @@ class Decoder:
     def _group(self, waiting: _Lookahead, slots: int, tokens: int | None = None) -> list[tuple[Request, range]]:
         """The next requests that fit in one prefill group of at most `tokens` (padding included; the first is
         taken whatever its length), each with the choices it starts, in at most `slots` slots: longest first,
-        so the first sets the width."""
+        so the first sets the width. A deterministic decoder's groups hold one request."""
         budget = min(PREFILL_TOKENS, self.token_budget or PREFILL_TOKENS, tokens or PREFILL_TOKENS)
         group = [waiting.take(slots)]
         width = len(group[0][0].input_ids)
         slots -= len(group[0][1])
-        while waiting and slots and (len(group) + 1) * max(width, len(waiting.peek().input_ids)) <= budget:
+        while not self.deterministic and waiting and slots and (len(group) + 1) * max(width, len(waiting.peek().input_ids)) <= budget:
             group.append(waiting.take(slots))
             slots -= len(group[-1][1])
         return group

@@ -217,12 +217,14 @@ def judge_vocabulary(judge: Judge) -> Vocabulary:
 
 
 def judge_decoder(judge: Judge, device: str, token_budget: int | None, columns: list[int], stop: bool = True,
-                  prefill_budget: int | None = None) -> Decoder:
+                  prefill_budget: int | None = None, deterministic: bool = False) -> Decoder:
     """A decoder of the judge's text: padded with its pad token, never writing its unwritable tokens, and
     stopping at its template's stop token unless `stop` is False; `columns` are the logits it records;
-    `prefill_budget`: prompt tokens prefilled per engine step at most, longer prompts in chunks (None: none)."""
+    `prefill_budget`: prompt tokens prefilled per engine step at most, longer prompts in chunks (None: none);
+    `deterministic`: each row the same bits in any batch (infer/decoding.py)."""
     return Decoder(judge.model, device=device, pad_id=judge.pad_id, stop_ids=judge.stop_ids if stop else (), suppress=unwritable_tokens(judge),
-                   columns=torch.tensor(columns, dtype=torch.long), token_budget=token_budget, prefill_budget=prefill_budget)
+                   columns=torch.tensor(columns, dtype=torch.long), token_budget=token_budget, prefill_budget=prefill_budget,
+                   deterministic=deterministic)
 
 
 class Scorer:
@@ -256,7 +258,8 @@ class Scorer:
         self.score_columns = {scale: [tokens.index(t) for t in ids.values()] for scale, ids in self.score_ids.items() if ids}
         self.verdict_columns = {name: {v: tokens.index(t) for v, t in ids.items()} for name, ids in self.verdict_ids.items() if ids}
         self.follow_up_tokens = max(map(len, [self.forced_heading, *self.forced_verdict.values()]))
-        self.decoder = judge_decoder(judge, device, options.token_budget, tokens, stop=not options.ignore_stop)
+        self.decoder = judge_decoder(judge, device, options.token_budget, tokens, stop=not options.ignore_stop,
+                                     deterministic=options.deterministic)
         self.grammars = self._grammars() if options.structured else {}
 
     def _grammars(self) -> dict[str, Grammar]:

@@ -21,7 +21,7 @@ class LocalBackend:
     `load`."""
 
     def __init__(self, args, options: ScoreOptions, rubrics: dict[str, Rubric], rank: int):
-        self.device = checked_device(args.device or default_device())
+        self.device = checked_device(args.device or default_device(), options.deterministic)
         self.model_dir = find_checkpoint(args.model_path, args.revision).path
         self.judge_fingerprint = weights_fingerprint(weight_files(self.model_dir))
         self.dtype = args.dtype
@@ -37,7 +37,9 @@ class LocalBackend:
         weights = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in model_dir.iterdir() if f.is_file())
         return {"model": str(model_dir), "weights": weights, "dtype": str(next(model.model.parameters()).dtype),
                 "settings": model.settings.to_json(), "prompt_token_budget": self.options.prompt_token_budget,
-                "ignore_stop": self.options.ignore_stop, "structured": self.options.structured}
+                "ignore_stop": self.options.ignore_stop, "structured": self.options.structured,
+                # only where asked, so that the journals of runs without it stay resumable
+                **({"deterministic": True} if self.options.deterministic else {})}
 
     def score(self, samples: list[tuple[int, Sample | Pair]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult | PairResult]]:
         yield from self.judge.score_batches(samples, self.rubrics, self.options, self.image_root, progress=bar)

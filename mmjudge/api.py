@@ -91,7 +91,7 @@ class Judge:
             sa, pbl, msr for MMIE samples). (--rubric)
         config: a scoring preset, YAML or bundled name such as "milebench" (default: the input format's). (--config)
         **options: scoring options (infer.options.ScoreOptions' fields: mode, max_new_tokens, token_budget,
-            image_token_budget, prompt_token_budget, max_tiles, workers, ignore_stop) over the config.
+            image_token_budget, prompt_token_budget, max_tiles, workers, structured, deterministic, ignore_stop) over the config.
         """
         use_free_cores()  # before torch loads, as every command (judge/cpu.py)
         from mmjudge.infer.options import ScoreOptions, options_for
@@ -99,7 +99,7 @@ class Judge:
         known = [f.name for f in fields(ScoreOptions)]
         if unknown := sorted(set(options) - set(known)):
             raise UsageError(f"unknown scoring option(s) {', '.join(unknown)}; the options are {', '.join(known)}")
-        options_for("mmie", config, options)  # every value that cannot work, refused before the weights load
+        checked = options_for("mmie", config, options)  # every value that cannot work, refused before the weights load
         import torch
 
         from mmjudge.judge.identity import weights_fingerprint
@@ -107,7 +107,7 @@ class Judge:
 
         if isinstance(dtype, str) and dtype not in DTYPES:
             raise UsageError(f"--dtype {dtype}: one of {', '.join(DTYPES)}")
-        device = checked_device(device or default_device())
+        device = checked_device(device or default_device(), checked.deterministic)
         path = find_checkpoint(model_path, revision).path
         fingerprint = weights_fingerprint(weight_files(path))
         model = load_judge(path, device, getattr(torch, dtype) if isinstance(dtype, str) else dtype)
@@ -264,8 +264,11 @@ def default_device() -> str:
     return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
 
 
-def checked_device(device: str) -> str:
-    """The device, refused before anything loads where torch cannot use it."""
+def checked_device(device: str, deterministic: bool = False) -> str:
+    """The device, refused before anything loads where torch cannot use it, or where a `deterministic` run's
+    kernels cannot run (Triton's, on a CUDA GPU: infer/batch_invariant.py)."""
+    import importlib.util
+
     import torch
 
     try:
@@ -276,6 +279,10 @@ def checked_device(device: str) -> str:
         raise UsageError(f"--device {device}: torch sees no CUDA GPU here (use --device cpu, or a CUDA build of torch)")
     if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
         raise UsageError(f"--device {device}: torch sees {torch.cuda.device_count()} GPU(s), numbered from 0")
+    if deterministic and (parsed.type != "cuda" or importlib.util.find_spec("triton") is None):
+        where = "Triton is not installed (it comes with PyTorch's CUDA builds)" if parsed.type == "cuda" else f"--device {device} is not a CUDA GPU"
+        raise UsageError(f"--deterministic runs batch-invariant Triton kernels on a CUDA GPU, and {where}; "
+                         "leave --deterministic out to score here")
     return device
 
 

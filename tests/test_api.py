@@ -128,6 +128,8 @@ def test_scoring_options_and_rubrics_are_judge_scores_by_name(checkpoint):
         mmjudge.Judge.load(checkpoint, max_new_token=6)
     with pytest.raises(UsageError, match="max_new_tokens must be a whole number of at least 1, got 0"):
         mmjudge.Judge.load(checkpoint, max_new_tokens=0)
+    with pytest.raises(UsageError, match="--deterministic runs batch-invariant Triton kernels on a CUDA GPU"):
+        mmjudge.Judge.load(checkpoint, device="cpu", deterministic=True)
     tiny = mmjudge.Judge.load(checkpoint, rubrics="tiny", config="milebench", max_new_tokens=4)
     record = tiny.score_one("q", "a", category="SA", progress=False)
     assert 1 <= record["generated_tokens"] <= 4

@@ -46,6 +46,24 @@ def test_the_table_shows_the_decoding_attention_its_passes_and_the_sdpa_comparis
     assert "| ... with SDPA decoding | 1.14 samples/s |" in table and "| greedy agreement with the reference loop | not run |" in table
 
 
+def test_the_table_shows_what_deterministic_scoring_costs_and_how_many_records_differ_alone(tmp_path):
+    score = {"decoding_attention": "split-KV", "engine_samples_per_s": 1.2, "speedup": None, "mmie_hours_generate": 4.65,
+             "generate_floor_ratio": 3.0, "mmie_hours_generate_floor": 1.5, "logits_samples_per_s": 6.5, "prefill_utilisation": 0.5,
+             "mmie_hours_logits": 0.86, "greedy_agreement": "0/0",
+             "engine_samples_per_s_deterministic": 1.0, "deterministic_cost_generate": 1.2, "logits_samples_per_s_deterministic": 5.9,
+             "deterministic_cost_logits": 1.1, "invariance_samples": 16, "generate_tokens_differ": 8, "generate_distribution_differs": 9,
+             "logits_score_differs": 0, "logits_max_distribution_gap": 0.0, "deterministic_invariance_samples": 64,
+             "deterministic_generate_tokens_differ": 0, "deterministic_generate_distribution_differs": 0,
+             "deterministic_logits_score_differs": 0, "deterministic_logits_max_distribution_gap": 0.0}
+    (tmp_path / "score.json").write_text(json.dumps(score))
+    table = report(tmp_path)
+    assert ("| deterministic (--deterministic) | generate 1.00 samples/s (1.20x the time), logits 5.90 samples/s (1.10x) |" in table), table
+    assert ("| bf16 batch invariance | 8 of 16 generated texts differ alone (9 score distributions); logits: 0 scores differ, "
+            "largest gap 0 |" in table)
+    assert ("| ... deterministic | 0 of 64 generated texts differ alone (0 score distributions); logits: 0 scores differ, "
+            "largest gap 0 |" in table)
+
+
 @pytest.mark.slow
 def test_the_rehearsal_runs_every_step_and_ends_with_the_table(tmp_path):
     """GPU_CHECK_SMOKE: the same steps on a CPU with a tiny judge, from an empty folder, with this Python
@@ -63,5 +81,5 @@ def test_the_rehearsal_runs_every_step_and_ends_with_the_table(tmp_path):
     assert score["generate_floor_ratio"] > 1 and score["logits_floor_ratio"] > 1  # nothing runs faster than its floor
     table = done.stdout
     # the split-KV kernel's two quick tests in Triton's interpreter; the seven GPU-only ones skipped
-    assert "| GPU tests (pytest) | 2 passed, 0 failed, 0 errors, 7 skipped |" in table and "did not finish" not in table
+    assert "| GPU tests (pytest) | 6 passed, 0 failed, 0 errors, 9 skipped |" in table and "did not finish" not in table
     assert "| judge-serve, 4 clients |" in table

@@ -181,3 +181,40 @@ def test_generate_mode_uses_split_kv_attention_on_the_gpu_and_scores_as_sdpa_ste
     for key, one in records[False].items():
         assert (records[True][key].feedback, records[True][key].generated_tokens) == (one.feedback, one.generated_tokens)
         assert records[True][key].score_distribution == pytest.approx(one.score_distribution, abs=1e-4)
+
+
+def test_batch_invariant_linear_in_bf16_gives_each_row_the_same_bits_in_any_batch():
+    """At Phi-3-mini's widths (the attention's and the MLP's products, the output layer) and Qwen2.5-VL-3B's
+    (with a bias), in bf16: each row the same bits alone and in batches of 3 to 200 rows (a step's rows), and
+    within bf16's rounding of float64's product."""
+    from mmjudge.infer.batch_invariant import linear
+
+    generator = torch.Generator().manual_seed(0)
+    for n, k, bias in [(9216, 3072, False), (3072, 8192, False), (16384, 3072, False), (32064, 3072, False), (2560, 2048, True)]:
+        weight = (torch.randn(n, k, generator=generator) * k**-0.5).to("cuda", torch.bfloat16)
+        offset = torch.randn(n, generator=generator).to("cuda", torch.bfloat16) if bias else None
+        x = torch.randn(200, k, generator=generator).to("cuda", torch.bfloat16)
+        batched = linear(x, weight, offset)
+        expected = x.double() @ weight.double().T + (0 if offset is None else offset.double())
+        torch.testing.assert_close(batched.double(), expected, rtol=1e-2, atol=2e-2)
+        for rows in (1, 3, 48, 64, 65):
+            assert torch.equal(linear(x[:rows], weight, offset), batched[:rows])
+        assert torch.equal(linear(x[199:], weight, offset)[0], batched[199])
+
+
+def test_deterministic_scoring_in_bf16_gives_each_record_the_same_bits_alone_and_batched(tmp_path, dataset):
+    """judge-score --deterministic in bf16 under CUDA graphs: each record's feedback, generated tokens and
+    score distribution, generate mode and logits mode, the same alone (a budget of one token) as batched."""
+    judge = load_judge(write_original_checkpoint(tmp_path / "ckpt"), "cuda", torch.bfloat16)
+    rubrics = load_rubrics()
+
+    def records(**options):
+        options = ScoreOptions(max_tiles=2, max_new_tokens=48, deterministic=True, **options)
+        items = prepare(judge, list(enumerate(load_samples(dataset / "data.json", dataset))), rubrics, dataset, options)
+        scorer = Scorer(judge, rubrics, options, "cuda")
+        assert scorer.decoder.batch_invariant and scorer.decoder.cuda_graphs
+        return {r.id: (r.feedback, r.generated_tokens, r.score_distribution) for batch in scorer.run(items) for _, r in batch}
+
+    for mode in ("generate", "logits"):
+        batched = records(mode=mode)
+        assert len(batched) == 8 and batched == records(mode=mode, token_budget=1)

@@ -178,6 +178,7 @@ def test_a_sample_result_from_a_scored_answer(dataset, monkeypatch):
     (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--request_timeout", "nan"], "--request_timeout must be a number of seconds above 0, got nan"),
     (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--api_key_env", "NO_SUCH_KEY_VAR"], "--api_key_env NO_SUCH_KEY_VAR: that environment variable is not set"),
     (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--mode", "logits"], "--mode logits reads the score after a forced"),
+    (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--deterministic"], "--deterministic applies to the local backend"),
     (["--backend", "openai", "--base_url", "http://127.0.0.1:1/v1", "--format", "milebench"], "prompt_token_budget 8192 counts the judge's tokens"),
 ])
 def test_backend_flags_that_cannot_work_are_refused_before_anything_connects(dataset, tmp_path, capsys, flags, message):

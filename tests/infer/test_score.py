@@ -196,6 +196,8 @@ def test_a_category_without_a_rubric_stops_the_run_or_is_skipped_and_listed(chec
 @pytest.mark.parametrize("flags, message", [
     (["--device", "toaster"], "--device toaster: not a device"),
     (["--device", "cuda:99"], "--device cuda:99: torch sees"),  # no GPU here, or fewer than 100
+    # its kernels are Triton's on a GPU: refused before the judge loads rather than scored without the promise
+    (["--device", "cpu", "--deterministic"], "--deterministic runs batch-invariant Triton kernels on a CUDA GPU, and --device cpu is not"),
     (["--output_file", "sub/result.json"], "--output_file 'sub/result.json': a file name, not a path"),
     # '' and '..' failed only when the results were written, after the whole input was scored
     (["--output_file", ""], "--output_file '': a file name, not a path"),

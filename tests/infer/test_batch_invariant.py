@@ -1,0 +1,97 @@
+"""Batch-invariant linear layers (infer/batch_invariant.py) and the deterministic decoder, in Triton's
+interpreter where there is no GPU (conftest.py): each row's product the same bits alone and in batches of
+any size, close to float64's; and a deterministic decoder writes each prompt's tokens and logits to the same
+bits alone and batched, which the CPU's own products do not. On a GPU the same tests run compiled kernels
+(tests/infer/test_decoding_gpu.py adds bf16 at a judge's real widths)."""
+
+from concurrent.futures import Future
+
+import pytest
+import torch
+
+import mmjudge.infer.batch_invariant as batch_invariant_module
+import mmjudge.infer.split_kv
+from mmjudge.infer.batch_invariant import batch_invariant, linear, splits, use_batch_invariant_linears
+from mmjudge.infer.decoding import Request
+from mmjudge.infer.engine import judge_decoder
+from mmjudge.judge.model import load_judge
+from mmjudge.judge.testing import write_original_checkpoint
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture
+def small_tiles(monkeypatch):
+    """Tiles of 16 and a target of 64 programs: products of a few hundred columns cross tiles and splits."""
+    for name, value in (("BLOCK_M", 16), ("BLOCK_N", 16), ("BLOCK_K", 16), ("PROGRAMS", 64)):
+        monkeypatch.setattr(batch_invariant_module, name, value)
+
+
+@pytest.mark.parametrize(("n", "k", "parts"), [(40, 256, 4), (100, 70, 1), (33, 512, 8)])
+def test_each_row_is_the_same_bits_alone_and_in_batches_of_any_size(small_tiles, n, k, parts):
+    """Column and K tiles left partial, K cut in 1, 4 and 8 splits; rows alone, in batches of 5 and of 37
+    (three row tiles): the same bits, within fp32 rounding of float64's product."""
+    assert splits(n, k) == parts
+    generator = torch.Generator().manual_seed(n)
+    weight, bias = torch.randn(n, k, generator=generator), torch.randn(n, generator=generator)
+    x = torch.randn(37, k, generator=generator)
+    weight, bias, x = weight.to(DEVICE), bias.to(DEVICE), x.to(DEVICE)
+    batched = linear(x, weight, bias)
+    torch.testing.assert_close(batched.double(), x.double() @ weight.double().T + bias.double(), rtol=0, atol=1e-4)
+    assert torch.equal(linear(x[:5], weight, bias), batched[:5])
+    for row in (0, 4, 17, 36):
+        assert torch.equal(linear(x[row:row + 1], weight, bias)[0], batched[row])
+    no_bias = linear(x[None, :3], weight)  # leading dimensions kept, as torch.nn.functional.linear keeps them
+    assert no_bias.shape == (1, 3, n)
+    torch.testing.assert_close(no_bias[0].double(), x[:3].double() @ weight.double().T, rtol=0, atol=1e-4)
+
+
+def test_patched_linear_layers_run_the_kernel_inside_the_block_alone():
+    """Outside batch_invariant() a patched layer is its own forward, bit for bit; inside, the kernel's."""
+    layer = torch.nn.Linear(24, 40).to(DEVICE)
+    x = torch.randn(3, 24, device=DEVICE)
+    eager = layer(x)
+    use_batch_invariant_linears(torch.nn.Sequential(layer))
+    use_batch_invariant_linears(torch.nn.Sequential(layer))  # once only
+    assert torch.equal(layer(x), eager)
+    with batch_invariant():
+        assert torch.equal(layer(x), linear(x, layer.weight, layer.bias))
+        with batch_invariant(False):
+            assert torch.equal(layer(x), eager)
+
+
+def no_images(request):
+    future = Future()
+    future.set_result(None)
+    return future
+
+
+@pytest.mark.slow
+def test_a_deterministic_decoder_writes_each_prompt_to_the_same_bits_alone_and_batched(tmp_path, monkeypatch):
+    """Four prompts of different lengths decoded side by side, and each alone, greedy, fp32: with the
+    decoder deterministic (its prefill a group per prompt, its steps' products batch-invariant, split-KV
+    attention, as on a GPU) the tokens and every recorded logit are the same bits; the CPU's own products
+    are not batch-invariant, so the same runs without it differ in the logits' last bits."""
+    monkeypatch.setattr(mmjudge.infer.split_kv, "SPAN", 16)
+    judge = load_judge(write_original_checkpoint(tmp_path / "judge"), DEVICE, torch.float32)
+    questions = ["Is this answer good?", "Rate the answer, and say why in a few words.", "Score it.",
+                 "The answer names the wrong color of the car; how many points does it lose?"]
+    prompts = [judge.tokenizer(judge.settings.template.render(q), return_tensors="pt").input_ids[0] for q in questions]
+
+    def run(deterministic: bool, indices):
+        decoder = judge_decoder(judge, DEVICE, None, columns=list(range(judge.model.config.text_config.vocab_size)),
+                                deterministic=deterministic)
+        decoder.split_kv = decoder.batch_invariant = deterministic  # the GPU's kernels, in the interpreter on a CPU
+        requests = [Request(i, prompts[i], max_new_tokens=3 + 2 * i) for i in indices]
+        completions = {c.index: c for done in decoder.generate(requests, no_images, 12) for c in done}
+        return completions, decoder.prefills
+
+    batched, prefills = run(True, range(4))
+    assert prefills == 4  # a group per prompt
+    for index in range(4):
+        alone, _ = run(True, [index])
+        assert alone[index].tokens == batched[index].tokens
+        assert torch.equal(alone[index].logits, batched[index].logits)
+    if DEVICE == "cpu":
+        plain, _ = run(False, range(4))
+        assert any(not torch.equal(run(False, [i])[0][i].logits, plain[i].logits) for i in range(4))
