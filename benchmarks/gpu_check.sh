@@ -11,7 +11,7 @@
 # Steps run in order of what matters most, each under its own time limit and all under GPU_CHECK_SECONDS
 # (default 480): a step that would start past it is skipped and said so, so the run always ends with a table.
 # GPU_CHECK_STEPS="gpu_tests score ..." runs those steps alone; GPU_CHECK_SCORE="--samples 64 ..." replaces the
-# scoring benchmark's arguments (score_throughput.py --help), GPU_CHECK_SCORE_SECONDS its time limit (240).
+# scoring benchmark's arguments (score_throughput.py --help), GPU_CHECK_SCORE_SECONDS its time limit (300).
 set -u
 OUT=$(realpath -m "${1:-gpu_check}")
 REPO=$(realpath "$(dirname "$0")/..")
@@ -73,19 +73,18 @@ step gpu_tests 180 $PY -m pytest -c "$REPO/pyproject.toml" --rootdir "$REPO" "${
   "$REPO/tests/infer/test_split_kv.py" "$REPO/tests/infer/test_batch_invariant.py" -q -p no:cacheprovider --junitxml="$FIGURES/gpu_tests.xml"
 
 if [ -n "$SMOKE" ]; then
-  SCALE=(--tiny --device cpu --samples 4 --reference_samples 1 --new_tokens 8 --max_tiles 1 --invariance_samples 2 --deterministic \
-         --deterministic_invariance_samples 2)
+  SCALE=(--tiny --device cpu --samples 4 --reference_samples 1 --new_tokens 8 --max_tiles 1 --invariance_samples 2 --compare_deterministic)
   TRAIN=(--tiny --device cpu --steps 1 --seq_len 600 --tiles 1)
   SERVE=(--clients 1 4 --requests 4 --new_tokens 4 --time_limit_s 30)
   PROFILE=(--tiny --device cpu --samples 3 --new_tokens 3 --max_tiles 1)
 else
-  SCALE=(--samples 48 --reference_samples 2 --new_tokens 256 --invariance_samples 16 --deterministic)
+  SCALE=(--samples 64 --reference_samples 2 --new_tokens 256 --invariance_samples 64)
   TRAIN=(--steps 5)
   SERVE=(--device cuda --clients 1 8 32 64 --requests 128 --new_tokens 64 --time_limit_s 20)
   PROFILE=(--samples 16 --new_tokens 64)
 fi
 [ -n "${GPU_CHECK_SCORE:-}" ] && read -r -a SCALE <<<"$GPU_CHECK_SCORE"
-step score "${GPU_CHECK_SCORE_SECONDS:-240}" $PY $REPO/benchmarks/score_throughput.py "${SCALE[@]}" --peak_tflops "$PEAK" --copy_tb_s "$COPY" --json "$FIGURES/score.json"
+step score "${GPU_CHECK_SCORE_SECONDS:-300}" $PY $REPO/benchmarks/score_throughput.py "${SCALE[@]}" --peak_tflops "$PEAK" --copy_tb_s "$COPY" --json "$FIGURES/score.json"
 step train 100 $PY $REPO/benchmarks/train_throughput.py "${TRAIN[@]}" --peak_tflops "$PEAK" --json "$FIGURES/train.json"
 step train_zero2 100 $PY $REPO/benchmarks/train_throughput.py "${TRAIN[@]}" --peak_tflops "$PEAK" --deepspeed $REPO/configs/deepspeed/zero2.json --json "$FIGURES/train_zero2.json"
 step serve 120 $PY $REPO/benchmarks/serve_load.py "${SERVE[@]}" --json "$FIGURES/serve.json"

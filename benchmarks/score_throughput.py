@@ -126,6 +126,7 @@ class Run(NamedTuple):
     steps: int  # decoding steps (one for every busy slot of a cache)
     prefills: int  # prefill forward passes (groups or chunks)
     split_kv: bool  # the decoding steps' attention: split-KV, or SDPA
+    deterministic: bool  # judge-score --deterministic: each record the same bits in any batch
 
 
 def engine_run(judge, rubrics, items, options, device, split_kv: bool | None = None) -> Run:
@@ -141,15 +142,14 @@ def engine_run(judge, rubrics, items, options, device, split_kv: bool | None = N
     seconds = time.perf_counter() - start
     # as each run ends: a step cut by its time limit still shows how far it got
     print(f"engine: {len(items)} samples, {options.mode}{', deterministic' if options.deterministic else ''}: {seconds:.1f} s", flush=True)
-    return Run(seconds, results, scorer.decoder.steps, scorer.decoder.prefills, scorer.decoder.split_kv)
+    return Run(seconds, results, scorer.decoder.steps, scorer.decoder.prefills, scorer.decoder.split_kv, scorer.decoder.deterministic)
 
 
-def invariance(judge, rubrics, samples, data, generate: ScoreOptions, logits: ScoreOptions, batched: dict, device: str,
-               prefix: str = "") -> dict:
+def invariance(judge, rubrics, samples, data, generate: ScoreOptions, logits: ScoreOptions, batched: dict, device: str) -> dict:
     """How many records scored alone differ from the same records scored in the benchmark's batches: the
-    generated tokens (generate mode) and the score distributions (logits mode, largest difference and
-    argmax flips). On a GPU in bf16, batched kernels round differently from batch-1 ones unless the options
-    are deterministic. `prefix` names the figures ("deterministic_")."""
+    generated tokens and score distributions (generate mode) and the score distributions (logits mode, largest
+    difference and argmax flips). On a GPU in bf16, batched kernels round differently from batch-1 ones
+    unless scoring is deterministic."""
     alone = replace(generate, token_budget=1)
     gen_alone = engine_run(judge, rubrics, prepare(judge, samples, rubrics, data, alone), alone, device).records
     logit_items = prepare(judge, samples, rubrics, data, logits)
@@ -158,12 +158,12 @@ def invariance(judge, rubrics, samples, data, generate: ScoreOptions, logits: Sc
     gaps = [max(abs(log_alone[k].score_distribution[v] - log_batched[k].score_distribution[v]) for v in log_alone[k].score_distribution)
             for k in log_alone]
     return {
-        f"{prefix}invariance_samples": len(samples),
-        f"{prefix}generate_tokens_differ": sum(gen_alone[k].feedback != batched[k].feedback for k in gen_alone),
+        "invariance_samples": len(samples),
+        "generate_tokens_differ": sum(gen_alone[k].feedback != batched[k].feedback for k in gen_alone),
         # the recorded logits too: the same text may come with other bits in its score distribution
-        f"{prefix}generate_distribution_differs": sum(gen_alone[k].score_distribution != batched[k].score_distribution for k in gen_alone),
-        f"{prefix}logits_score_differs": sum(log_alone[k].score != log_batched[k].score for k in log_alone),
-        f"{prefix}logits_max_distribution_gap": max(gaps),
+        "generate_distribution_differs": sum(gen_alone[k].score_distribution != batched[k].score_distribution for k in gen_alone),
+        "logits_score_differs": sum(log_alone[k].score != log_batched[k].score for k in log_alone),
+        "logits_max_distribution_gap": max(gaps),
     }
 
 
@@ -212,10 +212,8 @@ def main() -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--invariance_samples", type=int, default=0,
                    help="also score this many samples alone (--token_budget 1) and count records that differ from the batched ones")
-    p.add_argument("--deterministic", action="store_true",
-                   help="also time both modes deterministic (judge-score --deterministic: bit-exact batching; GPU), and its cost")
-    p.add_argument("--deterministic_invariance_samples", type=int, default=0,
-                   help="with --deterministic: also score this many samples alone, deterministic, and count records that differ")
+    p.add_argument("--compare_deterministic", action="store_true",
+                   help="also time both modes with judge-score's --deterministic the other way from its default here (on a GPU: off)")
     p.add_argument("--compare_sdpa", action="store_true",
                    help="also time generate mode with SDPA decoding steps, the attention used before split-KV (GPU)")
     p.add_argument("--seed", type=int, default=0)
@@ -252,18 +250,19 @@ def main() -> None:
         logit_items = prepare(judge, samples, rubrics, data, logits)
         engine_run(judge, rubrics, warm_up_share(logit_items), logits, args.device)
         log_time = engine_run(judge, rubrics, logit_items, logits, args.device).seconds
-        if args.deterministic:
-            exact_generate, exact_logits = replace(generate, deterministic=True), replace(logits, deterministic=True)
-            engine_run(judge, rubrics, warm_up_share(items), exact_generate, args.device)
-            exact = engine_run(judge, rubrics, items, exact_generate, args.device)
-            engine_run(judge, rubrics, warm_up_share(logit_items), exact_logits, args.device)
-            exact_log_time = engine_run(judge, rubrics, logit_items, exact_logits, args.device).seconds
+        if args.compare_deterministic:
+            other_generate, other_logits = (replace(options, deterministic=not run.deterministic) for options in (generate, logits))
+            engine_run(judge, rubrics, warm_up_share(items), other_generate, args.device)
+            other = engine_run(judge, rubrics, items, other_generate, args.device)
+            engine_run(judge, rubrics, warm_up_share(logit_items), other_logits, args.device)
+            other_log_time = engine_run(judge, rubrics, logit_items, other_logits, args.device).seconds
         agree = sum(judge.decode(r) == eng_out[items[i].sample.id].feedback for i, r in enumerate(ref_out))
         prefill = prefill_flops(judge, logit_items)
         figures = {
             "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
             "samples": len(items), "new_tokens": args.new_tokens,
             "decoding_attention": "split-KV" if run.split_kv else "SDPA",
+            "deterministic": run.deterministic,
             "reference_samples_per_s": n_ref / ref_time if n_ref else None,
             "engine_samples_per_s": len(items) / eng_time,
             # generate mode's forward passes: its time per decoding step is (wall - prefill) / steps at most
@@ -279,12 +278,13 @@ def main() -> None:
         }
         if args.compare_sdpa:
             figures["engine_samples_per_s_sdpa"] = len(items) / sdpa_time
-        if args.deterministic:
-            figures |= {"engine_samples_per_s_deterministic": len(items) / exact.seconds,
-                        "deterministic_cost_generate": exact.seconds / eng_time,
-                        "logits_samples_per_s_deterministic": len(items) / exact_log_time,
-                        "deterministic_cost_logits": exact_log_time / log_time,
-                        "deterministic_prefill_passes": exact.prefills}
+        if args.compare_deterministic:
+            # the time deterministic scoring takes over the time without it, in each mode
+            gen_cost, log_cost = other.seconds / eng_time, other_log_time / log_time
+            figures |= {"engine_samples_per_s_other": len(items) / other.seconds, "logits_samples_per_s_other": len(items) / other_log_time,
+                        "other_prefill_passes": other.prefills,
+                        "deterministic_cost_generate": 1 / gen_cost if run.deterministic else gen_cost,
+                        "deterministic_cost_logits": 1 / log_cost if run.deterministic else log_cost}
         figures["prefill_utilisation"] = figures["prefill_tflops"] / args.peak_tflops
         # The physical floor: prefill FLOPs at the matrix rate, plus the cache each written token must read.
         prefill_floor_s = prefill / args.peak_tflops / 1e12
@@ -295,9 +295,6 @@ def main() -> None:
                     "logits_floor_ratio": log_time / prefill_floor_s}
         if args.invariance_samples:
             figures |= invariance(judge, rubrics, samples[: args.invariance_samples], data, generate, logits, eng_out, args.device)
-        if args.deterministic and args.deterministic_invariance_samples:
-            figures |= invariance(judge, rubrics, samples[: args.deterministic_invariance_samples], data, exact_generate, exact_logits,
-                                  exact.records, args.device, prefix="deterministic_")
         for key, value in figures.items():
             print(f"{key:>26}: {value:.3f}" if isinstance(value, float) else f"{key:>26}: {value}")
         if args.json:

@@ -21,6 +21,7 @@ everywhere else. The tests run the same kernels on the CPU in Triton's interpret
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -33,6 +34,18 @@ PROGRAMS = 256
 SUM_BLOCK = 1024  # output elements per program of the sum of the splits
 
 _ACTIVE: ContextVar[bool] = ContextVar("batch_invariant", default=False)
+
+
+def triton_runs_on(device: str | torch.device) -> bool:
+    """The project's Triton kernels (these and split-KV attention's) run on `device`: a CUDA GPU, with Triton
+    installed (it ships with PyTorch's CUDA builds)."""
+    return torch.device(device).type == "cuda" and importlib.util.find_spec("triton") is not None
+
+
+def deterministic_on(device: str | torch.device, deterministic: bool | None) -> bool:
+    """Whether scoring on `device` is deterministic: as asked, or where not asked (None), wherever its
+    kernels run (it costs next to nothing there: docs/performance.md)."""
+    return triton_runs_on(device) if deterministic is None else deterministic
 
 
 @contextmanager

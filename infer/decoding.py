@@ -74,9 +74,9 @@ from typing import NamedTuple
 
 import torch
 
-from mmjudge.infer.batch_invariant import batch_invariant, use_batch_invariant_linears
+from mmjudge.infer.batch_invariant import batch_invariant, deterministic_on, triton_runs_on, use_batch_invariant_linears
 from mmjudge.infer.grammar import Grammar, Matcher, allowed_tokens, token_masks
-from mmjudge.infer.split_kv import ATTENTION, triton_available
+from mmjudge.infer.split_kv import ATTENTION
 from mmjudge.judge.backbones import backbone_of
 from mmjudge.judge.rope import context_length
 from mmjudge.judge.vision import Pixels
@@ -246,7 +246,7 @@ class Decoder:
 
     def __init__(self, model: torch.nn.Module, *, device, pad_id: int, stop_ids: tuple[int, ...], suppress: list[int],
                  columns: torch.Tensor, token_budget: int | None, prefill_budget: int | None = None, cuda_graphs: bool = True,
-                 deterministic: bool = False):
+                 deterministic: bool | None = False):
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.vlm, self.lm_head = base.model, base.lm_head
         self.lm = self.vlm.language_model
@@ -265,11 +265,12 @@ class Decoder:
         # Graphs need every weight in place: not under ZeRO-3, whose hooks gather weights as each layer runs.
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda" and not any(hasattr(p, "ds_id") for p in model.parameters())
         # Decoding steps' attention: split-KV on a GPU (Triton comes with PyTorch's CUDA builds), SDPA elsewhere.
-        self.split_kv = self.device.type == "cuda" and triton_available()
-        # Deterministic: each row's tokens and logits the same bits in any batch (module docstring).
-        self.deterministic = deterministic
-        self.batch_invariant = deterministic and self.split_kv
-        if deterministic:
+        self.split_kv = triton_runs_on(self.device)
+        # Deterministic: each row's tokens and logits the same bits in any batch (module docstring); None:
+        # wherever its kernels run.
+        self.deterministic = deterministic_on(self.device, deterministic)
+        self.batch_invariant = self.deterministic and self.split_kv
+        if self.deterministic:
             use_batch_invariant_linears(self.lm)
             use_batch_invariant_linears(self.lm_head)
         # Forward passes run, for a server's metrics: prefill groups (or chunks) and decoding steps (one for all

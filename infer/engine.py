@@ -217,11 +217,11 @@ def judge_vocabulary(judge: Judge) -> Vocabulary:
 
 
 def judge_decoder(judge: Judge, device: str, token_budget: int | None, columns: list[int], stop: bool = True,
-                  prefill_budget: int | None = None, deterministic: bool = False) -> Decoder:
+                  prefill_budget: int | None = None, deterministic: bool | None = False) -> Decoder:
     """A decoder of the judge's text: padded with its pad token, never writing its unwritable tokens, and
     stopping at its template's stop token unless `stop` is False; `columns` are the logits it records;
     `prefill_budget`: prompt tokens prefilled per engine step at most, longer prompts in chunks (None: none);
-    `deterministic`: each row the same bits in any batch (infer/decoding.py)."""
+    `deterministic`: each row the same bits in any batch (infer/decoding.py); None: where its kernels run."""
     return Decoder(judge.model, device=device, pad_id=judge.pad_id, stop_ids=judge.stop_ids if stop else (), suppress=unwritable_tokens(judge),
                    columns=torch.tensor(columns, dtype=torch.long), token_budget=token_budget, prefill_budget=prefill_budget,
                    deterministic=deterministic)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mmjudge.api import Judge, checked_device, default_device, find_checkpoint
+from mmjudge.infer.batch_invariant import deterministic_on
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.progress import Bar
 from mmjudge.judge.data import JudgeResult, Pair, PairResult, Sample
@@ -38,8 +39,8 @@ class LocalBackend:
         return {"model": str(model_dir), "weights": weights, "dtype": str(next(model.model.parameters()).dtype),
                 "settings": model.settings.to_json(), "prompt_token_budget": self.options.prompt_token_budget,
                 "ignore_stop": self.options.ignore_stop, "structured": self.options.structured,
-                # only where asked, so that the journals of runs without it stay resumable
-                **({"deterministic": True} if self.options.deterministic else {})}
+                # only where it is on, so that the journals of runs without it stay resumable
+                **({"deterministic": True} if deterministic_on(self.device, self.options.deterministic) else {})}
 
     def score(self, samples: list[tuple[int, Sample | Pair]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult | PairResult]]:
         yield from self.judge.score_batches(samples, self.rubrics, self.options, self.image_root, progress=bar)

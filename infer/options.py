@@ -51,9 +51,10 @@ class ScoreOptions:
         False, "constrain the judge's answer with a grammar to the layout its rubric asks for: free text, then one line per criterion "
                "and a '### Score' line, every score on the rubric's scale, so that each score written parses (recorded in summary.json); "
                "off: the judge writes freely, as MMIE's protocol has it")
-    deterministic: bool = _option(
-        False, "score each sample to the same bits whatever is batched beside it: each prompt prefilled alone, and batch-invariant "
-               "matrix products in decoding (a CUDA GPU with Triton); off: faster, and a sample's answer may change with its batch in bf16")
+    deterministic: bool | None = _option(
+        None, "score each sample to the same bits whatever is batched beside it: each prompt prefilled in a group of its own, and "
+              "batch-invariant matrix products in decoding (Triton kernels, on a CUDA GPU); off: prompts prefilled in groups, and in "
+              "bf16 a sample's answer may change with what is batched beside it; none: on wherever its kernels run")
     ignore_stop: bool = _option(False, "always generate max_new_tokens, no forced score heading (benchmarks: equal work per sample)",
                                 flag=False)
     # Pairs (judge/preferences.py says how a pair's verdict is decided).

@@ -32,15 +32,6 @@ HEADS = 16  # query heads per program; tl.dot's smallest side
 ATTENTION = "mmjudge_split_kv"  # its name among transformers' attention functions
 
 
-def triton_available() -> bool:
-    """Triton can be imported (it ships with PyTorch's CUDA builds)."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def slot_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                    attention_mask: torch.Tensor | None, *, slot_lengths: torch.Tensor, scaling: float | None = None,
                    **kwargs) -> tuple[torch.Tensor, None]:

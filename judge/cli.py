@@ -204,7 +204,7 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls, applied: dict) -> N
         kind = hints[f.name]
         if isinstance(kind, types.UnionType) and typing.get_origin(given := next(a for a in typing.get_args(kind) if a is not type(None))) is list:
             kind = given  # an optional list: none given is the default
-        if kind is bool:
+        if kind in (bool, bool | None):  # none: not given on the command line
             parser.add_argument(*names, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif typing.get_origin(kind) is typing.Literal:
             parser.add_argument(*names, choices=typing.get_args(kind), default=None, help=help_text)
@@ -257,8 +257,9 @@ def setting_problems(cls, values: dict) -> list[str]:
         value, hint, minimum = values.get(f.name, f.default), hints[f.name], f.metadata.get("minimum")
         if typing.get_origin(hint) is typing.Literal:
             ok, wanted = value in typing.get_args(hint), "one of " + ", ".join(typing.get_args(hint))
-        elif hint is bool:
-            ok, wanted = isinstance(value, bool), "true or false"
+        elif hint in (bool, bool | None):
+            ok = isinstance(value, bool) or (value is None and hint != bool)
+            wanted = "true or false" + (" or none" if hint != bool else "")
         elif minimum is not None:  # a number, or none where the type allows it
             ok, wanted = _in_range(value, hint, minimum, f.metadata.get("below"))
         else:

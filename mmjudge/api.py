@@ -264,12 +264,12 @@ def default_device() -> str:
     return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
 
 
-def checked_device(device: str, deterministic: bool = False) -> str:
+def checked_device(device: str, deterministic: bool | None = None) -> str:
     """The device, refused before anything loads where torch cannot use it, or where a `deterministic` run's
     kernels cannot run (Triton's, on a CUDA GPU: infer/batch_invariant.py)."""
-    import importlib.util
-
     import torch
+
+    from mmjudge.infer.batch_invariant import triton_runs_on
 
     try:
         parsed = torch.device(device)
@@ -279,7 +279,7 @@ def checked_device(device: str, deterministic: bool = False) -> str:
         raise UsageError(f"--device {device}: torch sees no CUDA GPU here (use --device cpu, or a CUDA build of torch)")
     if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
         raise UsageError(f"--device {device}: torch sees {torch.cuda.device_count()} GPU(s), numbered from 0")
-    if deterministic and (parsed.type != "cuda" or importlib.util.find_spec("triton") is None):
+    if deterministic and not triton_runs_on(parsed):
         where = "Triton is not installed (it comes with PyTorch's CUDA builds)" if parsed.type == "cuda" else f"--device {device} is not a CUDA GPU"
         raise UsageError(f"--deterministic runs batch-invariant Triton kernels on a CUDA GPU, and {where}; "
                          "leave --deterministic out to score here")

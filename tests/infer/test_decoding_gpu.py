@@ -202,17 +202,18 @@ def test_batch_invariant_linear_in_bf16_gives_each_row_the_same_bits_in_any_batc
         assert torch.equal(linear(x[199:], weight, offset)[0], batched[199])
 
 
-def test_deterministic_scoring_in_bf16_gives_each_record_the_same_bits_alone_and_batched(tmp_path, dataset):
-    """judge-score --deterministic in bf16 under CUDA graphs: each record's feedback, generated tokens and
-    score distribution, generate mode and logits mode, the same alone (a budget of one token) as batched."""
+def test_scoring_in_bf16_is_deterministic_by_default_each_record_the_same_bits_alone_and_batched(tmp_path, dataset):
+    """judge-score on a GPU, where --deterministic is on unless turned off, in bf16 under CUDA graphs: each
+    record's feedback, generated tokens and score distribution, generate mode and logits mode, the same alone
+    (a budget of one token) as batched."""
     judge = load_judge(write_original_checkpoint(tmp_path / "ckpt"), "cuda", torch.bfloat16)
     rubrics = load_rubrics()
 
     def records(**options):
-        options = ScoreOptions(max_tiles=2, max_new_tokens=48, deterministic=True, **options)
+        options = ScoreOptions(max_tiles=2, max_new_tokens=48, **options)
         items = prepare(judge, list(enumerate(load_samples(dataset / "data.json", dataset))), rubrics, dataset, options)
         scorer = Scorer(judge, rubrics, options, "cuda")
-        assert scorer.decoder.batch_invariant and scorer.decoder.cuda_graphs
+        assert scorer.decoder.deterministic and scorer.decoder.batch_invariant and scorer.decoder.cuda_graphs
         return {r.id: (r.feedback, r.generated_tokens, r.score_distribution) for batch in scorer.run(items) for _, r in batch}
 
     for mode in ("generate", "logits"):

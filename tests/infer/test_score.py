@@ -131,14 +131,15 @@ def test_bad_input_stops_before_loading_the_model(tmp_path, capsys):
 
 
 def test_every_option_that_cannot_work_is_reported_at_once_before_loading(dataset, tmp_path, capsys):
-    (tmp_path / "preset.yaml").write_text("mode: foo\ntoken_budget: -1\n")
+    (tmp_path / "preset.yaml").write_text("mode: foo\ntoken_budget: -1\ndeterministic: maybe\n")
     code = main(["--model_path", str(tmp_path / "no-model"), "--input_dir", str(dataset), "--input_file", "data.json",
                  "--config", str(tmp_path / "preset.yaml"), "--limit", "-1", "--workers", "0", "--max_tiles", "0"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     for problem in ("mode must be one of generate, logits, got 'foo'", "token_budget must be a whole number of at least 1 or none, got -1",
                     "workers must be a whole number of at least 1, got 0",
-                    "max_tiles must be a whole number of at least 1 or none, got 0", "--limit must be at least 1, got -1"):
+                    "max_tiles must be a whole number of at least 1 or none, got 0", "--limit must be at least 1, got -1",
+                    "deterministic must be true or false or none, got 'maybe'"):
         assert problem in err
     with pytest.raises(UsageError, match="token_budget must be a whole number of at least 1"):
         ScoreOptions(token_budget=0)  # options built in code are checked too
