@@ -73,7 +73,8 @@ def _main(argv) -> int:
     from mmjudge.serve.metrics import Metrics
     from mmjudge.serve.worker import Worker
 
-    loaded = Judge.load(args.model_path, device=args.device, dtype=args.dtype, revision=args.revision)  # the Python API's door, the same judge
+    # the Python API's door, the same judge; refused there where --deterministic's kernels cannot run
+    loaded = Judge.load(args.model_path, device=args.device, dtype=args.dtype, revision=args.revision, deterministic=options.deterministic)
     judge, device = loaded.model, loaded.device
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
     context = context_length(judge.model.config.get_text_config())

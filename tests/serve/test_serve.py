@@ -394,6 +394,7 @@ def test_a_missing_or_wrong_key_is_refused_and_health_needs_none(server, authori
     (["--api_key_env", "NO_SUCH_VARIABLE_HERE"], {}, "--api_key_env NO_SUCH_VARIABLE_HERE: that environment variable is not set"),
     (["--max_image_pixels", "0", "--batch_wait_ms", "-1"], {}, "max_image_pixels must be a whole number of at least 1"),
     (["--image_root", "/no/such/dir"], {}, "--image_root /no/such/dir: folder not found"),
+    (["--device", "cpu", "--deterministic"], {}, "--deterministic runs batch-invariant Triton kernels on a CUDA GPU, and --device cpu"),
 ])
 def test_a_server_that_cannot_start_safely_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch, flags, env, message):
     assert serve_main(["--model_path", str(tmp_path / "no-model"), *flags]) == 2
