@@ -12,7 +12,7 @@ import torch
 import mmjudge.infer.batch_invariant as batch_invariant_module
 import mmjudge.infer.split_kv
 from mmjudge.infer.batch_invariant import batch_invariant, linear, splits, use_batch_invariant_linears
-from mmjudge.infer.decoding import Request
+from mmjudge.infer.decoding import Request, Sampling
 from mmjudge.infer.engine import judge_decoder
 from mmjudge.judge.model import load_judge
 from mmjudge.judge.testing import write_original_checkpoint
@@ -68,10 +68,11 @@ def no_images(request):
 
 @pytest.mark.slow
 def test_a_deterministic_decoder_writes_each_prompt_to_the_same_bits_alone_and_batched(tmp_path, monkeypatch):
-    """Four prompts of different lengths decoded side by side, and each alone, greedy, fp32: with the
-    decoder deterministic (its prefill a group per prompt, its steps' products batch-invariant, split-KV
-    attention, as on a GPU) the tokens and every recorded logit are the same bits; the CPU's own products
-    are not batch-invariant, so the same runs without it differ in the logits' last bits."""
+    """Four prompts of different lengths decoded side by side, and each alone, fp32, two greedy and two
+    sampled (one with two choices): with the decoder deterministic (its prefill a group per prompt, its
+    steps' products batch-invariant, split-KV attention, as on a GPU) the tokens and every recorded logit
+    are the same bits; the CPU's own products are not batch-invariant, so the same runs without it differ
+    in the logits' last bits."""
     monkeypatch.setattr(mmjudge.infer.split_kv, "SPAN", 16)
     judge = load_judge(write_original_checkpoint(tmp_path / "judge"), DEVICE, torch.float32)
     questions = ["Is this answer good?", "Rate the answer, and say why in a few words.", "Score it.",
@@ -82,16 +83,18 @@ def test_a_deterministic_decoder_writes_each_prompt_to_the_same_bits_alone_and_b
         decoder = judge_decoder(judge, DEVICE, None, columns=list(range(judge.model.config.text_config.vocab_size)),
                                 deterministic=deterministic)
         decoder.split_kv = decoder.batch_invariant = deterministic  # the GPU's kernels, in the interpreter on a CPU
-        requests = [Request(i, prompts[i], max_new_tokens=3 + 2 * i) for i in indices]
-        completions = {c.index: c for done in decoder.generate(requests, no_images, 12) for c in done}
+        requests = [Request(i, prompts[i], max_new_tokens=3 + 2 * i, sampling=samplings[i], n=1 + (i == 3)) for i in indices]
+        completions = {(c.index, c.choice): c for done in decoder.generate(requests, no_images, 12) for c in done}
         return completions, decoder.prefills
 
+    samplings = [Sampling(), Sampling(0.9, seed=1), Sampling(), Sampling(1.1, top_p=0.9, seed=2)]
     batched, prefills = run(True, range(4))
-    assert prefills == 4  # a group per prompt
+    assert len(batched) == 5 and prefills == 4  # a group per prompt (its choices share it)
     for index in range(4):
         alone, _ = run(True, [index])
-        assert alone[index].tokens == batched[index].tokens
-        assert torch.equal(alone[index].logits, batched[index].logits)
+        for key, completion in alone.items():
+            assert completion.tokens == batched[key].tokens
+            assert torch.equal(completion.logits, batched[key].logits)
     if DEVICE == "cpu":
         plain, _ = run(False, range(4))
-        assert any(not torch.equal(run(False, [i])[0][i].logits, plain[i].logits) for i in range(4))
+        assert any(not torch.equal(run(False, [i])[0][i, 0].logits, plain[i, 0].logits) for i in range(4))
