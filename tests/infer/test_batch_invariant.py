@@ -67,14 +67,21 @@ def no_images(request):
 
 
 @pytest.mark.slow
-def test_a_deterministic_decoder_writes_each_prompt_to_the_same_bits_alone_and_batched(tmp_path, monkeypatch):
+@pytest.mark.parametrize("adapter", [False, True], ids=["base", "lora"])
+def test_a_deterministic_decoder_writes_each_prompt_to_the_same_bits_alone_and_batched(tmp_path, monkeypatch, adapter):
     """Four prompts of different lengths decoded side by side, and each alone, fp32, two greedy and two
     sampled (one with two choices): with the decoder deterministic (its prefill a group per prompt, its
     steps' products batch-invariant, split-KV attention, as on a GPU) the tokens and every recorded logit
     are the same bits; the CPU's own products are not batch-invariant, so the same runs without it differ
-    in the logits' last bits."""
+    in the logits' last bits. With a LoRA adapter (as judge-train trains one, its weights random here) too:
+    PEFT's layers and the ones they wrap run the kernel."""
     monkeypatch.setattr(mmjudge.infer.split_kv, "SPAN", 16)
     judge = load_judge(write_original_checkpoint(tmp_path / "judge"), DEVICE, torch.float32)
+    if adapter:
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(r=4, target_modules=r".*language_model.*\.(qkv_proj|o_proj|gate_up_proj|down_proj)", init_lora_weights=False)
+        judge.model = get_peft_model(judge.model, lora).eval()
     questions = ["Is this answer good?", "Rate the answer, and say why in a few words.", "Score it.",
                  "The answer names the wrong color of the car; how many points does it lose?"]
     prompts = [judge.tokenizer(judge.settings.template.render(q), return_tensors="pt").input_ids[0] for q in questions]
