@@ -54,7 +54,7 @@ def read_finished(output_dir: Path, output_file: str, run_fingerprint: str, reco
                              "rerun with --no_resume to start over, or choose another --output_dir")
         if header["fingerprint"] != run_fingerprint:
             raise UsageError(
-                f"{path} was written by a run with other settings (model, rubric, mode, limits, input or images); "
+                f"{path} was written by a run with other settings (model, rubric, mode, limits, deterministic scoring, input or images); "
                 "rerun with --no_resume to start over, or choose another --output_dir"
             )
         # The last element is "" after a complete line, or a torn line after a crash: skip either.

@@ -233,6 +233,20 @@ def test_rerun_resumes_and_no_resume_starts_over(checkpoint, dataset, tmp_path, 
     assert all(r["generated_tokens"] <= 3 for r in read(tmp_path))
 
 
+def test_a_run_deterministic_and_one_not_do_not_resume_each_other(checkpoint, dataset, tmp_path, capsys, monkeypatch):
+    """The journal's fingerprint says whether scoring was deterministic (the GPU's default), so that records
+    scored without the promise are not mixed into a run that makes it. Here a run taken for deterministic
+    (as on a GPU) and one not, in logits mode."""
+    import mmjudge.infer.local_backend
+
+    monkeypatch.setattr(mmjudge.infer.local_backend, "deterministic_on", lambda device, option: True)
+    assert score(checkpoint, dataset, tmp_path, "--mode", "logits", "--limit", "2") == 0
+    monkeypatch.setattr(mmjudge.infer.local_backend, "deterministic_on", lambda device, option: False)
+    capsys.readouterr()
+    assert score(checkpoint, dataset, tmp_path, "--mode", "logits") == 2
+    assert "was written by a run with other settings (model, rubric, mode, limits, deterministic scoring," in capsys.readouterr().err
+
+
 def test_an_edited_input_is_not_resumed_as_if_unchanged(checkpoint, dataset, tmp_path, capsys):
     records = json.loads((dataset / "data.json").read_text())[:2]
     answers = tmp_path / "answers.json"  # same path before and after the edit
