@@ -23,6 +23,7 @@ class LocalBackend:
 
     def __init__(self, args, options: ScoreOptions, rubrics: dict[str, Rubric], rank: int):
         self.device = checked_device(args.device or default_device(), options.deterministic)
+        self.deterministic = deterministic_on(self.device, options.deterministic)
         self.model_dir = find_checkpoint(args.model_path, args.revision).path
         self.judge_fingerprint = weights_fingerprint(weight_files(self.model_dir))
         self.dtype = args.dtype
@@ -40,7 +41,7 @@ class LocalBackend:
                 "settings": model.settings.to_json(), "prompt_token_budget": self.options.prompt_token_budget,
                 "ignore_stop": self.options.ignore_stop, "structured": self.options.structured,
                 # only where it is on, so that the journals of runs without it stay resumable
-                **({"deterministic": True} if deterministic_on(self.device, self.options.deterministic) else {})}
+                **({"deterministic": True} if self.deterministic else {})}
 
     def score(self, samples: list[tuple[int, Sample | Pair]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult | PairResult]]:
         yield from self.judge.score_batches(samples, self.rubrics, self.options, self.image_root, progress=bar)

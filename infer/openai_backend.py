@@ -97,6 +97,7 @@ class OpenAIBackend:
     """The judge behind --base_url; this process sends its samples, --concurrency at a time."""
 
     judge_fingerprint = None  # the server's weights are not the client's to read
+    deterministic = False  # how the server batches is its own
 
     def __init__(self, args, options: ScoreOptions, rubrics: dict[str, Rubric], samples: list[Sample]):
         if options.structured:

@@ -42,6 +42,7 @@ from mmjudge.judge.prompts import Rubric, judgeable, rubric_problems
 
 class Backend(Protocol):
     judge_fingerprint: str | None  # of the judge's weights, read before it loads (judge/identity.py); None: not visible
+    deterministic: bool  # each record the same bits whatever is batched beside it (infer/decoding.py)
 
     def load(self) -> dict:
         """The judge made ready; what of it must be unchanged for a journal's results to be resumed."""
@@ -78,7 +79,8 @@ def score(args, fmt: Format, options: ScoreOptions) -> int:
             probe = probe_pass(args.probe_images, args.probe_seed, run.samples, Path(args.input_dir), blank_dir, run_id)
             score_pass(args, backend, run, probe.samples, result_file(probe.kind), probe.run_id, rank, world)
 
-        on_rank_zero(lambda: merge(args, fmt, run, run_id, backend.warnings, probe, options.structured), rank, world)
+        modes = {"structured": options.structured, "deterministic": backend.deterministic}
+        on_rank_zero(lambda: merge(args, fmt, run, run_id, backend.warnings, probe, modes), rank, world)
         return 0
 
 
@@ -167,11 +169,11 @@ def finished_results(args, output_file: str, run_id: str, rank: int, world: int,
 
 
 def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None,
-          structured: bool) -> None:
+          modes: dict[str, bool]) -> None:
     """The journals merged into the result file and summary, and the benchmark's own files written."""
     output_dir = Path(args.output_dir)
     finish(output_dir, args.output_file, run, run_id, warnings, probe, fmt.name, lambda results: fmt.write(run.bench, {r.id: r for r in results}, output_dir),
-           structured)
+           modes)
 
 
 def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
@@ -216,16 +218,17 @@ def journaled(output_dir: Path, output_file: str, samples: list[Sample | Pair], 
 
 def finish(output_dir: Path, output_file: str, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]],
            probe: ProbePass | None, format_name: str, write_benchmark_files: Callable[[list[JudgeResult]], list[Path]],
-           structured: bool) -> None:
+           modes: dict[str, bool]) -> None:
     """Merge every rank's journal into the result file, in input order, write the benchmark's own files, and
-    write the summary (naming those files, with the probe's figures, from its own journals, when there is one)."""
+    write the summary (naming those files, with the probe's figures, from its own journals, when there is one).
+    `modes`: how the records were made, as the summary says: structured (a grammar held the judge to its
+    rubric's layout, --structured; exactness runs have it off) and deterministic (--deterministic)."""
     calibrator = run.calibrator
     results = journaled(output_dir, output_file, run.samples, run_id)
     pairs = record_type(run.samples) is PairResult
     write_json_atomically(output_dir / output_file, [r.model_dump() for r in results] if pairs else as_records(results, calibrator))
     benchmark_files = write_benchmark_files(results)
-    # structured: whether a grammar held the judge to its rubric's layout (--structured); exactness runs have it off
-    written = {"structured": structured, "warnings": [*run.warnings, *warnings(results)], "benchmark_files": [path.name for path in benchmark_files]}
+    written = {**modes, "warnings": [*run.warnings, *warnings(results)], "benchmark_files": [path.name for path in benchmark_files]}
     if pairs:
         summary = {**summarize_pairs(results, run.samples, run.skipped), **written}
         write_json_atomically(output_dir / SUMMARY, summary)

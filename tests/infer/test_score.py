@@ -241,10 +241,13 @@ def test_a_run_deterministic_and_one_not_do_not_resume_each_other(checkpoint, da
 
     monkeypatch.setattr(mmjudge.infer.local_backend, "deterministic_on", lambda device, option: True)
     assert score(checkpoint, dataset, tmp_path, "--mode", "logits", "--limit", "2") == 0
+    assert read(tmp_path, "summary.json")["deterministic"] is True  # the summary says how the records were made
     monkeypatch.setattr(mmjudge.infer.local_backend, "deterministic_on", lambda device, option: False)
     capsys.readouterr()
     assert score(checkpoint, dataset, tmp_path, "--mode", "logits") == 2
     assert "was written by a run with other settings (model, rubric, mode, limits, deterministic scoring," in capsys.readouterr().err
+    assert score(checkpoint, dataset, tmp_path, "--mode", "logits", "--limit", "2", "--no_resume") == 0
+    assert read(tmp_path, "summary.json")["deterministic"] is False
 
 
 def test_an_edited_input_is_not_resumed_as_if_unchanged(checkpoint, dataset, tmp_path, capsys):
