@@ -44,9 +44,10 @@ of fixed shape, so a step with constrained rows is a CUDA graph too; log-probabi
 own, before the mask (vLLM's default, `raw_logprobs`).
 
 Deterministic (`judge-score --deterministic`): each row's tokens and logits are the same bits in a batch of
-any size as alone. Each prompt is prefilled in a group of its own, so that its prefill's kernels see the
-same shapes whatever waits beside it, and on a GPU the steps' linear layers run batch-invariant matrix
-products (infer/batch_invariant.py) beside split-KV attention, which already is; both are Triton kernels.
+any size as alone. Each prompt is prefilled in a group of its own, and a chunked one in chunks cut at the
+same places whatever else a step holds, so that its prefill's kernels see the same shapes whatever runs
+beside it; on a GPU the steps' linear layers run batch-invariant matrix products (infer/batch_invariant.py)
+beside split-KV attention, which already is; both are Triton kernels.
 
 A request may be ended early: `on_token` returning False ends a choice after that token, and `cancelled()`
 ends every choice of its request before admission or at the next step; a freed slot takes the next prompt.
@@ -496,7 +497,8 @@ class Decoder:
                 done, tokens = self._admit(lane, None if admitted is None else admitted - used, max_new_tokens, follow_up, top_logprobs)
                 finished, used = finished + done, used + tokens
             for lane in sorted(ongoing, key=lambda lane: lane.chunking()[0].prefill_left):  # the nearest to done first
-                tokens = min(lane.chunking()[0].prefill_left, self.prefill_budget - used)
+                if (tokens := self._chunk_tokens(lane.chunking()[0].prefill_left, self.prefill_budget - used)) is None:
+                    continue
                 finished += self._chunk(lane, tokens, follow_up, top_logprobs)
                 used += tokens
             for lane in lanes:
@@ -547,8 +549,8 @@ class Decoder:
             left = None if tokens is None else tokens - used
             head = len(lane.waiting.peek().input_ids)
             if left is not None and head > left:
-                if head > self.prefill_budget and left > 0 and not lane.chunking():
-                    done, started = self._start_chunks(lane, free, left, max_new_tokens, follow_up, logprobs)
+                if head > self.prefill_budget and not lane.chunking() and (first := self._chunk_tokens(head, left)):
+                    done, started = self._start_chunks(lane, free, first, max_new_tokens, follow_up, logprobs)
                     finished, used = finished + done, used + started
                 break
             group = []
@@ -570,6 +572,17 @@ class Decoder:
                 else:
                     lane.slots[row.slot] = row
         return finished, used
+
+    def _chunk_tokens(self, prompt_left: int, room: int) -> int | None:
+        """The tokens of a chunked prompt's next chunk, with `prompt_left` of it still to prefill and `room` left
+        of the step's budget; None: no chunk this step. A deterministic decoder cuts every prompt at the same
+        places, a quarter of the budget apart, whatever else the step holds, so that a chunked prompt is the
+        same bits alone and beside others; a chunk waits for a step with room for it (an ongoing chunk always
+        has a quarter: new prompts take three at most)."""
+        if not self.deterministic:
+            return min(prompt_left, room)
+        chunk = min(prompt_left, max(1, self.prefill_budget // 4))
+        return chunk if room >= chunk else None
 
     def _rows(self, request: Request, choices: range, free: list[int], position: int, max_new_tokens: int) -> list[_Row]:
         """A row per choice of the request, each in a slot taken from `free`, its next input at `position`."""

@@ -102,7 +102,9 @@ class Worker:
         self.options, self.device, self.batch_wait_s = options, device, batch_wait_s
         self.scorer = Scorer(judge, rubrics, options, device)
         # A chat answer ends at the stop token whatever --ignore_stop says (a benchmarking switch), and records no score logits.
-        self.chat_decoder = judge_decoder(judge, device, options.token_budget, columns=[], prefill_budget=prefill_budget)
+        # It is deterministic where asked only: what that costs a server under load is not measured yet (docs/serving.md).
+        self.chat_decoder = judge_decoder(judge, device, options.token_budget, columns=[], prefill_budget=prefill_budget,
+                                          deterministic=options.deterministic is True)
         for decoder in (self.scorer.decoder, self.chat_decoder):  # --max_model_len: answers end there
             decoder.context = min(decoder.context, max_model_len or decoder.context)
         self.counts: Counter[str] = Counter()  # the metrics endpoint's counters; written by this thread only

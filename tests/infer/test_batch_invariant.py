@@ -110,3 +110,39 @@ def test_a_deterministic_decoder_writes_each_prompt_to_the_same_bits_alone_and_b
     if DEVICE == "cpu" and family == "internvl2-4b" and not adapter:
         plain, _ = run(False, range(4))
         assert any(not torch.equal(run(False, [i])[0][i, 0].logits, plain[i, 0].logits) for i in range(4))
+
+
+@pytest.mark.slow
+def test_a_deterministic_decoder_cuts_chunked_prompts_at_the_same_places_alone_and_beside_others(tmp_path, monkeypatch):
+    """A server's decoder (a prefill budget of 24 tokens a step): prompts longer than it are prefilled in
+    chunks. Started together, they share each step's budget, so chunks without the deterministic rule are cut
+    where the others leave room; with it every prompt is cut a quarter of the budget apart, alone or not, and
+    each prompt's tokens and logits are the same bits alone and batched."""
+    monkeypatch.setattr(mmjudge.infer.split_kv, "SPAN", 16)
+    judge = load_judge(write_original_checkpoint(tmp_path / "judge"), DEVICE, torch.float32)
+    questions = ["Rate the answer, and say why in a few words.", "Score it.", "Is this answer good? Think of its images too."]
+    prompts = [judge.tokenizer(judge.settings.template.render(q), return_tensors="pt").input_ids[0] for q in questions]
+    assert all(len(p) > 24 for p in prompts)
+    chunks = []
+
+    def run(indices):
+        decoder = judge_decoder(judge, DEVICE, None, columns=list(range(8)), prefill_budget=24, deterministic=True)
+        decoder.split_kv = decoder.batch_invariant = True  # the GPU's kernels, in the interpreter on a CPU
+        prefill_chunk = decoder._prefill_chunk
+
+        def recorded(rows, cache, prompt, end):
+            chunks.append((rows[0].request.index, rows[0].position, end))
+            return prefill_chunk(rows, cache, prompt, end)
+
+        decoder._prefill_chunk = recorded
+        requests = [Request(i, prompts[i], max_new_tokens=4) for i in indices]
+        return {c.index: c for done in decoder.generate(requests, no_images, 4) for c in done}
+
+    batched = run(range(3))
+    cuts = {(index, start, end) for index, start, end in chunks}
+    assert all((end - start == 6 or end == len(prompts[index])) and start % 6 == 0 for index, start, end in cuts)
+    for index in range(3):
+        chunks.clear()
+        alone = run([index])
+        assert set(chunks) == {cut for cut in cuts if cut[0] == index}
+        assert alone[index].tokens == batched[index].tokens and torch.equal(alone[index].logits, batched[index].logits)
