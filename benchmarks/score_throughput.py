@@ -141,7 +141,8 @@ def engine_run(judge, rubrics, items, options, device, split_kv: bool | None = N
     _sync(device)
     seconds = time.perf_counter() - start
     # as each run ends: a step cut by its time limit still shows how far it got
-    print(f"engine: {len(items)} samples, {options.mode}{', deterministic' if options.deterministic else ''}: {seconds:.1f} s", flush=True)
+    # the decoder's own answer: the option's default (None) is deterministic on a GPU
+    print(f"engine: {len(items)} samples, {options.mode}{', deterministic' if scorer.decoder.deterministic else ''}: {seconds:.1f} s", flush=True)
     return Run(seconds, results, scorer.decoder.steps, scorer.decoder.prefills, scorer.decoder.split_kv, scorer.decoder.deterministic)
 
 
