@@ -47,6 +47,10 @@ from mmjudge.judge.verdicts import VERDICT_FORMATS, Reading, VerdictFormat
 from mmjudge.judge.vision import Pixels, load_pixels
 
 
+STRUCTURED_PAIRS = ("--structured holds a judge to its rubric's score lines, and a pairwise rubric asks for a verdict: "
+                    "leave --structured out for pairs judged by a pairwise rubric")
+
+
 @dataclass
 class Prepared:
     """A sample, or one view of a pair, ready for the model. The prompt's text is not kept: its token ids say
@@ -268,11 +272,9 @@ class Scorer:
             vocabulary = judge_vocabulary(self.judge)
         except GrammarError as err:
             raise UsageError(f"--structured: {err}") from None
-        if pairwise := sorted(category for category, rubric in self.rubrics.items() if rubric.kind == "pairwise"):
-            raise UsageError(f"--structured holds a judge to its rubric's score lines; rubric {pairwise[0]!r} asks for a verdict: "
-                             "leave --structured out for pairs")
+        # A pairwise rubric among them is no matter until a pair comes to be scored (run refuses it).
         return {category: score_lines(vocabulary, tuple(rubric.criteria.values()), tuple(str(level) for level in rubric.score_scale.levels))
-                for category, rubric in self.rubrics.items()}
+                for category, rubric in self.rubrics.items() if rubric.kind != "pairwise"}
 
     def run(self, items: list[Prepared], cancelled: Callable[[Prepared], bool] | None = None,
             progress: Callable[[float], None] | None = None) -> Iterator[list[tuple[Prepared, JudgeResult]]]:
@@ -280,6 +282,8 @@ class Scorer:
         before its prefill or at the next decoding step, and has no result. `progress(samples)` is told of
         the work as it goes, in parts of samples: a sample's 1 / max_new_tokens per token the judge writes,
         and the rest of its 1 when it finishes (infer/progress.py)."""
+        if self.options.structured and any(isinstance(item.sample, Pair) for item in items):
+            raise UsageError(STRUCTURED_PAIRS)
         counted = _Counted(progress, len(items), self.options.max_new_tokens if self.options.mode == "generate" else None)
         # Longest first: prefill groups of similar lengths, and a freed slot always has room for the next.
         requests = [Request(i, items[i].input_ids.long(), sampling=items[i].sampling, cancelled=partial(cancelled, items[i]) if cancelled else None,

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from mmjudge.api import read_benchmark
+from mmjudge.infer.engine import STRUCTURED_PAIRS
 from mmjudge.infer.journal import Journal, Result, clear, file_sha256, fingerprint, journal_pattern, read_finished
 from mmjudge.infer.local_backend import LocalBackend
 from mmjudge.infer.openai_backend import OpenAIBackend
@@ -134,7 +135,7 @@ def scoring_input(args, fmt: Format) -> ScoringInput:
     scorable = [s for s in bench.samples if judgeable(s, bench.rubrics)]
     samples = scorable[: args.limit] if args.limit else scorable
     categories = sorted({s.category for s in samples})
-    if record_type(bench.samples) is PairResult and (refused := pair_refusals(args)):
+    if record_type(bench.samples) is PairResult and (refused := pair_refusals(args, [bench.rubrics[c] for c in categories])):
         raise UsageError("; ".join(refused))
     calibrator = load_calibrator(args.calibrator, [bench.rubrics[c] for c in categories]) if args.calibrator else None
     return ScoringInput(bench, samples, skipped, calibrator)
@@ -145,10 +146,12 @@ def record_type(samples: list[Sample | Pair]) -> type[Result]:
     return PairResult if samples and isinstance(samples[0], Pair) else JudgeResult
 
 
-def pair_refusals(args) -> list[str]:
-    """The flags that do not apply to pairs: a calibrator maps scores, the probe moves them, and the openai
-    backend reads no verdict distribution."""
+def pair_refusals(args, rubrics: list[Rubric]) -> list[str]:
+    """The flags that do not apply to pairs: a calibrator maps scores, the probe moves them, the openai
+    backend reads no verdict distribution, and --structured holds to score lines, not verdicts."""
     refused = [f"--{flag} applies to samples, not pairs" for flag in ("calibrator", "probe_images") if getattr(args, flag)]
+    if args.structured and any(rubric.kind == "pairwise" for rubric in rubrics):
+        refused.append(STRUCTURED_PAIRS)
     if args.backend != "local":
         refused.append("pairs are judged by --backend local (or by judge-serve's /v1/score); --backend openai scores samples only")
     return refused

@@ -41,6 +41,7 @@ from mmjudge.infer.decoding import Completion, Sampling
 from mmjudge.infer.engine import pair_result, prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import CALIBRATOR_FIELDS, IMAGE_PLACEHOLDER, Pair, Sample, UsageError, field_name, value_problems
+from mmjudge.judge.identity import stamp
 from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Query, Rubric, encode_prompt, render_query
 from mmjudge.judge.vision import Pixels, load_pixels, placeholder
@@ -70,6 +71,7 @@ class Service:
     context: int  # the model's context in tokens: a prompt and its answer together
     metrics: Metrics
     vocabulary: grammar.Vocabulary | str  # the judge's tokens for structured outputs, or why it has none
+    judge_fingerprint: str  # of its weights (judge/identity.py), stamped on /v1/score's records as judge-score stamps them
 
     @property
     def tokenizer(self):
@@ -238,6 +240,9 @@ async def score(request: Request, service: Service) -> Response:
             raise RequestError(400, f"{what}[{k}].category", f"no rubric for category {item.category!r}; this server has {sorted(service.rubrics)}")
         if what == "samples" and rubric.kind == "pairwise":
             raise RequestError(400, f"{what}[{k}].category", f"the rubric of category {item.category!r} compares two answers; send the sample as a pair")
+        if what == "pairs" and rubric.kind == "pairwise" and service.score_options.structured:
+            raise RequestError(400, f"{what}[{k}].category", f"the rubric of category {item.category!r} asks for a verdict, and this server "
+                                                                 "holds each answer to its rubric's score lines (--structured)")
         if len(item.images()) > service.limits.max_images:
             raise RequestError(413, f"{what}[{k}]", f"{len(item.images())} images, over this server's limit of {service.limits.max_images} (--max_images)")
     images = RequestImages(service.image_root, service.limits.max_image_pixels)
@@ -257,6 +262,7 @@ async def score(request: Request, service: Service) -> Response:
         for item, result in zip(prepared, results):
             views.setdefault(item.index, []).append((item, result))
         results = [pair_result(views[k], service.score_options) for k in range(len(items))]
+    stamp(results, service.judge_fingerprint, service.rubrics)
     service.metrics.e2e.observe(time.monotonic() - arrived)
     return JSONResponse({"results": [result.model_dump(exclude=CALIBRATOR_FIELDS if what == "samples" else None) for result in results]})
 

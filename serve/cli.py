@@ -89,7 +89,7 @@ def _main(argv) -> int:
         vocabulary = str(err)
         print(f"judge-serve: no structured outputs: {err}", file=sys.stderr, flush=True)
     service = Service(name, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
-                      worker, int(time.time()), worker.context, Metrics(name), vocabulary)
+                      worker, int(time.time()), worker.context, Metrics(name), vocabulary, loaded.fingerprint)
     print(f"judge-serve: {args.model_path} on {device}, http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.Server(uvicorn.Config(build_app(service), host=args.host, port=args.port, log_level="info")).run()
     return 0

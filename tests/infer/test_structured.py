@@ -179,3 +179,41 @@ def test_structured_where_it_cannot_work_is_refused_before_anything_loads(tmp_pa
     assert score_main(["--model_path", str(tmp_path / "nowhere"), "--input_dir", str(data), "--input_file", "data.json", "--structured",
                        "--output_dir", str(tmp_path / "out"), *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_structured_scores_samples_under_a_rubric_set_that_holds_a_pairwise_rubric(judge, tmp_path, capsys):  # noqa: F811
+    """`--rubric tiny` brings the pairwise rubric beside the samples' rubrics: it is no matter until a pair
+    comes, and a pair judged by it is refused before anything loads."""
+    from mmjudge.judge.testing import write_dataset, write_original_checkpoint, write_pairs
+
+    data = write_dataset(tmp_path / "data", 2, seed=0).parent
+    checkpoint = write_original_checkpoint(tmp_path / "ckpt", seed=0)
+    common = ["--rubric", "tiny", "--max_tiles", "1", "--max_new_tokens", "4", "--structured"]
+    assert score_main(["--model_path", str(checkpoint), "--input_dir", str(data), "--input_file", "data.json",
+                       "--output_dir", str(tmp_path / "out"), *common]) == 0
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["structured"] is True
+    pairs = write_pairs(tmp_path / "pairs", 2, seed=0)
+    capsys.readouterr()
+    assert score_main(["--model_path", str(tmp_path / "nowhere"), "--input_dir", str(pairs.parent), "--input_file", pairs.name,
+                       "--output_dir", str(tmp_path / "out2"), *common]) == 2
+    err = capsys.readouterr().err
+    assert "leave --structured out for pairs judged by a pairwise rubric" in err and "nowhere" not in err
+
+
+def test_the_engine_refuses_a_pair_under_a_pairwise_rubric_when_structured(judge, tmp_path):  # noqa: F811
+    from mmjudge.configs import CONFIG_DIR
+    from mmjudge.infer.engine import Scorer, prepare
+    from mmjudge.infer.options import ScoreOptions
+    from mmjudge.judge.data import UsageError
+    from mmjudge.judge.formats import FORMATS
+    from mmjudge.judge.testing import write_pairs
+
+    rubrics = load_rubrics([CONFIG_DIR / "rubrics" / "tiny"])
+    options = ScoreOptions(structured=True, max_tiles=1, max_new_tokens=4)
+    scorer = Scorer(judge, rubrics, options, "cpu")
+    assert "general" not in scorer.grammars and scorer.grammars  # the samples' rubrics have their layouts
+    pairs = write_pairs(tmp_path / "pairs", 1, seed=0)
+    bench = FORMATS["pairs"].read(pairs, pairs.parent, rubrics)
+    items = prepare(judge, list(enumerate(bench.samples)), rubrics, pairs.parent, options)
+    with pytest.raises(UsageError, match="leave --structured out for pairs"):
+        next(scorer.run(items))

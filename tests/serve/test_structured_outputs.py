@@ -3,15 +3,19 @@ response_format (json_schema, json_object) and the SDK's parse, vLLM's structure
 (choice, regex, json, grammar), whole and streamed, the same alone and batched."""
 
 import json
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
+import httpx2
 import openai
 import pydantic
 import pytest
 
-from tests.serve.test_serve import HELLO, SERVED, checkpoint, client_of, dataset, files, post, server  # noqa: F401 - fixtures
+from mmjudge.judge.testing import HANG_S
+from mmjudge.serve.process import free_port, start_server
+from tests.serve.test_serve import FAST, HELLO, SERVED, checkpoint, client_of, dataset, files, pairs_of, post, server  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
 
@@ -127,3 +131,24 @@ def test_a_structured_output_that_cannot_work_is_refused_by_field(server, fields
     neutral = post(server, "/v1/chat/completions", {"model": SERVED, "messages": HELLO, "max_tokens": 4, "response_format": {"type": "text"},
                                                     "guided_decoding_backend": "guidance"})
     assert neutral.status_code == 200, neutral.text
+
+
+def test_a_structured_server_starts_with_its_default_rubrics_and_refuses_only_pairs_a_pairwise_rubric_judges(checkpoint, dataset, tmp_path):  # noqa: F811
+    """judge-serve --structured: its default rubrics hold the pairwise one, which holds nothing up until a pair
+    of its category comes; a pair under a pointwise rubric is scored, each answer held to the score lines."""
+    port = free_port()
+    process = start_server(["--model_path", str(checkpoint), "--image_root", str(dataset), "--structured", *FAST], port, tmp_path / "serve.log",
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        server = f"http://127.0.0.1:{port}"
+        sample = json.loads((dataset / "data.json").read_text())[0]
+        assert httpx2.post(f"{server}/v1/score", json={"samples": [sample]}, timeout=HANG_S).status_code == 200
+        pairs = pairs_of(dataset)
+        refused = httpx2.post(f"{server}/v1/score", json={"pairs": pairs[:1]}, timeout=HANG_S)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "pairs[0].category", refused.text
+        assert "asks for a verdict" in refused.json()["error"]["message"]
+        pointwise = httpx2.post(f"{server}/v1/score", json={"pairs": [pairs[3]]}, timeout=HANG_S)
+        assert pointwise.status_code == 200 and pointwise.json()["results"][0]["rule"] == "expected_score", pointwise.text
+    finally:
+        process.terminate()
+        process.wait(timeout=HANG_S)
