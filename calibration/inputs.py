@@ -90,6 +90,7 @@ class Coverage(BaseModel):
     only_in_human: int
     only_in_human_first: list[str]
     parse_failures: int  # records with no overall score (judge-score writes null when it cannot parse)
+    overall_field: str = "score"  # what the overall score is read from: judge-score's score, or expected_score (--overall)
     invalid: int = 0  # items of a benchmark's scored file that it marks unscored
     invalid_first: list[str] = []
     invalid_means: str = ""  # how that benchmark marks them, in words
@@ -366,6 +367,28 @@ def _first(ids: set[str]) -> list[str]:
     return sorted(ids)[:SHOWN_IDS]
 
 
+def unscored(name: str, ratings: Ratings) -> int:
+    """How many of a judge's records have a null overall score: parse failures, or, comparing expected
+    scores, records without one."""
+    c = ratings.coverage[name]
+    if c.overall_field == "expected_score":
+        return sum(r.expected_score is None for r in ratings.judges[name].values())
+    return c.parse_failures
+
+
+def _unparsed(name: str, ratings: Ratings) -> str:
+    """Why a judge's records on the shared ids score nothing, where that is because none parsed; and the way
+    out where they have expected scores."""
+    shared = [r for rid, r in ratings.judges[name].items() if rid in ratings.human]
+    c = ratings.coverage[name]
+    if not shared or any(r.scores for r in shared) or unscored(name, ratings) < len(shared):
+        return ""
+    why = f"; every one of the {len(shared)} record(s) of {c.predictions} on them has a null {c.overall_field}"
+    if c.overall_field == "score" and all(r.expected_score is not None for r in shared):
+        why += ": compare their expected_score with --overall expected_score"
+    return why
+
+
 def expected_as_overall(ratings: Ratings) -> Ratings:
     """Each judge's overall value is its expected score (judge-score's probability-weighted score): finer
     than the written score, and defined where the judge's text did not parse."""
@@ -375,7 +398,8 @@ def expected_as_overall(ratings: Ratings) -> Ratings:
                for rid, r in records.items()}
         for name, records in ratings.judges.items()
     }
-    return replace(ratings, judges=judges)
+    coverage = {name: c.model_copy(update={"overall_field": "expected_score"}) for name, c in ratings.coverage.items()}
+    return replace(ratings, judges=judges, coverage=coverage)
 
 
 def load_ratings(predictions: list[str | Path | list], names: list[str], human: str | Path | list, scale: ScoreScale) -> Ratings:
@@ -427,7 +451,8 @@ def compared_criteria(ratings: Ratings, requested: list[str] | None, human_path:
                     for rid, record in judge.items() if rid in ratings.human)]
     if requested is None:
         if not found:
-            raise InputError([Problem(human_path, "no criterion is scored both here and in the predictions on a shared id")])
+            raise InputError([Problem(human_path, "no criterion is scored both here and in the predictions on a shared id"
+                                      + "".join(_unparsed(name, ratings) for name in ratings.judges))])
         return found
     if missing := [c for c in requested if c not in found]:
         raise InputError([Problem(human_path, f"--criteria {c}: no shared id is scored on it both here and in the predictions") for c in missing])
@@ -460,8 +485,9 @@ def coverage_notes(ratings: Ratings, human_path: str) -> list[str]:
                          f"the benchmark scores (PPI++) use those it scored: {_listed(c.only_in_predictions, c.only_in_predictions_first)}")
         if c.only_in_human:
             notes.append(f"{name}: {c.only_in_human} id(s) only in {human_path} (not scored), left out: {_listed(c.only_in_human, c.only_in_human_first)}")
-        if c.parse_failures:
-            notes.append(f"{name}: {c.parse_failures} parse failure(s) (null score) left out of the statistics")
+        if left_out := unscored(name, ratings):
+            notes.append(f"{name}: {left_out} record(s) with a null {c.overall_field}"
+                         f"{' (parse failures)' if c.overall_field == 'score' else ''} left out of the statistics")
         if c.invalid:
             notes.append(f"{name}: {c.invalid} item(s) of {c.predictions} {c.invalid_means}, left out: {_listed(c.invalid, c.invalid_first)}")
         if len(judges := {r.judge_fingerprint for r in ratings.judges[name].values()} - {None}) > 1:

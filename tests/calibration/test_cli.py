@@ -84,7 +84,7 @@ def test_reports_and_calibrator_are_written_with_their_content(files, capsys):
     md = report_md(out)
     assert "| Pearson r [95% Fisher z] |" in md and "Cosine similarity is reported because MMIE reports it" in md
     assert "#### overall by category" in md and "| MSR |" in md and "## Calibration of the overall score" in md
-    assert "1 parse failure(s)" in md and "PBL_999" in md  # markdown shows ids literally
+    assert "1 record(s) with a null score (parse failures)" in md and "PBL_999" in md  # markdown shows ids literally
     assert "| statistic | judge | human ceiling |" in md and "human ceiling: 45 ids with two or more annotators (up to 2)" in md
     assert "human ceiling: no id compared with the judge has two annotators on this criterion" in md
     page = (out / "report.html").read_text()
@@ -419,9 +419,12 @@ def test_expected_scores_compare_where_no_written_score_parsed(tmp_path, capsys)
     (tmp_path / "p.json").write_text(json.dumps(preds))
     (tmp_path / "h.json").write_text(json.dumps(flat))
     args = ["--predictions", str(tmp_path / "p.json"), "--human", str(tmp_path / "h.json"), "--bootstrap", "0"]
-    assert main([*args, "--output_dir", str(tmp_path / "written")]) == 2  # no written score to compare
-    assert "no criterion is scored both here and in the predictions" in capsys.readouterr().err
+    assert main([*args, "--output_dir", str(tmp_path / "written")]) == 2  # no written score to compare, and the message says why
+    err = capsys.readouterr().err
+    assert "no criterion is scored both here and in the predictions" in err
+    assert "every one of the 40 record(s) of " in err and "has a null score" in err and "--overall expected_score" in err
     assert main([*args, "--output_dir", str(tmp_path / "r"), "--overall", "expected_score"]) == 0
+    assert "null" not in capsys.readouterr().err  # each record has its expected score: none is left out
     report = json.loads((tmp_path / "r" / "report.json").read_text(), parse_constant=no_nan)
     assert report["overall"] == "expected_score"
     overall = report["judges"]["p"]["criteria"]["overall"]["all"]
