@@ -19,8 +19,10 @@ rest of that epoch in the order the run it resumes saw.
 
 from __future__ import annotations
 
+
 import base64
 import binascii
+import importlib.util
 import json
 import os
 import re
@@ -185,6 +187,9 @@ def run_problems(out: Path, resume: bool, deepspeed: str | None, inputs: list[tu
             read_json(deepspeed)
         except InputError as err:
             problems += [f"--deepspeed {problem}" for problem in err.problems]
+        if importlib.util.find_spec("deepspeed") is None:
+            problems.append(f"--deepspeed {deepspeed}: DeepSpeed is not installed here; "
+                            "in mmjudge's checkout, pip install --no-build-isolation '.[deepspeed]' (docs/quickstart.md)")
     checkpoints = out / CHECKPOINTS_DIR
     if resume:
         checkpoint, skipped = resume_point(checkpoints) if checkpoints.is_dir() else (None, [])

@@ -114,6 +114,18 @@ def test_output_dir_resume_and_deepspeed_are_checked_before_loading(tmp_path, ca
     assert the_error(capsys).startswith(f"error: --deepspeed {tmp_path / 'ds.json'}: invalid JSON at line 1, column 35")
 
 
+def test_deepspeed_asked_for_where_it_is_not_installed_is_refused_before_loading(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else find_spec(name, *a))
+    args = ["--model_path", str(tmp_path / "no-model"), "--train_file", annotations_file(tmp_path), "--input_dir", ".",
+            "--output_dir", str(tmp_path / "out"), "--deepspeed", "zero2"]
+    assert train_main(args) == 2
+    error = the_error(capsys)
+    assert "--deepspeed" in error and "DeepSpeed is not installed here" in error and "'.[deepspeed]'" in error and "no-model" not in error
+
+
 def test_settings_flags_take_either_spelling_and_leave_unflagged_fields_to_the_config(tmp_path):
     from mmjudge.infer.cli import build_parser as score_parser
     from mmjudge.train.cli import build_parser as train_parser
