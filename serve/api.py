@@ -295,7 +295,7 @@ class ChatRequest(BaseModel):
         for k, message in enumerate(self.messages):
             total += sum(len(part.text) for part in message.content if part.type == "text")
             if total > MAX_TEXT_CHARS:  # checked before anything is tokenized
-                raise RequestError(413, f"messages[{k}].content", f"the messages' texts reach {total:,} characters, more than the "
+                raise RequestError(400, f"messages[{k}].content", f"the messages' texts reach {total:,} characters, more than the "
                                                                   f"{MAX_TEXT_CHARS:,} a judge's context can hold", code="context_length_exceeded")
         return system, self.messages[-1]
 

@@ -251,8 +251,7 @@ async def score(request: Request, service: Service) -> Response:
         prepared = await run_in_threadpool(prepare, service.judge, list(enumerate(local)), service.rubrics, Path("."), service.score_options)
         for item in prepared:
             if len(item.input_ids) >= service.context:
-                raise RequestError(400, f"{what}[{item.index}]", f"the prompt is {len(item.input_ids)} tokens, and {context_name(service)} holds "
-                                                                 f"{service.context} with the answer", code="context_length_exceeded")
+                raise context_exceeded(service, f"{what}[{item.index}]", len(item.input_ids))
         gone = threading.Event()  # set when the client disconnects: its samples leave the model at the next step
         results = await until_answered(service, submitted(service, service.worker.score(prepared, gone.is_set)), request, gone)
     finally:
@@ -267,8 +266,13 @@ async def score(request: Request, service: Service) -> Response:
     return JSONResponse({"results": [result.model_dump(exclude=CALIBRATOR_FIELDS if what == "samples" else None) for result in results]})
 
 
-def context_name(service: Service) -> str:
-    return "this server's --max_model_len" if service.limits.max_model_len else "this model's context"
+def context_exceeded(service: Service, field: str, prompt_tokens: int) -> RequestError:
+    """A prompt that leaves no room for an answer, refused in the words of OpenAI and vLLM, which clients
+    such as litellm read to tell it from other 400s."""
+    where = " (this server's --max_model_len)" if service.limits.max_model_len else ""
+    return RequestError(400, field, f"This model's maximum context length is {service.context} tokens{where}, the prompt and its "
+                                    f"answer together. However, the prompt alone is {prompt_tokens} tokens. Please reduce the length "
+                                    "of the input.", code="context_length_exceeded")
 
 
 def with_image_files(item: Sample | Pair, where: str, images: RequestImages) -> Sample | Pair:
@@ -313,8 +317,7 @@ async def chat_completions(request: Request, service: Service) -> Response:
     rules = None if constraint is None else await run_in_threadpool(compiled, service, constraint)  # a large schema takes a while
     room = service.context - len(input_ids)
     if room < 1:
-        raise RequestError(400, "messages", f"the prompt is {len(input_ids)} tokens, and {context_name(service)} holds {service.context} "
-                                            "with the answer", code="context_length_exceeded")
+        raise context_exceeded(service, "messages", len(input_ids))
     answer = Answer(service, body, stops, len(input_ids), 0 if pixels is None else pixels.tiles, request.state.request_id, arrived)
     # the written token's log-probability is the first of its step's likeliest
     logprobs = max(1, body.top_logprobs or 0) if body.logprobs else 0

@@ -101,7 +101,7 @@ def test_max_model_len_refuses_a_longer_prompt_before_it_reaches_the_model_and_c
     with pytest.raises(openai.BadRequestError) as err:
         ask(server, "a " * MAX_LEN, max_tokens=4)
     assert err.value.code == "context_length_exceeded" and err.value.body["param"] == "messages"
-    assert f"and this server's --max_model_len holds {MAX_LEN} with the answer" in err.value.body["message"]
+    assert f"This model's maximum context length is {MAX_LEN} tokens (this server's --max_model_len)" in err.value.body["message"]
     assert settled(server) == before  # no forward pass for it
     cut = ask(server, "a " * (MAX_LEN - 250), max_tokens=1000, temperature=1.0, seed=12)
     assert cut.usage.prompt_tokens > MAX_LEN - 250

@@ -322,10 +322,11 @@ REFUSALS = {
                                "an empty stop sequence"),
     # issue 22, 4(b): the text limit of /v1/score applies to chat, before anything is tokenized
     "a chat text over the text limit": ("/v1/chat/completions", {"model": SERVED, "messages": [
-        {"role": "system", "content": "s" * 300_000}, {"role": "user", "content": "x" * 300_000}]}, 413, "messages[1].content",
+        {"role": "system", "content": "s" * 300_000}, {"role": "user", "content": "x" * 300_000}]}, 400, "messages[1].content",
         "the messages' texts reach 600,000 characters, more than the 500,000"),
     "a prompt that fills the context": ("/v1/chat/completions", {"model": SERVED, "messages": [{"role": "user", "content": "a " * 240_000}]}, 400,
-                                        "messages", "and this model's context holds 131072 with the answer"),
+                                        "messages", "This model's maximum context length is 131072 tokens, the prompt and its answer together. "
+                                                    "However, the prompt alone is"),
     # issue 22, 4(h): a lone surrogate is refused where the JSON is read, naming its field
     "a lone surrogate in a chat text": ("/v1/chat/completions", b'{"model": "org/tiny-judge", "messages": [{"role": "user", "content": "a\\ud800b"}]}',
                                         400, "messages[0].content", "lone surrogate"),
