@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -108,9 +109,23 @@ def settings(args) -> tuple[ScoreOptions, ServeOptions, str | None]:
         problems.append(f"--host {args.host} lets other machines in: give an API key with --api_key_env, or listen on 127.0.0.1")
     if not 0 < args.port < 65536:
         problems.append(f"--port must be 1-65535, got {args.port}")
+    elif taken := port_taken(args.host, args.port):
+        problems.append(f"--host {args.host} --port {args.port}: cannot listen there ({taken}); give another --port")
     if problems:
         raise UsageError("judge-serve cannot start:\n  " + "\n  ".join(problems))
     return ScoreOptions(**values), ServeOptions(**limits), api_key
+
+
+def port_taken(host: str, port: int) -> str | None:
+    """Why the server could not listen on host:port, found before the model loads (uvicorn would find it after);
+    None where it can. SO_REUSEADDR as uvicorn binds, so a port left in TIME_WAIT is free."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
 
 
 def loopback(host: str) -> bool:

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -399,6 +400,16 @@ def test_a_server_that_cannot_start_safely_is_refused_before_the_model_loads(tmp
     assert serve_main(["--model_path", str(tmp_path / "no-model"), *flags]) == 2
     err = capsys.readouterr().err
     assert message in err and "no-model" not in err and "Traceback" not in err
+
+
+def test_a_port_in_use_is_refused_before_the_model_loads(tmp_path, capsys):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert serve_main(["--model_path", str(tmp_path / "no-model"), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"--host 127.0.0.1 --port {port}: cannot listen there" in err and "no-model" not in err and "Traceback" not in err
 
 
 def test_the_server_killed_mid_run_loses_nothing_and_scores_nothing_twice(checkpoint, tmp_path, wait_for_lines):
