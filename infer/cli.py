@@ -2,8 +2,9 @@
 
     judge-score --model_path CKPT --input_dir DATA --input_file data.json [--output_dir eval_outputs]
 
-Reads MMIE samples, or another benchmark's files (--format milebench|instit|megabench, detected when
-unambiguous), and writes eval_result.json and summary.json, plus the benchmark's own result files.
+Reads MMIE samples, or another benchmark's files (--format milebench|instit|megabench), or pairs of answers
+(--format pairs, and the judge benchmarks vlrewardbench|mmrewardbench|mmrb2|opening), the format detected
+when unambiguous, and writes eval_result.json and summary.json, plus the benchmark's own result files.
 Scoring options are MMIE's defaults, changed by the format's preset (configs/score/<format>.yaml) or by
 --config, and then by the flag of each option's name; --help shows the values that apply (give --format or
 --config with it to see theirs).

@@ -49,7 +49,7 @@ class ScoreOptions:
     workers: int = _option(4, "background threads that decode and tile images", minimum=1)
     structured: bool = _option(
         False, "constrain the judge's answer with a grammar to the layout its rubric asks for: free text, then one line per criterion "
-               "and a '### Score' line, every score on the rubric's scale, so that each score written parses (recorded in summary.json); "
+               "and a '### Score' line, every score on the rubric's scale, so that each score written parses (judge-score records it in summary.json); "
                "off: the judge writes freely, as MMIE's protocol has it")
     deterministic: bool | None = _option(
         None, "score each sample to the same bits whatever is batched beside it: each prompt prefilled in a group of its own, and "

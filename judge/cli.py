@@ -83,6 +83,10 @@ class CommandParser(argparse.ArgumentParser):
         group.add_argument = functools.partial(_declare, group.add_argument, self.path_flags)  # a group's flags follow the same rules
         return group
 
+    def error(self, message):
+        """A flag argparse refuses, in one line as every other mistake (argparse prints the whole usage first)."""
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the flags)\n")
+
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         if not extras:  # else parse_args refuses the unknown arguments first, argparse's own way

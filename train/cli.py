@@ -5,7 +5,7 @@
     judge-train merge --adapter OUT --output_dir MERGED [--format native|original]
 
 Many GPUs or nodes: `torchrun --nproc_per_node N -m mmjudge.train.cli ...` or `deepspeed --module mmjudge.train.cli ...` (add
---deepspeed zero2); README.md shows both, on one node and on several.
+--deepspeed zero2); docs/training.md shows both, on one node and on several.
 Settings are TrainConfig's defaults (InternVL's LoRA recipe for InternVL2-4B), overridden by --config (a YAML
 holding what differs, or a bundled preset by name: --config tiny) and then by the flag of each setting's name; --help shows the values
 that apply, --config's included when one is given.

@@ -6,7 +6,7 @@ synthetic pairs.
     python -m mmjudge.judge.testing dataset --samples N [--seed N] [--annotated] OUT_DIR
     python -m mmjudge.judge.testing pairs --pairs N [--seed N] [--annotated] [--text_only] [--no_rationale] OUT_DIR
 
-Both print the path they wrote. See `judge/testing/synthetic.py` for the annotated scores' rule.
+Each prints the path it wrote. See `judge/testing/synthetic.py` for the annotated scores' rule.
 """
 
 from __future__ import annotations
