@@ -122,8 +122,8 @@ def nothing_parsed(summary: dict) -> list[str]:
             f"warning: NONE of the {summary['samples']} outputs parsed: no record has a score, and the mean score is undefined.",
             f"  why: {reasons}",
             "  Is the judge trained to write this rubric's format (an untrained or base model is not), and is --max_new_tokens long enough"
-            " for its feedback? expected_score is still written where the judge's score distribution was read after a forced"
-            f" '{SCORE_HEADING}' heading.",
+            f" for its feedback? A judge scoring here still writes expected_score, read after a forced '{SCORE_HEADING}' heading;"
+            " one behind a chat server (--backend openai) cannot.",
             "!" * 100]
 
 
