@@ -49,6 +49,10 @@ def detect_format(path: Path) -> Format:
     if isinstance(content, list) and not content:
         raise InputError([Problem(str(path), "no records")])
     matches = [f for f in FORMATS.values() if f.looks_like(content)]
+    if not matches and isinstance(content, list):
+        # A first record short of a field its format needs: the format is the one the next records have, and
+        # its reader names the first record's fault.
+        matches = next((found for record in content[1:] if (found := [f for f in FORMATS.values() if f.looks_like([record])])), [])
     if len(matches) == 1:
         return matches[0]
     record = first_record(content)

@@ -233,6 +233,17 @@ def test_milebench_problems_are_named_as_its_fields(milebench_dir):
     assert sample.question[0].text == "You are an agent; follow the steps." and len(sample.images()) == 2
 
 
+def test_a_first_record_short_of_its_formats_fields_is_read_in_the_format_of_the_next_and_named(milebench_dir, tmp_path):
+    root, pred_dir = milebench_dir
+    broken = {k: v for k, v in milebench_record(1, 2).items() if k != "pred_response"}
+    path = write(pred_dir / "pred.json", [broken, milebench_record(2, 2)])
+    assert detect_format(path).name == "milebench"
+    bench = read("milebench", path, root)
+    assert [(p.index, p.field) for p in bench.problems] == [(0, "pred_response")] and [s.id for s in bench.samples] == ["2"]
+    with pytest.raises(InputError, match="fit no known format"):  # no record of any format: still refused, naming the first
+        detect_format(write(tmp_path / "other.json", [{"a": 1}, {"b": 2}]))
+
+
 def test_milebench_eval_json_is_the_one_evaluate_py_writes_plus_the_judge_s(milebench_dir, capsys):
     root, pred_dir = milebench_dir
     # Sample 3 has 40 images in the annotation; generate.py cut its context to the last 3 under its token budget.
