@@ -231,30 +231,39 @@ def judge_decoder(judge: Judge, device: str, token_budget: int | None, columns: 
                    deterministic=deterministic)
 
 
+def read_tokens(tokenizer, rubrics: dict[str, Rubric], mode: str) -> tuple[dict[ScoreScale, dict[int, int] | None], dict[str, dict[str, int] | None]]:
+    """The tokens each score scale's distribution and each verdict format's are read from, None where there
+    is no such token; refused (UsageError) where --mode logits must read one. judge-score asks before the
+    model loads, with the judge's tokenizer alone."""
+    # A score distribution is read from the one token the judge writes its score with; scales whose
+    # scores take several tokens (0.7, or 10 with a digit-splitting tokenizer) have none.
+    score_ids: dict[ScoreScale, dict[int, int] | None] = {}
+    for rubric in rubrics.values():
+        try:
+            score_ids[rubric.score_scale] = score_token_ids(tokenizer, rubric.score_scale)
+        except ValueError as err:
+            score_ids[rubric.score_scale] = None
+            if mode == "logits":
+                raise UsageError(f"--mode logits reads the score from one token, but rubric {rubric.category!r}: {err}; "
+                                 "use --mode generate") from None
+    # A verdict distribution is read likewise from the token a verdict starts with (judge/verdicts.py).
+    formats = [VERDICT_FORMATS[name] for name in sorted({r.verdict_format for r in rubrics.values() if r.kind == "pairwise"})]
+    verdict_ids = {fmt.name: verdict_token_ids(tokenizer, fmt) for fmt in formats}
+    if mode == "logits" and (unread := sorted(name for name, ids in verdict_ids.items() if ids is None)):
+        raise UsageError(f"--mode logits reads the verdict from one token, but the verdicts of the {', '.join(unread)} verdict format "
+                         "do not start with distinct tokens for this judge's tokenizer; use --mode generate")
+    return score_ids, verdict_ids
+
+
 class Scorer:
     """Runs prepared samples through one judge; `run` yields (Prepared, JudgeResult) pairs as they finish."""
 
     def __init__(self, judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str):
         self.judge, self.rubrics, self.options, self.device = judge, rubrics, options, device
         tokenizer = judge.tokenizer
-        # A score distribution is read from the one token the judge writes its score with; scales whose
-        # scores take several tokens (0.7, or 10 with a digit-splitting tokenizer) have none.
-        self.score_ids: dict[ScoreScale, dict[int, int] | None] = {}
-        for rubric in rubrics.values():
-            try:
-                self.score_ids[rubric.score_scale] = score_token_ids(tokenizer, rubric.score_scale)
-            except ValueError as err:
-                self.score_ids[rubric.score_scale] = None
-                if options.mode == "logits":
-                    raise UsageError(f"--mode logits reads the score from one token, but rubric {rubric.category!r}: {err}; "
-                                     "use --mode generate") from None
+        self.score_ids, self.verdict_ids = read_tokens(tokenizer, rubrics, options.mode)
         self.forced_heading = continuation_ids(tokenizer, f"\n{SCORE_HEADING}\n")
-        # A verdict distribution is read likewise from the token a verdict starts with (judge/verdicts.py).
-        formats = [VERDICT_FORMATS[name] for name in sorted({r.verdict_format for r in rubrics.values() if r.kind == "pairwise"})]
-        self.verdict_ids = {fmt.name: verdict_token_ids(tokenizer, fmt) for fmt in formats}
-        if options.mode == "logits" and (unread := sorted(name for name, ids in self.verdict_ids.items() if ids is None)):
-            raise UsageError(f"--mode logits reads the verdict from one token, but the verdicts of the {', '.join(unread)} verdict format "
-                             "do not start with distinct tokens for this judge's tokenizer; use --mode generate")
+        formats = [VERDICT_FORMATS[name] for name in self.verdict_ids]
         self.forced_verdict = {fmt.name: continuation_ids(tokenizer, fmt.forced) for fmt in formats if fmt.forced and self.verdict_ids[fmt.name]}
         # Only these vocabulary columns are ever read ("score logits"); each scale's score tokens and each
         # format's verdict tokens are a subset.

@@ -9,11 +9,12 @@ from pathlib import Path
 
 from mmjudge.api import Judge, checked_device, default_device, find_checkpoint
 from mmjudge.infer.batch_invariant import deterministic_on
+from mmjudge.infer.engine import read_tokens
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.progress import Bar
 from mmjudge.judge.data import JudgeResult, Pair, PairResult, Sample
 from mmjudge.judge.identity import weights_fingerprint
-from mmjudge.judge.model import weight_files, with_max_tiles
+from mmjudge.judge.model import judge_tokenizer, weight_files, with_max_tiles
 from mmjudge.judge.prompts import Rubric
 
 
@@ -26,6 +27,8 @@ class LocalBackend:
         self.deterministic = deterministic_on(self.device, options.deterministic)
         self.model_dir = find_checkpoint(args.model_path, args.revision).path
         self.judge_fingerprint = weights_fingerprint(weight_files(self.model_dir))
+        if options.mode == "logits":  # what the judge's tokenizer cannot read is refused before its weights load
+            read_tokens(judge_tokenizer(self.model_dir), rubrics, options.mode)
         self.dtype = args.dtype
         self.options, self.rubrics, self.image_root, self.rank = options, rubrics, Path(args.input_dir), rank
 

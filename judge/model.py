@@ -260,10 +260,9 @@ def load_judge(name: str | Path, device: str = "cpu", dtype: torch.dtype | None 
     if kind == "adapter":
         return _load_adapter(path, device, dtype)
     config = read_json_object(path / "config.json")
-    family = internvl if kind == "original" or config.get("model_type") == "internvl" else qwen_vl
-    tokenizer = load_tokenizer(path, family.IMAGE_TOKENS)
+    family = _family(path, kind)
+    tokenizer = judge_tokenizer(path)
     if kind == "original":
-        tokenizer = without_hash_merges(tokenizer, path)  # as InternVL's pinned transformers 4.37 reads Qwen2's merges
         model = internvl.build_from_original(path, config, tokenizer, device, dtype)
         settings = internvl.settings_from_original(path, config, model.config)
     else:
@@ -275,6 +274,25 @@ def load_judge(name: str | Path, device: str = "cpu", dtype: torch.dtype | None 
     use_fused_kernels(model, device)
     model.eval()
     return Judge(model, tokenizer, settings, kind)
+
+
+def _family(path: Path, kind: str):
+    """The backbone module of a checkpoint that is no adapter: InternVL's (original or native) or Qwen-VL's."""
+    from mmjudge.judge.backbones import internvl, qwen_vl
+
+    return internvl if kind == "original" or read_json_object(path / "config.json").get("model_type") == "internvl" else qwen_vl
+
+
+def judge_tokenizer(path: Path) -> PreTrainedTokenizerBase:
+    """The tokenizer the judge at `path` reads and writes with, as load_judge gives it, read without the
+    weights: what a run's settings can be checked against before the model loads."""
+    kind = checkpoint_format(path)
+    if kind == "adapter":
+        base_path = checked_adapter(path)
+        return adapter_tokenizer(path, judge_tokenizer(base_path), _family(base_path, checkpoint_format(base_path)).IMAGE_TOKENS)
+    tokenizer = load_tokenizer(path, _family(path, kind).IMAGE_TOKENS)
+    # as InternVL's pinned transformers 4.37 reads Qwen2's merges
+    return without_hash_merges(tokenizer, path) if kind == "original" else tokenizer
 
 
 def load_tokenizer(path: Path, image_tokens: tuple[str, ...]) -> PreTrainedTokenizerBase:
@@ -325,7 +343,8 @@ def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
         check_adapter_weights(path, model)
     for warning in said:
         warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-    return Judge(merge_adapter(model, base_path), adapter_tokenizer(path, base), read_settings(path, base.settings), "adapter")
+    tokenizer = adapter_tokenizer(path, base.tokenizer, base.settings.images.image_tokens)
+    return Judge(merge_adapter(model, base_path), tokenizer, read_settings(path, base.settings), "adapter")
 
 
 def merge_adapter(model, base: Path) -> torch.nn.Module:
@@ -363,14 +382,14 @@ def stored_dtypes(path: Path, names: list[str]) -> dict[str, torch.dtype]:
     return dict.fromkeys(names, dtypes.pop()) if len(dtypes) == 1 and None not in dtypes else {}
 
 
-def adapter_tokenizer(path: Path, base: Judge) -> PreTrainedTokenizerBase:
+def adapter_tokenizer(path: Path, base: PreTrainedTokenizerBase, image_tokens: tuple[str, ...]) -> PreTrainedTokenizerBase:
     """The base's tokenizer, unless the adapter's own files give tokens the base lacks. An adapter of the same
     tokens is read and written by its base's rules: one written by judge-train before save_tokenizer holds
     transformers' rewrite of the base's files, which encodes every prompt without its word-start token."""
     if not (path / "tokenizer_config.json").is_file():
-        return base.tokenizer
-    own = load_tokenizer(path, base.settings.images.image_tokens)
-    return base.tokenizer if own.get_vocab() == base.tokenizer.get_vocab() else own
+        return base
+    own = load_tokenizer(path, image_tokens)
+    return base if own.get_vocab() == base.get_vocab() else own
 
 
 def checked_adapter(path: Path) -> Path:

@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 
 from mmjudge.infer.cli import main
+from mmjudge.judge import model
 from mmjudge.judge.cli import EXIT_BAD_INPUT
 from mmjudge.judge.formats.milebench import rouge_l
 
@@ -29,7 +30,7 @@ def results(out):
     return {r["id"]: r for r in json.loads((out / "eval_result.json").read_text())}
 
 
-def test_instit(checkpoint, tmp_path, capsys):
+def test_instit(checkpoint, tmp_path, capsys, monkeypatch):
     items = [{"question_id": k, "question": f"What does [{k}] do?", "model_prediction": "It waves.", "ground_truth": "It waves.",
               "split": "image" if k % 2 else "video"} for k in range(3)]
     write(tmp_path / "image_oe_inference.json", items)
@@ -44,7 +45,9 @@ def test_instit(checkpoint, tmp_path, capsys):
         mine = scored[str(entry["question_id"])]
         assert entry["valid"] == (mine["score"] is not None)
         assert entry["score"] == (mine["score"] if entry["valid"] else 0)
-    # Inst-It's scores take several tokens (0.7): logits mode cannot read them, and says so before scoring.
+    # Inst-It's scores take several tokens (0.7): logits mode cannot read them, and says so before the weights
+    # load (read from the judge's tokenizer alone).
+    monkeypatch.setattr(model, "load_judge", lambda *a, **k: pytest.fail("the weights were loaded"))
     assert score(checkpoint, tmp_path, "image_oe_inference.json", tmp_path / "logits", "--mode", "logits") == EXIT_BAD_INPUT
     assert "--mode logits reads the score from one token" in capsys.readouterr().err
 
