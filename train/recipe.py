@@ -293,6 +293,7 @@ class TrainingLines(ProgressCallback):
         if state.is_world_process_zero:
             self.training_bar = tqdm(total=state.max_steps, desc="training", unit="step", dynamic_ncols=True)
         self.current_step = 0
+        self.first_step = state.global_step  # past 0 where --resume restored a checkpoint's state
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or self.training_bar is None:
@@ -302,7 +303,8 @@ class TrainingLines(ProgressCallback):
                                     f"learning rate {logs.get('learning_rate', float('nan')):.2e}, gradient norm {logs.get('grad_norm', float('nan')):.3f}",
                                     file=sys.stderr)
         elif "train_runtime" in logs:
-            self.training_bar.write(f"trained {state.global_step} steps in {logs['train_runtime']:.0f}s "
+            resumed = f" (resumed at step {self.first_step}, now at {state.global_step})" if self.first_step else ""
+            self.training_bar.write(f"trained {state.global_step - self.first_step} steps{resumed} in {logs['train_runtime']:.0f}s "
                                     f"({logs.get('train_steps_per_second', 0):.2f} steps/s), mean loss {logs.get('train_loss', float('nan')):.4f}",
                                     file=sys.stderr)
 
@@ -434,6 +436,7 @@ def resumed_checkpoint(checkpoints: Path) -> str:
     if int(os.environ.get("RANK", "0")) == 0:
         for line in skipped:
             print(f"note: {line}; resuming from {checkpoint.name}", file=sys.stderr)
+        print(f"resuming from {checkpoint}", file=sys.stderr)
         if not (checkpoint / DATA_ORDER).is_file():
             print(f"note: {checkpoint.name} holds no {DATA_ORDER} (saved before judge-train kept one): resumed part-way through "
                   "an epoch after the first, the rest of that epoch comes in another order than the run it resumes", file=sys.stderr)

@@ -580,7 +580,10 @@ def test_resume_continues_at_the_saved_step(base, data, tmp_path, capsys):
     (out / "checkpoints" / "checkpoint-2" / "data_order.json").unlink()  # as judge-train saved checkpoints before it kept one
     capsys.readouterr()
     assert train_main(train_args(base, data, out, "--max_steps", "4", "--save_steps", "2", "--per_device_batch_size", "2", "--resume")) == 0
-    assert "note: checkpoint-2 holds no data_order.json (saved before judge-train kept one)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "note: checkpoint-2 holds no data_order.json (saved before judge-train kept one)" in err
+    assert f"resuming from {out / 'checkpoints' / 'checkpoint-2'}" in err
+    assert re.search(r"trained 2 steps \(resumed at step 2, now at 4\) in", err), err  # this run's steps, not the whole run's
     state = json.loads((out / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4
     logged = [e["step"] for e in state["log_history"] if "loss" in e]
