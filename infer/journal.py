@@ -27,6 +27,33 @@ def fingerprint(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def setting_fingerprints(settings: dict) -> dict[str, str]:
+    """Each setting's own fingerprint, kept in a journal's header beside the run's, so that a journal of
+    other settings is refused naming which changed."""
+    return {name: fingerprint({name: value}) for name, value in settings.items()}
+
+
+# How a refusal names a setting that changed (infer/run.py's and the backends' names); any other by its name.
+SETTING_WORDS = {
+    "model": "the judge's folder", "weights": "the judge's weight files", "dtype": "--dtype", "settings": "the judge's settings (--max_tiles)",
+    "prompt_token_budget": "--prompt_token_budget", "ignore_stop": "--ignore_stop", "structured": "--structured",
+    "deterministic": "deterministic scoring", "rubrics": "the rubrics", "mode": "--mode", "max_new_tokens": "--max_new_tokens",
+    "image_token_budget": "--image_token_budget", "input": "--input_file's path", "input_sha256": "the input file's content",
+    "criteria_sha256": "--criteria_file's content", "images": "the images (a file's size or time)",
+    "pairs": "the pair options (--pair_rule, --tie_margin, --samples, --temperature, --seed)", "base_url": "--base_url", "max_tiles": "--max_tiles",
+}
+
+
+def _changed(header: dict, settings: dict[str, str] | None) -> str:
+    """The settings that differ from those a journal's header records, in words; the list of what may
+    differ where either side does not say (a journal written before headers kept them)."""
+    written = header.get("settings")
+    if not isinstance(written, dict) or settings is None:
+        return "model, rubric, mode, limits, deterministic scoring, input or images"
+    changed = sorted(name for name in set(written) | set(settings) if written.get(name) != settings.get(name))
+    return ", ".join(SETTING_WORDS.get(name, name) for name in changed)
+
+
 def file_sha256(path: Path) -> str:
     with path.open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
@@ -40,9 +67,11 @@ def journal_paths(output_dir: Path, output_file: str) -> list[Path]:
     return sorted(output_dir.glob(journal_pattern(output_file)))
 
 
-def read_finished(output_dir: Path, output_file: str, run_fingerprint: str, record: type[Result] = JudgeResult) -> dict[str, Result]:
+def read_finished(output_dir: Path, output_file: str, run_fingerprint: str, record: type[Result] = JudgeResult,
+                  settings: dict[str, str] | None = None) -> dict[str, Result]:
     """Results already in the journals of every rank (any earlier world size), by sample id. A line that is
-    not a `record` (a damaged file) is named, and its sample scored again."""
+    not a `record` (a damaged file) is named, and its sample scored again. `settings`: the run's
+    setting_fingerprints, which a refusal compares with the journal's to name what changed."""
     finished: dict[str, Result] = {}
     for path in journal_paths(output_dir, output_file):
         lines = path.read_bytes().split(b"\n")
@@ -54,7 +83,7 @@ def read_finished(output_dir: Path, output_file: str, run_fingerprint: str, reco
                              "rerun with --no_resume to start over, or choose another --output_dir")
         if header["fingerprint"] != run_fingerprint:
             raise UsageError(
-                f"{path} was written by a run with other settings (model, rubric, mode, limits, deterministic scoring, input or images); "
+                f"{path} was written by a run with other settings ({_changed(header, settings)}); "
                 "rerun with --no_resume to start over, or choose another --output_dir"
             )
         # The last element is "" after a complete line, or a torn line after a crash: skip either.
@@ -88,12 +117,12 @@ def clear(output_dir: Path, output_file: str) -> None:
 class Journal:
     """The append-only journal of one rank."""
 
-    def __init__(self, output_dir: Path, output_file: str, rank: int, run_fingerprint: str):
+    def __init__(self, output_dir: Path, output_file: str, rank: int, run_fingerprint: str, settings: dict[str, str] | None = None):
         self.path = output_dir / f"{output_file}.journal.rank{rank}.jsonl"
         self._file = self.path.open("a", encoding="utf-8")
         self._drop_torn_tail()
         if self.path.stat().st_size == 0:  # new, or killed before its header was whole
-            self._file.write(json.dumps({"fingerprint": run_fingerprint}) + "\n")
+            self._file.write(json.dumps({"fingerprint": run_fingerprint, **({"settings": settings} if settings else {})}) + "\n")
             self._sync()
 
     def _drop_torn_tail(self) -> None:

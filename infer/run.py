@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from mmjudge.api import read_benchmark
 from mmjudge.infer.engine import STRUCTURED_PAIRS
-from mmjudge.infer.journal import Journal, Result, clear, file_sha256, fingerprint, journal_pattern, read_finished
+from mmjudge.infer.journal import Journal, Result, clear, file_sha256, fingerprint, journal_pattern, read_finished, setting_fingerprints
 from mmjudge.infer.local_backend import LocalBackend
 from mmjudge.infer.openai_backend import OpenAIBackend
 from mmjudge.infer.options import ScoreOptions
@@ -71,8 +71,9 @@ def score(args, fmt: Format, options: ScoreOptions) -> int:
         output_dir = Path(args.output_dir)
         on_rank_zero(lambda: held.enter_context(locked(output_dir, "judge-score")), rank, world, "take --output_dir")  # held until the run ends
 
-        run_id = fingerprint({**backend.load(), **input_fingerprint(args, options, run.rubrics, run.bench.samples)})
-        score_pass(args, backend, run, run.samples, args.output_file, run_id, rank, world)
+        settings = {**backend.load(), **input_fingerprint(args, options, run.rubrics, run.bench.samples)}
+        run_id = fingerprint(settings)
+        score_pass(args, backend, run, run.samples, args.output_file, run_id, rank, world, setting_fingerprints(settings))
         probe = None
         if args.probe_images:
             # The grey images live in a directory of this run's own, never among the user's inputs.
@@ -85,13 +86,14 @@ def score(args, fmt: Format, options: ScoreOptions) -> int:
         return 0
 
 
-def score_pass(args, backend: Backend, run: ScoringInput, samples: list[Sample | Pair], output_file: str, run_id: str, rank: int, world: int) -> None:
+def score_pass(args, backend: Backend, run: ScoringInput, samples: list[Sample | Pair], output_file: str, run_id: str, rank: int, world: int,
+               settings: dict[str, str] | None = None) -> None:
     """Score this rank's share of the samples (or pairs) that the journals of `output_file` do not hold yet, each result
-    stamped with the judge and rubric that scored it."""
-    finished = finished_results(args, output_file, run_id, rank, world, record_type(samples))
+    stamped with the judge and rubric that scored it. `settings`: each setting's fingerprint, for the journals."""
+    finished = finished_results(args, output_file, run_id, rank, world, record_type(samples), settings)
     left = [(i, s) for i, s in enumerate(samples) if s.id not in finished]
     mine = [(i, s) for i, s in left if i % world == rank]
-    journal = Journal(Path(args.output_dir), output_file, rank, run_id)
+    journal = Journal(Path(args.output_dir), output_file, rank, run_id, settings)
     try:
         for results in backend.score(mine, lambda what: Bar(what, len(left), rank, world, key=run_id)):
             journal.append(stamp(results, run.judge_fingerprint, run.rubrics))
@@ -157,14 +159,15 @@ def pair_refusals(args, rubrics: list[Rubric]) -> list[str]:
     return refused
 
 
-def finished_results(args, output_file: str, run_id: str, rank: int, world: int, record: type[Result] = JudgeResult) -> dict[str, Result]:
+def finished_results(args, output_file: str, run_id: str, rank: int, world: int, record: type[Result] = JudgeResult,
+                     settings: dict[str, str] | None = None) -> dict[str, Result]:
     """The results an earlier run of the same settings left in the journals of `output_file` (none after
     --no_resume)."""
     output_dir = Path(args.output_dir)
     if args.no_resume and rank == 0:
         clear(output_dir, output_file)
     barrier(world)
-    finished = read_finished(output_dir, output_file, run_id, record)
+    finished = read_finished(output_dir, output_file, run_id, record, settings)
     barrier(world)  # every rank has read the journals before any opens its own: a journal just created has no header yet
     if rank == 0 and finished:
         print(f"resuming: {len(finished)} sample(s) already scored for {output_file} in {output_dir}", file=sys.stderr)

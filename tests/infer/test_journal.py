@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from mmjudge.infer.journal import Journal, clear, read_finished
+from mmjudge.infer.journal import Journal, clear, fingerprint, read_finished, setting_fingerprints
 from mmjudge.judge.data import UsageError
 from mmjudge.judge.testing import judge_result
 
@@ -46,6 +46,15 @@ def test_other_settings_refuse_to_resume(tmp_path):
     Journal(tmp_path, "r.json", rank=0, run_fingerprint="one").close()
     with pytest.raises(UsageError, match="--no_resume"):
         read_finished(tmp_path, "r.json", "two")
+
+
+def test_a_refusal_names_the_settings_that_changed_where_the_header_records_them(tmp_path):
+    before = {"mode": "generate", "max_new_tokens": 512, "deterministic": True, "images": "abc", "extra": 1}
+    after = {"mode": "generate", "max_new_tokens": 256, "images": "abd", "extra": 1}
+    Journal(tmp_path, "r.json", rank=0, run_fingerprint=fingerprint(before), settings=setting_fingerprints(before)).close()
+    with pytest.raises(UsageError, match=r"other settings \(deterministic scoring, the images \(a file's size or time\), --max_new_tokens\); "):
+        read_finished(tmp_path, "r.json", fingerprint(after), settings=setting_fingerprints(after))
+    assert read_finished(tmp_path, "r.json", fingerprint(before), settings=setting_fingerprints(before)) == {}  # the same: resumed
 
 
 @pytest.mark.parametrize("content", [b"", b'{"fingerpr'])  # killed before its header was written whole

@@ -228,7 +228,9 @@ def test_rerun_resumes_and_no_resume_starts_over(checkpoint, dataset, tmp_path, 
     assert read(tmp_path)[:3] == first
     journal = (tmp_path / "eval_result.json.journal.rank0.jsonl").read_text().splitlines()
     assert len(journal) == 1 + 8  # header + each sample once
-    assert score(checkpoint, dataset, tmp_path, "--max_new_tokens", "3") == 2  # other settings: refuse
+    capsys.readouterr()
+    assert score(checkpoint, dataset, tmp_path, "--max_new_tokens", "3") == 2  # other settings: refuse, naming them
+    assert "was written by a run with other settings (--max_new_tokens); " in capsys.readouterr().err
     assert score(checkpoint, dataset, tmp_path, "--max_new_tokens", "3", "--no_resume") == 0
     assert all(r["generated_tokens"] <= 3 for r in read(tmp_path))
 
@@ -245,7 +247,7 @@ def test_a_run_deterministic_and_one_not_do_not_resume_each_other(checkpoint, da
     monkeypatch.setattr(mmjudge.infer.local_backend, "deterministic_on", lambda device, option: False)
     capsys.readouterr()
     assert score(checkpoint, dataset, tmp_path, "--mode", "logits") == 2
-    assert "was written by a run with other settings (model, rubric, mode, limits, deterministic scoring," in capsys.readouterr().err
+    assert "was written by a run with other settings (deterministic scoring); rerun with --no_resume" in capsys.readouterr().err
     assert score(checkpoint, dataset, tmp_path, "--mode", "logits", "--limit", "2", "--no_resume") == 0
     assert read(tmp_path, "summary.json")["deterministic"] is False
 
@@ -261,7 +263,7 @@ def test_an_edited_input_is_not_resumed_as_if_unchanged(checkpoint, dataset, tmp
     answers.write_text(json.dumps(records))
     capsys.readouterr()
     assert main(args) == 2
-    assert "was written by a run with other settings" in capsys.readouterr().err
+    assert "was written by a run with other settings (the input file's content); " in capsys.readouterr().err
 
 
 def test_the_same_input_named_by_another_path_is_resumed(checkpoint, dataset, tmp_path, capsys, monkeypatch):
