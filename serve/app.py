@@ -25,6 +25,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,11 @@ class Service:
     @property
     def tokenizer(self):
         return self.judge.tokenizer
+
+    @property
+    def token_bytes(self) -> Callable[[int], bytes] | None:
+        """A token's own bytes, where the judge has a vocabulary for structured outputs (a fast tokenizer)."""
+        return None if isinstance(self.vocabulary, str) else lambda token: self.vocabulary.tokenizer.decode_bytes([token])
 
 
 class ClientGone(Exception):
@@ -453,7 +459,8 @@ class Answer:
         texts = self.texts(completions)
         choices = []
         for k, (completion, text) in enumerate(zip(completions, texts)):
-            logprobs = {"content": logprob_entries(self.decode, text.tokens, completion, self.body.top_logprobs or 0)} if self.body.logprobs else None
+            logprobs = {"content": logprob_entries(self.decode, text.tokens, completion, self.body.top_logprobs or 0,
+                                                         self.service.token_bytes)} if self.body.logprobs else None
             choices.append({"index": k, "message": {"role": "assistant", "content": text.text}, "finish_reason": text.finish_reason(),
                             "logprobs": logprobs})
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.service.model_name, "choices": choices,
@@ -499,7 +506,8 @@ class Answer:
             texts = await run_in_threadpool(self.texts, completions)
             for k, (completion, text) in enumerate(zip(completions, texts)):
                 if self.body.logprobs:
-                    entries = await run_in_threadpool(logprob_entries, self.decode, text.tokens, completion, self.body.top_logprobs or 0)
+                    entries = await run_in_threadpool(logprob_entries, self.decode, text.tokens, completion, self.body.top_logprobs or 0,
+                                                      self.service.token_bytes)
                     if "".join(e["token"] for e in entries) == text.text:  # a chunk per token, with its log-probabilities
                         for entry in entries:
                             yield piece([{"index": k, "delta": {"content": entry["token"]}, "logprobs": {"content": [entry]}, "finish_reason": None}])

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from mmjudge.infer.decoding import Completion
 
 Decode = Callable[[list[int]], str]
+RawBytes = Callable[[int], bytes]  # a token's own bytes
 
 
 class ChoiceText:
@@ -87,20 +88,24 @@ class ChoiceText:
         return "stop" if self.stopped else "length"
 
 
-def token_entry(decode: Decode, before: list[int], token: int, logprob: float) -> dict:
+def token_entry(decode: Decode, before: list[int], token: int, logprob: float, raw: RawBytes | None = None) -> dict:
     """A token as OpenAI's logprobs show it: the text it adds after the tokens before it (a SentencePiece
-    token decoded alone loses its leading space), and that text's UTF-8 bytes."""
+    token decoded alone loses its leading space), and that text's UTF-8 bytes; a token of part of a
+    character (a byte-fallback token, whose text is U+FFFD) gives its own bytes, so that the bytes of the
+    tokens joined spell the answer, as OpenAI's `bytes` are for."""
     context = before[-4:]
     prefix = decode(context)
     whole = decode(context + [token])
     text = whole[len(prefix):] if whole.startswith(prefix) else decode([token])
-    return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+    token_bytes = raw(token) if raw is not None and "\ufffd" in text else text.encode("utf-8")
+    return {"token": text, "logprob": logprob, "bytes": list(token_bytes)}
 
 
-def logprob_entries(decode: Decode, tokens: list[int], completion: Completion, shown: int) -> list[dict]:
-    """Each token of the text with its log-probability and the step's `shown` likeliest tokens."""
-    return [{**token_entry(decode, tokens[:step], token, completion.top_logprobs[step, 0].item()),
-             "top_logprobs": [token_entry(decode, tokens[:step], alternative, logprob) for alternative, logprob
+def logprob_entries(decode: Decode, tokens: list[int], completion: Completion, shown: int, raw: RawBytes | None = None) -> list[dict]:
+    """Each token of the text with its log-probability and the step's `shown` likeliest tokens. `raw`: a
+    token's own bytes, where the judge's vocabulary is known (serve/app.py)."""
+    return [{**token_entry(decode, tokens[:step], token, completion.top_logprobs[step, 0].item(), raw),
+             "top_logprobs": [token_entry(decode, tokens[:step], alternative, logprob, raw) for alternative, logprob
                               in zip(completion.top_ids[step, :shown].tolist(), completion.top_logprobs[step, :shown].tolist())]}
             for step, token in enumerate(tokens)]
 

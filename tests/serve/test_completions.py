@@ -65,3 +65,28 @@ def test_text_that_may_still_change_is_held_back():
         choice.add(token)
     assert choice.text == "ad" and choice.settled() == "a"  # "d" may begin "d!"
     assert not choice.add(10) and choice.text == "a" and choice.settled() == "a" and choice.finish_reason() == "stop"
+
+
+def test_the_bytes_of_an_answers_tokens_joined_spell_it_where_a_character_takes_byte_fallback_tokens(tmp_path):
+    """OpenAI's logprobs `bytes` are there to rebuild characters split over tokens: a byte-fallback token's
+    are its own byte, not those of the U+FFFD its text alone shows."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from mmjudge.infer.grammar import Vocabulary
+    from mmjudge.judge.model import load_tokenizer
+    from mmjudge.judge.testing import write_original_checkpoint
+    from mmjudge.judge.tiling import IMAGE_TOKENS
+    from mmjudge.serve.completions import logprob_entries
+
+    tokenizer = load_tokenizer(write_original_checkpoint(tmp_path / "judge", seed=0), IMAGE_TOKENS)
+    tokens = tokenizer("a ȝ b", add_special_tokens=False).input_ids
+    assert any(tokenizer.convert_ids_to_tokens(t).startswith("<0x") for t in tokens)  # the character is spelled in bytes
+    vocabulary = Vocabulary.of(tokenizer, len(tokenizer), tokenizer.eos_token_id)
+    completion = SimpleNamespace(top_logprobs=torch.zeros(len(tokens), 1), top_ids=torch.tensor(tokens)[:, None])
+    entries = logprob_entries(tokenizer.decode, tokens, completion, 1, lambda token: vocabulary.tokenizer.decode_bytes([token]))
+    assert bytes(b for entry in entries for b in entry["bytes"]).decode("utf-8") == tokenizer.decode(tokens) == "a ȝ b"
+    assert all(entry["top_logprobs"][0]["bytes"] == entry["bytes"] for entry in entries)
+    without = logprob_entries(tokenizer.decode, tokens, completion, 1)  # no vocabulary: the text's bytes, as before
+    assert bytes(b for entry in without for b in entry["bytes"]).decode("utf-8", errors="replace") != "a ȝ b"
