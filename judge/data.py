@@ -145,6 +145,13 @@ class HumanScores(BaseModel):
     text_image_coherence: float | None = None
     style_consistency: float | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known(cls, value: object) -> object:
+        if isinstance(value, dict) and (unknown := [key for key in value if key not in cls.model_fields]):
+            raise ValueError(f"{', '.join(map(repr, unknown))}: not a criterion; the criteria are {', '.join(cls.model_fields)}")
+        return value
+
     @model_validator(mode="after")
     def _some(self) -> HumanScores:
         if not self.given():
@@ -168,7 +175,7 @@ class Annotation(Sample):
         if isinstance(value, dict):
             for key, score in value.items():
                 if isinstance(score, bool) or (score is not None and not isinstance(score, (int, float))):
-                    raise ValueError(f"human_scores.{key} must be a number, got {score!r}")
+                    raise ValueError(f"{key} must be a number, got {score!r}")
         return value
 
 

@@ -219,7 +219,8 @@ class Judge:
     def _only_category(self) -> str:
         from mmjudge.judge.prompts import load_rubrics
 
-        categories = list(load_rubrics(self.rubrics or DEFAULT_RUBRICS))
+        # a pairwise rubric judges pairs, never one answer
+        categories = [category for category, rubric in load_rubrics(self.rubrics or DEFAULT_RUBRICS).items() if rubric.kind != "pairwise"]
         if len(categories) != 1:
             raise UsageError(f"category: give the rubric that judges the answer, one of {', '.join(categories)}")
         return categories[0]

@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 import mmjudge
+from mmjudge.api import rubric_paths
 from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.data import InputError, Sample, UsageError
 from mmjudge.judge.testing import write_dataset
@@ -106,6 +107,9 @@ def test_score_one_is_the_record_of_that_one_sample(judge):
     assert one == same and one["category"] == "PBL" and one["n_images"] == 1
     with pytest.raises(UsageError, match="category: give the rubric that judges the answer, one of SA, PBL, MSR"):
         judge.score_one("q", "a")
+    tiny = mmjudge.Judge(judge.path, judge.model, judge.device, rubric_paths("tiny"))  # its rubrics hold the pairwise one too
+    with pytest.raises(UsageError, match="one of MSR, PBL, SA$"):  # which judges pairs, never one answer
+        tiny.score_one("q", "a")
     with pytest.raises(UsageError, match="give a list of samples"):
         judge.score({"id": "SA_1", "question": "q", "answer": "a"})
     assert repr(judge).startswith("Judge(") and "device='cpu'" in repr(judge)

@@ -170,9 +170,9 @@ def test_annotation_errors(tmp_path):
     with pytest.raises(InputError) as info:
         load_annotations(write_json(tmp_path / "a.json", records))
     text = str(info.value)
-    assert "record 1 (id 'SA_2'): human_scores: human_scores.overall must be a number, got 'high'" in text
+    assert "record 1 (id 'SA_2'): human_scores: overall must be a number, got 'high'" in text
     assert "record 2 (id 'SA_3'): human_scores: human_scores needs at least one of" in text
-    assert "record 3 (id 'SA_4'): human_scores.fluency: Extra inputs are not permitted" in text
+    assert "record 3 (id 'SA_4'): human_scores: 'fluency': not a criterion; the criteria are overall, text_quality, image_quality, " in text
     assert "record 5 (id 'SA_5'): duplicate record: same as record 4" in text
     assert "record 0 (id 'SA_1'): human_scores.overall: 9 is outside the scale 0-6" in text
     assert len(info.value.problems) == 5
