@@ -19,7 +19,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from mmjudge.infer.options import ScoreOptions, options_for, preset
+from mmjudge.infer.options import PAIR_OPTIONS, ScoreOptions, options_for, preset
 from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag, add_settings_flags, config_given, config_values, flag_given, run
 from mmjudge.judge.data import UsageError
 from mmjudge.infer.summary import SUMMARY
@@ -190,7 +190,7 @@ def _main(argv) -> int:
         raise UsageError("--probe_seed applies to --probe_images shuffle only: blank images are drawn by no seed")
     from mmjudge.infer.run import score  # torch and transformers load here: --help and --version need neither
 
-    return score(args, fmt, options)
+    return score(args, fmt, options, [f"--{name}" for name in PAIR_OPTIONS if flag_given(argv, name) is not None])
 
 
 if __name__ == "__main__":

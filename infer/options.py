@@ -57,7 +57,7 @@ class ScoreOptions:
               "bf16 a sample's answer may change with what is batched beside it; none: on wherever its kernels run")
     ignore_stop: bool = _option(False, "always generate max_new_tokens, no forced score heading (benchmarks: equal work per sample)",
                                 flag=False)
-    # Pairs (judge/preferences.py says how a pair's verdict is decided).
+    # Pairs (judge/preferences.py says how a pair's verdict is decided): PAIR_OPTIONS.
     pair_rule: Rule = _option("agree", "a pairwise judge's final verdict from its two orders - agree: the verdict both orders give, "
                                        "else a tie (MT-Bench's rule); mean_probability: the likeliest of the orders' mean verdict distribution")
     tie_margin: float = _option(0.5, "a pointwise judge's tie: answers whose expected scores differ by this much or less", minimum=0)
@@ -86,6 +86,10 @@ def preset(format_name: str) -> Path | None:
     """What judge-score changes from the defaults for a format unless a config names others: the bundled
     scoring preset of the format's name; None for MMIE, whose options are the defaults."""
     return bundled("score").get(format_name)
+
+
+# The options that only pairs read: refused where given for single answers, which would silently ignore them.
+PAIR_OPTIONS = ("pair_rule", "tie_margin", "samples", "temperature", "top_p", "seed")
 
 
 def options_for(format_name: str, config: str | Path | None, given: dict, more_problems: Iterable[str] = ()) -> ScoreOptions:

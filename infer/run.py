@@ -26,7 +26,7 @@ from mmjudge.infer.engine import STRUCTURED_PAIRS
 from mmjudge.infer.journal import Journal, Result, clear, file_sha256, fingerprint, journal_pattern, read_finished, setting_fingerprints
 from mmjudge.infer.local_backend import LocalBackend
 from mmjudge.infer.openai_backend import OpenAIBackend
-from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.options import PAIR_OPTIONS, ScoreOptions
 from mmjudge.infer.probe import ProbePass, format_reliance, image_reliance, plot_file, plot_reliance, probe_pass, result_file
 from mmjudge.infer.progress import Bar
 from mmjudge.infer.summary import SUMMARY, format_pairs_summary, format_summary, summarize, summarize_pairs
@@ -59,9 +59,10 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def score(args, fmt: Format, options: ScoreOptions) -> int:
+def score(args, fmt: Format, options: ScoreOptions, pair_flags: list[str] = ()) -> int:
+    """`pair_flags`: the options of pairs given as flags, refused for single answers."""
     with distributed() as (rank, world), ExitStack() as held:
-        run = scoring_input(args, fmt)
+        run = scoring_input(args, fmt, pair_flags)
         backend: Backend = (LocalBackend(args, options, run.rubrics, rank) if args.backend == "local"
                              else OpenAIBackend(args, options, run.rubrics, run.samples))
         held.callback(backend.close)
@@ -127,7 +128,7 @@ class ScoringInput:
         return next(iter(self.rubrics.values())).score_scale
 
 
-def scoring_input(args, fmt: Format) -> ScoringInput:
+def scoring_input(args, fmt: Format, pair_flags: list[str] = ()) -> ScoringInput:
     """The input read and checked, all before any model or server is used."""
     input_path = Path(args.input_file)  # read in --input_dir (judge.cli resolved it)
     bench = read_input(fmt, input_path, args)
@@ -139,6 +140,8 @@ def scoring_input(args, fmt: Format) -> ScoringInput:
     categories = sorted({s.category for s in samples})
     if record_type(bench.samples) is PairResult and (refused := pair_refusals(args, [bench.rubrics[c] for c in categories])):
         raise UsageError("; ".join(refused))
+    if record_type(bench.samples) is not PairResult and pair_flags:
+        raise UsageError(f"{', '.join(pair_flags)} apply to pairs of answers; {input_path} holds single answers ({fmt.name})")
     calibrator = load_calibrator(args.calibrator, [bench.rubrics[c] for c in categories]) if args.calibrator else None
     return ScoringInput(bench, samples, skipped, calibrator)
 
@@ -311,7 +314,7 @@ def input_fingerprint(args, options: ScoreOptions, rubrics, samples: list[Sample
     # Each image by its resolved path: the same folder named relatively once and absolutely the next time is the same input.
     images = sorted({resolve_image(image, args.input_dir).resolve() for sample in samples for image in sample.images()})
     contents["images"] = fingerprint([(str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in images])
-    pairs = {"pairs": {name: getattr(options, name) for name in ("pair_rule", "tie_margin", "samples", "temperature", "seed")}} if (
+    pairs = {"pairs": {name: getattr(options, name) for name in PAIR_OPTIONS}} if (
         record_type(samples) is PairResult) else {}
     return {"rubrics": {k: r.model_dump() for k, r in rubrics.items()}, "mode": options.mode, "max_new_tokens": options.max_new_tokens,
             "image_token_budget": options.image_token_budget, "input": str(input_path.resolve()), **contents, **pairs}

@@ -149,6 +149,16 @@ def test_flags_that_do_not_apply_to_pairs_are_refused_before_loading(data, tmp_p
     assert "--backend openai scores samples only" in capsys.readouterr().err
 
 
+def test_the_options_of_pairs_given_for_single_answers_are_refused_before_loading(tmp_path, capsys):
+    """--samples 3 on MMIE's answers did nothing and said nothing; a preset's values (the default) are no matter."""
+    (tmp_path / "samples.json").write_text(json.dumps([{"id": "SA_1", "question": "Q?", "answer": "A."}]))
+    args = ["--model_path", str(tmp_path / "none"), "--input_dir", str(tmp_path), "--input_file", "samples.json", "--output_dir", str(tmp_path / "o")]
+    assert main([*args, "--samples", "3", "--tie-margin", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--tie_margin, --samples apply to pairs of answers; " in err and "holds single answers (mmie)" in err
+    assert main(args) == 2 and "none" in capsys.readouterr().err  # without them, on to the checkpoint (which is missing)
+
+
 def test_a_sample_under_a_pairwise_rubric_is_refused_before_loading(tmp_path, capsys):
     (tmp_path / "samples.json").write_text(json.dumps([{"id": "SA_1", "question": "Q?", "answer": "A."}]))
     (tmp_path / "sa.yaml").write_text("kind: pairwise\ncategory: SA\ninstructions: Which?\ntemplate: '{instructions}{question}{answer_a}{answer_b}'\n")
