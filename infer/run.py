@@ -62,7 +62,7 @@ class Backend(Protocol):
 def score(args, fmt: Format, options: ScoreOptions, pair_flags: list[str] = ()) -> int:
     """`pair_flags`: the options of pairs given as flags, refused for single answers."""
     with distributed() as (rank, world), ExitStack() as held:
-        run = scoring_input(args, fmt, pair_flags)
+        run = scoring_input(args, fmt, pair_flags, rank)
         backend: Backend = (LocalBackend(args, options, run.rubrics, rank) if args.backend == "local"
                              else OpenAIBackend(args, options, run.rubrics, run.samples))
         held.callback(backend.close)
@@ -128,10 +128,10 @@ class ScoringInput:
         return next(iter(self.rubrics.values())).score_scale
 
 
-def scoring_input(args, fmt: Format, pair_flags: list[str] = ()) -> ScoringInput:
-    """The input read and checked, all before any model or server is used."""
+def scoring_input(args, fmt: Format, pair_flags: list[str] = (), rank: int = 0) -> ScoringInput:
+    """The input read and checked, all before any model or server is used; its notes said by rank 0."""
     input_path = Path(args.input_file)  # read in --input_dir (judge.cli resolved it)
-    bench = read_input(fmt, input_path, args)
+    bench = read_input(fmt, input_path, args, rank == 0)
     skipped = bench.problems + rubric_problems(bench.samples, bench.rubrics, input_path)
     if skipped and not args.skip_invalid:
         raise InputError(skipped)
@@ -185,7 +185,7 @@ def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[
            modes)
 
 
-def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
+def read_input(fmt: Format, input_path: Path, args, notes: bool = True) -> BenchmarkInput:
     """The input in the toolkit's terms, its rubrics loaded, as the Python API reads it; refuses what cannot
     work before a model loads, and any input that the run's outputs would overwrite."""
     if not args.rubric and not fmt.default_rubrics:
@@ -201,7 +201,7 @@ def read_input(fmt: Format, input_path: Path, args) -> BenchmarkInput:
               ("--model_path", args.model_path), *[("--rubric", path) for path in args.rubric or fmt.default_rubrics]]
     if problems := overwritten_inputs(Path(args.output_dir), written, inputs):
         raise UsageError("\n  ".join(problems))
-    return read_benchmark(fmt, input_path, Path(args.input_dir), args.rubric, args.criteria_file)
+    return read_benchmark(fmt, input_path, Path(args.input_dir), args.rubric, args.criteria_file, notes)
 
 
 def checked_calibrator(run: ScoringInput, path: str, model_path: str, allow_mismatch: bool, rank: int) -> list[str]:

@@ -226,16 +226,18 @@ class Judge:
         return categories[0]
 
 
-def read_benchmark(fmt: Format, path: Path, input_dir: Path, rubrics: Sequence[PathLike] | None, criteria_file: PathLike | None) -> BenchmarkInput:
+def read_benchmark(fmt: Format, path: Path, input_dir: Path, rubrics: Sequence[PathLike] | None, criteria_file: PathLike | None,
+                   notes: bool = True) -> BenchmarkInput:
     """A benchmark's file read as judge-score reads it, with its rubrics (`rubrics`, or the format's): every
-    problem of the file listed in the result, nothing of a model used yet."""
+    problem of the file listed in the result, nothing of a model used yet. `notes`: print what the reader
+    noticed (once per run: judge-score's rank 0)."""
     from mmjudge.judge.prompts import load_rubrics
 
     if criteria_file and fmt.name != "megabench":
         raise UsageError(f"--criteria_file applies to --format megabench only, not {fmt.name}")
     bench = fmt.read(path, input_dir, load_rubrics(rubrics or fmt.default_rubrics), Path(criteria_file) if criteria_file else None)
     bench.problems.sort(key=lambda p: (p.index is not None, p.index or 0))
-    for note in bench.notes:
+    for note in bench.notes if notes else ():
         print(f"note: {note}", file=sys.stderr)
     return bench
 

@@ -331,12 +331,17 @@ def test_torchrun_two_processes_merge_to_the_single_process_result(dataset, tmp_
     """On a judge whose long rope switches at 700 tokens, inside the dataset's prompt lengths (673-781):
     each rank's batches hold other neighbours than one process's, and each record is the same."""
     checkpoint = write_original_checkpoint(tmp_path / "ckpt", original_max_position_embeddings=700)
-    assert score(checkpoint, dataset, tmp_path / "single") == 0
+    data = tmp_path / "data"  # the dataset with its first record repeated, as an annotation file repeats it: a note
+    shutil.copytree(dataset, data)
+    records = json.loads((data / "data.json").read_text())
+    (data / "data.json").write_text(json.dumps([*records, records[0]]))
+    assert score(checkpoint, data, tmp_path / "single") == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "mmjudge.infer.cli",
-           "--model_path", str(checkpoint), "--input_dir", str(dataset), "--input_file", "data.json", "--output_dir", str(tmp_path / "multi"), *FAST]
+           "--model_path", str(checkpoint), "--input_dir", str(data), "--input_file", "data.json", "--output_dir", str(tmp_path / "multi"), *FAST]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count("record(s) repeat a sample") == 1  # said by rank 0 alone
     assert sorted(p.name for p in (tmp_path / "multi").glob("*.journal.*")) == ["eval_result.json.journal.rank0.jsonl", "eval_result.json.journal.rank1.jsonl"]
     # rank 0's bars count both ranks' samples, not its own 4
     assert re.search(r"preparing: 100%\|\S+\| 8/8 ", proc.stderr) and re.search(r"scoring: 100%\|\S+\| 8/8 ", proc.stderr)
