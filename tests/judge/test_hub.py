@@ -142,7 +142,7 @@ def test_a_resumed_hub_run_is_the_same_commit(checkpoint, tmp_path, data, offlin
     assert "resuming: 3 sample(s) already scored" in capsys.readouterr().err
     write_hub_cache(offline_cache, REPO, write_original_checkpoint(tmp_path / "retrained", seed=1))
     assert score(REPO, data, "out") == 2
-    assert "was written by a run with other settings (model," in capsys.readouterr().err
+    assert "was written by a run with other settings (the judge's folder, the judge's weight files); " in capsys.readouterr().err
 
 
 @pytest.fixture
