@@ -120,14 +120,26 @@ def _with_names(help_text: str, kind: str) -> str:
     return f"{text}; {names}{sep}{default}" if sep else f"{help_text}; {names}"
 
 
+def _shown(option_strings: list[str]) -> list[str]:
+    """Each spelling of a flag once: the snake_case one (CONVENTIONS, the epilog, says hyphens work too)."""
+    canonical = [s.lstrip("-").replace("-", "_") for s in option_strings]
+    return [s for i, s in enumerate(option_strings) if canonical[i] not in canonical[:i]]
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """--help shows each flag once, in its snake_case spelling (CONVENTIONS, the epilog, says hyphens work too)."""
+    """--help shows each flag once, in its snake_case spelling."""
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         shown = copy.copy(action)
-        canonical = [s.lstrip("-").replace("-", "_") for s in action.option_strings]
-        shown.option_strings = [s for i, s in enumerate(action.option_strings) if canonical[i] not in canonical[:i]]
+        shown.option_strings = _shown(action.option_strings)
         return super()._format_action_invocation(shown)
+
+
+class BooleanFlag(argparse.BooleanOptionalAction):
+    """--flag and --no-flag, shown in the usage line once each (argparse lists every spelling there)."""
+
+    def format_usage(self) -> str:
+        return " | ".join(_shown(self.option_strings))
 
 
 def resolve_paths(path_flags: dict[str, PathFlag], namespace: argparse.Namespace) -> None:
@@ -209,7 +221,7 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls, applied: dict) -> N
         if isinstance(kind, types.UnionType) and typing.get_origin(given := next(a for a in typing.get_args(kind) if a is not type(None))) is list:
             kind = given  # an optional list: none given is the default
         if kind in (bool, bool | None):  # none: not given on the command line
-            parser.add_argument(*names, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            parser.add_argument(*names, action=BooleanFlag, default=None, help=help_text)
         elif typing.get_origin(kind) is typing.Literal:
             parser.add_argument(*names, choices=typing.get_args(kind), default=None, help=help_text)
         elif typing.get_origin(kind) is tuple:  # fixed length, e.g. scale: LOW HIGH

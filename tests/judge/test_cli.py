@@ -213,3 +213,14 @@ def test_judge_score_help_shows_the_values_of_the_format_or_config_given(tmp_pat
     (tmp_path / "mine.yaml").write_text("max_new_tokens: 77\n")
     text = help_text(score_parser(["--config", str(tmp_path / "mine.yaml")]))
     assert "longest feedback in tokens (default: 77)" in text and "background threads that decode and tile images (default: 4)" in text
+
+
+def test_a_boolean_flag_is_shown_once_each_way_and_takes_every_spelling(capsys):
+    from mmjudge.train.cli import build_parser
+
+    usage = build_parser().format_usage()
+    assert "[--full_finetune | --no-full_finetune]" in usage and "--no-full-finetune" not in usage
+    parser, taken = build_parser(), argparse.Namespace()
+    for spelling, value in (("--full-finetune", True), ("--no-full-finetune", False), ("--full_finetune", True), ("--no-full_finetune", False)):
+        parser._option_string_actions[spelling](parser, taken, None, spelling)
+        assert taken.full_finetune is value
