@@ -295,8 +295,10 @@ class ChatRequest(BaseModel):
         for k, message in enumerate(self.messages):
             total += sum(len(part.text) for part in message.content if part.type == "text")
             if total > MAX_TEXT_CHARS:  # checked before anything is tokenized
-                raise RequestError(400, f"messages[{k}].content", f"the messages' texts reach {total:,} characters, more than the "
-                                                                  f"{MAX_TEXT_CHARS:,} a judge's context can hold", code="context_length_exceeded")
+                # in the words of OpenAI's and vLLM's refusal, which clients such as litellm read (serve/app.py)
+                raise RequestError(400, f"messages[{k}].content", f"This model's maximum context length is exceeded: the messages' texts "
+                                                                  f"reach {total:,} characters, more than the {MAX_TEXT_CHARS:,} a judge's "
+                                                                  "context can hold", code="context_length_exceeded")
         return system, self.messages[-1]
 
 
