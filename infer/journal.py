@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from mmjudge.judge.data import JudgeResult, PairResult, UsageError, naming
+from mmjudge.judge.outputs import open_own_file
 
 Result = JudgeResult | PairResult  # a journal holds one kind, the one its run writes
 
@@ -74,6 +75,8 @@ def read_finished(output_dir: Path, output_file: str, run_fingerprint: str, reco
     setting_fingerprints, which a refusal compares with the journal's to name what changed."""
     finished: dict[str, Result] = {}
     for path in journal_paths(output_dir, output_file):
+        if path.is_symlink() or not path.is_file():  # a link or a FIFO planted there: never read (a FIFO would hang the run)
+            raise UsageError(f"--output_dir {output_dir}: {path.name} there is not a regular file of the run's; remove it, or give another --output_dir")
         lines = path.read_bytes().split(b"\n")
         if len(lines) == 1:  # no complete line: a run killed before its header was written holds no result
             continue
@@ -119,7 +122,7 @@ class Journal:
 
     def __init__(self, output_dir: Path, output_file: str, rank: int, run_fingerprint: str, settings: dict[str, str] | None = None):
         self.path = output_dir / f"{output_file}.journal.rank{rank}.jsonl"
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = self._open()
         self._drop_torn_tail()
         if self.path.stat().st_size == 0:  # new, or killed before its header was whole
             self._file.write(json.dumps({"fingerprint": run_fingerprint, **({"settings": settings} if settings else {})}) + "\n")
@@ -132,7 +135,10 @@ class Journal:
             self._file.close()
             with self.path.open("r+b") as f:
                 f.truncate(data.rfind(b"\n") + 1)
-            self._file = self.path.open("a", encoding="utf-8")
+            self._file = self._open()
+
+    def _open(self):
+        return os.fdopen(open_own_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "--output_dir"), "a", encoding="utf-8")
 
     def append(self, results: list[Result]) -> None:
         with naming(self.path):

@@ -169,7 +169,7 @@ def _resolved(flag: PathFlag, value: str, namespace: argparse.Namespace, problem
         return str(path)  # the folder's own flag says what is wrong
     if problem := _path_problem(flag.kind, path):
         named = f"{flag.name} {value}".lstrip()
-        message = f"{named}: {problem}" if str(path) == value else f"{named}: {path}: {problem} ({flag.name} is read in --{flag.under})"
+        message = f"{named}: {path}: {problem} ({flag.name} is read in --{flag.under})" if folder is not None else f"{named}: {problem}"
         if folder is not None and not Path(value).is_absolute() and Path(value).is_file():
             message += f"; {value} is in the working directory, not in --{flag.under}: give its absolute path"
         problems.append(message + (f"; bundled by name: {', '.join(names)}" if names else ""))
@@ -189,8 +189,10 @@ def _path_problem(kind: str, path: Path) -> str | None:
             return "a file is there; give a folder"
         if kind == "output_file" and path.is_dir():
             return "a folder is there; give a file name"
-        above = next(folder for folder in path.parents if folder.exists())  # the folders below it are made
-        return None if above.is_dir() else f"{above} is a file, not a folder"
+        if path.is_dir():  # "." and "/" among them, which have no parents
+            return None
+        above = next((folder for folder in path.absolute().parents if folder.exists()), None)  # the folders below it are made
+        return None if above is None or above.is_dir() else f"{above} is a file, not a folder"
     except OSError as err:  # a name longer than the filesystem takes
         return f"unusable ({err.strerror})"
 

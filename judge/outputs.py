@@ -18,6 +18,7 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -35,9 +36,9 @@ def locked(output_dir: Path, command: str) -> Iterator[None]:
     directory that cannot be written is refused here, before any model loads."""
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(output_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as err:
         raise UsageError(f"--output_dir {output_dir}: cannot write there ({err.strerror})") from None
+    fd = open_own_file(output_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, "--output_dir")
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -53,6 +54,22 @@ def locked(output_dir: Path, command: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def open_own_file(path: Path, flags: int, flag: str) -> int:
+    """A file the run keeps in its output directory (its lock, a journal), opened only where it is a regular
+    file of its own: a link planted there would have the run empty or append to the file it points at, and
+    a FIFO would hang it. `flag` names where it lies in the refusal."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as err:
+        why = "a link: the run writes only files of its own there" if err.errno == errno.ELOOP else err.strerror
+        raise UsageError(f"{flag} {path.parent}: cannot write {path.name} there ({why}); remove it, or give another {flag}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"{flag} {path.parent}: {path.name} there is not a regular file; remove it, or give another {flag}")
+    os.set_blocking(fd, True)
+    return fd
 
 
 @contextmanager

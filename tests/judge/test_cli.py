@@ -224,3 +224,18 @@ def test_a_boolean_flag_is_shown_once_each_way_and_takes_every_spelling(capsys):
     for spelling, value in (("--full-finetune", True), ("--no-full-finetune", False), ("--full_finetune", True), ("--no-full_finetune", False)):
         parser._option_string_actions[spelling](parser, taken, None, spelling)
         assert taken.full_finetune is value
+
+
+def test_an_output_dir_with_no_parents_is_checked_not_crashed_on(tmp_path, monkeypatch, capsys):
+    """`--output_dir .` crashed every command (StopIteration: "." has no parents to look for)."""
+    import json
+
+    from mmjudge.calibration.cli import main as calibrate_main
+
+    monkeypatch.chdir(tmp_path)
+    scores = [{"id": f"SA_{k}", "overall": k % 7} for k in range(12)]
+    (tmp_path / "p.json").write_text(json.dumps(scores))
+    (tmp_path / "h.json").write_text(json.dumps(scores))
+    code = calibrate_main(["--predictions", "p.json", "--human", "h.json", "--output_dir", ".", "--bootstrap", "0", "--fit", "none"])
+    err = capsys.readouterr().err
+    assert code == 0 and "internal failure" not in err and (tmp_path / "report.json").is_file()

@@ -117,3 +117,32 @@ def test_a_directory_written_whole_appears_only_once_complete(tmp_path):
         with written_whole(out) as staging:
             (staging / "config.json").write_text("{}")
     assert [p.name for p in tmp_path.iterdir()] == ["export"]
+
+
+@pytest.mark.parametrize("planted", ["link", "fifo"])
+def test_a_lock_or_journal_planted_as_a_link_or_fifo_is_refused_and_its_target_untouched(tmp_path, planted):
+    """Whoever can write a shared --output_dir could link the run's lock or journal to a file of the user's,
+    which the run emptied (the lock) or appended to (the journal); a FIFO there hung it."""
+    import os
+
+    from mmjudge.infer.journal import Journal, read_finished
+
+    target = tmp_path / "precious.json"
+    target.write_text('{"keep": true}')
+    for name in (LOCK_FILE, "r.json.journal.rank0.jsonl"):
+        out = tmp_path / f"out-{planted}-{name}"
+        out.mkdir()
+        if planted == "link":
+            (out / name).symlink_to(target)
+        else:
+            os.mkfifo(out / name)
+        with pytest.raises(UsageError, match=f"--output_dir {out}: .*{name}"):
+            if name == LOCK_FILE:
+                with locked(out, "test"):
+                    pass
+            else:
+                read_finished(out, "r.json", "fp")
+        if name != LOCK_FILE:
+            with pytest.raises(UsageError, match=f"--output_dir {out}: cannot write {name} there|not a regular file"):
+                Journal(out, "r.json", 0, "fp")
+    assert target.read_text() == '{"keep": true}'
