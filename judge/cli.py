@@ -20,6 +20,7 @@ import argparse
 import copy
 import errno
 import functools
+import math
 import os
 import reprlib
 import sys
@@ -280,6 +281,8 @@ def setting_problems(cls, values: dict) -> list[str]:
             wanted = "true or false" + (" or none" if hint != bool else "")
         elif minimum is not None:  # a number, or none where the type allows it
             ok, wanted = _in_range(value, hint, minimum, f.metadata.get("below"))
+        elif isinstance(value, float):  # a number of no set range is still finite: inf and NaN failed far into a run
+            ok, wanted = math.isfinite(value), "a finite number"
         else:
             continue
         if not ok:
@@ -292,8 +295,8 @@ def _in_range(value, hint, minimum, below) -> tuple[bool, str]:
     optional = type(None) in typing.get_args(hint)
     whole = int in (typing.get_args(hint) or (hint,))
     kinds = (int,) if whole else (int, float)
-    number = type(value) in kinds and value >= minimum and (below is None or value < below)  # NaN fails both
-    wanted = f"{'a whole number' if whole else 'a number'} of at least {minimum:g}" + (f" and below {below:g}" if below is not None else "")
+    number = type(value) in kinds and (type(value) is int or math.isfinite(value)) and value >= minimum and (below is None or value < below)
+    wanted = f"{'a whole number' if whole else 'a finite number'} of at least {minimum:g}" + (f" and below {below:g}" if below is not None else "")
     return (optional and value is None) or number, wanted + (" or none" if optional else "")
 
 

@@ -91,8 +91,8 @@ def test_every_training_setting_that_cannot_work_is_reported_at_once_before_load
     assert code == 2 and "error: 9 problems with the settings and flags:" in err
     for problem in ("save_steps must be a whole number of at least 1, got 0", "per_device_batch_size must be a whole number of at least 1, got 0",
                     "lora_r must be a whole number of at least 1, got 0", "gradient_accumulation_steps must be a whole number of at least 1, got 0",
-                    "max_length must be a whole number of at least 1, got 0", "learning_rate must be a number of at least 0, got -0.0001",
-                    "warmup_ratio must be a number of at least 0 and below 1, got 1.5",  # 1.5 would silently mean 1 warmup step
+                    "max_length must be a whole number of at least 1, got 0", "learning_rate must be a finite number of at least 0, got -0.0001",
+                    "warmup_ratio must be a finite number of at least 0 and below 1, got 1.5",  # 1.5 would silently mean 1 warmup step
                     "lr_scheduler must be one of linear, cosine, ", "scale: a scale needs low < high and step > 0, got 3-3 step 1"):
         assert f"\n  {problem}" in err  # from the flags: no config was given
     assert not (tmp_path / "out").exists()
@@ -239,3 +239,21 @@ def test_an_output_dir_with_no_parents_is_checked_not_crashed_on(tmp_path, monke
     code = calibrate_main(["--predictions", "p.json", "--human", "h.json", "--output_dir", ".", "--bootstrap", "0", "--fit", "none"])
     err = capsys.readouterr().err
     assert code == 0 and "internal failure" not in err and (tmp_path / "report.json").is_file()
+
+
+@pytest.mark.parametrize("flag, value", [("--learning_rate", "inf"), ("--weight_decay", "nan"), ("--num_epochs", "inf")])
+def test_an_infinite_or_nan_setting_is_refused_before_loading(tmp_path, capsys, flag, value):
+    """inf passed every range check and failed after training (a config that JSON cannot hold), or at once
+    in the Trainer's arithmetic."""
+    args = ["--model_path", str(tmp_path / "no-model"), "--train_file", annotations_file(tmp_path), "--input_dir", ".",
+            "--output_dir", str(tmp_path / "out"), flag, value]
+    assert train_main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{flag[2:]} must be a finite number" in err and "no-model" not in err
+
+
+def test_pair_options_of_inf_are_refused(tmp_path):
+    from mmjudge.infer.options import ScoreOptions
+
+    with pytest.raises(UsageError, match="temperature must be a finite number of at least 0, got inf"):
+        ScoreOptions(temperature=float("inf"))
