@@ -44,7 +44,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 from safetensors import SafetensorError, safe_open
-from transformers import CONFIG_MAPPING, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import CONFIG_MAPPING, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
 from transformers.initialization import no_init_weights
 from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
@@ -564,18 +564,23 @@ def check_size(path: Path, config) -> None:
     before anything is allocated: a config that describes another model would be allocated first and
     found out after (a 12-billion-parameter one is killed for memory first). A tied output layer is the
     input embeddings, counted once, whether or not the files also store it."""
-    with torch.device("meta"), no_init_weights():
-        model = native_class(config.model_type)(config)
-    described = sum(p.numel() for p in model.parameters())
-    tied_rows = model.lm_head.weight.numel() if config.tie_word_embeddings else 0
-    if tied_rows and model.lm_head.weight is not model.get_input_embeddings().weight:
-        described -= tied_rows  # built untied here, tied when loaded
     stored, keys = 0, set()
     for file in safetensors_files(path):
         with safe_open(file, framework="pt") as weights:
             for key in weights.keys():
                 keys.add(key)
                 stored += math.prod(weights.get_slice(key).get_shape())
+    # Each layer holds a tensor at least: a config of more layers than the files hold tensors is refused by
+    # arithmetic, before building a billion layers (even on the meta device) takes all time and memory.
+    layers = sum(getattr(c, "num_hidden_layers", 0) or 0 for c in [config, *(v for v in vars(config).values() if isinstance(v, PretrainedConfig))])
+    if layers > len(keys):
+        raise CheckpointError(f"{path}: config.json describes {layers:,} layers, and the weight files hold {len(keys):,} tensors")
+    with torch.device("meta"), no_init_weights():
+        model = native_class(config.model_type)(config)
+    described = sum(p.numel() for p in model.parameters())
+    tied_rows = model.lm_head.weight.numel() if config.tie_word_embeddings else 0
+    if tied_rows and model.lm_head.weight is not model.get_input_embeddings().weight:
+        described -= tied_rows  # built untied here, tied when loaded
     if tied_rows and {"lm_head.weight", "language_model.lm_head.weight", "language_model.output.weight"} & keys:
         stored -= tied_rows  # the files store the tied output layer as well
     if described != stored:

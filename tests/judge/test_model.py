@@ -213,6 +213,9 @@ def test_system_message_read_from_conversation_py_without_executing_it(original_
         (lambda d: [f.unlink() for f in d.glob("*.safetensors")], "no model.safetensors"),
         # found from the files' headers, before a model of the config's size is allocated
         (lambda d: _edit_config(d, vision_config={**_config(d)["vision_config"], "hidden_size": 48}), "config.json describes a model of"),
+        # a billion layers took every second and byte before: by arithmetic now
+        (lambda d: _edit_config(d, llm_config={**_config(d)["llm_config"], "num_hidden_layers": 10**9}),
+         r"config.json describes 1,000,000,\d+ layers, and the weight files hold \d+ tensors"),
         (lambda d: _drop_config_key(d, "llm_config"), "config.json lacks llm_config"),
         (lambda d: _drop_config_key(d, "downsample_ratio"), "config.json lacks downsample_ratio"),
         (lambda d: (d / "tokenizer.model").unlink(), "the tokenizer encodes text to nothing"),
@@ -290,7 +293,8 @@ def native_dir(tmp_path_factory):
     (lambda d: _drop_config_key(d, "text_config"), "config.json lacks text_config: not a native InternVL config"),
     (lambda d: _edit_config(d, text_config={k: v for k, v in _config(d)["text_config"].items() if k != "hidden_size"}),
      "config.json text_config lacks hidden_size"),
-    (lambda d: _edit_config(d, text_config={**_config(d)["text_config"], "num_hidden_layers": 200}), r"config.json describes a model of"),
+    (lambda d: _edit_config(d, text_config={**_config(d)["text_config"], "num_hidden_layers": 200}), r"config.json describes 2\d\d layers, and"),
+    (lambda d: _edit_config(d, text_config={**_config(d)["text_config"], "num_hidden_layers": 3}), r"config.json describes a model of"),
     (lambda d: _edit_config(d, vision_config={**_config(d)["vision_config"], "hidden_size": "32"}), "hidden_size '32': sizes must be positive"),
 ])
 def test_a_damaged_native_checkpoint_is_refused_before_it_scores(native_dir, tmp_path, breakage, message):
