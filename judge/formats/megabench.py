@@ -49,12 +49,14 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from string import Formatter
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from mmjudge.configs import CONFIG_DIR
 from mmjudge.judge.data import (
+    MAX_TEXT_CHARS,
     ImagePlace,
     InputError,
     JudgeResult,
@@ -386,6 +388,14 @@ def criteria_text(config: JudgeConfig, eval_context: dict) -> str:
 
 
 def _unfillable(config: JudgeConfig, eval_context: dict) -> str | None:
+    # MEGA-Bench fills the prompt with str.format, as criteria_text does: a field of more than a name
+    # ({x.__class__}, {x[0]}, {x:>999999999}) would reach into Python objects or build any length of text.
+    try:
+        fields = [(name, spec, conversion) for _, name, spec, conversion in Formatter().parse(config.eval_criteria_prompt) if name is not None]
+    except ValueError as err:
+        return f"eval_criteria_prompt cannot be filled: {err}"
+    if odd := [name for name, spec, conversion in fields if not name.isidentifier() or spec or conversion]:
+        return f"eval_criteria_prompt: placeholder {{{odd[0]}}} is more than a name; a placeholder is {{name}}, filled as template_mapping says"
     for placeholder, source in config.template_mapping.items():
         kind, _, key = source.partition(".")
         if kind == "eval_context" and key not in eval_context:
@@ -393,11 +403,13 @@ def _unfillable(config: JudgeConfig, eval_context: dict) -> str | None:
         if kind != "eval_context" and kind not in SECTIONS:
             return f"{{{placeholder}}} maps to {source!r}, which is none of {sorted(SECTIONS)} or eval_context.*"
     try:
-        criteria_text(config, eval_context)
+        filled = criteria_text(config, eval_context)
     except KeyError as err:
         return f"placeholder {{{err.args[0]}}} has no template_mapping entry"
     except (ValueError, IndexError) as err:
         return f"eval_criteria_prompt cannot be filled: {err}"
+    if len(filled) > MAX_TEXT_CHARS:
+        return f"eval_criteria_prompt filled is {len(filled):,} characters, more than the {MAX_TEXT_CHARS:,} a judge's prompt may hold"
     return None
 
 

@@ -286,3 +286,24 @@ def test_judge_calibrate_reads_the_scored_file_back(megabench):
     assert {i.id: i.score for i in scored.items} == {
         "poetry_generation/0": 7.0, "poetry_generation/1": None, "scibench_w_solution_open_ended/0": 7.0,
         "scibench_w_solution_open_ended/1": 7.0, "red_teaming_politics/0": 7.0, "red_teaming_politics/1": 7.0, "video_summary/0": 7.0}
+
+
+@pytest.mark.parametrize("prompt, message", [
+    ("Judge {response.__class__.__mro__}.", "placeholder {response.__class__.__mro__} is more than a name"),
+    ("Judge {response[0]}.", "placeholder {response[0]} is more than a name"),
+    ("Judge {response:>999999999999}.", "placeholder {response} is more than a name"),
+    ("Judge {response!r}.", "placeholder {response} is more than a name"),
+    ("Judge {refused}." + "x" * 100, None),  # a plain name: filled
+])
+def test_a_criteria_prompt_is_filled_by_names_only(megabench, tmp_path, prompt, message):
+    """The task rows are a file like any other: a placeholder reaching into Python objects, or a format spec
+    of any width, was filled by str.format (a crash, a leak of object details, or a prompt past any limit)."""
+    root, path, _ = megabench
+    metrics = {**METRICS, "red_teaming_politics": metric_info({"##answer": "gpt_4o_as_judge"}, parser="dummy", prompt=prompt,
+                                                              mapping={"response": "model_output", "refused": "eval_context.refused_to_answer"})}
+    bench = read(path, root, write_rows(tmp_path / "rows.jsonl", rows(TASKS, metrics)))
+    found = [p.message for p in bench.problems if (p.record_id or "").startswith("red_teaming_politics")]
+    if message is None:
+        assert not found
+    else:
+        assert len(found) == 2 and all(message in m for m in found), found
