@@ -302,6 +302,16 @@ class JudgeResult(BaseModel):
     def _numbers_or_none(cls, value):
         return finite_or_none(value)
 
+    @field_validator("score", "criteria")
+    @classmethod
+    def _finite_scores(cls, value):
+        # A score the judge wrote is finite; a journal line with inf or NaN there (damaged, or written by hand)
+        # is no result, and its sample is scored again.
+        for score in value.values() if isinstance(value, dict) else [value]:
+            if isinstance(score, float) and not math.isfinite(score):
+                raise ValueError(f"{score} is not a finite score")
+        return value
+
 
 class OrderJudgement(BaseModel):
     """One judgement of a pair in one order. `first` is the answer the judge was shown first; `verdict` and

@@ -21,6 +21,7 @@ mistaken for an answer.
 from __future__ import annotations
 
 import math
+import reprlib
 import re
 from dataclasses import dataclass, field
 
@@ -79,10 +80,10 @@ class ScoreScale:
         """Why a value read from a file is not a score on this scale, or None when it is one."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"{value!r} is not a number"
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):  # an int is finite, however long (no float holds 10**400)
             return f"{value} is not a finite number"
         if not self.low <= value <= self.high:
-            return f"{value:g} is outside the scale {self.low:g}-{self.high:g}"
+            return f"{reprlib.repr(value) if isinstance(value, int) else format(value, 'g')} is outside the scale {self.low:g}-{self.high:g}"
         return None
 
     def share(self, value: float) -> float:

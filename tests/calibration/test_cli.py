@@ -604,3 +604,12 @@ def test_calibrator_of_names_the_judge_whose_map_is_calibrator_json(files, tmp_p
     assert "calibrator.json (after's map" in report_md(out)
     assert main([*base, "--output_dir", str(tmp_path / "r2"), "--calibrator_of", "trained"]) == 2
     assert "--calibrator_of trained: no judge of that name; the judges are before, after" in capsys.readouterr().err
+
+
+def test_a_score_of_hundreds_of_digits_is_outside_the_scale_not_a_crash(tmp_path, capsys):
+    """An integer no float holds (10**400) crashed the finiteness check with OverflowError."""
+    (tmp_path / "p.json").write_text('[{"id": "SA_1", "score": 1' + "0" * 400 + '}, {"id": "SA_2", "score": 3}]')
+    (tmp_path / "h.json").write_text(json.dumps([{"id": "SA_1", "overall": 3}, {"id": "SA_2", "overall": 3}]))
+    assert main(["--predictions", str(tmp_path / "p.json"), "--human", str(tmp_path / "h.json"), "--output_dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "record 0 (id 'SA_1'): score: 1000" in err and "is outside the scale 0-6" in err and "internal failure" not in err

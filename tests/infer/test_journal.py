@@ -71,14 +71,16 @@ def test_damaged_lines_are_named_and_their_samples_scored_again(tmp_path, capsys
     journal = Journal(tmp_path, "r.json", rank=0, run_fingerprint="fp")
     journal.append([judge_result("a", 1)])
     journal.close()
-    damage = [b'{"id": "b", "score": "not a result"}', b"\xff\xfe not UTF-8", b"[" * 100_000, b'{"id": ' + b"9" * 5000 + b"}", b"[1, 2]"]
+    infinite = judge_result("d", 2).model_dump_json().replace('"score":2', '"score":1e400').encode()  # inf: it crashed the merge
+    assert b"1e400" in infinite
+    damage = [b'{"id": "b", "score": "not a result"}', b"\xff\xfe not UTF-8", b"[" * 100_000, b'{"id": ' + b"9" * 5000 + b"}", b"[1, 2]", infinite]
     with (tmp_path / "r.json.journal.rank0.jsonl").open("ab") as f:
         f.write(b"\n".join(damage) + b"\n")
     journal = Journal(tmp_path, "r.json", rank=0, run_fingerprint="fp")
     journal.append([judge_result("c", 3)])
     journal.close()
     assert sorted(read_finished(tmp_path, "r.json", "fp")) == ["a", "c"]
-    assert f"{tmp_path / 'r.json.journal.rank0.jsonl'}: line(s) 3, 4, 5, 6, 7 hold no result (a damaged journal)" in capsys.readouterr().err
+    assert f"{tmp_path / 'r.json.journal.rank0.jsonl'}: line(s) 3, 4, 5, 6, 7, 8 hold no result (a damaged journal)" in capsys.readouterr().err
 
 
 def test_a_result_line_with_bytes_that_are_not_utf8_is_damage_not_feedback(tmp_path, capsys):
