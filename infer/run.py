@@ -197,11 +197,15 @@ def read_input(fmt: Format, input_path: Path, args, notes: bool = True) -> Bench
         if args.output_file == result_file(args.probe_images):
             raise UsageError(f"--output_file {args.output_file}: --probe_images {args.probe_images} writes its own results there; choose another name")
         written += [result_file(args.probe_images), journal_pattern(result_file(args.probe_images)), plot_file(args.probe_images)]
-    inputs = [("--input_file", input_path), ("--criteria_file", args.criteria_file), ("--calibrator", args.calibrator),
+    inputs = [("--input_file", input_path), ("--criteria_file", args.criteria_file), ("--calibrator", args.calibrator), ("--config", args.config),
               ("--model_path", args.model_path), *[("--rubric", path) for path in args.rubric or fmt.default_rubrics]]
-    if problems := overwritten_inputs(Path(args.output_dir), written, inputs):
+    if problems := overwritten_inputs(Path(args.output_dir), written, inputs):  # before reading them: a rubric there may not parse
         raise UsageError("\n  ".join(problems))
-    return read_benchmark(fmt, input_path, Path(args.input_dir), args.rubric, args.criteria_file, notes)
+    bench = read_benchmark(fmt, input_path, Path(args.input_dir), args.rubric, args.criteria_file, notes)
+    images = sorted({resolve_image(image, args.input_dir) for sample in bench.samples for image in sample.images()})
+    if problems := overwritten_inputs(Path(args.output_dir), written, [("--input_file's image", image) for image in images]):
+        raise UsageError("\n  ".join(problems))
+    return bench
 
 
 def checked_calibrator(run: ScoringInput, path: str, model_path: str, allow_mismatch: bool, rank: int) -> list[str]:

@@ -63,8 +63,12 @@ def open_own_file(path: Path, flags: int, flag: str) -> int:
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as err:
-        why = "a link: the run writes only files of its own there" if err.errno == errno.ELOOP else err.strerror
-        raise UsageError(f"{flag} {path.parent}: cannot write {path.name} there ({why}); remove it, or give another {flag}") from None
+        if err.errno == errno.ELOOP:
+            raise UsageError(f"{flag} {path.parent}: {path.name} there is a link, and the run writes only files of its own; "
+                             f"remove it, or give another {flag}") from None
+        if err.errno == errno.ENXIO:  # a FIFO that no process reads, opened to write without blocking
+            raise UsageError(f"{flag} {path.parent}: {path.name} there is not a regular file; remove it, or give another {flag}") from None
+        raise UsageError(f"{flag} {path.parent}: cannot write there ({err.strerror})") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise UsageError(f"{flag} {path.parent}: {path.name} there is not a regular file; remove it, or give another {flag}")

@@ -136,13 +136,33 @@ def test_a_lock_or_journal_planted_as_a_link_or_fifo_is_refused_and_its_target_u
             (out / name).symlink_to(target)
         else:
             os.mkfifo(out / name)
-        with pytest.raises(UsageError, match=f"--output_dir {out}: .*{name}"):
+        with pytest.raises(UsageError, match=f"--output_dir {out}: {name} there (is a link|is not a regular file)"):
             if name == LOCK_FILE:
                 with locked(out, "test"):
                     pass
             else:
                 read_finished(out, "r.json", "fp")
         if name != LOCK_FILE:
-            with pytest.raises(UsageError, match=f"--output_dir {out}: cannot write {name} there|not a regular file"):
+            with pytest.raises(UsageError, match=f"--output_dir {out}: {name} there (is a link|is not a regular file)"):
                 Journal(out, "r.json", 0, "fp")
     assert target.read_text() == '{"keep": true}'
+
+
+def test_judge_score_never_writes_over_an_image_or_the_config_it_reads(tmp_path, capsys):
+    """--output_dir and --output_file chosen onto an image of the input, or onto --config: both were
+    overwritten with results (only the input file, rubrics, calibrator and checkpoint were checked)."""
+    from mmjudge.infer.cli import main as score_main
+    from mmjudge.judge.testing import write_dataset
+
+    data = write_dataset(tmp_path / "data", 2, seed=0).parent
+    image = sorted((data / "images").iterdir())[0]
+    before = image.read_bytes()
+    base = ["--model_path", str(tmp_path / "no-model"), "--input_dir", str(data), "--input_file", "data.json"]
+    assert score_main([*base, "--output_dir", str(image.parent), "--output_file", image.name]) == 2
+    assert f"--input_file's image {image}: this run would overwrite {image}" in capsys.readouterr().err
+    config = tmp_path / "cfg" / "score.yaml"
+    config.parent.mkdir()
+    config.write_text("max_new_tokens: 8\n")
+    assert score_main([*base, "--config", str(config), "--output_dir", str(config.parent), "--output_file", config.name]) == 2
+    assert f"--config {config}: this run would overwrite {config}" in capsys.readouterr().err
+    assert image.read_bytes() == before and config.read_text() == "max_new_tokens: 8\n"
