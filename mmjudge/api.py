@@ -170,7 +170,12 @@ class Judge:
         model: the answering model's name, kept in the record.
         **score_args: `score`'s keywords (input_dir, calibrator, progress).
         """
-        record = {"id": "sample", "question": _segments(question), "answer": _segments(answer) + [{"image": image} for image in images],
+        from PIL import Image
+
+        if isinstance(images, (str, Path, Image.Image)):  # one image, not a sequence of characters (c, a, t, ...)
+            images = [images]
+        answer_segments = _segments(answer, "answer") + [{"image": image} for image in images]
+        record = {"id": "sample", "question": _segments(question, "question"), "answer": answer_segments,
                   "category": category or self._only_category(), "model": model}
         if reference is not None:
             record["gt_answer"] = reference
@@ -203,6 +208,8 @@ class Judge:
             raise UsageError(f"--format {format_name}: one of {', '.join(FORMATS)}")
         if isinstance(samples, (dict, Sample)):
             raise UsageError("samples: give a list of samples (or score_one for one answer)")
+        if not isinstance(samples, (str, Path, Iterable)):
+            raise UsageError(f"samples: give a file's path or a list of samples, not {type(samples).__name__}")
         if isinstance(samples, (str, Path)):
             path = Path(samples)
             fmt = FORMATS[format_name] if format_name else detect_format(path)
@@ -289,7 +296,9 @@ def checked_device(device: str, deterministic: bool | None = None) -> str:
     return device
 
 
-def _segments(value: str | list[dict]) -> list[dict]:
+def _segments(value: str | list[dict], name: str) -> list[dict]:
+    if not isinstance(value, (str, list, tuple)):
+        raise UsageError(f"{name}: give a text or a list of segments ({{'text': ...}} or {{'image': ...}}), not {type(value).__name__}")
     return [{"text": value}] if isinstance(value, str) else list(value)
 
 

@@ -105,6 +105,8 @@ def settings(args) -> tuple[ScoreOptions, ServeOptions, str | None]:
     api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
     if args.api_key_env and not api_key:
         problems.append(f"--api_key_env {args.api_key_env}: that environment variable is not set or empty")
+    elif api_key and not (api_key.isascii() and api_key.isprintable()):  # HTTP headers carry Latin-1: a client's UTF-8 key never matched
+        problems.append(f"--api_key_env {args.api_key_env}: the key must be printable ASCII, as every client can send it in a header")
     if not loopback(args.host) and not args.api_key_env:
         problems.append(f"--host {args.host} lets other machines in: give an API key with --api_key_env, or listen on 127.0.0.1")
     if not 0 < args.port < 65536:

@@ -112,6 +112,13 @@ def test_score_one_is_the_record_of_that_one_sample(judge):
         tiny.score_one("q", "a")
     with pytest.raises(UsageError, match="give a list of samples"):
         judge.score({"id": "SA_1", "question": "q", "answer": "a"})
+    # mistakes of a caller are UsageErrors naming the argument, not a TypeError from inside
+    for wrong in (None, 42):
+        with pytest.raises(UsageError, match=f"samples: give a file's path or a list of samples, not {type(wrong).__name__}"):
+            judge.score(wrong)
+    with pytest.raises(UsageError, match="question: give a text or a list of segments"):
+        judge.score_one(None, "a", category="SA")
+    assert judge.score_one("What is shown?", "Noise.", images=image, category="PBL", model="m") == one  # one image, not a list of one
     assert repr(judge).startswith("Judge(") and "device='cpu'" in repr(judge)
 
 

@@ -392,11 +392,14 @@ def test_a_missing_or_wrong_key_is_refused_and_health_needs_none(server, authori
     (["--host", "0.0.0.0"], {}, "--host 0.0.0.0 lets other machines in: give an API key with --api_key_env"),
     (["--host", "judge.example"], {}, "--host judge.example lets other machines in"),
     (["--api_key_env", "NO_SUCH_VARIABLE_HERE"], {}, "--api_key_env NO_SUCH_VARIABLE_HERE: that environment variable is not set"),
+    (["--api_key_env", "UTF8_KEY"], {"UTF8_KEY": "sëcret-key"}, "--api_key_env UTF8_KEY: the key must be printable ASCII"),
     (["--max_image_pixels", "0", "--batch_wait_ms", "-1"], {}, "max_image_pixels must be a whole number of at least 1"),
     (["--image_root", "/no/such/dir"], {}, "--image_root /no/such/dir: folder not found"),
     (["--device", "cpu", "--deterministic"], {}, "--deterministic runs batch-invariant Triton kernels on a CUDA GPU, and --device cpu"),
 ])
 def test_a_server_that_cannot_start_safely_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch, flags, env, message):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     assert serve_main(["--model_path", str(tmp_path / "no-model"), *flags]) == 2
     err = capsys.readouterr().err
     assert message in err and "no-model" not in err and "Traceback" not in err
