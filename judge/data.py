@@ -681,7 +681,7 @@ def _image_problem(path: Path) -> str | None:
     except OSError as err:  # a name longer than the filesystem takes
         return f"image path unusable: {path} ({err.strerror})"
     if not found:
-        return f"image not found: {path}"
+        return f"image not found: {path}" if not path.exists() else f"image is {missing_file(path)}: {path}"
     try:
         with Image.open(path) as img:
             if (pixels := img.width * img.height) > MAX_IMAGE_PIXELS:  # from the header: nothing decoded yet

@@ -117,6 +117,15 @@ def test_a_device_a_fifo_or_a_folder_is_named_as_such_not_as_missing(tmp_path):
             load_samples(path)
 
 
+def test_an_image_that_is_a_folder_or_a_device_is_named_as_such_not_as_missing(tmp_path):
+    (tmp_path / "folder").mkdir()
+    records = [sample("SA_1", answer=[{"image": "folder"}]), sample("SA_2", answer=[{"image": "/dev/zero"}]), sample("SA_3", answer=[{"image": "gone.png"}])]
+    _, problems, _ = validate_samples(write_json(tmp_path / "d.json", records), image_root=tmp_path)
+    assert [p.message for p in problems] == [f"image is a folder, not a file: {tmp_path / 'folder'}",
+                                             "image is not a regular file (a device, a FIFO or a socket); give a file: /dev/zero",
+                                             f"image not found: {tmp_path / 'gone.png'}"]
+
+
 def test_duplicate_ids_count_once_if_identical_and_fail_if_not(tmp_path):
     # an annotation file repeats each sample once per annotator
     path = write_json(tmp_path / "d.json", [sample("SA_1", annotator="a"), sample("SA_1", annotator="b"), sample("SA_2")])
