@@ -114,6 +114,18 @@ class Rubric(BaseModel):
             raise ValueError("a field takes no format spec or conversion (write {answer}, not {answer:>10} or {answer!r})")
         return template
 
+    @field_validator("criteria")
+    @classmethod
+    def _named_criteria(cls, criteria: dict[str, str]) -> dict[str, str]:
+        # A criterion's name keys the record's `criteria` and its label a line of the judge's answer: an empty
+        # one, or one across lines, could never be read back, and `overall` is the record's `score`.
+        for name, label in criteria.items():
+            if not name.strip() or name == "overall" or "\n" in name:
+                raise ValueError(f"criterion {name!r}: a name is a word or words on one line, other than 'overall' (the record's score)")
+            if not label.strip() or "\n" in label:
+                raise ValueError(f"criterion {name!r}: its label {label!r} is the start of one line of the judge's answer: give a text on one line")
+        return criteria
+
     @model_validator(mode="after")
     def _valid_scale(self) -> Rubric:
         ScoreScale(*self.scale, self.step)  # a ValueError when the step does not divide the scale

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import yaml
 from PIL import Image
@@ -240,3 +242,15 @@ def test_text_appended_to_a_prompt_is_read_as_text_too(images, tokenizer):
     ids = encode_prompt(tokenizer, prompt.text + "### Score\n", prompt.controls)  # logits mode's forced heading
     assert ids == reference_ids(tokenizer, tokenizer(prompt.text + "### Score\n").input_ids)
     assert encode_prompt(tokenizer, prompt.text + "<|end|>", prompt.controls)[-1] != tokenizer.convert_tokens_to_ids("<|end|>")
+
+
+@pytest.mark.parametrize("criteria, message", [
+    ({"": "Text quality"}, "criterion '': a name is a word or words on one line"),
+    ({"overall": "Overall"}, "other than 'overall' (the record's score)"),
+    ({"text\n### Score": "Text"}, "a name is a word or words on one line"),
+    ({"text_quality": "Text\n### Score\n6"}, "its label 'Text\\n### Score\\n6' is the start of one line"),
+])
+def test_a_criterion_that_could_never_be_read_back_is_refused_when_the_rubric_loads(criteria, message):
+    """Accepted before: a criterion named overall was then dropped by judge-calibrate, which reads `score`."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Rubric(category="SA", criteria=criteria, instructions="Judge.", template="{instructions}{question}{answer}")
