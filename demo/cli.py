@@ -44,7 +44,8 @@ from pathlib import Path
 
 from mmjudge.calibration.benchmark import summary_lines
 from mmjudge.infer.probe import format_reliance
-from mmjudge.judge.cli import CommandParser, add_common_flags, add_settings_flags, config_given, config_values, run, settings_from_config
+from mmjudge.judge.cli import (CommandParser, add_common_flags, add_settings_flags, config_given, config_values, run, setting_problems,
+                               settings_from_config)
 from mmjudge.judge.data import UsageError, write_json_atomically
 from mmjudge.configs import CONFIG_DIR, by_name
 from mmjudge.train.config import TrainConfig
@@ -134,6 +135,8 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     args = build_parser(argv).parse_args(argv)
     settings = settings_from_config(DemoSettings, args.config, args)
+    if problems := setting_problems(DemoSettings, asdict(settings)):  # inf and NaN: found before step 1, not in the middle
+        raise UsageError("; ".join(problems))
     sizes = split_sizes(settings)
     split_sizes(settings, settings.pairs)  # refused here, before any step
     out = Path(args.output_dir).resolve()

@@ -134,3 +134,10 @@ def test_demo_stops_with_the_failing_steps_exit_code(tmp_path, capsys):
 def test_splits_too_small_to_hold_a_sample_are_refused_before_any_step(tmp_path, capsys):
     assert demo_main(["--output_dir", str(tmp_path / "out"), "--samples", "2"]) == 2
     assert "leave no sample for validation and test" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flag", ["--pair_learning_rate", "--validation_share"])
+def test_an_infinite_or_nan_setting_is_refused_before_any_step(tmp_path, capsys, flag):
+    """--pair_learning_rate nan ran steps 1 to 6b first; --validation_share nan was an internal failure."""
+    assert demo_main(["--output_dir", str(tmp_path / "out"), flag, "nan"]) == 2
+    assert f"{flag[2:]} must be a finite number, got nan" in capsys.readouterr().err and not (tmp_path / "out").exists()
