@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from mmjudge.infer.options import PAIR_OPTIONS
 from mmjudge.judge.data import JudgeResult, PairResult, UsageError, naming
 from mmjudge.judge.outputs import open_own_file
 
@@ -41,7 +42,7 @@ SETTING_WORDS = {
     "deterministic": "deterministic scoring", "rubrics": "the rubrics", "mode": "--mode", "max_new_tokens": "--max_new_tokens",
     "image_token_budget": "--image_token_budget", "input": "--input_file's path", "input_sha256": "the input file's content",
     "criteria_sha256": "--criteria_file's content", "images": "the images (a file's size or time)",
-    "pairs": "the pair options (--pair_rule, --tie_margin, --samples, --temperature, --seed)", "base_url": "--base_url", "max_tiles": "--max_tiles",
+    "pairs": f"the pair options ({', '.join(f'--{name}' for name in PAIR_OPTIONS)})", "base_url": "--base_url", "max_tiles": "--max_tiles",
 }
 
 

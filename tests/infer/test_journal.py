@@ -55,6 +55,13 @@ def test_a_refusal_names_the_settings_that_changed_where_the_header_records_them
     with pytest.raises(UsageError, match=r"other settings \(deterministic scoring, the images \(a file's size or time\), --max_new_tokens\); "):
         read_finished(tmp_path, "r.json", fingerprint(after), settings=setting_fingerprints(after))
     assert read_finished(tmp_path, "r.json", fingerprint(before), settings=setting_fingerprints(before)) == {}  # the same: resumed
+    # the pair options named are those the fingerprint holds (PAIR_OPTIONS), --top_p among them
+    pairs = tmp_path / "pairs"
+    pairs.mkdir()
+    one, other = {"pairs": {"top_p": 1.0}}, {"pairs": {"top_p": 0.2}}
+    Journal(pairs, "r.json", rank=0, run_fingerprint=fingerprint(one), settings=setting_fingerprints(one)).close()
+    with pytest.raises(UsageError, match=r"other settings \(the pair options \(--pair_rule, .*--top_p, --seed\)\)"):
+        read_finished(pairs, "r.json", fingerprint(other), settings=setting_fingerprints(other))
 
 
 @pytest.mark.parametrize("content", [b"", b'{"fingerpr'])  # killed before its header was written whole
