@@ -203,7 +203,7 @@ def read_input(fmt: Format, input_path: Path, args, notes: bool = True) -> Bench
         raise UsageError("\n  ".join(problems))
     bench = read_benchmark(fmt, input_path, Path(args.input_dir), args.rubric, args.criteria_file, notes)
     images = sorted({resolve_image(image, args.input_dir) for sample in bench.samples for image in sample.images()})
-    if problems := overwritten_inputs(Path(args.output_dir), written, [("--input_file's image", image) for image in images]):
+    if problems := overwritten_inputs(Path(args.output_dir), written, [*bench.sources, *[("--input_file's image", image) for image in images]]):
         raise UsageError("\n  ".join(problems))
     return bench
 

@@ -22,6 +22,8 @@ class BenchmarkInput:
     rubrics: dict[str, Rubric]  # by category: every sample's category has one
     content: object  # the file as read, for `write` (None where the samples say all it needs)
     notes: list[str] = field(default_factory=list)  # what the user must hear about the input (judge-score prints them)
+    # other files the input is read from, as (what it is, path), that no output may replace: MileBench's annotation
+    sources: list[tuple[str, Path]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -207,7 +207,8 @@ def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file
     problems += image_problems(path, places)
     bad = {p.index for p in problems}
     samples = [s for s in samples if first_index[s.id] not in bad]
-    return BenchmarkInput(path, samples, problems, rubrics, Dataset(dataset, model, rows), _coverage_notes(annotation, rows, len(records)))
+    return BenchmarkInput(path, samples, problems, rubrics, Dataset(dataset, model, rows), _coverage_notes(annotation, rows, len(records)),
+                          [("--input_file's MileBench annotation", annotation.path)])
 
 
 def _annotation_path(path: Path, dataset: str, images: list[Path]) -> Path:

@@ -166,3 +166,22 @@ def test_judge_score_never_writes_over_an_image_or_the_config_it_reads(tmp_path,
     assert score_main([*base, "--config", str(config), "--output_dir", str(config.parent), "--output_file", config.name]) == 2
     assert f"--config {config}: this run would overwrite {config}" in capsys.readouterr().err
     assert image.read_bytes() == before and config.read_text() == "max_new_tokens: 8\n"
+
+
+def test_judge_score_never_writes_over_the_milebench_annotation_it_reads(tmp_path, capsys):
+    """--output_file named as the dataset's annotation, in its folder: the results replaced MileBench's
+    `<dataset>.json` (only --input_file and its images were checked)."""
+    from mmjudge.infer.cli import main as score_main
+    from tests.judge.test_formats import MILEBENCH, milebench_annotation, milebench_record
+
+    milebench_annotation(tmp_path, "ALFRED", {1: 2})
+    annotation = tmp_path / MILEBENCH / "ALFRED" / "ALFRED.json"
+    before = annotation.read_bytes()
+    pred = tmp_path / "outputs" / "my-model" / "ALFRED" / "pred.json"
+    pred.parent.mkdir(parents=True)
+    pred.write_text(json.dumps([milebench_record(1, 2)]))
+    code = score_main(["--model_path", str(tmp_path / "no-model"), "--input_dir", str(tmp_path), "--input_file", str(pred),
+                       "--output_dir", str(annotation.parent), "--output_file", annotation.name])
+    assert code == 2
+    assert f"--input_file's MileBench annotation {annotation}: this run would overwrite {annotation}" in capsys.readouterr().err
+    assert annotation.read_bytes() == before
