@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import sys
 from pathlib import Path
 
@@ -71,11 +72,15 @@ def import_rubrics(path: Path, scale: tuple[int, int]) -> list[Rubric]:
     except (MemoryError, RecursionError):  # Python's parser gives up on nesting this deep (200,000 unary minus signs)
         raise UsageError(f"{path}: nested too deeply for Python's parser; not a prompts.py of MMIE's shape") from None
     constants = _string_constants(tree)
-    rubrics = []
+    rubrics, lines = [], {}  # the line of each category's first branch
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and (category := _branch_category(node.test)):
             if (prompt := _returned_prompt(node.body, constants)) is None:
                 continue
+            if category in lines:  # a rubric set holds one rubric per category: which of the two is meant is the user's call
+                first, second = sorted((lines[category], node.lineno))
+                raise UsageError(f"{path}: two branches return a {category} prompt (lines {first} and {second}); keep the one MMIE's judge should use")
+            lines[category] = node.lineno
             instructions, layout = prompt
             try:
                 rubrics.append(Rubric(
@@ -126,7 +131,8 @@ def _main(argv) -> int:
     if args.benchmark != "mmie" and args.scale != [ScoreScale.low, ScoreScale.high]:
         raise UsageError(f"--scale applies to MMIE's prompts; {args.benchmark}'s judge gives a verdict, not a score")
     rubrics = import_rubrics(Path(args.path), tuple(args.scale)) if args.benchmark == "mmie" else IMPORTERS[args.benchmark](Path(args.path))
-    header = f"# Imported by judge-rubric from {args.path}; the prompt text is kept byte for byte.\n"
+    # quoted as JSON: a path with a line break in it would otherwise end the comment and write YAML of its own
+    header = f"# Imported by judge-rubric from {json.dumps(args.path, ensure_ascii=False)}; the prompt text is kept byte for byte.\n"
     body = yaml.safe_dump([r.model_dump(mode="json") for r in rubrics], allow_unicode=True, sort_keys=False, width=10**6)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)

@@ -138,3 +138,25 @@ def test_the_readme_recipe_scores_with_an_imported_rubric(imported, tmp_path):
                        "--rubric", str(tmp_path / "mmie.yaml"), "--max_tiles", "12", "--max_new_tokens", "4"]) == 0
     results = json.loads((out / "eval_result.json").read_text())
     assert len(results) == 4 and all(r["criteria"] == {} for r in results)  # MMIE's prompts ask for the overall score only
+
+
+def test_two_prompts_for_one_category_are_refused_not_written_twice(tmp_path, capsys):
+    # The file was written with two SA rubrics, which judge-score then refused as "a second rubric for category SA".
+    (tmp_path / "prompts.py").write_text(PROMPTS_PY + '''
+def get_other_prompt(data_id):
+    if "SA" in data_id:
+        return PBL_SYSTEM_PROMPT + "### Question\\n{question}\\n### Answer\\n{answer}\\n### Feedback\\n"
+''')
+    assert main(["import", str(tmp_path / "prompts.py"), "-o", str(tmp_path / "mmie.yaml")]) == 2
+    assert "two branches return a SA prompt (lines 9 and 19); keep the one MMIE's judge should use" in capsys.readouterr().err
+    assert not (tmp_path / "mmie.yaml").exists()
+
+
+def test_a_line_break_in_the_source_path_stays_inside_the_header_comment(tmp_path):
+    # The path was written into the YAML comment as it is: its second line became YAML of its own.
+    folder = tmp_path / "a\n- category: X"
+    folder.mkdir()
+    (folder / "prompts.py").write_text(PROMPTS_PY)
+    assert main(["import", str(folder / "prompts.py"), "-o", str(tmp_path / "mmie.yaml")]) == 0
+    assert set(load_rubrics([tmp_path / "mmie.yaml"])) == {"SA", "PBL", "MSR"}
+    assert (tmp_path / "mmie.yaml").read_text().startswith(f"# Imported by judge-rubric from {json.dumps(str(folder / 'prompts.py'))};")
