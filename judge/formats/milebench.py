@@ -187,6 +187,8 @@ def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file
         raise InputError([Problem(str(path), "no predictions")])
     dataset, model = path.resolve().parent.name, path.resolve().parent.parent.name  # outputs/<model>/<dataset>/pred.json
     parsed, problems = parse_records(path, records, Prediction, "sample_id")
+    if not parsed:  # no record names an image, so none says where the annotation is: what is wrong with them comes first
+        raise InputError(problems)
     annotation = load_annotation(_annotation_path(path, dataset, [resolve_image(p, image_root) for _, pred in parsed for p in pred.image]))
     _refuse_other_metrics(annotation, dataset)
     samples, rows, places, first_index = [], [], [], {}

@@ -345,3 +345,12 @@ def test_the_formats_load_without_torch():
             "assert 'torch' not in sys.modules\n")
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_milebench_file_with_no_valid_record_names_what_is_wrong_with_each(milebench_dir):
+    # The error named the images' folder ("no image path of this file runs through a folder ALFRED/"), not the records.
+    root, pred_dir = milebench_dir
+    records = [{k: v for k, v in milebench_record(1, 2).items() if k != "pred_response"}, {**milebench_record(2, 2), "image": "f0.jpg"}]
+    with pytest.raises(InputError) as err:
+        read("milebench", write(pred_dir / "pred.json", records), root)
+    assert [(p.index, p.field) for p in err.value.problems] == [(0, "pred_response"), (1, "image")]
