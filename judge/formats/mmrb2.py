@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -56,7 +56,7 @@ class Record(BaseModel):
     prompt_content: list[tuple[str, JudgeText]]
     response_a: Response
     response_b: Response
-    chosen: str | None = None
+    chosen: Literal["A", "B", ""] | None = None  # build_from_hf.py writes "" where the row has no choice
     prompt_source: str
 
 
@@ -86,7 +86,7 @@ def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file
             built.append((index, Pair(id=r.id, category=f"mmrb2_{TASK_OF[r.prompt_source]}", group=TASK_OF[r.prompt_source],
                                       question=segments(r.prompt_content), answer_a=segments(r.response_a.response_content),
                                       answer_b=segments(r.response_b.response_content), model_a=r.response_a.model_name,
-                                      model_b=r.response_b.model_name, preference=r.chosen if r.chosen in ("A", "B") else None)))
+                                      model_b=r.response_b.model_name, preference=r.chosen or None)))
     return pair_input(path, built, problems, image_root, rubrics, content)
 
 
@@ -130,7 +130,7 @@ def accuracy(predictions: dict, pairs: list[dict], task: str) -> dict:
 def read_preferences(path: str, content: object) -> PreferenceFile:
     """The experts' choices of a task file's pairs (judge-calibrate --human)."""
     pairs = content.get("pairs") if isinstance(content, dict) else None
-    return preferences_of(path, pairs, Record, lambda r: Preference(r.id, r.chosen if r.chosen in ("A", "B") else None, r.response_a.model_name,
+    return preferences_of(path, pairs, Record, lambda r: Preference(r.id, r.chosen or None, r.response_a.model_name,
                                                                   r.response_b.model_name, TASK_OF.get(r.prompt_source)))
 
 

@@ -151,6 +151,17 @@ def test_mmrb2_reads_a_task_file_each_pair_of_its_source_s_task(tmp_path):
     assert "record 2 (id 'p3'): prompt_source: 'nowhere' is no source" in str(bench.problems[0])
 
 
+def test_mmrb2_s_choice_is_a_or_b_or_none_and_anything_else_is_named(tmp_path):
+    # "C" was read as no preference, silently; build_from_hf.py writes "" where a row has no choice.
+    Image.new("RGB", (8, 8)).save(tmp_path / "i.png")
+    pairs = [mmrb2_pair("p1", chosen=""), mmrb2_pair("p2", chosen=None), mmrb2_pair("p3", chosen="C"), mmrb2_pair("p4", chosen="B")]
+    (tmp_path / "interleaved.json").write_text(json.dumps({"pairs": pairs}))
+    bench = mmrb2.read(tmp_path / "interleaved.json", tmp_path, {})
+    assert [(p.id, p.preference) for p in bench.samples] == [("p1", None), ("p2", None), ("p4", "B")]
+    [problem] = bench.problems
+    assert (problem.index, problem.field) == (2, "chosen") and "'A', 'B'" in problem.message
+
+
 def test_mmrb2_accuracy_counts_both_orders_the_reverse_flipped(tmp_path):
     pairs = [mmrb2_pair(f"p{k}", chosen="AB"[k % 2]) for k in range(5)]
     results = {"p0": result("p0", [("A", "{}")], [("B", "{}")]),  # both right
