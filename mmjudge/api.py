@@ -366,7 +366,7 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
     """
     use_free_cores()  # before torch loads, as every command (judge/cpu.py)
     from mmjudge.judge.cli import settings_from_config
-    from mmjudge.train.config import TrainConfig, config_problems
+    from mmjudge.train.config import TrainConfig, config_problems, unused_settings
 
     known = [f.name for f in fields(TrainConfig)]
     if unknown := sorted(set(settings) - set(known)):
@@ -381,7 +381,8 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
     from mmjudge.train.checkpoints import run_problems
 
     # A setting's problem names the config it may come from; the others name their flag or file.
-    problems = [f"{config} (or its flag): {p}" if config else p for p in config_problems(cfg)] + run_problems(out, resume, deepspeed, inputs)
+    problems = [f"{config} (or its flag): {p}" if config else p for p in config_problems(cfg)] + unused_settings(cfg, settings)
+    problems += run_problems(out, resume, deepspeed, inputs)
     if problems:
         raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the settings and flags:\n  " + "\n  ".join(problems))
     from mmjudge.judge.distributed import end_process_group

@@ -81,3 +81,17 @@ def config_problems(cfg: TrainConfig) -> list[str]:
     except ValueError as err:  # [0, 0], or [0, false] (YAML's false reads as 0): no annotation would fit
         problems.append(f"scale: {err}")
     return problems
+
+
+LORA_SETTINGS = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")  # an adapter's: a full fine-tune has none
+
+
+def unused_settings(cfg: TrainConfig, given: dict) -> list[str]:
+    """The settings given by flag (or keyword) that the run would not use: a LoRA setting in a full fine-tune,
+    where it was silently ignored. A preset may hold both modes' settings (tiny's lora_dropout)."""
+    if not cfg.full_finetune:
+        return []
+    shown = {name: " ".join(map(str, value)) if isinstance(value, list) else value for name, value in given.items()}
+    return [f"--{name} {shown[name]}: a LoRA setting, but this run trains every language-model weight (full_finetune); "
+            "drop it, or give --no-full_finetune to train a LoRA adapter" for name in LORA_SETTINGS if given.get(name) is not None]
+

@@ -78,6 +78,18 @@ def test_train_scale_takes_exactly_two_values(tmp_path, capsys):
     assert info.value.code == 2 and err == "judge-train: error: unrecognized arguments: 2 (judge-train --help lists the flags)\n"  # one line, no usage block
 
 
+def test_lora_settings_given_for_a_full_fine_tune_are_refused_not_ignored(tmp_path, capsys):
+    # --config tiny trains in full: --lora_r 8 and --lora_targets were dropped without a word.
+    args = ["--model_path", str(tmp_path / "no-model"), "--train_file", annotations_file(tmp_path), "--input_dir", ".", "--output_dir", str(tmp_path / "out"),
+            "--config", "tiny"]
+    assert train_main([*args, "--lora_r", "8", "--lora_targets", "qkv_proj", "o_proj"]) == 2
+    err = capsys.readouterr().err
+    assert "\n  --lora_r 8: a LoRA setting, but this run trains every language-model weight (full_finetune); drop it, or give --no-full_finetune" in err
+    assert "\n  --lora_targets qkv_proj o_proj: a LoRA setting" in err and not (tmp_path / "out").exists()
+    assert train_main([*args, "--no-full_finetune", "--lora_r", "8"]) == 2  # refused for the missing model alone: with LoRA they apply
+    assert "LoRA setting" not in capsys.readouterr().err
+
+
 def annotations_file(tmp_path):
     (tmp_path / "t.json").write_text("[]")  # judge-train reads it only after the settings are checked
     return str(tmp_path / "t.json")
