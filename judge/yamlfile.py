@@ -18,11 +18,27 @@ MAX_YAML_BYTES = 4 * 2**20
 MAX_YAML_VALUES = 1_000_000
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping: PyYAML keeps the last silently, so a
+    rubric with two `instructions:` lost the first without a word (YAML itself says keys are unique)."""
+
+    def construct_mapping(self, node, deep=False):
+        first = {}
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":  # `<<:` keys may override
+                key = self.construct_object(key_node)
+                if key in first:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} a second time in one mapping (first at line "
+                                                                        f"{first[key].line + 1}); give it once", key_node.start_mark)
+                first[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml(path: Path) -> object:
     if (size := Path(path).stat().st_size) > MAX_YAML_BYTES:
         raise InputError([Problem(str(path), f"{size:,} bytes; a YAML file read here holds at most {MAX_YAML_BYTES:,}")])
     try:
-        value = yaml.safe_load(read_text(path))
+        value = yaml.load(read_text(path), Loader=_Loader)  # noqa: S506 - a safe loader
     except yaml.MarkedYAMLError as err:
         raise InputError([Problem(str(path), _describe(err))]) from None
     except yaml.reader.ReaderError as err:  # a character YAML does not allow (a NUL, a control character)

@@ -40,3 +40,15 @@ def test_deeply_nested_yaml_is_refused_not_a_crash(tmp_path):
     (tmp_path / "deep.yaml").write_text("category: SA\ninstructions: " + "[" * 5000 + "]" * 5000 + "\n")
     with pytest.raises(InputError, match="deep.yaml: nested more than 100 levels deep"):
         load_rubrics([tmp_path / "deep.yaml"])
+
+
+def test_a_key_given_twice_is_named_not_silently_replaced(tmp_path):
+    # A rubric with two `instructions:` was read with the second alone, the first lost without a word.
+    (tmp_path / "r.yaml").write_text("category: X\ninstructions: first\nscale: [0, 6]\ninstructions: second\n")
+    with pytest.raises(InputError) as err:
+        load_rubrics([tmp_path / "r.yaml"])
+    assert str(err.value.problems[0]) == (f"{tmp_path / 'r.yaml'}: invalid YAML at line 4, column 1: the key 'instructions' a second time "
+                                          "in one mapping (first at line 2); give it once")
+    # a merge key's values are defaults that the mapping's own keys override, as YAML means them
+    (tmp_path / "m.yaml").write_text("base: &b {max_tiles: 1, seed: 2}\npreset:\n  <<: *b\n  max_tiles: 4\n")
+    assert read_yaml(tmp_path / "m.yaml")["preset"] == {"max_tiles": 4, "seed": 2}
