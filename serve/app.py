@@ -476,7 +476,7 @@ class Answer:
         try:
             yield piece([{"index": k, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None} for k in range(n)])
             sent = [""] * n
-            gone = asyncio.ensure_future(disconnected(request))
+            gone, written = asyncio.ensure_future(disconnected(request)), None
             try:
                 while self.live and not answer.done():
                     written = asyncio.ensure_future(self.written.get())
@@ -484,7 +484,6 @@ class Answer:
                     if gone.done():
                         return
                     if not written.done():
-                        written.cancel()
                         break
                     ready = {written.result()}
                     while not self.written.empty():  # every token written meanwhile, decoded once
@@ -493,8 +492,10 @@ class Answer:
                         if delta := self.choices[k].settled()[len(sent[k]):]:
                             sent[k] += delta
                             yield piece([{"index": k, "delta": {"content": delta}, "logprobs": None, "finish_reason": None}])
-            finally:
+            finally:  # both, however the loop ends: a task left pending is logged as destroyed once it is collected
                 gone.cancel()
+                if written is not None:
+                    written.cancel()
             try:
                 completions = await until_answered(self.service, answer, request, self.gone)
             except ClientGone:
