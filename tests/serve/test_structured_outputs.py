@@ -15,7 +15,7 @@ import pytest
 
 from mmjudge.judge.testing import HANG_S
 from mmjudge.serve.process import free_port, start_server
-from tests.serve.test_serve import FAST, HELLO, SERVED, checkpoint, client_of, dataset, files, pairs_of, post, server  # noqa: F401 - fixtures
+from tests.serve.test_serve import FAST, HELLO, SERVED, checkpoint, client_of, dataset, files, pairs_of, post, server, server_log  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
 
