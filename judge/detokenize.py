@@ -32,7 +32,9 @@ Qwen2's tokenizer (InternVL2-1B, InternVL2.5-1B/4B, InternVL3 in their original 
 reads merges.txt skipping every line that starts with "#", taking the merges of "#" runs for comments (fixed in
 transformers 4.40, its PR #29929), so 121 tokens of Qwen2's vocabulary are never made: "### Question" is three
 "#" tokens there, one "###" token in transformers 5. InternVL's code pins 4.37.2, and its chat() and fine-tuning
-encode with that tokenizer; `without_hash_merges` gives the loaded tokenizer the same merges.
+encode with that tokenizer; `without_hash_merges` gives the loaded tokenizer the same merges. A judge trained or
+merged from such a checkpoint and saved in the native layout carries those merges in its own files
+(`write_merges_as_read`): a native checkpoint is read as its files say, by this toolkit and by vLLM alike.
 """
 
 from __future__ import annotations
@@ -173,9 +175,33 @@ def without_hash_merges(tokenizer: PreTrainedTokenizerBase, path: Path) -> PreTr
         return tokenizer
     from tokenizers import Tokenizer
 
-    lines = [line.strip() for line in merges_file.read_text(encoding="utf-8").splitlines()]
-    merges = [line.split() for line in lines if line and not line.startswith("#")]
     backend = json.loads(tokenizer.backend_tokenizer.to_str())
-    backend["model"]["merges"] = merges
+    backend["model"]["merges"] = _merges_4_37(merges_file)
     tokenizer._tokenizer = Tokenizer.from_str(json.dumps(backend))
     return tokenizer
+
+
+def _merges_4_37(merges_file: Path) -> list[list[str]]:
+    lines = [line.strip() for line in merges_file.read_text(encoding="utf-8").splitlines()]
+    return [line.split() for line in lines if line and not line.startswith("#")]
+
+
+def write_merges_as_read(tokenizer: PreTrainedTokenizerBase, source: Path, out_dir: Path) -> None:
+    """Where `tokenizer` reads the merges of `source` (its checkpoint) by 4.37's rule (`without_hash_merges`), its
+    merges.txt and tokenizer.json in `out_dir` (copies of source's) rewritten to hold only those merges, so that a
+    loader that follows the files, as every loader of a native checkpoint does, reads the same tokens."""
+    merges_file = source / "merges.txt"
+    if type(tokenizer).__name__ != "Qwen2Tokenizer" or not merges_file.is_file():
+        return
+    read = _merges_4_37(merges_file)
+    lines = merges_file.read_text(encoding="utf-8").splitlines()
+    dropped = [line for line in lines[1:] if line.strip().startswith("#")]  # the first line is the file's "#version" header
+    if not dropped or len(json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]) != len(read):
+        return  # nothing to drop, or a tokenizer that reads every merge (a native checkpoint's, as transformers reads it)
+    header = lines[:1] if lines and lines[0].startswith("#version") else []
+    (out_dir / "merges.txt").write_text("\n".join(header + [" ".join(pair) for pair in read]) + "\n", encoding="utf-8")
+    if (source / "tokenizer.json").is_file():
+        whole = json.loads((source / "tokenizer.json").read_text(encoding="utf-8"))
+        as_strings = bool(whole["model"]["merges"]) and isinstance(whole["model"]["merges"][0], str)
+        whole["model"]["merges"] = [" ".join(pair) for pair in read] if as_strings else read
+        (out_dir / "tokenizer.json").write_text(json.dumps(whole, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")

@@ -50,7 +50,7 @@ from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
 from mmjudge.judge.backbones import Backbone, backbone_of, native_class
 from mmjudge.judge.data import MAX_SETTINGS_BYTES, InputError, UsageError, read_json, validation_problems, write_json_atomically, write_text_atomically
-from mmjudge.judge.detokenize import chat_answer, text_decoder, without_hash_merges
+from mmjudge.judge.detokenize import chat_answer, text_decoder, without_hash_merges, write_merges_as_read
 from mmjudge.judge.hub import Checkpoint, resolve
 from mmjudge.judge.kernels import use_fused_kernels
 from mmjudge.judge.parsing import SCORE_HEADING
@@ -721,7 +721,8 @@ def save_native(judge: Judge, out_dir: str | Path) -> Path:
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> None:
     """A judge's tokenizer files, copied from the checkpoint they were read from (`load_tokenizer`), so that a
-    trained or merged judge is read and written exactly as its base is. transformers 5's `save_pretrained`
+    trained or merged judge is read and written exactly as its base is (merges.txt and tokenizer.json with the
+    merges an original Qwen2 base is read by, `write_merges_as_read`). transformers 5's `save_pretrained`
     would write tokenizer.json and a tokenizer_config.json of its own, without tokenizer.model and without
     `"legacy": false`, from which judge/detokenize.py rebuilds the reference's encoding and decoding: every
     prompt would lose its word-start token and the judge's text would be decoded by transformers."""
@@ -731,6 +732,7 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> N
         raise CheckpointError(f"{source}: no tokenizer files ({', '.join(TOKENIZER_FILES)}) to copy")
     for file in files:
         shutil.copyfile(file, Path(out_dir) / file.name)
+    write_merges_as_read(tokenizer, source, Path(out_dir))  # an original Qwen2 base's 4.37 merges, kept in a native judge
 
 
 def write_settings(settings: JudgeSettings, out_dir: str | Path) -> None:

@@ -16,7 +16,7 @@ from safetensors import safe_open
 
 from mmjudge.judge.backbones.internvl import KeyMap, save_original
 from mmjudge.judge.detokenize import text_decoder, without_hash_merges
-from mmjudge.judge.model import load_judge, load_tokenizer
+from mmjudge.judge.model import load_judge, load_tokenizer, save_tokenizer
 from mmjudge.judge.prompts import render_query
 from mmjudge.judge.rope import RowwiseDynamicRope
 from mmjudge.judge.smart_resize import SmartResize
@@ -256,6 +256,23 @@ def test_the_tokenizers_encode_and_decode_as_internvls_pinned_transformers_does(
     if name == "qwen2":
         plain = load_tokenizer(tmp_path, ())
         assert sum(plain(text).input_ids != ids for text, ids in reference["encode"]) == 1
+
+
+def test_a_judge_saved_from_an_original_qwen2_base_is_read_by_the_merges_its_base_is_read_by(tmp_path):
+    """save_tokenizer writes the merges the tokenizer reads: a native judge trained or merged from InternVL3-2B's
+    original layout read "###" as one token where training read three (8 tokens fewer a prompt); any loader of
+    the files (transformers, vLLM) now reads what judge-train trained on. A native Qwen2 tokenizer is copied as is."""
+    text = "### Question\nWhat? ## a # b\n#### Score\n"
+    (tmp_path / "base").mkdir()
+    write_family_tokenizer(FAMILIES["internvl3-2b"], tmp_path / "base")
+    as_read = without_hash_merges(load_tokenizer(tmp_path / "base", ()), tmp_path / "base")
+    (tmp_path / "saved").mkdir()
+    save_tokenizer(as_read, tmp_path / "saved")
+    ids = as_read(text).input_ids
+    assert load_tokenizer(tmp_path / "saved", ())(text).input_ids == ids != load_tokenizer(tmp_path / "base", ())(text).input_ids
+    (tmp_path / "native").mkdir()
+    save_tokenizer(load_tokenizer(tmp_path / "base", ()), tmp_path / "native")
+    assert all((tmp_path / "native" / f.name).read_bytes() == f.read_bytes() for f in (tmp_path / "base").iterdir())
 
 
 @pytest.mark.slow
