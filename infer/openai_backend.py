@@ -14,8 +14,8 @@ What is not the local backend's (README, "Scoring through an OpenAI-compatible s
   by image_token_budget) is sent as vLLM's `mm_processor_kwargs.max_dynamic_patch`, which judge-serve
   reads too; a server that refuses the field by name (`transformers serve`: 422) is sent the request again
   without it, and the run warns that the server's own tiling applies;
-- the answer is stripped as InternVL's chat() strips it, but not cut where it spells the template's
-  separator, which the client does not know;
+- the answer is stripped as InternVL's chat() strips it, whatever the judge (a local Qwen-VL judge's is not),
+  but not cut where it spells the template's separator: the client knows neither the judge nor its template;
 - a parse failure has no distribution: the local backend reads one after a `### Score` heading appended
   to the judge's own tokens, which a chat API cannot do (and so --mode logits is refused);
 - image_token_budget uses InternVL2's tiles (448 px, 256 tokens each) and the prompt_token_budget, which
