@@ -15,12 +15,16 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from mmjudge.infer.options import PAIR_OPTIONS
 from mmjudge.judge.data import JudgeResult, PairResult, UsageError, naming
 from mmjudge.judge.outputs import open_own_file
+
+if TYPE_CHECKING:
+    from mmjudge.judge.prompts import Rubric
 
 Result = JudgeResult | PairResult  # a journal holds one kind, the one its run writes
 
@@ -70,10 +74,11 @@ def journal_paths(output_dir: Path, output_file: str) -> list[Path]:
 
 
 def read_finished(output_dir: Path, output_file: str, run_fingerprint: str, record: type[Result] = JudgeResult,
-                  settings: dict[str, str] | None = None) -> dict[str, Result]:
+                  settings: dict[str, str] | None = None, rubrics: dict[str, Rubric] | None = None) -> dict[str, Result]:
     """Results already in the journals of every rank (any earlier world size), by sample id. A line that is
-    not a `record` (a damaged file) is named, and its sample scored again. `settings`: the run's
-    setting_fingerprints, which a refusal compares with the journal's to name what changed."""
+    not a `record` (a damaged file), or with `rubrics` a score off its rubric's scale, is named, and its sample
+    scored again. `settings`: the run's setting_fingerprints, which a refusal compares with the journal's to
+    name what changed."""
     finished: dict[str, Result] = {}
     for path in journal_paths(output_dir, output_file):
         if path.is_symlink() or not path.is_file():  # a link or a FIFO planted there: never read (a FIFO would hang the run)
@@ -98,11 +103,24 @@ def read_finished(output_dir: Path, output_file: str, run_fingerprint: str, reco
             except ValidationError:
                 damaged.append(lineno)
                 continue
+            if rubrics is not None and _off_scale(result, rubrics):
+                damaged.append(lineno)
+                continue
             finished[result.id] = result
         if damaged:
             print(f"note: {path}: line(s) {', '.join(map(str, damaged[:10]))}{' ...' if len(damaged) > 10 else ''} "
                   "hold no result (a damaged journal); those samples are scored again", file=sys.stderr)
     return finished
+
+
+def _off_scale(result: Result, rubrics: dict[str, Rubric]) -> bool:
+    """A score the judge could not have given: the parser snaps every score it reads onto the rubric's scale,
+    so one off it (999, written by hand or by damage) is no result."""
+    if not isinstance(result, JudgeResult):
+        return False
+    rubric = rubrics.get(result.category)
+    scores = [score for score in (result.score, *result.criteria.values()) if score is not None]
+    return rubric is None or any(rubric.score_scale.problem(score) for score in scores)
 
 
 def _parse_line(line: bytes) -> dict | None:

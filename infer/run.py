@@ -91,7 +91,7 @@ def score_pass(args, backend: Backend, run: ScoringInput, samples: list[Sample |
                settings: dict[str, str] | None = None) -> None:
     """Score this rank's share of the samples (or pairs) that the journals of `output_file` do not hold yet, each result
     stamped with the judge and rubric that scored it. `settings`: each setting's fingerprint, for the journals."""
-    finished = finished_results(args, output_file, run_id, rank, world, record_type(samples), settings)
+    finished = finished_results(args, output_file, run_id, rank, world, record_type(samples), settings, run.rubrics)
     left = [(i, s) for i, s in enumerate(samples) if s.id not in finished]
     mine = [(i, s) for i, s in left if i % world == rank]
     journal = Journal(Path(args.output_dir), output_file, rank, run_id, settings)
@@ -163,14 +163,14 @@ def pair_refusals(args, rubrics: list[Rubric]) -> list[str]:
 
 
 def finished_results(args, output_file: str, run_id: str, rank: int, world: int, record: type[Result] = JudgeResult,
-                     settings: dict[str, str] | None = None) -> dict[str, Result]:
+                     settings: dict[str, str] | None = None, rubrics: dict[str, Rubric] | None = None) -> dict[str, Result]:
     """The results an earlier run of the same settings left in the journals of `output_file` (none after
-    --no_resume)."""
+    --no_resume); with `rubrics`, a score off its rubric's scale is none."""
     output_dir = Path(args.output_dir)
     if args.no_resume and rank == 0:
         clear(output_dir, output_file)
     barrier(world)
-    finished = read_finished(output_dir, output_file, run_id, record, settings)
+    finished = read_finished(output_dir, output_file, run_id, record, settings, rubrics)
     barrier(world)  # every rank has read the journals before any opens its own: a journal just created has no header yet
     if rank == 0 and finished:
         print(f"resuming: {len(finished)} sample(s) already scored for {output_file} in {output_dir}", file=sys.stderr)
@@ -220,9 +220,9 @@ def checked_calibrator(run: ScoringInput, path: str, model_path: str, allow_mism
     return warnings
 
 
-def journaled(output_dir: Path, output_file: str, samples: list[Sample | Pair], run_id: str) -> list[Result]:
+def journaled(output_dir: Path, output_file: str, samples: list[Sample | Pair], run_id: str, rubrics: dict[str, Rubric]) -> list[Result]:
     """Every rank's journal of `output_file` read back: a result per sample (or pair), in the input's order."""
-    finished = read_finished(output_dir, output_file, run_id, record_type(samples))
+    finished = read_finished(output_dir, output_file, run_id, record_type(samples), rubrics=rubrics)
     missing = [s.id for s in samples if s.id not in finished]
     if missing:
         raise RuntimeError(f"{len(missing)} sample(s) have no result in {output_file} (first: {missing[:3]}); rerun to finish them")
@@ -237,7 +237,7 @@ def finish(output_dir: Path, output_file: str, run: ScoringInput, run_id: str, w
     `modes`: how the records were made, as the summary says: structured (a grammar held the judge to its
     rubric's layout, --structured; exactness runs have it off) and deterministic (--deterministic)."""
     calibrator = run.calibrator
-    results = journaled(output_dir, output_file, run.samples, run_id)
+    results = journaled(output_dir, output_file, run.samples, run_id, run.rubrics)
     pairs = record_type(run.samples) is PairResult
     write_json_atomically(output_dir / output_file, [r.model_dump() for r in results] if pairs else as_records(results, calibrator))
     benchmark_files = write_benchmark_files(results)
@@ -250,7 +250,7 @@ def finish(output_dir: Path, output_file: str, run: ScoringInput, run_id: str, w
         scale = run.score_scale
         summary = {**summarize(results, run.skipped, scale, calibrator), **written}
         if probe is not None:
-            summary["image_reliance"] = finish_probe(output_dir, probe, results, scale)
+            summary["image_reliance"] = finish_probe(output_dir, probe, results, scale, run.rubrics)
         write_json_atomically(output_dir / SUMMARY, summary)
         print(format_summary(summary))
         if probe is not None:
@@ -260,9 +260,9 @@ def finish(output_dir: Path, output_file: str, run: ScoringInput, run_id: str, w
         print(f"{format_name}: {path}")
 
 
-def finish_probe(output_dir: Path, probe: ProbePass, results: list[JudgeResult], scale: ScoreScale) -> dict:
+def finish_probe(output_dir: Path, probe: ProbePass, results: list[JudgeResult], scale: ScoreScale, rubrics: dict[str, Rubric]) -> dict:
     """The probe's result file and plot written; the summary's image_reliance entry."""
-    probed = journaled(output_dir, result_file(probe.kind), probe.samples, probe.run_id)
+    probed = journaled(output_dir, result_file(probe.kind), probe.samples, probe.run_id, rubrics)
     write_json_atomically(output_dir / result_file(probe.kind), as_records(probed, None))
     entry = image_reliance(probe.kind, probe.seed, results, {r.id: r for r in probed}, probe.notes, scale)
     if entry["criteria"]:

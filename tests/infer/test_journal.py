@@ -108,3 +108,16 @@ def test_a_journal_whose_first_line_is_no_header_is_named_as_damaged(tmp_path):
     (tmp_path / "r.json.journal.rank0.jsonl").write_text('{"id": "a"}\n')
     with pytest.raises(UsageError, match="its first line is not a journal header"):
         read_finished(tmp_path, "r.json", "fp")
+
+
+def test_with_the_rubrics_a_score_or_criterion_off_its_scale_or_an_unknown_category_is_damage(tmp_path, capsys):
+    from mmjudge.judge.prompts import load_rubrics
+
+    rubrics = load_rubrics()  # MMIE's: 0-6
+    journal = Journal(tmp_path, "r.json", rank=0, run_fingerprint="fp")
+    journal.append([judge_result("a", 6, criteria={"text_quality": 0}), judge_result("b", 999), judge_result("c", 3, criteria={"text_quality": 7}),
+                    judge_result("d", 2, category="ZZ"), judge_result("e", None)])
+    journal.close()
+    assert sorted(read_finished(tmp_path, "r.json", "fp", rubrics=rubrics)) == ["a", "e"]
+    assert "line(s) 3, 4, 5 hold no result (a damaged journal)" in capsys.readouterr().err
+    assert sorted(read_finished(tmp_path, "r.json", "fp")) == ["a", "b", "c", "d", "e"]  # as a record, each is whole

@@ -235,6 +235,26 @@ def test_rerun_resumes_and_no_resume_starts_over(checkpoint, dataset, tmp_path, 
     assert all(r["generated_tokens"] <= 3 for r in read(tmp_path))
 
 
+def test_a_journal_score_off_the_rubrics_scale_is_no_result_and_its_sample_is_scored_again(checkpoint, dataset, tmp_path, capsys):
+    # A journal line edited (or damaged) to score 999 on MMIE's 0-6 scale was resumed into eval_result.json as it was.
+    assert score(checkpoint, dataset, tmp_path, "--limit", "3") == 0
+    first = read(tmp_path)
+    path = tmp_path / "eval_result.json.journal.rank0.jsonl"
+    lines = path.read_text().splitlines()
+    edited = json.loads(lines[2])
+    lines[2] = json.dumps({**edited, "score": 999})
+    path.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert score(checkpoint, dataset, tmp_path, "--limit", "3") == 0
+    err = capsys.readouterr().err
+    assert "resuming: 2 sample(s)" in err and f"{path}: line(s) 3 hold no result (a damaged journal)" in err
+    again = read(tmp_path)  # scored again, as it was the first time (alone now: its distribution within CPU rounding)
+    exact = lambda r: {k: v for k, v in r.items() if k not in ("score_distribution", "expected_score")}  # noqa: E731
+    assert [exact(r) for r in again] == [exact(r) for r in first] and all(r["score"] != 999 for r in again)
+    for a, b in zip(first, again):
+        assert b["score_distribution"] == pytest.approx(a["score_distribution"], abs=1e-5)
+
+
 def test_a_run_deterministic_and_one_not_do_not_resume_each_other(checkpoint, dataset, tmp_path, capsys, monkeypatch):
     """The journal's fingerprint says whether scoring was deterministic (the GPU's default), so that records
     scored without the promise are not mixed into a run that makes it. Here a run taken for deterministic
