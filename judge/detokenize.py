@@ -176,14 +176,15 @@ def without_hash_merges(tokenizer: PreTrainedTokenizerBase, path: Path) -> PreTr
     from tokenizers import Tokenizer
 
     backend = json.loads(tokenizer.backend_tokenizer.to_str())
-    backend["model"]["merges"] = _merges_4_37(merges_file)
+    backend["model"]["merges"] = _merges_4_37(merges_file.read_text(encoding="utf-8").splitlines())
     tokenizer._tokenizer = Tokenizer.from_str(json.dumps(backend))
     return tokenizer
 
 
-def _merges_4_37(merges_file: Path) -> list[list[str]]:
-    lines = [line.strip() for line in merges_file.read_text(encoding="utf-8").splitlines()]
-    return [line.split() for line in lines if line and not line.startswith("#")]
+def _merges_4_37(lines: list[str]) -> list[list[str]]:
+    """merges.txt's lines as 4.37 reads them: every one that starts with "#" skipped, its "#version" header too."""
+    stripped = (line.strip() for line in lines)
+    return [line.split() for line in stripped if line and not line.startswith("#")]
 
 
 def write_merges_as_read(tokenizer: PreTrainedTokenizerBase, source: Path, out_dir: Path) -> None:
@@ -193,9 +194,9 @@ def write_merges_as_read(tokenizer: PreTrainedTokenizerBase, source: Path, out_d
     merges_file = source / "merges.txt"
     if type(tokenizer).__name__ != "Qwen2Tokenizer" or not merges_file.is_file():
         return
-    read = _merges_4_37(merges_file)
     lines = merges_file.read_text(encoding="utf-8").splitlines()
-    dropped = [line for line in lines[1:] if line.strip().startswith("#")]  # the first line is the file's "#version" header
+    read = _merges_4_37(lines)
+    dropped = any(line.strip().startswith("#") for line in lines[1:])  # the first line is the file's "#version" header
     if not dropped or len(json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]) != len(read):
         return  # nothing to drop, or a tokenizer that reads every merge (a native checkpoint's, as transformers reads it)
     header = lines[:1] if lines and lines[0].startswith("#version") else []
