@@ -10,6 +10,7 @@ checkpoint (refused, never run) and once as saved (the run it resumes, to the la
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -111,7 +112,11 @@ def resume_refuses_a_planted_object_and_resumes_the_real_checkpoint(out, args, t
     assert done.returncode != 0 and not (tmp_path / "ran").exists()
     refused = (f"error: --resume: {states}: holds pickled io.open, which no checkpoint of judge-train holds; "
                "refused, since unpickling it could run any code (was it planted?)")
-    assert done.stderr.splitlines().count(refused) == 2  # each rank's, each exit 2
+    # torchrun ends the other rank once one exits, maybe before it printed: how many ranks print depends on
+    # process timing, so only what every rank that printed printed, and the exit code torchrun saw, is asserted.
+    printed = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert printed and set(printed) == {refused}, done.stderr[-3000:]
+    assert re.search(r"exitcode\s*: 2 \(pid", done.stderr), done.stderr[-3000:]
     states.write_bytes(clean)
     done = subprocess.run(resumed, capture_output=True, text=True, timeout=HANG_S, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
