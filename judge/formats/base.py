@@ -20,7 +20,9 @@ class BenchmarkInput:
     samples: list[Sample | Pair]  # the valid ones, in file order
     problems: list[Problem]  # what is wrong with the others (judge-score stops, or skips them)
     rubrics: dict[str, Rubric]  # by category: every sample's category has one
-    content: object  # the file as read, for `write` (None where the samples say all it needs)
+    # what `write` needs of the file: the file as read (None where the samples say all it needs); a pairwise
+    # format's, the records its pairs were read from, one per pair (a record set aside is not among them)
+    content: object
     notes: list[str] = field(default_factory=list)  # what the user must hear about the input (judge-score prints them)
     # other files the input is read from, as (what it is, path), that no output may replace: MileBench's annotation
     sources: list[tuple[str, Path]] = field(default_factory=list)
@@ -104,9 +106,12 @@ def interleaved(texts: list[str], images: list[str]) -> list[Segment]:
 
 
 def pair_input(path: Path, built: list[tuple[int, Pair]], problems: list[Problem], image_root: Path, rubrics: dict[str, Rubric],
-               content: object, notes: list[str] | None = None) -> BenchmarkInput:
+               records: list, notes: list[str] | None = None) -> BenchmarkInput:
     """A benchmark's pairs as judge-score takes them: every pair's images checked, a repeated id refused
-    (the benchmarks' own metrics key their records by id), and the pairs of records with a problem left out."""
+    (the benchmarks' own metrics key their records by id), and the pairs of records with a problem left out.
+    `records` are the file's records, which `built`'s indexes count; `write` gets those of the pairs kept
+    only: a record set aside (under --skip_invalid) that shares its id with a judged one is written nowhere,
+    neither with the judged one's judgements nor as the judged one's record."""
     first: dict[str, int] = {}
     for index, pair in built:
         if pair.id in first:
@@ -114,7 +119,8 @@ def pair_input(path: Path, built: list[tuple[int, Pair]], problems: list[Problem
         first.setdefault(pair.id, index)
     problems += image_problems(path, [place for index, pair in built for place in sample_image_places(index, pair, image_root)])
     bad = {p.index for p in problems}
-    return BenchmarkInput(path, [pair for index, pair in built if index not in bad], problems, rubrics, content, notes or [])
+    kept = [(index, pair) for index, pair in built if index not in bad]
+    return BenchmarkInput(path, [pair for _, pair in kept], problems, rubrics, [records[index] for index, _ in kept], notes or [])
 
 
 def judgements(result: PairResult | None, order: str) -> list:

@@ -14,7 +14,8 @@ order, "A" is the pair's B: compute_accuracy.py flips it), metadata the judge's 
 judgement without better_response is left out, as its evaluate.py leaves out a judgement that failed. And
 the figures compute_accuracy.py writes with --output, computed by its rules, `mmrb2_accuracy.json`:
 `{task_name, accuracy, total_pairs, evaluated_pairs, missing_pairs}`, where accuracy counts the first
-judgement of each order, reverse flipped, over every judgement given; with the correct and evaluated counts.
+judgement of each order, reverse flipped, over every judgement given; with the correct and evaluated counts;
+its pairs are those read (a record set aside under --skip_invalid is not one).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file
                                       question=segments(r.prompt_content), answer_a=segments(r.response_a.response_content),
                                       answer_b=segments(r.response_b.response_content), model_a=r.response_a.model_name,
                                       model_b=r.response_b.model_name, preference=r.chosen or None)))
-    return pair_input(path, built, problems, image_root, rubrics, content)
+    return pair_input(path, built, problems, image_root, rubrics, content["pairs"])
 
 
 def _metadata(feedback: str) -> dict:
@@ -103,8 +104,8 @@ def write(bench: BenchmarkInput, results: dict[str, PairResult], output_dir: Pat
     for pair_id, result in results.items():
         predictions[pair_id] = {order: [{"judgement": j.label, "evaluator": EVALUATOR, "metadata": _metadata(j.feedback)}
                                         for j in judgements(result, order) if j.label is not None] for order in ("forward", "reverse")}
-    pairs = [p for p in bench.content["pairs"] if isinstance(p, dict)]
-    tasks = sorted({TASK_OF.get(p.get("prompt_source"), "unknown") for p in pairs})
+    pairs = bench.content  # the records of the pairs read (pair_input), each id once
+    tasks = sorted({TASK_OF[p["prompt_source"]] for p in pairs})
     write_json_atomically(output_dir / PREDICTIONS, predictions)
     write_json_atomically(output_dir / ACCURACY, accuracy(predictions, pairs, tasks[0] if len(tasks) == 1 else "mixed"))
     return [output_dir / PREDICTIONS, output_dir / ACCURACY]

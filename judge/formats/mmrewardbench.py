@@ -79,8 +79,8 @@ def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file
 
 def write(bench: BenchmarkInput, results: dict[str, PairResult], output_dir: Path) -> list[Path]:
     lines = []
-    for raw in bench.content:
-        forward = judgements(results.get(str(raw.get("ID"))) if isinstance(raw, dict) else None, "forward")
+    for raw in bench.content:  # the records of the pairs read (pair_input), each id once
+        forward = judgements(results.get(raw["ID"]), "forward")
         if forward:
             lines.append({"ID": raw["ID"], "Text": raw["Text"], "Image": raw["Image"], "Label": label(raw["Better"]), "Meta": raw,
                           "output": forward[0].feedback})

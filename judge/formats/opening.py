@@ -141,17 +141,13 @@ def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file
 
 def write(bench: BenchmarkInput, results: dict[str, PairResult], output_dir: Path) -> list[Path]:
     judged = []
-    for raw in bench.content:
-        try:
-            battle = Battle.model_validate(raw)
-        except ValueError:
-            continue
-        forward = judgements(results.get(battle_key(battle)), "forward")
+    for raw in bench.content:  # the records of the pairs read (pair_input), each battle once
+        forward = judgements(results.get(battle_key(Battle.model_validate(raw))), "forward")
         if forward:
             judged.append({"data_id": raw["data_id"], "model_A": raw["model_A"], "model_B": raw["model_B"], "winner": forward[0].label})
     write_json_atomically(output_dir / RESULTS, judged)
     written = [output_dir / RESULTS]
-    people = [raw for raw in bench.content if isinstance(raw, dict) and isinstance(raw.get("winner"), str)]
+    people = [raw for raw in bench.content if raw.get("winner") is not None]
     if people:
         write_json_atomically(output_dir / AGREEMENT, agreement(winners(people), winners(judged)))
         written.append(output_dir / AGREEMENT)

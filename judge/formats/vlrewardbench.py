@@ -143,8 +143,8 @@ def flag_status(label: str | None, ranking: list[int], random_number: int) -> st
 
 def write(bench: BenchmarkInput, results: dict[str, PairResult], output_dir: Path) -> list[Path]:
     lines, statuses = [], {}
-    for index, raw in enumerate(bench.content):
-        pair_id = str(raw.get("id")) if isinstance(raw, dict) else None
+    for raw in bench.content:  # the records of the pairs read (pair_input), each id once
+        pair_id = raw["id"]
         result = results.get(pair_id)
         for order, random_number in (("forward", 0), ("reverse", 1)):
             for judgement in judgements(result, order):

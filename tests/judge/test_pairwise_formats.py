@@ -168,7 +168,7 @@ def test_mmrb2_accuracy_counts_both_orders_the_reverse_flipped(tmp_path):
                "p1": result("p1", [("A", "{}")], [("A", "{}")]),  # forward wrong, reverse A is the pair's B: right
                "p2": result("p2", [("tie", "{}")], [(None, "no json")]),  # tie given and wrong; reverse without a judgement
                "p3": result("p3", [("", "{}")], [])}  # an empty judgement is no judgement; p4 missing
-    bench = mmrb2.BenchmarkInput(tmp_path / "interleaved.json", [], [], {}, {"pairs": pairs})
+    bench = mmrb2.BenchmarkInput(tmp_path / "interleaved.json", [], [], {}, pairs)
     mmrb2.write(bench, results, tmp_path)
     predictions = json.loads((tmp_path / mmrb2.PREDICTIONS).read_text())
     assert predictions["p1"]["reverse"] == [{"judgement": "A", "evaluator": "mmjudge", "metadata": {}}] and predictions["p2"]["reverse"] == []
@@ -245,6 +245,70 @@ def test_opening_win_rates_under_each_tie_rule_against_a_plain_count():
     rows = list(csv.DictReader(io.StringIO(text)))
     assert text.startswith("Model,") and "\r\n" in text
     assert next(r for r in rows if r["Model"] == "x")["y"] == "66.67%" and next(r for r in rows if r["Model"] == "x")["x"] == "N/A"
+
+
+# -- what is written is what was judged ---------------------------------------------------------------
+
+def opening_arena(tmp_path):
+    arena = tmp_path / "arena"
+    for model in ("m1", "m2"):
+        answer_file(arena, model, "7", [{"text": f"{model} says.", "image": None}], question_images=())
+    return arena
+
+
+# Each benchmark's file holding one pair judged, and two records under its id set aside under --skip_invalid: one
+# whole but for its repeated id (its people's preference the other way), one short of a field the writer reads.
+DUPLICATED = {
+    "vlrewardbench": ("v.jsonl", lambda tmp_path: [vlrb_record("RLAIF-V_1", image_path="i.png"), vlrb_record("RLAIF-V_1", (1, 0), image_path="i.png"),
+                                                   {k: v for k, v in vlrb_record("RLAIF-V_1", image_path="i.png").items() if k != "human_ranking"}]),
+    "mmrewardbench": ("all_data.json", lambda tmp_path: [mmrb_record("k_1", "vqa"), mmrb_record("k_1", "vqa", "Output2"),
+                                                         {k: v for k, v in mmrb_record("k_1", "vqa").items() if k != "Image"}]),
+    "mmrb2": ("interleaved.json", lambda tmp_path: {"pairs": [mmrb2_pair("p1"), mmrb2_pair("p1", chosen="B"),
+                                                              {k: v for k, v in mmrb2_pair("p1").items() if k != "prompt_source"}]}),
+    "opening": ("arena/battles.json", lambda tmp_path: opening_arena(tmp_path) and [battle("7", "m1", "m2", "A"), battle("7", "m1", "m2", "B"),
+                                                                                    {**battle("7", "m1", "m2"), "winner": 3}]),
+}
+
+
+def written(tmp_path, benchmark):
+    """The benchmark's files written from its file of DUPLICATED, every pair read judged A in both orders."""
+    Image.new("RGB", (8, 8)).save(tmp_path / "i.png")
+    name, records = DUPLICATED[benchmark]
+    path = tmp_path / name
+    content = records(tmp_path)
+    path.write_text("\n".join(json.dumps(r) for r in content) if name.endswith(".jsonl") else json.dumps(content))
+    fmt = FORMATS[benchmark]
+    bench = fmt.read(path, tmp_path, {})
+    assert len(bench.samples) == 1 and sorted(p.index for p in bench.problems) == [1, 2]  # both set aside, named
+    label = "1" if benchmark == "vlrewardbench" else "A"
+    out = tmp_path / "out"
+    out.mkdir()
+    fmt.write(bench, {p.id: result(p.id, [(label, f"[[{label}]]")], [(label, f"[[{label}]]")]) for p in bench.samples}, out)
+    return out
+
+
+@pytest.mark.parametrize("benchmark", DUPLICATED)
+def test_a_record_set_aside_under_the_id_of_a_judged_one_is_written_nowhere(tmp_path, benchmark):
+    """--skip_invalid: a record set aside that shares its id with a judged one was written with the judged one's
+    judgements (VL-RewardBench: 4 lines of two opposite rankings, voted together; OpenING's battle twice in its
+    win rates; MMRB2's 2 evaluated pairs for 1 judged), or crashed the writer on the field it lacks."""
+    out = written(tmp_path, benchmark)
+    if benchmark == "vlrewardbench":
+        lines = [json.loads(line) for line in (out / vlrewardbench.INFERENCE).read_text().splitlines()]
+        assert [(line["ranking"], line["meta"]["flag_status"]) for line in lines] == [([0, 1], "agree"), ([0, 1], "reject")]
+        assert json.loads((out / vlrewardbench.ACCURACY).read_text())["datasets"]["rlaif-v"]["other_number"] == 1
+    elif benchmark == "mmrewardbench":
+        lines = [json.loads(line) for line in (out / mmrewardbench.ANSWERS).read_text().splitlines()]
+        assert [(line["ID"], line["Label"], line["Image"]) for line in lines] == [("k_1", "A", "i.png")]
+        assert json.loads((out / mmrewardbench.ACCURACY).read_text())["all"] == {"correct": 1, "total": 1, "accuracy": 1.0}
+    elif benchmark == "mmrb2":
+        figures = json.loads((out / mmrb2.ACCURACY).read_text())
+        assert figures == {"task_name": "interleaved", "accuracy": 0.5, "total_pairs": 1, "evaluated_pairs": 1, "missing_pairs": 0,
+                           "total_correct": 1, "total_evaluated": 2}
+    else:
+        assert json.loads((out / opening.RESULTS).read_text()) == [{**battle("7", "m1", "m2"), "winner": "A"}]
+        assert json.loads((out / opening.AGREEMENT).read_text())["force_divide"]["total"] == 1
+        assert json.loads((out / opening.WINRATES).read_text())["force_divide"] == {"m1": 1.0, "m2": 0.0}
 
 
 # -- the benchmarks' prompts ---------------------------------------------------------------------------
