@@ -34,6 +34,7 @@ from mmjudge.judge.data import (
     CRITERIA,
     SCORE_FIELDS,
     Annotation,
+    NAME_ANNOTATORS,
     InputError,
     Problem,
     category_from_id,
@@ -50,7 +51,6 @@ SHOWN_IDS = 5  # ids listed by name when some are on one side only
 # write round to 4-6), and renormalised: each level's rounding moves the sum by at most half a unit of its last
 # decimal. At 1e-6, 247 of 600 records rounded to 6 decimals were refused.
 DISTRIBUTION_DECIMALS = 4
-NAME_ANNOTATORS = "; if these are two annotators, give each record an 'annotator'"
 
 
 @dataclass

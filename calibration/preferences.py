@@ -7,7 +7,7 @@ winners (IntJudge's, GPT-4o's; one order), or `{id, verdict, model_a?, model_b?}
 file (the toolkit's; several annotators a pair allowed, each once), `{id, preference, annotator?}` records,
 or a benchmark's own file (VL-RewardBench's records, Multimodal RewardBench's all_data.json, an MMRB2 task
 file, an OpenING battle file of people's winners), each read by its format's owner in judge/formats/. A
-pair's people are their majority (a tie where they split).
+pair's people are the majority of its annotators who gave a preference, each once (a tie where they split).
 
 Figures, each judge against people on the pairs both have a verdict for:
 - accuracy with ties (A, B and tie as three verdicts) and without (the pairs either side calls a tie left
@@ -32,7 +32,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from scipy import stats as sps
 
 from mmjudge.calibration.stats import BOOTSTRAP_CELLS, Interval, Stat, kendall, undefined
-from mmjudge.judge.data import VERDICTS, InputError, PairResult, Problem, Verdict, majority, read_json, validation_problems, verdict_of
+from mmjudge.judge.data import (VERDICTS, InputError, PairResult, Problem, Verdict, people_majority, read_json, repeated_preference, validation_problems,
+                                verdict_of)
 from mmjudge.judge.formats import FORMATS
 from mmjudge.judge.formats.base import Preference, first_record
 from mmjudge.judge.preferences import ORDERS, first_wins, order_verdict
@@ -63,7 +64,7 @@ class People:
 
     @property
     def reference(self) -> str | None:
-        return majority(self.verdicts)
+        return people_majority(self.verdicts)
 
 
 class FlatVerdict(BaseModel):
@@ -153,9 +154,7 @@ def read_people(path: str) -> tuple[dict[str, People], list[Problem]]:
         key = (p.id, p.annotator)
         if key in seen:
             if seen[key] != p.verdict:
-                what = "id" if p.annotator is None else f"id and annotator {p.annotator!r}"
-                problems.append(Problem(path, f"duplicate {what} with another preference; if these are two annotators, give each record an 'annotator'",
-                                        record_id=p.id))
+                problems.append(Problem(path, repeated_preference(p.annotator), record_id=p.id))
             continue
         seen[key] = p.verdict
         entry = people.setdefault(p.id, People([], p.model_a, p.model_b, p.group))

@@ -194,6 +194,23 @@ def majority(verdicts: list[str | None]) -> str | None:
     return verdict if count * 2 > len(verdicts) else "tie"
 
 
+NAME_ANNOTATORS = "; if these are two annotators, give each record an 'annotator'"
+
+
+def repeated_preference(annotator: str | None) -> str:
+    """The problem of a pair's record whose annotator (or, unnamed, whose id) gave another preference before."""
+    if annotator is None:
+        return f"duplicate id with another preference{NAME_ANNOTATORS}"
+    return f"duplicate id and annotator {annotator!r} with another preference"
+
+
+def people_majority(preferences: list[str | None]) -> str | None:
+    """People's preference of a pair from its annotators' (each annotator once): the majority of those who gave
+    one, a tie where they split; None where none did. An annotator without a preference casts no vote: with
+    `majority`, A and a missing one were a tie."""
+    return majority([p for p in preferences if p is not None])
+
+
 def verdict_of(value: object) -> object:
     """A verdict as written in a file, normalised: "tie", "Tie" and "TIE" are one verdict; A and B are
     letters, written as the benchmarks write them. Anything else is left for validation to refuse."""
@@ -739,11 +756,12 @@ def _duplicate_problems(path: str | Path, samples: list[tuple[int, Sample]], key
 def _same_sample_once(path: str | Path, parsed: list[tuple[int, Sample | Pair]]) -> tuple[list[tuple[int, Sample | Pair]], list[Problem], list[str]]:
     """An annotation file repeats a sample (or a pair) once per annotator: identical repeats count once, and
     a note says so; an id that names two different samples is an error. A pair is the same pair whatever its
-    annotators preferred."""
+    annotators preferred; each annotator's preference counts once, and one annotator (or, unnamed, one id)
+    with two preferences is an error."""
     shown = lambda item: item.judged() if isinstance(item, Pair) else item  # noqa: E731
     what = "pair" if parsed and isinstance(parsed[0][1], Pair) else "sample"
     first: dict[str, tuple[int, Sample | Pair]] = {}
-    preferences: dict[str, list[str | None]] = {}
+    preferences: dict[str, dict[str | None, str | None]] = {}  # id -> annotator -> preference
     kept, problems, repeats = [], [], 0
     for index, sample in parsed:
         if sample.id not in first:
@@ -755,9 +773,11 @@ def _same_sample_once(path: str | Path, parsed: list[tuple[int, Sample | Pair]])
         else:
             repeats += 1
         if isinstance(sample, Pair):
-            preferences.setdefault(sample.id, []).append(sample.preference)
+            given = preferences.setdefault(sample.id, {}).setdefault(sample.annotator, sample.preference)
+            if given != sample.preference:
+                problems.append(Problem(str(path), repeated_preference(sample.annotator), index, sample.id, "preference"))
     # A pair's people: the preference of their majority (a tie where they split), as judge-score's summary compares.
-    kept = [(index, item.model_copy(update={"preference": majority(preferences[item.id])}) if isinstance(item, Pair) else item)
+    kept = [(index, item.model_copy(update={"preference": people_majority(list(preferences[item.id].values()))}) if isinstance(item, Pair) else item)
             for index, item in kept]
     notes = [f"{path}: {repeats} record(s) repeat a {what} read before (as an annotation file does, once per annotator); "
              f"each {what} is {'judged' if what == 'pair' else 'scored'} once"] if repeats else []

@@ -92,6 +92,16 @@ class Format:
     read_preferences: Callable[[str, object], PreferenceFile] | None = None
 
 
+# What a spreadsheet reads as the start of a formula in a CSV cell: such a cell is written after a single quote,
+# which spreadsheets show as text (the usual guard against CSV injection); a name from a file stays a name.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_cell(text: str) -> str:
+    """`text` as a CSV cell no spreadsheet reads as a formula."""
+    return f"'{text}" if text.startswith(FORMULA_STARTS) else text
+
+
 def first_record(content: object) -> dict | None:
     if isinstance(content, list) and content and isinstance(content[0], dict):
         return content[0]

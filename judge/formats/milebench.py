@@ -67,7 +67,7 @@ from mmjudge.judge.data import (
     write_json_atomically,
     write_text_atomically,
 )
-from mmjudge.judge.formats.base import BenchmarkInput, Format, first_record, interleaved
+from mmjudge.judge.formats.base import BenchmarkInput, Format, first_record, interleaved, spreadsheet_cell
 
 if TYPE_CHECKING:
     from mmjudge.judge.prompts import Rubric
@@ -318,8 +318,8 @@ def _result_csv(figures: dict, dataset: Dataset) -> str:
     shown = {f"{dataset.name} ({key})": round(value * 100, 2) for key, value in figures.items() if key not in (BY_LEVEL, LEVEL_SUMS)}
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["Model", *shown])
-    writer.writerow([dataset.model, *shown.values()])
+    writer.writerow(["Model", *map(spreadsheet_cell, shown)])
+    writer.writerow([spreadsheet_cell(dataset.model), *shown.values()])
     return out.getvalue()
 
 

@@ -30,11 +30,12 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from mmjudge.judge.data import (InputError, JudgeText, Pair, PairResult, Problem, Segment, missing_file, parse_records, read_json, read_records,
                                 resolve_image, validation_problems, write_json_atomically, write_text_atomically)
-from mmjudge.judge.formats.base import BenchmarkInput, Format, Preference, PreferenceFile, first_record, judgements, pair_input, preferences_of
+from mmjudge.judge.formats.base import (BenchmarkInput, Format, Preference, PreferenceFile, first_record, judgements, pair_input, preferences_of,
+                                        spreadsheet_cell)
 
 if TYPE_CHECKING:
     from mmjudge.judge.prompts import Rubric
@@ -53,6 +54,14 @@ class Model(BaseModel):
     id: str | int
     name: str
 
+    @field_validator("name")
+    @classmethod
+    def _a_folder_s_name(cls, name: str) -> str:
+        # A model's answers are <name>_output/ beside the battle file: a name with a path in it reads answers elsewhere.
+        if any(c in name for c in "/\\\0") or not name.strip():
+            raise ValueError(f"{name!r} is no model name: its answers are <name>_output/ beside the battle file, so it holds no '/', '\\' or NUL")
+        return name
+
 
 class Battle(BaseModel):
     model_config = ConfigDict(extra="allow", protected_namespaces=())  # model_A, model_B: OpenING's fields
@@ -60,6 +69,15 @@ class Battle(BaseModel):
     model_A: Model
     model_B: Model
     winner: str | None = None
+
+    @field_validator("winner")
+    @classmethod
+    def _a_winner(cls, winner: str | None) -> str | None:
+        # OpenING's files hold A, B, Tie(A), Tie(B); IntJudge writes a tie as its judge's first five characters and
+        # ")" ("tie ()"). Anything else ("X", "B ") was read as no preference, silently.
+        if winner is None or winner in ("A", "B") or winner[:3].lower() == "tie":
+            return winner
+        raise ValueError(f"{winner!r} is no winner of OpenING's: A, B, or a tie (Tie(A), Tie(B), Tie)")
 
 
 class Step(BaseModel):
@@ -74,7 +92,10 @@ class Output(BaseModel):
     meta_task_name: str | None = None
 
     def steps(self, key: str, turn: int) -> list[Step]:
-        return [Step.model_validate(step) for step in self.conversations[turn].get(key, [])]
+        steps = self.conversations[turn].get(key, [])
+        if not isinstance(steps, list):
+            raise ValueError(f"conversations[{turn}].{key} must be a list of steps, got {type(steps).__name__}")
+        return [Step.model_validate(step) for step in steps]
 
 
 def looks_like(content: object) -> bool:
@@ -261,18 +282,18 @@ def _head_to_head(battles: list[dict], model: str, other: str, rule: str) -> str
 
 def winrate_csv(overall: dict[str, float], matrix: dict[str, dict[str, str]]) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=["Model", *overall])
-    writer.writeheader()
+    writer = csv.writer(out)
+    writer.writerow(["Model", *map(spreadsheet_cell, overall)])
     for model in overall:
-        writer.writerow({"Model": model, **matrix[model]})
+        writer.writerow([spreadsheet_cell(model), *(matrix[model][other] for other in overall)])
     return out.getvalue()
 
 
 def verdict(winner: str | None) -> str | None:
-    """A winner as the toolkit's verdict: A, B, or any tie (Tie(A), Tie(B), Tie) a tie."""
+    """A winner (validated by Battle) as the toolkit's verdict: A, B, or any tie (Tie(A), Tie(B), Tie) a tie."""
     if winner is None:
         return None
-    return "tie" if "tie" in winner.lower() else winner if winner in ("A", "B") else None
+    return "tie" if winner[:3].lower() == "tie" else winner
 
 
 def read_preferences(path: str, content: object) -> PreferenceFile:

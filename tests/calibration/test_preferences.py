@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mmjudge.calibration.cli import main
-from mmjudge.calibration.preferences import (TIE_RULES, analyse, bradley_terry, cohen_kappa, outcome, position_bias, ranking, read_judge,
+from mmjudge.calibration.preferences import (TIE_RULES, People, analyse, bradley_terry, cohen_kappa, outcome, position_bias, ranking, read_judge,
                                              read_people, win_rates)
 from mmjudge.judge.data import VERDICTS, OrderJudgement, PairResult
 
@@ -147,6 +147,22 @@ def test_opening_battle_files_of_people_and_of_a_judge(tmp_path):
     assert j.n_without_ties == 1 and j.accuracy_without_ties.value == 1.0
     assert j.win_rates["forced"]["x"] == 2 / 4  # A, and Tie(A); the judge's Tie(B) goes to y
     assert j.position_bias["forward"].n == 2 and j.position_bias["reverse"].n == 0
+
+
+def test_people_s_reference_is_the_majority_of_those_who_gave_a_preference(tmp_path):
+    # An annotator without a preference was a vote: A and a missing one made a tie.
+    assert People(["A", None]).reference == "A" and People([None]).reference is None
+    people, problems = read_people(write(tmp_path / "people.json", [{"id": "q", "preference": "B", "annotator": "x"}, {"id": "q", "preference": "B", "annotator": "x"},
+                                                                    {"id": "q", "preference": "A", "annotator": "y"}]))
+    assert problems == [] and people["q"].reference == "tie"  # x once: B against A
+
+
+def test_opening_winners_other_than_a_b_and_a_tie_are_named(tmp_path):
+    battle = lambda k, w: {"data_id": str(k), "model_A": {"id": "1", "name": "x"}, "model_B": {"id": "2", "name": "y"}, "winner": w}  # noqa: E731
+    people, problems = read_people(write(tmp_path / "people.json", [battle(0, "A"), battle(1, "X"), battle(2, "B "), battle(3, "Tie(A)")]))
+    assert {rid: p.reference for rid, p in people.items()} == {"0_x_y": "A", "3_x_y": "tie"}
+    assert [(p.index, p.field) for p in problems] == [(1, "winner"), (2, "winner")]
+    assert "'X' is no winner of OpenING's: A, B, or a tie" in problems[0].message
 
 
 def test_preferences_import_and_run_without_torch(files):

@@ -7,7 +7,7 @@ from itertools import product
 import pytest
 from PIL import Image
 
-from mmjudge.judge.data import VERDICTS, InputError, OrderJudgement, Pair, flip, load_pairs, majority, validate_samples
+from mmjudge.judge.data import VERDICTS, InputError, OrderJudgement, Pair, flip, load_pairs, majority, people_majority, validate_samples
 from mmjudge.judge.preferences import first_wins, order_verdict, pairwise_verdict, pointwise_verdict
 from mmjudge.judge.prompts import Rubric, build_pair_prompt, load_rubrics
 from mmjudge.judge.templates import get_template
@@ -75,6 +75,21 @@ def test_annotators_of_one_pair_are_one_pair_with_their_majority_preference(tmp_
     assert "3 record(s) repeat a pair read before" in notes[0] and "each pair is judged once" in notes[0]
     path = write(tmp_path / "clash.json", [{"id": "x", **same}, {"id": "x", **same, "answer_a": "changed"}])
     assert "record 1 (id 'x'): duplicate id with a different pair than record 0" in str(validate_samples(path, None, Pair)[1][0])
+
+
+def test_people_are_the_majority_of_the_annotators_who_gave_a_preference_each_once(tmp_path):
+    """An annotator without a preference was a vote (A and a missing one: a tie); an annotator repeated counted
+    twice (A, A, B: A); the same annotator with two preferences is refused, naming the record."""
+    same = {"question": "Q", "answer_a": "A", "answer_b": "B"}
+    path = write(tmp_path / "pairs.json", [{"id": "x", **same, "preference": "A", "annotator": "1"}, {"id": "x", **same, "annotator": "2"},
+                                           {"id": "y", **same, "preference": "A", "annotator": "1"}, {"id": "y", **same, "preference": "A", "annotator": "1"},
+                                           {"id": "y", **same, "preference": "B", "annotator": "2"}, {"id": "z", **same, "annotator": "1"},
+                                           {"id": "w", **same, "preference": "A"}, {"id": "w", **same, "preference": "B"}])
+    pairs, problems, _ = validate_samples(path, None, Pair)
+    assert [(p.id, p.preference) for p in pairs] == [("x", "A"), ("y", "tie"), ("z", None), ("w", "A")]
+    [problem] = problems
+    assert (problem.index, problem.field) == (7, "preference") and "duplicate id with another preference; if these are two annotators" in problem.message
+    assert people_majority(["A", None, None]) == "A" and people_majority([None]) is None and people_majority(["A", "B", None]) == "tie"
 
 
 def test_training_pairs_need_a_preference_and_one_record_per_annotator(tmp_path):

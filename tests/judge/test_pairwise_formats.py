@@ -210,6 +210,41 @@ def test_opening_reads_a_battle_file_with_each_model_s_answers_as_intjudge_does(
     assert "m3_output/8.json: file not found" in str(bench.problems[1])
 
 
+def test_opening_s_winners_and_model_names_and_answers_are_checked_naming_the_battle(tmp_path):
+    """A winner other than A, B or a tie was read as no preference; a model name with a path in it read answers
+    outside the arena folder; an answer whose input is a number was a traceback. Each is a problem of its battle."""
+    arena = tmp_path / "arena"
+    for model in ("m1", "m2", "../outside/m3"):
+        answer_file(arena, model, "7", [{"text": "Said.", "image": None}], question_images=())
+    assert (tmp_path / "outside" / "m3_output" / "7.json").is_file()  # what the name would have read
+    folder = answer_file(arena, "m4", "7", [{"text": "Said.", "image": None}], question_images=())
+    (folder / "7.json").write_text(json.dumps({"conversations": [{"input": 5}, {"output": []}]}))
+    battles = [battle("7", "m1", "m2", "A"), battle("7", "m1", "m2", "X"), battle("8", "m2", "m1", "B "), battle("7", "m1", "../outside/m3"),
+               battle("7", "m4", "m1"), battle("7", "m2", "m1", "tie ()")]
+    (arena / "battles.json").write_text(json.dumps(battles))
+    bench = opening.read(arena / "battles.json", tmp_path, {})
+    assert [(p.id, p.preference) for p in bench.samples] == [("7_m1_m2", "A"), ("7_m2_m1", "tie")]
+    named = {p.index: p for p in bench.problems}
+    assert sorted(named) == [1, 2, 3, 4]
+    assert (named[1].field, named[2].field) == ("winner", "winner") and "'B ' is no winner of OpenING's" in named[2].message
+    assert named[3].field == "model_B.name" and "'../outside/m3' is no model name" in named[3].message
+    assert named[4].record_id == "7_m4_m1" and "conversations[0].input must be a list of steps, got int" in named[4].message
+
+
+def test_opening_s_win_rate_csvs_hold_a_model_name_no_spreadsheet_reads_as_a_formula(tmp_path):
+    names = ["=HYPERLINK(\"evil.example\",\"click\")", "+1", "-1", "@SUM(A1)", "\tx", "\rx", "plain"]
+    battles = [battle(k, a, b, "A") for k, (a, b) in enumerate(zip(names, names[1:] + names[:1]))]
+    out = tmp_path / "out"
+    out.mkdir()
+    opening.write(opening.BenchmarkInput(tmp_path / "b.json", [], [], {}, battles), {opening.battle_key(opening.Battle.model_validate(b)):
+                  result("x", [("A", "A")]) for b in battles}, out)
+    for name in opening.WINRATE_CSVS.values():
+        with open(out / name, newline="") as file:  # as a CSV is read: a \r inside a quoted cell stays one
+            rows = list(csv.reader(file))
+        assert sorted(rows[0][1:]) == sorted([row[0] for row in rows[1:]]) == sorted([f"'{n}" for n in names[:-1]] + ["plain"])
+    assert set(json.loads((out / opening.WINRATES).read_text())["force_divide"]) == set(names)  # JSON holds the names as they are
+
+
 WINNERS = ["A", "B", "Tie(A)", "Tie(B)", "Tie", "tie ()"]
 
 
@@ -353,10 +388,13 @@ def test_each_benchmark_s_prompt_is_imported_byte_for_byte(tmp_path, benchmark):
         assert rubric.system_message == "You judge {pairs}."
 
 
-def test_mmrb2_s_four_prompts_and_its_evaluator_s_message_are_imported(tmp_path):
-    prompts = "\n".join(f'def get_{name}_prompt():\n    return """{name} rubric {{json}}"""\n' for name in ("image_gen", "image_edit", "interleaved", "reasoning"))
-    (tmp_path / "evaluation_prompts.py").write_text(prompts)
-    (tmp_path / "local_pairwise_evaluator.py").write_text('''class E:
+def write_mmrb2_prompt_files(folder, extra_task=None):
+    """MMRB2's evaluation_prompts.py and, beside it, its local evaluator, in their shapes; `extra_task`: a branch
+    of one more task_type, with a prompt of its own."""
+    names = ["image_gen", "image_edit", "interleaved", "reasoning", *(["extra"] if extra_task is not None else [])]
+    (folder / "evaluation_prompts.py").write_text("\n".join(f'def get_{name}_prompt():\n    return """{name} rubric {{json}}"""\n' for name in names))
+    branch = f"        elif task_type == {extra_task!r}:\n            evaluation_prompt = get_extra_prompt()\n" if extra_task is not None else ""
+    (folder / "local_pairwise_evaluator.py").write_text('''class E:
     def pairwise_evaluate(self, prompt_content, response_a, response_b, task_type):
         if task_type == "image":
             evaluation_prompt = get_image_gen_prompt()
@@ -366,7 +404,7 @@ def test_mmrb2_s_four_prompts_and_its_evaluator_s_message_are_imported(tmp_path)
             evaluation_prompt = get_interleaved_prompt()
         elif task_type in ("text", "reasoning"):
             evaluation_prompt = get_reasoning_prompt()
-        content_list = []
+''' + branch + '''        content_list = []
         content_list.append(["text", evaluation_prompt])
         content_list.append(["text", "[PROMPT]"])
         content_list.extend(prompt_content)
@@ -375,6 +413,10 @@ def test_mmrb2_s_four_prompts_and_its_evaluator_s_message_are_imported(tmp_path)
         content_list.append(["text", "[B]"])
         content_list.extend(response_b)
 ''')
+
+
+def test_mmrb2_s_four_prompts_and_its_evaluator_s_message_are_imported(tmp_path):
+    write_mmrb2_prompt_files(tmp_path)
     rubrics = IMPORTERS["mmrb2"](tmp_path / "evaluation_prompts.py")
     assert [r.category for r in rubrics] == ["mmrb2_image", "mmrb2_edit", "mmrb2_interleaved", "mmrb2_reasoning"]
     assert rubrics[2].instructions == "interleaved rubric {json}" and rubrics[2].verdict_format == "mmrb2"
