@@ -25,7 +25,13 @@ from string import Formatter
 from pydantic import ValidationError
 
 from mmjudge.judge.data import UsageError, missing_file, validation_problems
+from mmjudge.judge.formats.mmrb2 import TASKS
 from mmjudge.judge.prompts import Rubric
+
+PAIR_FIELDS = ("question", "answer_a", "answer_b")
+# A rubric fills its fields as text (judge/prompts.py): a conversion or a format spec in the benchmark's prompt
+# is refused, not dropped, as Rubric refuses one in a template.
+AS_TEXT = "a rubric fills its fields as text, with no conversion or format spec"
 
 
 def parse(path: Path) -> ast.Module:
@@ -87,12 +93,14 @@ def vlrewardbench(path: Path) -> list[Rubric]:
         for value in node.values:
             if isinstance(value, ast.Constant):
                 pieces.append(value.value)
-            elif isinstance(value, ast.FormattedValue) and (name := _vlrb_field(value.value)) and value.format_spec is None:
+            elif isinstance(value, ast.FormattedValue) and (name := _vlrb_field(value.value)):
+                if value.conversion != -1 or value.format_spec is not None:
+                    raise UsageError(f"{path}: line {value.lineno}: the prompt's {ast.unparse(value.value)} has a conversion or format spec; {AS_TEXT}")
                 pieces.append((name,))
             else:
                 break
         else:
-            if {p for p in pieces if isinstance(p, tuple)} == {("question",), ("answer_a",), ("answer_b",)}:
+            if {p for p in pieces if isinstance(p, tuple)} == {(f,) for f in PAIR_FIELDS}:
                 instructions, template = _split_instructions(pieces)
                 # inference_hf.py sends [prompt text, image] and reads "Overall Judgment: Answer N is better"
                 return [_rubric(path, category="vlrewardbench", verdict_format="vlrewardbench", layout="parts", images="end",
@@ -114,13 +122,22 @@ def mmrewardbench(path: Path) -> list[Rubric]:
     prompt = _string_assigned(parse(path), "judge_prompt")
     if prompt is None:
         raise _missing(path, "judge_prompt string")
+    try:
+        parsed = list(Formatter().parse(prompt.value))
+    except ValueError as err:  # a lone brace
+        raise UsageError(f"{path}: line {prompt.lineno}: judge_prompt is no str.format template ({err})") from None
     pieces: list[str | tuple[str]] = []
-    for literal, name, _, _ in Formatter().parse(prompt.value):
+    for literal, name, spec, conversion in parsed:
         pieces.append(literal)
         if name is not None:
-            if name not in ("question", "answer_a", "answer_b"):
-                raise UsageError(f"{path}: judge_prompt has a field {{{name}}}; Multimodal RewardBench's are question, answer_a, answer_b")
+            if name not in PAIR_FIELDS:
+                raise UsageError(f"{path}: judge_prompt has a field {{{name}}}; Multimodal RewardBench's are {', '.join(PAIR_FIELDS)}")
+            if spec or conversion:
+                raise UsageError(f"{path}: line {prompt.lineno}: judge_prompt's field {{{name}}} has a conversion or format spec; {AS_TEXT}")
             pieces.append((name,))
+    if missing := [name for name in PAIR_FIELDS if (name,) not in pieces]:
+        raise UsageError(f"{path}: line {prompt.lineno}: judge_prompt has no field {', '.join(f'{{{name}}}' for name in missing)}; "
+                         f"Multimodal RewardBench's prompt holds {', '.join(PAIR_FIELDS)}")
     instructions, template = _split_instructions(pieces)
     # its judge script sends [prompt text, image] and its scorer reads [[A]] or [[B]]
     return [_rubric(path, category="mmrewardbench", verdict_format="brackets", layout="parts", images="end",
@@ -192,6 +209,8 @@ def mmrb2(path: Path) -> list[Rubric]:
     for task, function in _task_prompts(evaluate).items():
         if task == "text" or function not in prompts:  # "text" shares reasoning's prompt; MMRB2's files are its four tasks
             continue
+        if task not in TASKS:  # the task names a rubric category: only MMRB2's own
+            raise UsageError(f"{evaluator}: task_type {task!r} is none of MMRB2's four tasks ({', '.join(TASKS)}); is it the benchmark's own file?")
         # the message's parts are joined as the chat template joins them, with nothing between
         rubrics.append(_rubric(path, category=f"mmrb2_{task}", verdict_format="mmrb2", layout="parts", instructions=prompts[function],
                                template=template))

@@ -423,6 +423,40 @@ def test_mmrb2_s_four_prompts_and_its_evaluator_s_message_are_imported(tmp_path)
     assert "".join(rubrics[2].fill({"question": ["Q"], "answer_a": ["a"], "answer_b": ["b"]})) == "interleaved rubric {json}[PROMPT]Q[A]a[B]b"
 
 
+VLRB_PROMPT = PROMPT_FILES["vlrewardbench"][1]
+MMRB_PROMPT = PROMPT_FILES["mmrewardbench"][1]
+
+
+@pytest.mark.parametrize("benchmark, code, refusal", [
+    # a conversion or format spec was dropped: the rubric filled the field as text all the same
+    ("vlrewardbench", VLRB_PROMPT.replace('{data_obj["query"]}', '{data_obj["query"]!r}'), 'the prompt\'s data_obj[\'query\'] has a conversion or format spec'),
+    ("vlrewardbench", VLRB_PROMPT.replace("{answers[1]}", "{answers[1]:>99}"), "the prompt's answers[1] has a conversion or format spec"),
+    ("mmrewardbench", MMRB_PROMPT.replace("{question}", "{question!r}"), "judge_prompt's field {question} has a conversion or format spec"),
+    ("mmrewardbench", MMRB_PROMPT.replace("{answer_b}", "{answer_b:>9}"), "judge_prompt's field {answer_b} has a conversion or format spec"),
+    # a lone brace and a prompt without fields were tracebacks
+    ("mmrewardbench", MMRB_PROMPT.replace("[Q]", "[Q}"), "judge_prompt is no str.format template (Single '}' encountered"),
+    ("mmrewardbench", 'judge_prompt = """Compare them."""\n', "judge_prompt has no field {question}, {answer_a}, {answer_b}"),
+    ("mmrewardbench", MMRB_PROMPT.replace("{answer_b}", "b"), "judge_prompt has no field {answer_b}"),
+], ids=["vlrb-conversion", "vlrb-spec", "mmrb-conversion", "mmrb-spec", "mmrb-lone-brace", "mmrb-no-field", "mmrb-no-answer_b"])
+def test_a_prompt_the_rubric_cannot_hold_as_written_is_refused_in_one_line(tmp_path, capsys, benchmark, code, refusal):
+    name = PROMPT_FILES[benchmark][0]
+    (tmp_path / name).write_text(code)
+    assert run(rubric_main, ["import", "--benchmark", benchmark, str(tmp_path / name), "-o", str(tmp_path / "r.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {tmp_path / name}: ") and refusal in err, err
+    assert not (tmp_path / "r.yaml").exists()
+
+
+@pytest.mark.parametrize("task", ["x\ny", "../../evil", "Image"])
+def test_mmrb2_task_names_are_mmrb2_s_four(tmp_path, capsys, task):
+    # a task name becomes a rubric category (mmrb2_<task>): one not MMRB2's was taken, newline and path and all
+    write_mmrb2_prompt_files(tmp_path, task)
+    assert run(rubric_main, ["import", "--benchmark", "mmrb2", str(tmp_path / "evaluation_prompts.py"), "-o", str(tmp_path / "r.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"task_type {task!r} is none of MMRB2's four tasks (image, edit, interleaved, reasoning)" in err and err.count("\n") == 1
+    assert not (tmp_path / "r.yaml").exists()
+
+
 def test_a_file_of_another_shape_is_refused_naming_what_was_not_found(tmp_path, capsys):
     (tmp_path / "other.py").write_text("x = 1\n")
     for benchmark in IMPORTERS:
