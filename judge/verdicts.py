@@ -144,27 +144,37 @@ def write_vlrewardbench(verdict: str, criteria: dict[str, str], labels: dict[str
 # -- mmrb2 --------------------------------------------------------------------------------------------
 
 _FENCE_START, _FENCE_END = re.compile(r"^```(?:json)?\s*\n?"), re.compile(r"\n?```\s*$")
-_BETTER = re.compile(r'"better_response"\s*:\s*"([^"]*)"')
+# where the verdict's letter stands, in double quotes, single quotes or none (json_repair reads all three)
+_BETTER = re.compile(r"""["']better_response["']\s*:\s*["']?(\w*)""")
+
+
+def mmrb2_json(text: str) -> object:
+    """The judge's JSON as MMRB2's evaluators read it (parse_llm_json): code fences stripped, then json_repair,
+    which also takes single quotes, a bare letter, a missing brace or text around the object; None where that
+    fails."""
+    import json_repair  # only MMRB2's reading needs it
+
+    body = _FENCE_END.sub("", _FENCE_START.sub("", text.strip()).strip())
+    try:
+        return json_repair.loads(body)
+    except Exception:  # noqa: BLE001 - MMRB2's evaluate.py takes any failure of the parse as no judgement
+        return None
 
 
 def read_mmrb2(text: str, labels: dict[str, str]) -> Reading:
-    """MMRB2's evaluators strip code fences and read the JSON leniently (json_repair): the JSON when it
-    parses, else the better_response field wherever it stands."""
-    body = _FENCE_END.sub("", _FENCE_START.sub("", text.strip()).strip())
-    value = None
-    try:
-        parsed = json.loads(body)
-        value = parsed.get("better_response") if isinstance(parsed, dict) else None
-    except ValueError:
-        pass
-    matches = list(_BETTER.finditer(text))
-    if value is None and matches:
-        value = matches[-1].group(1)
-    if not isinstance(value, str):
+    """MMRB2's reading: the better_response of the judge's JSON (`mmrb2_json`), whatever value it holds; none
+    where the JSON is no object or has no better_response (its evaluator fails there), or where the value is
+    empty (its scorer counts no such judgement). A value other than "A" or "B" is a judgement that is never
+    right, its label the value as JSON writes it (`1` for 1)."""
+    parsed = mmrb2_json(text)
+    value = parsed.get("better_response") if isinstance(parsed, dict) else None
+    if not value:
         return Reading(None, None, error="no \"better_response\" in the judge's JSON")
-    at = next((m.start(1) for m in matches if m.group(1) == value), None)
-    verdict = value if value in ("A", "B") else None
-    return Reading(verdict, value, at if verdict else None, error=None if verdict else f"better_response {value!r} is neither A nor B")
+    label = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if value not in ("A", "B"):
+        return Reading(None, label, error=f"better_response {value!r} is neither A nor B")
+    at = next((m.start(1) for m in _BETTER.finditer(text) if m.group(1) == value), None)
+    return Reading(value, value, at)
 
 
 def write_mmrb2(verdict: str, criteria: dict[str, str], labels: dict[str, str], rationale: str | None) -> str:

@@ -10,7 +10,9 @@ OUT/vlrewardbench   test-00000-of-00001.parquet as the released file holds it (i
 OUT/mmrewardbench   data/all_data.json as its 0_download_data.py leaves it, 2 records per domain, and the images;
                     outputs.json: forward texts with [[A]], [[B]], both, or neither (which its scorer settles by coin).
 OUT/mmrb2           interleaved.json as its build_from_hf.py writes it (prompt and response images), and outputs.json:
-                    JSON verdicts fenced, broken, without better_response, "tie", and pairs left unjudged.
+                    JSON verdicts fenced, broken, without better_response, "tie", and pairs left unjudged; half of
+                    them broken as json_repair, which its evaluators read them with, repairs them (single quotes,
+                    a bare letter, a number for a letter, text around, a list).
 OUT/opening         Interleaved_Arena/: the first 16 battles of the repository's real judge_modelAB_results.json (people's
                     winners) and data_instance_modelAB.json, each model's answer as IntJudge reads it (<name>_output/,
                     some images missing, a first step without text), the question images in OpenING-benchmark/images/;
@@ -117,6 +119,10 @@ def mmrb2(out: Path, rng: random.Random) -> None:
     texts = ['{"reasoning": {"text_quality": "fine"}, "score": 5, "better_response": "A", "confidence": 0.4}',
              '```json\n{"reasoning": "B shows the steps", "better_response": "B"}\n```', '{"reasoning": "cut off, "better_response": "B", "score": 2',
              '{"reasoning": "no verdict"}', '{"better_response": "tie"}', '{"better_response": ""}']
+    broken = ["{'reasoning': 'single quotes', 'better_response': 'B'}", "{'better_response': 'A'}", '{"reasoning": "bare", "better_response": A}',
+              '{"better_response": 1}', '{"better_response": 2, "score": 4}', 'My verdict: {"better_response": "B"} as shown.',
+              '[{"better_response": "A"}]', '{"better_response": "a"}', "{'better_response': 'B', 'confidence': 0.9"]
+    breaks = random.Random(4)  # its own draws: the pairs, and the prompts checked above, stay those of rng
     for k in range(10):
         pid = f"{sources[k % 4]}_{k}_model-a_{k}_model-b_{k}"
         image(root / "input_images" / f"{pid}_prompt_0.png", 200 + k)
@@ -132,7 +138,8 @@ def mmrb2(out: Path, rng: random.Random) -> None:
                       "prompt_source": sources[k % 4], "prompt_metadata": {"id": k}, "response_a": response["a"], "response_b": response["b"],
                       "chosen": "A" if k % 3 else "B", "human_annotations": [rng.randint(1, 6) for _ in range(3)]})
         if k != 7:  # pair 7 unjudged: a missing pair
-            outputs[pid] = {"forward": [rng.choice(texts)], "reverse": [rng.choice(texts)]}
+            outputs[pid] = {order: [breaks.choice(broken) if breaks.random() < 0.5 else text] for order, text in
+                            (("forward", rng.choice(texts)), ("reverse", rng.choice(texts)))}
     write_json(root / "interleaved.json", {"pairs": pairs})
     write_json(root / "outputs.json", outputs)
 

@@ -7,6 +7,10 @@ call an API at import time.
     python pairwise_reference.py vlrewardbench-metric VL_RewardBench/ inference.jsonl K
     python pairwise_reference.py opening-metric OpenING/ human.json judge.json
     python pairwise_reference.py prompts BENCHMARK REPO INPUT [--image_root D]
+    python pairwise_reference.py mmrb2-judgements MMRB2/ interleaved.json outputs.json
+
+mmrb2-judgements: the predictions MMRB2's evaluate.py writes where its judge answered the texts of
+make_pairs.py's outputs.json, each read by its evaluator's own parse (json_repair), a failed one left out.
 
 The prompts are printed as their messages hold them: a text part as it is, an image part as "<image>", the
 parts joined as the chat templates of their judges join them (with nothing between); OpenING's with its
@@ -89,18 +93,29 @@ def mmrewardbench_prompts(repo: Path, data: Path) -> dict:
     return prompts
 
 
-def mmrb2_prompts(repo: Path, pairs_file: Path) -> dict:
+def mmrb2_evaluator(repo: Path, manager: object) -> object:
+    """MMRB2's LocalPairwiseEvaluator, its model `manager` (what generate_response(content_list) answers)."""
     judges = repo / "evaluate" / "generate_judgements" / "evaluator_apis" / "llm_judges"
     namespace = {name: getattr(module(judges / "evaluation_prompts.py", "mmrb2_prompts"), name) for name in
                  ("get_image_edit_prompt", "get_image_gen_prompt", "get_interleaved_prompt", "get_reasoning_prompt")}
     namespace |= {"json": json, "re": __import__("re"), "json_repair": __import__("json_repair"), "List": list,
-                  "EvaluatorResult": lambda judgement, metadata: judgement}
+                  "EvaluatorResult": lambda judgement, metadata: {"judgement": judgement, "metadata": metadata}}
     evaluate = definitions(judges / "local_pairwise_evaluator.py", set(), namespace)
     tree = ast.parse((judges / "local_pairwise_evaluator.py").read_text())
     for node in ast.walk(tree):  # LocalPairwiseEvaluator's methods, without its base class (which imports its model APIs)
         if isinstance(node, ast.ClassDef) and node.name == "LocalPairwiseEvaluator":
             node.bases = []
             exec(compile(ast.Module(body=[node], type_ignores=[]), "local_pairwise_evaluator.py", "exec"), evaluate)
+    evaluator = evaluate["LocalPairwiseEvaluator"].__new__(evaluate["LocalPairwiseEvaluator"])
+    evaluator.model_manager = manager
+    return evaluator
+
+
+def mmrb2_task(pairs_file: Path) -> str:
+    return {"t2i": "image"}.get(pairs_file.stem, pairs_file.stem)
+
+
+def mmrb2_prompts(repo: Path, pairs_file: Path) -> dict:
     messages = []
 
     class Manager:  # stands for the model: keeps the message, answers a verdict
@@ -108,9 +123,8 @@ def mmrb2_prompts(repo: Path, pairs_file: Path) -> dict:
             messages.append(content_list)
             return '{"better_response": "A"}'
 
-    evaluator = evaluate["LocalPairwiseEvaluator"].__new__(evaluate["LocalPairwiseEvaluator"])
-    evaluator.model_manager = Manager()
-    task = {"t2i": "image"}.get(pairs_file.stem, pairs_file.stem)
+    evaluator = mmrb2_evaluator(repo, Manager())
+    task = mmrb2_task(pairs_file)
     prompts = {}
     for pair in json.loads(pairs_file.read_text())["pairs"]:
         a, b = pair["response_a"]["response_content"], pair["response_b"]["response_content"]
@@ -120,6 +134,37 @@ def mmrb2_prompts(repo: Path, pairs_file: Path) -> dict:
             queries[order] = {"query": joined([(kind, value) for kind, value in messages.pop()])}
         prompts[pair["id"]] = queries
     return prompts
+
+
+def mmrb2_judgements(repo: Path, pairs_file: Path, outputs: Path) -> dict:
+    """evaluate.py's predictions (its loop, one judgement a pair and order) where the judge answered the texts of
+    `outputs` ({pair id: {"forward": [text], "reverse": [text]}}): each read by pairwise_evaluate, as it reads its
+    model's answer; one whose reading raises is left out, as evaluate.py leaves it out."""
+    answers = []
+
+    class Manager:  # stands for the model: answers the text given
+        def generate_response(self, content_list):
+            return answers.pop()
+
+    evaluator = mmrb2_evaluator(repo, Manager())
+    task = mmrb2_task(pairs_file)
+    predictions = {}
+    for pair in json.loads(pairs_file.read_text())["pairs"]:
+        texts = json.loads(outputs.read_text()).get(pair["id"])
+        if texts is None:
+            continue
+        a, b = pair["response_a"]["response_content"], pair["response_b"]["response_content"]
+        predictions[pair["id"]] = {}
+        for order, (first, second) in (("forward", (a, b)), ("reverse", (b, a))):
+            judged = []
+            for text in texts[order]:
+                answers.append(text)
+                try:
+                    judged += evaluator.pairwise_evaluate(prompt_content=pair["prompt_content"], response_a=first, response_b=second, task_type=task)
+                except Exception:  # noqa: BLE001 - evaluate.py's own rule: any failure is no judgement
+                    pass
+            predictions[pair["id"]][order] = [{**j, "evaluator": "theirs"} for j in judged]
+    return predictions
 
 
 def opening_prompts(repo: Path, battles: Path, opening_dir: Path) -> dict:
@@ -174,8 +219,12 @@ def main() -> None:
     prompts = sub.add_parser("prompts")
     prompts.add_argument("benchmark", choices=["vlrewardbench", "mmrewardbench", "mmrb2", "opening"])
     prompts.add_argument("repo", type=Path), prompts.add_argument("input", type=Path), prompts.add_argument("--image_root", type=Path)
+    judgements = sub.add_parser("mmrb2-judgements")
+    judgements.add_argument("repo", type=Path), judgements.add_argument("input", type=Path), judgements.add_argument("outputs", type=Path)
     args = parser.parse_args()
-    if args.command == "vlrewardbench-metric":
+    if args.command == "mmrb2-judgements":
+        result = mmrb2_judgements(args.repo, args.input, args.outputs)
+    elif args.command == "vlrewardbench-metric":
         result = vlrewardbench_metric(args.repo, args.inference, args.k)
     elif args.command == "opening-metric":
         result = opening_metric(args.repo, args.human, args.judge)

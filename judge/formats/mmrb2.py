@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mmjudge.judge.data import InputError, JudgeText, Pair, PairResult, Problem, Segment, flip, parse_records, read_json, write_json_atomically
 from mmjudge.judge.formats.base import BenchmarkInput, Format, Preference, PreferenceFile, judgements, pair_input, preferences_of
+from mmjudge.judge.verdicts import mmrb2_json
 
 if TYPE_CHECKING:
     from mmjudge.judge.prompts import Rubric
@@ -92,9 +93,12 @@ def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file
 
 
 def _metadata(feedback: str) -> dict:
+    """The judge's JSON as MMRB2's evaluators read it, their metadata; {} where it is no object, or one that JSON
+    cannot write (NaN, which json_repair reads) or nested past what it can."""
+    value = mmrb2_json(feedback)
     try:
-        value = json.loads(feedback)
-    except ValueError:
+        json.dumps(value, allow_nan=False)
+    except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
 

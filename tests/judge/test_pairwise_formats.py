@@ -10,6 +10,8 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from mmjudge.judge.cli import run
@@ -19,6 +21,7 @@ from mmjudge.judge.formats import mmrb2, mmrewardbench, opening, vlrewardbench
 from mmjudge.judge.pairwise_prompts import IMPORTERS
 from mmjudge.judge.prompts import load_rubrics
 from mmjudge.judge.rubric_cli import main as rubric_main
+from mmjudge.judge.verdicts import VERDICT_FORMATS
 
 
 def png_bytes(colour="red") -> bytes:
@@ -175,6 +178,15 @@ def test_mmrb2_accuracy_counts_both_orders_the_reverse_flipped(tmp_path):
     figures = json.loads((tmp_path / mmrb2.ACCURACY).read_text())
     assert figures == {"task_name": "interleaved", "accuracy": 3 / 5, "total_pairs": 5, "evaluated_pairs": 4, "missing_pairs": 1,
                        "total_correct": 3, "total_evaluated": 5}
+
+
+def test_mmrb2_s_metadata_is_the_json_its_evaluators_read(tmp_path):
+    # Their metadata is what json_repair reads; a NaN in it (which JSON cannot write) crashed the writer after scoring.
+    texts = {"p0": "{'better_response': 'A', 'score': 4}", "p1": '{"better_response": "B", "confidence": NaN}', "p2": "[1]"}
+    bench = mmrb2.BenchmarkInput(tmp_path / "interleaved.json", [], [], {}, [mmrb2_pair(pid) for pid in texts])
+    mmrb2.write(bench, {pid: result(pid, [("A", text)]) for pid, text in texts.items()}, tmp_path)
+    predictions = json.loads((tmp_path / mmrb2.PREDICTIONS).read_text())
+    assert [predictions[pid]["forward"][0]["metadata"] for pid in texts] == [{"better_response": "A", "score": 4}, {}, {}]
 
 
 # -- OpenING ------------------------------------------------------------------------------------------
@@ -455,6 +467,52 @@ def test_mmrb2_task_names_are_mmrb2_s_four(tmp_path, capsys, task):
     err = capsys.readouterr().err
     assert f"task_type {task!r} is none of MMRB2's four tasks (image, edit, interleaved, reasoning)" in err and err.count("\n") == 1
     assert not (tmp_path / "r.yaml").exists()
+
+
+# Few examples, each a parse of a short file: well under a second in all. Derandomized: the same examples every run.
+FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROMPT_DAMAGE = st.text(alphabet="{}!r:>0 \n\"'[]_.abquestionswer", max_size=12)
+
+
+@pytest.mark.slow  # 40 imports: about 7 s on a busy 2-core machine
+@FUZZ
+@given(benchmark=st.sampled_from(sorted(PROMPT_FILES)), cut=st.floats(0, 1), inserted=PROMPT_DAMAGE, task=st.text(max_size=12))
+def test_every_prompt_import_takes_or_refuses_a_damaged_file_in_one_line(tmp_path, capsys, benchmark, cut, inserted, task):
+    """Braces, conversions, specs and quotes put anywhere in a benchmark's prompt, and any MMRB2 task name:
+    imported (exit 0, every category one of the benchmark's) or refused in one line naming the file (exit 2),
+    never a traceback."""
+    if benchmark == "opening":
+        benchmark = "mmrb2"  # its file's only texts are plain strings; MMRB2's task names are a door of their own
+    if benchmark == "mmrb2":
+        write_mmrb2_prompt_files(tmp_path, task)
+        path = tmp_path / "evaluation_prompts.py"
+    else:
+        name, code = PROMPT_FILES[benchmark]
+        start, end = code.index('"""') + 3, code.rindex('"""')  # inside the prompt's text
+        at = start + int(cut * (end - start))
+        path = tmp_path / name
+        path.write_text(code[:at] + inserted + code[at:])
+    code = run(rubric_main, ["import", "--benchmark", benchmark, str(path), "-o", str(tmp_path / "r.yaml")])
+    err = capsys.readouterr().err
+    assert code in (0, 2) and "Traceback" not in err, err
+    if code == 2:
+        assert err.startswith(f"error: {tmp_path}") and err.count("\n") == 1, err
+    else:
+        assert set(load_rubrics([tmp_path / "r.yaml"])) <= {benchmark, *mmrb2.CATEGORIES}
+
+
+@FUZZ
+@given(text=st.one_of(st.text(max_size=200), st.lists(st.sampled_from(['{', '}', '[', ']', '"', "'", ":", ",", "better_response", "A", "B", "1", "NaN",
+                                                                      "```json\n", "\n```", " ", "reasoning", "tie", "null", "{" * 50]),
+                                                     max_size=30).map("".join)))
+def test_mmrb2_s_reading_takes_any_text(tmp_path, text):
+    """Whatever the judge writes: a verdict of A, B or none, its offset on the letter, and the predictions written."""
+    reading = VERDICT_FORMATS["mmrb2"].read(text, {})
+    assert reading.verdict in ("A", "B", None)
+    if reading.verdict is not None and reading.offset is not None:
+        assert text[reading.offset] == reading.verdict
+    mmrb2.write(mmrb2.BenchmarkInput(tmp_path / "interleaved.json", [], [], {}, [mmrb2_pair("p")]), {"p": result("p", [(reading.label, text)])}, tmp_path)
+    assert json.loads((tmp_path / mmrb2.PREDICTIONS).read_text())["p"]["reverse"] == []
 
 
 def test_a_file_of_another_shape_is_refused_naming_what_was_not_found(tmp_path, capsys):
