@@ -58,9 +58,15 @@ class Model(BaseModel):
     @classmethod
     def _a_folder_s_name(cls, name: str) -> str:
         # A model's answers are <name>_output/ beside the battle file: a name with a path in it reads answers elsewhere.
-        if any(c in name for c in "/\\\0") or not name.strip():
-            raise ValueError(f"{name!r} is no model name: its answers are <name>_output/ beside the battle file, so it holds no '/', '\\' or NUL")
-        return name
+        return file_name_part(name, "model name")
+
+
+def file_name_part(value: str, what: str) -> str:
+    """A name that goes into the path of an answer file (<name>_output/<data_id>.json): no path in it."""
+    if any(c in value for c in "/\\\0") or not value.strip():
+        raise ValueError(f"{value!r} is no {what}: it names an answer file, <name>_output/<data_id>.json beside the battle file, "
+                         "so it holds no '/', '\\' or NUL")
+    return value
 
 
 class Battle(BaseModel):
@@ -69,6 +75,11 @@ class Battle(BaseModel):
     model_A: Model
     model_B: Model
     winner: str | None = None
+
+    @field_validator("data_id")
+    @classmethod
+    def _a_file_s_name(cls, data_id: str | int) -> str | int:
+        return file_name_part(data_id, "data_id") if isinstance(data_id, str) else data_id
 
     @field_validator("winner")
     @classmethod

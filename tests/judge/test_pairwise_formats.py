@@ -228,16 +228,17 @@ def test_opening_s_winners_and_model_names_and_answers_are_checked_naming_the_ba
     arena = tmp_path / "arena"
     for model in ("m1", "m2", "../outside/m3"):
         answer_file(arena, model, "7", [{"text": "Said.", "image": None}], question_images=())
-    assert (tmp_path / "outside" / "m3_output" / "7.json").is_file()  # what the name would have read
+    assert (tmp_path / "outside" / "m3_output" / "7.json").is_file()  # what the name would read
     folder = answer_file(arena, "m4", "7", [{"text": "Said.", "image": None}], question_images=())
     (folder / "7.json").write_text(json.dumps({"conversations": [{"input": 5}, {"output": []}]}))
+    (tmp_path / "outside" / "7.json").write_bytes((tmp_path / "outside" / "m3_output" / "7.json").read_bytes())  # what a data_id with a path would read
     battles = [battle("7", "m1", "m2", "A"), battle("7", "m1", "m2", "X"), battle("8", "m2", "m1", "B "), battle("7", "m1", "../outside/m3"),
-               battle("7", "m4", "m1"), battle("7", "m2", "m1", "tie ()")]
+               battle("7", "m4", "m1"), battle("7", "m2", "m1", "tie ()"), battle("../../outside/7", "m1", "m2")]
     (arena / "battles.json").write_text(json.dumps(battles))
     bench = opening.read(arena / "battles.json", tmp_path, {})
     assert [(p.id, p.preference) for p in bench.samples] == [("7_m1_m2", "A"), ("7_m2_m1", "tie")]
     named = {p.index: p for p in bench.problems}
-    assert sorted(named) == [1, 2, 3, 4]
+    assert sorted(named) == [1, 2, 3, 4, 6] and named[6].field == "data_id" and "'../../outside/7' is no data_id" in named[6].message
     assert (named[1].field, named[2].field) == ("winner", "winner") and "'B ' is no winner of OpenING's" in named[2].message
     assert named[3].field == "model_B.name" and "'../outside/m3' is no model name" in named[3].message
     assert named[4].record_id == "7_m4_m1" and "conversations[0].input must be a list of steps, got int" in named[4].message
