@@ -524,6 +524,22 @@ def test_a_file_of_another_shape_is_refused_naming_what_was_not_found(tmp_path, 
     assert not (tmp_path / "r.yaml").exists()
 
 
+@pytest.mark.slow  # a tiny judge loads and judges one pair
+def test_judge_score_under_skip_invalid_writes_the_judged_record_and_names_the_ones_set_aside(tmp_path, checkpoint):
+    from mmjudge.infer.cli import main
+
+    name, code = PROMPT_FILES["mmrewardbench"]
+    (tmp_path / name).write_text(code)
+    assert rubric_main(["import", "--benchmark", "mmrewardbench", str(tmp_path / name), "-o", str(tmp_path / "r.yaml")]) == 0
+    written(tmp_path, "mmrewardbench")  # the file of DUPLICATED, and the images
+    assert main(["--model_path", str(checkpoint), "--input_dir", str(tmp_path), "--input_file", "all_data.json", "--rubric", str(tmp_path / "r.yaml"),
+                 "--output_dir", str(tmp_path / "run"), "--skip_invalid", "--max_new_tokens", "4", "--max_tiles", "1"]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert [s.split(": ", 1)[1].split(":")[0] for s in summary["skipped_invalid"]] == ["record 1 (id 'k_1')", "record 2 (id 'k_1')"]
+    lines = [json.loads(line) for line in (tmp_path / "run" / mmrewardbench.ANSWERS).read_text().splitlines()]
+    assert [(line["ID"], line["Label"], line["Meta"]) for line in lines] == [("k_1", "A", mmrb_record("k_1", "vqa"))]
+
+
 def test_a_benchmark_format_without_a_rubric_says_how_to_import_its_prompt(tmp_path, capsys):
     from mmjudge.infer.cli import main
 
