@@ -175,7 +175,8 @@ def write(bench: BenchmarkInput, results: dict[str, PairResult], output_dir: Pat
     judged = []
     for raw in bench.content:  # the records of the pairs read (pair_input), each battle once
         forward = judgements(results.get(battle_key(Battle.model_validate(raw))), "forward")
-        if forward:
+        # IntJudge's reading always names a winner; another verdict format's may name none, a battle its file leaves out
+        if forward and forward[0].label is not None:
             judged.append({"data_id": raw["data_id"], "model_A": raw["model_A"], "model_B": raw["model_B"], "winner": forward[0].label})
     write_json_atomically(output_dir / RESULTS, judged)
     written = [output_dir / RESULTS]

@@ -258,6 +258,16 @@ def test_opening_s_win_rate_csvs_hold_a_model_name_no_spreadsheet_reads_as_a_for
     assert set(json.loads((out / opening.WINRATES).read_text())["force_divide"]) == set(names)  # JSON holds the names as they are
 
 
+def test_an_opening_battle_whose_judgement_names_no_winner_is_left_out_of_its_files(tmp_path):
+    # Judged under another verdict format than IntJudge's (the toolkit's pairwise rubric), an unparsed output has
+    # no label: the writer crashed on it after scoring, in the agreement and the win rates.
+    battles = [battle("1", "x", "y", "A"), battle("2", "y", "x", "B")]
+    opening.write(opening.BenchmarkInput(tmp_path / "b.json", [], [], {}, battles),
+                  {"1_x_y": result("1_x_y", [(None, "no verdict")]), "2_y_x": result("2_y_x", [("B", "B")])}, tmp_path)
+    assert json.loads((tmp_path / opening.RESULTS).read_text()) == [battles[1]]
+    assert json.loads((tmp_path / opening.AGREEMENT).read_text())["force_divide"]["total"] == 1
+
+
 WINNERS = ["A", "B", "Tie(A)", "Tie(B)", "Tie", "tie ()"]
 
 
