@@ -37,6 +37,11 @@ index, and the token is read off the inverse CDF of the row's filtered distribut
 the same whatever is batched beside it, and a step's shapes stay fixed for its CUDA graph. A request for n
 answers prefills its prompt once, its keys and values written into n slots.
 
+Penalties (OpenAI's presence_penalty and frequency_penalty, greedy or sampled) are taken off a row's logits
+before its token is chosen: presence * (count > 0) + frequency * count, counted over the tokens the row has
+written. Each step builds them on the host, a (rows, vocabulary) input of fixed shape like the draws, so a
+step with penalized rows is a CUDA graph too; log-probabilities stay the model's own.
+
 A request may carry a grammar (structured outputs, infer/grammar.py): each of its rows has its own matcher,
 which masks the tokens the grammar does not allow before the row's token is chosen or drawn, in the same
 batched step as every other row (a row without a grammar allows every token). The mask is one more input
@@ -97,6 +102,10 @@ class Sampling:
     top_p: float = 1.0  # draw from the fewest likeliest tokens whose probability reaches top_p
     top_k: int = 0  # draw from the k likeliest tokens; 0: no cut
     seed: int | None = None  # None: a fresh random seed per request
+    # OpenAI's penalties on a token's logit, by how often the answer has written it: presence * (count > 0) +
+    # frequency * count (greedy rows too: they change which token is likeliest)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
 
 @dataclass
@@ -311,21 +320,24 @@ class Decoder:
                 hidden[images] = hidden[images] + deepstack[index].to(hidden.dtype)
         return self.lm.norm(hidden)
 
-    def _head(self, hidden: torch.Tensor, logprobs: int, draws: Draws | None, masks: torch.Tensor | None) -> Step:
+    def _head(self, hidden: torch.Tensor, logprobs: int, draws: Draws | None, masks: torch.Tensor | None,
+              penalties: torch.Tensor | None = None) -> Step:
         """A step's outputs from last-position hidden states (rows, hidden); each of fixed shape, so that a
         CUDA graph can return them. Without draws (no row samples) every row takes the argmax; without masks
-        (no row has a grammar) every token may be written."""
+        (no row has a grammar) every token may be written; `penalties` (rows, vocabulary) are taken off the
+        logits the token is chosen from (none: no row has a penalty)."""
         logits = self.lm_head(hidden).float()
         recorded = logits[:, self.columns]
         if len(self.suppress):
             logits.index_fill_(1, self.suppress, float("-inf"))
-        writable = logits if masks is None else logits.masked_fill(~allowed_tokens(masks, logits.shape[1]), float("-inf"))
+        writable = logits if penalties is None else logits - penalties
+        writable = writable if masks is None else writable.masked_fill(~allowed_tokens(masks, logits.shape[1]), float("-inf"))
         chosen = writable.argmax(-1)
         if draws is not None:
             chosen = torch.where(draws.temperature > 0, _sample(writable, draws), chosen)
         if not logprobs:
             return Step(chosen, recorded, logits[:, :0], chosen[:, None][:, :0])
-        # The model's own log-probabilities, whatever the temperature (as OpenAI reports them).
+        # The model's own log-probabilities, whatever the temperature and penalties (as OpenAI reports them).
         log_softmax = logits.log_softmax(-1)
         # The written token first even where a tie lets topk put another first (bf16 logits tie often), or a draw
         # wrote a less likely one.
@@ -399,7 +411,8 @@ class Decoder:
         return hidden[:, -1]
 
     @torch.no_grad()
-    def _step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, logprobs: int) -> Step:
+    def _step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, penalties: torch.Tensor | None,
+              logprobs: int) -> Step:
         """One decoding step of every slot: tokens (slots,) at cache.positions."""
         places = cache.positions[:, None]
         rotary = places + cache.deltas[:, None]
@@ -412,7 +425,7 @@ class Decoder:
             else:
                 mask = (torch.arange(cache.width, device=self.device) <= places)[:, None, None, :]
                 hidden = self._layers(embeds, places, rotary, mask, cache)
-            return self._head(hidden[:, -1], logprobs, draws, masks)
+            return self._head(hidden[:, -1], logprobs, draws, masks, penalties)
 
     def _masks(self, rows: list[_Row | None]) -> torch.Tensor | None:
         """The rows' token masks (infer/grammar.py), or None where no row has a grammar. A row fed follow-up
@@ -642,7 +655,8 @@ class Decoder:
         # a slot being prefilled in chunks is written at the position where its next chunk starts, which that chunk overwrites
         lane.cache.positions.copy_(torch.tensor([row.position if row else 0 for row in lane.slots]))
         lane.cache.deltas.copy_(torch.tensor([row.delta if row else 0 for row in lane.slots]))
-        outputs = self._run_step(lane.cache, lane.tokens, _draws(rows), self._masks(rows), width, lane.graphs, logprobs).rows()
+        outputs = self._run_step(lane.cache, lane.tokens, _draws(rows), self._masks(rows), _penalties(rows, self.vocab_size), width, lane.graphs,
+                                 logprobs).rows()
         finished = []
         for slot, row in enumerate(rows):
             if row is None:
@@ -702,42 +716,42 @@ class Decoder:
         tokens[row.slot] = row.pending.pop(0)
         return False
 
-    def _run_step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, width: int,
-                  graphs: _StepGraphs, logprobs: int) -> Step:
+    def _run_step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None,
+                  penalties: torch.Tensor | None, width: int, graphs: _StepGraphs, logprobs: int) -> Step:
         cache.width = width
         self.steps += 1
+        inputs = _step_inputs(tokens, draws, masks, penalties)
         if not self.cuda_graphs:
-            return self._step(cache, tokens.to(self.device), None if draws is None else draws.to(self.device),
-                              None if masks is None else masks.to(self.device), logprobs).cpu()
+            return self._step(cache, *_step_arguments(tuple(t.to(self.device) for t in inputs), draws is not None, masks is not None,
+                                                       penalties is not None), logprobs).cpu()
         # Steps where no row samples keep the greedy graph, which computes no draw; steps where no row has a
-        # grammar, the graph that applies no mask.
-        key = (width, draws is not None, masks is not None)
+        # grammar, the graph that applies no mask; steps where no row has a penalty, the graph that takes none off.
+        key = (width, draws is not None, masks is not None, penalties is not None)
         if key not in graphs.by_key:
-            graphs.by_key[key] = self._capture(cache, tokens, draws, masks, graphs, logprobs)
-        graph, inputs, outputs = graphs.by_key[key]
-        for static, value in zip(inputs, _step_inputs(tokens, draws, masks)):
+            graphs.by_key[key] = self._capture(cache, inputs, key, graphs, logprobs)
+        graph, static_inputs, outputs = graphs.by_key[key]
+        for static, value in zip(static_inputs, inputs):
             static.copy_(value, non_blocking=True)
         graph.replay()
         return outputs.cpu()
 
-    def _capture(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, graphs: _StepGraphs,
+    def _capture(self, cache: SlotCache, inputs: tuple[torch.Tensor, ...], key: tuple[int, bool, bool, bool], graphs: _StepGraphs,
                  logprobs: int) -> tuple:
-        """A CUDA graph of one step at the cache's current width, and its input tensors (tokens, then the
-        draws' if any, then the masks if any). Warming up writes keys and values at the slots' current
-        positions, which the real step then overwrites before anything reads them."""
-        inputs = tuple(t.to(self.device) for t in _step_inputs(tokens, draws, masks))
-        step_draws = Draws(*inputs[1:5]) if draws is not None else None
-        step_masks = inputs[-1] if masks is not None else None
+        """A CUDA graph of one step at the cache's current width, and its input tensors (_step_inputs, those
+        `key` says the step has). Warming up writes keys and values at the slots' current positions, which the
+        real step then overwrites before anything reads them."""
+        inputs = tuple(t.to(self.device) for t in inputs)
+        arguments = _step_arguments(inputs, *key[1:])
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            self._step(cache, inputs[0], step_draws, step_masks, logprobs)
+            self._step(cache, *arguments, logprobs)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         if graphs.pool is None:
             graphs.pool = torch.cuda.graph_pool_handle()
         with torch.cuda.graph(graph, pool=graphs.pool):
-            outputs = self._step(cache, inputs[0], step_draws, step_masks, logprobs)
+            outputs = self._step(cache, *arguments, logprobs)
         return graph, inputs, outputs
 
     def _room(self, lanes: list[_Lane]) -> int:
@@ -769,11 +783,11 @@ class Decoder:
 
 @dataclass
 class _StepGraphs:
-    """A cache's decoding-step graphs, one per width, greedy or sampling step, and with or without token
-    masks, sharing one memory pool.
+    """A cache's decoding-step graphs, one per width, greedy or sampling step, with or without token
+    masks, and with or without penalties, sharing one memory pool.
     They live and die with their cache: a pool whose graphs are gone cannot take another capture."""
 
-    by_key: dict[tuple[int, bool, bool], tuple] = field(default_factory=dict)
+    by_key: dict[tuple[int, bool, bool, bool], tuple] = field(default_factory=dict)
     pool: tuple | None = None
 
 
@@ -818,9 +832,38 @@ def _cancelled_choices(request: Request, choices: range, columns: int) -> list[C
     return [Completion(request.index, [], torch.empty(0, columns), choice=c, finish_reason="cancelled") for c in choices]
 
 
-def _step_inputs(tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-    """A step's inputs in the order its graph holds them: tokens, the draws' four if any, the masks if any."""
-    return (tokens, *(draws or ()), *(() if masks is None else (masks,)))
+def _step_inputs(tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, penalties: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """A step's inputs in the order its graph holds them: tokens, the draws' four if any, the masks if any,
+    the penalties if any."""
+    return (tokens, *(draws or ()), *(() if masks is None else (masks,)), *(() if penalties is None else (penalties,)))
+
+
+def _step_arguments(inputs: tuple[torch.Tensor, ...], draws: bool, masks: bool, penalties: bool) -> tuple:
+    """_step_inputs read back as _step's arguments (tokens, draws, masks, penalties; None for those the step
+    has not), given which it has."""
+    rest = list(inputs[1:])
+    step_draws = Draws(*(rest.pop(0) for _ in Draws._fields)) if draws else None
+    step_masks = rest.pop(0) if masks else None
+    step_penalties = rest.pop(0) if penalties else None
+    return inputs[0], step_draws, step_masks, step_penalties
+
+
+def _penalties(rows: list[_Row | None], size: int) -> torch.Tensor | None:
+    """Each row's penalty on each of `size` tokens, OpenAI's presence * (count > 0) + frequency * count over
+    the tokens it has written (a row fed follow-up tokens writes nothing of its own: none); None where no row
+    has one."""
+    def penalized(row: _Row | None) -> bool:
+        return row is not None and not row.following and bool(row.tokens) and bool(row.request.sampling.presence_penalty
+                                                                                    or row.request.sampling.frequency_penalty)
+
+    if not any(map(penalized, rows)):
+        return None
+    penalties = torch.zeros(len(rows), size)
+    for k, row in enumerate(rows):
+        if penalized(row):
+            counts = torch.bincount(torch.tensor(row.tokens), minlength=size).float()
+            penalties[k] = row.request.sampling.presence_penalty * (counts > 0) + row.request.sampling.frequency_penalty * counts
+    return penalties
 
 
 def _segments(requests: list[Request], need: Callable[[Request], int]) -> Iterator[list[Request]]:

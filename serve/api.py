@@ -6,11 +6,12 @@
 
 A chat request holds at most one system (or `developer`) message, then one user message whose content is a
 text or a list of `text` and `image_url` parts. Decoding is greedy unless `temperature` says otherwise;
-`top_p`, `top_k` (vLLM's), `seed`, `n`, `stop`, `stream`, `logprobs` are honoured, and so are structured
+`top_p`, `top_k` (vLLM's), `seed`, `n`, `stop`, `stream`, `logprobs`, `presence_penalty` and
+`frequency_penalty` (OpenAI's rule, infer/decoding.py) are honoured, and so are structured
 outputs: OpenAI's `response_format` (`json_object`, `json_schema`) and vLLM's `structured_outputs`
 (`json`, `regex`, `choice`, `grammar`) or its older `guided_*` fields, at most one of them. An optional
 field given as null is taken as absent, as OpenAI's API reference allows. A field this server cannot honour
-(tools, `logit_bias`, penalties other than neutral, `store: true`, ...) is refused by name, and so is a
+(tools, `logit_bias`, vLLM's `repetition_penalty` other than 1, `store: true`, ...) is refused by name, and so is a
 field it does not know: none is silently ignored. Fields that only label a request for its sender (`user`,
 `metadata`, ...) change no answer and are taken (docs/serve.md lists each field and what is done with it).
 """
@@ -35,9 +36,7 @@ LABELS = {"user", "safety_identifier", "metadata", "prompt_cache_key", "parallel
 # Fields taken at their neutral values only (what an SDK or harness sends to say "nothing special"), each with
 # why another value is refused.
 NEUTRAL = {
-    "presence_penalty": ([0], "penalties are not implemented; a judge decodes its own distribution"),
-    "frequency_penalty": ([0], "penalties are not implemented; a judge decodes its own distribution"),
-    "repetition_penalty": ([1], "penalties are not implemented; a judge decodes its own distribution"),
+    "repetition_penalty": ([1], "repetition_penalty is not implemented; presence_penalty and frequency_penalty are (OpenAI's)"),
     "min_p": ([0], "min_p sampling is not implemented; use top_p or top_k"),
     "logit_bias": ([{}], "logit_bias is not implemented"),
     "store": ([False], "this server stores no completion"),
@@ -220,6 +219,8 @@ class ChatRequest(BaseModel):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     top_k: int | None = Field(default=None, ge=-1)  # vLLM's: 0 or -1 is no cut
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)  # OpenAI's range
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)
     n: int | None = Field(default=None, ge=1, le=MAX_CHOICES)
     stop: str | list[str] | None = None

@@ -358,7 +358,8 @@ def compiled(service: Service, constraint: Constraint) -> grammar.Grammar:
 def sampling(body: ChatRequest) -> Sampling:
     """Greedy unless the request gives a temperature above 0 (OpenAI's default is 1; a judge's is greedy)."""
     return Sampling(temperature=body.temperature or 0.0, top_p=1.0 if body.top_p is None else body.top_p,
-                    top_k=max(0, body.top_k or 0), seed=body.seed)
+                    top_k=max(0, body.top_k or 0), seed=body.seed, presence_penalty=body.presence_penalty or 0.0,
+                    frequency_penalty=body.frequency_penalty or 0.0)
 
 
 def user_query(text: str, n_images: int) -> Query:
