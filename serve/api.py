@@ -189,19 +189,26 @@ class StructuredOutputs(BaseModel):
     grammar: str | None = None
     json_object: bool | None = None
     whitespace_pattern: str | None = None
+    # vLLM's name; absent, it is true here (vLLM's default is false): compact JSON, whitespace only where asked
     disable_any_whitespace: bool | None = None
+
+    def whitespace(self) -> str | None:
+        if self.whitespace_pattern is not None:
+            return self.whitespace_pattern
+        return None if self.disable_any_whitespace is False else ""
 
 
 @dataclass(frozen=True)
 class Constraint:
     """What a request's answer must follow, as the request says it: the field that says it (for errors),
-    one of json, regex, choice, grammar, and for JSON the whitespace between tokens (None: the server's
-    default; "": none)."""
+    one of json, regex, choice, grammar, and for JSON the whitespace between tokens ("": none, the default,
+    infer/grammar.py's COMPACT; None: a space, or a line break and indentation, as `disable_any_whitespace:
+    false` asks; else the request's pattern)."""
 
     field: str
     kind: Literal["json", "regex", "choice", "grammar"]
     value: object
-    whitespace: str | None = None
+    whitespace: str | None = ""
 
 
 class StreamOptions(BaseModel):
@@ -245,14 +252,14 @@ class ChatRequest(BaseModel):
             schema = self.response_format.json_schema.schema_ if self.response_format.json_schema else {"type": "object"}
             found.append(Constraint("response_format", "json", schema))
         if (given := self.structured_outputs) is not None:
-            whitespace = "" if given.disable_any_whitespace else given.whitespace_pattern
+            whitespace = given.whitespace()
             kinds = {"json": given.json_, "regex": given.regex, "choice": given.choice, "grammar": given.grammar,
                      "json_object": {"type": "object"} if given.json_object else None}
             found += [Constraint(f"structured_outputs.{name}", "json" if name == "json_object" else name, value, whitespace)
                       for name, value in kinds.items() if value is not None]
             if not found:
                 raise RequestError(400, "structured_outputs", "give one of json, regex, choice, grammar, json_object")
-        found += [Constraint(f"guided_{kind}", kind, value, self.guided_whitespace_pattern) for kind, value in
+        found += [Constraint(f"guided_{kind}", kind, value, self.guided_whitespace_pattern or "") for kind, value in
                   (("json", self.guided_json), ("regex", self.guided_regex), ("choice", self.guided_choice), ("grammar", self.guided_grammar))
                   if value is not None]
         if len(found) > 1:
