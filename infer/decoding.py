@@ -13,7 +13,13 @@ The group's keys and values go straight into the rows' slots.
 Chunked prefill (a server's: `prefill_budget`, vLLM's max_num_batched_tokens): an engine step prefills at
 most that many prompt tokens beside its decoding step. Whole prompts are grouped within it; a longer one is
 prefilled into its slot a chunk per step, each chunk attending to the chunks before it through the slot,
-so that the other rows go on decoding meanwhile and a cancelled prompt leaves at the next step. A chunk's
+so that the other rows go on decoding meanwhile and a cancelled prompt leaves at the next step. A chunk
+attends to every token before it, so a chunk of the budget's size costs more the further into its prompt it
+starts (at 60,000 tokens, a 512-token chunk held each decoding step beside it for seconds on a CPU): a chunk
+is cut so that its cost, its linear layers' and its attention's counted in multiply-adds from the model's
+config (`chunk_size`), stays within what the budget's tokens cost at the prompt's start, or twice their linear
+layers' where attention costs less; the decoding steps between chunks then wait no longer deep into a long
+prompt than at its start. A chunk's
 rotary positions take the regime of the whole prompt (its last position rides along with the chunk's), so
 a chunked prompt is encoded as its unchunked prefill encodes it, on either side of a long-rope switch.
 
@@ -271,6 +277,7 @@ class Decoder:
         self.token_budget = token_budget
         self.prefill_budget = prefill_budget  # prompt tokens an engine step prefills at most; None: whole prompts, no chunks
         self.context = context_length(self.config)  # prompt and new tokens together, at most
+        self.attention_weight = attention_weight(self.config)  # what cuts a chunked prompt's chunks (chunk_size)
         self.cache_argument = _cache_argument(self.lm.layers[0])
         # Graphs need every weight in place: not under ZeRO-3, whose hooks gather weights as each layer runs.
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda" and not any(hasattr(p, "ds_id") for p in model.parameters())
@@ -510,7 +517,8 @@ class Decoder:
                 done, tokens = self._admit(lane, None if admitted is None else admitted - used, max_new_tokens, follow_up, top_logprobs)
                 finished, used = finished + done, used + tokens
             for lane in sorted(ongoing, key=lambda lane: lane.chunking()[0].prefill_left):  # the nearest to done first
-                if (tokens := self._chunk_tokens(lane.chunking()[0].prefill_left, self.prefill_budget - used)) is None:
+                row = lane.chunking()[0]
+                if (tokens := self._chunk_tokens(row.prefill_left, self.prefill_budget - used, row.position)) is None:
                     continue
                 finished += self._chunk(lane, tokens, follow_up, top_logprobs)
                 used += tokens
@@ -562,7 +570,7 @@ class Decoder:
             left = None if tokens is None else tokens - used
             head = len(lane.waiting.peek().input_ids)
             if left is not None and head > left:
-                if head > self.prefill_budget and not lane.chunking() and (first := self._chunk_tokens(head, left)):
+                if head > self.prefill_budget and not lane.chunking() and (first := self._chunk_tokens(head, left, 0)):
                     done, started = self._start_chunks(lane, free, first, max_new_tokens, follow_up, logprobs)
                     finished, used = finished + done, used + started
                 break
@@ -586,15 +594,16 @@ class Decoder:
                     lane.slots[row.slot] = row
         return finished, used
 
-    def _chunk_tokens(self, prompt_left: int, room: int) -> int | None:
-        """The tokens of a chunked prompt's next chunk, with `prompt_left` of it still to prefill and `room` left
-        of the step's budget; None: no chunk this step. A deterministic decoder cuts every prompt at the same
-        places, a quarter of the budget apart, whatever else the step holds, so that a chunked prompt is the
+    def _chunk_tokens(self, prompt_left: int, room: int, start: int) -> int | None:
+        """The tokens of a chunked prompt's next chunk from `start`, with `prompt_left` of it still to prefill and
+        `room` left of the step's budget, cut to cost no more than `room` tokens at a prompt's start
+        (chunk_size); None: no chunk this step. A deterministic decoder cuts every prompt at the same places,
+        chunks of a quarter of the budget so cut, whatever else the step holds, so that a chunked prompt is the
         same bits alone and beside others; a chunk waits for a step with room for it (an ongoing chunk always
         has a quarter: new prompts take three at most)."""
         if not self.deterministic:
-            return min(prompt_left, room)
-        chunk = min(prompt_left, max(1, self.prefill_budget // 4))
+            return min(prompt_left, chunk_size(room, start, self.attention_weight)) if room > 0 else 0
+        chunk = min(prompt_left, chunk_size(max(1, self.prefill_budget // 4), start, self.attention_weight))
         return chunk if room >= chunk else None
 
     def _rows(self, request: Request, choices: range, free: list[int], position: int, max_new_tokens: int) -> list[_Row]:
@@ -826,6 +835,34 @@ class _Lane:
     def chunking(self) -> list[_Row]:
         """The rows of the request whose prompt is being prefilled in chunks (one at a time), if any."""
         return [row for row in self.slots if row is not None and row.prefilling]
+
+
+def attention_weight(config) -> float:
+    """What attending to one more key costs a token, in units of what the token's linear layers cost (per
+    layer, multiply-adds): QK^T and AV over every head, against the q, k, v and o projections and the gated
+    MLP's three matrices."""
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    linear = config.hidden_size * head_dim * (2 * heads + 2 * kv_heads) + 3 * config.hidden_size * config.intermediate_size
+    return 2 * heads * head_dim / linear
+
+
+def chunk_cost(tokens: int, start: int, weight: float) -> float:
+    """A chunk's cost in linear-layer tokens (attention_weight): each of its tokens attends to at most every
+    token before the chunk's end."""
+    return tokens * (1 + weight * (start + tokens))
+
+
+def chunk_size(room: int, start: int, weight: float) -> int:
+    """The most tokens, `room` at most and one at least, of a chunk from `start` whose chunk_cost stays within
+    `room` tokens' at a prompt's start, or within twice their linear layers' cost where their attention costs
+    less (a model whose attention is cheap beside its linear layers keeps whole chunks longer)."""
+    allowed = max(chunk_cost(room, 0, weight), 2 * room)
+    b = 1 + weight * start  # the largest c with weight * c^2 + b * c <= allowed
+    tokens = int((-b + math.sqrt(b * b + 4 * weight * allowed)) / (2 * weight))
+    while tokens > 1 and chunk_cost(tokens, start, weight) > allowed:  # float rounding
+        tokens -= 1
+    return max(1, min(room, tokens))
 
 
 def _cancelled_choices(request: Request, choices: range, columns: int) -> list[Completion]:
