@@ -13,7 +13,13 @@ The group's keys and values go straight into the rows' slots.
 Chunked prefill (a server's: `prefill_budget`, vLLM's max_num_batched_tokens): an engine step prefills at
 most that many prompt tokens beside its decoding step. Whole prompts are grouped within it; a longer one is
 prefilled into its slot a chunk per step, each chunk attending to the chunks before it through the slot,
-so that the other rows go on decoding meanwhile and a cancelled prompt leaves at the next step. A chunk's
+so that the other rows go on decoding meanwhile and a cancelled prompt leaves at the next step. A chunk
+attends to every token before it, so a chunk of the budget's size costs more the further into its prompt it
+starts (at 60,000 tokens, a 512-token chunk held each decoding step beside it for seconds on a CPU): a chunk
+is cut so that its cost, its linear layers' and its attention's counted in multiply-adds from the model's
+config (`chunk_size`), stays within what the budget's tokens cost at the prompt's start, or twice their linear
+layers' where attention costs less; the decoding steps between chunks then wait no longer deep into a long
+prompt than at its start. A chunk's
 rotary positions take the regime of the whole prompt (its last position rides along with the chunk's), so
 a chunked prompt is encoded as its unchunked prefill encodes it, on either side of a long-rope switch.
 
@@ -36,6 +42,11 @@ uniform number per token on the host from its own generator, seeded from the req
 index, and the token is read off the inverse CDF of the row's filtered distribution. So a seeded answer is
 the same whatever is batched beside it, and a step's shapes stay fixed for its CUDA graph. A request for n
 answers prefills its prompt once, its keys and values written into n slots.
+
+Penalties (OpenAI's presence_penalty and frequency_penalty, greedy or sampled) are taken off a row's logits
+before its token is chosen: presence * (count > 0) + frequency * count, counted over the tokens the row has
+written. Each step builds them on the host, a (rows, vocabulary) input of fixed shape like the draws, so a
+step with penalized rows is a CUDA graph too; log-probabilities stay the model's own.
 
 A request may carry a grammar (structured outputs, infer/grammar.py): each of its rows has its own matcher,
 which masks the tokens the grammar does not allow before the row's token is chosen or drawn, in the same
@@ -97,6 +108,10 @@ class Sampling:
     top_p: float = 1.0  # draw from the fewest likeliest tokens whose probability reaches top_p
     top_k: int = 0  # draw from the k likeliest tokens; 0: no cut
     seed: int | None = None  # None: a fresh random seed per request
+    # OpenAI's penalties on a token's logit, by how often the answer has written it: presence * (count > 0) +
+    # frequency * count (greedy rows too: they change which token is likeliest)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
 
 @dataclass
@@ -262,6 +277,7 @@ class Decoder:
         self.token_budget = token_budget
         self.prefill_budget = prefill_budget  # prompt tokens an engine step prefills at most; None: whole prompts, no chunks
         self.context = context_length(self.config)  # prompt and new tokens together, at most
+        self.attention_weight = attention_weight(self.config)  # what cuts a chunked prompt's chunks (chunk_size)
         self.cache_argument = _cache_argument(self.lm.layers[0])
         # Graphs need every weight in place: not under ZeRO-3, whose hooks gather weights as each layer runs.
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda" and not any(hasattr(p, "ds_id") for p in model.parameters())
@@ -311,21 +327,24 @@ class Decoder:
                 hidden[images] = hidden[images] + deepstack[index].to(hidden.dtype)
         return self.lm.norm(hidden)
 
-    def _head(self, hidden: torch.Tensor, logprobs: int, draws: Draws | None, masks: torch.Tensor | None) -> Step:
+    def _head(self, hidden: torch.Tensor, logprobs: int, draws: Draws | None, masks: torch.Tensor | None,
+              penalties: torch.Tensor | None = None) -> Step:
         """A step's outputs from last-position hidden states (rows, hidden); each of fixed shape, so that a
         CUDA graph can return them. Without draws (no row samples) every row takes the argmax; without masks
-        (no row has a grammar) every token may be written."""
+        (no row has a grammar) every token may be written; `penalties` (rows, vocabulary) are taken off the
+        logits the token is chosen from (none: no row has a penalty)."""
         logits = self.lm_head(hidden).float()
         recorded = logits[:, self.columns]
         if len(self.suppress):
             logits.index_fill_(1, self.suppress, float("-inf"))
-        writable = logits if masks is None else logits.masked_fill(~allowed_tokens(masks, logits.shape[1]), float("-inf"))
+        writable = logits if penalties is None else logits - penalties
+        writable = writable if masks is None else writable.masked_fill(~allowed_tokens(masks, logits.shape[1]), float("-inf"))
         chosen = writable.argmax(-1)
         if draws is not None:
             chosen = torch.where(draws.temperature > 0, _sample(writable, draws), chosen)
         if not logprobs:
             return Step(chosen, recorded, logits[:, :0], chosen[:, None][:, :0])
-        # The model's own log-probabilities, whatever the temperature (as OpenAI reports them).
+        # The model's own log-probabilities, whatever the temperature and penalties (as OpenAI reports them).
         log_softmax = logits.log_softmax(-1)
         # The written token first even where a tie lets topk put another first (bf16 logits tie often), or a draw
         # wrote a less likely one.
@@ -399,7 +418,8 @@ class Decoder:
         return hidden[:, -1]
 
     @torch.no_grad()
-    def _step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, logprobs: int) -> Step:
+    def _step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, penalties: torch.Tensor | None,
+              logprobs: int) -> Step:
         """One decoding step of every slot: tokens (slots,) at cache.positions."""
         places = cache.positions[:, None]
         rotary = places + cache.deltas[:, None]
@@ -412,7 +432,7 @@ class Decoder:
             else:
                 mask = (torch.arange(cache.width, device=self.device) <= places)[:, None, None, :]
                 hidden = self._layers(embeds, places, rotary, mask, cache)
-            return self._head(hidden[:, -1], logprobs, draws, masks)
+            return self._head(hidden[:, -1], logprobs, draws, masks, penalties)
 
     def _masks(self, rows: list[_Row | None]) -> torch.Tensor | None:
         """The rows' token masks (infer/grammar.py), or None where no row has a grammar. A row fed follow-up
@@ -497,7 +517,8 @@ class Decoder:
                 done, tokens = self._admit(lane, None if admitted is None else admitted - used, max_new_tokens, follow_up, top_logprobs)
                 finished, used = finished + done, used + tokens
             for lane in sorted(ongoing, key=lambda lane: lane.chunking()[0].prefill_left):  # the nearest to done first
-                if (tokens := self._chunk_tokens(lane.chunking()[0].prefill_left, self.prefill_budget - used)) is None:
+                row = lane.chunking()[0]
+                if (tokens := self._chunk_tokens(row.prefill_left, self.prefill_budget - used, row.position)) is None:
                     continue
                 finished += self._chunk(lane, tokens, follow_up, top_logprobs)
                 used += tokens
@@ -549,7 +570,7 @@ class Decoder:
             left = None if tokens is None else tokens - used
             head = len(lane.waiting.peek().input_ids)
             if left is not None and head > left:
-                if head > self.prefill_budget and not lane.chunking() and (first := self._chunk_tokens(head, left)):
+                if head > self.prefill_budget and not lane.chunking() and (first := self._chunk_tokens(head, left, 0)):
                     done, started = self._start_chunks(lane, free, first, max_new_tokens, follow_up, logprobs)
                     finished, used = finished + done, used + started
                 break
@@ -573,15 +594,16 @@ class Decoder:
                     lane.slots[row.slot] = row
         return finished, used
 
-    def _chunk_tokens(self, prompt_left: int, room: int) -> int | None:
-        """The tokens of a chunked prompt's next chunk, with `prompt_left` of it still to prefill and `room` left
-        of the step's budget; None: no chunk this step. A deterministic decoder cuts every prompt at the same
-        places, a quarter of the budget apart, whatever else the step holds, so that a chunked prompt is the
+    def _chunk_tokens(self, prompt_left: int, room: int, start: int) -> int | None:
+        """The tokens of a chunked prompt's next chunk from `start`, with `prompt_left` of it still to prefill and
+        `room` left of the step's budget, cut to cost no more than `room` tokens at a prompt's start
+        (chunk_size); None: no chunk this step. A deterministic decoder cuts every prompt at the same places,
+        chunks of a quarter of the budget so cut, whatever else the step holds, so that a chunked prompt is the
         same bits alone and beside others; a chunk waits for a step with room for it (an ongoing chunk always
         has a quarter: new prompts take three at most)."""
         if not self.deterministic:
-            return min(prompt_left, room)
-        chunk = min(prompt_left, max(1, self.prefill_budget // 4))
+            return min(prompt_left, chunk_size(room, start, self.attention_weight)) if room > 0 else 0
+        chunk = min(prompt_left, chunk_size(max(1, self.prefill_budget // 4), start, self.attention_weight))
         return chunk if room >= chunk else None
 
     def _rows(self, request: Request, choices: range, free: list[int], position: int, max_new_tokens: int) -> list[_Row]:
@@ -642,7 +664,8 @@ class Decoder:
         # a slot being prefilled in chunks is written at the position where its next chunk starts, which that chunk overwrites
         lane.cache.positions.copy_(torch.tensor([row.position if row else 0 for row in lane.slots]))
         lane.cache.deltas.copy_(torch.tensor([row.delta if row else 0 for row in lane.slots]))
-        outputs = self._run_step(lane.cache, lane.tokens, _draws(rows), self._masks(rows), width, lane.graphs, logprobs).rows()
+        outputs = self._run_step(lane.cache, lane.tokens, _draws(rows), self._masks(rows), _penalties(rows, self.vocab_size), width, lane.graphs,
+                                 logprobs).rows()
         finished = []
         for slot, row in enumerate(rows):
             if row is None:
@@ -702,42 +725,42 @@ class Decoder:
         tokens[row.slot] = row.pending.pop(0)
         return False
 
-    def _run_step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, width: int,
-                  graphs: _StepGraphs, logprobs: int) -> Step:
+    def _run_step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None,
+                  penalties: torch.Tensor | None, width: int, graphs: _StepGraphs, logprobs: int) -> Step:
         cache.width = width
         self.steps += 1
+        inputs = _step_inputs(tokens, draws, masks, penalties)
         if not self.cuda_graphs:
-            return self._step(cache, tokens.to(self.device), None if draws is None else draws.to(self.device),
-                              None if masks is None else masks.to(self.device), logprobs).cpu()
+            return self._step(cache, *_step_arguments(tuple(t.to(self.device) for t in inputs), draws is not None, masks is not None,
+                                                       penalties is not None), logprobs).cpu()
         # Steps where no row samples keep the greedy graph, which computes no draw; steps where no row has a
-        # grammar, the graph that applies no mask.
-        key = (width, draws is not None, masks is not None)
+        # grammar, the graph that applies no mask; steps where no row has a penalty, the graph that takes none off.
+        key = (width, draws is not None, masks is not None, penalties is not None)
         if key not in graphs.by_key:
-            graphs.by_key[key] = self._capture(cache, tokens, draws, masks, graphs, logprobs)
-        graph, inputs, outputs = graphs.by_key[key]
-        for static, value in zip(inputs, _step_inputs(tokens, draws, masks)):
+            graphs.by_key[key] = self._capture(cache, inputs, key, graphs, logprobs)
+        graph, static_inputs, outputs = graphs.by_key[key]
+        for static, value in zip(static_inputs, inputs):
             static.copy_(value, non_blocking=True)
         graph.replay()
         return outputs.cpu()
 
-    def _capture(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, graphs: _StepGraphs,
+    def _capture(self, cache: SlotCache, inputs: tuple[torch.Tensor, ...], key: tuple[int, bool, bool, bool], graphs: _StepGraphs,
                  logprobs: int) -> tuple:
-        """A CUDA graph of one step at the cache's current width, and its input tensors (tokens, then the
-        draws' if any, then the masks if any). Warming up writes keys and values at the slots' current
-        positions, which the real step then overwrites before anything reads them."""
-        inputs = tuple(t.to(self.device) for t in _step_inputs(tokens, draws, masks))
-        step_draws = Draws(*inputs[1:5]) if draws is not None else None
-        step_masks = inputs[-1] if masks is not None else None
+        """A CUDA graph of one step at the cache's current width, and its input tensors (_step_inputs, those
+        `key` says the step has). Warming up writes keys and values at the slots' current positions, which the
+        real step then overwrites before anything reads them."""
+        inputs = tuple(t.to(self.device) for t in inputs)
+        arguments = _step_arguments(inputs, *key[1:])
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            self._step(cache, inputs[0], step_draws, step_masks, logprobs)
+            self._step(cache, *arguments, logprobs)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         if graphs.pool is None:
             graphs.pool = torch.cuda.graph_pool_handle()
         with torch.cuda.graph(graph, pool=graphs.pool):
-            outputs = self._step(cache, inputs[0], step_draws, step_masks, logprobs)
+            outputs = self._step(cache, *arguments, logprobs)
         return graph, inputs, outputs
 
     def _room(self, lanes: list[_Lane]) -> int:
@@ -769,11 +792,11 @@ class Decoder:
 
 @dataclass
 class _StepGraphs:
-    """A cache's decoding-step graphs, one per width, greedy or sampling step, and with or without token
-    masks, sharing one memory pool.
+    """A cache's decoding-step graphs, one per width, greedy or sampling step, with or without token
+    masks, and with or without penalties, sharing one memory pool.
     They live and die with their cache: a pool whose graphs are gone cannot take another capture."""
 
-    by_key: dict[tuple[int, bool, bool], tuple] = field(default_factory=dict)
+    by_key: dict[tuple[int, bool, bool, bool], tuple] = field(default_factory=dict)
     pool: tuple | None = None
 
 
@@ -814,13 +837,70 @@ class _Lane:
         return [row for row in self.slots if row is not None and row.prefilling]
 
 
+def attention_weight(config) -> float:
+    """What attending to one more key costs a token, in units of what the token's linear layers cost (per
+    layer, multiply-adds): QK^T and AV over every head, against the q, k, v and o projections and the gated
+    MLP's three matrices."""
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    linear = config.hidden_size * head_dim * (2 * heads + 2 * kv_heads) + 3 * config.hidden_size * config.intermediate_size
+    return 2 * heads * head_dim / linear
+
+
+def chunk_cost(tokens: int, start: int, weight: float) -> float:
+    """A chunk's cost in linear-layer tokens (attention_weight): each of its tokens attends to at most every
+    token before the chunk's end."""
+    return tokens * (1 + weight * (start + tokens))
+
+
+def chunk_size(room: int, start: int, weight: float) -> int:
+    """The most tokens, `room` at most and one at least, of a chunk from `start` whose chunk_cost stays within
+    `room` tokens' at a prompt's start, or within twice their linear layers' cost where their attention costs
+    less (a model whose attention is cheap beside its linear layers keeps whole chunks longer)."""
+    allowed = max(chunk_cost(room, 0, weight), 2 * room)
+    b = 1 + weight * start  # the largest c with weight * c^2 + b * c <= allowed
+    tokens = int((-b + math.sqrt(b * b + 4 * weight * allowed)) / (2 * weight))
+    while tokens > 1 and chunk_cost(tokens, start, weight) > allowed:  # float rounding
+        tokens -= 1
+    return max(1, min(room, tokens))
+
+
 def _cancelled_choices(request: Request, choices: range, columns: int) -> list[Completion]:
     return [Completion(request.index, [], torch.empty(0, columns), choice=c, finish_reason="cancelled") for c in choices]
 
 
-def _step_inputs(tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-    """A step's inputs in the order its graph holds them: tokens, the draws' four if any, the masks if any."""
-    return (tokens, *(draws or ()), *(() if masks is None else (masks,)))
+def _step_inputs(tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, penalties: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """A step's inputs in the order its graph holds them: tokens, the draws' four if any, the masks if any,
+    the penalties if any."""
+    return (tokens, *(draws or ()), *(() if masks is None else (masks,)), *(() if penalties is None else (penalties,)))
+
+
+def _step_arguments(inputs: tuple[torch.Tensor, ...], draws: bool, masks: bool, penalties: bool) -> tuple:
+    """_step_inputs read back as _step's arguments (tokens, draws, masks, penalties; None for those the step
+    has not), given which it has."""
+    rest = list(inputs[1:])
+    step_draws = Draws(*(rest.pop(0) for _ in Draws._fields)) if draws else None
+    step_masks = rest.pop(0) if masks else None
+    step_penalties = rest.pop(0) if penalties else None
+    return inputs[0], step_draws, step_masks, step_penalties
+
+
+def _penalties(rows: list[_Row | None], size: int) -> torch.Tensor | None:
+    """Each row's penalty on each of `size` tokens, OpenAI's presence * (count > 0) + frequency * count over
+    the tokens it has written (a row fed follow-up tokens writes nothing of its own: none); None where no row
+    has one."""
+    def penalized(row: _Row | None) -> bool:
+        return row is not None and not row.following and bool(row.tokens) and bool(row.request.sampling.presence_penalty
+                                                                                    or row.request.sampling.frequency_penalty)
+
+    if not any(map(penalized, rows)):
+        return None
+    penalties = torch.zeros(len(rows), size)
+    for k, row in enumerate(rows):
+        if penalized(row):
+            counts = torch.bincount(torch.tensor(row.tokens), minlength=size).float()
+            penalties[k] = row.request.sampling.presence_penalty * (counts > 0) + row.request.sampling.frequency_penalty * counts
+    return penalties
 
 
 def _segments(requests: list[Request], need: Callable[[Request], int]) -> Iterator[list[Request]]:

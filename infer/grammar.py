@@ -11,15 +11,25 @@ graph captures like the rest of a step. A row without a grammar has every bit se
 is llguidance's end of text: it is allowed once the grammar is satisfied, and is the only token allowed
 once the grammar is complete (a choice fully written, a JSON object closed).
 
-JSON grammars allow whitespace between tokens as vLLM's do (`whitespace_flexible`), but less of it
-(WHITESPACE: a space, or a line break and indentation): a small or badly tuned judge left free to write
-whitespace writes it until max_tokens, the known failure of JSON mode (the tiny test judge writes tabs).
+JSON grammars are compact (no whitespace between tokens) unless asked otherwise: a small or badly tuned judge
+left free to write whitespace writes it until max_tokens, the known failure of JSON mode (the tiny test judge
+writes tabs). Asked for whitespace (vLLM's `disable_any_whitespace: false`, its default), they allow less of it
+than vLLM's `whitespace_flexible` (WHITESPACE: a space, or a line break and indentation).
+
+A grammar comes from a request (a server's): `within` compiles it in a daemon thread of its own and gives up
+after a time limit, so that neither a request nor the server's shutdown waits for a grammar whose lexer
+takes minutes (llguidance drops the GIL while it works; the thread, left to finish, stops nothing). A
+grammar no text satisfies (a `$ref` cycle, an empty character class) is refused when compiled: its first
+mask is computed then (which also builds the lexer's first states outside the model thread).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import llguidance
@@ -28,11 +38,13 @@ import torch
 # Between two JSON tokens: nothing, a space, or a line break and its indentation (pretty-printed JSON up to
 # 4 levels of 4 spaces); never an endless run of blank space.
 WHITESPACE = r"(?:\x20|\r?\n[\x20\x09]{0,16})?"
+COMPACT = ""  # no whitespace between JSON tokens (the default)
 BITS = 32  # llguidance's masks are rows of 32-bit words, token t at bit t % 32 of word t // 32
 
 
 class GrammarError(ValueError):
-    """A grammar llguidance cannot compile: an invalid schema, regex or Lark text (the message says where)."""
+    """A grammar llguidance cannot compile: an invalid schema, regex or Lark text (the message says where),
+    one that no text satisfies, or one past a limit."""
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: a key of the compiled grammars' cache
@@ -77,6 +89,14 @@ class Matcher:
         """The next token's mask into `row`, a contiguous int32 CPU tensor of the vocabulary's words."""
         self._matcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * row.element_size())
 
+    def failed(self) -> bool:
+        """The matcher met an error (a grammar no text satisfies, or a limit of llguidance's): it allows the
+        stop token alone from then on."""
+        return self._matcher.is_error()
+
+    def error(self) -> str:
+        return self._matcher.get_error()
+
     def accept(self, token: int) -> None:
         """Take the token written: always one the last mask allowed, so a refusal is a fault of the decoder."""
         if not self._matcher.consume_token(token):
@@ -88,6 +108,10 @@ def compiled(vocabulary: Vocabulary, spec: str, description: str) -> Grammar:
     matcher = llguidance.LLMatcher(vocabulary.tokenizer, spec, log_level=0)
     if matcher.is_error():
         raise GrammarError(_message(matcher.get_error()))
+    first = Matcher(matcher.deep_copy())
+    first.fill(torch.empty(-(-vocabulary.size // BITS), dtype=torch.int32))
+    if first.failed():  # llguidance's mask then holds the stop token alone: an answer of no text that says "stop"
+        raise GrammarError(f"no text satisfies it ({_message(first.error().splitlines()[0])})")
     return Grammar(vocabulary, description, matcher)
 
 
@@ -95,10 +119,27 @@ def _message(error: str) -> str:
     return " ".join(line.strip() for line in error.strip().splitlines())[:500] or "invalid grammar"
 
 
+def within(seconds: float, build: Callable[[], Grammar]) -> Grammar:
+    """build() in a daemon thread, or GrammarError when it takes more than `seconds` (module docstring)."""
+    done: Future = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(build())
+        except BaseException as err:  # noqa: BLE001 - handed to the waiting request, whatever it is
+            done.set_exception(err)
+
+    threading.Thread(target=run, name="grammar", daemon=True).start()
+    try:
+        return done.result(timeout=seconds)
+    except TimeoutError:
+        raise GrammarError(f"it takes more than {seconds:g} s to compile, this server's limit (--max_grammar_seconds)") from None
+
+
 @functools.lru_cache(maxsize=256)  # a harness sends the same schema with every sample: compiled once
 def _cached(vocabulary: Vocabulary, kind: str, text: str, whitespace: str | None) -> Grammar:
     if kind == "json":
-        options = {"whitespace_flexible": False} if whitespace == "" else {"whitespace_pattern": whitespace or WHITESPACE}
+        options = {"whitespace_flexible": False} if whitespace == COMPACT else {"whitespace_pattern": whitespace or WHITESPACE}
         try:
             spec = llguidance.LLMatcher.grammar_from_json_schema(text, defaults=options)
         except ValueError as err:
@@ -117,13 +158,13 @@ def _cached(vocabulary: Vocabulary, kind: str, text: str, whitespace: str | None
     raise ValueError(f"unknown grammar kind {kind!r}")
 
 
-def json_schema(vocabulary: Vocabulary, schema: dict | bool, whitespace: str | None = None) -> Grammar:
+def json_schema(vocabulary: Vocabulary, schema: dict | bool, whitespace: str | None = COMPACT) -> Grammar:
     """JSON valid against `schema` ({} or True: any JSON value). `whitespace`: the pattern of whitespace
-    between tokens (None: WHITESPACE; "": none at all)."""
+    between tokens (COMPACT: none at all; None: WHITESPACE)."""
     return _cached(vocabulary, "json", json.dumps(schema, sort_keys=True), whitespace)
 
 
-def json_object(vocabulary: Vocabulary, whitespace: str | None = None) -> Grammar:
+def json_object(vocabulary: Vocabulary, whitespace: str | None = COMPACT) -> Grammar:
     """Any JSON object (OpenAI's and vLLM's JSON mode)."""
     return json_schema(vocabulary, {"type": "object"}, whitespace)
 

@@ -6,11 +6,12 @@
 
 A chat request holds at most one system (or `developer`) message, then one user message whose content is a
 text or a list of `text` and `image_url` parts. Decoding is greedy unless `temperature` says otherwise;
-`top_p`, `top_k` (vLLM's), `seed`, `n`, `stop`, `stream`, `logprobs` are honoured, and so are structured
+`top_p`, `top_k` (vLLM's), `seed`, `n`, `stop`, `stream`, `logprobs`, `presence_penalty` and
+`frequency_penalty` (OpenAI's rule, infer/decoding.py) are honoured, and so are structured
 outputs: OpenAI's `response_format` (`json_object`, `json_schema`) and vLLM's `structured_outputs`
 (`json`, `regex`, `choice`, `grammar`) or its older `guided_*` fields, at most one of them. An optional
 field given as null is taken as absent, as OpenAI's API reference allows. A field this server cannot honour
-(tools, `logit_bias`, penalties other than neutral, `store: true`, ...) is refused by name, and so is a
+(tools, `logit_bias`, vLLM's `repetition_penalty` other than 1, `store: true`, ...) is refused by name, and so is a
 field it does not know: none is silently ignored. Fields that only label a request for its sender (`user`,
 `metadata`, ...) change no answer and are taken (docs/serve.md lists each field and what is done with it).
 """
@@ -35,9 +36,7 @@ LABELS = {"user", "safety_identifier", "metadata", "prompt_cache_key", "parallel
 # Fields taken at their neutral values only (what an SDK or harness sends to say "nothing special"), each with
 # why another value is refused.
 NEUTRAL = {
-    "presence_penalty": ([0], "penalties are not implemented; a judge decodes its own distribution"),
-    "frequency_penalty": ([0], "penalties are not implemented; a judge decodes its own distribution"),
-    "repetition_penalty": ([1], "penalties are not implemented; a judge decodes its own distribution"),
+    "repetition_penalty": ([1], "repetition_penalty is not implemented; presence_penalty and frequency_penalty are (OpenAI's)"),
     "min_p": ([0], "min_p sampling is not implemented; use top_p or top_k"),
     "logit_bias": ([{}], "logit_bias is not implemented"),
     "store": ([False], "this server stores no completion"),
@@ -190,19 +189,26 @@ class StructuredOutputs(BaseModel):
     grammar: str | None = None
     json_object: bool | None = None
     whitespace_pattern: str | None = None
+    # vLLM's name; absent, it is true here (vLLM's default is false): compact JSON, whitespace only where asked
     disable_any_whitespace: bool | None = None
+
+    def whitespace(self) -> str | None:
+        if self.whitespace_pattern is not None:
+            return self.whitespace_pattern
+        return None if self.disable_any_whitespace is False else ""
 
 
 @dataclass(frozen=True)
 class Constraint:
     """What a request's answer must follow, as the request says it: the field that says it (for errors),
-    one of json, regex, choice, grammar, and for JSON the whitespace between tokens (None: the server's
-    default; "": none)."""
+    one of json, regex, choice, grammar, and for JSON the whitespace between tokens ("": none, the default,
+    infer/grammar.py's COMPACT; None: a space, or a line break and indentation, as `disable_any_whitespace:
+    false` asks; else the request's pattern)."""
 
     field: str
     kind: Literal["json", "regex", "choice", "grammar"]
     value: object
-    whitespace: str | None = None
+    whitespace: str | None = ""
 
 
 class StreamOptions(BaseModel):
@@ -220,6 +226,8 @@ class ChatRequest(BaseModel):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     top_k: int | None = Field(default=None, ge=-1)  # vLLM's: 0 or -1 is no cut
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)  # OpenAI's range
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)
     n: int | None = Field(default=None, ge=1, le=MAX_CHOICES)
     stop: str | list[str] | None = None
@@ -244,14 +252,14 @@ class ChatRequest(BaseModel):
             schema = self.response_format.json_schema.schema_ if self.response_format.json_schema else {"type": "object"}
             found.append(Constraint("response_format", "json", schema))
         if (given := self.structured_outputs) is not None:
-            whitespace = "" if given.disable_any_whitespace else given.whitespace_pattern
+            whitespace = given.whitespace()
             kinds = {"json": given.json_, "regex": given.regex, "choice": given.choice, "grammar": given.grammar,
                      "json_object": {"type": "object"} if given.json_object else None}
             found += [Constraint(f"structured_outputs.{name}", "json" if name == "json_object" else name, value, whitespace)
                       for name, value in kinds.items() if value is not None]
             if not found:
                 raise RequestError(400, "structured_outputs", "give one of json, regex, choice, grammar, json_object")
-        found += [Constraint(f"guided_{kind}", kind, value, self.guided_whitespace_pattern) for kind, value in
+        found += [Constraint(f"guided_{kind}", kind, value, self.guided_whitespace_pattern or "") for kind, value in
                   (("json", self.guided_json), ("regex", self.guided_regex), ("choice", self.guided_choice), ("grammar", self.guided_grammar))
                   if value is not None]
         if len(found) > 1:

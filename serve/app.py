@@ -344,13 +344,16 @@ async def chat_completions(request: Request, service: Service) -> Response:
 
 def compiled(service: Service, constraint: Constraint) -> grammar.Grammar:
     """The request's structured output as a grammar of the judge's tokens; a 400 naming the field where it
-    does not compile."""
+    does not compile, no text satisfies it, or it is past this server's size or time limit."""
     if isinstance(service.vocabulary, str):
         raise RequestError(400, constraint.field, f"this judge cannot constrain its answers: {service.vocabulary}")
+    size, limits = len(constraint.value) if isinstance(constraint.value, str) else len(json.dumps(constraint.value)), service.limits
+    if size > limits.max_grammar_chars:
+        raise RequestError(400, constraint.field, f"{size:,} characters, over this server's limit of {limits.max_grammar_chars:,} (--max_grammar_chars)")
     build = {"json": lambda v, value: grammar.json_schema(v, value, constraint.whitespace), "regex": grammar.regex,
              "choice": grammar.choice, "grammar": grammar.grammar}[constraint.kind]
     try:
-        return build(service.vocabulary, constraint.value)
+        return grammar.within(limits.max_grammar_seconds, lambda: build(service.vocabulary, constraint.value))
     except grammar.GrammarError as err:
         raise RequestError(400, constraint.field, f"does not compile to a grammar: {err}") from None
 
@@ -358,7 +361,8 @@ def compiled(service: Service, constraint: Constraint) -> grammar.Grammar:
 def sampling(body: ChatRequest) -> Sampling:
     """Greedy unless the request gives a temperature above 0 (OpenAI's default is 1; a judge's is greedy)."""
     return Sampling(temperature=body.temperature or 0.0, top_p=1.0 if body.top_p is None else body.top_p,
-                    top_k=max(0, body.top_k or 0), seed=body.seed)
+                    top_k=max(0, body.top_k or 0), seed=body.seed, presence_penalty=body.presence_penalty or 0.0,
+                    frequency_penalty=body.frequency_penalty or 0.0)
 
 
 def user_query(text: str, n_images: int) -> Query:

@@ -33,6 +33,10 @@ class ServeOptions:
     max_samples: int = _limit(256, "samples per /v1/score request", 1)
     max_images: int = _limit(64, "images per sample or per chat request", 0)
     max_image_pixels: int = _limit(40_000_000, "width x height of an image, read from its header before it is decoded", 1)
+    max_grammar_chars: int = _limit(65_536, "size of a request's structured output in characters (a JSON schema as JSON text, a regex, a "
+                                    "grammar, the choices as a JSON list), refused (400) past it before it is compiled", 1)
+    max_grammar_seconds: int = _limit(10, "how long a request's structured output may take to compile (in a thread of its own, which the "
+                                      "server does not wait for), refused (400) past it", 1)
     max_num_batched_tokens: int | None = field(default=None, metadata={
         "help": "prompt tokens prefilled per engine step at most (vLLM's name): a longer chat prompt is prefilled in chunks between the "
                 "decoding steps of the answers being written, and stops at the next chunk when its client leaves; none: "

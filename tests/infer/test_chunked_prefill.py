@@ -3,10 +3,12 @@ prefilled a chunk per engine step, with the same tokens and (fp32, CPU) the same
 unchunked, on both sides of a long-rope switch and through image tokens; the other requests decode between
 its chunks; a cancelled one stops at the next chunk."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
-from mmjudge.infer.decoding import Request, Sampling
+from mmjudge.infer.decoding import Request, Sampling, attention_weight, chunk_cost, chunk_size
 from mmjudge.infer.engine import judge_decoder, prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import load_samples
@@ -15,7 +17,7 @@ from mmjudge.judge.prompts import load_rubrics
 from mmjudge.judge.testing import write_dataset, write_original_checkpoint
 from tests.infer.test_decoding import ROPE_SWITCH, _loader, chat_ids, no_images
 
-CHUNK = 200  # the tiny dataset's prompts (673-781 tokens with --max_tiles 2) take 4 chunks, the last crossing the switch
+CHUNK = 200  # the tiny dataset's prompts (673-781 tokens with --max_tiles 2) take 4 or 5 chunks, one crossing the switch
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +29,14 @@ def long_rope_judge(tmp_path_factory):
 def items(long_rope_judge, tmp_path_factory):
     data = write_dataset(tmp_path_factory.mktemp("data"), 8, seed=0).parent
     return prepare(long_rope_judge, enumerate(load_samples(data / "data.json", data)), load_rubrics(), data, ScoreOptions(max_tiles=2))
+
+
+def chunk_ends(prompt: int, budget: int, weight: float) -> list[int]:
+    """Where a prompt of `prompt` tokens alone in its step is cut into chunks of a `budget`: chunk_size's rule."""
+    ends = [0]
+    while ends[-1] < prompt:
+        ends.append(min(prompt, ends[-1] + chunk_size(budget, ends[-1], weight)))
+    return ends[1:]
 
 
 def run(judge, items, prefill_budget, **request):
@@ -44,7 +54,7 @@ def test_a_chunked_prefill_writes_what_an_unchunked_one_writes_across_the_long_r
     for request in ({}, {"sampling": Sampling(temperature=0.9, seed=3), "n": 2}):
         whole, unchunked = run(long_rope_judge, items, None, **request)
         chunked, decoder = run(long_rope_judge, items, CHUNK, **request)
-        assert decoder.prefills == len(items) * 4 and unchunked.prefills < len(items)
+        assert decoder.prefills == sum(len(chunk_ends(n, CHUNK, decoder.attention_weight)) for n in lengths) and unchunked.prefills < len(items)
         assert whole.keys() == chunked.keys()
         for key, one in whole.items():
             assert chunked[key].tokens == one.tokens and len(one.tokens) == 12
@@ -118,3 +128,47 @@ def test_a_chunked_prefill_of_a_qwen_judge_keeps_its_image_grid_positions_and_de
     for key, one in whole.items():
         assert chunked[key].tokens == one.tokens
         torch.testing.assert_close(chunked[key].top_logprobs, one.top_logprobs, rtol=0, atol=1e-4)
+
+
+INTERNVL2_4B = SimpleNamespace(hidden_size=3072, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=32, head_dim=None)  # Phi-3-mini's
+
+
+@pytest.mark.parametrize("config", [INTERNVL2_4B, SimpleNamespace(hidden_size=128, intermediate_size=256, num_attention_heads=4,
+                                                                   num_key_value_heads=4, head_dim=None)], ids=["internvl2-4b", "tiny"])
+def test_a_chunk_costs_no_more_deep_into_a_long_prompt_than_the_budget_at_its_start(config):
+    """Issue 45, item 6: a chunk's attention grows with the prompt before it, so a fixed chunk of 512 tokens at
+    60,000 held every decoding step beside it for seconds. Each chunk is the longest whose multiply-adds stay
+    within the budget's at the prompt's start (or twice their linear layers'): whole chunks while attention is
+    cheap, fewer tokens deeper in, never none."""
+    weight = attention_weight(config)
+    for budget in (64, 512, 2048):
+        allowed = max(chunk_cost(budget, 0, weight), 2 * budget)
+        sizes = [chunk_size(budget, start, weight) for start in range(0, 131_072, 997)]
+        assert sizes[0] == budget and sizes == sorted(sizes, reverse=True) and sizes[-1] >= 1
+        for start, size in zip(range(0, 131_072, 997), sizes):
+            assert (chunk_cost(size, start, weight) <= allowed or size == 1) and (size == budget or chunk_cost(size + 1, start, weight) > allowed)
+    if config is INTERNVL2_4B:  # a 512-token chunk at 60,000 tokens costs 2.1 times its bound: 239 tokens cost it
+        assert chunk_cost(512, 60_000, weight) > 2 * max(chunk_cost(512, 0, weight), 1024) and chunk_size(512, 60_000, weight) == 239
+        assert chunk_size(512, 16_000, weight) == 512  # attention below the linear layers' cost: whole chunks
+
+
+@pytest.mark.slow
+def test_each_decoding_step_beside_a_long_prompt_waits_for_one_chunk_within_the_budgets_cost(long_rope_judge, monkeypatch):
+    """The rule in the decoder, counted rather than timed: every chunk of a long prompt is within its cost
+    bound, the chunks shrink as the prompt grows, and the short request beside it takes one decoding step
+    between each two chunks: none waits for more than one bounded chunk."""
+    judge, budget = long_rope_judge, 256
+    long = chat_ids(judge, "Judge this long answer. " + "The boat leaves the harbour at night, and the sea is grey. " * 240)
+    decoder = judge_decoder(judge, "cpu", None, columns=[], prefill_budget=budget)
+    chunks = []  # (start, end, decoding steps run before it)
+    prefill_chunk = decoder._prefill_chunk
+    monkeypatch.setattr(decoder, "_prefill_chunk", lambda rows, cache, prompt, end: chunks.append((rows[0].position, end, decoder.steps))
+                        or prefill_chunk(rows, cache, prompt, end))
+    requests = [Request(0, long, max_new_tokens=1), Request(1, chat_ids(judge, "Score it."), max_new_tokens=200)]
+    list(decoder.generate(requests, no_images, 200, joining=lambda take: None))
+    weight, allowed = decoder.attention_weight, max(chunk_cost(budget, 0, decoder.attention_weight), 2 * budget)
+    assert chunks[-1][1] == len(long) and [start for start, _, _ in chunks[1:]] == [end for _, end, _ in chunks[:-1]]
+    assert all(chunk_cost(end - start, start, weight) <= allowed for start, end, _ in chunks)
+    assert chunks[0][1] - chunks[0][0] > 2 * (chunks[-2][1] - chunks[-2][0])  # shrunk more than twofold by the end
+    # from the short request's first step on (its prompt is prefilled beside the long one's first chunk), one step per chunk
+    assert [after - before for (_, _, before), (_, _, after) in zip(chunks[1:], chunks[2:])] == [1] * (len(chunks) - 2)

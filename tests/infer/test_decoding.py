@@ -2,6 +2,7 @@
 alone, whatever its batch, its slot or its neighbours' lengths; and equal to transformers' own generate."""
 
 import inspect
+from dataclasses import replace
 import warnings
 
 import pytest
@@ -452,3 +453,63 @@ def test_a_request_may_ask_for_more_than_generates_limit_up_to_the_context(judge
     cut = answers(decoder, [Request(0, prompts[0], max_new_tokens=40), Request(1, prompts[1], max_new_tokens=40)])
     assert cut[0, 0].tokens == long[0, 0].tokens[:25] and cut[0, 0].finish_reason == "length"
     assert len(cut[1, 0].tokens) == 25 + len(prompts[0]) - len(prompts[1])
+
+
+def full_logprobs(completion: Completion, size: int) -> torch.Tensor:
+    """(tokens, vocabulary): each step's log-probabilities of every token, from top_logprobs of the whole vocabulary."""
+    return torch.full((len(completion.tokens), size), float("-inf")).scatter(1, completion.top_ids, completion.top_logprobs)
+
+
+@pytest.mark.slow
+def test_penalties_take_presence_and_frequency_off_each_tokens_logit_by_its_count_in_the_answer(judge, prompts):
+    """OpenAI's rule, computed by hand from the model's own log-probabilities at each step (which the
+    penalties leave as they are): the token written is the argmax, or the draw, of logprob - presence *
+    (count > 0) - frequency * count, over the tokens written before it. Greedy and sampled rows alike, beside
+    a row without penalties, which writes what it writes alone."""
+    from mmjudge.infer.decoding import Draws, _generator, _sample
+
+    decoder = chat_decoder(judge)
+    size = decoder.vocab_size
+    settings = [Sampling(presence_penalty=1.5, frequency_penalty=0.5), Sampling(presence_penalty=-0.5, frequency_penalty=2.0),
+                Sampling(temperature=0.9, seed=11, presence_penalty=2.0, frequency_penalty=1.0)]
+    requests = [Request(k, prompts[k], max_new_tokens=12, sampling=s) for k, s in enumerate(settings)] + [Request(3, prompts[3], max_new_tokens=12)]
+    done = answers(decoder, requests, top_logprobs=size)
+    plain = answers(chat_decoder(judge), [Request(k, prompts[k], max_new_tokens=12, sampling=replace(s, presence_penalty=0, frequency_penalty=0))
+                                          for k, s in enumerate(settings)])
+    for k, sampling in enumerate(settings):
+        completion = done[k, 0]
+        assert completion.tokens != plain[k, 0].tokens  # the penalties change the answer
+        generator = _generator(sampling, 0)
+        for step, logprobs in enumerate(full_logprobs(completion, size)):
+            counts = torch.bincount(torch.tensor(completion.tokens[:step], dtype=torch.long), minlength=size).float()
+            penalized = logprobs - sampling.presence_penalty * (counts > 0) - sampling.frequency_penalty * counts
+            uniform = torch.rand((), generator=generator) if generator is not None else None
+            if uniform is None:
+                expected = int(penalized.argmax())
+            else:
+                expected = _sample(penalized[None], Draws(torch.tensor([sampling.temperature]), torch.tensor([1.0]), torch.tensor([0]), uniform[None])).item()
+            assert completion.tokens[step] == expected, (k, step)
+    assert done[3, 0].tokens == answers(chat_decoder(judge), [Request(3, prompts[3], max_new_tokens=12)])[3, 0].tokens
+
+
+def test_penalties_count_each_rows_written_tokens_and_a_steps_inputs_read_back_as_its_arguments():
+    """The host side of a penalized step: each row's penalty vector by hand, none for a row without penalties,
+    an empty slot or a row fed follow-up tokens; and the graph's flat inputs read back in _step's order for
+    every mix of draws, masks and penalties (what a CUDA graph captures and replays)."""
+    from mmjudge.infer.decoding import Draws, _penalties, _Row, _step_arguments, _step_inputs
+
+    def row(tokens, **penalties):
+        return _Row(Request(0, torch.tensor([1]), sampling=Sampling(**penalties)), position=1, tokens=tokens)
+
+    rows = [row([2, 2, 5], presence_penalty=0.5, frequency_penalty=0.25), None, row([1, 1], presence_penalty=0.0), row([3], frequency_penalty=-1.0)]
+    assert _penalties([rows[1], rows[2]], 6) is None and _penalties([row([], presence_penalty=1.0)], 6) is None
+    assert _penalties(rows, 6).tolist() == [[0, 0, 0.5 + 0.5, 0, 0, 0.5 + 0.25], [0] * 6, [0] * 6, [0, 0, 0, -1.0, 0, 0]]
+    rows[0].following = True
+    assert _penalties(rows, 6)[0].tolist() == [0] * 6
+    tokens, masks, penalties = torch.arange(4), torch.ones(4, 1, dtype=torch.int32), torch.ones(4, 6)
+    draws = Draws(torch.ones(4), torch.ones(4), torch.zeros(4, dtype=torch.long), torch.zeros(4))
+    for given in [(d, m, p) for d in (None, draws) for m in (None, masks) for p in (None, penalties)]:
+        inputs = _step_inputs(tokens, *given)
+        read = _step_arguments(inputs, *(g is not None for g in given))
+        assert read[0] is tokens and read[2] is given[1] and read[3] is given[2]
+        assert read[1] is None if given[0] is None else all(a is b for a, b in zip(read[1], draws))

@@ -107,6 +107,39 @@ def test_sampled_cuda_graph_steps_write_what_eager_steps_and_each_request_alone_
     assert alone and alone == {key: graphs[key] for key in alone}
 
 
+def test_penalized_cuda_graph_steps_write_what_eager_steps_write(tmp_path, dataset, monkeypatch):
+    """Issue 45, item 10: penalties are a graph input like the draws (a step with penalized rows replays a graph
+    of its own): penalized greedy and sampled rows beside plain ones, in fp32, write the same tokens under CUDA
+    graphs as in eager steps; and the penalties change what they write. Their rule is checked by hand on the
+    CPU (tests/infer/test_decoding.py)."""
+    from concurrent.futures import Future
+
+    from mmjudge.infer.decoding import Request, Sampling
+    from mmjudge.infer.engine import judge_decoder
+
+    monkeypatch.setattr(mmjudge.infer.decoding, "WIDTH_STEP", 64)
+    judge = load_judge(write_original_checkpoint(tmp_path / "ckpt"), "cuda", torch.float32)
+    items = prepare(judge, list(enumerate(load_samples(dataset / "data.json", dataset))), load_rubrics(), dataset, ScoreOptions(max_tiles=2))
+    samplings = [Sampling(), Sampling(presence_penalty=1.5, frequency_penalty=0.5), Sampling(0.8, seed=2, frequency_penalty=2.0)]
+
+    def load(request):
+        future = Future()
+        future.set_result(None if not items[request.index].images else _load_pixels(items[request.index], torch.float32, pin=True))
+        return future
+
+    def run(cuda_graphs, penalties=True):
+        decoder = judge_decoder(judge, "cuda", None, columns=[])
+        decoder.cuda_graphs = cuda_graphs
+        chosen = samplings if penalties else [Sampling(), Sampling(), Sampling(0.8, seed=2)]
+        requests = [Request(i, item.input_ids.long(), max_new_tokens=24, sampling=chosen[i % 3]) for i, item in enumerate(items)]
+        return {c.index: c.tokens for done in decoder.generate(requests, load, 24) for c in done}
+
+    graphs = run(True)
+    assert graphs == run(False)
+    plain = run(True, penalties=False)
+    assert all(graphs[i] != plain[i] for i in graphs if i % 3) and all(graphs[i] == plain[i] for i in graphs if i % 3 == 0)
+
+
 def test_constrained_steps_and_chunked_prefills_under_cuda_graphs_write_what_eager_unchunked_steps_write(tmp_path, dataset, monkeypatch):
     """Token masks are graph inputs like the draws: rows under a JSON schema or a choice beside free rows,
     greedy and sampled, prompts prefilled in chunks of 256, fp32: the same tokens as eager steps after whole

@@ -217,3 +217,34 @@ def test_the_engine_refuses_a_pair_under_a_pairwise_rubric_when_structured(judge
     items = prepare(judge, list(enumerate(bench.samples)), rubrics, pairs.parent, options)
     with pytest.raises(UsageError, match="leave --structured out for pairs"):
         next(scorer.run(items))
+
+
+def test_a_grammar_no_text_satisfies_is_refused_when_compiled(vocabulary):
+    """Issue 45, item 5: a `$ref` cycle or an empty character class compiled, and the answer was the stop token
+    alone: empty content with finish_reason "stop", as if the judge had answered."""
+    for build in (lambda: grammar.json_schema(vocabulary, {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}),
+                  lambda: grammar.regex(vocabulary, r"[^\s\S]"), lambda: grammar.regex(vocabulary, r"Score: [^\x00-\x{10FFFF}]"),
+                  lambda: grammar.grammar(vocabulary, "start: a\na: a")):
+        with pytest.raises(grammar.GrammarError, match="no text satisfies it"):
+            build()
+    assert grammar.regex(vocabulary, r"Score: [0-6]").description == "a regular expression"
+
+
+def test_a_grammar_that_takes_too_long_to_compile_is_refused_and_no_one_waits_for_it():
+    """Issue 45, item 5: a grammar whose compile never ends here (it waits for an event) is refused at the time
+    limit; its thread is a daemon, so a server stopping does not wait for it either."""
+    import threading
+
+    release = threading.Event()
+    threads = []
+
+    def build():
+        threads.append(threading.current_thread())
+        release.wait()
+        raise AssertionError("never reached before the limit")
+
+    with pytest.raises(grammar.GrammarError, match=r"takes more than 0.01 s to compile, this server's limit \(--max_grammar_seconds\)"):
+        grammar.within(0.01, build)
+    assert threads[0].daemon and threads[0].is_alive()
+    release.set()
+    assert grammar.within(60, lambda: "compiled") == "compiled"

@@ -83,6 +83,14 @@ def test_vllms_choice_regex_json_and_grammar_constrain_the_answer(server):
         choice = ask(**field)
         assert choice.finish_reason == "stop" and valid_verdict(choice.message.content), choice
     assert " " not in ask(structured_outputs={"json": VERDICT, "disable_any_whitespace": True}).message.content
+    # issue 45, item 5: compact JSON unless asked otherwise (vLLM's disable_any_whitespace: false, its default there)
+    def verdicts(**fields):
+        return [client.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=120, temperature=1.0, seed=seed, extra_body=fields)
+                .choices[0].message.content for seed in range(4)]
+
+    compact = r'\{"better":"(A|B|tie)","score":[0-6],"sure":(true|false)\}'
+    assert all(re.fullmatch(compact, text) for text in verdicts(structured_outputs={"json": VERDICT}) + verdicts(guided_json=VERDICT))
+    assert any(re.search(r"\s", text) for text in verdicts(structured_outputs={"json": VERDICT, "disable_any_whitespace": False}))
     lark = 'start: "Verdict: " ("A" | "B") " wins"'
     gbnf = 'root ::= "Verdict: " ("A" | "B") " wins"'
     for field in ({"structured_outputs": {"grammar": lark}}, {"guided_grammar": gbnf}):
@@ -119,6 +127,15 @@ REFUSED = [
     ({"response_format": {"type": "json_object"}, "guided_regex": "a"}, "guided_regex", "one structured output per request"),
     ({"guided_choice": []}, "guided_choice", "at least 1 item"),
     ({"guided_decoding_backend": "xgrammar", "guided_regex": "a"}, "guided_decoding_backend", "llguidance"),
+    # issue 45, item 5: past a limit, refused before anything is compiled (each was a 500 after minutes on a judge's vocabulary)
+    ({"guided_choice": [f"option {k}" for k in range(10_000)]}, "guided_choice", "over this server's limit of 65,536 (--max_grammar_chars)"),
+    ({"structured_outputs": {"json": {"type": "object", "properties": {f"p{k}": {"type": "integer"} for k in range(10_000)}}}},
+     "structured_outputs.json", "over this server's limit of 65,536 (--max_grammar_chars)"),
+    ({"structured_outputs": {"grammar": "start: " + " | ".join(f'"w{k}"' for k in range(50_000))}}, "structured_outputs.grammar",
+     "over this server's limit of 65,536 (--max_grammar_chars)"),
+    # ... and a grammar no text satisfies, which answered 200 with empty content and finish_reason "stop"
+    ({"guided_json": {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}}, "guided_json", "no text satisfies it"),
+    ({"structured_outputs": {"regex": r"[^\s\S]"}}, "structured_outputs.regex", "no text satisfies it"),
 ]
 
 
