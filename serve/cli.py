@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from mmjudge.infer.cli import DTYPES
+from mmjudge.infer.loaded import DTYPES
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag, add_settings_flags, config_given, config_values, run, setting_problems
 from mmjudge.judge.data import UsageError
@@ -65,17 +65,17 @@ def _main(argv) -> int:
     rubrics = load_rubrics(args.rubric or FORMATS["pairs"].default_rubrics)
     import uvicorn
 
-    from mmjudge.api import Judge
     from mmjudge.infer.engine import judge_vocabulary
     from mmjudge.infer.grammar import GrammarError
+    from mmjudge.infer.loaded import LoadedJudge
     from mmjudge.judge.model import with_max_tiles
     from mmjudge.judge.rope import context_length
     from mmjudge.serve.app import Service, build_app
     from mmjudge.serve.metrics import Metrics
     from mmjudge.serve.worker import Worker
 
-    # the Python API's door, the same judge; refused there where --deterministic's kernels cannot run
-    loaded = Judge.load(args.model_path, device=args.device, dtype=args.dtype, revision=args.revision, deterministic=options.deterministic)
+    # the judge judge-score and the Python API load; refused there where --deterministic's kernels cannot run
+    loaded = LoadedJudge.load(args.model_path, args.device, args.dtype, args.revision, options.deterministic)
     judge, device = loaded.model, loaded.device
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
     context = context_length(judge.model.config.get_text_config())

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 import mmjudge
-from mmjudge.api import rubric_paths
+from mmjudge.configs import rubric_paths
 from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.data import InputError, Sample, UsageError
 from mmjudge.judge.testing import write_dataset
@@ -107,7 +107,7 @@ def test_score_one_is_the_record_of_that_one_sample(judge):
     assert one == same and one["category"] == "PBL" and one["n_images"] == 1
     with pytest.raises(UsageError, match="category: give the rubric that judges the answer, one of SA, PBL, MSR"):
         judge.score_one("q", "a")
-    tiny = mmjudge.Judge(judge.path, judge.model, judge.device, rubric_paths("tiny"))  # its rubrics hold the pairwise one too
+    tiny = mmjudge.Judge(judge.path, judge.model, judge.device, judge.fingerprint, rubric_paths("tiny"))  # its rubrics hold the pairwise one too
     with pytest.raises(UsageError, match="one of MSR, PBL, SA$"):  # which judges pairs, never one answer
         tiny.score_one("q", "a")
     with pytest.raises(UsageError, match="give a list of samples"):
@@ -169,3 +169,35 @@ def test_fine_tune_trains_a_judge_that_loads_back(checkpoint, tmp_path):
     assert record["category"] == "SA" and record["generated_tokens"] >= 1
     with pytest.raises(UsageError, match="not empty"):
         mmjudge.fine_tune(checkpoint, train_file, tmp_path / "judge", config="tiny")
+
+
+COMMAND_PACKAGES = ("judge", "infer", "train", "calibration", "serve", "demo")  # each installed as mmjudge.<folder>
+
+
+def imported_names(path) -> set[str]:
+    """Every module a file imports, at its top or inside a function: `from mmjudge import api` as mmjudge.api."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return names
+
+
+def test_no_command_package_imports_the_api_which_stands_above_them():
+    """The API is a door over the commands' engines (issue 43, item 6): it imports them, never the reverse."""
+    import importlib.util
+    from pathlib import Path
+
+    import mmjudge.api
+
+    # wherever the packages are imported from: the checkout under an editable install, site-packages under a regular one
+    files = [path for package in COMMAND_PACKAGES for folder in importlib.util.find_spec(f"mmjudge.{package}").submodule_search_locations
+             for path in Path(folder).rglob("*.py")]
+    assert len(files) > 50
+    upward = sorted(str(path) for path in files if {"mmjudge.api", *(f"mmjudge.{name}" for name in mmjudge.__all__)} & imported_names(path))
+    assert upward == []
+    assert "mmjudge.infer.loaded" in imported_names(Path(mmjudge.api.__file__))  # the walk reads the imports it should
