@@ -33,9 +33,6 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--model_path", required=True,
                    help="judge checkpoint, a local directory or a Hugging Face Hub id: InternVL2/2.5/3 (original or -hf), Qwen2.5-VL, Qwen3-VL, or a judge-train output")
     add_revision_flag(p)
-    p.add_argument("--served_model_name",
-                   help="the name requests give as their `model` and /v1/models lists; any other name is answered 404 model_not_found "
-                        "(default: --model_path as given)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on; any but a loopback address needs --api_key_env (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     p.add_argument("--api_key_env",
@@ -83,14 +80,14 @@ def _main(argv) -> int:
         raise UsageError(f"--max_model_len {limits.max_model_len} is more than {args.model_path}'s context of {context} tokens")
     worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000, prefill_budget(limits.max_num_batched_tokens, device),
                     limits.max_model_len)
-    name = args.served_model_name or args.model_path
+    names = limits.served_names(args.model_path)
     try:
         vocabulary = judge_vocabulary(judge)
     except GrammarError as err:  # requests for structured outputs are refused, saying why
         vocabulary = str(err)
         print(f"judge-serve: no structured outputs: {err}", file=sys.stderr, flush=True)
-    service = Service(name, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
-                      worker, int(time.time()), worker.context, Metrics(name), vocabulary, loaded.fingerprint)
+    service = Service(names, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
+                      worker, int(time.time()), worker.context, Metrics(names[0]), vocabulary, loaded.fingerprint)
     print(f"judge-serve: {args.model_path} on {device}, http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.Server(uvicorn.Config(build_app(service), host=args.host, port=args.port, log_level="info")).run()
     return 0
