@@ -29,20 +29,24 @@ The shape leaves room for what comes next: pairwise judging adds `compare` / `co
 
 from __future__ import annotations
 
+import functools
+import re
 import tempfile
 import warnings
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmjudge.calibration.run import calibrate
-from mmjudge.configs import DEFAULT_RUBRICS, by_name, rubric_paths
+from mmjudge.calibration import run as calibration_run
+from mmjudge.configs import DEFAULT_RUBRICS, bundled, by_name, rubric_paths
 from mmjudge.infer.inputs import read_benchmark
 from mmjudge.infer.loaded import LoadedJudge
 from mmjudge.judge.cpu import use_free_cores
-from mmjudge.judge.data import InputError, Sample, UsageError, validate_samples
-from mmjudge.train.run import TrainResult, fine_tune
+from mmjudge.judge.data import InputError, Pair, Sample, UsageError, validate_samples
+from mmjudge.train import run as train_run
+from mmjudge.train.run import TrainResult
 
 if TYPE_CHECKING:
     import torch
@@ -51,9 +55,9 @@ if TYPE_CHECKING:
     from mmjudge.judge.calibrator import Calibrator
     from mmjudge.judge.formats import BenchmarkInput, Format
     from mmjudge.judge.model import Judge as Model
+    from mmjudge.judge.prompts import Rubric
 
 PathLike = str | Path
-IN_MEMORY = "samples"  # how a problem of samples given in memory names them
 
 
 @dataclass(repr=False)
@@ -88,60 +92,76 @@ class Judge(LoadedJudge):
             image_token_budget, prompt_token_budget, max_tiles, workers, structured, deterministic, ignore_stop) over the config.
         """
         use_free_cores()  # before torch loads, as every command (judge/cpu.py)
-        from mmjudge.infer.options import ScoreOptions, options_for
+        from mmjudge.infer.options import options_for
 
-        known = [f.name for f in fields(ScoreOptions)]
-        if unknown := sorted(set(options) - set(known)):
-            raise UsageError(f"unknown scoring option(s) {', '.join(unknown)}; the options are {', '.join(known)}")
-        checked = options_for("mmie", config, options)  # every value that cannot work, refused before the weights load
-        loaded = LoadedJudge.load(model_path, device, dtype, revision, checked.deterministic)
+        with keywords_named():
+            _known_options(options)
+            if config is not None and not by_name("score", config).is_file():
+                raise UsageError(f"--config {config}: no such file, and no bundled scoring preset of that name "
+                                 f"({', '.join(bundled('score'))}; the training preset tiny is fine_tune's)")
+            checked = options_for("mmie", config, options)  # every value that cannot work, refused before the weights load
+            loaded = LoadedJudge.load(model_path, device, dtype, revision, checked.deterministic)
         return cls(loaded.path, loaded.model, loaded.device, loaded.fingerprint, rubric_paths(rubrics),
                    by_name("score", config) if config else None, options)
 
     def __repr__(self) -> str:
         return f"Judge({str(self.path)!r}, device={self.device!r})"
 
-    def score(self, samples: PathLike | Iterable[dict | Sample], *, input_dir: PathLike | None = None, format: str | None = None,
+    def score(self, samples: PathLike | Iterable[dict | Sample | Pair], /, *, input_dir: PathLike | None = None, format: str | None = None,
               criteria_file: PathLike | None = None, calibrator: PathLike | Calibrator | None = None, allow_calibrator_mismatch: bool = False,
-              progress: bool = True) -> list[dict]:
-        """Score samples, batched by the engine; the records judge-score writes to eval_result.json, in input order.
+              rubrics: PathLike | Sequence[PathLike] | None = None, rubric: str | dict | Rubric | None = None, progress: bool = True,
+              **options) -> list[dict]:
+        """Score samples (or judge pairs), batched by the engine; the records judge-score writes to
+        eval_result.json, in input order.
 
-        samples: a file judge-score reads (MMIE's JSON or JSONL, or a MileBench, Inst-It or MEGA-Bench file),
-            or MMIE-shaped records: dicts ({"id", "question", "answer", "category"?, "model"?, "gt_answer"?},
-            the question and answer each a text or a list of {"text"} / {"image"} segments) or `Sample`s.
-            An image is a path or a PIL image (written losslessly to a temporary file for the engine).
+        samples: a file judge-score reads (MMIE's JSON or JSONL, pairs, or another benchmark's file), or
+            records in memory: MMIE-shaped dicts ({"id", "question", "answer", "category"?, "model"?,
+            "gt_answer"?}, the question and answer each a text or a list of {"text"} / {"image"} segments)
+            or `Sample`s; or pairs ({"id", "question", "answer_a", "answer_b", "category"?, ...}) or `Pair`s,
+            judged in both orders as `compare` judges them. An image is a path or a PIL image (written
+            losslessly to a temporary file for the engine).
         input_dir: the folder that relative image paths are read in (default: the file's folder; for records,
             the working directory). (--input_dir)
-        format: the file's benchmark format, mmie, milebench, instit or megabench (default: detected). (--format)
+        format: the file's format, one of judge.formats.FORMATS (default: detected). (--format)
         criteria_file: MEGA-Bench's task rows, for its files only. (--criteria_file)
         calibrator: a judge-calibrate calibrator.json (or a Calibrator): adds calibrated_score, score_set and
             escalate to each record; refused (UsageError) when fitted on another judge's scores or another
-            rubric. (--calibrator)
+            rubric, and for pairs. (--calibrator)
         allow_calibrator_mismatch: apply such a calibrator anyway, with a warning. (--allow_calibrator_mismatch)
+        rubrics: rubric files or folders, or bundled names, for this call (default: those `load` was given,
+            else the input's own). (--rubric)
+        rubric: one rubric given here, as a dict of a rubric file's keys ({"category", "instructions",
+            "template", "criteria"?, "scale"?, ...}), its YAML text, or a Rubric: it judges its category in
+            place of that category's rubric among the others.
         progress: show progress bars on stderr.
+        **options: scoring options for this call (infer.options.ScoreOptions' fields: max_new_tokens, mode,
+            and for pairs samples, temperature, top_p, seed, pair_rule, ...), over those `load` was given;
+            the judge is not loaded again.
 
         Every problem of the input (a missing image, a record without an answer, a category no rubric
         judges) is raised at once as an InputError, before the model runs.
         """
-        from mmjudge.infer.options import options_for
-        from mmjudge.judge.calibrator import as_records, load_calibrator
-        from mmjudge.judge.identity import stamp
-        from mmjudge.judge.prompts import rubric_problems
+        with keywords_named():
+            return self._judged(samples, None, input_dir, format, criteria_file, calibrator, allow_calibrator_mismatch, rubrics, rubric,
+                                progress, options)
 
-        with tempfile.TemporaryDirectory(prefix="mmjudge-images-") as images:
-            fmt, bench, image_root = self._read(samples, input_dir, format, criteria_file, Path(images))
-            if problems := bench.problems + rubric_problems(bench.samples, bench.rubrics, bench.path):
-                raise InputError(problems)
-            options = options_for(fmt.name, self.config, self.options)
-            if calibrator is not None:
-                scored = {c: bench.rubrics[c] for c in sorted({s.category for s in bench.samples})}
-                where = calibrator if isinstance(calibrator, (str, Path)) else "(given)"
-                calibrator = load_calibrator(calibrator, list(scored.values()))
-                for warning in calibrator.check_fit(where, f"the judge {self.path}", self.fingerprint, scored, allow_calibrator_mismatch):
-                    warnings.warn(warning, stacklevel=2)
-            indexed = list(enumerate(bench.samples))
-            results = {r.id: r for batch in self.score_batches(indexed, bench.rubrics, options, image_root, progress) for r in batch}
-        return as_records(stamp([results[s.id] for s in bench.samples], self.fingerprint, bench.rubrics), calibrator)
+    def compare(self, pairs: PathLike | Iterable[dict | Pair], /, *, input_dir: PathLike | None = None, format: str | None = None,
+                rubrics: PathLike | Sequence[PathLike] | None = None, rubric: str | dict | Rubric | None = None, progress: bool = True,
+                **options) -> list[dict]:
+        """Judge pairs of answers, each in both orders; the records judge-score writes for pairs (a verdict
+        A, B or tie, its distribution, each order's judgement), in input order.
+
+        pairs: dicts ({"id", "question", "answer_a", "answer_b", "model_a"?, "model_b"?, "category"?,
+            "group"?}; the question and answers as `score`'s samples have them) or `Pair`s, or a file of
+            pairs (the toolkit's, or a judge benchmark's: VL-RewardBench, Multimodal RewardBench, MMRB2,
+            OpenING). A pair of category general (the default) is judged by the pairwise rubric; one of
+            MMIE's categories by scoring each answer with MMIE's rubric.
+        input_dir, format, rubrics, rubric, progress: as `score`'s.
+        **options: scoring options for this call, as `score`'s: samples (judgements per order, majority
+            voted), temperature, top_p, seed, pair_rule, tie_margin, max_new_tokens, ...
+        """
+        with keywords_named():
+            return self._judged(pairs, "pairs", input_dir, format, None, None, False, rubrics, rubric, progress, options)
 
     def score_one(self, question: str | list[dict], answer: str | list[dict], images: Sequence[PathLike | Image.Image] = (), *,
                   category: str | None = None, reference: str | None = None, model: str | None = None, **score_args) -> dict:
@@ -149,56 +169,142 @@ class Judge(LoadedJudge):
 
         question, answer: texts, or lists of MMIE segments ({"text": ...} / {"image": path or PIL image}).
         images: the answer's images, shown after its text (paths or PIL images).
-        category: the rubric that judges it (default: the only rubric's, where one is loaded; MMIE's
-            rubrics are SA, PBL and MSR).
+        category: the rubric that judges it (default: the only rubric's, where one is loaded or given;
+            MMIE's rubrics are SA, PBL and MSR).
         reference: a reference answer, for rubrics that show one (MMIE's MSR).
         model: the answering model's name, kept in the record.
-        **score_args: `score`'s keywords (input_dir, calibrator, progress).
+        **score_args: `score`'s keywords (input_dir, calibrator, rubrics, rubric, progress) and scoring options.
         """
         from PIL import Image
 
-        if isinstance(images, (str, Path, Image.Image)):  # one image, not a sequence of characters (c, a, t, ...)
-            images = [images]
-        answer_segments = _segments(answer, "answer") + [{"image": image} for image in images]
-        record = {"id": "sample", "question": _segments(question, "question"), "answer": answer_segments,
-                  "category": category or self._only_category(), "model": model}
-        if reference is not None:
-            record["gt_answer"] = reference
+        with keywords_named():
+            if isinstance(images, (str, Path, Image.Image)):  # one image, not a sequence of characters (c, a, t, ...)
+                images = [images]
+            answer_segments = _segments(answer, "answer") + [{"image": image} for image in images]
+            given = _rubric(score_args.get("rubric"), None)
+            record = {"id": "sample", "question": _segments(question, "question"), "answer": answer_segments,
+                      "category": category or (given.category if given else self._only_category(score_args.get("rubrics"))), "model": model}
+            if reference is not None:
+                record["gt_answer"] = reference
         return self.score([record], **{"progress": False, **score_args})[0]
 
-    def _read(self, samples, input_dir, format_name, criteria_file, images: Path) -> tuple[Format, BenchmarkInput, Path]:
-        """The input as judge-score reads it: a file through its format, records as MMIE samples (their PIL
-        images written into `images`)."""
+    def _judged(self, items, wanted: str | None, input_dir, format_name, criteria_file, calibrator, allow_calibrator_mismatch, rubrics, rubric,
+                progress, given: dict) -> list[dict]:
+        """`score` and `compare`: the input read and checked as judge-score checks it, then the engine's
+        records. `wanted`: "pairs" where only pairs may come."""
+        from mmjudge.infer.engine import STRUCTURED_PAIRS
+        from mmjudge.infer.options import PAIR_OPTIONS, options_for
+        from mmjudge.judge.calibrator import as_records, load_calibrator
+        from mmjudge.judge.identity import stamp
+        from mmjudge.judge.prompts import rubric_problems
+
+        _known_options(given)
+        with tempfile.TemporaryDirectory(prefix="mmjudge-images-") as images:
+            rubric_set = rubric_paths(rubrics) or self.rubrics
+            fmt, bench, image_root = self._read(items, wanted or "samples", input_dir, format_name, criteria_file, rubric_set,
+                                                _rubric(rubric, Path(images)), Path(images))
+            if problems := bench.problems + rubric_problems(bench.samples, bench.rubrics, bench.path):
+                raise InputError(problems)
+            pairs = bool(bench.samples) and isinstance(bench.samples[0], Pair)
+            if wanted == "pairs" and not pairs:
+                where = f"{bench.path} holds" if isinstance(items, (str, Path)) else "these are"
+                raise UsageError(f"pairs: {where} single answers ({fmt.name}'s samples), not pairs; score them with score")
+            if not pairs and (pair_options := [name for name in PAIR_OPTIONS if name in given]):
+                raise UsageError(f"{', '.join(pair_options)}: for pairs of answers; these samples are single answers")
+            options = options_for(fmt.name, self.config, {**self.options, **given})
+            if pairs and calibrator is not None:
+                raise UsageError("--calibrator applies to samples, not pairs")
+            if pairs and options.structured and any(r.kind == "pairwise" for r in bench.rubrics.values()):
+                raise UsageError(STRUCTURED_PAIRS)
+            if calibrator is not None:
+                scored = {c: bench.rubrics[c] for c in sorted({s.category for s in bench.samples})}
+                where = calibrator if isinstance(calibrator, (str, Path)) else "(given)"
+                calibrator = load_calibrator(calibrator, list(scored.values()))
+                for warning in calibrator.check_fit(where, f"the judge {self.path}", self.fingerprint, scored, allow_calibrator_mismatch):
+                    warnings.warn(warning, stacklevel=3)
+            indexed = list(enumerate(bench.samples))
+            results = {r.id: r for batch in self.score_batches(indexed, bench.rubrics, options, image_root, progress) for r in batch}
+        return as_records(stamp([results[s.id] for s in bench.samples], self.fingerprint, bench.rubrics), calibrator)
+
+    def _read(self, items, what: str, input_dir, format_name, criteria_file, rubric_set: list[Path] | None, rubric: Rubric | None,
+              images: Path) -> tuple[Format, BenchmarkInput, Path]:
+        """The input as judge-score reads it: a file through its format, records as MMIE samples or as pairs
+        (their PIL images written into `images`), judged by `rubric_set` (None: the format's) and `rubric`."""
         from mmjudge.judge.formats import FORMATS, BenchmarkInput, detect_format
         from mmjudge.judge.prompts import load_rubrics
 
         if format_name is not None and format_name not in FORMATS:
             raise UsageError(f"--format {format_name}: one of {', '.join(FORMATS)}")
-        if isinstance(samples, (dict, Sample)):
-            raise UsageError("samples: give a list of samples (or score_one for one answer)")
-        if not isinstance(samples, (str, Path, Iterable)):
-            raise UsageError(f"samples: give a file's path or a list of samples, not {type(samples).__name__}")
-        if isinstance(samples, (str, Path)):
-            path = Path(samples)
+        if isinstance(items, (dict, Sample, Pair)):
+            raise UsageError(f"{what}: give a list of {what} (or {'score_one' if what == 'samples' else 'a list of one'} for one)")
+        if not isinstance(items, (str, Path, Iterable)):
+            raise UsageError(f"{what}: give a file's path or a list of {what}, not {type(items).__name__}")
+        if isinstance(items, (str, Path)):
+            path = Path(items)
             fmt = FORMATS[format_name] if format_name else detect_format(path)
             root = Path(input_dir) if input_dir is not None else path.parent
-            return fmt, read_benchmark(fmt, path, root, self.rubrics, criteria_file), root
-        if format_name not in (None, "mmie") or criteria_file is not None:
-            raise UsageError("format and criteria_file apply to a benchmark's file; samples given in memory are MMIE's")
-        records = [_with_image_files(s, i, images) for i, s in enumerate(samples)]
+            loaded = load_rubrics(rubric_set or fmt.default_rubrics)
+            return fmt, read_benchmark(fmt, path, root, {**loaded, **_by_category(rubric)}, criteria_file), root
+        if format_name not in (None, "mmie", "pairs") or criteria_file is not None:
+            raise UsageError("format and criteria_file apply to a benchmark's file; records given in memory are MMIE's samples or pairs")
+        records = [_with_image_files(s, i, images) for i, s in enumerate(items)]
+        fmt = FORMATS["pairs" if records and _is_pair(records[0]) else "mmie"]
         root = Path(input_dir) if input_dir is not None else Path.cwd()
-        fmt = FORMATS["mmie"]
-        valid, problems, notes = validate_samples(IN_MEMORY, root, records=records)
-        return fmt, BenchmarkInput(Path(IN_MEMORY), valid, problems, load_rubrics(self.rubrics or fmt.default_rubrics), None, notes), root
+        valid, problems, notes = validate_samples(what, root, Pair if fmt.name == "pairs" else Sample, records=records)
+        loaded = {**load_rubrics(rubric_set or fmt.default_rubrics), **_by_category(rubric)}
+        return fmt, BenchmarkInput(Path(what), valid, problems, loaded, None, notes), root
 
-    def _only_category(self) -> str:
+    def _only_category(self, rubrics: PathLike | Sequence[PathLike] | None = None) -> str:
         from mmjudge.judge.prompts import load_rubrics
 
         # a pairwise rubric judges pairs, never one answer
-        categories = [category for category, rubric in load_rubrics(self.rubrics or DEFAULT_RUBRICS).items() if rubric.kind != "pairwise"]
+        given = rubric_paths(rubrics) or self.rubrics or DEFAULT_RUBRICS
+        categories = [category for category, rubric in load_rubrics(given).items() if rubric.kind != "pairwise"]
         if len(categories) != 1:
             raise UsageError(f"category: give the rubric that judges the answer, one of {', '.join(categories)}")
         return categories[0]
+
+
+def _known_options(given: dict) -> None:
+    """Scoring options by keyword: each a ScoreOptions field."""
+    from mmjudge.infer.options import ScoreOptions
+
+    known = [f.name for f in fields(ScoreOptions)]
+    if unknown := sorted(set(given) - set(known)):
+        raise UsageError(f"unknown scoring option(s) {', '.join(unknown)}; the options are {', '.join(known)}")
+
+
+def _is_pair(record: object) -> bool:
+    return isinstance(record, Pair) or (isinstance(record, dict) and {"answer_a", "answer_b"} <= set(record))
+
+
+def _rubric(rubric: str | dict | Rubric | None, folder: Path | None) -> Rubric | None:
+    """One rubric given in a call: a Rubric, a dict of a rubric file's keys, or its YAML text, checked as
+    judge-score checks a rubric file (its text is written into `folder` and read back; None: not kept)."""
+    from mmjudge.judge.data import Problem
+    from mmjudge.judge.prompts import Rubric, load_rubrics
+
+    if rubric is None or isinstance(rubric, Rubric):
+        return rubric
+    if not isinstance(rubric, (str, dict)):
+        raise UsageError(f"rubric: give a dict of a rubric file's keys, its YAML text or a Rubric, not {type(rubric).__name__}")
+    import yaml
+
+    with tempfile.TemporaryDirectory(prefix="mmjudge-rubric-") if folder is None else nullcontext(folder) as where:
+        file = Path(where) / "rubric.yaml"
+        file.write_text(rubric if isinstance(rubric, str) else yaml.safe_dump(rubric, allow_unicode=True), encoding="utf-8")
+        try:
+            [(_, loaded)] = load_rubrics([file]).items()
+        except InputError as err:  # named as the caller gave it, not by the temporary file
+            raise InputError([Problem("rubric", p.message, None, p.record_id, p.field)
+                              for p in err.problems]) from None
+        except ValueError:
+            raise UsageError("rubric: one rubric, not a list of them; give rubrics= for several") from None
+    return loaded
+
+
+def _by_category(rubric: Rubric | None) -> dict:
+    return {rubric.category: rubric} if rubric is not None else {}
 
 
 def _segments(value: str | list[dict], name: str) -> list[dict]:
@@ -217,7 +323,7 @@ def _with_image_files(sample: dict | Sample, index: int, images: Path) -> object
     objects are not changed."""
     from PIL import Image
 
-    if isinstance(sample, Sample):
+    if isinstance(sample, (Sample, Pair)):
         return sample.model_dump(exclude_none=True)
     if not isinstance(sample, dict):
         return sample  # the validator names what is wrong with it
@@ -233,8 +339,41 @@ def _with_image_files(sample: dict | Sample, index: int, images: Path) -> object
         return {**segment, "image": str(path)}
 
     return {key: [as_file(segment, f"{index}-{key}-{k}") for k, segment in enumerate(value)]
-            if key in ("question", "answer", "gt_answer") and isinstance(value, list) else value
+            if key in ("question", "answer", "answer_a", "answer_b", "gt_answer") and isinstance(value, list) else value
             for key, value in sample.items()}
 
 
+# How the API names what the engines' messages name by the command lines' flags: a flag is the keyword of its
+# name (--max_new_tokens is max_new_tokens=), but for these.
+KEYWORDS = {"rubric": "rubrics", "by": "group_by", "predictions": "predictions", "input_file": "samples"}
 
+
+def as_keywords(message: str) -> str:
+    """A message of the engines' in the API's words: `--config tiny` as `config tiny`, `--rubric` as `rubrics`."""
+    return re.sub(r"(?<![\w-])--([a-z][a-z0-9_]*)", lambda match: KEYWORDS.get(match[1], match[1]), message)
+
+
+@contextmanager
+def keywords_named() -> Iterator[None]:
+    """A UsageError or InputError raised within names the Python keywords of what was given, not the command
+    lines' flags."""
+    try:
+        yield
+    except UsageError as err:
+        raise UsageError(as_keywords(str(err))) from None
+    except InputError as err:
+        raise InputError([replace(p, message=as_keywords(p.message)) for p in err.problems]) from None
+
+
+def _door(engine):
+    """The engine's function as the API gives it: the same arguments and docstring, its errors in keywords."""
+    @functools.wraps(engine)
+    def door(*args, **kwargs):
+        with keywords_named():
+            return engine(*args, **kwargs)
+
+    return door
+
+
+calibrate = _door(calibration_run.calibrate)
+fine_tune = _door(train_run.fine_tune)
