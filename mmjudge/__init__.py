@@ -4,6 +4,7 @@
 
     judge = mmjudge.Judge.load("OpenGVLab/InternVL2-4B")    # once; a Hub id, a local folder or a judge-train output
     records = judge.score(samples)                           # MMIE-shaped dicts, Samples or a file: judge-score's records
+    verdicts = judge.compare(pairs)                          # pairs of answers, each judged in both orders
     report = mmjudge.calibrate(records, "annotations.json")  # agreement with people
     mmjudge.fine_tune("OpenGVLab/InternVL2-4B", "train.json", "my-judge", config="tiny")
 
@@ -22,7 +23,7 @@ __all__ = ["Judge", "Sample", "ScoreOptions", "TrainConfig", "TrainResult", "Rep
 
 # Where each public name is defined, imported when first asked for.
 _DEFINED_IN = {
-    "Judge": "mmjudge.api",  # a judge loaded once: .score(samples), .score_one(question, answer, images)
+    "Judge": "mmjudge.api",  # a judge loaded once: .score(samples), .compare(pairs), .score_one(question, answer, images)
     "calibrate": "mmjudge.api",  # agreement with people and calibration maps: a Report
     "fine_tune": "mmjudge.api",  # judge-train's recipe: a TrainResult
     "TrainResult": "mmjudge.api",

@@ -5,26 +5,25 @@
     judge = mmjudge.Judge.load("OpenGVLab/InternVL2-4B")     # once: a Hub id, a local folder, a judge-train output
     records = judge.score("mmie/data.json")                   # a file, MMIE-shaped dicts or Samples; batched
     record = judge.score_one("What is shown?", "A cat on a mat.", images=["cat.png"], category="SA")
+    verdicts = judge.compare(pairs, samples=3, temperature=0.7)   # pairs in memory or a file; options per call
     report = mmjudge.calibrate(records, "annotations.json")   # agreement with people: a calibration Report
     trained = mmjudge.fine_tune("OpenGVLab/InternVL2-4B", "train.json", "my-judge", config="tiny")
 
 A door over the commands' engines, which never import it: `Judge` is infer/loaded.py's LoadedJudge (the
 judge judge-score's local backend and judge-serve load, scoring through the same `score_batches`) with
 judge-score's reading of inputs in front, so `Judge.score` returns the records judge-score writes to
-eval_result.json; `calibrate` is calibration/run.py's, which judge-calibrate runs, and `fine_tune`
-train/run.py's, which judge-train runs.
+eval_result.json and `Judge.compare` those it writes for pairs; `calibrate` is calibration/run.py's, which
+judge-calibrate runs, and `fine_tune` train/run.py's, which judge-train runs.
 What only the command lines do stays theirs: the journal that resumes a run, ranks under torchrun, the
 benchmarks' own output files, the image probe.
 
 Arguments have the names of the command lines' flags (`input_dir`, `config`, `rubrics` for --rubric) and
-take the same values: a bundled file by name (`config="tiny"`, `rubrics="tiny"`, `deepspeed="zero2"`) or a
-path. Mistakes raise `mmjudge.judge.data.UsageError` (a setting) or `InputError` (every problem of an input,
-each naming its record and field), before any model is used.
-
-The shape leaves room for what comes next: pairwise judging adds `compare` / `compare_one` beside `score` /
-`score_one` on the same `Judge`, returning verdict records; another backbone is another checkpoint that
-`Judge.load` reads (judge/model.py), not another class. Nothing here imports torch until a judge is loaded
-(`calibrate` never does), so `import mmjudge` stays cheap.
+take the same values: a bundled file by name (`rubrics="tiny"`, `deepspeed="zero2"`) or a path; scoring
+options and rubrics may also be given per call. Mistakes raise `mmjudge.judge.data.UsageError` (a setting) or
+`InputError` (every problem of an input, each naming its record and field), before any model is used, their
+messages naming the Python keywords (`keywords_named`). Every backbone is a checkpoint `Judge.load` reads
+(judge/model.py), not another class. Nothing here imports torch until a judge is loaded (`calibrate` never
+does), so `import mmjudge` stays cheap.
 """
 
 from __future__ import annotations

@@ -286,3 +286,18 @@ def test_no_command_package_imports_the_api_which_stands_above_them():
     upward = sorted(str(path) for path in files if {"mmjudge.api", *(f"mmjudge.{name}" for name in mmjudge.__all__)} & imported_names(path))
     assert upward == []
     assert "mmjudge.infer.loaded" in imported_names(Path(mmjudge.api.__file__))  # the walk reads the imports it should
+
+
+def test_the_api_page_reference_is_the_codes_signatures_and_docstrings():
+    """docs/api.md's reference is made from the code (docs/api_reference.py): a keyword added, renamed or
+    described anew in a docstring fails here until the page is made again."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("api_reference", Path(__file__).resolve().parents[1] / "docs" / "api_reference.py")
+    made = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(made)
+    page = made.PAGE.read_text()
+    assert made.page_with_reference(page) == page, "run: .venv/bin/python docs/api_reference.py"
+    for name, function in made.DOCUMENTED:
+        assert f"### `{name}{made.signature(function)}`" in page
