@@ -19,7 +19,8 @@ infer/ (judge-score), train/ (judge-train), calibration/ (judge-calibrate), serv
 
 from importlib import import_module
 
-__all__ = ["Judge", "Sample", "ScoreOptions", "TrainConfig", "TrainResult", "Report", "calibrate", "fine_tune", "__version__"]
+__all__ = ["Judge", "Sample", "ScoreOptions", "ScoreRecord", "VerdictRecord", "TrainConfig", "TrainResult", "Report", "calibrate", "fine_tune",
+           "__version__"]
 
 # Where each public name is defined, imported when first asked for.
 _DEFINED_IN = {
@@ -27,6 +28,8 @@ _DEFINED_IN = {
     "calibrate": "mmjudge.api",  # agreement with people and calibration maps: a Report
     "fine_tune": "mmjudge.api",  # judge-train's recipe: a TrainResult
     "TrainResult": "mmjudge.api",
+    "ScoreRecord": "mmjudge.api",  # what .score returns per sample: a typed dict, judge-score's record
+    "VerdictRecord": "mmjudge.api",  # what .compare returns per pair
     "Sample": "mmjudge.judge.data",  # an MMIE sample: question, answer, category
     "ScoreOptions": "mmjudge.infer.options",  # how a judge scores (Judge.load's keywords)
     "TrainConfig": "mmjudge.train.config",  # the training settings (fine_tune's keywords)

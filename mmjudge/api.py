@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from mmjudge.calibration import run as calibration_run
 from mmjudge.configs import DEFAULT_RUBRICS, bundled, by_name, rubric_paths
@@ -57,6 +57,73 @@ if TYPE_CHECKING:
     from mmjudge.judge.prompts import Rubric
 
 PathLike = str | Path
+
+
+class CalibratorFields(TypedDict, total=False):
+    """A ScoreRecord's fields of a calibrator, there only where `score` was given one."""
+
+    calibrated_score: float | None
+    score_set: list[int | float] | None  # [lowest, highest] level of the calibrator's conformal set
+    escalate: bool | None
+
+
+class ScoreRecord(CalibratorFields):
+    """A scored sample as `score` returns it: a record of judge-score's eval_result.json, field for field
+    (judge.data.JudgeResult's fields; the calibrator's three only where a calibrator was given)."""
+
+    id: str
+    model: str | None
+    category: str
+    feedback: str
+    score: int | float | None
+    criteria: dict[str, int | float | None]
+    score_distribution: dict[str, float] | None
+    expected_score: float | None
+    parse_error: str | None
+    truncated: list[str]
+    n_images: int
+    n_tiles: int | None
+    prompt_tokens: int
+    generated_tokens: int
+    judge_fingerprint: str | None
+    rubric_fingerprint: str | None
+
+
+class OrderRecord(TypedDict):
+    """One judgement of a pair in one order (judge.data.OrderJudgement): `first` is the answer shown first."""
+
+    first: Literal["A", "B"]
+    feedback: str
+    verdict: Literal["A", "B", "tie"] | None
+    label: str | None
+    criteria: dict[str, Literal["A", "B", "tie"] | None]
+    verdict_distribution: dict[str, float] | None
+    parse_error: str | None
+    truncated: list[str]
+    n_tiles: int | None
+    prompt_tokens: int
+    generated_tokens: int
+
+
+class VerdictRecord(TypedDict):
+    """A judged pair as `compare` returns it: a record of judge-score's eval_result.json for pairs, field for
+    field (judge.data.PairResult's fields)."""
+
+    id: str
+    model_a: str | None
+    model_b: str | None
+    category: str
+    group: str | None
+    verdict: Literal["A", "B", "tie"] | None
+    verdict_distribution: dict[str, float] | None
+    rule: str
+    swap_consistent: bool | None
+    forward: list[OrderRecord]
+    reverse: list[OrderRecord]
+    scores: dict[str, ScoreRecord] | None  # a pointwise judge's: "A" and "B"
+    n_images: int
+    judge_fingerprint: str | None
+    rubric_fingerprint: str | None
 
 
 @dataclass(repr=False)
@@ -109,7 +176,7 @@ class Judge(LoadedJudge):
     def score(self, samples: PathLike | Iterable[dict | Sample | Pair], /, *, input_dir: PathLike | None = None, format: str | None = None,
               criteria_file: PathLike | None = None, calibrator: PathLike | Calibrator | None = None, allow_calibrator_mismatch: bool = False,
               rubrics: PathLike | Sequence[PathLike] | None = None, rubric: str | dict | Rubric | None = None, progress: bool = True,
-              **options) -> list[dict]:
+              **options) -> list[ScoreRecord] | list[VerdictRecord]:
         """Score samples (or judge pairs), batched by the engine; the records judge-score writes to
         eval_result.json, in input order.
 
@@ -146,7 +213,7 @@ class Judge(LoadedJudge):
 
     def compare(self, pairs: PathLike | Iterable[dict | Pair], /, *, input_dir: PathLike | None = None, format: str | None = None,
                 rubrics: PathLike | Sequence[PathLike] | None = None, rubric: str | dict | Rubric | None = None, progress: bool = True,
-                **options) -> list[dict]:
+                **options) -> list[VerdictRecord]:
         """Judge pairs of answers, each in both orders; the records judge-score writes for pairs (a verdict
         A, B or tie, its distribution, each order's judgement), in input order.
 
@@ -163,7 +230,7 @@ class Judge(LoadedJudge):
             return self._judged(pairs, "pairs", input_dir, format, None, None, False, rubrics, rubric, progress, options)
 
     def score_one(self, question: str | list[dict], answer: str | list[dict], images: Sequence[PathLike | Image.Image] = (), *,
-                  category: str | None = None, reference: str | None = None, model: str | None = None, **score_args) -> dict:
+                  category: str | None = None, reference: str | None = None, model: str | None = None, **score_args) -> ScoreRecord:
         """Score one answer; its record as `score` returns it.
 
         question, answer: texts, or lists of MMIE segments ({"text": ...} / {"image": path or PIL image}).

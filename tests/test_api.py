@@ -210,6 +210,22 @@ def test_a_notebook_compares_pairs_in_memory_with_options_per_call_as_judge_scor
         judge.compare(pairs, max_new_token=4)
 
 
+def test_the_typed_records_are_judge_scores_records_field_for_field(judge, tmp_path):
+    """ScoreRecord and VerdictRecord (the types score and compare return) hold the engine's result fields, and a
+    record of each has exactly their required keys: typed, and still judge-score's records as JSON."""
+    from mmjudge.api import OrderRecord, ScoreRecord, VerdictRecord
+    from mmjudge.judge.data import CALIBRATOR_FIELDS, JudgeResult, OrderJudgement, PairResult
+
+    for typed, model in ((ScoreRecord, JudgeResult), (VerdictRecord, PairResult), (OrderRecord, OrderJudgement)):
+        assert typed.__required_keys__ | typed.__optional_keys__ == set(model.model_fields), typed.__name__
+    assert ScoreRecord.__optional_keys__ == CALIBRATOR_FIELDS
+    [record] = judge.score(notebook_samples()[:1], max_new_tokens=2, progress=False)
+    assert set(record) == ScoreRecord.__required_keys__
+    pairs = json.loads(write_pairs(tmp_path / "data", 1, seed=0).read_text())
+    [verdict] = judge.compare(pairs, input_dir=tmp_path / "data", max_new_tokens=2, progress=False)
+    assert set(verdict) == VerdictRecord.__required_keys__ and set(verdict["forward"][0]) == OrderRecord.__required_keys__
+
+
 def test_a_rubric_given_per_call_as_a_string_or_a_dict_judges_as_its_file_does(judge, checkpoint, tmp_path):
     samples = [s for s in notebook_samples() if s["id"].startswith("SA")]
     as_files(samples, tmp_path / "data")
