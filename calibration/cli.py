@@ -18,10 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from mmjudge import api
 from mmjudge.calibration.analysis import Options, Report
 from mmjudge.calibration.preferences import analyse as analyse_preferences, is_preference_file
 from mmjudge.calibration.report import write_preference_report
+from mmjudge.calibration.run import calibrate
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import SCORE_FIELDS, UsageError
 from mmjudge.judge.outputs import locked, overwritten_inputs
@@ -109,10 +109,10 @@ def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     if is_preference_file(args.predictions[0]):
         return preferences(args, Path(args.output_dir))
-    report = api.calibrate(args.predictions, args.human, names=args.names, output_dir=args.output_dir, criteria=args.criteria,
-                           group_by=args.by, bootstrap=args.bootstrap, seed=args.seed, fit=args.fit, folds=args.folds,
-                           scale=(*args.scale, args.step), overall=args.overall, coverage=args.coverage,
-                           target_agreement=args.target_agreement, agreement=args.agreement, calibrator_of=args.calibrator_of)
+    report = calibrate(args.predictions, args.human, names=args.names, output_dir=args.output_dir, criteria=args.criteria,
+                       group_by=args.by, bootstrap=args.bootstrap, seed=args.seed, fit=args.fit, folds=args.folds,
+                       scale=(*args.scale, args.step), overall=args.overall, coverage=args.coverage,
+                       target_agreement=args.target_agreement, agreement=args.agreement, calibrator_of=args.calibrator_of)
     print_summary(report, Path(args.output_dir))
     return 0
 

@@ -36,3 +36,10 @@ def by_name(kind: str, value: str | Path) -> Path:
     file even where the working directory holds a file of that name (`./tiny` names that one): a command
     means the same in every folder."""
     return bundled(kind).get(str(value), Path(value))
+
+
+def rubric_paths(rubrics: str | Path | list[str | Path] | tuple[str | Path, ...] | None) -> list[Path] | None:
+    """Rubric files or folders, each a bundled one's name or a path; None: none given."""
+    if rubrics is None:
+        return None
+    return [by_name("rubrics", r) for r in ([rubrics] if isinstance(rubrics, (str, Path)) else rubrics)]

@@ -19,6 +19,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from mmjudge.infer.loaded import DTYPES
 from mmjudge.infer.options import PAIR_OPTIONS, ScoreOptions, options_for, preset
 from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag, add_settings_flags, config_given, config_values, flag_given, run
 from mmjudge.judge.data import UsageError
@@ -26,7 +27,6 @@ from mmjudge.infer.summary import SUMMARY
 from mmjudge.judge.formats import FORMATS, Format, detect_format
 from mmjudge.judge.outputs import LOCK_FILE
 
-DTYPES = ("bfloat16", "float16", "float32")
 BACKENDS = ("local", "openai")
 # --backend openai: one sample's request in all, every try and every wait between tries. Each try is cut after
 # 600 s (openai_backend.ANSWER_TIMEOUT_S), and with the 6 tries of --max_retries 5 a server trickling its

@@ -1,15 +1,15 @@
-"""judge-score's local backend: the judge loaded here, on this rank's device, by the Python API's
-`Judge.load`, and scoring through its `Judge.score_batches` (one engine for both doors); under `torchrun`
-each rank scores its share of the samples (infer/run.py shards them)."""
+"""judge-score's local backend: the judge loaded here, on this rank's device, as a LoadedJudge
+(infer/loaded.py), scoring through its `score_batches`, as the Python API's `Judge` does (one engine for
+both doors); under `torchrun` each rank scores its share of the samples (infer/run.py shards them)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from mmjudge.api import Judge, checked_device, default_device, find_checkpoint
 from mmjudge.infer.batch_invariant import deterministic_on
 from mmjudge.infer.engine import read_tokens
+from mmjudge.infer.loaded import LoadedJudge, checked_device, default_device, find_checkpoint
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.progress import Bar
 from mmjudge.judge.data import JudgeResult, Pair, PairResult, Sample
@@ -35,7 +35,7 @@ class LocalBackend:
     def load(self) -> dict:
         """The judge loaded; what of it must be unchanged for a journal's results to be resumed: the
         checkpoint's files (a Hub id's cache snapshot, whose path names its commit), dtype and settings."""
-        self.judge = Judge.load(self.model_dir, device=self.device, dtype=self.dtype)
+        self.judge = LoadedJudge.at(self.model_dir, self.device, self.dtype, self.judge_fingerprint)
         model = self.judge.model
         model.settings = with_max_tiles(model.settings, self.options.max_tiles)
         model_dir = self.model_dir.resolve()

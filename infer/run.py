@@ -21,8 +21,8 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
-from mmjudge.api import read_benchmark
 from mmjudge.infer.engine import STRUCTURED_PAIRS
+from mmjudge.infer.inputs import read_benchmark
 from mmjudge.infer.journal import Journal, Result, clear, file_sha256, fingerprint, journal_pattern, read_finished, setting_fingerprints
 from mmjudge.infer.local_backend import LocalBackend
 from mmjudge.infer.openai_backend import OpenAIBackend

@@ -4,6 +4,7 @@
 
     judge = mmjudge.Judge.load("OpenGVLab/InternVL2-4B")    # once; a Hub id, a local folder or a judge-train output
     records = judge.score(samples)                           # MMIE-shaped dicts, Samples or a file: judge-score's records
+    verdicts = judge.compare(pairs)                          # pairs of answers, each judged in both orders
     report = mmjudge.calibrate(records, "annotations.json")  # agreement with people
     mmjudge.fine_tune("OpenGVLab/InternVL2-4B", "train.json", "my-judge", config="tiny")
 
@@ -18,14 +19,17 @@ infer/ (judge-score), train/ (judge-train), calibration/ (judge-calibrate), serv
 
 from importlib import import_module
 
-__all__ = ["Judge", "Sample", "ScoreOptions", "TrainConfig", "TrainResult", "Report", "calibrate", "fine_tune", "__version__"]
+__all__ = ["Judge", "Sample", "ScoreOptions", "ScoreRecord", "VerdictRecord", "TrainConfig", "TrainResult", "Report", "calibrate", "fine_tune",
+           "__version__"]
 
 # Where each public name is defined, imported when first asked for.
 _DEFINED_IN = {
-    "Judge": "mmjudge.api",  # a judge loaded once: .score(samples), .score_one(question, answer, images)
+    "Judge": "mmjudge.api",  # a judge loaded once: .score(samples), .compare(pairs), .score_one(question, answer, images)
     "calibrate": "mmjudge.api",  # agreement with people and calibration maps: a Report
     "fine_tune": "mmjudge.api",  # judge-train's recipe: a TrainResult
     "TrainResult": "mmjudge.api",
+    "ScoreRecord": "mmjudge.api",  # what .score returns per sample: a typed dict, judge-score's record
+    "VerdictRecord": "mmjudge.api",  # what .compare returns per pair
     "Sample": "mmjudge.judge.data",  # an MMIE sample: question, answer, category
     "ScoreOptions": "mmjudge.infer.options",  # how a judge scores (Judge.load's keywords)
     "TrainConfig": "mmjudge.train.config",  # the training settings (fine_tune's keywords)

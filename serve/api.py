@@ -219,7 +219,7 @@ class StreamOptions(BaseModel):
 class ChatRequest(BaseModel):
     # strict: `"max_tokens": true` or `"temperature": "0"` are refused, not read as 1 and 0
     model_config = ConfigDict(extra="ignore", strict=True)
-    model: str
+    model: str | None = None  # none: the served model, as vLLM takes it
     messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)  # the newer name of max_tokens

@@ -2,7 +2,7 @@
 
     GET  /health               {"status": "ok"} while the model thread runs; no key needed
     GET  /metrics              Prometheus text in vLLM's shape (serve/metrics.py)
-    GET  /v1/models            the one model served; /v1/models/{id} its card (ids may hold slashes)
+    GET  /v1/models            the model under each name it is served as; /v1/models/{id} its card (ids may hold slashes)
     POST /v1/score             MMIE samples (or pairs) -> the records judge-score writes (serve/api.py)
     POST /v1/chat/completions  OpenAI's chat completions, whole or streamed (serve/api.py, serve/completions.py)
 
@@ -60,7 +60,7 @@ CLIENT_GONE = 499  # nginx's status for a request whose client closed the connec
 class Service:
     """Everything a request handler needs: the judge, its rubrics and settings, and the model thread."""
 
-    model_name: str  # --served_model_name: what requests must name as their `model`
+    model_names: tuple[str, ...]  # --served_model_name's (and --harness_names'): what a request's `model` may name; the first by default
     judge: Judge
     rubrics: dict[str, Rubric]
     score_options: ScoreOptions
@@ -194,12 +194,12 @@ async def metrics(request: Request, service: Service) -> Response:
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
-def card(service: Service) -> dict:
-    """The model as /v1/models lists it, with what a client needs to know of its input: its context
-    (vLLM's `max_model_len`) and how large an image it takes: the tiles an InternVL judge cuts an image into
-    at most (`max_tiles`), the pixels a Qwen-VL judge resizes one to at most (`max_pixels`)."""
+def card(service: Service, name: str) -> dict:
+    """The model under one of its names as /v1/models lists it, with what a client needs to know of its input:
+    its context (vLLM's `max_model_len`) and how large an image it takes: the tiles an InternVL judge cuts an
+    image into at most (`max_tiles`), the pixels a Qwen-VL judge resizes one to at most (`max_pixels`)."""
     limits = {k: v for k, v in service.judge.settings.images.stored().items() if k in ("max_tiles", "max_pixels")}
-    return {"id": service.model_name, "object": "model", "created": service.started, "owned_by": "mmjudge",
+    return {"id": name, "object": "model", "created": service.started, "owned_by": "mmjudge",
             "max_model_len": service.context, **limits}
 
 
@@ -220,18 +220,23 @@ def processing_of(settings, body: ChatRequest):
 
 
 async def models(request: Request, service: Service) -> Response:
-    return JSONResponse({"object": "list", "data": [card(service)]})
+    return JSONResponse({"object": "list", "data": [card(service, name) for name in service.model_names]})
 
 
 async def model_card(request: Request, service: Service) -> Response:
-    check_model(service, request.path_params["model_id"], "model_id")
-    return JSONResponse(card(service))
+    return JSONResponse(card(service, served_name(service, request.path_params["model_id"], "model_id")))
 
 
-def check_model(service: Service, name: str, field: str) -> None:
-    if name != service.model_name:
-        raise RequestError(404, field, f"the model {name!r} does not exist; this server serves {service.model_name!r}",
+def served_name(service: Service, name: str | None, field: str) -> str:
+    """The name a request is answered under: its own, where the server serves the model under it; the first
+    served name where it names none (vLLM's rule; lmms-eval's egothink sends no `model`, as to Azure)."""
+    if name is None:
+        return service.model_names[0]
+    if name not in service.model_names:
+        served = ", ".join(repr(n) for n in service.model_names)
+        raise RequestError(404, field, f"the model {name!r} does not exist; this server serves {served} (--served_model_name, --harness_names)",
                            code="model_not_found")
+    return name
 
 
 async def score(request: Request, service: Service) -> Response:
@@ -294,7 +299,7 @@ def with_image_files(item: Sample | Pair, where: str, images: RequestImages) -> 
 async def chat_completions(request: Request, service: Service) -> Response:
     arrived = time.monotonic()
     body = chat_request(await read_json(request, service.limits.max_request_bytes))
-    check_model(service, body.model, "model")
+    body = body.model_copy(update={"model": served_name(service, body.model, "model")})  # the name the answer gives
     system, user = body.turns()
     stops = body.stop_sequences()
     index = len(body.messages) - 1
@@ -467,7 +472,7 @@ class Answer:
                                                          self.service.token_bytes)} if self.body.logprobs else None
             choices.append({"index": k, "message": {"role": "assistant", "content": text.text}, "finish_reason": text.finish_reason(),
                             "logprobs": logprobs})
-        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.service.model_name, "choices": choices,
+        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.body.model, "choices": choices,
                 "usage": usage(self.prompt_tokens, completions), "n_tiles": self.n_tiles}, texts
 
     async def stream(self, answer, request: Request):
@@ -475,7 +480,7 @@ class Answer:
         finish reason for each choice, the usage when stream_options.include_usage asks, then [DONE]."""
         with_usage = bool(self.body.stream_options and self.body.stream_options.include_usage)
         extra = {"usage": None} if with_usage else {}
-        piece = lambda choices, **more: sse(chunk(self.id, self.created, self.service.model_name, choices, **{**extra, **more}))  # noqa: E731
+        piece = lambda choices, **more: sse(chunk(self.id, self.created, self.body.model, choices, **{**extra, **more}))  # noqa: E731
         n = self.body.n or 1
         try:
             yield piece([{"index": k, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None} for k in range(n)])

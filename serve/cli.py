@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from mmjudge.infer.cli import DTYPES
+from mmjudge.infer.loaded import DTYPES
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag, add_settings_flags, config_given, config_values, run, setting_problems
 from mmjudge.judge.data import UsageError
@@ -33,9 +33,6 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--model_path", required=True,
                    help="judge checkpoint, a local directory or a Hugging Face Hub id: InternVL2/2.5/3 (original or -hf), Qwen2.5-VL, Qwen3-VL, or a judge-train output")
     add_revision_flag(p)
-    p.add_argument("--served_model_name",
-                   help="the name requests give as their `model` and /v1/models lists; any other name is answered 404 model_not_found "
-                        "(default: --model_path as given)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on; any but a loopback address needs --api_key_env (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     p.add_argument("--api_key_env",
@@ -65,17 +62,17 @@ def _main(argv) -> int:
     rubrics = load_rubrics(args.rubric or FORMATS["pairs"].default_rubrics)
     import uvicorn
 
-    from mmjudge.api import Judge
     from mmjudge.infer.engine import judge_vocabulary
     from mmjudge.infer.grammar import GrammarError
+    from mmjudge.infer.loaded import LoadedJudge
     from mmjudge.judge.model import with_max_tiles
     from mmjudge.judge.rope import context_length
     from mmjudge.serve.app import Service, build_app
     from mmjudge.serve.metrics import Metrics
     from mmjudge.serve.worker import Worker
 
-    # the Python API's door, the same judge; refused there where --deterministic's kernels cannot run
-    loaded = Judge.load(args.model_path, device=args.device, dtype=args.dtype, revision=args.revision, deterministic=options.deterministic)
+    # the judge judge-score and the Python API load; refused there where --deterministic's kernels cannot run
+    loaded = LoadedJudge.load(args.model_path, args.device, args.dtype, args.revision, options.deterministic)
     judge, device = loaded.model, loaded.device
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
     context = context_length(judge.model.config.get_text_config())
@@ -83,14 +80,14 @@ def _main(argv) -> int:
         raise UsageError(f"--max_model_len {limits.max_model_len} is more than {args.model_path}'s context of {context} tokens")
     worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000, prefill_budget(limits.max_num_batched_tokens, device),
                     limits.max_model_len)
-    name = args.served_model_name or args.model_path
+    names = limits.served_names(args.model_path)
     try:
         vocabulary = judge_vocabulary(judge)
     except GrammarError as err:  # requests for structured outputs are refused, saying why
         vocabulary = str(err)
         print(f"judge-serve: no structured outputs: {err}", file=sys.stderr, flush=True)
-    service = Service(name, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
-                      worker, int(time.time()), worker.context, Metrics(name), vocabulary, loaded.fingerprint)
+    service = Service(names, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
+                      worker, int(time.time()), worker.context, Metrics(names[0]), vocabulary, loaded.fingerprint)
     print(f"judge-serve: {args.model_path} on {device}, http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.Server(uvicorn.Config(build_app(service), host=args.host, port=args.port, log_level="info")).run()
     return 0

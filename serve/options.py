@@ -1,5 +1,5 @@
-"""judge-serve's own settings, each a flag of its name: how long a batch waits to fill, and the limits
-that keep a request from taking the server's memory or time. Free of torch, like infer/options.py, so
+"""judge-serve's own settings, each a flag of its name: the names the judge is served under, how long a
+batch waits to fill, and the limits that keep a request from taking the server's memory or time. Free of torch, like infer/options.py, so
 that the command line is read and checked before any model code loads."""
 
 from __future__ import annotations
@@ -19,6 +19,26 @@ def _limit(default: int, help: str, minimum: int):
 # 512 halved their median and p99 (docs/serve.md, "Long prompts").
 GPU_PREFILL_BUDGET, CPU_PREFILL_BUDGET = 2048, 512
 
+# The judge names harness tasks send whatever judge they are pointed at, read in their source (VLMEvalKit's
+# build_judge maps --judge gpt-4o to gpt-4o-2024-05-13; lmms-eval's hallusion_bench always asks for gpt-4): the
+# names --harness_names answers to beside --served_model_name's, each with who sends it. docs/harnesses.md's
+# table of them is checked against this one (tests/serve/test_names.py).
+HARNESS_NAMES = {
+    "gpt-4o": "lmms-eval wildvision_0617/0630 and live_bench (fixed in the task); VLMEvalKit with LOCAL_LLM=gpt-4o",
+    "gpt-4o-mini": "lmms-eval live_bench's second score (fixed in the task)",
+    "gpt-4": "lmms-eval hallusion_bench (fixed in its evaluate_by_chatgpt, MODEL_VERSION not read)",
+    "gpt-4o-2024-05-13": "VLMEvalKit --judge gpt-4o (build_judge's map); lmms-eval charxiv's default",
+    "gpt-4o-2024-08-06": "VLMEvalKit --judge gpt-4o-0806",
+    "gpt-4o-2024-11-20": "VLMEvalKit --judge gpt-4o-1120; lmms-eval's MODEL_VERSION default (mathvista, egothink's own, llava_in_the_wild, ...)",
+    "gpt-4o-mini-2024-07-18": "VLMEvalKit --judge gpt-4o-mini (POPE's and other datasets' default judge)",
+    "gpt-4-1106-preview": "VLMEvalKit --judge gpt-4-turbo (MMVet's default judge)",
+    "gpt-4-0125-preview": "VLMEvalKit --judge gpt-4-0125",
+    "gpt-4-turbo-2024-04-09": "VLMEvalKit --judge gpt-4-0409",
+    "gpt-4-0613": "VLMEvalKit --judge gpt-4-0613",
+    "gpt-3.5-turbo-1106": "VLMEvalKit --judge chatgpt-1106",
+    "gpt-3.5-turbo-0125": "VLMEvalKit --judge chatgpt-0125",
+}
+
 
 def prefill_budget(given: int | None, device: str) -> int:
     if given is not None:
@@ -28,6 +48,11 @@ def prefill_budget(given: int | None, device: str) -> int:
 
 @dataclass(frozen=True)
 class ServeOptions:
+    served_model_name: list[str] | None = field(default=None, metadata={
+        "help": "the names requests may give as their `model` (vLLM's flag: several names, the first the one /v1/models lists first and an "
+                "answer gives where the request names none); any other name is answered 404 model_not_found; none: --model_path as given"})
+    harness_names: bool = field(default=False, metadata={
+        "help": f"also answer to the judge names harness tasks send whatever they are told (docs/harnesses.md): {', '.join(HARNESS_NAMES)}"})
     batch_wait_ms: int = _limit(20, "how long the first request of a batch waits for others to join it, in ms", 0)
     max_request_bytes: int = _limit(64 * 2**20, "largest request body in bytes (images travel base64 inside it)", 1)
     max_samples: int = _limit(256, "samples per /v1/score request", 1)
@@ -49,3 +74,7 @@ class ServeOptions:
     def __post_init__(self):
         if problems := setting_problems(ServeOptions, asdict(self)):
             raise UsageError("invalid server options:\n  " + "\n  ".join(problems))
+
+    def served_names(self, model_path: str) -> tuple[str, ...]:
+        """Each name the judge is served under, once, the default first."""
+        return tuple(dict.fromkeys([*(self.served_model_name or [model_path]), *(HARNESS_NAMES if self.harness_names else ())]))

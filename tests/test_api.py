@@ -1,6 +1,7 @@
-"""The Python API as a notebook uses it (issue 27, item 3): `import mmjudge` costs nothing, a judge loaded once
-scores dicts with PIL images into exactly the records judge-score writes for the same input, one answer in one
-call, a calibration report from those records in memory, and a short fine-tune whose judge loads back."""
+"""The Python API as a notebook uses it (issue 27, item 3; issue 43, item 2): `import mmjudge` costs nothing, a
+judge loaded once scores dicts with PIL images into exactly the records judge-score writes for the same input,
+one answer in one call, pairs in memory through `compare`, options and a rubric given per call, a calibration
+report from those records in memory, and a short fine-tune whose judge loads back; errors name the keywords."""
 
 import json
 import subprocess
@@ -8,13 +9,14 @@ import sys
 
 import numpy as np
 import pytest
+import yaml
 from PIL import Image
 
 import mmjudge
-from mmjudge.api import rubric_paths
+from mmjudge.configs import rubric_paths
 from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.data import InputError, Sample, UsageError
-from mmjudge.judge.testing import write_dataset
+from mmjudge.judge.testing import write_dataset, write_pairs
 
 FAST = {"max_new_tokens": 6, "max_tiles": 2, "workers": 2}
 FAST_FLAGS = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
@@ -107,7 +109,7 @@ def test_score_one_is_the_record_of_that_one_sample(judge):
     assert one == same and one["category"] == "PBL" and one["n_images"] == 1
     with pytest.raises(UsageError, match="category: give the rubric that judges the answer, one of SA, PBL, MSR"):
         judge.score_one("q", "a")
-    tiny = mmjudge.Judge(judge.path, judge.model, judge.device, rubric_paths("tiny"))  # its rubrics hold the pairwise one too
+    tiny = mmjudge.Judge(judge.path, judge.model, judge.device, judge.fingerprint, rubric_paths("tiny"))  # its rubrics hold the pairwise one too
     with pytest.raises(UsageError, match="one of MSR, PBL, SA$"):  # which judges pairs, never one answer
         tiny.score_one("q", "a")
     with pytest.raises(UsageError, match="give a list of samples"):
@@ -139,7 +141,7 @@ def test_scoring_options_and_rubrics_are_judge_scores_by_name(checkpoint):
         mmjudge.Judge.load(checkpoint, max_new_token=6)
     with pytest.raises(UsageError, match="max_new_tokens must be a whole number of at least 1, got 0"):
         mmjudge.Judge.load(checkpoint, max_new_tokens=0)
-    with pytest.raises(UsageError, match="--deterministic runs batch-invariant Triton kernels on a CUDA GPU"):
+    with pytest.raises(UsageError, match="^deterministic runs batch-invariant Triton kernels on a CUDA GPU, and device cpu is not"):
         mmjudge.Judge.load(checkpoint, device="cpu", deterministic=True)
     tiny = mmjudge.Judge.load(checkpoint, rubrics="tiny", config="milebench", max_new_tokens=4)
     record = tiny.score_one("q", "a", category="SA", progress=False)
@@ -155,8 +157,107 @@ def test_calibrate_gives_the_report_judge_calibrate_writes(tmp_path):
     assert (tmp_path / "report" / "calibrator.json").is_file()
     in_memory = mmjudge.calibrate({"pred": records}, json.loads(human.read_text()), bootstrap=50)
     assert in_memory.judges["pred"].criteria == from_files.judges["pred"].criteria
-    with pytest.raises(UsageError, match="--folds must be at least 2, got 1"):
+    with pytest.raises(UsageError, match="^folds must be at least 2, got 1"):
         mmjudge.calibrate(records, str(human), folds=1)
+
+
+SEGMENTED = ("question", "answer", "answer_a", "answer_b")
+# A rubric as a notebook writes it, in a string (prometheus-eval's habit): MMIE's SA judged by a shorter prompt.
+RUBRIC = """category: SA
+criteria:
+  text_quality: Text quality
+instructions: "Rate the answer from 0 to 6."
+template: "{instructions}\\n### Question\\n{question}\\n### Answer\\n{answer}\\n### Feedback\\n"
+"""
+
+
+def in_memory(records: list[dict], folder) -> list[dict]:
+    """The records of a file as a notebook holds them: each image a PIL image, read from `folder`."""
+    def segment(part: dict) -> dict:
+        return {**part, "image": Image.open(folder / part["image"]).convert("RGB")} if "image" in part else part
+
+    return [{key: [segment(part) for part in value] if key in SEGMENTED and isinstance(value, list) else value for key, value in record.items()}
+            for record in records]
+
+
+def judge_score(checkpoint, folder, input_file: str, out, *flags) -> list[dict]:
+    assert score_main(["--model_path", str(checkpoint), "--input_dir", str(folder), "--input_file", input_file, "--output_dir", str(out),
+                       *FAST_FLAGS, *flags]) == 0
+    return json.loads((out / "eval_result.json").read_text())
+
+
+def test_a_notebook_compares_pairs_in_memory_with_options_per_call_as_judge_score_judges_the_file(judge, checkpoint, tmp_path):
+    pairs_file = write_pairs(tmp_path / "data", 3, seed=2)
+    pairs = in_memory(json.loads(pairs_file.read_text()), pairs_file.parent)
+    per_call = {"samples": 2, "temperature": 0.7, "seed": 3, "max_new_tokens": 4}
+    model = judge.model
+    records = judge.compare(pairs, progress=False, **per_call)
+    written = judge_score(checkpoint, pairs_file.parent, "pairs.json", tmp_path / "out", "--samples", "2", "--temperature", "0.7",
+                          "--seed", "3", "--max_new_tokens", "4")
+    assert [r["id"] for r in records] == ["pair_0001", "pair_0002", "pair_0003"]
+    assert records == written  # every field: the verdicts, each order's two sampled judgements, their distributions
+    assert all(len(r["forward"]) == 2 and 1 <= r["forward"][0]["generated_tokens"] <= 4 for r in records)
+    assert judge.score(pairs, progress=False, **per_call) == written  # score takes pairs in memory as compare does
+    assert judge.compare(pairs_file, progress=False, **per_call) == written  # and the file itself
+    # the options were this call's: the judge is the one loaded, its own options unchanged
+    assert judge.model is model and judge.options == FAST
+    assert judge.compare(pairs, progress=False) == judge_score(checkpoint, pairs_file.parent, "pairs.json", tmp_path / "again")
+    with pytest.raises(UsageError, match=r"^pairs: these are single answers \(mmie's samples\), not pairs; score them with score$"):
+        judge.compare(notebook_samples())
+    with pytest.raises(UsageError, match="^samples, temperature: for pairs of answers; these samples are single answers$"):
+        judge.score(notebook_samples(), samples=2, temperature=0.5)
+    with pytest.raises(UsageError, match="unknown scoring option.*max_new_token[;]"):
+        judge.compare(pairs, max_new_token=4)
+
+
+def test_the_typed_records_are_judge_scores_records_field_for_field(judge, tmp_path):
+    """ScoreRecord and VerdictRecord (the types score and compare return) hold the engine's result fields, and a
+    record of each has exactly their required keys: typed, and still judge-score's records as JSON."""
+    from mmjudge.api import OrderRecord, ScoreRecord, VerdictRecord
+    from mmjudge.judge.data import CALIBRATOR_FIELDS, JudgeResult, OrderJudgement, PairResult
+
+    for typed, model in ((ScoreRecord, JudgeResult), (VerdictRecord, PairResult), (OrderRecord, OrderJudgement)):
+        assert typed.__required_keys__ | typed.__optional_keys__ == set(model.model_fields), typed.__name__
+    assert ScoreRecord.__optional_keys__ == CALIBRATOR_FIELDS
+    [record] = judge.score(notebook_samples()[:1], max_new_tokens=2, progress=False)
+    assert set(record) == ScoreRecord.__required_keys__
+    pairs = json.loads(write_pairs(tmp_path / "data", 1, seed=0).read_text())
+    [verdict] = judge.compare(pairs, input_dir=tmp_path / "data", max_new_tokens=2, progress=False)
+    assert set(verdict) == VerdictRecord.__required_keys__ and set(verdict["forward"][0]) == OrderRecord.__required_keys__
+
+
+def test_a_rubric_given_per_call_as_a_string_or_a_dict_judges_as_its_file_does(judge, checkpoint, tmp_path):
+    samples = [s for s in notebook_samples() if s["id"].startswith("SA")]
+    as_files(samples, tmp_path / "data")
+    (tmp_path / "sa.yaml").write_text(RUBRIC)
+    written = judge_score(checkpoint, tmp_path / "data", "data.json", tmp_path / "out", "--rubric", str(tmp_path / "sa.yaml"), "--max_new_tokens", "3")
+    assert judge.score(samples, rubric=RUBRIC, max_new_tokens=3, progress=False) == written
+    assert judge.score(samples, rubric=yaml.safe_load(RUBRIC), max_new_tokens=3, progress=False) == written
+    one = judge.score_one("Draw a red square.", "Here it is:", images=[samples[0]["answer"][1]["image"]], model="m1", rubric=RUBRIC,
+                          max_new_tokens=3)
+    assert {k: v for k, v in one.items() if k != "id"} == {k: v for k, v in written[0].items() if k != "id"}  # its category is the rubric's
+    with pytest.raises(InputError) as info:
+        judge.score(samples, rubric={"category": "SA", "template": "{answer}"})
+    assert [str(p) for p in info.value.problems] == ["rubric: instructions: Field required"]
+    with pytest.raises(UsageError, match="^rubric: give a dict of a rubric file's keys, its YAML text or a Rubric, not int$"):
+        judge.score(samples, rubric=3)
+
+
+def test_errors_name_the_python_keywords_not_the_flags(checkpoint, tmp_path):
+    with pytest.raises(UsageError, match=r"^config tiny: no such file, and no bundled scoring preset of that name \(instit, megabench"):
+        mmjudge.Judge.load(checkpoint, config="tiny")
+    with pytest.raises(UsageError, match="^model_path .*missing"):
+        mmjudge.Judge.load(tmp_path / "missing")
+    with pytest.raises(UsageError, match="^dtype float8: one of bfloat16, float16, float32$"):
+        mmjudge.Judge.load(checkpoint, dtype="float8")
+    train_file = write_dataset(tmp_path / "data", 2, seed=0, annotated=True)
+    with pytest.raises(UsageError, match="^deepspeed zero9: file not found$"):
+        mmjudge.fine_tune(checkpoint, train_file, tmp_path / "out", deepspeed="zero9")
+    with pytest.raises(UsageError, match="^resume: nothing to resume in .*; drop resume to start a fresh run in a new or empty output_dir$"):
+        mmjudge.fine_tune(checkpoint, train_file, tmp_path / "out", resume=True)
+    records = [{"id": i, "score": None, "expected_score": 3.0, "criteria": {}} for i in ids_of(train_file)]
+    with pytest.raises(InputError, match="has a null score: compare their expected_score with overall expected_score$"):
+        mmjudge.calibrate(records, str(train_file), bootstrap=0)
 
 
 @pytest.mark.slow
@@ -169,3 +270,50 @@ def test_fine_tune_trains_a_judge_that_loads_back(checkpoint, tmp_path):
     assert record["category"] == "SA" and record["generated_tokens"] >= 1
     with pytest.raises(UsageError, match="not empty"):
         mmjudge.fine_tune(checkpoint, train_file, tmp_path / "judge", config="tiny")
+
+
+COMMAND_PACKAGES = ("judge", "infer", "train", "calibration", "serve", "demo")  # each installed as mmjudge.<folder>
+
+
+def imported_names(path) -> set[str]:
+    """Every module a file imports, at its top or inside a function: `from mmjudge import api` as mmjudge.api."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return names
+
+
+def test_no_command_package_imports_the_api_which_stands_above_them():
+    """The API is a door over the commands' engines (issue 43, item 6): it imports them, never the reverse."""
+    import importlib.util
+    from pathlib import Path
+
+    import mmjudge.api
+
+    # wherever the packages are imported from: the checkout under an editable install, site-packages under a regular one
+    files = [path for package in COMMAND_PACKAGES for folder in importlib.util.find_spec(f"mmjudge.{package}").submodule_search_locations
+             for path in Path(folder).rglob("*.py")]
+    assert len(files) > 50
+    upward = sorted(str(path) for path in files if {"mmjudge.api", *(f"mmjudge.{name}" for name in mmjudge.__all__)} & imported_names(path))
+    assert upward == []
+    assert "mmjudge.infer.loaded" in imported_names(Path(mmjudge.api.__file__))  # the walk reads the imports it should
+
+
+def test_the_api_page_reference_is_the_codes_signatures_and_docstrings():
+    """docs/api.md's reference is made from the code (docs/api_reference.py): a keyword added, renamed or
+    described anew in a docstring fails here until the page is made again."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("api_reference", Path(__file__).resolve().parents[1] / "docs" / "api_reference.py")
+    made = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(made)
+    page = made.PAGE.read_text()
+    assert made.page_with_reference(page) == page, "run: .venv/bin/python docs/api_reference.py"
+    for name, function in made.DOCUMENTED:
+        assert f"### `{name}{made.signature(function)}`" in page

@@ -45,7 +45,7 @@ def subcommand(parser: argparse.ArgumentParser, name: str) -> CommandParser:
 NAMES = ["judge-score", "judge-train", "judge-train merge", "judge-calibrate", "judge-serve", "judge-rubric import", "judge-demo",
          "judge.testing checkpoint", "judge.testing dataset"]
 # Flags that name something other than a file or folder to check: a checkpoint, a local folder or a Hub id, whose
-# errors name the flag where it is resolved (mmjudge.api.find_checkpoint); a file name inside --output_dir.
+# errors name the flag where it is resolved (mmjudge.infer.loaded.find_checkpoint); a file name inside --output_dir.
 NOT_PATHS = {"model_path", "adapter", "output_file"}
 PATH_LIKE = ("_file", "_dir", "_root", "config", "rubric", "deepspeed", "calibrator", "predictions", "human", "output", "path")
 

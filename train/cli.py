@@ -18,13 +18,14 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from mmjudge import api
+from mmjudge.infer.loaded import find_checkpoint
 from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag, add_settings_flags, config_given, config_values, run
 from mmjudge.judge.data import UsageError
 from mmjudge.judge.outputs import written_whole
 from mmjudge.train.config import TrainConfig
+from mmjudge.train.run import fine_tune as run_fine_tune
 
-# judge.model and the training recipe are imported where they are used (here and in mmjudge.api): they load
+# judge.model and the training recipe are imported where they are used (here and in train/run.py): they load
 # torch and transformers (seconds), which --help, --version and a bad flag's message do not need.
 
 
@@ -80,7 +81,7 @@ def merge(argv) -> int:
     from mmjudge.judge.backbones.internvl import save_original
     from mmjudge.judge.model import checkpoint_format, load_judge, original_base, save_native
 
-    adapter = api.find_checkpoint(args.adapter, args.revision, "--adapter").path
+    adapter = find_checkpoint(args.adapter, args.revision, "--adapter").path
     if checkpoint_format(adapter) != "adapter":
         raise UsageError(f"--adapter {args.adapter}: not a LoRA adapter directory (no adapter_config.json)")
     base = original_base(adapter) if args.format == "original" else None  # refused here, before the weights load
@@ -94,7 +95,7 @@ def merge(argv) -> int:
 def fine_tune(argv) -> int:
     args = build_parser(argv).parse_args(argv)
     settings = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}  # None: not given, the config's or the default applies
-    result = api.fine_tune(args.model_path, args.train_file, args.output_dir, input_dir=args.input_dir, eval_file=args.eval_file,
+    result = run_fine_tune(args.model_path, args.train_file, args.output_dir, input_dir=args.input_dir, eval_file=args.eval_file,
                            config=args.config, rubrics=args.rubric, deepspeed=args.deepspeed, resume=args.resume, revision=args.revision,
                            **settings)
     print(f"trained judge: {result.output_dir}  (steps: {result.global_step}, {chosen_by(result.best, result.evaluated, result.measure)})")

@@ -46,3 +46,18 @@ class CallLog:
             problems = ["no call reached the judge", *problems]
         print("FAILED: " + "; ".join(problems) if problems else "OK: every judge call answered 200, every sample judged")
         return 1 if problems else 0
+
+
+def observed_requests(send, log: CallLog):
+    """requests.Session.send, recording each exchange in `log`."""
+
+    def observed_send(session, request, **kwargs):
+        try:
+            response = send(session, request, **kwargs)
+        except Exception as error:
+            log.record(request.body, None, f"{type(error).__name__}: {error}")
+            raise
+        log.record(request.body, response.status_code, response.text)
+        return response
+
+    return observed_send

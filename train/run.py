@@ -1,0 +1,101 @@
+"""One judge-train run, once its settings are given, whether by judge-train's flags (train/cli.py) or by the
+Python API's `mmjudge.fine_tune`: the settings and inputs checked, every problem before output_dir is taken,
+then the recipe (train/recipe.py)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from mmjudge.configs import DEFAULT_RUBRICS, by_name, rubric_paths
+from mmjudge.infer.loaded import find_checkpoint
+from mmjudge.judge.cpu import use_free_cores
+from mmjudge.judge.data import UsageError
+
+PathLike = str | Path
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What `fine_tune` made: the trained judge's folder (load it with `Judge.load`), the optimizer steps
+    run, and the held-out overall Pearson its checkpoint was chosen by (None: no eval_file, or undefined
+    at every evaluation)."""
+
+    output_dir: Path
+    global_step: int
+    best: float | None  # the held-out measure the checkpoint was chosen by
+    measure: str  # which: the overall Pearson, or on pairs the accuracy with ties
+    evaluated: bool  # an eval_file chose the checkpoint
+
+
+def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, *, input_dir: PathLike | None = None,
+              eval_file: PathLike | None = None, config: PathLike | None = None, rubrics: PathLike | Sequence[PathLike] | None = None,
+              deepspeed: PathLike | None = None, resume: bool = False, revision: str | None = None, **settings) -> TrainResult:
+    """Fine-tune a judge on human-rated annotations by the recipe of train/recipe.py (judge-train).
+
+    model_path: the base judge, a local folder or a Hub id. (--model_path)
+    train_file: annotations to learn from (JSON list or JSONL). (--train_file)
+    output_dir: a new or empty folder for the trained judge and its checkpoints (unless resume). (--output_dir)
+    input_dir: the folder that image paths in the annotations are read in (default: train_file's folder). (--input_dir)
+    eval_file: held-out annotations scored at every checkpoint; the best by overall Pearson is kept. (--eval_file)
+    config: a training preset, YAML or bundled name such as "tiny" (default: none). (--config)
+    rubrics: rubric files or folders, or bundled names (default: sa, pbl, msr). (--rubric)
+    deepspeed: a DeepSpeed JSON or bundled name: zero2, zero3, zero3_offload (default: none). (--deepspeed)
+    resume: continue from the last checkpoint in output_dir. (--resume)
+    revision: branch, tag or commit where model_path is a Hub id. (--revision)
+    **settings: train.config.TrainConfig's fields (learning_rate, lora_r, max_steps, ...) over the config.
+
+    Under torchrun or the deepspeed launcher every rank calls it, as every rank runs judge-train.
+    """
+    use_free_cores()  # before torch loads, as every command (judge/cpu.py)
+    from mmjudge.judge.cli import settings_from_config
+    from mmjudge.train.config import TrainConfig, config_problems, unused_settings
+
+    known = [f.name for f in fields(TrainConfig)]
+    if unknown := sorted(set(settings) - set(known)):
+        raise UsageError(f"unknown training setting(s) {', '.join(unknown)}; the settings are {', '.join(known)}")
+    config = by_name("train", config) if config else None
+    deepspeed = str(by_name("deepspeed", deepspeed)) if deepspeed else None
+    rubric_files = rubric_paths(rubrics) or list(default_rubrics(Path(train_file)))
+    cfg = settings_from_config(TrainConfig, config, argparse.Namespace(**settings))
+    out, train_file = Path(output_dir), Path(train_file)
+    inputs = [("--model_path", model_path), ("--train_file", train_file), ("--eval_file", eval_file), ("--config", config),
+              ("--deepspeed", deepspeed), *[("--rubric", path) for path in rubric_files]]
+    from mmjudge.train.checkpoints import run_problems
+
+    # A setting's problem names the config it may come from; the others name their flag or file.
+    problems = [f"{config} (or its flag): {p}" if config else p for p in config_problems(cfg)] + unused_settings(cfg, settings)
+    problems += run_problems(out, resume, deepspeed, inputs)
+    if problems:
+        raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the settings and flags:\n  " + "\n  ".join(problems))
+    from mmjudge.judge.distributed import end_process_group
+    from mmjudge.judge.outputs import locked
+    from mmjudge.judge.prompts import load_rubrics
+    from mmjudge.train.data import check_scales, read_annotations
+    from mmjudge.train.recipe import train
+
+    # Every problem of the inputs, then of the base, before output_dir is taken: a run refused leaves none behind.
+    loaded = load_rubrics(rubric_files)
+    image_root = Path(input_dir) if input_dir is not None else train_file.parent
+    annotations = read_annotations(train_file, Path(eval_file) if eval_file else None, image_root, loaded, cfg.scale)
+    check_scales(annotations[0] + annotations[1], loaded, cfg.scale)
+    base = find_checkpoint(model_path, revision)
+    # Rank 0 holds output_dir for the run; the others wait for it in the Trainer's process group.
+    with locked(out, "judge-train") if int(os.environ.get("RANK", "0")) == 0 else nullcontext():
+        try:
+            result = train(base, annotations, train_file, image_root, out, loaded, cfg, deepspeed, resume)
+        finally:
+            end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
+    return TrainResult(out, result["global_step"], result["best"], result["measure"], eval_file is not None)
+
+
+def default_rubrics(train_file: Path) -> tuple[Path, ...]:
+    """MMIE's rubrics, and for pairs the toolkit's pairwise one beside them (judge-score's defaults for pairs)."""
+    from mmjudge.judge.data import holds_pairs
+    from mmjudge.judge.formats import FORMATS
+
+    return FORMATS["pairs"].default_rubrics if holds_pairs(train_file) else DEFAULT_RUBRICS
