@@ -72,7 +72,7 @@ class ImageProcessing(Protocol):
         """The limit `reduced` lowers, for the record of a cut: ("tiles", 6), ("pixels", 802816)."""
 
     def stored(self) -> dict:
-        """Its settings as judge_config.json stores them (judge/model.py, SettingsFile)."""
+        """Its settings as judge_config.json stores them (judge/checkpoint.py, SettingsFile)."""
 
     def restored(self, fields: dict) -> ImageProcessing:
         """The rule with stored settings over its own; a ValueError for settings of another rule."""

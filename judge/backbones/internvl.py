@@ -45,8 +45,8 @@ from transformers import AutoConfig, InternVLConfig, InternVLForConditionalGener
 from transformers.initialization import no_init_weights
 
 from mmjudge.judge.data import InputError, validation_problems, write_json_atomically
-from mmjudge.judge.model import (INDEX_FILE, SAFETENSORS_DTYPES, TEXT_SIZES, VISION_SIZES, CheckpointError, JudgeSettings, SettingsFile, built,
-                                 chat_template_of, check_size, load_tokenizer, read_json_object, require, safetensors_files, save_tokenizer)
+from mmjudge.judge.checkpoint import (INDEX_FILE, SAFETENSORS_DTYPES, TEXT_SIZES, VISION_SIZES, CheckpointError, JudgeSettings, SettingsFile, built,
+                                      chat_template_of, check_size, load_tokenizer, read_json_object, require, safetensors_files, save_tokenizer)
 from mmjudge.judge.templates import TEMPLATES, ChatTemplate, template_from_conversation_py
 from mmjudge.judge.tiling import IMAGE_TOKENS, IMG_CONTEXT, TilingConfig
 

@@ -16,7 +16,8 @@ from safetensors import safe_open
 
 from mmjudge.judge.backbones.internvl import KeyMap, save_original
 from mmjudge.judge.detokenize import text_decoder, without_hash_merges
-from mmjudge.judge.model import load_judge, load_tokenizer, save_tokenizer
+from mmjudge.judge.checkpoint import load_tokenizer, save_tokenizer
+from mmjudge.judge.model import load_judge
 from mmjudge.judge.prompts import render_query
 from mmjudge.judge.rope import RowwiseDynamicRope
 from mmjudge.judge.smart_resize import SmartResize
@@ -220,7 +221,7 @@ QWEN_CONTENT = [{"type": "text", "text": "Question: what?\nImage-0: "}, {"type":
 def test_a_checkpoints_jinja_template_is_read_as_data(tmp_path, name, system):
     """The template read off the checkpoint's Jinja renders a user turn as the checkpoint's own template renders it
     (its apply_chat_template), system message given or not."""
-    from mmjudge.judge.model import chat_template_of
+    from mmjudge.judge.checkpoint import chat_template_of
 
     family = FAMILIES[name]
     write_family_tokenizer(family, tmp_path)
