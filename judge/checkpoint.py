@@ -253,10 +253,17 @@ def chat_template_of(path: Path, tokenizer: PreTrainedTokenizerBase) -> ChatTemp
     that template, so that a judge saved from it (save_native, judge-train) carries it."""
     text = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
     if (jinja := path / "chat_template.jinja").is_file():
-        text = jinja.read_text(encoding="utf-8")
+        text, where = jinja.read_text(encoding="utf-8"), jinja
     elif (stored := path / "chat_template.json").is_file():
-        text = read_json_object(stored).get("chat_template", text)
-    if not text:
+        text, where = read_json_object(stored).get("chat_template", text), stored
+    else:
+        where = path / "tokenizer_config.json"
+    if text is not None and not isinstance(text, str):
+        raise CheckpointError(f"{where}: chat_template is a {type(text).__name__}; a judge's chat template is one Jinja string")
+    if text is not None and not text.strip():
+        # an empty file silently gave way to InternVL's default template: another judge than the checkpoint's
+        raise CheckpointError(f"{where}: the chat template is empty; give the checkpoint's template, or remove the file")
+    if text is None:
         return None
     tokenizer.chat_template = text
 

@@ -241,6 +241,33 @@ def test_a_checkpoints_jinja_template_is_read_as_data(tmp_path, name, system):
     assert ours == rendered
 
 
+# Templates that render forever, that write gigabytes, and that are empty: each refused at load by name.
+LOOPING = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+WRITING = "{% for i in range(100000) %}{% for j in range(100000) %}{{ 'x' * 1000 }}{% endfor %}{% endfor %}"
+
+
+@pytest.mark.parametrize("file, text, said", [
+    ("chat_template.jinja", LOOPING, "takes more than 0.5 s to render"),
+    ("chat_template.jinja", WRITING, "writes more than 1,000,000 characters"),
+    ("chat_template.jinja", "", "chat_template.jinja: the chat template is empty"),
+    ("chat_template.json", json.dumps({"chat_template": " \n"}), "chat_template.json: the chat template is empty"),
+    ("chat_template.json", json.dumps({"chat_template": [{"name": "default", "template": "x"}]}), "chat_template is a list"),
+])
+def test_a_checkpoints_jinja_template_is_rendered_within_limits_and_never_empty(tmp_path, monkeypatch, file, text, said):
+    """A template with nested loops rendered at load for 200 s and counting, one wrote a 4 GB string, and an empty
+    chat_template.jinja silently gave way to InternVL's default template (another judge than the checkpoint's)."""
+    from mmjudge.judge import templates
+    from mmjudge.judge.checkpoint import CheckpointError, chat_template_of
+
+    monkeypatch.setattr(templates, "RENDER_SECONDS", 0.5)  # the loop runs for hours: any limit finds it
+    write_family_tokenizer(FAMILIES["qwen2.5-vl-7b"], tmp_path)
+    (tmp_path / "chat_template.json").unlink()
+    (tmp_path / file).write_text(text)
+    tokenizer = load_tokenizer(tmp_path, ())
+    with pytest.raises(CheckpointError, match=said):
+        chat_template_of(tmp_path, tokenizer)
+
+
 @pytest.mark.parametrize("name, family", [("internlm2", "internvl2-8b"), ("qwen2", "internvl3-2b")])
 def test_the_tokenizers_encode_and_decode_as_internvls_pinned_transformers_does(tmp_path, name, family):
     """InternLM2's tokenizer (its remote code, carried here) and Qwen2's slow one, as transformers 4.37.2 runs them
