@@ -20,13 +20,16 @@ from mmjudge.judge.preferences import RULES
 
 
 Mode = Literal["generate", "logits"]
+# Judgements of a pair in each order: VL-RewardBench votes over a handful; 1e20 was taken and never ended.
+MAX_SAMPLES = 100
 Rule = Literal[RULES]
 
 
-def _option(default, help: str, minimum: int | None = None, flag: bool = True):
-    """A ScoreOptions field. `help` is also its flag's; `minimum` is the least whole number that works;
-    `flag`: judge-score has a flag of the field's name (the others are for presets and code)."""
-    return field(default=default, metadata={"help": help, "minimum": minimum, "flag": flag})
+def _option(default, help: str, minimum: int | None = None, flag: bool = True, below: int | None = None):
+    """A ScoreOptions field. `help` is also its flag's; `minimum` is the least whole number that works and
+    `below` a bound it stays under; `flag`: judge-score has a flag of the field's name (the others are for
+    presets and code)."""
+    return field(default=default, metadata={"help": help, "minimum": minimum, "flag": flag, "below": below})
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,8 @@ class ScoreOptions:
                                        "else a tie (MT-Bench's rule); mean_probability: the likeliest of the orders' mean verdict distribution")
     tie_margin: float = _option(0.5, "a pointwise judge's tie: answers whose expected scores differ by this much or less", minimum=0)
     samples: int = _option(1, "judgements of each pair in each order; above 1 they are sampled at temperature, and an order's verdict "
-                              "is their majority (VL-RewardBench's k-sample voting)", minimum=1)
+                              "is their majority (VL-RewardBench's k-sample voting)", minimum=1,
+                       below=MAX_SAMPLES + 1)
     temperature: float = _option(1.0, "sampling temperature of the judgements when samples is above 1", minimum=0)
     top_p: float = _option(1.0, "nucleus of the judgements when samples is above 1: each token drawn from the likeliest ones that "
                                 "together hold this much probability (VL-RewardBench samples at 0.2); 1: from all")
