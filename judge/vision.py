@@ -116,6 +116,26 @@ def rgb(image: Image.Image, on_white: bool) -> Image.Image:
     return image.convert("RGB")
 
 
+# The modes an image file holds (PNG's, and TIFF's for the rest), which the judge reads: PIL makes others in
+# memory (HSV; La and RGBa, premultiplied by alpha) that no file holds and some of which it cannot convert.
+FILE_MODES = {"1", "L", "LA", "I", "I;16", "F", "P", "PA", "RGB", "RGBA", "RGBX", "CMYK", "YCbCr", "LAB"}
+
+
+def image_problem(image: Image.Image) -> str | None:
+    """What keeps the judge from seeing `image` (a PIL image given in memory, or a file's, decoded), in words;
+    None if nothing. A closed image, one of no pixels or one of a mode no file holds failed deep in the
+    writing or tiling with PIL's own errors."""
+    try:
+        image.load()
+    except ValueError as err:  # PIL's "Operation on closed image"
+        return f"the image cannot be read ({err}); give it open"
+    if 0 in image.size:
+        return f"the image is {image.width} x {image.height} pixels; an image has at least one pixel each way"
+    if image.mode not in FILE_MODES:
+        return f"an image of mode {image.mode!r}, which no image file holds; convert it first, e.g. image.convert('RGB')"
+    return None
+
+
 def load_pixels(path: str | Path, processing: ImageProcessing) -> Pixels:
     with Image.open(path) as image:
         if processing.exif_transpose:

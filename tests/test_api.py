@@ -3,6 +3,7 @@ scores dicts with PIL images into exactly the records judge-score writes for the
 call, a calibration report from those records in memory, and a short fine-tune whose judge loads back."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -120,6 +121,31 @@ def test_score_one_is_the_record_of_that_one_sample(judge):
         judge.score_one(None, "a", category="SA")
     assert judge.score_one("What is shown?", "Noise.", images=image, category="PBL", model="m") == one  # one image, not a list of one
     assert repr(judge).startswith("Judge(") and "device='cpu'" in repr(judge)
+
+
+def closed_picture() -> Image.Image:
+    image = picture(2)
+    image.close()
+    return image
+
+
+@pytest.mark.parametrize("image, said", [
+    (Image.new("HSV", (8, 8)), "an image of mode 'HSV', which no image file holds; convert it first"),
+    (Image.new("La", (8, 8)), "an image of mode 'La', which no image file holds"),
+    (Image.new("RGBa", (8, 8)), "an image of mode 'RGBa', which no image file holds"),
+    (Image.new("RGB", (0, 0)), "the image is 0 x 0 pixels; an image has at least one pixel each way"),
+    (closed_picture(), r"the image cannot be read \(Operation on closed image\); give it open"),
+])
+def test_an_image_the_judge_cannot_see_is_refused_by_its_place(judge, image, said):
+    """PIL's HSV, La and RGBa images, a 0x0 and a closed one failed deep in the writing with PIL's own errors."""
+    with pytest.raises(InputError) as info:
+        judge.score_one("What is shown?", "Noise.", images=[picture(1), image], category="PBL")
+    [problem] = map(str, info.value.problems)
+    assert re.fullmatch(f"samples: record 0 \\(id 'sample'\\): answer\\[2\\].image: {said}.*", problem)
+
+
+def test_score_one_without_images_given_as_none(judge):
+    assert judge.score_one("What is shown?", "Noise.", images=None, category="PBL")["n_images"] == 0
 
 
 def test_every_problem_of_the_samples_is_raised_before_the_model_runs(judge, tmp_path):
