@@ -15,7 +15,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator, model_validator
 from safetensors import SafetensorError, safe_open
-from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from transformers.initialization import no_init_weights
 from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
@@ -159,46 +159,111 @@ def one_line(err: Exception) -> str:
 
 
 def built(path: Path, build):
-    """A config object built from config.json; a value of the wrong type is a CheckpointError naming it."""
+    """A config object (or a model on the meta device) built from config.json; a value of the wrong type, or
+    counts that do not fit together, is a CheckpointError naming it."""
     try:
         return build()
-    except (StrictDataclassError, TypeError, ValueError, KeyError) as err:
+    except (StrictDataclassError, TypeError, ValueError, KeyError, ZeroDivisionError) as err:
         raise CheckpointError(f"{path}/config.json: {' '.join(str(err).split())}") from None
+
+
+def tensor_shapes(path: Path) -> dict[str, list[int]]:
+    """Each tensor's shape, by name, read from the weight files' headers."""
+    shapes = {}
+    for file in safetensors_files(path):
+        with safe_open(file, framework="pt") as weights:
+            shapes |= {key: weights.get_slice(key).get_shape() for key in weights.keys()}
+    return shapes
+
+
+# The keys that count a model's layers, in any part of a config (Qwen-VL's vision tower counts them in `depth`).
+LAYER_KEYS = ("num_hidden_layers", "depth")
+
+
+def check_counts(path: Path, raw: dict) -> None:
+    """The counts config.json gives, checked by arithmetic on the JSON before any config object is built (a
+    transformers config makes a list per layer: Qwen's num_hidden_layers 1e9 hung while its config was
+    built). Each layer holds a tensor at least, so a config of more layers than the weight files hold tensors
+    is refused; in each part, the attention heads divide the width, the key-value heads the heads, and a
+    downsample ratio is a share."""
+    parts = list(_parts(raw, f"{path}/config.json"))
+    layers = sum(part[key] for _, part in parts for key in LAYER_KEYS if type(part.get(key)) is int)
+    if layers > (tensors := len(tensor_shapes(path))):
+        raise CheckpointError(f"{path}: config.json describes {layers:,} layers, and the weight files hold {tensors:,} tensors")
+    for where, part in parts:
+        if "downsample_ratio" in part:
+            check_downsample_ratio(part["downsample_ratio"], where)
+        width, heads, kv = part.get("hidden_size"), part.get("num_attention_heads", part.get("num_heads")), part.get("num_key_value_heads")
+        if heads is None or type(width) is not int:
+            continue
+        if type(heads) is not int or heads < 1:
+            raise CheckpointError(f"{where}: {heads!r} attention heads; a model has a whole number of at least 1")
+        if "head_dim" not in part and width % heads:
+            raise CheckpointError(f"{where}: hidden_size {width} is not a multiple of its {heads} attention heads")
+        if kv is not None and (type(kv) is not int or kv < 1 or heads % kv):
+            raise CheckpointError(f"{where}: num_key_value_heads {kv!r} does not divide its {heads} attention heads")
+
+
+def check_downsample_ratio(ratio: object, where: str) -> None:
+    """InternVL's pixel shuffle keeps this share of a tile's patches on each side: 0 divided by zero."""
+    if type(ratio) not in (int, float) or not 0 < ratio <= 1:
+        raise CheckpointError(f"{where}: downsample_ratio must be a number in (0, 1], got {ratio!r}")
+
+
+def _parts(config: dict, where: str):
+    """`config` and every object nested in it, each with where it stands."""
+    yield where, config
+    for key, value in config.items():
+        if isinstance(value, dict):
+            yield from _parts(value, f"{where} {key}")
+
+
+def check_rope(path: Path, config) -> None:
+    """A multimodal rotary embedding's sections (Qwen-VL's mrope_section: temporal, height, width) share the
+    head's rotary half exactly: others were taken, and failed or misplaced positions at the first forward."""
+    text = config.get_text_config()
+    sections = (getattr(text, "rope_parameters", None) or {}).get("mrope_section")
+    if sections is None:
+        return
+    half = (getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads) // 2
+    if not (isinstance(sections, list) and len(sections) == 3 and all(type(s) is int and s >= 1 for s in sections) and sum(sections) == half):
+        raise CheckpointError(f"{path}/config.json: mrope_section {sections!r}; three positive whole numbers (temporal, height, width) "
+                              f"that add up to half the attention head's size, {half}")
 
 
 def check_size(path: Path, config) -> None:
     """The model the config describes holds as many numbers as the weight files, read from their headers,
     before anything is allocated: a config that describes another model would be allocated first and
     found out after (a 12-billion-parameter one is killed for memory first). A tied output layer is the
-    input embeddings, counted once, whether or not the files also store it."""
-    stored, keys = 0, set()
-    for file in safetensors_files(path):
-        with safe_open(file, framework="pt") as weights:
-            for key in weights.keys():
-                keys.add(key)
-                stored += math.prod(weights.get_slice(key).get_shape())
-    # Each layer holds a tensor at least: a config of more layers than the files hold tensors is refused by
-    # arithmetic, before building a billion layers (even on the meta device) takes all time and memory.
-    layers = sum(getattr(c, "num_hidden_layers", 0) or 0 for c in [config, *(v for v in vars(config).values() if isinstance(v, PretrainedConfig))])
-    if layers > len(keys):
-        raise CheckpointError(f"{path}: config.json describes {layers:,} layers, and the weight files hold {len(keys):,} tensors")
+    input embeddings, counted once, whether or not the files also store it. The layers are counted before
+    (check_counts): building a billion layers, even on the meta device, takes all time and memory."""
+    shapes = tensor_shapes(path)
+    stored = sum(math.prod(shape) for shape in shapes.values())
     with torch.device("meta"), no_init_weights():
-        model = native_class(config.model_type)(config)
+        model = built(path, lambda: native_class(config.model_type)(config))
     described = sum(p.numel() for p in model.parameters())
     tied_rows = model.lm_head.weight.numel() if config.tie_word_embeddings else 0
     if tied_rows and model.lm_head.weight is not model.get_input_embeddings().weight:
         described -= tied_rows  # built untied here, tied when loaded
-    if tied_rows and {"lm_head.weight", "language_model.lm_head.weight", "language_model.output.weight"} & keys:
+    if tied_rows and {"lm_head.weight", "language_model.lm_head.weight", "language_model.output.weight"} & set(shapes):
         stored -= tied_rows  # the files store the tied output layer as well
     if described != stored:
         raise CheckpointError(f"{path}: config.json describes a model of {described:,} weights, the weight files hold {stored:,}")
 
 
+def check_image_token(path: Path, raw: dict, tokenizer: PreTrainedTokenizerBase, token: str) -> None:
+    """config.json's image_token_id is the tokenizer's image token, which prompts spell: where they differ, the
+    model looked for images where no prompt puts them."""
+    wanted = tokenizer.convert_tokens_to_ids(token)
+    if raw.get("image_token_id") != wanted:
+        raise CheckpointError(f"{path}/config.json: image_token_id {raw.get('image_token_id')!r} is not the tokenizer's {token} ({wanted})")
+
+
 # The sizes a config must give, each a whole number, for the model it describes to be known.
 TEXT_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
-
-
 VISION_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "image_size", "patch_size")
+# Qwen-VL's vision tower names its own.
+QWEN_VISION_SIZES = ("hidden_size", "depth", "num_heads", "intermediate_size", "patch_size", "out_hidden_size")
 
 
 def require(config: object, keys: tuple[str, ...], where: str, kind: str = "an original InternVL2 config") -> None:
@@ -207,7 +272,7 @@ def require(config: object, keys: tuple[str, ...], where: str, kind: str = "an o
         raise CheckpointError(f"{where} must be an object, got {type(config).__name__}: not {kind}")
     if missing := [k for k in keys if k not in config]:
         raise CheckpointError(f"{where} lacks {', '.join(missing)}: not {kind}")
-    sizes = set(TEXT_SIZES) | set(VISION_SIZES)
+    sizes = set(TEXT_SIZES) | set(VISION_SIZES) | set(QWEN_VISION_SIZES)
     if wrong := [f"{k} {config[k]!r}" for k in keys if k in sizes and not _size(config[k])]:
         raise CheckpointError(f"{where}: {', '.join(wrong)}: sizes must be positive whole numbers")
 

@@ -44,14 +44,14 @@ from safetensors import safe_open
 from transformers import CONFIG_MAPPING, PreTrainedTokenizerBase
 
 from mmjudge.judge.backbones import Backbone, backbone_of, internvl, qwen_vl
-from mmjudge.judge.checkpoint import (INDEX_FILE, SAFETENSORS_DTYPES, TEXT_SIZES, TOKENIZER_FILES, CheckpointError, JudgeSettings, SettingsFile,
-                                      built, check_size, load_tokenizer, native_class, one_line, read_json_object, readable_safetensors, require,
-                                      safetensors_files, save_tokenizer)
+from mmjudge.judge.checkpoint import (INDEX_FILE, QWEN_VISION_SIZES, SAFETENSORS_DTYPES, TEXT_SIZES, TOKENIZER_FILES, VISION_SIZES, CheckpointError,
+                                      JudgeSettings, SettingsFile, built, check_counts, check_image_token, check_rope, check_size, load_tokenizer,
+                                      native_class, one_line, read_json_object, readable_safetensors, require, safetensors_files, save_tokenizer)
 from mmjudge.judge.data import InputError, UsageError, validation_problems, write_json_atomically, write_text_atomically
 from mmjudge.judge.detokenize import chat_answer, text_decoder, without_hash_merges
 from mmjudge.judge.hub import Checkpoint, resolve
 from mmjudge.judge.kernels import use_fused_kernels
-from mmjudge.judge.rope import use_rowwise_rope
+from mmjudge.judge.rope import context_length, use_rowwise_rope
 
 SETTINGS_FILE = "judge_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -172,14 +172,27 @@ def load_judge(name: str | Path, device: str = "cpu", dtype: torch.dtype | None 
         model = internvl.build_from_original(path, config, tokenizer, device, dtype)
         settings = internvl.settings_from_original(path, config, model.config)
     else:
+        check_image_token(path, config, tokenizer, family.IMAGE_TOKENS[1])
         model = load_native(path, dtype).to(device)
         settings = read_settings(path, family.native_settings(path, model.config, tokenizer))
+    check_image_tokens(path, settings, model.config)
     _check_tying(model)
     check_finite(path, model.named_parameters())
     use_rowwise_rope(model.model.language_model)
     use_fused_kernels(model, device)
     model.eval()
     return Judge(model, tokenizer, settings, kind)
+
+
+def check_image_tokens(path: Path, settings: JudgeSettings, config) -> None:
+    """An image at the most its processing allows fits the judge's context (`config` the model's): a
+    preprocessor's min_pixels of 1e9 made every image 3.8M tokens (9.1 GB and growing), and a
+    max_dynamic_patch of 1e9 hung choosing a grid among a billion tiles."""
+    most, context = settings.images.most_tokens(), context_length(config.get_text_config())
+    if most > context:
+        limit, value = settings.images.limit()
+        raise CheckpointError(f"{path}: an image at its {value:,} {limit} takes {most:,} image tokens, more than the judge's context of {context:,} "
+                              "tokens; lower the limit in its processor config or judge_config.json")
 
 
 def _family(path: Path, kind: str):
@@ -222,7 +235,9 @@ def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
     for warning in said:
         warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     tokenizer = adapter_tokenizer(path, base.tokenizer, base.settings.images.image_tokens)
-    return Judge(merge_adapter(model, base_path), tokenizer, read_settings(path, base.settings), "adapter")
+    settings = read_settings(path, base.settings)
+    check_image_tokens(path, settings, base.model.config)
+    return Judge(merge_adapter(model, base_path), tokenizer, settings, "adapter")
 
 
 def merge_adapter(model, base: Path) -> torch.nn.Module:
@@ -416,7 +431,9 @@ def load_native(path: Path, dtype: torch.dtype):
     text, text_where = (raw["text_config"], f"{where} text_config") if nested else (raw, where)
     require(text, ("model_type",) * (raw["model_type"] == "internvl") + TEXT_SIZES, text_where, kind)
     require(raw["vision_config"], NATIVE_VISION_SIZES[raw["model_type"]], f"{where} vision_config", kind)
+    check_counts(path, raw)
     config = built(path, lambda: CONFIG_MAPPING[raw["model_type"]].from_pretrained(path))
+    check_rope(path, config)
     check_size(path, config)
     model, info = native_class(config.model_type).from_pretrained(path, config=config, dtype=dtype, output_loading_info=True)
     mismatched = [f"{key} (shape)" for key, *_ in info.get("mismatched_keys", [])]
@@ -517,8 +534,8 @@ def with_max_tiles(settings: JudgeSettings, max_tiles: int | None) -> JudgeSetti
 
 # The sizes a native config's vision part must give, by family.
 NATIVE_VISION_SIZES = {
-    "internvl": ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "image_size", "patch_size"),
-    "qwen2_5_vl": ("hidden_size", "depth", "num_heads", "intermediate_size", "patch_size", "out_hidden_size"),
-    "qwen3_vl": ("hidden_size", "depth", "num_heads", "intermediate_size", "patch_size", "out_hidden_size"),
+    "internvl": VISION_SIZES,
+    "qwen2_5_vl": QWEN_VISION_SIZES,
+    "qwen3_vl": QWEN_VISION_SIZES,
 }
 NATIVE_MODEL_TYPES = {"internvl": "InternVL", "qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL"}

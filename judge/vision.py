@@ -71,6 +71,9 @@ class ImageProcessing(Protocol):
     def limit(self) -> tuple[str, int]:
         """The limit `reduced` lowers, for the record of a cut: ("tiles", 6), ("pixels", 802816)."""
 
+    def most_tokens(self) -> int:
+        """The image tokens of an image at that limit: the most one image takes."""
+
     def stored(self) -> dict:
         """Its settings as judge_config.json stores them (judge/checkpoint.py, SettingsFile)."""
 

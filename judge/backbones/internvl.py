@@ -46,7 +46,8 @@ from transformers.initialization import no_init_weights
 
 from mmjudge.judge.data import InputError, validation_problems, write_json_atomically
 from mmjudge.judge.checkpoint import (INDEX_FILE, SAFETENSORS_DTYPES, TEXT_SIZES, VISION_SIZES, CheckpointError, JudgeSettings, SettingsFile, built,
-                                      chat_template_of, check_size, load_tokenizer, read_json_object, require, safetensors_files, save_tokenizer)
+                                      chat_template_of, check_counts, check_downsample_ratio, check_size, load_tokenizer, read_json_object, require,
+                                      safetensors_files, save_tokenizer)
 from mmjudge.judge.templates import TEMPLATES, ChatTemplate, template_from_conversation_py
 from mmjudge.judge.tiling import IMAGE_TOKENS, IMG_CONTEXT, TilingConfig
 
@@ -69,8 +70,7 @@ def native_config_from_original(config: dict, tokenizer, where: str = "config.js
     require(config["llm_config"], TEXT_SIZES, f"{where} llm_config")
     require(config["vision_config"], VISION_SIZES, f"{where} vision_config")
     llm, vision, ratio = dict(config["llm_config"]), config["vision_config"], config["downsample_ratio"]
-    if type(ratio) not in (int, float) or not 0 < ratio <= 1:
-        raise CheckpointError(f"{where}: downsample_ratio must be a number in (0, 1], got {ratio!r}")
+    check_downsample_ratio(ratio, where)
     if llm.get("model_type") not in SUPPORTED_LLMS:
         raise CheckpointError(f"unsupported language model {llm.get('model_type')!r} (architectures {llm.get('architectures')}); "
                               f"this toolkit maps {', '.join(SUPPORTED_LLMS)} onto transformers' native classes")
@@ -278,6 +278,7 @@ def build_from_original(path: Path, config: dict, tokenizer, device: str, dtype:
     """The native model of an original checkpoint, allocated once in the target dtype and filled tensor by tensor
     from its safetensors files (host memory peaks near one copy of the weights)."""
 
+    check_counts(path, config)
     native_config = built(path, lambda: native_config_from_original(config, tokenizer, f"{path}/config.json"))
     check_size(path, native_config)
     keys = KeyMap.of(config["llm_config"])
@@ -370,6 +371,10 @@ def native_settings(path: Path, config: InternVLConfig, tokenizer):
     tiling = TilingConfig(image_size=config.vision_config.image_size[0], tokens_per_tile=tokens_per_tile(config))
     if (processor := path / "preprocessor_config.json").is_file():
         found = read_json_object(processor)
+        for key, value in (("min_patches", found.get("min_patches", 1)), ("max_patches", found.get("max_patches", 12)),
+                           ("size height", (found.get("size") or {}).get("height", tiling.image_size))):
+            if type(value) is not int or value < 1:
+                raise CheckpointError(f"{processor}: {key} {value!r}: a positive whole number")
         size = (found.get("size") or {}).get("height", tiling.image_size)
         max_tiles = found.get("max_patches", 12)
         tiling = replace(tiling, image_size=size, min_tiles=min(found.get("min_patches", 1), max_tiles), max_tiles=max_tiles, on_white=True)

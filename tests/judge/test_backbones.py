@@ -6,6 +6,7 @@ docs/backbones.md; the engine's equality with `generate` is also checked here, o
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -239,6 +240,53 @@ def test_a_checkpoints_jinja_template_is_read_as_data(tmp_path, name, system):
         rendered = rendered.removeprefix(tokenizer.bos_token or "")
         ours, _ = render_query(template, [query], [], system)
     assert ours == rendered
+
+
+@pytest.fixture(scope="module")
+def family_dirs(tmp_path_factory):
+    """Each family's tiny checkpoint, written once, not loaded."""
+    root = tmp_path_factory.mktemp("family_dirs")
+    return lambda name: (root / name) if (root / name).is_dir() else write_family_checkpoint(name, root / name)
+
+
+def _set(part: str = "", **values):
+    """An edit of a config: `values` set at its top, or in its object `part`."""
+    return lambda config: (config[part] if part else config).update(values)
+
+
+# What a checkpoint's files may ask, each of which hung (a config of a billion layers built a list per layer; a
+# billion tiles or pixels an image) or failed with a traceback at load or at the first image.
+@pytest.mark.parametrize("name, file, edit, message", [
+    ("qwen2.5-vl-7b", "config.json", _set(num_hidden_layers=10**9), r"config.json describes 1,000,000,002 layers, and the weight files hold \d+ tensors"),
+    ("qwen2.5-vl-7b", "config.json", _set("vision_config", depth=10**9), "config.json describes 1,000,000,002 layers"),
+    ("internvl3-1b-hf", "config.json", _set("text_config", num_hidden_layers=10**9), "config.json describes 1,000,000,002 layers"),
+    ("internvl2-1b", "config.json", _set("llm_config", num_hidden_layers=10**9), "config.json describes 1,000,000,002 layers"),
+    ("qwen2.5-vl-7b", "config.json", _set("rope_scaling", mrope_section=[1, 1, 1]), r"mrope_section \[1, 1, 1\]; three positive whole numbers .* add up to .* 16"),
+    ("qwen2.5-vl-7b", "config.json", _set(num_attention_heads=3), "config.json: hidden_size 128 is not a multiple of its 3 attention heads"),
+    ("qwen2.5-vl-7b", "config.json", _set(num_key_value_heads=0), "config.json: num_key_value_heads 0 does not divide its 4 attention heads"),
+    ("qwen2.5-vl-7b", "config.json", _set("vision_config", num_heads=3), "config.json vision_config: hidden_size 32 is not a multiple of its 3 attention heads"),
+    ("internvl2-1b", "config.json", _set("llm_config", num_attention_heads=3), "config.json llm_config: hidden_size 128 is not a multiple"),
+    ("qwen2.5-vl-7b", "config.json", _set(image_token_id=10**6), r"config.json: image_token_id 1000000 is not the tokenizer's <\|image_pad\|> \(\d+\)"),
+    ("internvl3-1b-hf", "config.json", _set(image_token_id=-1), r"config.json: image_token_id -1 is not the tokenizer's <IMG_CONTEXT>"),
+    ("internvl3-1b-hf", "config.json", _set(downsample_ratio=0.0), r"config.json: downsample_ratio must be a number in \(0, 1\], got 0.0"),
+    ("qwen2.5-vl-7b", "preprocessor_config.json", _set(min_pixels=10**9, max_pixels=10**9),
+     "an image at its 1,000,000,000 pixels takes 1,275,510 image tokens, more than the judge's context of 128,000 tokens"),
+    ("qwen2.5-vl-7b", "preprocessor_config.json", _set(min_pixels=10**9), "preprocessor_config.json: min_pixels 1000000000 is above max_pixels"),
+    ("qwen2.5-vl-7b", "preprocessor_config.json", _set(patch_size=0), "preprocessor_config.json: patch_size 0: a positive whole number"),
+    ("internvl3-1b-hf", "preprocessor_config.json", _set(max_patches=10**9), "an image at its 1,000,000,000 tiles takes [\\d,]+ image tokens, more than"),
+    ("internvl3-1b-hf", "preprocessor_config.json", _set(max_patches="12"), "preprocessor_config.json: max_patches '12': a positive whole number"),
+    ("internvl2-1b", "config.json", _set(max_dynamic_patch=10**9), "an image at its 1,000,000,000 tiles takes [\\d,]+ image tokens, more than"),
+])
+def test_what_a_checkpoint_may_ask_is_bounded_and_checked_at_load(family_dirs, tmp_path, name, file, edit, message):
+    from mmjudge.judge.checkpoint import CheckpointError
+
+    checkpoint = tmp_path / name
+    shutil.copytree(family_dirs(name), checkpoint)
+    config = json.loads((checkpoint / file).read_text())
+    edit(config)
+    (checkpoint / file).write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=message):
+        load_judge(checkpoint)
 
 
 # Templates that render forever, that write gigabytes, and that are empty: each refused at load by name.
