@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from safetensors import safe_open
-from transformers import CONFIG_MAPPING, PreTrainedTokenizerBase
+from transformers import CONFIG_MAPPING, PretrainedConfig, PreTrainedTokenizerBase
 
 from mmjudge.judge.backbones import Backbone, backbone_of, internvl, qwen_vl
 from mmjudge.judge.checkpoint import (INDEX_FILE, QWEN_VISION_SIZES, SAFETENSORS_DTYPES, TEXT_SIZES, TOKENIZER_FILES, VISION_SIZES, CheckpointError,
@@ -165,23 +165,39 @@ def load_judge(name: str | Path, device: str = "cpu", dtype: torch.dtype | None 
     kind = checkpoint_format(path)
     if kind == "adapter":
         return _load_adapter(path, device, dtype)
-    config = read_json_object(path / "config.json")
-    family = _family(path, kind)
     tokenizer = judge_tokenizer(path)
+    settings, config = unloaded_settings(path, tokenizer)
     if kind == "original":
-        model = internvl.build_from_original(path, config, tokenizer, device, dtype)
-        settings = internvl.settings_from_original(path, config, model.config)
+        model = internvl.build_from_original(path, config, device, dtype)
     else:
-        check_image_token(path, config, tokenizer, family.IMAGE_TOKENS[1])
         model = load_native(path, dtype).to(device)
-        settings = read_settings(path, family.native_settings(path, model.config, tokenizer))
-    check_image_tokens(path, settings, model.config)
     _check_tying(model)
     check_finite(path, model.named_parameters())
     use_rowwise_rope(model.model.language_model)
     use_fused_kernels(model, device)
     model.eval()
     return Judge(model, tokenizer, settings, kind)
+
+
+def unloaded_settings(path: Path, tokenizer: PreTrainedTokenizerBase) -> tuple[JudgeSettings, PretrainedConfig]:
+    """The settings of the judge at `path` and its model's config (an adapter's: its base's), as load_judge
+    gives them, read and checked without the weights: what a run's prompts can be counted with before the
+    model loads."""
+    kind = checkpoint_format(path)
+    if kind == "adapter":
+        base_settings, config = unloaded_settings(checked_adapter(path), tokenizer)
+        settings = read_settings(path, base_settings)
+    elif kind == "original":
+        raw = read_json_object(path / "config.json")
+        config = internvl.original_native_config(path, raw, tokenizer)
+        settings = internvl.settings_from_original(path, raw, config)
+    else:
+        family = _family(path, kind)
+        check_image_token(path, read_json_object(path / "config.json"), tokenizer, family.IMAGE_TOKENS[1])
+        config = native_config(path)
+        settings = read_settings(path, family.native_settings(path, config, tokenizer))
+    check_image_tokens(path, settings, config)
+    return settings, config
 
 
 def check_image_tokens(path: Path, settings: JudgeSettings, config) -> None:
@@ -422,6 +438,17 @@ def load_native(path: Path, dtype: torch.dtype):
     """A native checkpoint, refused where its config is incomplete (transformers would fill the gaps with the
     defaults of a model of billions of weights and try to allocate it) or its weights do not fill the model
     exactly (a missing weight would be left at a random initialisation)."""
+    config = native_config(path)
+    check_size(path, config)
+    model, info = native_class(config.model_type).from_pretrained(path, config=config, dtype=dtype, output_loading_info=True)
+    mismatched = [f"{key} (shape)" for key, *_ in info.get("mismatched_keys", [])]
+    missing = [key for key in info["missing_keys"] if not (config.tie_word_embeddings and key == "lm_head.weight")]
+    _refuse_mismatch(path, sorted(missing) + mismatched, sorted(info["unexpected_keys"]))
+    return model
+
+
+def native_config(path: Path) -> PretrainedConfig:
+    """A native checkpoint's config, built once its config.json is complete and its counts are checked."""
     where = f"{path}/config.json"
     raw = read_json_object(path / "config.json")
     kind = f"a native {NATIVE_MODEL_TYPES[raw['model_type']]} config"
@@ -434,12 +461,7 @@ def load_native(path: Path, dtype: torch.dtype):
     check_counts(path, raw)
     config = built(path, lambda: CONFIG_MAPPING[raw["model_type"]].from_pretrained(path))
     check_rope(path, config)
-    check_size(path, config)
-    model, info = native_class(config.model_type).from_pretrained(path, config=config, dtype=dtype, output_loading_info=True)
-    mismatched = [f"{key} (shape)" for key, *_ in info.get("mismatched_keys", [])]
-    missing = [key for key in info["missing_keys"] if not (config.tie_word_embeddings and key == "lm_head.weight")]
-    _refuse_mismatch(path, sorted(missing) + mismatched, sorted(info["unexpected_keys"]))
-    return model
+    return config
 
 
 

@@ -274,12 +274,18 @@ def _translate(key: str, pair: tuple[str, str], side: int, **fill: str) -> str |
     return pair[1 - side].format(**groups) + (groups.get("rest") or "")
 
 
-def build_from_original(path: Path, config: dict, tokenizer, device: str, dtype: torch.dtype) -> InternVLForConditionalGeneration:
-    """The native model of an original checkpoint, allocated once in the target dtype and filled tensor by tensor
-    from its safetensors files (host memory peaks near one copy of the weights)."""
-
+def original_native_config(path: Path, config: dict, tokenizer) -> InternVLConfig:
+    """The native config of an original checkpoint's config.json, built once its counts are checked."""
     check_counts(path, config)
-    native_config = built(path, lambda: native_config_from_original(config, tokenizer, f"{path}/config.json"))
+    return built(path, lambda: native_config_from_original(config, tokenizer, f"{path}/config.json"))
+
+
+def build_from_original(path: Path, native_config: InternVLConfig, device: str, dtype: torch.dtype) -> InternVLForConditionalGeneration:
+    """The native model of an original checkpoint (its config: `original_native_config`), allocated once in the
+    target dtype and filled tensor by tensor from its safetensors files (host memory peaks near one copy of the
+    weights)."""
+
+    config = read_json_object(path / "config.json")
     check_size(path, native_config)
     keys = KeyMap.of(config["llm_config"])
     previous = torch.get_default_dtype()
