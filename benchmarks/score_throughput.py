@@ -34,7 +34,8 @@ from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.cli import add_revision_flag
 from mmjudge.judge.data import load_samples
 from mmjudge.judge.backbones.internvl import native_config_from_original, settings_from_original
-from mmjudge.judge.model import Judge, load_judge, load_tokenizer
+from mmjudge.judge.checkpoint import load_tokenizer
+from mmjudge.judge.model import Judge, load_judge
 from mmjudge.judge.tiling import IMAGE_TOKENS
 from mmjudge.configs import CONFIG_DIR
 from mmjudge.judge.prompts import load_rubrics

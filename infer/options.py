@@ -20,13 +20,19 @@ from mmjudge.judge.preferences import RULES
 
 
 Mode = Literal["generate", "logits"]
+# Tiles per image a run may ask: choosing an image's grid among more takes ever longer (a 96 x 64 image on a busy
+# 2-core machine: 0.007 s at 64 tiles, 0.07 s at 128, 0.5 s at 256; 20,000 did not end in a minute, 1e9 hung).
+MAX_TILES = 64
+# Judgements of a pair in each order: VL-RewardBench votes over a handful; 1e20 was taken and never ended.
+MAX_SAMPLES = 100
 Rule = Literal[RULES]
 
 
-def _option(default, help: str, minimum: int | None = None, flag: bool = True):
-    """A ScoreOptions field. `help` is also its flag's; `minimum` is the least whole number that works;
-    `flag`: judge-score has a flag of the field's name (the others are for presets and code)."""
-    return field(default=default, metadata={"help": help, "minimum": minimum, "flag": flag})
+def _option(default, help: str, minimum: int | None = None, flag: bool = True, below: int | None = None):
+    """A ScoreOptions field. `help` is also its flag's; `minimum` is the least whole number that works and
+    `below` a bound it stays under; `flag`: judge-score has a flag of the field's name (the others are for
+    presets and code)."""
+    return field(default=default, metadata={"help": help, "minimum": minimum, "flag": flag, "below": below})
 
 
 @dataclass(frozen=True)
@@ -45,7 +51,8 @@ class ScoreOptions:
         None, "image tokens per sample before tiles, then whole images, are cut; none: no limit", minimum=0)
     prompt_token_budget: int | None = _option(
         None, "tokens per prompt before the question's oldest context is cut; none: no limit", minimum=1)
-    max_tiles: int | None = _option(None, "tiles per image before the thumbnail; none: the checkpoint's max_dynamic_patch", minimum=1)
+    max_tiles: int | None = _option(None, "tiles per image before the thumbnail; none: the checkpoint's max_dynamic_patch", minimum=1,
+                                    below=MAX_TILES + 1)
     workers: int = _option(4, "background threads that decode and tile images", minimum=1)
     structured: bool = _option(
         False, "constrain the judge's answer with a grammar to the layout its rubric asks for: free text, then one line per criterion "
@@ -62,7 +69,8 @@ class ScoreOptions:
                                        "else a tie (MT-Bench's rule); mean_probability: the likeliest of the orders' mean verdict distribution")
     tie_margin: float = _option(0.5, "a pointwise judge's tie: answers whose expected scores differ by this much or less", minimum=0)
     samples: int = _option(1, "judgements of each pair in each order; above 1 they are sampled at temperature, and an order's verdict "
-                              "is their majority (VL-RewardBench's k-sample voting)", minimum=1)
+                              "is their majority (VL-RewardBench's k-sample voting)", minimum=1,
+                       below=MAX_SAMPLES + 1)
     temperature: float = _option(1.0, "sampling temperature of the judgements when samples is above 1", minimum=0)
     top_p: float = _option(1.0, "nucleus of the judgements when samples is above 1: each token drawn from the likeliest ones that "
                                 "together hold this much probability (VL-RewardBench samples at 0.2); 1: from all")

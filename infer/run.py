@@ -21,7 +21,7 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
-from mmjudge.infer.engine import STRUCTURED_PAIRS
+from mmjudge.infer.engine import STRUCTURED_PAIRS, prepare
 from mmjudge.infer.inputs import read_benchmark
 from mmjudge.infer.journal import Journal, Result, clear, file_sha256, fingerprint, journal_pattern, read_finished, setting_fingerprints
 from mmjudge.infer.local_backend import LocalBackend
@@ -35,9 +35,11 @@ from mmjudge.judge.data import InputError, JudgeResult, Pair, PairResult, Proble
 from mmjudge.judge.distributed import end_process_group
 from mmjudge.judge.formats import BenchmarkInput, Format
 from mmjudge.judge.identity import stamp
+from mmjudge.judge.model import Judge, checkpoint_format, judge_tokenizer, unloaded_settings
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.outputs import locked, overwritten_inputs
 from mmjudge.judge.prompts import Rubric, judgeable, rubric_problems
+from mmjudge.judge.rope import context_length
 
 
 
@@ -66,6 +68,8 @@ def score(args, fmt: Format, options: ScoreOptions, pair_flags: list[str] = ()) 
         backend: Backend = (LocalBackend(args, options, run.rubrics, rank) if args.backend == "local"
                              else OpenAIBackend(args, options, run.rubrics, run.samples))
         held.callback(backend.close)
+        if args.backend == "local":
+            refuse_past_context(backend.model_dir, run, options, Path(args.input_dir), Path(args.input_file))
         run.judge_fingerprint = backend.judge_fingerprint
         if run.calibrator is not None:
             run.warnings += checked_calibrator(run, args.calibrator, args.model_path, args.allow_calibrator_mismatch, rank)
@@ -101,6 +105,22 @@ def score_pass(args, backend: Backend, run: ScoringInput, samples: list[Sample |
     finally:
         journal.close()
     barrier(world)
+
+
+def refuse_past_context(model_dir: Path, run: ScoringInput, options: ScoreOptions, image_root: Path, input_path: Path) -> None:
+    """Every prompt of the run counted before the judge's weights load, as the engine builds it (text tokens and
+    each image's tokens): one that leaves its answer no room in the judge's context is refused by its record, as
+    judge-serve refuses it, and never scored past the context (771 tokens against a context of 256 were scored
+    without a word). --prompt_token_budget cuts the question's oldest context instead, recorded as truncated."""
+    tokenizer = judge_tokenizer(model_dir)
+    settings, config = unloaded_settings(model_dir, tokenizer)
+    context = context_length(config.get_text_config())
+    unloaded = Judge(None, tokenizer, settings, checkpoint_format(model_dir))  # prepare reads its tokenizer and settings only
+    long = {item.index: item for item in prepare(unloaded, enumerate(run.samples), run.rubrics, image_root, options) if len(item.input_ids) >= context}
+    if long:
+        raise InputError([Problem(str(input_path), f"its prompt is {len(item.input_ids):,} tokens, and the judge's context of {context:,} tokens holds "
+                                  f"the prompt and its answer together; give --prompt_token_budget (below {context:,}) to cut the question's "
+                                  "oldest context, recorded as truncated", index, item.sample.id) for index, item in long.items()])
 
 
 @dataclass

@@ -22,6 +22,7 @@ from PIL import Image
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from mmjudge.judge.parsing import ScoreScale
+from mmjudge.judge.vision import image_problem
 
 CRITERIA = ("text_quality", "image_quality", "text_image_coherence", "style_consistency")
 SCORE_FIELDS = ("overall", *CRITERIA)
@@ -705,9 +706,10 @@ def _image_problem(path: Path) -> str | None:
                 return (f"image of {img.width} x {img.height} pixels ({pixels / 1e6:.0f} megapixels), more than the "
                         f"{MAX_IMAGE_PIXELS / 1e6:.0f} any image needs: {path}; the judge sees it as a few 448-px tiles, so resize it")
             img.load()
+            problem = image_problem(img)
     except Exception as err:  # PIL raises many types for a broken file; all mean the same to the user.
         return f"image cannot be decoded: {path} ({type(err).__name__}: {err})"
-    return None
+    return None if problem is None else f"{problem}: {path}"
 
 
 @dataclass(frozen=True)

@@ -31,40 +31,30 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import reprlib
-import shutil
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Annotated, Literal
 from pathlib import Path
 
 import torch
-from huggingface_hub.errors import StrictDataclassError
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
-from safetensors import SafetensorError, safe_open
-from transformers import CONFIG_MAPPING, AutoTokenizer, PretrainedConfig, PreTrainedTokenizerBase
-from transformers.initialization import no_init_weights
-from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from safetensors import safe_open
+from transformers import CONFIG_MAPPING, PretrainedConfig, PreTrainedTokenizerBase
 
-from mmjudge.judge.backbones import Backbone, backbone_of, native_class
-from mmjudge.judge.data import MAX_SETTINGS_BYTES, InputError, UsageError, read_json, validation_problems, write_json_atomically, write_text_atomically
-from mmjudge.judge.detokenize import chat_answer, text_decoder, without_hash_merges, write_merges_as_read
+from mmjudge.judge.backbones import Backbone, backbone_of, internvl, qwen_vl
+from mmjudge.judge.checkpoint import (INDEX_FILE, QWEN_VISION_SIZES, SAFETENSORS_DTYPES, TEXT_SIZES, TOKENIZER_FILES, VISION_SIZES, CheckpointError,
+                                      JudgeSettings, SettingsFile, built, check_counts, check_image_token, check_rope, check_size, load_tokenizer,
+                                      native_class, one_line, read_json_object, readable_safetensors, require, safetensors_files, save_tokenizer)
+from mmjudge.judge.data import InputError, UsageError, validation_problems, write_json_atomically, write_text_atomically
+from mmjudge.judge.detokenize import chat_answer, text_decoder, without_hash_merges
 from mmjudge.judge.hub import Checkpoint, resolve
 from mmjudge.judge.kernels import use_fused_kernels
-from mmjudge.judge.parsing import SCORE_HEADING
-from mmjudge.judge.rope import use_rowwise_rope
-from mmjudge.judge.templates import TEMPLATES, ChatTemplate, template_from_jinja
-from mmjudge.judge.vision import ImageProcessing
+from mmjudge.judge.rope import context_length, use_rowwise_rope
 
 SETTINGS_FILE = "judge_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
-# The dtypes a checkpoint's safetensors headers name that a judge is loaded from and written in.
-SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
-TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json")
 # A native checkpoint's image processor's settings (Qwen-VL's least and most pixels, a -hf InternVL's tiles).
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 # Every file load_judge reads, as huggingface_hub allow patterns: a checkpoint named by its Hub id is fetched
@@ -77,94 +67,12 @@ REMOTE_CODE = ("*.py",)
 
 
 
-class CheckpointError(UsageError):
-    """A checkpoint directory that cannot be loaded; the message says what was expected. The user's to
-    fix (a wrong --model_path, a broken or unsupported checkpoint), so commands exit with code 2."""
 
 
-@dataclass(frozen=True)
-class JudgeSettings:
-    """How the judge expects its input: chat template, system message and image processing.
-
-    Read from the checkpoint (an original config's `template`, `max_dynamic_patch`...; a native one's chat
-    template and processor config), then from `judge_config.json` where one lies beside it;
-    `system_message=None` means the template's default."""
-
-    template: ChatTemplate
-    system_message: str | None
-    images: ImageProcessing
-
-    @property
-    def system(self) -> str | None:
-        """The system message the judge is given: its own, or its template's default (None: no system turn)."""
-        return self.template.default_system_message if self.system_message is None else self.system_message
-
-    def to_json(self) -> dict:
-        return SettingsFile.of(self).model_dump(exclude_none=True)
 
 
-class TemplateFields(BaseModel):
-    """A chat template stored whole in judge_config.json: one that is not among InternVL's published ones by name
-    (a -hf or Qwen-VL checkpoint's, read from its Jinja; one a conversation.py defines otherwise)."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    system_template: str
-    user_role: str
-    assistant_role: str
-    separator: str
-    default_system_message: str | None = None
-
-    @field_validator("system_template")
-    @classmethod
-    def _one_slot(cls, text: str) -> str:
-        if text.count("{system_message}") != 1:
-            raise ValueError("must hold {system_message} exactly once")
-        return text
 
 
-class SettingsFile(BaseModel):
-    """judge_config.json, beside a native checkpoint or an adapter: the judge's settings over its base's (a field
-    left out is the base's). Its keys are named here only; `write_settings` and `read_settings` go through this
-    model. The image fields are those of the backbone's image processing: InternVL's tiling (image_size,
-    min_tiles, max_tiles, use_thumbnail) or Qwen-VL's smart resize (min_pixels, max_pixels)."""
-
-    model_config = ConfigDict(extra="forbid")
-    template: str | TemplateFields | None = None
-    system_message: str | None = None
-    image_size: PositiveInt | None = None
-    min_tiles: PositiveInt | None = None
-    max_tiles: PositiveInt | None = None
-    use_thumbnail: bool | None = None
-    min_pixels: PositiveInt | None = None
-    max_pixels: PositiveInt | None = None
-
-    @field_validator("template")
-    @classmethod
-    def _known_template(cls, template: str | TemplateFields | None) -> str | TemplateFields | None:
-        if isinstance(template, str) and template not in TEMPLATES:
-            raise ValueError(f"{template!r} is not one of {', '.join(TEMPLATES)} (or a template given whole)")
-        return template
-
-    @model_validator(mode="after")
-    def _ranges(self) -> SettingsFile:
-        for low, high in (("min_tiles", "max_tiles"), ("min_pixels", "max_pixels")):
-            if getattr(self, low) is not None and getattr(self, high) is not None and getattr(self, low) > getattr(self, high):
-                raise ValueError(f"{low} {getattr(self, low)} is above {high} {getattr(self, high)}")
-        return self
-
-    @classmethod
-    def of(cls, settings: JudgeSettings) -> SettingsFile:
-        template = settings.template
-        stored = template.name if TEMPLATES.get(template.name) == template else TemplateFields(**asdict(template))
-        return cls(template=stored, system_message=settings.system_message, **settings.images.stored())
-
-    def judge_settings(self, base: JudgeSettings) -> JudgeSettings:
-        """These settings over `base`'s; a ValueError names an image field the base's backbone has no use for."""
-        fields = self.model_dump(exclude_none=True, include={"image_size", "min_tiles", "max_tiles", "use_thumbnail", "min_pixels", "max_pixels"})
-        template = base.template if self.template is None else TEMPLATES[self.template] if isinstance(self.template, str) \
-            else ChatTemplate(**self.template.model_dump())
-        return JudgeSettings(template, self.system_message, base.images.restored(fields))
 
 
 @dataclass
@@ -252,22 +160,17 @@ def find_checkpoint(name: str | Path, revision: str | None = None, extra_files: 
 
 def load_judge(name: str | Path, device: str = "cpu", dtype: torch.dtype | None = None, revision: str | None = None) -> Judge:
     """Load any supported judge checkpoint (see module docstring), by its directory or its Hub id, ready for inference."""
-    from mmjudge.judge.backbones import internvl, qwen_vl
-
     path = find_checkpoint(name, revision).path
     dtype = dtype or default_dtype(device)
     kind = checkpoint_format(path)
     if kind == "adapter":
         return _load_adapter(path, device, dtype)
-    config = read_json_object(path / "config.json")
-    family = _family(path, kind)
     tokenizer = judge_tokenizer(path)
+    settings, config = unloaded_settings(path, tokenizer)
     if kind == "original":
-        model = internvl.build_from_original(path, config, tokenizer, device, dtype)
-        settings = internvl.settings_from_original(path, config, model.config)
+        model = internvl.build_from_original(path, config, device, dtype)
     else:
         model = load_native(path, dtype).to(device)
-        settings = read_settings(path, family.native_settings(path, model.config, tokenizer))
     _check_tying(model)
     check_finite(path, model.named_parameters())
     use_rowwise_rope(model.model.language_model)
@@ -276,10 +179,40 @@ def load_judge(name: str | Path, device: str = "cpu", dtype: torch.dtype | None 
     return Judge(model, tokenizer, settings, kind)
 
 
+def unloaded_settings(path: Path, tokenizer: PreTrainedTokenizerBase) -> tuple[JudgeSettings, PretrainedConfig]:
+    """The settings of the judge at `path` and its model's config (an adapter's: its base's), as load_judge
+    gives them, read and checked without the weights: what a run's prompts can be counted with before the
+    model loads."""
+    kind = checkpoint_format(path)
+    if kind == "adapter":
+        base_settings, config = unloaded_settings(checked_adapter(path), tokenizer)
+        settings = read_settings(path, base_settings)
+    elif kind == "original":
+        raw = read_json_object(path / "config.json")
+        config = internvl.original_native_config(path, raw, tokenizer)
+        settings = internvl.settings_from_original(path, raw, config)
+    else:
+        family = _family(path, kind)
+        check_image_token(path, read_json_object(path / "config.json"), tokenizer, family.IMAGE_TOKENS[1])
+        config = native_config(path)
+        settings = read_settings(path, family.native_settings(path, config, tokenizer))
+    check_image_tokens(path, settings, config)
+    return settings, config
+
+
+def check_image_tokens(path: Path, settings: JudgeSettings, config) -> None:
+    """An image at the most its processing allows fits the judge's context (`config` the model's): a
+    preprocessor's min_pixels of 1e9 made every image 3.8M tokens (9.1 GB and growing), and a
+    max_dynamic_patch of 1e9 hung choosing a grid among a billion tiles."""
+    most, context = settings.images.most_tokens(), context_length(config.get_text_config())
+    if most > context:
+        limit, value = settings.images.limit()
+        raise CheckpointError(f"{path}: an image at its {value:,} {limit} takes {most:,} image tokens, more than the judge's context of {context:,} "
+                              "tokens; lower the limit in its processor config or judge_config.json")
+
+
 def _family(path: Path, kind: str):
     """The backbone module of a checkpoint that is no adapter: InternVL's (original or native) or Qwen-VL's."""
-    from mmjudge.judge.backbones import internvl, qwen_vl
-
     return internvl if kind == "original" or read_json_object(path / "config.json").get("model_type") == "internvl" else qwen_vl
 
 
@@ -295,32 +228,6 @@ def judge_tokenizer(path: Path) -> PreTrainedTokenizerBase:
     return without_hash_merges(tokenizer, path) if kind == "original" else tokenizer
 
 
-def load_tokenizer(path: Path, image_tokens: tuple[str, ...]) -> PreTrainedTokenizerBase:
-    # Resolve the class named in tokenizer_config.json ourselves: AutoTokenizer would also read the
-    # original config.json, whose auto_map names remote code that must never run.
-    from mmjudge.judge.internlm2_tokenizer import InternLM2Tokenizer
-
-    config_file = path / "tokenizer_config.json"
-    name = read_json_object(config_file).get("tokenizer_class") if config_file.is_file() else None
-    # InternLM2's tokenizer is remote code in its checkpoints; this toolkit carries its own (judge/internlm2_tokenizer.py).
-    tokenizer_class = InternLM2Tokenizer if name == "InternLM2Tokenizer" else tokenizer_class_from_name(name) if name else None
-    try:
-        if tokenizer_class is not None:
-            tokenizer = tokenizer_class.from_pretrained(path)
-        else:
-            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-    except (OSError, ValueError) as err:
-        raise CheckpointError(f"{path}: cannot load the tokenizer ({err})") from None
-    missing = [t for t in image_tokens if t not in tokenizer.get_vocab()]
-    if missing:
-        raise CheckpointError(f"{path}: the tokenizer lacks the backbone's image tokens {missing}")
-    # A tokenizer whose vocabulary file is missing still loads, with its added tokens only, and encodes
-    # every word to nothing or <unk>: the judge would then read prompts without text and score garbage.
-    probe = tokenizer(f"{SCORE_HEADING}\nImage quality: 4", add_special_tokens=False).input_ids
-    if not probe or all(i == tokenizer.unk_token_id for i in probe):
-        raise CheckpointError(f"{path}: the tokenizer encodes text to nothing; its vocabulary file "
-                              "(tokenizer.model, tokenizer.json or vocab.json) is missing or empty")
-    return tokenizer
 
 
 def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
@@ -335,16 +242,18 @@ def _load_adapter(path: Path, device: str, dtype: torch.dtype) -> Judge:
         try:
             model = PeftModel.from_pretrained(base.model, path).eval()
         except ValueError as err:  # PEFT's own words: e.g. target_modules that name no layer of the base
-            raise CheckpointError(f"{path}/adapter_config.json: does not fit the base {base_path}: {_one_line(err)}") from None
+            raise CheckpointError(f"{path}/adapter_config.json: does not fit the base {base_path}: {one_line(err)}") from None
         except KeyError as err:  # a weight the config makes (modules_to_save) but the file lacks
             raise CheckpointError(f"{path}/{ADAPTER_WEIGHTS}: lacks {err.args[0]}, which its config makes over the base {base_path}") from None
         except RuntimeError as err:  # a weight of another shape than the base's layer
-            raise CheckpointError(f"{path}/{ADAPTER_WEIGHTS}: does not fit the base {base_path}: {_one_line(err)}") from None
+            raise CheckpointError(f"{path}/{ADAPTER_WEIGHTS}: does not fit the base {base_path}: {one_line(err)}") from None
         check_adapter_weights(path, model)
     for warning in said:
         warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     tokenizer = adapter_tokenizer(path, base.tokenizer, base.settings.images.image_tokens)
-    return Judge(merge_adapter(model, base_path), tokenizer, read_settings(path, base.settings), "adapter")
+    settings = read_settings(path, base.settings)
+    check_image_tokens(path, settings, base.model.config)
+    return Judge(merge_adapter(model, base_path), tokenizer, settings, "adapter")
 
 
 def merge_adapter(model, base: Path) -> torch.nn.Module:
@@ -373,9 +282,7 @@ def stored_dtypes(path: Path, names: list[str]) -> dict[str, torch.dtype]:
         with safe_open(file, framework="pt") as stored:
             headers |= {key: (SAFETENSORS_DTYPES.get(stored.get_slice(key).get_dtype()), stored.get_slice(key).get_shape()) for key in stored.keys()}
     if checkpoint_format(path) == "original":
-        from mmjudge.judge.backbones.internvl import KeyMap
-
-        keys = KeyMap.of(read_json_object(path / "config.json")["llm_config"])
+        keys = internvl.KeyMap.of(read_json_object(path / "config.json")["llm_config"])
         return {name: dtype for key, (dtype, shape) in headers.items() if dtype is not None
                 for name, _ in keys.native_tensors(key, torch.empty(shape, device="meta"))}
     dtypes = {dtype for dtype, _ in headers.values()}
@@ -477,7 +384,7 @@ def check_adapter_files(path: Path) -> None:
     if not weights.is_file():
         pickled = " (only adapter_model.bin, pickled weights, which are never unpickled here: save the adapter as safetensors)"
         raise CheckpointError(f"{path}: no {ADAPTER_WEIGHTS}{pickled if (path / 'adapter_model.bin').is_file() else ''}")
-    _readable([weights])
+    readable_safetensors([weights])
     config = read_json_object(where)
     if config.get("peft_type") != "LORA":
         raise CheckpointError(f"{where}: peft_type {config.get('peft_type')!r}; a judge's adapter is a LoRA adapter (\"LORA\")")
@@ -501,8 +408,6 @@ def check_adapter_files(path: Path) -> None:
         raise CheckpointError(f"{weights}: holds LoRA rank {unknown[0]}, which {where.name} does not give (r {config.get('r')})")
 
 
-def _one_line(err: Exception) -> str:
-    return " ".join(str(err).split())[:500]
 
 
 def check_adapter_weights(path: Path, model) -> None:
@@ -533,6 +438,17 @@ def load_native(path: Path, dtype: torch.dtype):
     """A native checkpoint, refused where its config is incomplete (transformers would fill the gaps with the
     defaults of a model of billions of weights and try to allocate it) or its weights do not fill the model
     exactly (a missing weight would be left at a random initialisation)."""
+    config = native_config(path)
+    check_size(path, config)
+    model, info = native_class(config.model_type).from_pretrained(path, config=config, dtype=dtype, output_loading_info=True)
+    mismatched = [f"{key} (shape)" for key, *_ in info.get("mismatched_keys", [])]
+    missing = [key for key in info["missing_keys"] if not (config.tie_word_embeddings and key == "lm_head.weight")]
+    _refuse_mismatch(path, sorted(missing) + mismatched, sorted(info["unexpected_keys"]))
+    return model
+
+
+def native_config(path: Path) -> PretrainedConfig:
+    """A native checkpoint's config, built once its config.json is complete and its counts are checked."""
     where = f"{path}/config.json"
     raw = read_json_object(path / "config.json")
     kind = f"a native {NATIVE_MODEL_TYPES[raw['model_type']]} config"
@@ -542,49 +458,14 @@ def load_native(path: Path, dtype: torch.dtype):
     text, text_where = (raw["text_config"], f"{where} text_config") if nested else (raw, where)
     require(text, ("model_type",) * (raw["model_type"] == "internvl") + TEXT_SIZES, text_where, kind)
     require(raw["vision_config"], NATIVE_VISION_SIZES[raw["model_type"]], f"{where} vision_config", kind)
+    check_counts(path, raw)
     config = built(path, lambda: CONFIG_MAPPING[raw["model_type"]].from_pretrained(path))
-    check_size(path, config)
-    model, info = native_class(config.model_type).from_pretrained(path, config=config, dtype=dtype, output_loading_info=True)
-    mismatched = [f"{key} (shape)" for key, *_ in info.get("mismatched_keys", [])]
-    missing = [key for key in info["missing_keys"] if not (config.tie_word_embeddings and key == "lm_head.weight")]
-    _refuse_mismatch(path, sorted(missing) + mismatched, sorted(info["unexpected_keys"]))
-    return model
+    check_rope(path, config)
+    return config
 
 
-def built(path: Path, build):
-    """A config object built from config.json; a value of the wrong type is a CheckpointError naming it."""
-    try:
-        return build()
-    except (StrictDataclassError, TypeError, ValueError, KeyError) as err:
-        raise CheckpointError(f"{path}/config.json: {' '.join(str(err).split())}") from None
 
 
-def check_size(path: Path, config) -> None:
-    """The model the config describes holds as many numbers as the weight files, read from their headers,
-    before anything is allocated: a config that describes another model would be allocated first and
-    found out after (a 12-billion-parameter one is killed for memory first). A tied output layer is the
-    input embeddings, counted once, whether or not the files also store it."""
-    stored, keys = 0, set()
-    for file in safetensors_files(path):
-        with safe_open(file, framework="pt") as weights:
-            for key in weights.keys():
-                keys.add(key)
-                stored += math.prod(weights.get_slice(key).get_shape())
-    # Each layer holds a tensor at least: a config of more layers than the files hold tensors is refused by
-    # arithmetic, before building a billion layers (even on the meta device) takes all time and memory.
-    layers = sum(getattr(c, "num_hidden_layers", 0) or 0 for c in [config, *(v for v in vars(config).values() if isinstance(v, PretrainedConfig))])
-    if layers > len(keys):
-        raise CheckpointError(f"{path}: config.json describes {layers:,} layers, and the weight files hold {len(keys):,} tensors")
-    with torch.device("meta"), no_init_weights():
-        model = native_class(config.model_type)(config)
-    described = sum(p.numel() for p in model.parameters())
-    tied_rows = model.lm_head.weight.numel() if config.tie_word_embeddings else 0
-    if tied_rows and model.lm_head.weight is not model.get_input_embeddings().weight:
-        described -= tied_rows  # built untied here, tied when loaded
-    if tied_rows and {"lm_head.weight", "language_model.lm_head.weight", "language_model.output.weight"} & keys:
-        stored -= tied_rows  # the files store the tied output layer as well
-    if described != stored:
-        raise CheckpointError(f"{path}: config.json describes a model of {described:,} weights, the weight files hold {stored:,}")
 
 
 def adapter_base(path: Path, extra_files: tuple[str, ...] = ()) -> Checkpoint:
@@ -598,55 +479,14 @@ def adapter_base(path: Path, extra_files: tuple[str, ...] = ()) -> Checkpoint:
                               "(it names the base checkpoint the adapter was trained on)") from None
 
 
-# The sizes a config must give, each a whole number, for the model it describes to be known.
-TEXT_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
-VISION_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "image_size", "patch_size")
 
 
-def require(config: object, keys: tuple[str, ...], where: str, kind: str = "an original InternVL2 config") -> None:
-    """`keys` are in `config`, and those that are sizes are positive whole numbers."""
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{where} must be an object, got {type(config).__name__}: not {kind}")
-    if missing := [k for k in keys if k not in config]:
-        raise CheckpointError(f"{where} lacks {', '.join(missing)}: not {kind}")
-    sizes = set(TEXT_SIZES) | set(VISION_SIZES)
-    if wrong := [f"{k} {config[k]!r}" for k in keys if k in sizes and not _size(config[k])]:
-        raise CheckpointError(f"{where}: {', '.join(wrong)}: sizes must be positive whole numbers")
 
 
-def _size(value: object) -> bool:
-    """A positive whole number, or (a native config's image and patch sizes) a pair of them."""
-    values = value if isinstance(value, list) and value else [value]
-    return all(type(v) is int and v >= 1 for v in values)
 
 
-def safetensors_files(path: Path) -> list[Path]:
-    index = path / INDEX_FILE
-    if index.is_file():
-        weight_map = read_json_object(index).get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise CheckpointError(f"{index}: no \"weight_map\" object naming each tensor's shard")
-        shards = sorted(set(weight_map.values()))
-        missing = [s for s in shards if not (path / s).is_file()]
-        if missing:
-            raise CheckpointError(f"{index}: lists shards that are missing: {', '.join(missing)}")
-        return _readable([path / s for s in shards])
-    if (path / "model.safetensors").is_file():
-        return _readable([path / "model.safetensors"])
-    if any(path.glob("*.bin")):
-        raise CheckpointError(f"{path}: only .bin weights found; convert them to safetensors first")
-    raise CheckpointError(f"{path}: no model.safetensors or model.safetensors.index.json")
 
 
-def _readable(files: list[Path]) -> list[Path]:
-    """The files, each with a whole safetensors header (a truncated or empty one is an interrupted copy)."""
-    for file in files:
-        try:
-            with safe_open(file, framework="pt"):
-                pass
-        except (SafetensorError, OSError) as err:
-            raise CheckpointError(f"{file}: not a complete safetensors file ({err}); copy or download it again") from None
-    return files
 
 
 def _check_tying(model: torch.nn.Module) -> None:
@@ -672,26 +512,6 @@ def read_settings(path: Path, base: JudgeSettings) -> JudgeSettings:
         raise CheckpointError(f"{file}: {err}") from None
 
 
-def chat_template_of(path: Path, tokenizer: PreTrainedTokenizerBase) -> ChatTemplate | None:
-    """A native checkpoint's own Jinja chat template (its processor's chat_template.jinja or chat_template.json,
-    else its tokenizer's), as a ChatTemplate (judge/templates.py); None where it has none. The tokenizer is given
-    that template, so that a judge saved from it (save_native, judge-train) carries it."""
-    text = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
-    if (jinja := path / "chat_template.jinja").is_file():
-        text = jinja.read_text(encoding="utf-8")
-    elif (stored := path / "chat_template.json").is_file():
-        text = read_json_object(stored).get("chat_template", text)
-    if not text:
-        return None
-    tokenizer.chat_template = text
-
-    def render(messages: list[dict], add_generation_prompt: bool) -> str:
-        return tokenizer.apply_chat_template(messages, chat_template=text, tokenize=False, add_generation_prompt=add_generation_prompt)
-
-    try:
-        return template_from_jinja(render, tokenizer.bos_token)
-    except Exception as err:  # noqa: BLE001 - a template's own error (raise_exception, a missing variable) or our layout check
-        raise CheckpointError(f"{path}: its chat template does not render one user turn as this toolkit renders prompts: {_one_line(err)}") from None
 
 
 def original_base(adapter: Path) -> Path:
@@ -719,35 +539,12 @@ def save_native(judge: Judge, out_dir: str | Path) -> Path:
     return out_dir
 
 
-def save_tokenizer(tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> None:
-    """A judge's tokenizer files, copied from the checkpoint they were read from (`load_tokenizer`), so that a
-    trained or merged judge is read and written exactly as its base is (merges.txt and tokenizer.json with the
-    merges an original Qwen2 base is read by, `write_merges_as_read`). transformers 5's `save_pretrained`
-    would write tokenizer.json and a tokenizer_config.json of its own, without tokenizer.model and without
-    `"legacy": false`, from which judge/detokenize.py rebuilds the reference's encoding and decoding: every
-    prompt would lose its word-start token and the judge's text would be decoded by transformers."""
-    source = Path(tokenizer.name_or_path)
-    files = [source / name for name in TOKENIZER_FILES if (source / name).is_file()]
-    if not files:  # every judge's tokenizer comes from load_tokenizer, which reads a directory of these
-        raise CheckpointError(f"{source}: no tokenizer files ({', '.join(TOKENIZER_FILES)}) to copy")
-    for file in files:
-        shutil.copyfile(file, Path(out_dir) / file.name)
-    write_merges_as_read(tokenizer, source, Path(out_dir))  # an original Qwen2 base's 4.37 merges, kept in a native judge
 
 
 def write_settings(settings: JudgeSettings, out_dir: str | Path) -> None:
     write_text_atomically(Path(out_dir) / SETTINGS_FILE, SettingsFile.of(settings).model_dump_json(indent=2, exclude_none=True) + "\n")
 
 
-def read_json_object(file: Path) -> dict:
-    """A checkpoint's JSON file, which must hold an object; a broken one is a CheckpointError naming it."""
-    try:
-        value = read_json(file, MAX_SETTINGS_BYTES)
-    except InputError as err:
-        raise CheckpointError("; ".join(map(str, err.problems))) from None
-    if not isinstance(value, dict):
-        raise CheckpointError(f"{file}: expected a JSON object, found a {type(value).__name__}")
-    return value
 
 
 def with_max_tiles(settings: JudgeSettings, max_tiles: int | None) -> JudgeSettings:
@@ -759,8 +556,8 @@ def with_max_tiles(settings: JudgeSettings, max_tiles: int | None) -> JudgeSetti
 
 # The sizes a native config's vision part must give, by family.
 NATIVE_VISION_SIZES = {
-    "internvl": ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "image_size", "patch_size"),
-    "qwen2_5_vl": ("hidden_size", "depth", "num_heads", "intermediate_size", "patch_size", "out_hidden_size"),
-    "qwen3_vl": ("hidden_size", "depth", "num_heads", "intermediate_size", "patch_size", "out_hidden_size"),
+    "internvl": VISION_SIZES,
+    "qwen2_5_vl": QWEN_VISION_SIZES,
+    "qwen3_vl": QWEN_VISION_SIZES,
 }
 NATIVE_MODEL_TYPES = {"internvl": "InternVL", "qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL"}

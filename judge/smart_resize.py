@@ -81,6 +81,9 @@ class SmartResize:
     def limit(self) -> tuple[str, int]:
         return "pixels", self.max_pixels
 
+    def most_tokens(self) -> int:
+        return self.max_pixels // self.factor**2  # smart_resize keeps an image's rounded size within max_pixels
+
     def stored(self) -> dict:
         return {"min_pixels": self.min_pixels, "max_pixels": self.max_pixels}
 
@@ -114,10 +117,17 @@ class SmartResize:
 def from_processor_config(config: dict, patch_size: int, merge_size: int, temporal_patch_size: int) -> SmartResize:
     """The rule a checkpoint's preprocessor_config.json gives (module docstring); sizes it leaves out are the model's."""
     size = config.get("size") or {}
-    return SmartResize(
+    rule = SmartResize(
         min_pixels=config.get("min_pixels") or size.get("shortest_edge") or 56 * 56,
         max_pixels=config.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280,
         patch_size=config.get("patch_size", patch_size), merge_size=config.get("merge_size", merge_size),
         temporal_patch_size=config.get("temporal_patch_size", temporal_patch_size),
         mean=tuple(config.get("image_mean", SmartResize.mean)), std=tuple(config.get("image_std", SmartResize.std)),
     )
+    # A patch size of 0 divided by zero at the first image; the judge's context bounds max_pixels (judge/model.py).
+    for name in ("min_pixels", "max_pixels", "patch_size", "merge_size", "temporal_patch_size"):
+        if type(value := getattr(rule, name)) is not int or value < 1:
+            raise ValueError(f"{name} {value!r}: a positive whole number")
+    if rule.min_pixels > rule.max_pixels:
+        raise ValueError(f"min_pixels {rule.min_pixels} is above max_pixels {rule.max_pixels}")
+    return rule

@@ -22,7 +22,9 @@ with. A template and its default system message are read from the checkpoint, as
 - A Hugging Face-native checkpoint (Qwen-VL, InternVL's -hf) ships a Jinja chat template
   (`chat_template.jinja`, `chat_template.json`, or tokenizer_config.json's `chat_template`).
   `template_from_jinja` renders it on marker messages and reads the roles, separator and default system
-  message off the result; a template that does not render one user turn in this layout is refused.
+  message off the result; a template that does not render one user turn in this layout is refused. A Jinja
+  template is code of its own (loops), so it is rendered under a time and an output-size limit
+  (`RENDER_SECONDS`, `RENDER_CHARS`), and an empty one is refused rather than replaced by a default.
 
 A rendered turn is also known as parts (`ChatTemplate.parts`): the template's own strings, whose control
 tokens are the only ones the turn may hold, and the text it frames (system message, query), which is
@@ -33,6 +35,8 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,12 +193,44 @@ def _literal(node: ast.expr | None) -> object:
 _SYSTEM, _USER, _ANSWER = "\x00SYSTEM\x00", "\x00USER\x00", "\x00ANSWER\x00"
 
 
+# What rendering a chat template at load may take: a real one renders a few short turns in milliseconds, a few
+# hundred characters. One with nested loops rendered for 200 s and counting; one wrote a 4 GB string.
+RENDER_SECONDS = 5.0
+RENDER_CHARS = 1_000_000
+JINJA_FILENAME = "<template>"  # the file name Jinja compiles a template given as a string under
+
+
+def within_limits(render, *args):
+    """`render(*args)` (a Jinja template's rendering, in this thread), stopped with a ValueError past
+    RENDER_SECONDS or once the template's code has written more than RENDER_CHARS characters. The watch is a
+    profile hook: it sees every call and return of the template's compiled code (each piece a Jinja
+    generator yields is a return), and Jinja caps each `range` at 100,000, so no loop runs long unseen."""
+    deadline, written = time.monotonic() + RENDER_SECONDS, 0
+
+    def watch(frame, event, arg) -> None:
+        nonlocal written
+        if event == "return" and isinstance(arg, str) and frame.f_code.co_filename == JINJA_FILENAME:
+            written += len(arg)
+            if written > RENDER_CHARS:
+                raise ValueError(f"it writes more than {RENDER_CHARS:,} characters for one short turn")
+        if time.monotonic() > deadline:
+            raise ValueError(f"it takes more than {RENDER_SECONDS:g} s to render one short turn")
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        return render(*args)
+    finally:
+        sys.setprofile(previous)
+
+
 def template_from_jinja(render, bos_token: str | None, name: str = "chat_template") -> ChatTemplate:
     """A checkpoint's Jinja chat template as a ChatTemplate (module docstring). `render(messages,
-    add_generation_prompt)` renders it (the tokenizer's apply_chat_template); a leading `bos_token` is dropped,
-    since the tokenizer adds its own. A ValueError says how the template does not fit this layout."""
+    add_generation_prompt)` renders it (the tokenizer's apply_chat_template), within RENDER_SECONDS and
+    RENDER_CHARS; a leading `bos_token` is dropped, since the tokenizer adds its own. A ValueError says how the
+    template does not fit this layout or these limits."""
     def rendered(messages: list[dict], prompt: bool) -> str:
-        text = render(messages, prompt)
+        text = within_limits(render, messages, prompt)
         return text[len(bos_token):] if bos_token and text.startswith(bos_token) else text
 
     user, system, answer = ({"role": "user", "content": _USER}, {"role": "system", "content": _SYSTEM},

@@ -65,6 +65,9 @@ class TilingConfig:
     def limit(self) -> tuple[str, int]:
         return "tiles", self.max_tiles
 
+    def most_tokens(self) -> int:
+        return (self.max_tiles + (self.use_thumbnail and self.max_tiles > 1)) * self.tokens_per_tile
+
     def stored(self) -> dict:
         return {"image_size": self.image_size, "min_tiles": self.min_tiles, "max_tiles": self.max_tiles, "use_thumbnail": self.use_thumbnail}
 

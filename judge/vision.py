@@ -71,8 +71,11 @@ class ImageProcessing(Protocol):
     def limit(self) -> tuple[str, int]:
         """The limit `reduced` lowers, for the record of a cut: ("tiles", 6), ("pixels", 802816)."""
 
+    def most_tokens(self) -> int:
+        """The image tokens of an image at that limit: the most one image takes."""
+
     def stored(self) -> dict:
-        """Its settings as judge_config.json stores them (judge/model.py, SettingsFile)."""
+        """Its settings as judge_config.json stores them (judge/checkpoint.py, SettingsFile)."""
 
     def restored(self, fields: dict) -> ImageProcessing:
         """The rule with stored settings over its own; a ValueError for settings of another rule."""
@@ -114,6 +117,26 @@ def rgb(image: Image.Image, on_white: bool) -> Image.Image:
         image = image.convert("RGBA")
         return Image.alpha_composite(Image.new("RGBA", image.size, (255, 255, 255, 255)), image).convert("RGB")
     return image.convert("RGB")
+
+
+# The modes an image file holds (PNG's, and TIFF's for the rest), which the judge reads: PIL makes others in
+# memory (HSV; La and RGBa, premultiplied by alpha) that no file holds and some of which it cannot convert.
+FILE_MODES = {"1", "L", "LA", "I", "I;16", "F", "P", "PA", "RGB", "RGBA", "RGBX", "CMYK", "YCbCr", "LAB"}
+
+
+def image_problem(image: Image.Image) -> str | None:
+    """What keeps the judge from seeing `image` (a PIL image given in memory, or a file's, decoded), in words;
+    None if nothing. A closed image, one of no pixels or one of a mode no file holds failed deep in the
+    writing or tiling with PIL's own errors."""
+    try:
+        image.load()
+    except ValueError as err:  # PIL's "Operation on closed image"
+        return f"the image cannot be read ({err}); give it open"
+    if 0 in image.size:
+        return f"the image is {image.width} x {image.height} pixels; an image has at least one pixel each way"
+    if image.mode not in FILE_MODES:
+        return f"an image of mode {image.mode!r}, which no image file holds; convert it first, e.g. image.convert('RGB')"
+    return None
 
 
 def load_pixels(path: str | Path, processing: ImageProcessing) -> Pixels:

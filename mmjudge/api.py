@@ -43,7 +43,7 @@ from mmjudge.configs import DEFAULT_RUBRICS, bundled, by_name, rubric_paths
 from mmjudge.infer.inputs import read_benchmark
 from mmjudge.infer.loaded import LoadedJudge
 from mmjudge.judge.cpu import use_free_cores
-from mmjudge.judge.data import InputError, Pair, Sample, UsageError, validate_samples
+from mmjudge.judge.data import InputError, Pair, Problem, Sample, UsageError, validate_samples
 from mmjudge.train import run as train_run
 from mmjudge.train.run import TrainResult
 
@@ -234,7 +234,7 @@ class Judge(LoadedJudge):
         """Score one answer; its record as `score` returns it.
 
         question, answer: texts, or lists of MMIE segments ({"text": ...} / {"image": path or PIL image}).
-        images: the answer's images, shown after its text (paths or PIL images).
+        images: the answer's images, shown after its text (paths or PIL images; None: none).
         category: the rubric that judges it (default: the only rubric's, where one is loaded or given;
             MMIE's rubrics are SA, PBL and MSR).
         reference: a reference answer, for rubrics that show one (MMIE's MSR).
@@ -246,6 +246,8 @@ class Judge(LoadedJudge):
         with keywords_named():
             if isinstance(images, (str, Path, Image.Image)):  # one image, not a sequence of characters (c, a, t, ...)
                 images = [images]
+            elif images is None:
+                images = []
             answer_segments = _segments(answer, "answer") + [{"image": image} for image in images]
             given = _rubric(score_args.get("rubric"), None)
             record = {"id": "sample", "question": _segments(question, "question"), "answer": answer_segments,
@@ -386,25 +388,30 @@ PNG_MODES = {"1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA"}
 def _with_image_files(sample: dict | Sample, index: int, images: Path) -> object:
     """A record of `sample` whose PIL images are files in `images`, written without loss (EXIF kept, for
     an orientation the tiling may read) and named by where they stand; Paths as text. The caller's
-    objects are not changed."""
+    objects are not changed; an image the judge cannot see (closed, empty, of a mode no file holds) is an
+    InputError naming it."""
     from PIL import Image
+
+    from mmjudge.judge.vision import image_problem
 
     if isinstance(sample, (Sample, Pair)):
         return sample.model_dump(exclude_none=True)
     if not isinstance(sample, dict):
         return sample  # the validator names what is wrong with it
 
-    def as_file(segment: object, where: str) -> object:
+    def as_file(segment: object, key: str, k: int) -> object:
         image = segment.get("image") if isinstance(segment, dict) else None
         if isinstance(image, Path):
             return {**segment, "image": str(image)}
         if not isinstance(image, Image.Image):
             return segment
-        path = images / f"{where}.{'png' if image.mode in PNG_MODES else 'tiff'}"
+        if (problem := image_problem(image)) is not None:
+            raise InputError([Problem("samples", problem, index, sample.get("id"), f"{key}[{k}].image")])
+        path = images / f"{index}-{key}-{k}.{'png' if image.mode in PNG_MODES else 'tiff'}"
         image.save(path, exif=image.getexif())
         return {**segment, "image": str(path)}
 
-    return {key: [as_file(segment, f"{index}-{key}-{k}") for k, segment in enumerate(value)]
+    return {key: [as_file(segment, key, k) for k, segment in enumerate(value)]
             if key in ("question", "answer", "answer_a", "answer_b", "gt_answer") and isinstance(value, list) else value
             for key, value in sample.items()}
 

@@ -4,6 +4,7 @@ one answer in one call, pairs in memory through `compare`, options and a rubric 
 report from those records in memory, and a short fine-tune whose judge loads back; errors name the keywords."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -122,6 +123,31 @@ def test_score_one_is_the_record_of_that_one_sample(judge):
         judge.score_one(None, "a", category="SA")
     assert judge.score_one("What is shown?", "Noise.", images=image, category="PBL", model="m") == one  # one image, not a list of one
     assert repr(judge).startswith("Judge(") and "device='cpu'" in repr(judge)
+
+
+def closed_picture() -> Image.Image:
+    image = picture(2)
+    image.close()
+    return image
+
+
+@pytest.mark.parametrize("image, said", [
+    (Image.new("HSV", (8, 8)), "an image of mode 'HSV', which no image file holds; convert it first"),
+    (Image.new("La", (8, 8)), "an image of mode 'La', which no image file holds"),
+    (Image.new("RGBa", (8, 8)), "an image of mode 'RGBa', which no image file holds"),
+    (Image.new("RGB", (0, 0)), "the image is 0 x 0 pixels; an image has at least one pixel each way"),
+    (closed_picture(), r"the image cannot be read \(Operation on closed image\); give it open"),
+])
+def test_an_image_the_judge_cannot_see_is_refused_by_its_place(judge, image, said):
+    """PIL's HSV, La and RGBa images, a 0x0 and a closed one failed deep in the writing with PIL's own errors."""
+    with pytest.raises(InputError) as info:
+        judge.score_one("What is shown?", "Noise.", images=[picture(1), image], category="PBL")
+    [problem] = map(str, info.value.problems)
+    assert re.fullmatch(f"samples: record 0 \\(id 'sample'\\): answer\\[2\\].image: {said}.*", problem)
+
+
+def test_score_one_without_images_given_as_none(judge):
+    assert judge.score_one("What is shown?", "Noise.", images=None, category="PBL")["n_images"] == 0
 
 
 def test_every_problem_of_the_samples_is_raised_before_the_model_runs(judge, tmp_path):
@@ -270,38 +296,6 @@ def test_fine_tune_trains_a_judge_that_loads_back(checkpoint, tmp_path):
     assert record["category"] == "SA" and record["generated_tokens"] >= 1
     with pytest.raises(UsageError, match="not empty"):
         mmjudge.fine_tune(checkpoint, train_file, tmp_path / "judge", config="tiny")
-
-
-COMMAND_PACKAGES = ("judge", "infer", "train", "calibration", "serve", "demo")  # each installed as mmjudge.<folder>
-
-
-def imported_names(path) -> set[str]:
-    """Every module a file imports, at its top or inside a function: `from mmjudge import api` as mmjudge.api."""
-    import ast
-
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
-    return names
-
-
-def test_no_command_package_imports_the_api_which_stands_above_them():
-    """The API is a door over the commands' engines (issue 43, item 6): it imports them, never the reverse."""
-    import importlib.util
-    from pathlib import Path
-
-    import mmjudge.api
-
-    # wherever the packages are imported from: the checkout under an editable install, site-packages under a regular one
-    files = [path for package in COMMAND_PACKAGES for folder in importlib.util.find_spec(f"mmjudge.{package}").submodule_search_locations
-             for path in Path(folder).rglob("*.py")]
-    assert len(files) > 50
-    upward = sorted(str(path) for path in files if {"mmjudge.api", *(f"mmjudge.{name}" for name in mmjudge.__all__)} & imported_names(path))
-    assert upward == []
-    assert "mmjudge.infer.loaded" in imported_names(Path(mmjudge.api.__file__))  # the walk reads the imports it should
 
 
 def test_the_api_page_reference_is_the_codes_signatures_and_docstrings():

@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from mmjudge.judge.calibrator import Calibrator
-from mmjudge.judge.model import JudgeSettings, read_settings, write_settings
+from mmjudge.judge.checkpoint import JudgeSettings
+from mmjudge.judge.model import read_settings, write_settings
 from mmjudge.judge.templates import TEMPLATES
 from mmjudge.judge.testing import write_native_checkpoint
 from mmjudge.judge.tiling import TilingConfig

@@ -39,7 +39,8 @@ from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.calibrator import Calibrator
 from mmjudge.judge.cli import run
 from mmjudge.judge.data import load_samples
-from mmjudge.judge.model import JudgeSettings, load_judge, read_settings
+from mmjudge.judge.checkpoint import JudgeSettings
+from mmjudge.judge.model import load_judge, read_settings
 from mmjudge.judge.templates import TEMPLATES
 from mmjudge.judge.tiling import TilingConfig
 from mmjudge.judge.parsing import ScoreScale

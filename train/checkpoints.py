@@ -78,7 +78,7 @@ def read_data_order(checkpoint: Path) -> tuple[int, torch.Tensor] | None:
     writes is a CheckpointError naming the file."""
     import torch
 
-    from mmjudge.judge.model import CheckpointError
+    from mmjudge.judge.checkpoint import CheckpointError
 
     file = checkpoint / DATA_ORDER
     if not file.is_file():
@@ -99,7 +99,7 @@ def read_data_order(checkpoint: Path) -> tuple[int, torch.Tensor] | None:
 
 
 def data_order_problems(checkpoint: Path) -> list[str]:
-    from mmjudge.judge.model import CheckpointError
+    from mmjudge.judge.checkpoint import CheckpointError
 
     try:
         read_data_order(checkpoint)

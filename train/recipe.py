@@ -37,8 +37,8 @@ from mmjudge.judge.backbones import backbone_of
 from mmjudge.judge.data import SCORE_FIELDS, Annotation, JudgeResult, Pair, UsageError, write_json_atomically
 from mmjudge.judge.hub import Checkpoint
 from mmjudge.judge.kernels import use_fused_kernels
-from mmjudge.judge.model import (CheckpointError, Judge, check_adapter_weights, check_finite, load_judge, load_native, save_tokenizer,
-                                 with_max_tiles, write_settings)
+from mmjudge.judge.checkpoint import CheckpointError, save_tokenizer
+from mmjudge.judge.model import Judge, check_adapter_weights, check_finite, load_judge, load_native, with_max_tiles, write_settings
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.preferences import ORDERS, first_wins, order_verdict
 from mmjudge.judge.prompts import Rubric

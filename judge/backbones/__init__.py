@@ -63,15 +63,6 @@ class Backbone:
         return Pixels(torch.zeros(1, 3, *size, dtype=dtype, device=device), 0)
 
 
-def native_class(model_type: str):
-    """transformers' class of a native family's model."""
-    import transformers
-
-    names = {"internvl": "InternVLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
-             "qwen3_vl": "Qwen3VLForConditionalGeneration"}
-    return getattr(transformers, names[model_type])
-
-
 def backbone_of(config) -> Backbone:
     """The runtime rules of a native model, by its config's model_type."""
     from mmjudge.judge.backbones import qwen_vl

@@ -45,8 +45,9 @@ from transformers import AutoConfig, InternVLConfig, InternVLForConditionalGener
 from transformers.initialization import no_init_weights
 
 from mmjudge.judge.data import InputError, validation_problems, write_json_atomically
-from mmjudge.judge.model import (INDEX_FILE, SAFETENSORS_DTYPES, TEXT_SIZES, VISION_SIZES, CheckpointError, JudgeSettings, SettingsFile, built,
-                                 chat_template_of, check_size, load_tokenizer, read_json_object, require, safetensors_files, save_tokenizer)
+from mmjudge.judge.checkpoint import (INDEX_FILE, SAFETENSORS_DTYPES, TEXT_SIZES, VISION_SIZES, CheckpointError, JudgeSettings, SettingsFile, built,
+                                      chat_template_of, check_counts, check_downsample_ratio, check_size, load_tokenizer, read_json_object, require,
+                                      safetensors_files, save_tokenizer)
 from mmjudge.judge.templates import TEMPLATES, ChatTemplate, template_from_conversation_py
 from mmjudge.judge.tiling import IMAGE_TOKENS, IMG_CONTEXT, TilingConfig
 
@@ -69,8 +70,7 @@ def native_config_from_original(config: dict, tokenizer, where: str = "config.js
     require(config["llm_config"], TEXT_SIZES, f"{where} llm_config")
     require(config["vision_config"], VISION_SIZES, f"{where} vision_config")
     llm, vision, ratio = dict(config["llm_config"]), config["vision_config"], config["downsample_ratio"]
-    if type(ratio) not in (int, float) or not 0 < ratio <= 1:
-        raise CheckpointError(f"{where}: downsample_ratio must be a number in (0, 1], got {ratio!r}")
+    check_downsample_ratio(ratio, where)
     if llm.get("model_type") not in SUPPORTED_LLMS:
         raise CheckpointError(f"unsupported language model {llm.get('model_type')!r} (architectures {llm.get('architectures')}); "
                               f"this toolkit maps {', '.join(SUPPORTED_LLMS)} onto transformers' native classes")
@@ -274,11 +274,18 @@ def _translate(key: str, pair: tuple[str, str], side: int, **fill: str) -> str |
     return pair[1 - side].format(**groups) + (groups.get("rest") or "")
 
 
-def build_from_original(path: Path, config: dict, tokenizer, device: str, dtype: torch.dtype) -> InternVLForConditionalGeneration:
-    """The native model of an original checkpoint, allocated once in the target dtype and filled tensor by tensor
-    from its safetensors files (host memory peaks near one copy of the weights)."""
+def original_native_config(path: Path, config: dict, tokenizer) -> InternVLConfig:
+    """The native config of an original checkpoint's config.json, built once its counts are checked."""
+    check_counts(path, config)
+    return built(path, lambda: native_config_from_original(config, tokenizer, f"{path}/config.json"))
 
-    native_config = built(path, lambda: native_config_from_original(config, tokenizer, f"{path}/config.json"))
+
+def build_from_original(path: Path, native_config: InternVLConfig, device: str, dtype: torch.dtype) -> InternVLForConditionalGeneration:
+    """The native model of an original checkpoint (its config: `original_native_config`), allocated once in the
+    target dtype and filled tensor by tensor from its safetensors files (host memory peaks near one copy of the
+    weights)."""
+
+    config = read_json_object(path / "config.json")
     check_size(path, native_config)
     keys = KeyMap.of(config["llm_config"])
     previous = torch.get_default_dtype()
@@ -370,6 +377,10 @@ def native_settings(path: Path, config: InternVLConfig, tokenizer):
     tiling = TilingConfig(image_size=config.vision_config.image_size[0], tokens_per_tile=tokens_per_tile(config))
     if (processor := path / "preprocessor_config.json").is_file():
         found = read_json_object(processor)
+        for key, value in (("min_patches", found.get("min_patches", 1)), ("max_patches", found.get("max_patches", 12)),
+                           ("size height", (found.get("size") or {}).get("height", tiling.image_size))):
+            if type(value) is not int or value < 1:
+                raise CheckpointError(f"{processor}: {key} {value!r}: a positive whole number")
         size = (found.get("size") or {}).get("height", tiling.image_size)
         max_tiles = found.get("max_patches", 12)
         tiling = replace(tiling, image_size=size, min_tiles=min(found.get("min_patches", 1), max_tiles), max_tiles=max_tiles, on_white=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from mmjudge.judge.backbones import Backbone
-from mmjudge.judge.model import CheckpointError, JudgeSettings, chat_template_of, read_json_object
+from mmjudge.judge.checkpoint import CheckpointError, JudgeSettings, chat_template_of, read_json_object
 from mmjudge.judge.smart_resize import QWEN_IMAGE_TOKENS, from_processor_config
 from mmjudge.judge.vision import Pixels
 
@@ -98,4 +98,8 @@ def native_settings(path: Path, config, tokenizer):
     processor = path / "preprocessor_config.json"
     found = read_json_object(processor) if processor.is_file() else {}
     vision = config.vision_config
-    return JudgeSettings(template, None, from_processor_config(found, vision.patch_size, vision.spatial_merge_size, vision.temporal_patch_size))
+    try:
+        images = from_processor_config(found, vision.patch_size, vision.spatial_merge_size, vision.temporal_patch_size)
+    except ValueError as err:
+        raise CheckpointError(f"{processor}: {err}") from None
+    return JudgeSettings(template, None, images)

@@ -29,7 +29,8 @@ from safetensors.torch import save_file
 from transformers import AutoTokenizer, InternVLForConditionalGeneration, PreTrainedTokenizerBase
 
 from mmjudge.judge.backbones.internvl import native_config_from_original
-from mmjudge.judge.model import JudgeSettings, write_settings
+from mmjudge.judge.checkpoint import JudgeSettings
+from mmjudge.judge.model import write_settings
 from mmjudge.judge.templates import TEMPLATES
 from mmjudge.judge.tiling import TilingConfig
 

@@ -392,7 +392,7 @@ def _processor_config(family: Family) -> dict:
 def _write_native(family: Family, out_dir: Path, tokens: dict[str, int], seed: int) -> None:
     from transformers import CONFIG_MAPPING
 
-    from mmjudge.judge.backbones import native_class
+    from mmjudge.judge.checkpoint import native_class
 
     raw = _native_config(family, tokens)
     _write_json(out_dir / "config.json", raw)

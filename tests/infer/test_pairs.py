@@ -10,7 +10,7 @@ import pytest
 from mmjudge.configs import CONFIG_DIR, DEFAULT_RUBRICS
 from mmjudge.infer.cli import main
 from mmjudge.infer.engine import Scorer, prepare
-from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.options import MAX_SAMPLES, MAX_TILES, ScoreOptions
 from mmjudge.judge.data import PairResult, UsageError, load_pairs
 from mmjudge.judge.model import load_judge
 from mmjudge.judge.preferences import pointwise_verdict
@@ -95,6 +95,20 @@ def test_a_top_p_outside_zero_to_one_is_refused():
     for top_p in (0, 1.5):
         with pytest.raises(UsageError, match=f"top_p {top_p:g} is a share of the probability"):
             ScoreOptions(samples=3, top_p=top_p)
+
+
+def test_a_count_of_samples_past_the_bound_is_refused():
+    """--samples 1e20 was taken, and the run never ended."""
+    with pytest.raises(UsageError, match=f"samples must be a whole number of at least 1 and below {MAX_SAMPLES + 1}, got 100000000000000000000"):
+        ScoreOptions(samples=10**20, temperature=1.0)
+    assert ScoreOptions(samples=MAX_SAMPLES).samples == MAX_SAMPLES
+
+
+def test_a_count_of_tiles_past_the_bound_is_refused():
+    """--max_tiles 1e9 hung choosing the first image's grid."""
+    with pytest.raises(UsageError, match=f"max_tiles must be a whole number of at least 1 and below {MAX_TILES + 1} or none, got 1000000000"):
+        ScoreOptions(max_tiles=10**9)
+    assert ScoreOptions(max_tiles=MAX_TILES).max_tiles == MAX_TILES
 
 
 def test_every_verdict_distribution_sums_to_one_and_is_in_the_pairs_terms(judge, pairs, data):

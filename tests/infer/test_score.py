@@ -138,11 +138,49 @@ def test_every_option_that_cannot_work_is_reported_at_once_before_loading(datase
     assert code == 2 and "Traceback" not in err
     for problem in ("mode must be one of generate, logits, got 'foo'", "token_budget must be a whole number of at least 1 or none, got -1",
                     "workers must be a whole number of at least 1, got 0",
-                    "max_tiles must be a whole number of at least 1 or none, got 0", "--limit must be at least 1, got -1",
+                    "max_tiles must be a whole number of at least 1 and below 65 or none, got 0", "--limit must be at least 1, got -1",
                     "deterministic must be true or false or none, got 'maybe'"):
         assert problem in err
     with pytest.raises(UsageError, match="token_budget must be a whole number of at least 1"):
         ScoreOptions(token_budget=0)  # options built in code are checked too
+
+
+def short_context(checkpoint, dataset, tmp_path) -> tuple[Path, Path, list[dict]]:
+    """The tiny judge with a context of 1,024 tokens, and two samples: one of about 700 tokens, one of about
+    1,500 whose question's context (between its first and last texts) can be cut."""
+    short = tmp_path / "short"
+    shutil.copytree(checkpoint, short)
+    config = json.loads((short / "config.json").read_text())
+    config["llm_config"] |= {"max_position_embeddings": 1024, "original_max_position_embeddings": 1024}
+    (short / "config.json").write_text(json.dumps(config))
+    data = tmp_path / "data"
+    shutil.copytree(dataset, data)
+    samples = json.loads((data / "data.json").read_text())[:2]
+    samples[1]["question"] = [{"text": "Task."}, *[{"text": f"Earlier turn {k}. " + "Describe it. " * 40} for k in range(5)], {"text": "What is it?"}]
+    (data / "data.json").write_text(json.dumps(samples))
+    return short, data, samples
+
+
+def test_a_prompt_past_the_judges_context_is_refused_before_loading(checkpoint, dataset, tmp_path, capsys, monkeypatch):
+    """judge-score scored a prompt of 771 tokens against a context of 256 without a word, and wrote an expected score
+    read past the context (judge-serve refuses the same request)."""
+    from mmjudge.judge import model
+
+    short, data, samples = short_context(checkpoint, dataset, tmp_path)
+    monkeypatch.setattr(model, "load_judge", lambda *a, **k: pytest.fail("the weights were loaded"))
+    assert score(short, data, tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert re.search(rf"data.json: record 1 \(id '{samples[1]['id']}'\): its prompt is 1,\d{{3}} tokens, and the judge's context of 1,024 tokens "
+                     r"holds the prompt and its answer together; give --prompt_token_budget \(below 1,024\)", err), err
+    assert "record 0" not in err
+
+
+@pytest.mark.slow
+def test_a_prompt_past_the_judges_context_is_cut_by_the_prompt_budget_and_recorded(checkpoint, dataset, tmp_path):
+    short, data, _ = short_context(checkpoint, dataset, tmp_path)
+    assert score(short, data, tmp_path / "cut", "--prompt_token_budget", "900") == 0
+    whole, cut = read(tmp_path / "cut")
+    assert cut["prompt_tokens"] <= 900 and cut["truncated"] and not whole["truncated"]
 
 
 def test_help_gives_each_formats_preset_as_the_default():

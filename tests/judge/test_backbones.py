@@ -6,6 +6,7 @@ docs/backbones.md; the engine's equality with `generate` is also checked here, o
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from safetensors import safe_open
 
 from mmjudge.judge.backbones.internvl import KeyMap, save_original
 from mmjudge.judge.detokenize import text_decoder, without_hash_merges
-from mmjudge.judge.model import load_judge, load_tokenizer, save_tokenizer
+from mmjudge.judge.checkpoint import load_tokenizer, save_tokenizer
+from mmjudge.judge.model import load_judge
 from mmjudge.judge.prompts import render_query
 from mmjudge.judge.rope import RowwiseDynamicRope
 from mmjudge.judge.smart_resize import SmartResize
@@ -220,7 +222,7 @@ QWEN_CONTENT = [{"type": "text", "text": "Question: what?\nImage-0: "}, {"type":
 def test_a_checkpoints_jinja_template_is_read_as_data(tmp_path, name, system):
     """The template read off the checkpoint's Jinja renders a user turn as the checkpoint's own template renders it
     (its apply_chat_template), system message given or not."""
-    from mmjudge.judge.model import chat_template_of
+    from mmjudge.judge.checkpoint import chat_template_of
 
     family = FAMILIES[name]
     write_family_tokenizer(family, tmp_path)
@@ -238,6 +240,80 @@ def test_a_checkpoints_jinja_template_is_read_as_data(tmp_path, name, system):
         rendered = rendered.removeprefix(tokenizer.bos_token or "")
         ours, _ = render_query(template, [query], [], system)
     assert ours == rendered
+
+
+@pytest.fixture(scope="module")
+def family_dirs(tmp_path_factory):
+    """Each family's tiny checkpoint, written once, not loaded."""
+    root = tmp_path_factory.mktemp("family_dirs")
+    return lambda name: (root / name) if (root / name).is_dir() else write_family_checkpoint(name, root / name)
+
+
+def _set(part: str = "", **values):
+    """An edit of a config: `values` set at its top, or in its object `part`."""
+    return lambda config: (config[part] if part else config).update(values)
+
+
+# What a checkpoint's files may ask, each of which hung (a config of a billion layers built a list per layer; a
+# billion tiles or pixels an image) or failed with a traceback at load or at the first image.
+@pytest.mark.parametrize("name, file, edit, message", [
+    ("qwen2.5-vl-7b", "config.json", _set(num_hidden_layers=10**9), r"config.json describes 1,000,000,002 layers, and the weight files hold \d+ tensors"),
+    ("qwen2.5-vl-7b", "config.json", _set("vision_config", depth=10**9), "config.json describes 1,000,000,002 layers"),
+    ("internvl3-1b-hf", "config.json", _set("text_config", num_hidden_layers=10**9), "config.json describes 1,000,000,002 layers"),
+    ("internvl2-1b", "config.json", _set("llm_config", num_hidden_layers=10**9), "config.json describes 1,000,000,002 layers"),
+    ("qwen2.5-vl-7b", "config.json", _set("rope_scaling", mrope_section=[1, 1, 1]), r"mrope_section \[1, 1, 1\]; three positive whole numbers .* add up to .* 16"),
+    ("qwen2.5-vl-7b", "config.json", _set(num_attention_heads=3), "config.json: hidden_size 128 is not a multiple of its 3 attention heads"),
+    ("qwen2.5-vl-7b", "config.json", _set(num_key_value_heads=0), "config.json: num_key_value_heads 0 does not divide its 4 attention heads"),
+    ("qwen2.5-vl-7b", "config.json", _set("vision_config", num_heads=3), "config.json vision_config: hidden_size 32 is not a multiple of its 3 attention heads"),
+    ("internvl2-1b", "config.json", _set("llm_config", num_attention_heads=3), "config.json llm_config: hidden_size 128 is not a multiple"),
+    ("qwen2.5-vl-7b", "config.json", _set(image_token_id=10**6), r"config.json: image_token_id 1000000 is not the tokenizer's <\|image_pad\|> \(\d+\)"),
+    ("internvl3-1b-hf", "config.json", _set(image_token_id=-1), r"config.json: image_token_id -1 is not the tokenizer's <IMG_CONTEXT>"),
+    ("internvl3-1b-hf", "config.json", _set(downsample_ratio=0.0), r"config.json: downsample_ratio must be a number in \(0, 1\], got 0.0"),
+    ("qwen2.5-vl-7b", "preprocessor_config.json", _set(min_pixels=10**9, max_pixels=10**9),
+     "an image at its 1,000,000,000 pixels takes 1,275,510 image tokens, more than the judge's context of 128,000 tokens"),
+    ("qwen2.5-vl-7b", "preprocessor_config.json", _set(min_pixels=10**9), "preprocessor_config.json: min_pixels 1000000000 is above max_pixels"),
+    ("qwen2.5-vl-7b", "preprocessor_config.json", _set(patch_size=0), "preprocessor_config.json: patch_size 0: a positive whole number"),
+    ("internvl3-1b-hf", "preprocessor_config.json", _set(max_patches=10**9), "an image at its 1,000,000,000 tiles takes [\\d,]+ image tokens, more than"),
+    ("internvl3-1b-hf", "preprocessor_config.json", _set(max_patches="12"), "preprocessor_config.json: max_patches '12': a positive whole number"),
+    ("internvl2-1b", "config.json", _set(max_dynamic_patch=10**9), "an image at its 1,000,000,000 tiles takes [\\d,]+ image tokens, more than"),
+])
+def test_what_a_checkpoint_may_ask_is_bounded_and_checked_at_load(family_dirs, tmp_path, name, file, edit, message):
+    from mmjudge.judge.checkpoint import CheckpointError
+
+    checkpoint = tmp_path / name
+    shutil.copytree(family_dirs(name), checkpoint)
+    config = json.loads((checkpoint / file).read_text())
+    edit(config)
+    (checkpoint / file).write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=message):
+        load_judge(checkpoint)
+
+
+# Templates that render forever, that write gigabytes, and that are empty: each refused at load by name.
+LOOPING = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+WRITING = "{% for i in range(100000) %}{% for j in range(100000) %}{{ 'x' * 1000 }}{% endfor %}{% endfor %}"
+
+
+@pytest.mark.parametrize("file, text, said", [
+    ("chat_template.jinja", LOOPING, "takes more than 0.5 s to render"),
+    ("chat_template.jinja", WRITING, "writes more than 1,000,000 characters"),
+    ("chat_template.jinja", "", "chat_template.jinja: the chat template is empty"),
+    ("chat_template.json", json.dumps({"chat_template": " \n"}), "chat_template.json: the chat template is empty"),
+    ("chat_template.json", json.dumps({"chat_template": [{"name": "default", "template": "x"}]}), "chat_template is a list"),
+])
+def test_a_checkpoints_jinja_template_is_rendered_within_limits_and_never_empty(tmp_path, monkeypatch, file, text, said):
+    """A template with nested loops rendered at load for 200 s and counting, one wrote a 4 GB string, and an empty
+    chat_template.jinja silently gave way to InternVL's default template (another judge than the checkpoint's)."""
+    from mmjudge.judge import templates
+    from mmjudge.judge.checkpoint import CheckpointError, chat_template_of
+
+    monkeypatch.setattr(templates, "RENDER_SECONDS", 0.5)  # the loop runs for hours: any limit finds it
+    write_family_tokenizer(FAMILIES["qwen2.5-vl-7b"], tmp_path)
+    (tmp_path / "chat_template.json").unlink()
+    (tmp_path / file).write_text(text)
+    tokenizer = load_tokenizer(tmp_path, ())
+    with pytest.raises(CheckpointError, match=said):
+        chat_template_of(tmp_path, tokenizer)
 
 
 @pytest.mark.parametrize("name, family", [("internlm2", "internvl2-8b"), ("qwen2", "internvl3-2b")])

@@ -22,7 +22,8 @@ from transformers import Phi3Config, Phi3ForCausalLM
 
 from mmjudge.judge.data import InputError
 from mmjudge.judge.backbones.internvl import KeyMap, original_config, settings_from_original
-from mmjudge.judge.model import CheckpointError, JudgeSettings, check_adapter_files, load_judge, read_settings, save_native, stored_dtypes, write_settings
+from mmjudge.judge.checkpoint import CheckpointError, JudgeSettings
+from mmjudge.judge.model import check_adapter_files, load_judge, read_settings, save_native, stored_dtypes, write_settings
 from mmjudge.judge.templates import TEMPLATES
 from mmjudge.judge.testing import write_native_checkpoint, write_original_checkpoint
 from mmjudge.judge.testing.checkpoints import SIZES

@@ -75,7 +75,7 @@ def test_the_bytes_of_an_answers_tokens_joined_spell_it_where_a_character_takes_
     import torch
 
     from mmjudge.infer.grammar import Vocabulary
-    from mmjudge.judge.model import load_tokenizer
+    from mmjudge.judge.checkpoint import load_tokenizer
     from mmjudge.judge.testing import write_original_checkpoint
     from mmjudge.judge.tiling import IMAGE_TOKENS
     from mmjudge.serve.completions import logprob_entries
