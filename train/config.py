@@ -11,11 +11,14 @@ gradient_accumulation_steps (official: 16)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 from mmjudge.judge.cli import setting_problems
 from mmjudge.judge.parsing import ScoreScale
 
 CHECKPOINTS_DIR = "checkpoints"  # the Trainer's checkpoints, inside --output_dir
+Objective = Literal["sft", "bradley_terry"]
+RewardHead = Literal["linear", "mlp"]  # judge/reward.py builds them
 
 
 def _opt(default, help: str, minimum: float | None = None, below: float | None = None):
@@ -62,6 +65,11 @@ class TrainConfig:
     eval_token_budget: int = _opt(65536, "tokens per evaluation batch", minimum=1)
     dataloader_workers: int = _opt(2, "processes that decode and tile images", minimum=0)
     seed: int = _opt(42, "seed for initialisation and data order", minimum=0)
+    objective: Objective = _opt("sft", "what the judge learns: sft (to write the judgement people gave) or bradley_terry (a reward head on the "
+                                 "last prompt token, from pairs: docs/reward-models.md)")
+    reward_head: RewardHead = _opt("linear", "bradley_terry: the head on the last hidden state, linear or mlp (hidden -> SiLU -> 1)")
+    reward_margin: float = _opt(0.0, "bradley_terry: the margin in -log sigmoid(r_chosen - r_rejected - margin)", minimum=0)
+    reward_centering: float = _opt(0.0, "bradley_terry: weight of the centring term (r_chosen + r_rejected)^2 that keeps rewards near 0", minimum=0)
 
     def __post_init__(self):
         self.scale = tuple(self.scale)  # YAML and flags give a list
