@@ -283,6 +283,7 @@ class JudgeResult(BaseModel):
     criteria: dict[str, int | float | None]
     score_distribution: dict[str, float] | None = None
     expected_score: float | None = None
+    reward: float | None = None  # a reward model's (judge-train --objective bradley_terry), which writes no score
     calibrated_score: float | None = None
     score_set: list[int | float] | None = None  # [lowest, highest] level of the calibrator's conformal set
     escalate: bool | None = None  # the calibrator's verdict: people should score this record
@@ -297,7 +298,7 @@ class JudgeResult(BaseModel):
     judge_fingerprint: str | None = None
     rubric_fingerprint: str | None = None
 
-    @field_validator("score_distribution", "expected_score", "calibrated_score")
+    @field_validator("score_distribution", "expected_score", "calibrated_score", "reward")
     @classmethod
     def _numbers_or_none(cls, value):
         return finite_or_none(value)

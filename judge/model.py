@@ -260,6 +260,10 @@ def load_judge(name: str | Path, device: str = "cpu", dtype: torch.dtype | None 
     if kind == "adapter":
         return _load_adapter(path, device, dtype)
     config = read_json_object(path / "config.json")
+    if "reward_head" in config:  # judge-train --objective bradley_terry's reward model (judge/reward.py)
+        from mmjudge.judge.reward import load_reward_judge
+
+        return load_reward_judge(path, device, dtype)
     family = _family(path, kind)
     tokenizer = judge_tokenizer(path)
     if kind == "original":

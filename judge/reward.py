@@ -26,7 +26,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, CONFIG_MAPPING, PreTrainedModel
 from transformers.modeling_layers import GenericForSequenceClassification
 
-from mmjudge.judge.model import CheckpointError, Judge, read_json_object
+from mmjudge.judge.model import CheckpointError, Judge, _family, check_finite, judge_tokenizer, read_json_object, read_settings
 
 HEAD_KEY = "reward_head"  # config.json: the head's kind
 # The PreTrainedModel of each family in transformers, by model_type: what the classifier is built over.
@@ -87,11 +87,6 @@ def rewards(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Ten
     return model(**inputs, use_cache=False).logits[:, 0].float()
 
 
-def is_reward_checkpoint(path: Path) -> bool:
-    config = path / "config.json"
-    return config.is_file() and HEAD_KEY in read_json_object(config)
-
-
 def load_reward_model(path: Path, dtype: torch.dtype) -> PreTrainedModel:
     """A reward checkpoint's model, refused where its weights do not fill it exactly (a head left at its random
     start would score at random)."""
@@ -106,7 +101,16 @@ def load_reward_model(path: Path, dtype: torch.dtype) -> PreTrainedModel:
     return model
 
 
-def save_reward_model(model: torch.nn.Module, out_dir: Path) -> None:
-    """The reward model in its layout (module docstring), a LoRA adapter merged in first."""
-    model = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
-    model.save_pretrained(out_dir, safe_serialization=True)
+def load_reward_judge(path: Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Judge:
+    """A reward checkpoint (judge-train --objective bradley_terry's output) with its tokenizer and judge settings,
+    as load_judge gives a generative judge (load_judge gives this for a config.json with `reward_head`): its
+    prompts are built the same way."""
+    model = load_reward_model(path, dtype)
+    check_finite(path, model.named_parameters())
+    tokenizer = judge_tokenizer(path)
+    settings = read_settings(path, _family(path, "native").native_settings(path, model.config, tokenizer))
+    return Judge(model.to(device).eval(), tokenizer, settings, "native")
+
+
+def is_reward_model(model: torch.nn.Module) -> bool:
+    return type(model) in CLASSIFIERS.values()

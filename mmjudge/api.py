@@ -189,9 +189,11 @@ class Judge:
         of these samples on stderr, or none; or what makes each bar (judge-score's count every rank's samples)."""
         from mmjudge.infer.engine import Scorer, prepare
         from mmjudge.infer.progress import Bar, counted
+        from mmjudge.infer.rewards import RewardScorer
+        from mmjudge.judge.reward import is_reward_model
 
         bar = progress if callable(progress) else (lambda what: Bar(what, len(samples), show=progress))
-        scorer = Scorer(self.model, rubrics, options, self.device)
+        scorer = (RewardScorer if is_reward_model(self.model.model) else Scorer)(self.model, rubrics, options, self.device)
         with bar("preparing") as preparing:
             items = prepare(self.model, counted(samples, preparing), rubrics, Path(input_dir), options)
         with bar("scoring") as scoring:  # moved by every token written, so that a batch of all the samples moves it too

@@ -28,9 +28,9 @@ from mmjudge.infer.progress import Bar, counted
 from mmjudge.judge.data import InputError, Pair, Problem, write_json_atomically
 from mmjudge.judge.hub import Checkpoint
 from mmjudge.judge.kernels import use_fused_kernels
-from mmjudge.judge.model import Judge, check_adapter_weights, load_judge, save_tokenizer, with_max_tiles, write_settings
+from mmjudge.judge.model import Judge, check_adapter_weights, load_judge, save_native, with_max_tiles
 from mmjudge.judge.prompts import Rubric, build_prompt, encode_prompt
-from mmjudge.judge.reward import load_reward_model, reward_classifier, rewards, save_reward_model
+from mmjudge.judge.reward import load_reward_model, reward_classifier, rewards
 from mmjudge.train.checkpoints import allow_checkpoint_types
 from mmjudge.train.config import CHECKPOINTS_DIR, TrainConfig
 from mmjudge.train.data import Collator, merge_pair_annotators
@@ -187,9 +187,7 @@ def train_reward_head(base: Checkpoint, annotations: tuple[list[Pair], list[Pair
     if best := trainer.state.best_model_checkpoint:
         trainer._load_from_checkpoint(best)
     if trainer.is_world_process_zero():
-        save_reward_model(trainer.model, output_dir)
-        save_tokenizer(judge.tokenizer, output_dir)
-        write_settings(judge.settings, output_dir)
+        save_native(Judge(trainer.model, judge.tokenizer, judge.settings, "training"), output_dir)  # the adapter merged in
         write_json_atomically(output_dir / "train_config.json", asdict(cfg))
     measured = any(f"eval_{MEASURE}" in entry for entry in trainer.state.log_history)
     return {"global_step": trainer.state.global_step, "best": trainer.state.best_metric if measured else None,

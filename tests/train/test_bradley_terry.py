@@ -14,9 +14,9 @@ from transformers import AutoModelForSequenceClassification
 
 from mmjudge.configs import CONFIG_DIR
 from mmjudge.judge.data import load_pairs
-from mmjudge.judge.model import load_judge
+from mmjudge.judge.model import Judge, load_judge, save_native
 from mmjudge.judge.prompts import load_rubrics
-from mmjudge.judge.reward import load_reward_model, reward_classifier, rewards, save_reward_model
+from mmjudge.judge.reward import load_reward_model, reward_classifier, rewards
 from mmjudge.judge.testing import write_dataset, write_pairs
 from mmjudge.judge.testing.families import write_family_checkpoint
 from mmjudge.judge.testing.synthetic import marker_of
@@ -105,7 +105,7 @@ def test_the_export_is_read_back_by_transformers_auto_class_with_the_same_reward
     model.eval()
     with torch.no_grad():
         trained = rewards(model, batch)
-        save_reward_model(model, tmp_path / "out")
+        save_native(Judge(model, judge.tokenizer, judge.settings, "training"), tmp_path / "out")
         config = json.loads((tmp_path / "out" / "config.json").read_text())
         assert config["architectures"] == ["Qwen2_5_VLForSequenceClassification"] and config["id2label"] == {"0": "LABEL_0"}
         assert {"score.weight"} <= set(load_file(tmp_path / "out" / "model.safetensors")) if head == "linear" else True
