@@ -3,8 +3,8 @@ mmjudge.judge.testing pairs --annotated --text_only --no_rationale`, people pref
 closing marker), split by pair into training and test pairs; the tiny random judge of seed N; `judge-train
 --objective bradley_terry --config tiny --seed N` on the training pairs, run as a user runs it; then the
 saved reward model's pairwise accuracy on the test pairs (how often the answer people preferred gets the
-higher reward; ties out, as they are out of training). Writes DIR/bt_seeds.json and DIR/bt_seeds.md, and exits
-1 when a seed ends below --min_accuracy.
+higher reward; ties out, as they are out of training). Writes DIR/bt_seeds.json (the record docs/reward-models.md's table is
+checked against: docs/benchmarks/bt_seeds.json) and DIR/bt_seeds.md, and exits 1 when a seed ends below --min_accuracy.
 
     python benchmarks/bt_seeds.py                           # seeds 0-4 into bt_seeds/
     python benchmarks/bt_seeds.py --seeds 2 --output_dir /tmp/bt
@@ -73,8 +73,10 @@ def run_seed(seed: int, out: Path, extra: list[str]) -> dict:
     return {"seed": seed, "test_pairs": test_pairs, "steps": steps, "test_accuracy": accuracy, "seconds": round(seconds, 1)}
 
 
-def markdown(results: list[dict], command: str, min_accuracy: float) -> str:
-    lines = [f"`{command}` on {cpu_name()}, {os.cpu_count()} cores, beside other jobs; test pairs without a tie of the {TEST_PAIRS} held out.", "",
+def markdown(record: dict) -> str:
+    """The table of a run's record (DIR/bt_seeds.json), as docs/reward-models.md shows it."""
+    results, min_accuracy = record["seeds"], record["min_accuracy"]
+    lines = [f"`{record['command']}` on {record['machine']}; pairwise accuracy on the test pairs without a tie, of the {TEST_PAIRS} held out.", "",
              "| seed | test pairs | steps | test accuracy | judge-train (s) |", "|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['seed']} | {r['test_pairs']} | {r['steps']} | {r['test_accuracy']:.3f} | {r['seconds']:.0f} |" for r in results]
     passed = sum(r["test_accuracy"] >= min_accuracy for r in results)
@@ -96,8 +98,10 @@ def main(argv=None) -> int:
         results.append(run_seed(seed, out / f"seed-{seed}", extra))
         print(json.dumps(results[-1]), flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bt_seeds.json").write_text(json.dumps(results, indent=1) + "\n")
-    table = markdown(results, f"python benchmarks/bt_seeds.py --seeds {' '.join(map(str, args.seeds))} --num_epochs {args.num_epochs}", args.min_accuracy)
+    record = {"command": f"python benchmarks/bt_seeds.py --seeds {' '.join(map(str, args.seeds))} --num_epochs {args.num_epochs}",
+              "machine": f"{cpu_name()}, {os.cpu_count()} cores, beside other jobs", "min_accuracy": args.min_accuracy, "seeds": results}
+    (out / "bt_seeds.json").write_text(json.dumps(record, indent=1) + "\n")
+    table = markdown(record)
     (out / "bt_seeds.md").write_text(table)
     print(table)
     return 0 if all(r["test_accuracy"] >= args.min_accuracy for r in results) else 1

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 from pathlib import Path
 from PIL import Image
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator, model_validator, model_serializer
 
 from mmjudge.judge.parsing import ScoreScale
 
@@ -302,6 +302,14 @@ class JudgeResult(BaseModel):
     @classmethod
     def _numbers_or_none(cls, value):
         return finite_or_none(value)
+
+    @model_serializer(mode="wrap")
+    def _reward_where_given(self, handler):
+        # Only a reward model's records carry `reward`: a generative judge's keep exactly the keys they had.
+        record = handler(self)
+        if self.reward is None:
+            record.pop("reward", None)
+        return record
 
     @field_validator("score", "criteria")
     @classmethod

@@ -1,12 +1,13 @@
 """judge-score with a reward model (judge-train --objective bradley_terry): each answer's reward is the one the
 model gave it in training, a pair's verdict is the reward difference against the tie margin, and a pairwise
-rubric, which a reward model cannot follow, is refused naming its category."""
+rubric, which a reward model cannot follow, is refused naming its category; judge-calibrate takes its records."""
 
 import json
 
 import pytest
 import torch
 
+from mmjudge.calibration.cli import main as calibrate_main
 from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.data import load_pairs
 from mmjudge.judge.model import Judge, load_judge, save_native
@@ -28,6 +29,7 @@ def test_judge_score_gives_each_answer_its_training_reward_and_the_pair_its_diff
     (root / "general.yaml").write_text(RUBRIC)
     judge = load_judge(base)
     model = reward_classifier(judge, "linear")
+    torch.manual_seed(0)
     with torch.no_grad():
         model.score.weight.normal_(std=1.0)  # rewards well apart, so that verdicts are decisive
     save_native(Judge(model, judge.tokenizer, judge.settings, "training"), tmp_path / "reward")
@@ -53,6 +55,12 @@ def test_judge_score_gives_each_answer_its_training_reward_and_the_pair_its_diff
         gap = scored["A"] - scored["B"]
         assert records[pair_id]["verdict"] == ("A" if gap > 0.1 else "B" if gap < -0.1 else "tie")
         assert all(records[pair_id]["scores"][side]["generated_tokens"] == 0 for side in "AB")  # a prefill, nothing decoded
+
+    # judge-calibrate takes the records as a pointwise judge's: each pair's verdict against people's
+    assert calibrate_main(["--predictions", str(tmp_path / "out" / "eval_result.json"), "--human", str(root / "pairs.json"),
+                           "--output_dir", str(tmp_path / "calibrated"), "--bootstrap", "10"]) == 0
+    agreed = sum(records[p.id]["verdict"] == p.preference for p in {p.id: p for p in pairs}.values())
+    assert f"accuracy {agreed / len(records):.3f} with ties (n {len(records)})" in capsys.readouterr().out
 
     # the pairs' default rubric is pairwise: refused before the weights load
     assert score_main(["--model_path", str(tmp_path / "reward"), "--input_dir", str(root), "--input_file", "pairs.json",
