@@ -28,7 +28,7 @@ from mmjudge.infer.progress import Bar, counted
 from mmjudge.judge.data import InputError, Pair, Problem, write_json_atomically
 from mmjudge.judge.hub import Checkpoint
 from mmjudge.judge.kernels import use_fused_kernels
-from mmjudge.judge.model import Judge, check_adapter_weights, load_judge, save_native, with_max_tiles
+from mmjudge.judge.model import Judge, load_judge, save_native, with_max_tiles
 from mmjudge.judge.prompts import Rubric, build_prompt, encode_prompt
 from mmjudge.judge.reward import load_reward_model, reward_classifier, rewards
 from mmjudge.train.checkpoints import allow_checkpoint_types
@@ -111,12 +111,9 @@ class RewardTrainer(JudgeTrainer):
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         """A checkpoint's adapter and head (PEFT's loading), or its full weights, every one restored."""
         model = self.model if model is None else model
-        checkpoint = Path(resume_from_checkpoint)
-        if hasattr(model, "peft_config"):
-            super()._load_from_checkpoint(resume_from_checkpoint, model)
-            check_adapter_weights(checkpoint, model)
-            return
-        saved = load_reward_model(checkpoint, model.dtype)
+        if hasattr(model, "peft_config"):  # JudgeTrainer's: PEFT loads the adapter and the head (modules_to_save), all checked
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        saved = load_reward_model(Path(resume_from_checkpoint), model.dtype)
         with torch.no_grad():
             model.load_state_dict(saved.state_dict(), strict=True)
 
