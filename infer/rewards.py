@@ -18,7 +18,7 @@ from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import JudgeResult, UsageError
 from mmjudge.judge.model import Judge, read_json_object
 from mmjudge.judge.prompts import Rubric
-from mmjudge.judge.reward import HEAD_KEY, rewards
+from mmjudge.judge.reward import HEAD_KEY, is_reward_model, rewards
 
 
 def refuse_pairwise(categories: set[str]) -> None:
@@ -69,3 +69,8 @@ class RewardScorer(Scorer):
         result = self._result(item, "", None, {}, None, None, 0)
         result.reward = reward
         return result
+
+
+def scorer_for(judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str) -> Scorer:
+    """The engine's Scorer for a generative judge, a RewardScorer for a reward model."""
+    return (RewardScorer if is_reward_model(judge.model) else Scorer)(judge, rubrics, options, device)
