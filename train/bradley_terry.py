@@ -59,9 +59,7 @@ def build_pair_dataset(judge: Judge, pairs: list[Pair], rubrics: dict[str, Rubri
     """A row per decisive pair: the chosen and the rejected answer's prompts; one longer than max_length is an
     error naming its pair."""
     rows, problems = [], []
-    decisive = decisive_pairs(pairs)
-    if not decisive:
-        raise InputError([Problem(source, "no pair with a preference other than tie: a reward head learns from which answer people preferred")])
+    decisive = decisive_pairs(pairs)  # read_annotations refused a file of ties alone
     with Bar("encoding", len(decisive), rank=int(os.environ.get("RANK", "0"))) as bar:
         for index, pair, preferred in counted(decisive, bar):
             rubric = rubrics[pair.category]

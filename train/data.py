@@ -72,6 +72,9 @@ def read_annotations(train_file: Path, eval_file: Path | None, image_root: Path,
         problems += rubric_problems(loaded[file], rubrics, file)
         if pairs:  # a pair under a pointwise rubric has no verdict to learn; a reward head has no verdict to write
             other = sorted({p.category for p in loaded[file] if p.category in rubrics and rubrics[p.category].kind != wanted})
+            if objective == "bradley_terry" and all(r.preference == "tie" for r in merge_pair_annotators(loaded[file])):
+                problems.append(Problem(str(file), "no pair with a preference other than tie: a reward head learns (and is measured) by "
+                                                   "which answer people preferred, and ties are kept out"))
             problems += [Problem(str(file), f"the rubric of category {c} is of kind {rubrics[c].kind}; judge-train learns "
                                             + ("pairs' verdicts with a pairwise rubric" if wanted == "pairwise" else
                                                "a reward head (bradley_terry) on each answer under a pointwise rubric")

@@ -74,6 +74,10 @@ def test_what_a_reward_head_cannot_learn_is_refused_before_the_model_loads(data,
     samples = [*args[:3], str(annotated / "train.json"), *args[4:]]
     assert train_main(samples) == 2
     assert "objective bradley_terry learns from pairs with a preference" in capsys.readouterr().err
+    ties = tmp_path / "ties.json"
+    ties.write_text(json.dumps([r | {"preference": "tie"} for r in json.loads((data / "heldout.json").read_text())]))
+    assert train_main([*args, "--eval_file", str(ties)]) == 2
+    assert f"{ties}: no pair with a preference other than tie" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit:
         train_main([*args, "--reward_head", "deep"])
     assert exit.value.code == 2 and "--reward_head/--reward-head: invalid choice: 'deep'" in capsys.readouterr().err
