@@ -12,7 +12,6 @@ from mmjudge.infer.batch_invariant import deterministic_on
 from mmjudge.infer.engine import read_tokens
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.progress import Bar
-from mmjudge.infer.rewards import is_reward_checkpoint, refuse_pairwise
 from mmjudge.judge.data import JudgeResult, Pair, PairResult, Sample
 from mmjudge.judge.identity import weights_fingerprint
 from mmjudge.judge.model import judge_tokenizer, weight_files, with_max_tiles
@@ -28,8 +27,6 @@ class LocalBackend:
         self.deterministic = deterministic_on(self.device, options.deterministic)
         self.model_dir = find_checkpoint(args.model_path, args.revision).path
         self.judge_fingerprint = weights_fingerprint(weight_files(self.model_dir))
-        if is_reward_checkpoint(self.model_dir):  # a rubric it cannot follow, refused before its weights load
-            refuse_pairwise({category for category, rubric in rubrics.items() if rubric.kind == "pairwise"})
         if options.mode == "logits":  # what the judge's tokenizer cannot read is refused before its weights load
             read_tokens(judge_tokenizer(self.model_dir), rubrics, options.mode)
         self.dtype = args.dtype

@@ -21,11 +21,10 @@ from mmjudge.judge.prompts import Rubric
 from mmjudge.judge.reward import HEAD_KEY, is_reward_model, rewards
 
 
-def refuse_pairwise(categories: set[str]) -> None:
-    """A reward model cannot judge a pair as a pairwise rubric asks, in both orders: refused, naming the categories."""
-    if categories:
-        raise UsageError(f"--rubric: a reward model scores one answer at a time, under a pointwise rubric; the rubric of category "
-                         f"{', '.join(sorted(categories))} is pairwise: give a pointwise rubric of that category")
+def pairwise_refusal(categories: set[str]) -> list[str]:
+    """A reward model cannot judge a pair as a pairwise rubric asks, in both orders: why, naming the categories."""
+    return [f"--rubric: a reward model scores one answer at a time, under a pointwise rubric; the rubric of category "
+            f"{', '.join(sorted(categories))} is pairwise: give a pointwise rubric of that category"] if categories else []
 
 
 def is_reward_checkpoint(model_dir: Path) -> bool:
@@ -43,7 +42,8 @@ class RewardScorer(Scorer):
     def run(self, items: list[Prepared], cancelled: Callable[[Prepared], bool] | None = None,
             progress: Callable[[float], None] | None = None) -> Iterator[list[tuple[Prepared, JudgeResult]]]:
         model = self.judge.model
-        refuse_pairwise({item.sample.category for item in items if item.view in ORDERS})
+        if refused := pairwise_refusal({item.sample.category for item in items if item.view in ORDERS}):
+            raise UsageError(refused[0])
         for item in items:
             if cancelled and cancelled(item):
                 continue

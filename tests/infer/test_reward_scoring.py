@@ -1,6 +1,6 @@
 """judge-score with a reward model (judge-train --objective bradley_terry): each answer's reward is the one the
 model gave it in training, a pair's verdict is the reward difference against the tie margin, and a pairwise
-rubric, which a reward model cannot follow, is refused naming its category; judge-calibrate takes its records."""
+rubric, which a reward model cannot follow, is refused naming its category; judge-calibrate takes its records; a sample's record carries its reward."""
 
 import json
 
@@ -13,7 +13,8 @@ from mmjudge.judge.data import load_pairs
 from mmjudge.judge.model import Judge, load_judge, save_native
 from mmjudge.judge.prompts import load_rubrics
 from mmjudge.judge.reward import reward_classifier, rewards
-from mmjudge.judge.testing import write_pairs
+from mmjudge.configs import CONFIG_DIR
+from mmjudge.judge.testing import write_dataset, write_pairs
 from mmjudge.judge.testing.families import write_family_checkpoint
 from mmjudge.train.bradley_terry import PairCollator, build_pair_dataset
 from mmjudge.train.data import Collator
@@ -66,3 +67,13 @@ def test_judge_score_gives_each_answer_its_training_reward_and_the_pair_its_diff
     assert score_main(["--model_path", str(tmp_path / "reward"), "--input_dir", str(root), "--input_file", "pairs.json",
                        "--output_dir", str(tmp_path / "pairwise")]) == 2
     assert "a reward model scores one answer at a time, under a pointwise rubric; the rubric of category general is pairwise" in capsys.readouterr().err
+
+    # samples: each record carries its reward, the summary their mean; an unused pairwise rubric is no matter
+    samples = tmp_path / "samples"
+    write_dataset(samples, 3, seed=0)
+    assert score_main(["--model_path", str(tmp_path / "reward"), "--input_dir", str(samples), "--input_file", "data.json",
+                       "--output_dir", str(tmp_path / "scored"), "--rubric", str(CONFIG_DIR / "rubrics" / "tiny")]) == 0
+    scored = json.loads((tmp_path / "scored" / "eval_result.json").read_text())
+    assert len(scored) == 3 and all(isinstance(r["reward"], float) and r["score"] is None and r["generated_tokens"] == 0 for r in scored)
+    out = "".join(capsys.readouterr())
+    assert f"Mean reward: {sum(r['reward'] for r in scored) / 3:.3f} (n=3" in out and "NONE of" not in out
