@@ -92,14 +92,19 @@ def config_problems(cfg: TrainConfig) -> list[str]:
 
 
 LORA_SETTINGS = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")  # an adapter's: a full fine-tune has none
+REWARD_SETTINGS = ("reward_head", "reward_margin", "reward_centering")  # a reward head's: SFT has none
 
 
 def unused_settings(cfg: TrainConfig, given: dict) -> list[str]:
     """The settings given by flag (or keyword) that the run would not use: a LoRA setting in a full fine-tune,
-    where it was silently ignored. A preset may hold both modes' settings (tiny's lora_dropout)."""
-    if not cfg.full_finetune:
-        return []
+    or a reward head's in an SFT run, where each was silently ignored. A preset may hold both modes' settings
+    (tiny's lora_dropout)."""
     shown = {name: " ".join(map(str, value)) if isinstance(value, list) else value for name, value in given.items()}
-    return [f"--{name} {shown[name]}: a LoRA setting, but this run trains every language-model weight (full_finetune); "
-            "drop it, or give --no-full_finetune to train a LoRA adapter" for name in LORA_SETTINGS if given.get(name) is not None]
-
+    unused = []
+    if cfg.full_finetune:
+        unused += [f"--{name} {shown[name]}: a LoRA setting, but this run trains every language-model weight (full_finetune); "
+                   "drop it, or give --no-full_finetune to train a LoRA adapter" for name in LORA_SETTINGS if given.get(name) is not None]
+    if cfg.objective != "bradley_terry":
+        unused += [f"--{name} {shown[name]}: a reward head's setting, but this run trains by {cfg.objective}; drop it, or give "
+                   "--objective bradley_terry" for name in REWARD_SETTINGS if given.get(name) is not None]
+    return unused

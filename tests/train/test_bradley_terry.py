@@ -78,6 +78,9 @@ def test_what_a_reward_head_cannot_learn_is_refused_before_the_model_loads(data,
     ties.write_text(json.dumps([r | {"preference": "tie"} for r in json.loads((data / "heldout.json").read_text())]))
     assert train_main([*args, "--eval_file", str(ties)]) == 2
     assert f"{ties}: no pair with a preference other than tie" in capsys.readouterr().err
+    sft = [*args[:args.index("--objective")], *args[args.index("--objective") + 2:], "--reward_margin", "0.5"]
+    assert train_main(sft) == 2
+    assert "--reward_margin 0.5: a reward head's setting, but this run trains by sft" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit:
         train_main([*args, "--reward_head", "deep"])
     assert exit.value.code == 2 and "--reward_head/--reward-head: invalid choice: 'deep'" in capsys.readouterr().err
