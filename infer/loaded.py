@@ -58,11 +58,12 @@ class LoadedJudge:
         """The engine on samples (or pairs) already checked, each with its index in the input: their results a
         batch at a time as they finish, in no set order. `progress`: bars of these samples on stderr, or none;
         or what makes each bar (judge-score's count every rank's samples)."""
-        from mmjudge.infer.engine import Scorer, prepare
+        from mmjudge.infer.engine import prepare
         from mmjudge.infer.progress import Bar, counted
+        from mmjudge.infer.rewards import scorer_for
 
         bar = progress if callable(progress) else (lambda what: Bar(what, len(samples), show=progress))
-        scorer = Scorer(self.model, rubrics, options, self.device)
+        scorer = scorer_for(self.model, rubrics, options, self.device)
         with bar("preparing") as preparing:
             items = prepare(self.model, counted(samples, preparing), rubrics, Path(input_dir), options)
         with bar("scoring") as scoring:  # moved by every token written, so that a batch of all the samples moves it too

@@ -87,7 +87,14 @@ def summarize(results: list[JudgeResult], skipped: list[Problem], scale: ScoreSc
         "skipped_invalid": [str(p) for p in skipped],
         "collapse": collapsed,
         **({"calibrator": calibrated(results, calibrator)} if calibrator is not None else {}),
+        **reward_summary(results),
     }
+
+
+def reward_summary(results: list[JudgeResult]) -> dict:
+    """A reward model's rewards (it writes no score), only where there are any: other runs' summaries keep their keys."""
+    rewards = [r.reward for r in results if r.reward is not None]
+    return {"rewarded": len(rewards), "mean_reward": mean(rewards)} if rewards else {}
 
 
 def format_summary(summary: dict) -> str:
@@ -102,6 +109,8 @@ def format_summary(summary: dict) -> str:
             lines.append(f"  {title} {name}: {fmt(group['mean_score'])} (n={group['n']})")
     if summary.get("structured"):
         lines.append("Structured: each answer held to its rubric's layout and scale by a grammar (--structured)")
+    if summary.get("rewarded"):
+        lines.append(f"Mean reward: {summary['mean_reward']:.3f} (n={summary['rewarded']}; a reward model writes no score)")
     lines += calibrator_lines(summary.get("calibrator", {}))
     lines += nothing_parsed(summary)
     for name, found in summary["collapse"].items():
@@ -115,7 +124,7 @@ def format_summary(summary: dict) -> str:
 def nothing_parsed(summary: dict) -> list[str]:
     """A banner for a run none of whose outputs gave a score: its mean is undefined and its records carry no
     score, which a line of counts among others does not make plain."""
-    if summary["scored"] or not summary["samples"]:
+    if summary["scored"] or not summary["samples"] or summary.get("rewarded"):
         return []
     reasons = "; ".join(f"{n} x {reason}" for reason, n in summary.get("parse_errors", {}).items())
     return ["!" * 100,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 from pathlib import Path
 from PIL import Image
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator, model_validator, model_serializer
 
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.vision import image_problem
@@ -301,6 +301,7 @@ class JudgeResult(BaseModel):
     criteria: dict[str, int | float | None]
     score_distribution: dict[str, float] | None = None
     expected_score: float | None = None
+    reward: float | None = None  # a reward model's (judge-train --objective bradley_terry), which writes no score
     calibrated_score: float | None = None
     score_set: list[int | float] | None = None  # [lowest, highest] level of the calibrator's conformal set
     escalate: bool | None = None  # the calibrator's verdict: people should score this record
@@ -315,10 +316,18 @@ class JudgeResult(BaseModel):
     judge_fingerprint: str | None = None
     rubric_fingerprint: str | None = None
 
-    @field_validator("score_distribution", "expected_score", "calibrated_score")
+    @field_validator("score_distribution", "expected_score", "calibrated_score", "reward")
     @classmethod
     def _numbers_or_none(cls, value):
         return finite_or_none(value)
+
+    @model_serializer(mode="wrap")
+    def _reward_where_given(self, handler):
+        # Only a reward model's records carry `reward`: a generative judge's keep exactly the keys they had.
+        record = handler(self)
+        if self.reward is None:
+            record.pop("reward", None)
+        return record
 
     @field_validator("score", "criteria")
     @classmethod

@@ -8,7 +8,7 @@ judge-train and judge-calibrate all decide the same way.
     mean_probability  the likeliest verdict of the two orders' verdict distributions averaged
 
 A pointwise judge (MMIE-Eval) scores each answer alone: the answer whose expected score (its score where it
-has no distribution) is higher by more than the tie margin wins, else a tie. Its verdict distribution is
+has no distribution; a reward model's reward) is higher by more than the tie margin wins, else a tie. Its verdict distribution is
 that of the difference of two independent draws from the answers' score distributions.
 """
 
@@ -64,7 +64,7 @@ def first_wins(verdict: str | None, first: str) -> bool | None:
 
 def pointwise_verdict(a: JudgeResult, b: JudgeResult, margin: float) -> tuple[str | None, dict | None]:
     """(verdict, distribution) of a pointwise judge's scores of answers A and B (module docstring)."""
-    value = lambda r: r.expected_score if r.expected_score is not None else r.score  # noqa: E731
+    value = lambda r: next((v for v in (r.reward, r.expected_score, r.score) if v is not None), None)  # noqa: E731
     va, vb = value(a), value(b)
     verdict = None if va is None or vb is None else "A" if va - vb > margin else "B" if vb - va > margin else "tie"
     distribution = None

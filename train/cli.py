@@ -2,6 +2,7 @@
 
     judge-train --model_path BASE --train_file train.json --input_dir DATA --output_dir OUT [--eval_file heldout.json]
     judge-train --model_path BASE --train_file pairs.json --input_dir DATA --output_dir OUT  # pairs: the pairwise rubric
+    judge-train ... --train_file pairs.json --rubric POINTWISE.yaml --objective bradley_terry   # a reward head (docs/reward-models.md)
     judge-train merge --adapter OUT --output_dir MERGED [--format native|original]
 
 Many GPUs or nodes: `torchrun --nproc_per_node N -m mmjudge.train.cli ...` or `deepspeed --module mmjudge.train.cli ...` (add

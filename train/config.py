@@ -11,11 +11,14 @@ gradient_accumulation_steps (official: 16)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 from mmjudge.judge.cli import setting_problems
 from mmjudge.judge.parsing import ScoreScale
 
 CHECKPOINTS_DIR = "checkpoints"  # the Trainer's checkpoints, inside --output_dir
+Objective = Literal["sft", "bradley_terry"]
+RewardHead = Literal["linear", "mlp"]  # judge/reward.py builds them
 
 
 def _opt(default, help: str, minimum: float | None = None, below: float | None = None):
@@ -62,6 +65,11 @@ class TrainConfig:
     eval_token_budget: int = _opt(65536, "tokens per evaluation batch", minimum=1)
     dataloader_workers: int = _opt(2, "processes that decode and tile images", minimum=0)
     seed: int = _opt(42, "seed for initialisation and data order", minimum=0)
+    objective: Objective = _opt("sft", "what the judge learns: sft (to write the judgement people gave) or bradley_terry (a reward head on the "
+                                 "last prompt token, from pairs: docs/reward-models.md)")
+    reward_head: RewardHead = _opt("linear", "bradley_terry: the head on the last hidden state, linear or mlp (hidden -> SiLU -> 1)")
+    reward_margin: float = _opt(0.0, "bradley_terry: the margin in -log sigmoid(r_chosen - r_rejected - margin)", minimum=0)
+    reward_centering: float = _opt(0.0, "bradley_terry: weight of the centring term (r_chosen + r_rejected)^2 that keeps rewards near 0", minimum=0)
 
     def __post_init__(self):
         self.scale = tuple(self.scale)  # YAML and flags give a list
@@ -84,14 +92,19 @@ def config_problems(cfg: TrainConfig) -> list[str]:
 
 
 LORA_SETTINGS = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")  # an adapter's: a full fine-tune has none
+REWARD_SETTINGS = ("reward_head", "reward_margin", "reward_centering")  # a reward head's: SFT has none
 
 
 def unused_settings(cfg: TrainConfig, given: dict) -> list[str]:
     """The settings given by flag (or keyword) that the run would not use: a LoRA setting in a full fine-tune,
-    where it was silently ignored. A preset may hold both modes' settings (tiny's lora_dropout)."""
-    if not cfg.full_finetune:
-        return []
+    or a reward head's in an SFT run, where each was silently ignored. A preset may hold both modes' settings
+    (tiny's lora_dropout)."""
     shown = {name: " ".join(map(str, value)) if isinstance(value, list) else value for name, value in given.items()}
-    return [f"--{name} {shown[name]}: a LoRA setting, but this run trains every language-model weight (full_finetune); "
-            "drop it, or give --no-full_finetune to train a LoRA adapter" for name in LORA_SETTINGS if given.get(name) is not None]
-
+    unused = []
+    if cfg.full_finetune:
+        unused += [f"--{name} {shown[name]}: a LoRA setting, but this run trains every language-model weight (full_finetune); "
+                   "drop it, or give --no-full_finetune to train a LoRA adapter" for name in LORA_SETTINGS if given.get(name) is not None]
+    if cfg.objective != "bradley_terry":
+        unused += [f"--{name} {shown[name]}: a reward head's setting, but this run trains by {cfg.objective}; drop it, or give "
+                   "--objective bradley_terry" for name in REWARD_SETTINGS if given.get(name) is not None]
+    return unused

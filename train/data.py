@@ -51,11 +51,17 @@ IGNORE_INDEX = -100  # labels the loss skips (torch's cross_entropy default)
 
 
 def read_annotations(train_file: Path, eval_file: Path | None, image_root: Path, rubrics: dict[str, Rubric],
-                     scale: tuple[float, float]) -> tuple[list[Annotation], list[Annotation]] | tuple[list[Pair], list[Pair]]:
+                     scale: tuple[float, float], objective: str = "sft") -> tuple[list[Annotation], list[Annotation]] | tuple[list[Pair], list[Pair]]:
     """The training and held-out annotations (none without an eval file), or pairs with a preference where
     the training file holds pairs, with every problem of both files in one error: a record that cannot work,
-    or a category no rubric judges, or one whose rubric judges the other kind (found before the model loads)."""
+    or a category no rubric judges, or one whose rubric judges the other kind (found before the model loads).
+    A reward head (objective bradley_terry) learns from pairs only, each answer under a pointwise rubric: it
+    scores one answer at a time, as judge-score scores a pair with a pointwise judge."""
     pairs = holds_pairs(train_file)
+    if objective == "bradley_terry" and not pairs:
+        raise InputError([Problem(str(train_file), "objective bradley_terry learns from pairs with a preference (answer_a, answer_b, "
+                                                   "preference: docs/formats.md); this file holds samples")])
+    wanted = "pointwise" if objective == "bradley_terry" else "pairwise"
     loaded, problems = {}, []
     for file in filter(None, (train_file, eval_file)):
         try:
@@ -64,10 +70,15 @@ def read_annotations(train_file: Path, eval_file: Path | None, image_root: Path,
             problems += err.problems
             continue
         problems += rubric_problems(loaded[file], rubrics, file)
-        if pairs:  # a pair under a pointwise rubric has no verdict to learn
-            pointwise = sorted({p.category for p in loaded[file] if p.category in rubrics and rubrics[p.category].kind != "pairwise"})
-            problems += [Problem(str(file), f"the rubric of category {c} scores one answer (kind: pointwise); judge-train learns pairs' "
-                                            "verdicts with a pairwise rubric: give one with --rubric") for c in pointwise]
+        if pairs:  # a pair under a pointwise rubric has no verdict to learn; a reward head has no verdict to write
+            other = sorted({p.category for p in loaded[file] if p.category in rubrics and rubrics[p.category].kind != wanted})
+            if objective == "bradley_terry" and all(r.preference == "tie" for r in merge_pair_annotators(loaded[file])):
+                problems.append(Problem(str(file), "no pair with a preference other than tie: a reward head learns (and is measured) by "
+                                                   "which answer people preferred, and ties are kept out"))
+            problems += [Problem(str(file), f"the rubric of category {c} is of kind {rubrics[c].kind}; judge-train learns "
+                                            + ("pairs' verdicts with a pairwise rubric" if wanted == "pairwise" else
+                                               "a reward head (bradley_terry) on each answer under a pointwise rubric")
+                                            + ": give one with --rubric") for c in other]
     if problems:
         raise InputError(problems)
     return loaded[train_file], loaded.get(eval_file, [])

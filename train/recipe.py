@@ -61,8 +61,10 @@ def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
     backbone = judge.backbone
     whole = [*(backbone.vision_tower,) * cfg.train_vision_tower, *backbone.projector * cfg.train_projector]
     whole = [name for name in whole if not any(name.startswith(f"{other}.") for other in whole)]  # Qwen-VL's merger is in its tower
+    # A reward model (judge/reward.py) has a head where a generative judge has its output layer: trained either way.
+    output = "score" if hasattr(judge.model, "score") else "lm_head"
     if cfg.full_finetune:
-        trainable = [judge.model.model.language_model, judge.model.lm_head] + [judge.model.model.get_submodule(name) for name in whole]
+        trainable = [judge.model.model.language_model, judge.model.get_submodule(output)] + [judge.model.model.get_submodule(name) for name in whole]
         for module in trainable:
             for p in module.parameters():
                 p.requires_grad = True
@@ -72,7 +74,7 @@ def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
     lora = LoraConfig(
         r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
         target_modules=lora_pattern(targets),
-        modules_to_save=whole or None,
+        modules_to_save=whole + [output] * (output == "score") or None,  # LoRA leaves lm_head as it is, a new head learns in full
     )
     return get_peft_model(judge.model, lora)
 

@@ -81,13 +81,18 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
     # Every problem of the inputs, then of the base, before output_dir is taken: a run refused leaves none behind.
     loaded = load_rubrics(rubric_files)
     image_root = Path(input_dir) if input_dir is not None else train_file.parent
-    annotations = read_annotations(train_file, Path(eval_file) if eval_file else None, image_root, loaded, cfg.scale)
+    annotations = read_annotations(train_file, Path(eval_file) if eval_file else None, image_root, loaded, cfg.scale, cfg.objective)
     check_scales(annotations[0] + annotations[1], loaded, cfg.scale)
     base = find_checkpoint(model_path, revision)
     # Rank 0 holds output_dir for the run; the others wait for it in the Trainer's process group.
     with locked(out, "judge-train") if int(os.environ.get("RANK", "0")) == 0 else nullcontext():
         try:
-            result = train(base, annotations, train_file, image_root, out, loaded, cfg, deepspeed, resume)
+            if cfg.objective == "bradley_terry":
+                from mmjudge.train.bradley_terry import train_reward_head
+
+                result = train_reward_head(base, annotations, train_file, image_root, out, loaded, cfg, deepspeed, resume, Path(eval_file) if eval_file else None)
+            else:
+                result = train(base, annotations, train_file, image_root, out, loaded, cfg, deepspeed, resume)
         finally:
             end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
     return TrainResult(out, result["global_step"], result["best"], result["measure"], eval_file is not None)

@@ -94,7 +94,7 @@ def test_pairs_need_a_pairwise_rubric_and_a_preference_before_the_model_loads(da
     pointwise = tmp_path / "general.yaml"
     pointwise.write_text("category: general\ninstructions: Rate.\ntemplate: '{instructions}{question}{answer}'\n")
     assert train_main([*args, "--rubric", str(pointwise)]) == 2
-    assert "the rubric of category general scores one answer (kind: pointwise)" in capsys.readouterr().err
+    assert "the rubric of category general is of kind pointwise; judge-train learns pairs' verdicts with a pairwise rubric" in capsys.readouterr().err
     (tmp_path / "bare.json").write_text(json.dumps([{"id": "x", "question": "Q", "answer_a": "A", "answer_b": "B"}]))
     assert train_main([*args[:2], "--train_file", str(tmp_path / "bare.json"), *args[4:]]) == 2
     assert "preference: no preference" in capsys.readouterr().err
