@@ -59,17 +59,19 @@ if TYPE_CHECKING:
 PathLike = str | Path
 
 
-class CalibratorFields(TypedDict, total=False):
-    """A ScoreRecord's fields of a calibrator, there only where `score` was given one."""
+class OptionalScoreFields(TypedDict, total=False):
+    """A ScoreRecord's fields that only some judges write: a calibrator's three, where `score` was given one;
+    `reward`, where the judge is a reward model (judge-train --objective bradley_terry)."""
 
     calibrated_score: float | None
     score_set: list[int | float] | None  # [lowest, highest] level of the calibrator's conformal set
     escalate: bool | None
+    reward: float
 
 
-class ScoreRecord(CalibratorFields):
+class ScoreRecord(OptionalScoreFields):
     """A scored sample as `score` returns it: a record of judge-score's eval_result.json, field for field
-    (judge.data.JudgeResult's fields; the calibrator's three only where a calibrator was given)."""
+    (judge.data.JudgeResult's fields; those of OptionalScoreFields only where they apply)."""
 
     id: str
     model: str | None

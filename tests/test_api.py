@@ -244,7 +244,7 @@ def test_the_typed_records_are_judge_scores_records_field_for_field(judge, tmp_p
 
     for typed, model in ((ScoreRecord, JudgeResult), (VerdictRecord, PairResult), (OrderRecord, OrderJudgement)):
         assert typed.__required_keys__ | typed.__optional_keys__ == set(model.model_fields), typed.__name__
-    assert ScoreRecord.__optional_keys__ == CALIBRATOR_FIELDS
+    assert ScoreRecord.__optional_keys__ == CALIBRATOR_FIELDS | {"reward"}  # reward: a reward model's records only
     [record] = judge.score(notebook_samples()[:1], max_new_tokens=2, progress=False)
     assert set(record) == ScoreRecord.__required_keys__
     pairs = json.loads(write_pairs(tmp_path / "data", 1, seed=0).read_text())
