@@ -272,8 +272,9 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[str | None]
     as tensors."""
     import torch
 
-    asked = [Asked(p, q[len(p):] if q.startswith(p) else q, list(images[k]) if images else (), label)
-             for k, (q, p, label) in enumerate(zip(queries, prompts, labels))]
+    from mmjudge.judge.rewards import response_of
+
+    asked = [Asked(p, response_of(q, p) or q, list(images[k]) if images else (), label) for k, (q, p, label) in enumerate(zip(queries, prompts, labels))]
     rewards = [_or_failed(r) for r in asyncio.run(_server(base_url).rewards(asked))]
     scores = torch.tensor([r["score"] for r in rewards])
     return {"rewards": scores, "scores": scores, "extra_logs": {"judge_failed": torch.tensor([r["judge_failed"] for r in rewards])}}

@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mmjudge.judge.data import JudgeResult, Pair, Sample, Segment
-from mmjudge.judge.rewards import RewardSpec, label_problem, preference_reward, score_reward, verdict_reward
+from mmjudge.judge.rewards import RewardSpec, label_problem, preference_reward, response_of, score_reward, verdict_reward
 from mmjudge.serve.api import Message, RequestError, validated
 from mmjudge.serve.app import Service, check_model, judged, read_json
 from mmjudge.serve.images import RequestImages
@@ -224,12 +224,13 @@ async def get_reward(request: Request, service: Service) -> Response:
     asked = []
     for k, query in enumerate(body.query):
         prompt = body.prompts[k] if body.prompts is not None else ""
-        if not query.startswith(prompt):
-            raise RequestError(400, f"query[{k}]", "does not start with its prompt (prompts[k]): a query is the prompt followed by the response")
+        response = response_of(query, prompt)
+        if response is None:
+            raise RequestError(400, f"query[{k}]", "does not hold its prompt (prompts[k]): a query is the prompt followed by the response")
         images = [Piece(f"images[{k}][{n}]", image=ref) for n, ref in enumerate(body.images[k])] if body.images is not None else []
         question = images + ([Piece(f"prompts[{k}]", text=prompt)] if prompt else [])
         label = body.labels[k] if body.labels is not None else None
-        asked.append(Asked(f"query[{k}]", question, [Piece(f"query[{k}]", text=query[len(prompt):])], label, f"labels[{k}]"))
+        asked.append(Asked(f"query[{k}]", question, [Piece(f"query[{k}]", text=response)], label, f"labels[{k}]"))
     rewards = await rewarded(request, service, asked, "query")
     service.metrics.e2e.observe(time.monotonic() - arrived)
     values = [r.value for r in rewards]

@@ -109,6 +109,14 @@ def test_every_clients_shape_answers_the_declared_reward_the_expected_score_of_v
 
 
 @pytest.mark.slow
+def test_openrlhfs_query_of_decoded_tokens_with_its_image_token_expanded_is_rewarded_as_the_prompt_and_response(server):
+    prompt = "<|vision_start|><|image_pad|><|vision_end|>What colour is the square? Answer in one word, then say why.\n"
+    decoded = prompt.replace("<|image_pad|>", "<|image_pad|>" * 16) + "Red."  # OpenRLHF decodes the expanded prompt tokens
+    answer = post(server, "/get_reward", {"query": [decoded], "prompts": [prompt]})
+    assert answer.json()["rewards"] == [reward(server, prompt, "Red.")]
+
+
+@pytest.mark.slow
 def test_a_reward_is_the_same_alone_and_in_any_batch_from_any_number_of_clients(server, images):
     asked = [("Describe the image.", "A blue square.", images[:1]), ("What happens next?", "It falls.", []),
              ("Compare the two pictures.", "The second is darker, and larger than the first one.", images[1:3]),
@@ -158,7 +166,7 @@ REFUSED = [  # path, body, status, what the error names (OpenAI's `param`, or th
                                                  {"role": "assistant", "content": "r"}]}, 400, "messages[0].content[0].image_url.url"),
     ("/classify", {"model": SERVED, "input": "x" * 2_000_000}, 400, "input"),
     ("/get_reward", {"query": []}, 400, "query"),
-    ("/get_reward", {"query": ["q r"], "prompts": ["p"]}, 400, "query[0]"),
+    ("/get_reward", {"query": ["q r"], "prompts": ["p"]}, 400, "query[0]"),  # the prompt nowhere in its query
     ("/get_reward", {"query": ["q r"], "prompts": ["q", "r"]}, 400, "body"),
     ("/get_reward", {"query": ["q r", "s"], "images": [[], ["http://example.com/a.png"]]}, 400, "images[1][0]"),
     ("/get_reward", {"query": ["q"], "images": [["a.png"] * 4]}, 413, "query[0]"),
