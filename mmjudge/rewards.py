@@ -18,8 +18,8 @@ reward: TRL gets None (its skip value); verl, EasyR1 and OpenRLHF, which have no
 `judge_failed` metric of 1; every failure is counted on the rewarder (`failed`) and logged.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: OpenRLHF, verl and EasyR1 load this file by path as a module they do
+# not register, where dataclasses cannot resolve annotations given as strings.
 import asyncio
 import base64
 import io

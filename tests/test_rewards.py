@@ -4,6 +4,7 @@ images included; retries and timeouts are bounded; a failed judgement is each fr
 counted, never a made-up reward."""
 
 import asyncio
+import importlib.util
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import mmjudge
+import mmjudge.rewards
 from mmjudge.judge.rewards import score_reward
 from mmjudge.judge.prompts import load_rubrics
 from mmjudge.judge.testing import write_dataset, write_original_checkpoint
@@ -101,6 +103,16 @@ def test_verl_easyr1_and_openrlhf_files_send_their_fields_and_mark_a_failure_as_
     assert torch.equal(answer["rewards"], torch.tensor([0.05])) and torch.equal(answer["extra_logs"]["judge_failed"], torch.tensor([0.0]))
     behaviour.failures = [422]
     assert asyncio.run(compute_score("geo", "x", None, {}, base_url=url)) == {"score": 0.0, "judge_failed": 1.0}
+
+
+def test_the_file_loads_by_path_as_openrlhf_verl_and_easyr1_load_a_reward_file(stand_in, monkeypatch):
+    url, behaviour = stand_in
+    monkeypatch.setenv("MMJUDGE_URL", url)
+    spec = importlib.util.spec_from_file_location("reward_func", mmjudge.rewards.__file__)  # OpenRLHF's way: not in sys.modules
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert torch.equal(module.reward_func(["Q? A."], ["Q?"], [None])["rewards"], torch.tensor([0.05]))
+    assert module.REWARD_TYPE == "batch" and asyncio.run(module.compute_score("geo", "ab", None, {}))["score"] == 0.02
 
 
 @pytest.mark.slow
