@@ -104,7 +104,8 @@ def test_every_clients_shape_answers_the_declared_reward_the_expected_score_of_v
     # a text alone (verl's templated string, LLaMA-Factory's message) is judged whole as the response
     alone = reward(server, "", response)
     assert post(server, "/classify", {"model": SERVED, "input": response, "use_activation": False}).json()["data"][0]["probs"][1] == alone
-    assert post(server, "/v1/score/evaluation", {"model": SERVED, "messages": [response]}).json()["scores"] == [alone]
+    # LLaMA-Factory's client names the model "model" whatever the server serves
+    assert post(server, "/v1/score/evaluation", {"model": "model", "messages": [response]}).json()["scores"] == [alone]
     assert alone != declared  # the question and its image changed what the judge read
 
 
