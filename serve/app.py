@@ -41,10 +41,11 @@ from mmjudge.infer import grammar
 from mmjudge.infer.decoding import Completion, Sampling
 from mmjudge.infer.engine import pair_result, prepare
 from mmjudge.infer.options import ScoreOptions
-from mmjudge.judge.data import CALIBRATOR_FIELDS, IMAGE_PLACEHOLDER, Pair, Sample, UsageError, field_name, value_problems
+from mmjudge.judge.data import CALIBRATOR_FIELDS, IMAGE_PLACEHOLDER, JudgeResult, Pair, PairResult, Sample, UsageError, field_name, value_problems
 from mmjudge.judge.identity import stamp
 from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Query, Rubric, encode_prompt, render_query
+from mmjudge.judge.rewards import RewardSpec
 from mmjudge.judge.vision import Pixels, load_pixels, placeholder
 from mmjudge.serve.api import ChatRequest, Constraint, RequestError, ScoreRequest, chat_request, validated
 from mmjudge.serve.completions import ChoiceText, chunk, logprob_entries, now, sse, usage
@@ -73,6 +74,7 @@ class Service:
     metrics: Metrics
     vocabulary: grammar.Vocabulary | str  # the judge's tokens for structured outputs, or why it has none
     judge_fingerprint: str  # of its weights (judge/identity.py), stamped on /v1/score's records as judge-score stamps them
+    reward: RewardSpec | None = None  # --reward (judge/rewards.py); None: the reward endpoints refuse
 
     @property
     def tokenizer(self):
@@ -89,6 +91,8 @@ class ClientGone(Exception):
 
 
 def build_app(service: Service) -> RequestIds:
+    from mmjudge.serve.rewards import reward_routes  # here: the reward endpoints build on this module's handlers' helpers
+
     def endpoint(handler, authorized: bool = True):
         async def route(request: Request) -> Response:
             try:
@@ -113,11 +117,13 @@ def build_app(service: Service) -> RequestIds:
         Route("/v1/models/{model_id:path}", endpoint(model_card)),
         Route("/v1/score", endpoint(score), methods=["POST"]),
         Route("/v1/chat/completions", endpoint(chat_completions), methods=["POST"]),
+        *reward_routes(endpoint),
     ]
     return RequestIds(Starlette(routes=routes, exception_handlers={HTTPException: not_found}), service.metrics)
 
 
-HANDLERS = {"/health", "/metrics", "/v1/models", "/v1/score", "/v1/chat/completions"}
+HANDLERS = {"/health", "/metrics", "/v1/models", "/v1/score", "/v1/chat/completions", "/classify", "/get_reward", "/v1/score/evaluation",
+            "/v1/decisions"}
 METHODS = {"GET", "POST", "HEAD", "OPTIONS", "PUT", "DELETE", "PATCH"}
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
@@ -259,22 +265,30 @@ async def score(request: Request, service: Service) -> Response:
     images = RequestImages(service.image_root, service.limits.max_image_pixels)
     try:
         local = await run_in_threadpool(lambda: [with_image_files(item, f"{what}[{k}]", images) for k, item in enumerate(items)])
-        prepared = await run_in_threadpool(prepare, service.judge, list(enumerate(local)), service.rubrics, Path("."), service.score_options)
-        for item in prepared:
-            if len(item.input_ids) >= service.context:
-                raise context_exceeded(service, f"{what}[{item.index}]", len(item.input_ids))
-        gone = threading.Event()  # set when the client disconnects: its samples leave the model at the next step
-        results = await until_answered(service, submitted(service, service.worker.score(prepared, gone.is_set)), request, gone)
+        results = await judged(service, local, what, request)
     finally:
         images.close()
-    if what == "pairs":  # each pair's views gathered into its record, as judge-score gathers them
+    service.metrics.e2e.observe(time.monotonic() - arrived)
+    return JSONResponse({"results": [result.model_dump(exclude=CALIBRATOR_FIELDS if what == "samples" else None) for result in results]})
+
+
+async def judged(service: Service, local: list[Sample] | list[Pair], what: str, request: Request) -> list[JudgeResult] | list[PairResult]:
+    """The records of samples (or pairs) whose images are local files, from the model thread, stamped as
+    judge-score stamps them; a prompt over the context is refused naming `what[k]`, and a client that leaves
+    ends its samples at the model's next step. /v1/score and the reward endpoints (serve/rewards.py) alike."""
+    prepared = await run_in_threadpool(prepare, service.judge, list(enumerate(local)), service.rubrics, Path("."), service.score_options)
+    for item in prepared:
+        if len(item.input_ids) >= service.context:
+            raise context_exceeded(service, f"{what}[{item.index}]", len(item.input_ids))
+    gone = threading.Event()  # set when the client disconnects: its samples leave the model at the next step
+    results = await until_answered(service, submitted(service, service.worker.score(prepared, gone.is_set)), request, gone)
+    if prepared and prepared[0].pair is not None:  # each pair's views gathered into its record, as judge-score gathers them
         views: dict[int, list] = {}
         for item, result in zip(prepared, results):
             views.setdefault(item.index, []).append((item, result))
-        results = [pair_result(views[k], service.score_options) for k in range(len(items))]
+        results = [pair_result(views[k], service.score_options) for k in range(len(local))]
     stamp(results, service.judge_fingerprint, service.rubrics)
-    service.metrics.e2e.observe(time.monotonic() - arrived)
-    return JSONResponse({"results": [result.model_dump(exclude=CALIBRATOR_FIELDS if what == "samples" else None) for result in results]})
+    return results
 
 
 def context_exceeded(service: Service, field: str, prompt_tokens: int) -> RequestError:

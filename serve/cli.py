@@ -26,6 +26,7 @@ from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag
 from mmjudge.judge.data import UsageError
 from mmjudge.judge.formats import FORMATS
 from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.rewards import parse_reward
 from mmjudge.serve.options import ServeOptions, prefill_budget
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -60,6 +61,7 @@ def _main(argv) -> int:
     args = build_parser(argv).parse_args(argv)
     options, limits, api_key = settings(args)
     rubrics = load_rubrics(args.rubric or FORMATS["pairs"].default_rubrics)
+    reward = parse_reward(limits.reward, rubrics) if limits.reward else None  # refused before the model loads
     import uvicorn
 
     from mmjudge.infer.engine import judge_vocabulary
@@ -87,7 +89,7 @@ def _main(argv) -> int:
         vocabulary = str(err)
         print(f"judge-serve: no structured outputs: {err}", file=sys.stderr, flush=True)
     service = Service(names, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
-                      worker, int(time.time()), worker.context, Metrics(names[0]), vocabulary, loaded.fingerprint)
+                      worker, int(time.time()), worker.context, Metrics(names[0]), vocabulary, loaded.fingerprint, reward)
     print(f"judge-serve: {args.model_path} on {device}, http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.Server(uvicorn.Config(build_app(service), host=args.host, port=args.port, log_level="info")).run()
     return 0

@@ -70,6 +70,12 @@ class ServeOptions:
     max_model_len: int | None = field(default=None, metadata={
         "help": "tokens a request's prompt and answer hold together at most (vLLM's name): a longer prompt is refused (400) before it "
                 "reaches the model, an answer is cut there; none: the model's context", "minimum": 2})
+    reward: str | None = field(default=None, metadata={
+        "help": "what the reward endpoints (/classify, /get_reward, /v1/score/evaluation, /v1/decisions) answer, KIND:CATEGORY "
+                "(docs/rewards.md): score:CATEGORY, a pointwise rubric's expected score mapped to [0, 1] (score:CATEGORY:CALIBRATOR.json "
+                "through a judge-calibrate map); preference:CATEGORY, the probability that the response beats the reference answer "
+                "under a pairwise rubric, both orders averaged; verdict:CATEGORY, 1 where a judge being trained writes the labelled "
+                "verdict; none: the reward endpoints refuse"})
 
     def __post_init__(self):
         if problems := setting_problems(ServeOptions, asdict(self)):

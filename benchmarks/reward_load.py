@@ -1,0 +1,134 @@
+"""judge-serve's rewards at RL batch sizes: many one-sample /get_reward requests from concurrent clients (an
+RL framework's per-sample reward calls) against the same samples in one request, samples/s side by side.
+
+    python benchmarks/reward_load.py                                   # 1,024 samples, 64 clients, the tiny judge, CPU
+    python benchmarks/reward_load.py --samples 64 --clients 8 --json figures.json
+    python benchmarks/reward_load.py --model_path CKPT --device cuda
+
+Starts judge-serve on a free 127.0.0.1 port with --reward score:SA --mode logits (a reward is one prefill) and
+--max_samples as large as --samples. Each sample is a synthetic question (its text and first image, a path under
+--image_root) and answer, sent as OpenRLHF sends one: {"query": [prompt + response], "prompts", "images"}. First
+all the samples in one request (the batch), then each sample in a request of its own from --clients threads,
+each sending its next as soon as its last is answered. Both are timed from the first byte sent to the last answer;
+latency percentiles are of the one-sample requests. The rewards of the two runs are compared: each sample's must
+be the same (to 1e-6: on a CPU prefill groups are not batch-invariant to the bit; judge-serve --deterministic is,
+on a GPU). The forward passes (prefill groups) of each run come from /metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx2
+from serve_load import forward_passes, percentile
+
+from mmjudge.judge.testing import write_dataset, write_original_checkpoint
+from mmjudge.serve.process import free_port, start_server
+
+
+def bodies_of(data_dir: Path, n: int) -> list[dict]:
+    """n one-sample /get_reward bodies, cycling over the dataset's samples with a number in each response so
+    that no two are the same."""
+    samples = json.loads((data_dir / "data.json").read_text())
+    bodies = []
+    for k in range(n):
+        sample = samples[k % len(samples)]
+        prompt = " ".join(s["text"] for s in sample["question"] if s.get("text"))
+        answer = sample["answer"] if isinstance(sample["answer"], str) else " ".join(s["text"] for s in sample["answer"] if s.get("text"))
+        image = next((s["image"] for s in sample["question"] + (sample["answer"] if isinstance(sample["answer"], list) else []) if s.get("image")), None)
+        bodies.append({"query": [f"{prompt}{answer} ({k})"], "prompts": [prompt], "images": [[image] if image else []]})
+    return bodies
+
+
+def batched(base: str, bodies: list[dict], timeout_s: float) -> dict:
+    whole = {key: [value for body in bodies for value in body[key]] for key in ("query", "prompts", "images")}
+    before = forward_passes(base)
+    start = time.perf_counter()
+    answer = httpx2.post(f"{base}/get_reward", json=whole, timeout=timeout_s)
+    seconds = time.perf_counter() - start
+    answer.raise_for_status()
+    return {"samples": len(bodies), "seconds": seconds, "samples_per_s": len(bodies) / seconds, "rewards": answer.json()["rewards"],
+            "prefills": forward_passes(base)[0] - before[0]}
+
+
+def one_by_one(base: str, bodies: list[dict], clients: int, timeout_s: float) -> dict:
+    rewards, latencies, failed = [None] * len(bodies), [], []
+    next_index, lock = iter(range(len(bodies))), threading.Lock()
+    before = forward_passes(base)
+
+    def client() -> None:
+        with httpx2.Client(timeout=timeout_s) as http:
+            while True:
+                with lock:
+                    k = next(next_index, None)
+                if k is None:
+                    return
+                sent = time.perf_counter()
+                answer = http.post(f"{base}/get_reward", json=bodies[k])
+                with lock:
+                    latencies.append(time.perf_counter() - sent)
+                    if answer.status_code == 200:
+                        rewards[k] = answer.json()["rewards"][0]
+                    else:
+                        failed.append(k)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        for future in [pool.submit(client) for _ in range(clients)]:
+            future.result()
+    seconds = time.perf_counter() - start
+    return {"samples": len(bodies), "clients": clients, "seconds": seconds, "samples_per_s": (len(bodies) - len(failed)) / seconds,
+            "failed": len(failed), "p50_s": percentile(latencies, 0.5), "p99_s": percentile(latencies, 0.99), "rewards": rewards,
+            "prefills": forward_passes(base)[0] - before[0]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model_path", help="the judge to serve (default: a tiny random one, written to a temporary directory)")
+    p.add_argument("--device", default="cpu", help="judge-serve's --device (default: cpu)")
+    p.add_argument("--samples", type=int, default=1024, help="samples rewarded each way (default: 1024)")
+    p.add_argument("--clients", type=int, default=64, help="concurrent clients of the one-sample requests (default: 64)")
+    p.add_argument("--timeout_s", type=float, default=3600, help="the longest a request may take (default: 3600)")
+    p.add_argument("--serve_flag", action="append", default=[], help="a flag for judge-serve, as --serve_flag=--name=value (repeatable)")
+    p.add_argument("--json", help="also write the figures to this file")
+    args = p.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        model_path = args.model_path or str(write_original_checkpoint(tmp / "tiny"))
+        data_dir = write_dataset(tmp / "data", 32, seed=0).parent
+        port = free_port()
+        server = start_server(["--model_path", model_path, "--device", args.device, "--image_root", str(data_dir), "--reward", "score:SA",
+                               "--mode", "logits", "--max_tiles", "1", "--max_samples", str(max(args.samples, 1)), *args.serve_flag],
+                              port, tmp / "serve.log", env={**os.environ})
+        base = f"http://127.0.0.1:{port}"
+        try:
+            bodies = bodies_of(data_dir, args.samples)
+            batched(base, bodies[:2], args.timeout_s)  # warm-up, untimed
+            batch = batched(base, bodies, args.timeout_s)
+            single = one_by_one(base, bodies, args.clients, args.timeout_s)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+    differ = sum(s is None or abs(s - b) > 1e-6 for s, b in zip(single["rewards"], batch["rewards"]))
+    ratio = single["samples_per_s"] / batch["samples_per_s"]
+    print(f"one request of {batch['samples']} samples: {batch['samples_per_s']:.2f} samples/s ({batch['seconds']:.1f} s, {batch['prefills']} prefill groups)")
+    print(f"{single['samples']} one-sample requests from {single['clients']} clients: {single['samples_per_s']:.2f} samples/s "
+          f"({single['seconds']:.1f} s, {single['prefills']} prefill groups), p50 {single['p50_s']:.3f} s, p99 {single['p99_s']:.3f} s, "
+          f"{single['failed']} failed")
+    print(f"ratio {ratio:.2f}; rewards that differ between the two: {differ}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": args.device, "serve_flags": args.serve_flag, "ratio": ratio, "rewards_differing": differ,
+                                               "batch": {k: v for k, v in batch.items() if k != "rewards"},
+                                               "one_by_one": {k: v for k, v in single.items() if k != "rewards"}}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""TRL's own GRPOTrainer, 2 steps on a CPU, a tiny random Qwen2.5-VL policy, rewarded by a judge-serve through
+mmjudge.rewards.TRLReward; run by docs/rewards/check_trl.sh, in a venv of TRL's own (docs/rewards.md).
+
+    python docs/rewards/trl_grpo.py POLICY_DIR JUDGE_URL OUT_DIR
+
+Prints what the trainer logged at each step (the mmjudge reward's mean, its failed share, the images the judge
+was shown) and the judge's answers to the last batch."""
+
+import json
+import sys
+
+import trl
+from datasets import Dataset
+from PIL import Image
+from trl import GRPOConfig, GRPOTrainer
+
+from mmjudge.rewards import ServerRewards, TRLReward
+
+
+def main(policy: str, judge_url: str, out_dir: str) -> int:
+    colours = ["red", "green", "blue", "yellow"]
+    dataset = Dataset.from_dict({
+        "prompt": [[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What colour is this square?"}]}]] * len(colours),
+        "images": [[Image.new("RGB", (56, 56), colour)] for colour in colours],
+    })
+    rewarder = ServerRewards(judge_url, timeout_s=120, retries=1)
+    reward = TRLReward(rewarder)
+    config = GRPOConfig(output_dir=out_dir, max_steps=2, per_device_train_batch_size=2, num_generations=2, max_completion_length=8,
+                        learning_rate=1e-5, logging_steps=1, report_to="none", use_cpu=True, bf16=False, save_strategy="no",
+                        dataloader_num_workers=0, seed=0)
+    trainer = GRPOTrainer(model=policy, reward_funcs=[reward], args=config, train_dataset=dataset)
+    trainer.train()
+    print(json.dumps({"trl": trl.__version__, "steps": trainer.state.global_step, "judge_failed": rewarder.failed,
+                      "last_batch_images_per_response": rewarder.n_images}))
+    for entry in trainer.state.log_history:
+        print(json.dumps({k: v for k, v in entry.items() if k.startswith(("rewards/", "reward", "mmjudge/")) or k == "step"}))
+    return 0 if trainer.state.global_step == 2 and rewarder.failed == 0 and sum(rewarder.n_images) > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

@@ -1,0 +1,357 @@
+"""judge-serve's reward endpoints: the judge as the reward of RL runs, each in the shape its client sends,
+over the same model thread, batching and cancellation as /v1/score. What a reward is, `--reward` says
+(judge/rewards.py); every answer names it.
+
+    POST /classify             vLLM's (verl's reward model):  {"model", "input": str | [str]} or {"model", "messages"}
+                               -> {"data": [{"index", "label", "probs": [1 - r, r], "num_classes": 2}], "usage"}
+                               (verl reads data[-1].probs[-1]); a string input is judged whole as the response
+    POST /get_reward           OpenRLHF's: {"query": [prompt + response], "prompts", "labels", "images": [[ref]]}
+                               -> {"rewards", "scores", "extra_logs"}
+    POST /v1/score/evaluation  LLaMA-Factory's: {"model", "messages": [str]} -> {"scores"}
+    POST /v1/decisions         score, choice and predicate questions about an input (text and images), answered
+                               from the judge's score distribution: {"answers": [...]}
+
+Images: image parts of chat messages (/classify, /v1/decisions), OpenRLHF's `images` beside the query (one
+list per query, shown before its prompt's text); each a path under --image_root or a data URL. Refusals are
+4xx naming the field: in OpenAI's shape on /classify and /v1/decisions (vLLM's), in FastAPI's
+`{"detail": ...}` on /get_reward and /v1/score/evaluation (OpenRLHF's and LLaMA-Factory's servers are
+FastAPI). A reward that the judge's output gives no number for is null, never a made-up value.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from mmjudge.judge.data import JudgeResult, Pair, Sample, Segment
+from mmjudge.judge.rewards import RewardSpec, label_problem, preference_reward, response_of, score_reward, verdict_reward
+from mmjudge.serve.api import Message, RequestError, validated
+from mmjudge.serve.app import Service, judged, read_json, served_name
+from mmjudge.serve.images import RequestImages
+
+MAX_QUESTIONS, MAX_CHOICES, LEVELS = 64, 26, (2, 10)  # vLLM's bounds on a decisions request
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A text, or an image reference, of a question or an answer, with the client's field that holds it."""
+
+    field: str
+    text: str | None = None
+    image: str | None = None
+
+
+@dataclass
+class Asked:
+    """One response to reward: the question it answers, the response, and the reference answer (a
+    preference reward) or verdict label (a verdict reward) where the client sends one."""
+
+    field: str  # the client's field of this response, for errors: "query[2]"
+    question: list[Piece]
+    answer: list[Piece]
+    reference: str | None = None
+    reference_field: str = ""  # the client's field of the reference; none where its shape has no place for one
+
+    @property
+    def response(self) -> str:
+        return "\n".join(p.text for p in self.answer if p.text is not None)
+
+
+@dataclass
+class Reward:
+    value: float | None  # in [0, 1]; None where the judgement gives no number
+    result: JudgeResult | None = None  # the judgement it was read from (a pair's: the PairResult); None for a verdict reward
+    n_images: int = 0  # the images the judge was shown
+
+
+def reward_routes(endpoint) -> list[Route]:
+    return [Route("/classify", endpoint(classify), methods=["POST"]),
+            Route("/get_reward", endpoint(fastapi_errors(get_reward)), methods=["POST"]),
+            Route("/v1/score/evaluation", endpoint(fastapi_errors(evaluation)), methods=["POST"]),
+            Route("/v1/decisions", endpoint(decisions), methods=["POST"])]
+
+
+def fastapi_errors(handler):
+    """A refusal in FastAPI's shape, `{"detail": "field: why"}`, which OpenRLHF's and LLaMA-Factory's clients read."""
+    async def answered(request: Request, service: Service) -> Response:
+        try:
+            return await handler(request, service)
+        except RequestError as err:
+            return JSONResponse({"detail": str(err)}, status_code=err.status)
+    return answered
+
+
+def spec_of(service: Service, kinds: tuple[str, ...] = ("score", "preference", "verdict"), why: str = "") -> RewardSpec:
+    if service.reward is None:
+        raise RequestError(400, None, "this server answers no rewards: start judge-serve with --reward KIND:CATEGORY (docs/rewards.md)")
+    if service.reward.kind not in kinds:
+        raise RequestError(400, None, f"this server's reward is {service.reward.name}; {why}")
+    return service.reward
+
+
+async def rewarded(request: Request, service: Service, asked: list[Asked], what: str) -> list[Reward]:
+    """Each response's reward under the server's --reward, from one pass of the model thread for all."""
+    spec = spec_of(service)
+    if len(asked) > service.limits.max_samples:
+        raise RequestError(413, what, f"{len(asked)} responses, over this server's limit of {service.limits.max_samples} (--max_samples)")
+    rubric = service.rubrics[spec.category]
+    for item in asked:
+        if spec.needs_reference and item.reference is None:
+            needed = "the reference answer" if spec.kind == "preference" else "the verdict label (A, B or tie)"
+            raise RequestError(400, item.reference_field or item.field, f"this server's reward is {spec.name}, which needs {needed} of "
+                                                                        "each response" + ("" if item.reference_field else
+                                                                                           "; this request's shape has no place for one: use /get_reward's labels"))
+        if spec.kind == "verdict" and (problem := label_problem(item.reference)):
+            raise RequestError(400, item.reference_field, problem)
+        if (n := sum(p.image is not None for p in item.question + item.answer)) > service.limits.max_images:
+            raise RequestError(413, item.field, f"{n} images, over this server's limit of {service.limits.max_images} (--max_images)")
+    if spec.kind == "verdict":  # the response is a judgement being trained: read, not judged
+        return [Reward(verdict_reward(item.response, item.reference, rubric)) for item in asked]
+    images = RequestImages(service.image_root, service.limits.max_image_pixels)
+    try:
+        local = await run_in_threadpool(lambda: [judged_item(item, k, spec, images) for k, item in enumerate(asked)])
+        results = await judged(service, local, what, request)
+    finally:
+        images.close()
+    if spec.kind == "preference":
+        return [Reward(preference_reward(result), result, result.n_images) for result in results]
+    return [Reward(score_reward(result, rubric, spec.calibrator), result, result.n_images) for result in results]
+
+
+def judged_item(item: Asked, k: int, spec: RewardSpec, images: RequestImages) -> Sample | Pair:
+    """The response as the sample (or, against its reference, the pair) the judge is shown, each image
+    a checked local file."""
+    def segment(piece: Piece) -> Segment:
+        if piece.image is not None:
+            return Segment(image=str(images.file(piece.image, piece.field)))
+        try:
+            return Segment(text=piece.text)
+        except ValidationError as err:  # a text longer than any judge's context
+            raise RequestError(400, piece.field, err.errors()[0]["msg"].removeprefix("Value error, ")) from None
+
+    segments = lambda pieces: [segment(piece) for piece in pieces]  # noqa: E731
+    question, answer = segments(item.question), segments(item.answer)
+    if spec.kind == "preference":
+        reference = segments([Piece(item.reference_field, text=item.reference)])
+        return Pair(id=str(k), question=question, answer_a=answer, answer_b=reference, category=spec.category)
+    return Sample(id=str(k), question=question, answer=answer, category=spec.category)
+
+
+def message_pieces(message: Message, where: str) -> list[Piece]:
+    return [Piece(f"{where}.content[{n}].image_url.url", image=part.image_url.url) if part.type == "image_url"
+            else Piece(f"{where}.content[{n}].text", text=part.text) for n, part in enumerate(message.content)]
+
+
+# -- vLLM's /classify (verl's reward model) --------------------------------------------------------------
+
+class ClassifyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    model: str | None = None  # the first served name where none is sent, as vLLM
+    input: str | list[str] | None = None
+    messages: list[Message] | None = Field(default=None, min_length=2)
+    use_activation: bool | None = None  # the reward is a probability either way
+    user: str | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ClassifyRequest:
+        if (self.input is None) == (self.messages is None):
+            raise ValueError("give 'input' (a text, or a list of texts) or 'messages' (a chat ending in the assistant's response), one of them")
+        if isinstance(self.input, list) and not self.input:
+            raise ValueError("an empty list of inputs")
+        return self
+
+
+def chat_asked(messages: list[Message], field: str = "messages") -> Asked:
+    """A chat of one user turn and the assistant's response (a system message first is dropped: the rubric
+    has its own) as a response to reward."""
+    roles = [m.role for m in messages]
+    if roles not in (["user", "assistant"], ["system", "user", "assistant"], ["developer", "user", "assistant"]):
+        raise RequestError(400, field, f"one user message then the assistant's response (after at most one system message) is what a "
+                                       f"reward judges; got roles {roles}")
+    user, response = len(messages) - 2, len(messages) - 1
+    if messages[response].images():
+        raise RequestError(400, f"{field}[{response}].content", "the response is judged as text: an assistant message holds no image")
+    return Asked(field, message_pieces(messages[user], f"{field}[{user}]"), message_pieces(messages[response], f"{field}[{response}]"))
+
+
+async def classify(request: Request, service: Service) -> Response:
+    arrived = time.monotonic()
+    body = validated(ClassifyRequest, await read_json(request, service.limits.max_request_bytes))
+    model = served_name(service, body.model, "model")
+    if body.messages is not None:
+        asked, what = [chat_asked(body.messages)], "messages"
+    else:
+        texts = [body.input] if isinstance(body.input, str) else body.input
+        where = (lambda k: "input") if isinstance(body.input, str) else (lambda k: f"input[{k}]")  # noqa: E731
+        asked, what = [Asked(where(k), [], [Piece(where(k), text=text)]) for k, text in enumerate(texts)], "input"
+    rewards = await rewarded(request, service, asked, what)
+    service.metrics.e2e.observe(time.monotonic() - arrived)
+    data = [{"index": k, "label": service.reward.name, "probs": [None if r.value is None else 1 - r.value, r.value], "num_classes": 2}
+            for k, r in enumerate(rewards)]
+    tokens = sum(r.result.prompt_tokens if isinstance(r.result, JudgeResult) else 0 for r in rewards)
+    return JSONResponse({"id": f"classify-{request.state.request_id}", "object": "list", "created": int(time.time()), "model": model,
+                         "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+
+# -- OpenRLHF's /get_reward --------------------------------------------------------------------------------
+
+class GetRewardRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    query: list[str] = Field(min_length=1)  # each the prompt and the response, as the policy saw and wrote them
+    prompts: list[str] | None = None
+    labels: list[str | None] | None = None
+    images: list[list[str]] | None = None  # each query's images, shown before its prompt's text
+
+    @model_validator(mode="after")
+    def _one_per_query(self) -> GetRewardRequest:
+        for name in ("prompts", "labels", "images"):
+            given = getattr(self, name)
+            if given is not None and len(given) != len(self.query):
+                raise ValueError(f"{name}: {len(given)} of them for {len(self.query)} queries; give one per query")
+        return self
+
+
+async def get_reward(request: Request, service: Service) -> Response:
+    arrived = time.monotonic()
+    body = validated(GetRewardRequest, await read_json(request, service.limits.max_request_bytes))
+    asked = []
+    for k, query in enumerate(body.query):
+        prompt = body.prompts[k] if body.prompts is not None else ""
+        response = response_of(query, prompt)
+        if response is None:
+            raise RequestError(400, f"query[{k}]", "does not hold its prompt (prompts[k]): a query is the prompt followed by the response")
+        images = [Piece(f"images[{k}][{n}]", image=ref) for n, ref in enumerate(body.images[k])] if body.images is not None else []
+        question = images + ([Piece(f"prompts[{k}]", text=prompt)] if prompt else [])
+        label = body.labels[k] if body.labels is not None else None
+        asked.append(Asked(f"query[{k}]", question, [Piece(f"query[{k}]", text=response)], label, f"labels[{k}]"))
+    rewards = await rewarded(request, service, asked, "query")
+    service.metrics.e2e.observe(time.monotonic() - arrived)
+    values = [r.value for r in rewards]
+    logs = {"n_images": [r.n_images for r in rewards]}  # numbers only: OpenRLHF averages each list into its logs
+    if service.reward.kind == "score":
+        logs["expected_score"] = [r.result.expected_score if r.result.expected_score is not None else r.result.score for r in rewards]
+    return JSONResponse({"rewards": values, "scores": values, "extra_logs": logs, "reward": service.reward.name})
+
+
+# -- LLaMA-Factory's /v1/score/evaluation ------------------------------------------------------------------
+
+class EvaluationRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    model: str  # not checked: LLaMA-Factory's client sends "model" whatever the server serves
+    messages: list[str] = Field(min_length=1)  # each the whole text, prompt and response, as its PPO trainer decodes it
+    max_length: int | None = Field(default=None, ge=1)  # the judge reads its own context's worth; longer prompts are refused
+
+
+async def evaluation(request: Request, service: Service) -> Response:
+    arrived = time.monotonic()
+    body = validated(EvaluationRequest, await read_json(request, service.limits.max_request_bytes))
+    asked = [Asked(f"messages[{k}]", [], [Piece(f"messages[{k}]", text=text)]) for k, text in enumerate(body.messages)]
+    rewards = await rewarded(request, service, asked, "messages")
+    service.metrics.e2e.observe(time.monotonic() - arrived)
+    return JSONResponse({"id": f"scoreeval-{request.state.request_id}", "object": "score.evaluation", "model": service.model_names[0],
+                         "scores": [r.value for r in rewards], "reward": service.reward.name})
+
+
+# -- /v1/decisions -----------------------------------------------------------------------------------------
+
+class Question(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["predicate", "choice", "score"]
+    name: str = Field(min_length=1, max_length=64)
+    instructions: str = Field(min_length=1)
+    choices: list[str] | None = Field(default=None, min_length=2, max_length=MAX_CHOICES)
+    levels: list[str] | None = Field(default=None, min_length=LEVELS[0], max_length=LEVELS[1])
+
+    @model_validator(mode="after")
+    def _fields_of_its_type(self) -> Question:
+        if (self.type == "choice") != (self.choices is not None):
+            raise ValueError("a choice question needs its choices, and only it takes them")
+        if (self.type == "score") != (self.levels is not None):
+            raise ValueError(f"a score question needs its levels ({LEVELS[0]}-{LEVELS[1]} labels, lowest first), and only it takes them")
+        return self
+
+
+class DecisionsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    model: str | None = None  # the first served name where none is sent, as vLLM
+    input: str | list[Message]
+    questions: list[Question] = Field(min_length=1, max_length=MAX_QUESTIONS)
+
+
+@dataclass
+class Asking:
+    """The responses a decision question is answered from: one (predicate, score) or one per choice."""
+
+    question: Question
+    first: int  # index of its first response in the request's list
+    count: int = 1
+
+
+def input_pieces(given: str | list[Message]) -> list[Piece]:
+    """What a decision is about: the input's text, or its user messages' text and image parts in order."""
+    if isinstance(given, str):
+        return [Piece("input", text=given)]
+    pieces = []
+    for k, message in enumerate(given):
+        if message.role != "user":
+            raise RequestError(400, f"input[{k}].role", "a decision's input is user messages")
+        pieces += message_pieces(message, f"input[{k}]")
+    return pieces
+
+
+async def decisions(request: Request, service: Service) -> Response:
+    """Each question asked of the input under the server's score rubric: the question's instructions as the
+    question, the input (a choice question: the input then the choice) as the answer judged. A predicate's
+    probability is the reward; a score's distribution is the judge's, its scale cut into the question's levels
+    (the score the probability-weighted level index, as vLLM's); a choice's probabilities are the choices'
+    rewards, normalised."""
+    arrived = time.monotonic()
+    body = validated(DecisionsRequest, await read_json(request, service.limits.max_request_bytes))
+    model = served_name(service, body.model, "model")
+    spec = spec_of(service, ("score",), "decisions are read from a pointwise rubric's score distribution: start it with --reward score:CATEGORY")
+    about = input_pieces(body.input)
+    asked, asking = [], []
+    for q, question in enumerate(body.questions):
+        instructions = [Piece(f"questions[{q}].instructions", text=question.instructions)]
+        options = question.choices or [None]
+        asking.append(Asking(question, len(asked), len(options)))
+        asked += [Asked(f"questions[{q}]", instructions, about + ([Piece(f"questions[{q}].choices[{c}]", text=choice)] if choice else []))
+                  for c, choice in enumerate(options)]
+    rewards = await rewarded(request, service, asked, "questions")
+    service.metrics.e2e.observe(time.monotonic() - arrived)
+    scale = service.rubrics[spec.category].score_scale
+    answers = [decision(a.question, rewards[a.first: a.first + a.count], scale) for a in asking]
+    tokens = sum(r.result.prompt_tokens for r in rewards)
+    return JSONResponse({"id": f"decision-{request.state.request_id}", "object": "decision", "created": int(time.time()),
+                         "model": model, "answers": answers, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+
+def decision(question: Question, rewards: list[Reward], scale) -> dict:
+    answer = {"type": question.type, "name": question.name}
+    if any(r.value is None for r in rewards):
+        return {**answer, "error": "the judge's output gave no score for this question"}
+    if question.type == "predicate":
+        p = rewards[0].value
+        return {**answer, "probability": p, "confidence": max(p, 1 - p)}
+    if question.type == "choice":
+        total = sum(r.value for r in rewards)
+        probabilities = [r.value / total if total > 0 else 1 / len(rewards) for r in rewards]
+        best = max(range(len(rewards)), key=lambda k: probabilities[k])
+        return {**answer, "choice": question.choices[best], "probabilities": dict(zip(question.choices, probabilities)),
+                "confidence": probabilities[best]}
+    levels = len(question.levels)
+    distribution = [0.0] * levels
+    judged = rewards[0].result.score_distribution or {str(rewards[0].value * (scale.high - scale.low) + scale.low): 1.0}
+    for value, p in judged.items():  # each of the judge's levels to the question's level at the same place on the scale
+        distribution[round((float(value) - scale.low) / (scale.high - scale.low) * (levels - 1))] += p
+    total = sum(distribution)
+    distribution = [p / total for p in distribution]
+    return {**answer, "score": sum(k * p for k, p in enumerate(distribution)), "distribution": dict(zip(question.levels, distribution)),
+            "confidence": max(distribution)}

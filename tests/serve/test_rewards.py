@@ -1,0 +1,228 @@
+"""judge-serve's reward endpoints (serve/rewards.py) with the tiny judge on a free loopback port: each client's
+shape answers the reward --reward declares, the same alone and in any batch, images included; bad requests
+are refused naming the field, in each client's own error shape."""
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx2
+import pytest
+import uvicorn
+
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import PairResult
+from mmjudge.judge.formats import FORMATS
+from mmjudge.judge.model import load_judge, with_max_tiles
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.rewards import parse_reward, preference_reward
+from mmjudge.judge.testing import HANG_S, write_dataset, write_original_checkpoint
+from mmjudge.serve.cli import main as serve_main
+from mmjudge.serve.api import RequestError
+from mmjudge.serve.app import Service, build_app
+from mmjudge.serve.metrics import Metrics
+from mmjudge.serve.options import ServeOptions, prefill_budget
+from mmjudge.serve.process import free_port, start_server
+from mmjudge.serve.rewards import spec_of
+from mmjudge.serve.worker import Worker
+
+SERVED = "tiny-judge"
+FLAGS = ["--served_model_name", SERVED, "--mode", "logits", "--max_tiles", "1", "--workers", "1"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("files")
+    return write_original_checkpoint(root / "ckpt", seed=0), write_dataset(root / "data", 4, seed=0).parent
+
+
+@pytest.fixture(scope="module")
+def images(files) -> list[str]:
+    """Three of the dataset's images, as paths under the server's --image_root."""
+    return [str(p.relative_to(files[1])) for p in sorted((files[1] / "images").iterdir())[:3]]
+
+
+def started(files, reward: str, log: Path):
+    port = free_port()
+    process = start_server(["--model_path", str(files[0]), "--image_root", str(files[1]), "--reward", reward, *FLAGS], port, log,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return process, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def server(files):
+    """A deterministic server (each prompt prefilled alone: the same bits in any batch) whose reward is MMIE's SA
+    rubric's expected score mapped from 0-6 to [0, 1]; in process, as judge-serve assembles it: judge-serve refuses
+    --deterministic on a CPU, where the batch-invariant kernels of decoding cannot run, but logits mode only prefills."""
+    judge = load_judge(files[0])
+    options = ScoreOptions(mode="logits", deterministic=True, max_tiles=1, workers=1)
+    judge.settings = with_max_tiles(judge.settings, options.max_tiles)
+    rubrics = load_rubrics(FORMATS["pairs"].default_rubrics)
+    worker = Worker(judge, rubrics, options, "cpu", batch_wait_s=0.02, prefill_budget=prefill_budget(None, "cpu"))
+    service = Service((SERVED,), judge, rubrics, options, ServeOptions(max_images=3), files[1], None, worker, 0, worker.context, Metrics(SERVED),
+                      "no structured outputs in these tests", "tiny", parse_reward("score:SA", rubrics))
+    port = free_port()
+    running = uvicorn.Server(uvicorn.Config(build_app(service), host="127.0.0.1", port=port, log_level="error", lifespan="off"))
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    while not running.started and thread.is_alive():
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    running.should_exit = True
+    thread.join(timeout=HANG_S)
+
+
+def post(server, path, body):
+    return httpx2.post(f"{server}{path}", json=body, timeout=HANG_S)
+
+
+def reward(server, prompt: str, response: str, images: list[str] = ()) -> float:
+    answer = post(server, "/get_reward", {"query": [prompt + response], "prompts": [prompt], "images": [list(images)]})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["rewards"][0]
+
+
+def chat(prompt: str, response: str, images: list[str] = ()) -> list[dict]:
+    parts = [{"type": "image_url", "image_url": {"url": image}} for image in images] + [{"type": "text", "text": prompt}]
+    return [{"role": "user", "content": parts}, {"role": "assistant", "content": response}]
+
+
+@pytest.mark.slow
+def test_every_clients_shape_answers_the_declared_reward_the_expected_score_of_v1_score_mapped_to_0_1(server, images):
+    question, response = "What does the picture show, and what happens next?", "A red circle; it rolls away."
+    sample = {"id": "SA_1", "question": [{"image": images[0]}, {"text": question}], "answer": response}
+    expected = post(server, "/v1/score", {"samples": [sample]}).json()["results"][0]["expected_score"]
+    declared = expected / 6  # SA scores 0-6
+    openrlhf = post(server, "/get_reward", {"query": [question + response], "prompts": [question], "images": [[images[0]]]}).json()
+    assert openrlhf["rewards"] == openrlhf["scores"] == [declared] and openrlhf["reward"] == "score:SA"
+    assert openrlhf["extra_logs"] == {"n_images": [1], "expected_score": [expected]}  # the judge was shown the image
+    vllm = post(server, "/classify", {"model": SERVED, "messages": chat(question, response, images[:1])}).json()
+    assert vllm["data"][-1]["probs"][-1] == declared and vllm["data"][-1]["num_classes"] == 2  # where verl reads it
+    assert sum(vllm["data"][-1]["probs"]) == pytest.approx(1) and vllm["data"][-1]["label"] == "score:SA"
+    # a text alone (verl's templated string, LLaMA-Factory's message) is judged whole as the response
+    alone = reward(server, "", response)
+    assert post(server, "/classify", {"model": SERVED, "input": response, "use_activation": False}).json()["data"][0]["probs"][1] == alone
+    # LLaMA-Factory's client names the model "model" whatever the server serves
+    assert post(server, "/v1/score/evaluation", {"model": "model", "messages": [response]}).json()["scores"] == [alone]
+    assert alone != declared  # the question and its image changed what the judge read
+
+
+@pytest.mark.slow
+def test_openrlhfs_query_of_decoded_tokens_with_its_image_token_expanded_is_rewarded_as_the_prompt_and_response(server):
+    prompt = "<|vision_start|><|image_pad|><|vision_end|>What colour is the square? Answer in one word, then say why.\n"
+    decoded = prompt.replace("<|image_pad|>", "<|image_pad|>" * 16) + "Red."  # OpenRLHF decodes the expanded prompt tokens
+    answer = post(server, "/get_reward", {"query": [decoded], "prompts": [prompt]})
+    assert answer.json()["rewards"] == [reward(server, prompt, "Red.")]
+
+
+@pytest.mark.slow
+def test_a_reward_is_the_same_alone_and_in_any_batch_from_any_number_of_clients(server, images):
+    asked = [("Describe the image.", "A blue square.", images[:1]), ("What happens next?", "It falls.", []),
+             ("Compare the two pictures.", "The second is darker, and larger than the first one.", images[1:3]),
+             ("Is it raining?", "No.", images[2:3])]
+    alone = [reward(server, *one) for one in asked]
+    assert len(set(alone)) == len(alone)
+
+    def batch(order):
+        body = {"query": [asked[k][0] + asked[k][1] for k in order], "prompts": [asked[k][0] for k in order],
+                "images": [list(asked[k][2]) for k in order]}
+        return dict(zip(order, post(server, "/get_reward", body).json()["rewards"]))
+
+    for order in ([0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1]):
+        assert batch(order) == dict(enumerate(alone))  # to the bit
+    with ThreadPoolExecutor(8) as pool:  # concurrent one-sample requests share the model thread's rounds
+        assert list(pool.map(lambda k: reward(server, *asked[k % 4]), range(16))) == [alone[k % 4] for k in range(16)]
+
+
+@pytest.mark.slow
+def test_decisions_answer_score_choice_and_predicate_questions_about_an_image_from_the_judges_distribution(server, images):
+    about = [{"role": "user", "content": [{"type": "text", "text": "A red circle on a table."}, {"type": "image_url", "image_url": {"url": images[0]}}]}]
+    questions = [{"type": "predicate", "name": "faithful", "instructions": "Does the caption fit the image?"},
+                 {"type": "choice", "name": "shape", "instructions": "Which shape is shown?", "choices": ["circle", "square", "star"]},
+                 {"type": "score", "name": "quality", "instructions": "How good is the caption?", "levels": ["poor", "fair", "good", "great"]}]
+    answer = post(server, "/v1/decisions", {"model": SERVED, "input": about, "questions": questions})
+    assert answer.status_code == 200, answer.text
+    predicate, choice, score = answer.json()["answers"]
+    assert 0 <= predicate["probability"] <= 1 and predicate["confidence"] == max(predicate["probability"], 1 - predicate["probability"])
+    assert choice["choice"] in ("circle", "square", "star") and sum(choice["probabilities"].values()) == pytest.approx(1)
+    assert choice["probabilities"][choice["choice"]] == max(choice["probabilities"].values())
+    assert list(score["distribution"]) == ["poor", "fair", "good", "great"] and sum(score["distribution"].values()) == pytest.approx(1)
+    assert score["score"] == pytest.approx(sum(k * p for k, p in enumerate(score["distribution"].values())))
+    # the predicate is the reward of the same judgement: the instructions as the question, the input as the answer
+    same = post(server, "/classify", {"model": SERVED, "messages": [
+        {"role": "user", "content": "Does the caption fit the image?"},
+        {"role": "assistant", "content": [{"type": "text", "text": "A red circle on a table."}]}]}).json()["data"][0]["probs"][1]
+    assert same != predicate["probability"]  # ...less the image: the image reached the judge
+    assert answer.json()["usage"]["prompt_tokens"] > 0
+
+
+REFUSED = [  # path, body, status, what the error names (OpenAI's `param`, or the head of FastAPI's `detail`)
+    ("/classify", {"model": SERVED}, 400, "body"),
+    ("/classify", {"model": "other", "input": "x"}, 404, "model"),
+    ("/classify", {"model": SERVED, "input": []}, 400, "body"),
+    ("/classify", {"model": SERVED, "messages": [{"role": "user", "content": "q"}, {"role": "user", "content": "r"}]}, 400, "messages"),
+    ("/classify", {"model": SERVED, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "/etc/passwd"}}]},
+                                                 {"role": "assistant", "content": "r"}]}, 400, "messages[0].content[0].image_url.url"),
+    ("/classify", {"model": SERVED, "input": "x" * 2_000_000}, 400, "input"),
+    ("/get_reward", {"query": []}, 400, "query"),
+    ("/get_reward", {"query": ["q r"], "prompts": ["p"]}, 400, "query[0]"),  # the prompt nowhere in its query
+    ("/get_reward", {"query": ["q r"], "prompts": ["q", "r"]}, 400, "body"),
+    ("/get_reward", {"query": ["q r", "s"], "images": [[], ["http://example.com/a.png"]]}, 400, "images[1][0]"),
+    ("/get_reward", {"query": ["q"], "images": [["a.png"] * 4]}, 413, "query[0]"),
+    ("/get_reward", {"query": ["q"], "labels": [3]}, 400, "labels[0]"),
+    ("/v1/score/evaluation", {"model": SERVED, "messages": "one text"}, 400, "messages"),
+    ("/v1/score/evaluation", {"model": SERVED, "messages": ["x"], "temperature": 0}, 400, "temperature"),
+    ("/v1/decisions", {"model": SERVED, "input": "x", "questions": [{"type": "choice", "name": "c", "instructions": "i"}]}, 400, "questions[0]"),
+    ("/v1/decisions", {"model": SERVED, "input": "x", "questions": [{"type": "score", "name": "s", "instructions": "i", "levels": ["one"]}]},
+     400, "questions[0].levels"),
+    ("/v1/decisions", {"model": SERVED, "input": [{"role": "assistant", "content": "x"}], "questions": [
+        {"type": "predicate", "name": "p", "instructions": "i"}]}, 400, "input[0].role"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path, body, status, field", REFUSED, ids=[f"{r[0]} {r[3]}" for r in REFUSED])
+def test_a_bad_reward_request_is_refused_naming_the_field_in_its_clients_error_shape(server, path, body, status, field):
+    answer = post(server, path, body)
+    assert answer.status_code == status, answer.text
+    if path in ("/get_reward", "/v1/score/evaluation"):  # FastAPI's servers: OpenRLHF's, LLaMA-Factory's
+        assert answer.json()["detail"].startswith(f"{field}: ") or (field == "body" and "detail" in answer.json())
+    else:  # vLLM's, OpenAI's
+        assert answer.json()["error"]["param"] == field
+
+
+@pytest.mark.slow
+def test_a_preference_reward_is_the_probability_the_response_beats_the_reference_both_orders_averaged(files, images, tmp_path):
+    process, url = started(files, "preference:general", tmp_path / "serve.log")
+    try:
+        question, response, reference = "What is in the image?", "A red circle.", "A blue square on a table."
+        pair = {"id": "p", "category": "general", "question": [{"image": images[0]}, {"text": question}], "answer_a": response,
+                "answer_b": reference}
+        record = PairResult.model_validate(post(url, "/v1/score", {"pairs": [pair]}).json()["results"][0])
+        answer = post(url, "/get_reward", {"query": [question + response], "prompts": [question], "labels": [reference], "images": [[images[0]]]})
+        assert answer.json()["rewards"] == [preference_reward(record)] and answer.json()["reward"] == "preference:general"
+        assert record.forward and record.reverse  # both orders judged
+        missing = post(url, "/get_reward", {"query": [question + response], "prompts": [question]})
+        assert missing.status_code == 400 and missing.json()["detail"].startswith("labels[0]: this server's reward is preference:general")
+        nowhere = post(url, "/classify", {"model": SERVED, "input": response})
+        assert nowhere.status_code == 400 and "no place for one: use /get_reward's labels" in nowhere.json()["error"]["message"]
+    finally:
+        process.terminate()
+        process.wait(timeout=HANG_S)
+
+
+def test_a_reward_that_cannot_work_is_refused_before_the_model_loads(tmp_path, capsys):
+    assert serve_main(["--model_path", str(tmp_path / "no-model"), "--reward", "preference:SA", "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert "--reward preference:SA: a preference reward reads a pairwise rubric, and category 'SA' has a pointwise one" in err
+    assert "Traceback" not in err
+
+
+def test_without_reward_the_reward_endpoints_say_how_to_start_one():
+    class NoReward:
+        reward = None
+
+    with pytest.raises(RequestError, match=r"start judge-serve with --reward KIND:CATEGORY"):
+        spec_of(NoReward())
