@@ -94,6 +94,13 @@ def figures(out: Path, run: dict, started: dict) -> dict:
     }
 
 
+# Printed above, but this machine's: another CPU sums the same training in another order (its vector width, its
+# threads) and lands elsewhere on figures that sit near a threshold. Measured at one commit, seed 0 (issue 43).
+CPU_DEPENDENT = ("Two of these printed figures depend on the CPU, not only on the seed: the score sets' mean size and the "
+                 "image-reliance probe's changed shares (seed 0 at one commit gave 1.93 levels and 11% of style_consistency "
+                 "changed on one AMD EPYC, 1.01 levels and 0% on another CPU). Read them as this machine's.")
+
+
 def _r(value: float | None, digits: int = 3) -> str:
     return "undefined" if value is None else f"{value:.{digits}f}"
 
@@ -151,6 +158,8 @@ def render(record: dict, seeds: dict) -> dict[str, str]:
         "```",
         *record["printed"],
         "```",
+        "",
+        CPU_DEPENDENT,
         "",
         "The report's scatter plots of the two judges, from the same run:",
         "",
