@@ -2,7 +2,8 @@
 the README and of docs/ reaches a file, and a heading where it names one (as the site's build resolves them,
 and as GitHub shows the files); the demo's figures on the pages are what benchmarks/docs_figures.py renders from
 the record of its run, so no figure is typed by hand; the tables of formats, bundled files and flags are what
-docs/tables.py renders from the code, and every flag a command line of the docs gives is that command's. `make docs` (CI) builds the site in strict mode besides."""
+docs/tables.py renders from the code, judge-serve's endpoints table names its routes, and every flag a command line of
+the docs gives is that command's. `make docs` (CI) builds the site in strict mode besides."""
 
 import importlib.util
 import json
@@ -154,6 +155,24 @@ def test_the_flag_check_finds_a_flag_no_command_has(tmp_path):
     page.write_text("```bash\njudge-score --model_path m \\\n  --max_tile 1   # one tile\n.venv/bin/judge-train merge --adapter a\n```\n")
     flags = command_flags()
     assert [(c, f) for c, f in documented_flags(page) if f not in flags[c]] == [("judge-score", "--max_tile")]
+
+
+
+def endpoints(table: str) -> set[tuple[str, str]]:
+    """The `METHOD /path` a table names, a path parameter's name and type left out: /v1/models/{}."""
+    return {(method, re.sub(r"\{[^}]*\}", "{}", path)) for method, path in re.findall(r"`(GET|POST) (/[^`\s]*)`", table)}
+
+
+def test_the_endpoints_table_names_every_route_of_judge_serve_and_no_other():
+    from types import SimpleNamespace
+
+    from mmjudge.serve.app import build_app
+
+    app = build_app(SimpleNamespace(metrics=None))  # the routes only: no model, nothing served
+    routes = {("POST" if "POST" in route.methods else "GET", re.sub(r"\{[^}]*\}", "{}", route.path)) for route in app.app.routes}
+    text = (ROOT / "docs" / "serving.md").read_text()
+    start = text.index("| endpoint | what it does |")
+    assert endpoints(text[start:text.index("\n\n", start)]) == routes
 
 
 def test_the_pages_figures_are_their_runs_record():
