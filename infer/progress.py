@@ -101,6 +101,15 @@ def progress_bar(**options) -> tqdm:
     return tqdm(file=Lines(sys.stderr), mininterval=LINE_EVERY_S, **options)
 
 
+def quiet_library_bars() -> None:
+    """transformers' own bars ("Loading weights": a second's work) off where stderr is no terminal, where they
+    would write their carriage-return redraws into the log between this module's lines."""
+    if not sys.stderr.isatty():
+        from transformers.utils import logging as transformers_logging  # loaded by then: the judge is about to load
+
+        transformers_logging.disable_progress_bar()
+
+
 class Lines:
     """A stream that takes tqdm's redraws (a carriage return, the bar, padding; newlines and cursor moves
     between nested bars) and writes each bar it is given as a line of its own."""

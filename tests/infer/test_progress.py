@@ -70,6 +70,19 @@ def test_on_an_output_that_is_not_a_terminal_a_bar_writes_a_whole_line_every_few
     assert 6 <= len(lines) <= 9  # 0 s, every 5 s to 30 s, and the end
 
 
+def test_transformers_bars_are_off_where_stderr_is_no_terminal():
+    """judge-score loading a judge-train output drew transformers' "Loading weights" bar, redraws and all, into
+    the demo's log (the demo's test finds them there)."""
+    from transformers.utils import logging as transformers_logging
+
+    assert not sys.stderr.isatty() and transformers_logging.is_progress_bar_enabled()
+    try:
+        progress.quiet_library_bars()
+        assert not transformers_logging.is_progress_bar_enabled()
+    finally:
+        transformers_logging.enable_progress_bar()  # as the other tests found it
+
+
 def _rank(rank: int, port: int, shares: list[float], errors) -> None:
     """One rank of two, in its own process: a process group over gloo, then its share of a bar of 10."""
     import torch.distributed as dist
