@@ -94,11 +94,14 @@ def figures(out: Path, run: dict, started: dict) -> dict:
     }
 
 
-# Printed above, but this machine's: another CPU sums the same training in another order (its vector width, its
-# threads) and lands elsewhere on figures that sit near a threshold. Measured at one commit, seed 0 (issue 43).
-CPU_DEPENDENT = ("Two of these printed figures depend on the CPU, not only on the seed: the score sets' mean size and the "
-                 "image-reliance probe's changed shares (seed 0 at one commit gave 1.93 levels and 11% of style_consistency "
-                 "changed on one AMD EPYC, 1.01 levels and 0% on another CPU). Read them as this machine's.")
+# Printed above, but this machine's: another CPU, or the same one with other threads free when a step started
+# (judge/cpu.py), sums the same training in another order and lands elsewhere on figures near a threshold.
+# Measured at seed 0: this page's run, one on another CPU (issue 43), and one at 5cfa81d at load 7.
+CPU_DEPENDENT = ("Not every figure here reproduces on another machine with the same seed: the CPU and the threads free "
+                 "when a step started change the order of the sums. At seed 0 the Pearsons move in the third decimal "
+                 "(0.994 and 0.995 after training, on two 2-core AMD EPYC runs), and two printed figures move further: "
+                 "the score sets' mean size (1.93, 1.10 and 1.01 levels on three runs) and the image probe's "
+                 "style_consistency share changed (11% and 0%). Read them as this run's.")
 
 
 def _r(value: float | None, digits: int = 3) -> str:
