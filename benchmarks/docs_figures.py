@@ -94,6 +94,16 @@ def figures(out: Path, run: dict, started: dict) -> dict:
     }
 
 
+# Printed above, but this machine's: another CPU, or the same one with other threads free when a step started
+# (judge/cpu.py), sums the same training in another order and lands elsewhere on figures near a threshold.
+# Measured at seed 0: this page's run, one on another CPU (issue 43), and one at 5cfa81d at load 7.
+CPU_DEPENDENT = ("Not every figure here reproduces on another machine with the same seed: the CPU and the threads free "
+                 "when a step started change the order of the sums. At seed 0 the Pearsons move in the third decimal "
+                 "(0.994 and 0.995 after training, on two 2-core AMD EPYC runs), and two printed figures move further: "
+                 "the score sets' mean size (1.93, 1.10 and 1.01 levels on three runs) and the image probe's "
+                 "style_consistency share changed (11% and 0%). Read them as this run's.")
+
+
 def _r(value: float | None, digits: int = 3) -> str:
     return "undefined" if value is None else f"{value:.{digits}f}"
 
@@ -151,6 +161,8 @@ def render(record: dict, seeds: dict) -> dict[str, str]:
         "```",
         *record["printed"],
         "```",
+        "",
+        CPU_DEPENDENT,
         "",
         "The report's scatter plots of the two judges, from the same run:",
         "",

@@ -158,12 +158,17 @@ class Bias(BaseModel):
     residual_by_category: dict[str, GroupResidual]
 
 
-def _residual_correlation(residual: np.ndarray, feature: list[int | None], missing: str) -> Correlation:
+RESIDUALS = "the residuals (judge - human)"
+
+
+def _residual_correlation(residual: np.ndarray, feature: list[int | None], name: str, missing: str) -> Correlation:
+    """The residual's correlation with a feature of the answers (`name`: what its values are, for the reason a
+    correlation is undefined)."""
     known = np.array([v is not None for v in feature], dtype=bool)
     if not known.any():
         return Correlation(n=0, pearson=undefined(missing), spearman=undefined(missing))
-    values = np.array([v for v in feature if v is not None], dtype=float)
-    return Correlation(n=int(known.sum()), pearson=pearson(values, residual[known]), spearman=spearman(values, residual[known]))
+    values, sides = np.array([v for v in feature if v is not None], dtype=float), (name, RESIDUALS)
+    return Correlation(n=int(known.sum()), pearson=pearson(values, residual[known], sides=sides), spearman=spearman(values, residual[known], sides=sides))
 
 
 def bias(p: Paired) -> Bias:
@@ -171,8 +176,8 @@ def bias(p: Paired) -> Bias:
     by_category = {c: GroupResidual(n=len(i), mean_residual=float(residual[i].mean())) for c, i in p.groups("category").items()}
     return Bias(
         mean_residual=Stat(value=float(residual.mean())) if len(residual) else undefined("no pairs"),
-        residual_vs_answer_chars=_residual_correlation(residual, p.answer_chars, "answer length unknown: the human file is not annotation records with answers"),
-        residual_vs_n_images=_residual_correlation(residual, p.n_images, "image count unknown: neither the human file's answers nor the predictions' n_images give it"),
+        residual_vs_answer_chars=_residual_correlation(residual, p.answer_chars, "the answer lengths", "answer length unknown: the human file is not annotation records with answers"),
+        residual_vs_n_images=_residual_correlation(residual, p.n_images, "the image counts", "image count unknown: neither the human file's answers nor the predictions' n_images give it"),
         residual_vs_category=correlation_ratio(residual, p.categories),
         residual_by_category=by_category,
     )

@@ -200,8 +200,7 @@ def group_bars(results: dict[str, CriterionResult], group_by: str) -> Plot:
     bottom = min(lows) - LABEL_PAD if min(lows) < 0 else 0
     ax.set_ylim(bottom, max(highs) + LABEL_PAD)
     ax.axhline(0, color="black", linewidth=0.8)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{k}") for k in range(len(judges))]
-    ax.legend(handles, judges, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(len(judges), 4), frameon=False)
+    ax.legend(swatches(len(judges)), judges, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(len(judges), 4), frameon=False)
     ax.set(xlim=(-0.5, len(groups) - 0.5), xticks=range(len(groups)), xticklabels=groups, ylabel="Pearson r, 95% interval (Fisher z)", xlabel=group_by,
            title=f"Overall agreement by {group_by}")
     return Plot(_png(fig), f"Overall Pearson r per {group_by} and judge, with its 95% Fisher-z interval; n: the ids of the group. "
@@ -258,6 +257,12 @@ def ranking(report: PreferenceReport) -> Plot:
                            "people's and each judge's side by side, the models in people's order from the top.")
 
 
+def swatches(count: int) -> list:
+    """Legend handles in matplotlib's first `count` colours, C0, C1, ...: bars drawn one at a time in a loop
+    give the legend no handle of their own (an empty bar() shows C0's blue whatever colour it is given)."""
+    return [plt.Rectangle((0, 0), 1, 1, color=f"C{k}") for k in range(count)]
+
+
 def position_bias(report: PreferenceReport) -> Plot:
     """How often each judge's first-shown answer wins, per order; 0.5 is no bias."""
     judges = list(report.judges)
@@ -271,10 +276,9 @@ def position_bias(report: PreferenceReport) -> Plot:
             if b.share is not None:
                 ax.bar(xi, b.share, width=width * 0.9, color=f"C{k}")
                 ax.annotate(f"n={b.n}", (xi, b.share), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7, color="dimgrey")
-        ax.bar([], [], color=f"C{k}", label=order)
     ax.axhline(0.5, color="black", linewidth=0.8, linestyle="--")
     ax.set(xticks=range(len(judges)), xticklabels=judges, ylim=(0, 1.08), ylabel="share of verdicts for the answer shown first",
            title="Position bias (0.5: none)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
+    ax.legend(swatches(len(orders)), orders, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
     return Plot(_png(fig), "How often each judge's verdict goes to the answer shown first, among the verdicts that prefer one answer, "
                            "per order (forward: A first; reverse: B first) and over both; the dashed line, 0.5, is no bias.")

@@ -316,7 +316,11 @@ MARKDOWN_LITERAL = [
     (re.compile(r"&(?=#?[0-9A-Za-z]+;)"), "&amp;"),  # an entity (first: the next line writes one)
     (re.compile(r"<(?=[A-Za-z/!?])"), "&lt;"),  # a tag, an autolink
 ]
-LINE_START = re.compile(r"^([#>+=-]|\d+[.)])")  # what would make a wrapped line a heading, a quote, a list or a rule
+# What would start a heading, a quote, a list or a rule at a wrapped line's start, as CommonMark reads it: "#",
+# "-", "+" and "1." only before a space ("-0.12" and "0.751" are text). A backslash escapes punctuation only,
+# so a numbered list's "." or ")" is escaped, not its digits (a "\0.751" would show its backslash).
+BLOCK_START = re.compile(r"#{1,6}(?=\s|$)|[-+](?=\s|$)|>|[=-]+\s*$")
+LIST_NUMBER = re.compile(r"(\d{1,9})([.)])(?=\s|$)")
 WIDTH = 100  # of the markdown's paragraphs, so that it reads as plain text
 
 
@@ -328,7 +332,13 @@ def _md_text(text: str) -> str:
 
 def _md_paragraph(text: str) -> list[str]:
     lines = textwrap.wrap(_md_text(text), WIDTH, break_long_words=False, break_on_hyphens=False)
-    return [LINE_START.sub(r"\\\1", line) if k else line for k, line in enumerate(lines)]
+    return [_md_line_start(line) if k else line for k, line in enumerate(lines)]
+
+
+def _md_line_start(line: str) -> str:
+    if number := LIST_NUMBER.match(line):
+        return f"{number[1]}\\{number[2]}{line[number.end():]}"
+    return "\\" + line if BLOCK_START.match(line) else line
 
 
 def _md_table(table: Table) -> list[str]:

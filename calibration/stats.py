@@ -52,13 +52,17 @@ def undefined(reason: str) -> Stat:
     return Stat(value=None, reason=reason)
 
 
-def _degenerate(x: np.ndarray, y: np.ndarray, min_n: int = 3) -> str | None:
+# What a correlation's two sides are, for the reason it is undefined: a judge's scores against people's, unless
+# its caller says otherwise (the bias diagnostics correlate a feature of the answers with the residual).
+SCORES = ("the judge's scores", "the human scores")
+
+
+def _degenerate(x: np.ndarray, y: np.ndarray, sides: tuple[str, str], min_n: int = 3) -> str | None:
     if len(x) < min_n:
         return f"n = {len(x)} < {min_n}"
-    if np.ptp(x) == 0:
-        return "the judge's scores are constant"
-    if np.ptp(y) == 0:
-        return "the human scores are constant"
+    for values, side in zip((x, y), sides):
+        if np.ptp(values) == 0:
+            return f"{side} are constant"
     return None
 
 
@@ -90,24 +94,24 @@ def bootstrap_interval(x: np.ndarray, y: np.ndarray, resamples: int, seed: int) 
     return Interval(low=float(np.percentile(r, 2.5)), high=float(np.percentile(r, 97.5)))
 
 
-def pearson(x: np.ndarray, y: np.ndarray, bootstrap: int = 0, seed: int = 0) -> Stat:
+def pearson(x: np.ndarray, y: np.ndarray, bootstrap: int = 0, seed: int = 0, sides: tuple[str, str] = SCORES) -> Stat:
     """Pearson r with a Fisher-z 95% interval and, when asked, a percentile bootstrap interval."""
-    if reason := _degenerate(x, y):
+    if reason := _degenerate(x, y, sides):
         return undefined(reason)
     r = float(np.clip(np.corrcoef(x, y)[0, 1], -1, 1))
     boot = bootstrap_interval(x, y, bootstrap, seed) if bootstrap else None
     return Stat(value=r, fisher_95=fisher_interval(r, len(x)), bootstrap_95=boot)
 
 
-def spearman(x: np.ndarray, y: np.ndarray) -> Stat:
-    if reason := _degenerate(x, y):
+def spearman(x: np.ndarray, y: np.ndarray, sides: tuple[str, str] = SCORES) -> Stat:
+    if reason := _degenerate(x, y, sides):
         return undefined(reason)
     return Stat(value=float(sps.spearmanr(x, y).statistic))
 
 
-def kendall(x: np.ndarray, y: np.ndarray) -> Stat:
+def kendall(x: np.ndarray, y: np.ndarray, sides: tuple[str, str] = SCORES) -> Stat:
     """Kendall's tau-b, which corrects for ties (an integer scale has many)."""
-    if reason := _degenerate(x, y):
+    if reason := _degenerate(x, y, sides):
         return undefined(reason)
     return Stat(value=float(sps.kendalltau(x, y, variant="b").statistic))
 

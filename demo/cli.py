@@ -19,8 +19,8 @@
 
 The test split is seen by neither training nor checkpoint selection, so the before/after figures are not
 flattered by the choice of checkpoint; the validation split's human scores are used by no figure here.
-Each step runs the real command a user would type, as a subprocess whose output (its progress bars
-included) shows in the terminal as it comes and goes to its log (this package only reads the commands'
+Each step runs the real command a user would type (judge-score, judge-train, judge-calibrate), as a subprocess
+whose output (its progress, a line every few seconds) shows in the terminal as it comes and goes to its log (this package only reads the commands'
 outputs, with their own formatters); the demo stops with that command's exit code if one fails. The
 settings are configs/demo.yaml's, each overridden by the flag of its name. The figures a reader quotes
 (Pearson before and after, each step's time, the machine, the commit) go to figures.json.
@@ -101,13 +101,21 @@ def split(data_dir: Path, sizes: dict[str, int], seed: int, source: str = "data.
     return paths
 
 
+def script(name: str) -> str:
+    """This installation's console script `name` (judge-score, ...), which sits beside its Python."""
+    return str(Path(sys.executable).parent / name)
+
+
 def step(title: str, args: list[str], log_dir: Path) -> float:
-    """Run one step's command, its output shown as it comes (bars and all) and kept in its log; its seconds."""
-    print(f"\n== {title}\n$ {shlex.join(args)}", flush=True)
+    """Run one step's command, its output shown as it comes (its progress lines and all) and kept in its log;
+    its seconds. The command is shown as a user types it: `judge-score ...`, `python -m ...`."""
+    typed = "python" if args[0] == sys.executable else Path(args[0]).name
+    print(f"\n== {title}\n$ {shlex.join([typed, *args[1:]])}", flush=True)
     start = time.perf_counter()
     log = log_dir / f"{title.split(':')[0].strip().replace(' ', '_')}.log"
     with log.open("wb") as kept, subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as command:
-        # Bytes as they come, not lines: a progress bar redraws its line with carriage returns, never a newline.
+        # Bytes as they come: what a step writes shows at once. Its output is a pipe, not a terminal, so its
+        # progress bars write a whole line every few seconds (infer/progress.py), in the terminal and the log alike.
         while chunk := command.stdout.read1(65536):
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
@@ -162,17 +170,17 @@ def _main(argv) -> int:
     # validation ids, which stand for the bulk of a benchmark that no person scores.
     files["judged"] = out / "data" / "judged.json"
     files["judged"].write_text(json.dumps(json.loads(files["test"].read_text()) + json.loads(files["validation"].read_text()), indent=1))
-    timed("2: score before training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "base-judge"), "--input_dir", str(out / "data"),
+    timed("2: score before training", [script("judge-score"), "--model_path", str(out / "base-judge"), "--input_dir", str(out / "data"),
                                         "--input_file", "test.json", "--output_dir", str(out / "scores-before"), *score])
     print("   (as expected: an untrained judge writes no score; its expected score, read after a forced '### Score', is what is compared)")
     shutil.rmtree(out / "trained-judge", ignore_errors=True)  # judge-train starts only in an empty directory: a rerun replaces the judge
-    timed("3: train", [py, "-m", "mmjudge.train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
+    timed("3: train", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
                        "--eval_file", str(files["validation"]), "--input_dir", str(out / "data"), "--output_dir", str(out / "trained-judge"),
                        "--config", "tiny", *steps, *rubric])
-    timed("4: score after training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "trained-judge"), "--input_dir", str(out / "data"),
+    timed("4: score after training", [script("judge-score"), "--model_path", str(out / "trained-judge"), "--input_dir", str(out / "data"),
                                        "--input_file", "judged.json", "--output_dir", str(out / "scores-after"), "--probe_images", "blank", *score])
     # calibrator.json is the trained judge's map: the one a user goes on to apply (judge-score --calibrator), to that judge
-    timed("5: calibrate", [py, "-m", "mmjudge.calibration.cli", "--predictions", str(out / "scores-before" / "eval_result.json"),
+    timed("5: calibrate", [script("judge-calibrate"), "--predictions", str(out / "scores-before" / "eval_result.json"),
                            str(out / "scores-after" / "eval_result.json"), "--names", "before", "after", "--calibrator_of", "after",
                            "--human", str(files["test"]), "--overall", "expected_score", "--output_dir", str(out / "report")])
 
@@ -184,16 +192,16 @@ def _main(argv) -> int:
     pairs = split(out / "pairs", pair_sizes, settings.seed, "pairs.json")
     # Both judges are read by their verdict distributions (the untrained judge writes no verdict), in both orders.
     judge_pairs = ["--input_dir", str(out / "pairs"), "--input_file", "test.json", "--pair_rule", "mean_probability", *score]
-    timed("6b: judge pairs before training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "base-judge"),
+    timed("6b: judge pairs before training", [script("judge-score"), "--model_path", str(out / "base-judge"),
                                              "--output_dir", str(out / "pairs-before"), *judge_pairs])
     shutil.rmtree(out / "pairwise-judge", ignore_errors=True)
-    timed("6c: train on pairs", [py, "-m", "mmjudge.train.cli", "--model_path", str(out / "base-judge"), "--train_file", str(pairs["train"]),
+    timed("6c: train on pairs", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(pairs["train"]),
                                 "--eval_file", str(pairs["validation"]), "--input_dir", str(out / "pairs"), "--output_dir", str(out / "pairwise-judge"),
                                 "--config", "tiny", "--max_steps", str(settings.pair_steps), "--save_steps", str(settings.pair_steps),
                                 "--learning_rate", str(settings.pair_learning_rate), *rubric])
-    timed("6d: judge pairs after training", [py, "-m", "mmjudge.infer.cli", "--model_path", str(out / "pairwise-judge"),
+    timed("6d: judge pairs after training", [script("judge-score"), "--model_path", str(out / "pairwise-judge"),
                                             "--output_dir", str(out / "pairs-after"), *judge_pairs])
-    timed("6e: calibrate the verdicts", [py, "-m", "mmjudge.calibration.cli", "--predictions", str(out / "pairs-before" / "eval_result.json"),
+    timed("6e: calibrate the verdicts", [script("judge-calibrate"), "--predictions", str(out / "pairs-before" / "eval_result.json"),
                                         str(out / "pairs-after" / "eval_result.json"), "--names", "before", "after", "--human", str(pairs["test"]),
                                         "--output_dir", str(out / "pairs-report")])
 

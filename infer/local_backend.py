@@ -11,7 +11,7 @@ from mmjudge.infer.batch_invariant import deterministic_on
 from mmjudge.infer.engine import read_tokens
 from mmjudge.infer.loaded import LoadedJudge, checked_device, default_device, find_checkpoint
 from mmjudge.infer.options import ScoreOptions
-from mmjudge.infer.progress import Bar
+from mmjudge.infer.progress import Bar, quiet_library_bars
 from mmjudge.judge.data import JudgeResult, Pair, PairResult, Sample
 from mmjudge.judge.identity import weights_fingerprint
 from mmjudge.judge.model import judge_tokenizer, weight_files, with_max_tiles
@@ -35,6 +35,7 @@ class LocalBackend:
     def load(self) -> dict:
         """The judge loaded; what of it must be unchanged for a journal's results to be resumed: the
         checkpoint's files (a Hub id's cache snapshot, whose path names its commit), dtype and settings."""
+        quiet_library_bars()
         self.judge = LoadedJudge.at(self.model_dir, self.device, self.dtype, self.judge_fingerprint)
         model = self.judge.model
         model.settings = with_max_tiles(model.settings, self.options.max_tiles)

@@ -79,6 +79,9 @@ def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
     # Each step's progress showed as it ran: the commands' own bars and lines, not minutes of silence
     for shown in ("preparing: 100%", "scoring: 100%", "training: 100%", "evaluation at step 480", "NONE of the 80 outputs parsed"):
         assert shown in done.stdout, shown
+    # ... as lines, not every redraw of a bar, and each step's command as the README teaches it
+    assert "\r" not in done.stdout  # no redraw: transformers' own "Loading weights" bar of the trained judge included
+    assert "\n$ judge-score --model_path" in done.stdout and "\n$ judge-train --model_path" in done.stdout and "mmjudge.infer.cli" not in done.stdout
     # calibrator.json is the trained judge's map, and says so: judge-score --calibrator applies it to that judge only
     fitted = Calibrator.load(tmp_path / "report" / "calibrator.json").fitted_on
     assert fitted.judge == "after" and fitted.judge_fingerprint == weights_fingerprint(weight_files(tmp_path / "trained-judge"))

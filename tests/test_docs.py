@@ -1,7 +1,9 @@
 """The README stays a front door and the docs hold together: the README within 200 lines; every relative link of
 the README and of docs/ reaches a file, and a heading where it names one (as the site's build resolves them,
 and as GitHub shows the files); the demo's figures on the pages are what benchmarks/docs_figures.py renders from
-the record of its run, so no figure is typed by hand. `make docs` (CI) builds the site in strict mode besides."""
+the record of its run, so no figure is typed by hand; the tables of formats, bundled files and flags are what
+docs/tables.py renders from the code, judge-serve's endpoints table names its routes, and every flag a command line of
+the docs gives is that command's. `make docs` (CI) builds the site in strict mode besides."""
 
 import importlib.util
 import json
@@ -14,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from mmjudge.calibration.cli import build_parser as calibrate_parser
+from mmjudge.demo.cli import build_parser as demo_parser
+from mmjudge.infer.cli import build_parser as score_parser
+from mmjudge.judge.rubric_cli import build_parser as rubric_parser
 from mmjudge.judge.testing import HANG_S
+from mmjudge.serve.cli import build_parser as serve_parser
+from mmjudge.train.cli import build_parser as train_parser
+from mmjudge.train.cli import merge_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 200
@@ -24,14 +33,15 @@ FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.MULTILINE | re.DOTALL)
 CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.DOTALL)
 
 
-def _load_figures_script():
-    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "benchmarks" / "docs_figures.py")
+def _load_script(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-docs_figures = _load_figures_script()
+docs_figures = _load_script("docs_figures", ROOT / "benchmarks" / "docs_figures.py")
+docs_tables = _load_script("docs_tables", ROOT / "docs" / "tables.py")
 
 
 def prose(text: str) -> str:
@@ -86,6 +96,83 @@ def test_the_link_check_finds_a_missing_page_and_a_missing_heading(tmp_path):
     (tmp_path / "b.md").write_text("[ok](a.md#the-x-flags-rules-in-short) [gone](c.md) [no heading](a.md#other)\n"
                                    "`[in code](d.md)`\n```\n[in a block](e.md)\n```\n[site](https://example.org/x.md)\n")
     assert broken_links(tmp_path / "b.md", tmp_path) == ["c.md: no such file", "a.md#other: no heading #other in a.md"]
+
+
+
+def test_the_docs_tables_are_the_codes():
+    assert docs_tables.stale(ROOT) == [], "run python docs/tables.py"
+
+
+def test_a_table_that_disagrees_with_the_code_is_found(tmp_path):
+    for page, _ in docs_tables.TABLES.values():
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / page, tmp_path / page)
+    formats = tmp_path / "docs" / "formats.md"
+    row = next(line for line in formats.read_text().splitlines() if line.startswith("| `opening` |"))
+    formats.write_text(formats.read_text().replace(row + "\n", ""))  # a format the code has and the page lacks
+    assert docs_tables.stale(tmp_path) == ["docs/formats.md (<!-- table:formats -->)"]
+    done = subprocess.run([sys.executable, str(ROOT / "docs" / "tables.py"), "--check", "--root", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 1 and "docs/formats.md" in done.stderr
+    assert subprocess.run([sys.executable, str(ROOT / "docs" / "tables.py"), "--root", str(tmp_path)]).returncode == 0
+    assert docs_tables.stale(tmp_path) == [] and row in formats.read_text()
+
+
+def command_flags() -> dict[str, set[str]]:
+    """Every flag of every command (and subcommand), in each spelling it takes."""
+    parsers = {"judge-score": score_parser(), "judge-train": train_parser(), "judge-train merge": merge_parser(), "judge-calibrate": calibrate_parser(),
+               "judge-serve": serve_parser(), "judge-demo": demo_parser(), "judge-rubric": rubric_parser()}
+    flags = {}
+    for name, parser in parsers.items():
+        subparsers = [a.choices.values() for a in parser._actions if isinstance(a.choices, dict)]
+        flags[name] = {flag for p in [parser, *(sub for group in subparsers for sub in group)] for flag in p._option_string_actions}
+    return flags
+
+
+def documented_flags(page: Path) -> list[tuple[str, str]]:
+    """(command, flag) of every command line in the page's code blocks: `judge-score --max_tiles 1 ...`, a line
+    continued with a backslash read as one."""
+    found = []
+    for block in FENCE.finditer(page.read_text()):
+        for line in block.group(0).replace("\\\n", " ").splitlines():
+            words = line.split("#")[0].removeprefix("$ ").split()
+            command = Path(words[0]).name if words else None
+            if command == "judge-train" and words[1:2] == ["merge"]:
+                command = "judge-train merge"
+            found += [(command, word.split("=")[0]) for word in words if command and command.startswith("judge-") and word.startswith("--")]
+    return found
+
+
+def test_every_flag_on_a_docs_command_line_is_the_commands():
+    flags = command_flags()
+    unknown = [f"{page.relative_to(ROOT)}: {command} {flag}" for page in PAGES for command, flag in documented_flags(page)
+               if flag not in flags.get(command, ())]
+    assert unknown == []
+    assert ("judge-calibrate", "--calibrator_of") in documented_flags(ROOT / "docs" / "quickstart.md")
+
+
+def test_the_flag_check_finds_a_flag_no_command_has(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("```bash\njudge-score --model_path m \\\n  --max_tile 1   # one tile\n.venv/bin/judge-train merge --adapter a\n```\n")
+    flags = command_flags()
+    assert [(c, f) for c, f in documented_flags(page) if f not in flags[c]] == [("judge-score", "--max_tile")]
+
+
+
+def endpoints(table: str) -> set[tuple[str, str]]:
+    """The `METHOD /path` a table names, a path parameter's name and type left out: /v1/models/{}."""
+    return {(method, re.sub(r"\{[^}]*\}", "{}", path)) for method, path in re.findall(r"`(GET|POST) (/[^`\s]*)`", table)}
+
+
+def test_the_endpoints_table_names_every_route_of_judge_serve_and_no_other():
+    from types import SimpleNamespace
+
+    from mmjudge.serve.app import build_app
+
+    app = build_app(SimpleNamespace(metrics=None))  # the routes only: no model, nothing served
+    routes = {("POST" if "POST" in route.methods else "GET", re.sub(r"\{[^}]*\}", "{}", route.path)) for route in app.app.routes}
+    text = (ROOT / "docs" / "serving.md").read_text()
+    start = text.index("| endpoint | what it does |")
+    assert endpoints(text[start:text.index("\n\n", start)]) == routes
 
 
 def test_the_pages_figures_are_their_runs_record():

@@ -32,7 +32,7 @@ from transformers.utils import logging as transformers_logging
 from mmjudge.calibration.stats import agreement_table
 from mmjudge.infer.engine import Scorer, prepare
 from mmjudge.infer.options import ScoreOptions
-from mmjudge.infer.progress import Bar
+from mmjudge.infer.progress import Bar, progress_bar
 from mmjudge.judge.backbones import backbone_of
 from mmjudge.judge.data import SCORE_FIELDS, Annotation, JudgeResult, Pair, UsageError, write_json_atomically
 from mmjudge.judge.hub import Checkpoint
@@ -293,7 +293,7 @@ class TrainingLines(ProgressCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            self.training_bar = tqdm(total=state.max_steps, desc="training", unit="step", dynamic_ncols=True)
+            self.training_bar = progress_bar(total=state.max_steps, desc="training", unit="step", dynamic_ncols=True)
         self.current_step = 0
         self.first_step = state.global_step  # past 0 where --resume restored a checkpoint's state
 

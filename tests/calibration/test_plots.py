@@ -8,6 +8,7 @@ from mmjudge.calibration import plots
 from mmjudge.calibration.analysis import Options, analyse
 from mmjudge.calibration.inputs import Coverage, HumanRecord, JudgeRecord, Ratings
 from mmjudge.judge.parsing import ScoreScale
+from tests.calibration.test_preferences import files  # noqa: F401 - fixture
 
 TENTHS = ScoreScale(0, 1, 0.1)
 
@@ -149,3 +150,20 @@ def test_the_scatter_of_a_judge_that_ranks_jitters_both_axes_and_draws_its_line(
     assert 0 < np.abs(x - judge).max() <= plots.JITTER and 0 < np.abs(y - human).max() <= plots.JITTER
     assert len(ax.lines) == 2 and ax.lines[0].get_label().startswith("least squares")
     assert "judge axis by up to ±0.18, human axis by up to ±0.18" in plot.caption and "Red: the least-squares line" in plot.caption
+
+
+def test_the_position_bias_legend_shows_each_orders_bar_colour(drawn, files):
+    from matplotlib.colors import to_rgba
+
+    from mmjudge.calibration.preferences import analyse as analyse_verdicts
+
+    predictions, human, _ = files
+    plots.position_bias(analyse_verdicts([predictions, predictions], ["one", "two"], human, "category", 0, 0))
+    (fig,) = drawn
+    legend = fig.axes[0].get_legend()
+    shown = {text.get_text(): to_rgba(handle.get_facecolor()) for text, handle in zip(legend.get_texts(), legend.legend_handles)}
+    assert list(shown) == ["forward", "reverse", "both"] and len(set(shown.values())) == 3
+    bars = [patch for patch in fig.axes[0].patches if patch.get_height() > 0]
+    assert len(bars) == 6  # three orders for each of the two judges, in order
+    for k, order in enumerate(shown):
+        assert {to_rgba(bar.get_facecolor()) for bar in bars[2 * k:2 * k + 2]} == {shown[order]}

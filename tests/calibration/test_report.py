@@ -1,6 +1,7 @@
 """The report a maintainer reads: a summary first, the plots next with captions that say how they are drawn,
 report.md readable as plain text, and report.html as Chromium shows it at 1400 and 800 px."""
 
+import html
 import json
 import os
 import re
@@ -11,7 +12,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from mmjudge.calibration.cli import main
-from mmjudge.calibration.report import WIDTH
+from mmjudge.calibration.report import WIDTH, Section, markdown
 from mmjudge.judge.testing import browser
 
 MODELS, CATEGORIES = ("model-a", "model-b", "model-c"), ("SA", "PBL", "MSR")
@@ -97,6 +98,34 @@ def test_report_md_reads_as_plain_text_and_renders_as_markdown(report_dir):
     assert html.count("<table>") == len(tables(md))
     pngs = sorted(p.name for p in (report_dir / "plots").glob("*.png"))
     assert sorted(re.findall(r'<img src="plots/([^"]+)"', html)) == pngs
+
+
+def test_the_bias_diagnostics_say_which_side_of_a_correlation_is_constant(tmp_path):
+    """A judge one point above people on every id: its residual is constant, people's scores are not."""
+    human = [{"id": f"s{i}", "model": "m", "overall": i % 6, "annotator": "x"} for i in range(12)]
+    judge = [{"id": f"s{i}", "model": "m", "category": "c", "criteria": {}, "score": i % 6 + 1, "parse_error": None, "n_images": i % 3}
+             for i in range(12)]
+    for name, records in (("judge", judge), ("human", human)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(records))
+    assert main(["--predictions", str(tmp_path / "judge.json"), "--human", str(tmp_path / "human.json"), "--output_dir", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    (table,) = tables(md[md.index("## Bias diagnostics"):])
+    row = dict(zip(cells(table[0]), cells(table[2])))
+    assert row["mean residual"] == "1.000" and row["vs images"] == "undefined (the residuals (judge - human) are constant)"
+
+
+# Lines that markdown reads as text, which a wrapped paragraph keeps as they are, and lines it would read as a
+# heading, a list, a quote or a rule, which it escapes.
+AS_TEXT = ["0.751 of the pairs", "-0.12 below", "+0.5 above", "#hashtag", "1.5 levels", "2)x"]
+AS_BLOCK = ["1. the first", "12) the twelfth", "# a heading", "- a list", "+ a list", "> a quote", "---", "==", "-"]
+
+
+@pytest.mark.parametrize("start", AS_TEXT + AS_BLOCK)
+def test_a_wrapped_line_renders_as_the_text_it_wraps(start):
+    first = "x" * (WIDTH - 1)
+    md = markdown([Section("S", 2, [f"{first} {start}"])])  # wrapped after the x's: the second line is `start`
+    assert (md.splitlines()[3] == start) == (start in AS_TEXT)
+    assert MarkdownIt("commonmark").render(md) == f"<h2>S</h2>\n<p>{first}\n{html.escape(start)}</p>\n"
 
 
 def test_the_scatter_captions_say_what_is_jittered_and_why_a_line_is_missing(report_dir):

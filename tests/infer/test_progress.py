@@ -50,6 +50,39 @@ def test_a_bar_of_one_process_ends_on_its_total_exactly(capsys):
     assert re.findall(r"scoring: 100%\|\S+\| 3/3 ", capsys.readouterr().err)
 
 
+
+def test_on_an_output_that_is_not_a_terminal_a_bar_writes_a_whole_line_every_few_seconds(capsys, monkeypatch):
+    """A log gets a line at the start, one per LINE_EVERY_S seconds and one at the end, not every redraw: 300
+    updates over 30 s (tqdm's clock, counted here) write 8 lines, none with a carriage return or a cursor move."""
+    import tqdm.std
+
+    now = [0.0]
+    monkeypatch.setattr(tqdm.std, "time", lambda: now[0])
+    assert not sys.stderr.isatty()  # captured, as a log or a pipe is
+    with progress.Bar("scoring", 300) as bar:
+        for _ in range(300):
+            now[0] += 0.1
+            bar.update(1)
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err
+    lines = err.splitlines()
+    assert all(line.startswith("scoring: ") for line in lines) and re.search(r"100%\|\S+\| 300/300 ", lines[-1])
+    assert 6 <= len(lines) <= 9  # 0 s, every 5 s to 30 s, and the end
+
+
+def test_transformers_bars_are_off_where_stderr_is_no_terminal():
+    """judge-score loading a judge-train output drew transformers' "Loading weights" bar, redraws and all, into
+    the demo's log (the demo's test finds them there)."""
+    from transformers.utils import logging as transformers_logging
+
+    assert not sys.stderr.isatty() and transformers_logging.is_progress_bar_enabled()
+    try:
+        progress.quiet_library_bars()
+        assert not transformers_logging.is_progress_bar_enabled()
+    finally:
+        transformers_logging.enable_progress_bar()  # as the other tests found it
+
+
 def _rank(rank: int, port: int, shares: list[float], errors) -> None:
     """One rank of two, in its own process: a process group over gloo, then its share of a bar of 10."""
     import torch.distributed as dist

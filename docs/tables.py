@@ -1,0 +1,108 @@
+"""The docs' tables of what the code declares, rendered from the code, never typed by hand:
+
+    formats    docs/formats.md      every input format judge-score reads: its rubric, its scoring preset, what it writes
+    bundled    docs/quickstart.md   every bundled file a flag takes by name: rubrics, scoring and training presets, DeepSpeed
+    calibrate  docs/calibration.md  judge-calibrate's flags, their defaults and help, from its parser
+    demo       docs/demo.md         judge-demo's flags (configs/demo.yaml's settings and its defaults), from its parser
+
+    .venv/bin/python docs/tables.py            rewrite what lies between <!-- table:NAME --> and <!-- /table:NAME -->
+    .venv/bin/python docs/tables.py --check    exit 1 where a page's table is not the code's (tests/test_docs.py runs it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from mmjudge.calibration.cli import build_parser as calibrate_parser
+from mmjudge.configs import CONFIG_DIR, bundled
+from mmjudge.demo.cli import build_parser as demo_parser
+from mmjudge.judge.formats import FORMATS
+
+ROOT = Path(__file__).resolve().parents[1]
+# What a flag takes by name, per kind of bundled file (mmjudge.configs.KINDS).
+BUNDLED_FLAGS = {"rubrics": "`--rubric` (judge-score, judge-train, judge-serve)", "score": "`--config` (judge-score, judge-serve)",
+                 "train": "`--config` (judge-train)", "deepspeed": "`--deepspeed` (judge-train)"}
+
+
+def _names(paths) -> str:
+    return ", ".join(f"`{bundled_name(path)}`" for path in paths) or "–"
+
+
+def bundled_name(path: Path) -> str:
+    """A bundled file's name as a flag takes it: `sa`, or `tiny` for the folder configs/rubrics/tiny/."""
+    return path.stem if path.parent.parent == CONFIG_DIR else path.parent.name
+
+
+def formats_table() -> list[str]:
+    presets = bundled("score")
+    rows = ["| `--format` | rubric (default) | scoring preset | writes, besides judge-score's own files |", "|---|---|---|---|"]
+    for name, f in FORMATS.items():
+        rubric = _names(f.default_rubrics) if f.default_rubrics else f"its own, by `judge-rubric import --benchmark {name}` from {f.prompt_source}"
+        preset = f"`{name}` (configs/score/{name}.yaml)" if name in presets else "none: judge-score's defaults"
+        writes = ", ".join(f"`{output}`" for output in f.outputs) or "nothing more"
+        rows.append(f"| `{name}` | {rubric} | {preset} | {writes} |")
+    return rows
+
+
+def bundled_table() -> list[str]:
+    rows = ["| bundled | taken by | names |", "|---|---|---|"]
+    for kind, flag in BUNDLED_FLAGS.items():
+        rows.append(f"| configs/{kind}/ | {flag} | {', '.join(f'`{name}`' for name in bundled(kind))} |")
+    return rows
+
+
+def flags_table(parser: argparse.ArgumentParser) -> list[str]:
+    """A command's flags as its --help gives them, default included: the snake_case spelling (each also takes its
+    kebab-case one) and the help; --help and --version aside."""
+    rows = ["| flag | what it sets |", "|---|---|"]
+    for action in parser._actions:
+        if not action.option_strings or action.dest in ("help", "version"):
+            continue
+        text = ((action.help or "") % {"default": action.default}).replace("|", "\\|")  # a table cell's end, kept as text
+        rows.append(f"| `{action.option_strings[0]}` | {'(required) ' if action.required else ''}{text} |")
+    return rows
+
+
+TABLES = {"formats": (Path("docs/formats.md"), formats_table), "bundled": (Path("docs/quickstart.md"), bundled_table),
+          "calibrate": (Path("docs/calibration.md"), lambda: flags_table(calibrate_parser())),
+          "demo": (Path("docs/demo.md"), lambda: flags_table(demo_parser()))}
+
+
+def region(name: str) -> re.Pattern:
+    return re.compile(rf"(<!-- table:{name} -->\n)(.*?)(<!-- /table:{name} -->)", re.DOTALL)
+
+
+def rendered(root: Path, name: str) -> tuple[str, str]:
+    """The page's text as it is and with the table rendered from the code."""
+    page, render = TABLES[name]
+    text = (root / page).read_text()
+    if not region(name).search(text):
+        raise SystemExit(f"error: {page} has no <!-- table:{name} --> ... <!-- /table:{name} --> region")
+    return text, region(name).sub(lambda m: m[1] + "\n".join(render()) + "\n" + m[3], text)
+
+
+def stale(root: Path = ROOT) -> list[str]:
+    """The tables whose page says other than the code."""
+    return [f"{TABLES[name][0]} (<!-- table:{name} -->)" for name in TABLES if len(set(rendered(root, name))) > 1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 where a table is not the code's")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the checkout whose pages to read (default: this one)")
+    args = parser.parse_args(argv)
+    if args.check:
+        found = stale(args.root)
+        for table in found:
+            print(f"stale: {table}; run python docs/tables.py", file=sys.stderr)
+        return 1 if found else 0
+    for name, (page, _) in TABLES.items():
+        (args.root / page).write_text(rendered(args.root, name)[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
