@@ -28,7 +28,7 @@ import torch
 from mmjudge.demo.cli import cpu_name
 from mmjudge.judge.data import load_pairs
 from mmjudge.judge.prompts import load_rubrics
-from mmjudge.judge.reward import load_reward_judge
+from mmjudge.judge.reward_model import load_reward_judge
 from mmjudge.judge.testing import write_original_checkpoint, write_pairs
 from mmjudge.train.bradley_terry import PairCollator, build_pair_dataset, pairwise_accuracy
 from mmjudge.train.data import Collator

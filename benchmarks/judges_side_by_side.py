@@ -30,7 +30,7 @@ from mmjudge.configs import CONFIG_DIR  # noqa: E402
 from mmjudge.demo.cli import cpu_name  # noqa: E402
 from mmjudge.infer.engine import prepare  # noqa: E402
 from mmjudge.infer.options import ScoreOptions  # noqa: E402
-from mmjudge.infer.rewards import scorer_for  # noqa: E402
+from mmjudge.infer.reward_model import scorer_for  # noqa: E402
 from mmjudge.judge.data import load_pairs, majority  # noqa: E402
 from mmjudge.judge.model import load_judge  # noqa: E402
 from mmjudge.judge.prompts import load_rubrics  # noqa: E402

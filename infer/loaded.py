@@ -60,7 +60,7 @@ class LoadedJudge:
         or what makes each bar (judge-score's count every rank's samples)."""
         from mmjudge.infer.engine import prepare
         from mmjudge.infer.progress import Bar, counted
-        from mmjudge.infer.rewards import scorer_for
+        from mmjudge.infer.reward_model import scorer_for
 
         bar = progress if callable(progress) else (lambda what: Bar(what, len(samples), show=progress))
         scorer = scorer_for(self.model, rubrics, options, self.device)

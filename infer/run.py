@@ -29,7 +29,7 @@ from mmjudge.infer.openai_backend import OpenAIBackend
 from mmjudge.infer.options import PAIR_OPTIONS, ScoreOptions
 from mmjudge.infer.probe import ProbePass, format_reliance, image_reliance, plot_file, plot_reliance, probe_pass, result_file
 from mmjudge.infer.progress import Bar
-from mmjudge.infer.rewards import is_reward_checkpoint, pairwise_refusal
+from mmjudge.infer.reward_model import is_reward_checkpoint, pairwise_refusal
 from mmjudge.infer.summary import SUMMARY, format_pairs_summary, format_summary, summarize, summarize_pairs
 from mmjudge.judge.calibrator import Calibrator, as_records, load_calibrator
 from mmjudge.judge.data import InputError, JudgeResult, Pair, PairResult, Problem, Sample, UsageError, resolve_image, write_json_atomically

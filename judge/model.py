@@ -165,8 +165,8 @@ def load_judge(name: str | Path, device: str = "cpu", dtype: torch.dtype | None 
     kind = checkpoint_format(path)
     if kind == "adapter":
         return _load_adapter(path, device, dtype)
-    if "reward_head" in read_json_object(path / "config.json"):  # judge-train --objective bradley_terry's reward model (judge/reward.py)
-        from mmjudge.judge.reward import load_reward_judge
+    if "reward_head" in read_json_object(path / "config.json"):  # judge-train --objective bradley_terry's reward model (judge/reward_model.py)
+        from mmjudge.judge.reward_model import load_reward_judge
 
         return load_reward_judge(path, device, dtype)
     tokenizer = judge_tokenizer(path)

@@ -1,4 +1,4 @@
-"""judge-train --objective bradley_terry: a reward head (judge/reward.py) learnt from pairs, beside the SFT
+"""judge-train --objective bradley_terry: a reward head (judge/reward_model.py) learnt from pairs, beside the SFT
 recipe (train/recipe.py), whose setup it shares: the judge, LoRA or full, the Trainer and DeepSpeed, the data
 order and resume, the checkpoint chosen by the held-out evaluation.
 
@@ -7,7 +7,7 @@ order and resume, the checkpoint chosen by the held-out evaluation.
 
 Ties teach no order and are kept out of training and of the held-out accuracy (how often the answer people
 preferred gets the higher reward). A pair that several people annotated counts once, with their majority
-(a split majority is a tie). The saved judge is the merged reward model in its layout (judge/reward.py).
+(a split majority is a tie). The saved judge is the merged reward model in its layout (judge/reward_model.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from mmjudge.judge.hub import Checkpoint
 from mmjudge.judge.kernels import use_fused_kernels
 from mmjudge.judge.model import Judge, load_judge, save_native, with_max_tiles
 from mmjudge.judge.prompts import Rubric, build_prompt, encode_prompt
-from mmjudge.judge.reward import load_reward_model, reward_classifier, rewards
+from mmjudge.judge.reward_model import load_reward_model, reward_classifier, rewards
 from mmjudge.train.checkpoints import allow_checkpoint_types
 from mmjudge.train.config import CHECKPOINTS_DIR, TrainConfig
 from mmjudge.train.data import Collator, merge_pair_annotators

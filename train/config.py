@@ -18,7 +18,7 @@ from mmjudge.judge.parsing import ScoreScale
 
 CHECKPOINTS_DIR = "checkpoints"  # the Trainer's checkpoints, inside --output_dir
 Objective = Literal["sft", "bradley_terry"]
-RewardHead = Literal["linear", "mlp"]  # judge/reward.py builds them
+RewardHead = Literal["linear", "mlp"]  # judge/reward_model.py builds them
 
 
 def _opt(default, help: str, minimum: float | None = None, below: float | None = None):

@@ -61,7 +61,7 @@ def apply_lora(judge: Judge, cfg: TrainConfig) -> torch.nn.Module:
     backbone = judge.backbone
     whole = [*(backbone.vision_tower,) * cfg.train_vision_tower, *backbone.projector * cfg.train_projector]
     whole = [name for name in whole if not any(name.startswith(f"{other}.") for other in whole)]  # Qwen-VL's merger is in its tower
-    # A reward model (judge/reward.py) has a head where a generative judge has its output layer: trained either way.
+    # A reward model (judge/reward_model.py) has a head where a generative judge has its output layer: trained either way.
     output = "score" if hasattr(judge.model, "score") else "lm_head"
     if cfg.full_finetune:
         trainable = [judge.model.model.language_model, judge.model.get_submodule(output)] + [judge.model.model.get_submodule(name) for name in whole]

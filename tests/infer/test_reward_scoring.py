@@ -12,7 +12,7 @@ from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.data import load_pairs
 from mmjudge.judge.model import Judge, load_judge, save_native
 from mmjudge.judge.prompts import load_rubrics
-from mmjudge.judge.reward import reward_classifier, rewards
+from mmjudge.judge.reward_model import reward_classifier, rewards
 from mmjudge.configs import CONFIG_DIR
 from mmjudge.judge.testing import write_dataset, write_pairs
 from mmjudge.judge.testing.families import write_family_checkpoint

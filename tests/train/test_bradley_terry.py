@@ -16,7 +16,7 @@ from mmjudge.configs import CONFIG_DIR
 from mmjudge.judge.data import load_pairs
 from mmjudge.judge.model import Judge, load_judge, save_native
 from mmjudge.judge.prompts import load_rubrics
-from mmjudge.judge.reward import load_reward_model, reward_classifier, rewards
+from mmjudge.judge.reward_model import load_reward_model, reward_classifier, rewards
 from mmjudge.judge.testing import write_dataset, write_pairs
 from mmjudge.judge.testing.families import write_family_checkpoint
 from mmjudge.judge.testing.synthetic import marker_of

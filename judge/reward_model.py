@@ -9,7 +9,7 @@ pooling runner loads for Qwen2.5-VL and Qwen3-VL (linear head). transformers 5.2
 for a vision-language family, so this module registers one per family with AutoModelForSequenceClassification,
 built as transformers builds its text models' (GenericForSequenceClassification over the family's
 PreTrainedModel): training, scoring and the export run one forward, and AutoModelForSequenceClassification
-reads the export once mmjudge.judge.reward is imported. InternVL's is the same layout under the name
+reads the export once mmjudge.judge.reward_model is imported. InternVL's is the same layout under the name
 InternVLForSequenceClassification, which neither transformers nor vLLM has (docs/reward-models.md).
 
 The reward is read at the rightmost token that is not the pad token (transformers' rule), so the config's

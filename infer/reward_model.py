@@ -1,4 +1,4 @@
-"""judge-score with a reward model (judge-train --objective bradley_terry, judge/reward.py): each prompt is one
+"""judge-score with a reward model (judge-train --objective bradley_terry, judge/reward_model.py): each prompt is one
 prefill and its reward the head's output at its last token; nothing is decoded. A sample's record carries
 `reward` (no score, feedback or criteria: the model writes none); a pair is scored answer by answer under a
 pointwise rubric, and its verdict is the reward difference against the tie margin (judge/preferences.py), the
@@ -18,7 +18,7 @@ from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import JudgeResult, UsageError
 from mmjudge.judge.model import Judge, read_json_object
 from mmjudge.judge.prompts import Rubric
-from mmjudge.judge.reward import HEAD_KEY, is_reward_model, rewards
+from mmjudge.judge.reward_model import HEAD_KEY, is_reward_model, rewards
 
 
 def pairwise_refusal(categories: set[str]) -> list[str]:
