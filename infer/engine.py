@@ -38,7 +38,7 @@ import torch
 from mmjudge.infer.decoding import Completion, Decoder, OutOfMemory, Request, Sampling
 from mmjudge.infer.grammar import Grammar, GrammarError, Vocabulary, score_lines
 from mmjudge.infer.options import ScoreOptions
-from mmjudge.judge.data import VERDICTS, JudgeResult, OrderJudgement, Pair, PairResult, Sample, UsageError
+from mmjudge.judge.data import VERDICTS, InputError, JudgeResult, OrderJudgement, Pair, PairResult, Problem, Sample, UsageError
 from mmjudge.judge.model import Judge, with_max_tiles
 from mmjudge.judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
 from mmjudge.judge.preferences import ORDERS, POINTWISE_RULE, in_pair_terms, likeliest, pairwise_verdict, pointwise_verdict
@@ -109,6 +109,28 @@ def prepare(judge: Judge, samples: Iterable[tuple[int, Sample | Pair]], rubrics:
                 for k in range(options.samples):
                     prepared.append(Prepared(index, item, prompt.images, prompt.truncated, ids, item, view, sampled(options, item.id, view, k)))
     return prepared
+
+
+def past_context(items: Iterable[Prepared], context: int) -> dict[int, Prepared]:
+    """The prompts that leave their answer no room in a context of `context` tokens (the prompt and its answer
+    together), one per record (its longest view), by the record's index. Every door refuses them before the model
+    runs (judge-score before the weights load, the Python API, judge-serve): scored, they were read past the
+    context without a word (771 tokens against a context of 256)."""
+    long: dict[int, Prepared] = {}
+    for item in items:
+        if len(item.input_ids) >= context and (item.index not in long or len(item.input_ids) > len(long[item.index].input_ids)):
+            long[item.index] = item
+    return long
+
+
+def refuse_past_context(items: Iterable[Prepared], context: int, source: str) -> None:
+    """An InputError naming each record of `source` (the input's file, or what the samples were given as)
+    whose prompt is past the context (past_context)."""
+    if long := past_context(items, context):
+        raise InputError([Problem(source, f"its prompt is {len(item.input_ids):,} tokens, and the judge's context of {context:,} tokens holds "
+                                          f"the prompt and its answer together; give --prompt_token_budget (below {context:,}) to cut the "
+                                          "question's oldest context, recorded as truncated", index, item.sample.id)
+                          for index, item in long.items()])
 
 
 def sampled(options: ScoreOptions, pair_id: str, view: str, k: int) -> Sampling:

@@ -54,18 +54,22 @@ class LoadedJudge:
         return cls(path, load_judge(path, device, dtype_named(dtype)), device, fingerprint)
 
     def score_batches(self, samples: list[tuple[int, Sample | Pair]], rubrics: dict[str, Rubric], options: ScoreOptions,
-                      input_dir: str | Path, progress: bool | Callable[[str], Bar] = False) -> Iterator[list[JudgeResult | PairResult]]:
+                      input_dir: str | Path, progress: bool | Callable[[str], Bar] = False, source: str = "samples"
+                      ) -> Iterator[list[JudgeResult | PairResult]]:
         """The engine on samples (or pairs) already checked, each with its index in the input: their results a
-        batch at a time as they finish, in no set order. `progress`: bars of these samples on stderr, or none;
-        or what makes each bar (judge-score's count every rank's samples)."""
-        from mmjudge.infer.engine import prepare
+        batch at a time as they finish, in no set order. A prompt past the judge's context is refused (InputError
+        naming its record of `source`, the input's file) before any is scored. `progress`: bars of these samples
+        on stderr, or none; or what makes each bar (judge-score's count every rank's samples)."""
+        from mmjudge.infer.engine import prepare, refuse_past_context
         from mmjudge.infer.progress import Bar, counted
         from mmjudge.infer.reward_model import scorer_for
+        from mmjudge.judge.rope import context_length
 
         bar = progress if callable(progress) else (lambda what: Bar(what, len(samples), show=progress))
         scorer = scorer_for(self.model, rubrics, options, self.device)
         with bar("preparing") as preparing:
             items = prepare(self.model, counted(samples, preparing), rubrics, Path(input_dir), options)
+        refuse_past_context(items, context_length(self.model.model.config.get_text_config()), source)
         with bar("scoring") as scoring:  # moved by every token written, so that a batch of all the samples moves it too
             for batch in scorer.judged(items, progress=scoring.update):
                 yield [result for _, result in batch]

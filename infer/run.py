@@ -21,7 +21,7 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
-from mmjudge.infer.engine import STRUCTURED_PAIRS, prepare
+from mmjudge.infer.engine import STRUCTURED_PAIRS, prepare, refuse_past_context
 from mmjudge.infer.inputs import read_benchmark
 from mmjudge.infer.journal import Journal, Result, clear, file_sha256, fingerprint, journal_pattern, read_finished, setting_fingerprints
 from mmjudge.infer.local_backend import LocalBackend
@@ -70,7 +70,7 @@ def score(args, fmt: Format, options: ScoreOptions, pair_flags: list[str] = ()) 
                              else OpenAIBackend(args, options, run.rubrics, run.samples))
         held.callback(backend.close)
         if args.backend == "local":
-            refuse_past_context(backend.model_dir, run, options, Path(args.input_dir), Path(args.input_file))
+            refuse_past_context_unloaded(backend.model_dir, run, options, Path(args.input_dir), Path(args.input_file))
         run.judge_fingerprint = backend.judge_fingerprint
         if run.calibrator is not None:
             run.warnings += checked_calibrator(run, args.calibrator, args.model_path, args.allow_calibrator_mismatch, rank)
@@ -108,20 +108,16 @@ def score_pass(args, backend: Backend, run: ScoringInput, samples: list[Sample |
     barrier(world)
 
 
-def refuse_past_context(model_dir: Path, run: ScoringInput, options: ScoreOptions, image_root: Path, input_path: Path) -> None:
+def refuse_past_context_unloaded(model_dir: Path, run: ScoringInput, options: ScoreOptions, image_root: Path, input_path: Path) -> None:
     """Every prompt of the run counted before the judge's weights load, as the engine builds it (text tokens and
-    each image's tokens): one that leaves its answer no room in the judge's context is refused by its record, as
-    judge-serve refuses it, and never scored past the context (771 tokens against a context of 256 were scored
-    without a word). --prompt_token_budget cuts the question's oldest context instead, recorded as truncated."""
+    each image's tokens): one that leaves its answer no room in the judge's context is refused by its record
+    (engine.refuse_past_context, which every door applies), found before the weights load rather than after.
+    --prompt_token_budget cuts the question's oldest context instead, recorded as truncated."""
     tokenizer = judge_tokenizer(model_dir)
     settings, config = unloaded_settings(model_dir, tokenizer)
     context = context_length(config.get_text_config())
     unloaded = Judge(None, tokenizer, settings, checkpoint_format(model_dir))  # prepare reads its tokenizer and settings only
-    long = {item.index: item for item in prepare(unloaded, enumerate(run.samples), run.rubrics, image_root, options) if len(item.input_ids) >= context}
-    if long:
-        raise InputError([Problem(str(input_path), f"its prompt is {len(item.input_ids):,} tokens, and the judge's context of {context:,} tokens holds "
-                                  f"the prompt and its answer together; give --prompt_token_budget (below {context:,}) to cut the question's "
-                                  "oldest context, recorded as truncated", index, item.sample.id) for index, item in long.items()])
+    refuse_past_context(prepare(unloaded, enumerate(run.samples), run.rubrics, image_root, options), context, str(input_path))
 
 
 @dataclass

@@ -207,7 +207,8 @@ class Judge(LoadedJudge):
             the judge is not loaded again.
 
         Every problem of the input (a missing image, a record without an answer, a category no rubric
-        judges) is raised at once as an InputError, before the model runs.
+        judges, a prompt past the judge's context unless prompt_token_budget cuts it) is raised at once as an
+        InputError, before the model runs.
         """
         with keywords_named():
             return self._judged(samples, None, input_dir, format, criteria_file, calibrator, allow_calibrator_mismatch, rubrics, rubric,
@@ -293,7 +294,7 @@ class Judge(LoadedJudge):
                 for warning in calibrator.check_fit(where, f"the judge {self.path}", self.fingerprint, scored, allow_calibrator_mismatch):
                     warnings.warn(warning, stacklevel=3)
             indexed = list(enumerate(bench.samples))
-            results = {r.id: r for batch in self.score_batches(indexed, bench.rubrics, options, image_root, progress) for r in batch}
+            results = {r.id: r for batch in self.score_batches(indexed, bench.rubrics, options, image_root, progress, str(bench.path)) for r in batch}
         return as_records(stamp([results[s.id] for s in bench.samples], self.fingerprint, bench.rubrics), calibrator)
 
     def _read(self, items, what: str, input_dir, format_name, criteria_file, rubric_set: list[Path] | None, rubric: Rubric | None,

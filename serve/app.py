@@ -39,7 +39,7 @@ from starlette.routing import Route
 
 from mmjudge.infer import grammar
 from mmjudge.infer.decoding import Completion, Sampling
-from mmjudge.infer.engine import pair_result, prepare
+from mmjudge.infer.engine import pair_result, past_context, prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import CALIBRATOR_FIELDS, IMAGE_PLACEHOLDER, JudgeResult, Pair, PairResult, Sample, UsageError, field_name, value_problems
 from mmjudge.judge.identity import stamp
@@ -277,9 +277,9 @@ async def judged(service: Service, local: list[Sample] | list[Pair], what: str, 
     judge-score stamps them; a prompt over the context is refused naming `what[k]`, and a client that leaves
     ends its samples at the model's next step. /v1/score and the reward endpoints (serve/rewards.py) alike."""
     prepared = await run_in_threadpool(prepare, service.judge, list(enumerate(local)), service.rubrics, Path("."), service.score_options)
-    for item in prepared:
-        if len(item.input_ids) >= service.context:
-            raise context_exceeded(service, f"{what}[{item.index}]", len(item.input_ids))
+    if long := past_context(prepared, service.context):  # the first named, in the words OpenAI's clients read
+        index, item = next(iter(long.items()))
+        raise context_exceeded(service, f"{what}[{index}]", len(item.input_ids))
     gone = threading.Event()  # set when the client disconnects: its samples leave the model at the next step
     results = await until_answered(service, submitted(service, service.worker.score(prepared, gone.is_set)), request, gone)
     if prepared and prepared[0].pair is not None:  # each pair's views gathered into its record, as judge-score gathers them

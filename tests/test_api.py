@@ -18,6 +18,7 @@ from mmjudge.configs import rubric_paths
 from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.data import InputError, Sample, UsageError
 from mmjudge.judge.testing import write_dataset, write_pairs
+from tests.infer.test_score import short_context
 
 FAST = {"max_new_tokens": 6, "max_tiles": 2, "workers": 2}
 FAST_FLAGS = ["--max_new_tokens", "6", "--max_tiles", "2", "--workers", "2"]
@@ -160,6 +161,22 @@ def test_every_problem_of_the_samples_is_raised_before_the_model_runs(judge, tmp
     assert f"samples: record 0 (id 'SA_1'): answer[0].image: image not found: {tmp_path / 'missing.png'}" in problems
     assert "samples: record 1 (id 'SA_2'): answer: Field required" in problems
     assert any(p.startswith("samples: no rubric for category XY") for p in problems)
+
+
+def test_a_prompt_past_the_judges_context_is_refused_by_its_sample_or_cut_by_the_prompt_budget(checkpoint, tmp_path):
+    """The API scored a prompt past the judge's context without a word (issue 45, item 2), where judge-score and
+    judge-serve refuse it: refused here too, naming the sample as judge-score names its record, before any is
+    scored; under prompt_token_budget the question's oldest context is cut and recorded as truncated."""
+    short, data, samples = short_context(checkpoint, write_dataset(tmp_path / "dataset", 8, seed=0).parent, tmp_path)
+    judge = mmjudge.Judge.load(short, **FAST)
+    said = (r"record 1 \(id '{}'\): its prompt is 1,\d{{3}} tokens, and the judge's context of 1,024 tokens holds the prompt and its "
+            r"answer together; give prompt_token_budget \(below 1,024\)").format(samples[1]["id"])
+    for given, where in ((data / "data.json", "data.json"), (samples, "samples")):
+        with pytest.raises(InputError, match=rf"{where}: {said}") as err:
+            judge.score(given, input_dir=data, progress=False)
+        assert [p.index for p in err.value.problems] == [1]
+    whole, cut = judge.score(data / "data.json", prompt_token_budget=900, progress=False)
+    assert cut["prompt_tokens"] <= 900 and cut["truncated"] and not whole["truncated"]
 
 
 def test_scoring_options_and_rubrics_are_judge_scores_by_name(checkpoint):

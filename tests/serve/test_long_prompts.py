@@ -108,6 +108,19 @@ def test_max_model_len_refuses_a_longer_prompt_before_it_reaches_the_model_and_c
     assert cut.choices[0].finish_reason == "stop" or cut.usage.completion_tokens == MAX_LEN - cut.usage.prompt_tokens
 
 
+def test_max_model_len_refuses_a_longer_sample_to_score_by_its_place_before_it_reaches_the_model(server):
+    """/v1/score refuses by the engine's one check (infer/engine.py past_context) that judge-score and the
+    Python API refuse by."""
+    before = settled(server)
+    samples = [{"id": "SA_1", "question": "q", "answer": "a"}, {"id": "SA_2", "question": "a " * MAX_LEN, "answer": "a"}]
+    answer = httpx2.post(f"{server}/v1/score", json={"samples": samples}, timeout=HANG_S)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["param"] == "samples[1]"
+    assert f"This model's maximum context length is {MAX_LEN} tokens (this server's --max_model_len)" in error["message"]
+    assert settled(server) == before  # no forward pass for either
+
+
 @pytest.mark.parametrize("given, device, budget", [(None, "cpu", 512), (None, "cuda", 2048), (None, "cuda:1", 2048), (64, "cpu", 64), (4096, "cuda", 4096)])
 def test_the_prefill_budget_is_the_flag_or_the_device_s_default(given, device, budget):
     # On a CPU a 2048-token chunk keeps every short answer beside it waiting for seconds (docs/serve.md).
