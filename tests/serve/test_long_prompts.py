@@ -85,12 +85,12 @@ def test_a_long_prompt_whose_client_leaves_stops_at_the_next_chunk(server):
     chunks, steps = settled(server)
     time.sleep(1.0)
     assert settled(server) == (chunks, steps)  # nothing more computed for it
-    needed = 8_000 // CHUNK
+    ran, tokens = chunks - before_prefills, metric(server, "judge_prefill_tokens_total") - before_tokens
     # It left before its prefill was done. How many chunks ran before the server saw the client go depends on
-    # how busy the machine is (91 of 125 in a CI run beside nothing else, against the half once asserted here),
-    # so the test asserts what does not: the prefill stopped short, and no token was ever written.
-    assert 0 < chunks - before_prefills < needed, (chunks - before_prefills, needed)
-    assert metric(server, "judge_prefill_tokens_total") - before_tokens == CHUNK * (chunks - before_prefills)
+    # how busy the machine is, and a chunk is CHUNK tokens at most (deeper into a prompt fewer, so that it costs
+    # no more than the first: infer/decoding.py's chunk_size), so the test asserts what depends on neither: the
+    # prefill stopped short of the prompt, and no token was ever written.
+    assert 0 < ran <= tokens <= CHUNK * ran and tokens < 8_000, (ran, tokens)
     assert steps == before_steps  # it never wrote a token
     assert metric(server, "vllm:request_success_total", finished_reason="abort") == aborted + 1
 
