@@ -41,6 +41,17 @@ def _png(fig) -> bytes:
     return buffer.getvalue()
 
 
+def interval(ax, at: float, low: float, high: float, colour: str, capsize: float, vertical: bool = False) -> None:
+    """A 95% interval drawn from its ends, not as lengths either side of the estimate: a percentile bootstrap's
+    interval need not hold the estimate (a model absent from many of a few pairs' resamples), and matplotlib
+    refuses an error bar of negative length."""
+    middle, half = (low + high) / 2, (high - low) / 2
+    if vertical:
+        ax.errorbar(at, middle, yerr=half, fmt="none", ecolor=colour, capsize=capsize)
+    else:
+        ax.errorbar(middle, at, xerr=half, fmt="none", ecolor=colour, capsize=capsize)
+
+
 def grid_spacing(values: np.ndarray, scale: ScoreScale) -> float | None:
     """The spacing of the grid every value lies on when they are discrete: the scale's levels, or means of a
     few annotators' levels (halves, thirds, ... twelfths); None for continuous values (expected scores)."""
@@ -192,7 +203,8 @@ def group_bars(results: dict[str, CriterionResult], group_by: str) -> Plot:
                 continue
             ci = stat.fisher_95
             low, high = (ci.low, ci.high) if ci is not None and ci.low is not None else (stat.value, stat.value)
-            ax.bar(xi, stat.value, width=width * 0.9, color=f"C{k}", yerr=[[stat.value - low], [high - stat.value]], capsize=3)
+            ax.bar(xi, stat.value, width=width * 0.9, color=f"C{k}")
+            interval(ax, xi, low, high, "black", capsize=3, vertical=True)
             end, offset, va = (high, 3, "bottom") if stat.value >= 0 else (low, -3, "top")  # beyond the interval's outer end
             ax.annotate(f"n={n}", (xi, end), xytext=(0, offset), textcoords="offset points", ha="center", va=va, fontsize=7, color="dimgrey")
             lows.append(low)
@@ -220,7 +232,8 @@ def benchmark(scores: BenchmarkScores, name: str, scale: ScoreScale) -> Plot:
         for yi, model in zip(y, models):
             e = getattr(scores.models[model], way)
             if e.value is not None:
-                ax.errorbar(e.value, yi, xerr=[[e.value - e.low], [e.high - e.value]], fmt="o", color=colour, capsize=3, markersize=4)
+                interval(ax, yi, e.low, e.high, colour, capsize=3)
+                ax.plot(e.value, yi, "o", color=colour, markersize=4)
         ax.plot([], [], "o-", color=colour, label=label)
     labels = [f"{m}\n{scores.models[m].human_scored} human + {scores.models[m].judge_only_ids} judge-only ids" for m in models]
     ax.set_yticks(np.arange(len(models))[::-1], labels, fontsize=8)
@@ -246,14 +259,15 @@ def ranking(report: PreferenceReport) -> Plot:
             s = ranked.models.get(model)
             if s is None:
                 continue
-            error = [[s.log_strength - s.low], [s.high - s.log_strength]] if s.low is not None else None
-            ax.errorbar(s.log_strength, yi, xerr=error, fmt="o", color=colour, capsize=2, markersize=4)
+            if s.low is not None:
+                interval(ax, yi, s.low, s.high, colour, capsize=2)
+            ax.plot(s.log_strength, yi, "o", color=colour, markersize=4)
         ax.plot([], [], "o-", color=colour, label=name)
     ax.axvline(0, color="grey", linewidth=0.8)
     ax.set_yticks(np.arange(len(models))[::-1], models, fontsize=8)
     ax.set(xlabel="Bradley-Terry log-strength, 95% interval (0: the average model)", title="Ranking of the evaluated models")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 if len(models) > 4 else -0.25), ncol=min(len(sides), 4), frameon=False)
-    return Plot(_png(fig), "Each evaluated model's Bradley-Terry log-strength from the final verdicts, with its 95% bootstrap interval: "
+    return Plot(_png(fig), "Each evaluated model's Bradley-Terry log-strength from the final verdicts, with its 95% percentile bootstrap interval (of a few pairs it need not hold the estimate): "
                            "people's and each judge's side by side, the models in people's order from the top.")
 
 

@@ -69,8 +69,9 @@ def _main(argv) -> int:
     from mmjudge.infer.loaded import LoadedJudge
     from mmjudge.judge.model import with_max_tiles
     from mmjudge.judge.rope import context_length
-    from mmjudge.serve.app import Service, build_app
+    from mmjudge.serve.app import build_app
     from mmjudge.serve.metrics import Metrics
+    from mmjudge.serve.service import Service
     from mmjudge.serve.worker import Worker
 
     # the judge judge-score and the Python API load; refused there where --deterministic's kernels cannot run

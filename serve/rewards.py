@@ -33,8 +33,8 @@ from starlette.routing import Route
 from mmjudge.judge.data import JudgeResult, Pair, Sample, Segment
 from mmjudge.judge.rewards import RewardSpec, label_problem, preference_reward, response_of, score_reward, verdict_reward
 from mmjudge.serve.api import Message, RequestError, validated
-from mmjudge.serve.app import Service, judged, read_json, served_name
 from mmjudge.serve.images import RequestImages
+from mmjudge.serve.service import Service, judged, read_json, served_name
 
 MAX_QUESTIONS, MAX_CHOICES, LEVELS = 64, 26, (2, 10)  # vLLM's bounds on a decisions request
 

@@ -1,14 +1,17 @@
 """The plots' geometry: legends beside the data, not on it, and axes that span what is drawn."""
 
+import json
+
 import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from mmjudge.calibration import plots
 from mmjudge.calibration.analysis import Options, analyse
+from mmjudge.calibration.cli import main
 from mmjudge.calibration.inputs import Coverage, HumanRecord, JudgeRecord, Ratings
 from mmjudge.judge.parsing import ScoreScale
-from tests.calibration.test_preferences import files  # noqa: F401 - fixture
+from tests.calibration.test_preferences import files, pair_result, write  # noqa: F401 - fixture
 
 TENTHS = ScoreScale(0, 1, 0.1)
 
@@ -167,3 +170,19 @@ def test_the_position_bias_legend_shows_each_orders_bar_colour(drawn, files):
     assert len(bars) == 6  # three orders for each of the two judges, in order
     for k, order in enumerate(shown):
         assert {to_rgba(bar.get_facecolor()) for bar in bars[2 * k:2 * k + 2]} == {shown[order]}
+
+
+def test_a_bootstrap_interval_that_misses_its_estimate_is_drawn_from_its_ends(drawn, tmp_path):
+    # Three pairs among four models: m2 is missing from many resamples, and its percentile interval from them
+    # lies above its estimate, which matplotlib refused as an error bar of negative length (an internal failure).
+    pairs = [(("m1", "m2"), "B"), (("m3", "m1"), "B"), (("m1", "m0"), "tie")]
+    predictions = write(tmp_path / "eval_result.json", [pair_result(f"p{k}", v, v, models) for k, (models, v) in enumerate(pairs)])
+    human = write(tmp_path / "people.json", [{"id": f"p{k}", "preference": v, "annotator": "x", "model_a": a, "model_b": b}
+                                             for k, ((a, b), v) in enumerate(pairs)])
+    assert main(["--predictions", predictions, "--human", human, "--output_dir", str(tmp_path / "r"), "--bootstrap", "10"]) == 0
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    sides = [report["people_ranking"]["models"], report["judges"]["eval_result"]["ranking"]["models"]]
+    assert any(not s["low"] <= s["log_strength"] <= s["high"] for side in sides for s in side.values())
+    [ax] = [fig.axes[0] for fig in drawn if fig.axes[0].get_title() == "Ranking of the evaluated models"]
+    ends = sorted(tuple(segment[:, 0].round(9)) for lines in ax.collections for segment in lines.get_segments())
+    assert ends == sorted((round(s["low"], 9), round(s["high"], 9)) for side in sides for s in side.values())

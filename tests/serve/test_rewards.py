@@ -21,11 +21,12 @@ from mmjudge.judge.rewards import parse_reward, preference_reward
 from mmjudge.judge.testing import HANG_S, write_dataset, write_original_checkpoint
 from mmjudge.serve.cli import main as serve_main
 from mmjudge.serve.api import RequestError
-from mmjudge.serve.app import Service, build_app
+from mmjudge.serve.app import build_app
 from mmjudge.serve.metrics import Metrics
 from mmjudge.serve.options import ServeOptions, prefill_budget
 from mmjudge.serve.process import free_port, start_server
 from mmjudge.serve.rewards import spec_of
+from mmjudge.serve.service import Service
 from mmjudge.serve.worker import Worker
 
 SERVED = "tiny-judge"

@@ -1,0 +1,165 @@
+"""What judge-serve's endpoints share, one floor below them (serve/app.py's, serve/rewards.py's): the Service a
+handler is given, the request's body read as JSON, the name it is answered under, and the model thread's
+records of samples or pairs, as a client that leaves ends them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from mmjudge.infer import grammar
+from mmjudge.infer.engine import pair_result, past_context, prepare
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import JudgeResult, Pair, PairResult, Sample, UsageError, field_name, value_problems
+from mmjudge.judge.identity import stamp
+from mmjudge.judge.model import Judge
+from mmjudge.judge.prompts import Rubric
+from mmjudge.judge.rewards import RewardSpec
+from mmjudge.serve.api import RequestError
+from mmjudge.serve.metrics import Metrics
+from mmjudge.serve.options import ServeOptions
+from mmjudge.serve.worker import Worker
+
+
+@dataclass
+class Service:
+    """Everything a request handler needs: the judge, its rubrics and settings, and the model thread."""
+
+    model_names: tuple[str, ...]  # --served_model_name's (and --harness_names'): what a request's `model` may name; the first by default
+    judge: Judge
+    rubrics: dict[str, Rubric]
+    score_options: ScoreOptions
+    limits: ServeOptions
+    image_root: Path | None
+    api_key: str | None
+    worker: Worker
+    started: int
+    context: int  # the model's context in tokens: a prompt and its answer together
+    metrics: Metrics
+    vocabulary: grammar.Vocabulary | str  # the judge's tokens for structured outputs, or why it has none
+    judge_fingerprint: str  # of its weights (judge/identity.py), stamped on /v1/score's records as judge-score stamps them
+    reward: RewardSpec | None = None  # --reward (judge/rewards.py); None: the reward endpoints refuse
+
+    @property
+    def tokenizer(self):
+        return self.judge.tokenizer
+
+    @property
+    def token_bytes(self) -> Callable[[int], bytes] | None:
+        """A token's own bytes, where the judge has a vocabulary for structured outputs (a fast tokenizer)."""
+        return None if isinstance(self.vocabulary, str) else lambda token: self.vocabulary.tokenizer.decode_bytes([token])
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its answer was ready."""
+
+
+async def read_json(request: Request, limit: int) -> object:
+    """The body as JSON, refused at the limit without reading further, and refused where it holds what no
+    reader here can take (a lone surrogate, NaN, nesting deeper than any request): 400 naming the field."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, "body", f"{declared} bytes, over this server's limit of {limit} (--max_request_bytes)")
+    body = bytearray()
+    async for piece in request.stream():
+        body += piece
+        if len(body) > limit:
+            raise RequestError(413, "body", f"over this server's limit of {limit} bytes (--max_request_bytes)")
+    try:
+        value = json.loads(body, parse_constant=not_a_number)
+    except (ValueError, RecursionError) as err:  # RecursionError: nesting deeper than any real request
+        raise RequestError(400, "body", f"not JSON ({type(err).__name__}: {str(err)[:200]})") from None
+    if problems := value_problems(value):
+        where, message = problems[0]
+        raise RequestError(400, field_name(where) or "body", message)
+    return value
+
+
+def not_a_number(literal: str):
+    raise ValueError(f"{literal} is not JSON")
+
+
+def served_name(service: Service, name: str | None, field: str) -> str:
+    """The name a request is answered under: its own, where the server serves the model under it; the first
+    served name where it names none (vLLM's rule; lmms-eval's egothink sends no `model`, as to Azure)."""
+    if name is None:
+        return service.model_names[0]
+    if name not in service.model_names:
+        served = ", ".join(repr(n) for n in service.model_names)
+        raise RequestError(404, field, f"the model {name!r} does not exist; this server serves {served} (--served_model_name, --harness_names)",
+                           code="model_not_found")
+    return name
+
+
+async def judged(service: Service, local: list[Sample] | list[Pair], what: str, request: Request) -> list[JudgeResult] | list[PairResult]:
+    """The records of samples (or pairs) whose images are local files, from the model thread, stamped as
+    judge-score stamps them; a prompt over the context is refused naming `what[k]`, and a client that leaves
+    ends its samples at the model's next step. /v1/score and the reward endpoints (serve/rewards.py) alike."""
+    prepared = await run_in_threadpool(prepare, service.judge, list(enumerate(local)), service.rubrics, Path("."), service.score_options)
+    if long := past_context(prepared, service.context):  # the first named, in the words OpenAI's clients read
+        index, item = next(iter(long.items()))
+        raise context_exceeded(service, f"{what}[{index}]", len(item.input_ids))
+    gone = threading.Event()  # set when the client disconnects: its samples leave the model at the next step
+    results = await until_answered(service, submitted(service, service.worker.score(prepared, gone.is_set)), request, gone)
+    if prepared and prepared[0].pair is not None:  # each pair's views gathered into its record, as judge-score gathers them
+        views: dict[int, list] = {}
+        for item, result in zip(prepared, results):
+            views.setdefault(item.index, []).append((item, result))
+        results = [pair_result(views[k], service.score_options) for k in range(len(local))]
+    stamp(results, service.judge_fingerprint, service.rubrics)
+    return results
+
+
+def context_exceeded(service: Service, field: str, prompt_tokens: int) -> RequestError:
+    """A prompt that leaves no room for an answer, refused in the words of OpenAI and vLLM, which clients
+    such as litellm read to tell it from other 400s."""
+    where = " (this server's --max_model_len)" if service.limits.max_model_len else ""
+    return RequestError(400, field, f"This model's maximum context length is {service.context} tokens{where}, the prompt and its "
+                                    f"answer together. However, the prompt alone is {prompt_tokens} tokens. Please reduce the length "
+                                    "of the input.", code="context_length_exceeded")
+
+
+def submitted(service: Service, future):
+    """The model thread's answer to come, counted as running until it is there (whoever waits for it)."""
+    service.metrics.in_model += 1
+    answer = asyncio.wrap_future(future)
+
+    def done(answer):
+        service.metrics.in_model -= 1
+        if not answer.cancelled():
+            answer.exception()  # retrieved: a request whose client left fails unheard, not in the log
+
+    answer.add_done_callback(done)
+    return answer
+
+
+async def until_answered(service: Service, answer, request: Request, gone: threading.Event | None = None):
+    """The model thread's answer, or ClientGone (and `gone` set) as soon as the client disconnects; a
+    failure of the request in the model thread as its error."""
+    watch = asyncio.ensure_future(disconnected(request))
+    try:
+        await asyncio.wait({answer, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if not answer.done():
+        if gone is not None:
+            gone.set()
+        raise ClientGone
+    try:
+        return answer.result()
+    except UsageError as err:  # e.g. a sample too large for the device even alone
+        raise RequestError(413, None, str(err)) from None
+
+
+async def disconnected(request: Request) -> None:
+    """Returns when the client has closed its connection (its body has been read: the server's next
+    message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
