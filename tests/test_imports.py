@@ -2,12 +2,11 @@
 other (directly or round a longer circle) when they load. Read from the source's syntax, nothing imported."""
 
 import ast
+import importlib.util
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-# Each folder of the repository and the package it installs as (pyproject's package-dir).
-FOLDERS = {"judge": "mmjudge.judge", "infer": "mmjudge.infer", "train": "mmjudge.train", "calibration": "mmjudge.calibration",
-           "serve": "mmjudge.serve", "demo": "mmjudge.demo", "mmjudge": "mmjudge"}
+# The packages, each a folder of the repository (pyproject's package-dir): mmjudge/ holds the API.
+PACKAGES = ("mmjudge.judge", "mmjudge.infer", "mmjudge.train", "mmjudge.calibration", "mmjudge.serve", "mmjudge.demo", "mmjudge")
 COMMANDS = ("mmjudge.infer", "mmjudge.train", "mmjudge.calibration", "mmjudge.serve", "mmjudge.demo")
 # (whose imports, what they must not import, why): a package is named with its modules, anywhere in a module.
 RULES = [
@@ -17,12 +16,15 @@ RULES = [
 
 
 def module_sources() -> dict[str, Path]:
-    """Every module of the packages, by its dotted name."""
+    """Every module of the packages, by its dotted name, read wherever they are imported from: the checkout under
+    an editable install, site-packages under a wheel's (make test-installed removes the checkout's copy)."""
     modules = {}
-    for folder, package in FOLDERS.items():
-        for path in (ROOT / folder).rglob("*.py"):
-            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+    for package in PACKAGES:
+        folder = Path(importlib.util.find_spec(package).submodule_search_locations[0])
+        for path in folder.rglob("*.py"):
+            parts = path.relative_to(folder).with_suffix("").parts
             modules[".".join((package, *parts[:-1], *([] if parts[-1] == "__init__" else parts[-1:])))] = path
+    assert len(modules) > 100, modules  # the walk found the packages
     return modules
 
 
