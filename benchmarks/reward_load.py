@@ -19,18 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx2
-from serve_load import forward_passes, percentile
-
-from mmjudge.judge.testing import write_dataset, write_original_checkpoint
-from mmjudge.serve.process import free_port, start_server
+from serve_load import forward_passes, percentile, served
 
 
 def bodies_of(data_dir: Path, n: int) -> list[dict]:
@@ -100,23 +95,12 @@ def main() -> None:
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        model_path = args.model_path or str(write_original_checkpoint(tmp / "tiny"))
-        data_dir = write_dataset(tmp / "data", 32, seed=0).parent
-        port = free_port()
-        server = start_server(["--model_path", model_path, "--device", args.device, "--image_root", str(data_dir), "--reward", "score:SA",
-                               "--mode", "logits", "--max_tiles", "1", "--max_samples", str(max(args.samples, 1)), *args.serve_flag],
-                              port, tmp / "serve.log", env={**os.environ})
-        base = f"http://127.0.0.1:{port}"
-        try:
-            bodies = bodies_of(data_dir, args.samples)
-            batched(base, bodies[:2], args.timeout_s)  # warm-up, untimed
-            batch = batched(base, bodies, args.timeout_s)
-            single = one_by_one(base, bodies, args.clients, args.timeout_s)
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
+    with served(args.model_path, ["--device", args.device, "--reward", "score:SA", "--mode", "logits", "--max_tiles", "1",
+                                  "--max_samples", str(max(args.samples, 1)), *args.serve_flag], image_root=True) as (base, data_dir):
+        bodies = bodies_of(data_dir, args.samples)
+        batched(base, bodies[:2], args.timeout_s)  # warm-up, untimed
+        batch = batched(base, bodies, args.timeout_s)
+        single = one_by_one(base, bodies, args.clients, args.timeout_s)
     differ = sum(s is None or abs(s - b) > 1e-6 for s, b in zip(single["rewards"], batch["rewards"]))
     ratio = single["samples_per_s"] / batch["samples_per_s"]
     print(f"one request of {batch['samples']} samples: {batch['samples_per_s']:.2f} samples/s ({batch['seconds']:.1f} s, {batch['prefills']} prefill groups)")

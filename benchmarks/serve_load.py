@@ -29,7 +29,9 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2
@@ -144,6 +146,23 @@ def cancelled_long(base: str, tokens: int, after_s: float) -> dict:
     return {"prompt_tokens": tokens, "left_after_s": after_s, "idle_after_leaving_s": idle - left, **costs}
 
 
+@contextmanager
+def served(model_path: str | None, flags: list[str], image_root: bool = False) -> Iterator[tuple[str, Path]]:
+    """judge-serve on `model_path` (default: a tiny random judge) with `flags`, beside a synthetic dataset (its
+    --image_root where `image_root`): its base URL and the dataset's folder, the server stopped on leaving."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        model_path = model_path or str(write_original_checkpoint(tmp / "tiny"))
+        data_dir = write_dataset(tmp / "data", 32, seed=0).parent
+        port = free_port()
+        server = start_server(["--model_path", model_path, *(["--image_root", str(data_dir)] if image_root else []), *flags], port, tmp / "serve.log", env={**os.environ})
+        try:
+            yield f"http://127.0.0.1:{port}", data_dir
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_path", help="the judge to serve (default: a tiny random one, written to a temporary directory)")
@@ -159,23 +178,13 @@ def main() -> None:
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        model_path = args.model_path or str(write_original_checkpoint(tmp / "tiny"))
-        data_dir = write_dataset(tmp / "data", 32, seed=0).parent
-        port = free_port()
-        server = start_server(["--model_path", model_path, "--served_model_name", SERVED, "--device", args.device, "--max_new_tokens", str(args.new_tokens),
-                               *args.serve_flag], port, tmp / "serve.log", env={**os.environ})
-        base = f"http://127.0.0.1:{port}"
-        try:
-            bodies = requests_of(data_dir, args.new_tokens)
-            load_level(base, bodies, 1, 2, args.time_limit_s)  # warm-up, untimed
-            levels = [load_level(base, bodies, clients, args.requests, args.time_limit_s, long_tokens)
-                      for clients in args.clients for long_tokens in (None, args.long_prompt_tokens)[: 1 + bool(args.long_prompt_tokens)]]
-            cancelled = cancelled_long(base, args.long_prompt_tokens, args.cancel_after_s) if args.cancel_long else None
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
+    with served(args.model_path, ["--served_model_name", SERVED, "--device", args.device, "--max_new_tokens", str(args.new_tokens),
+                                  *args.serve_flag]) as (base, data_dir):
+        bodies = requests_of(data_dir, args.new_tokens)
+        load_level(base, bodies, 1, 2, args.time_limit_s)  # warm-up, untimed
+        levels = [load_level(base, bodies, clients, args.requests, args.time_limit_s, long_tokens)
+                  for clients in args.clients for long_tokens in (None, args.long_prompt_tokens)[: 1 + bool(args.long_prompt_tokens)]]
+        cancelled = cancelled_long(base, args.long_prompt_tokens, args.cancel_after_s) if args.cancel_long else None
     print(f"{'clients':>8} {'beside':>8} {'requests':>9} {'failed':>7} {'req/s':>8} {'p50 s':>8} {'p90 s':>8} {'p99 s':>8} {'prefills':>9} {'steps':>6}"
           f" {'long answered':>14}")
     for level in levels:
