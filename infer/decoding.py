@@ -142,8 +142,10 @@ class Completion:
     top_logprobs: torch.Tensor | None = None  # (len(tokens), k): each step's k largest log-probabilities, when asked
     top_ids: torch.Tensor | None = None  # (len(tokens), k): their tokens, the written one first
     choice: int = 0
-    # "stop": the stop token; "length": its limit; "ended": on_token said False; "cancelled": cancelled() said True
+    # "stop": the stop token; "length": its limit; "ended": on_token said False; "cancelled": cancelled() said True;
+    # "grammar": the stop token, the only one its grammar allowed after text no continuation of satisfies it
     finish_reason: str = "length"
+    grammar_error: str = ""  # why, when finish_reason is "grammar" (llguidance's words)
 
 
 class OutOfMemory(Exception):
@@ -708,7 +710,8 @@ class Decoder:
                 row.top.append((step.top_logprobs, step.top_ids))
             on_token = row.request.on_token
             if token in self.stop_ids:
-                row.finish_reason = "stop"
+                # a grammar that admits text it cannot complete allows the stop token alone at the dead end
+                row.finish_reason = "grammar" if row.matcher is not None and row.matcher.failed() else "stop"
             elif on_token is not None and on_token(row.choice, token) is False:
                 row.finish_reason = "ended"
                 return True  # nothing more computed for it, no follow-up either
@@ -965,7 +968,7 @@ def _cancelled(request: Request) -> bool:
 def _completion(row: _Row) -> Completion:
     top_logprobs, top_ids = (torch.stack(column) for column in zip(*row.top)) if row.top else (None, None)
     return Completion(row.request.index, row.tokens, torch.stack(row.logits), row.follow_up_logits, top_logprobs, top_ids,
-                      row.choice, row.finish_reason)
+                      row.choice, row.finish_reason, row.matcher.error() if row.finish_reason == "grammar" else "")
 
 
 def kv_bytes_per_token(config, dtype: torch.dtype) -> int:

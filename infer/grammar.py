@@ -18,7 +18,10 @@ than vLLM's `whitespace_flexible` (WHITESPACE: a space, or a line break and inde
 
 A grammar comes from a request (a server's): `within` compiles it in a daemon thread of its own and gives up
 after a time limit, so that neither a request nor the server's shutdown waits for a grammar whose lexer
-takes minutes (llguidance drops the GIL while it works; the thread, left to finish, stops nothing). A
+takes minutes (llguidance drops the GIL while it works; the thread, left to finish, stops nothing). At
+most COMPILING grammars are compiled at once, the abandoned ones included until they finish: a flood of slow
+grammars holds that many threads and cores, not one per request; a request that finds no free slot within
+its time limit is refused as busy (GrammarBusy). A
 grammar no text satisfies (a `$ref` cycle, an empty character class) is refused when compiled: its first
 mask is computed then (which also builds the lexer's first states outside the model thread).
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -40,11 +44,17 @@ import torch
 WHITESPACE = r"(?:\x20|\r?\n[\x20\x09]{0,16})?"
 COMPACT = ""  # no whitespace between JSON tokens (the default)
 BITS = 32  # llguidance's masks are rows of 32-bit words, token t at bit t % 32 of word t // 32
+COMPILING = 2  # grammars compiled at once (module docstring)
+_compiling = threading.BoundedSemaphore(COMPILING)
 
 
 class GrammarError(ValueError):
     """A grammar llguidance cannot compile: an invalid schema, regex or Lark text (the message says where),
     one that no text satisfies, or one past a limit."""
+
+
+class GrammarBusy(GrammarError):
+    """No grammar could start compiling within the time limit: COMPILING others were (module docstring)."""
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: a key of the compiled grammars' cache
@@ -120,18 +130,24 @@ def _message(error: str) -> str:
 
 
 def within(seconds: float, build: Callable[[], Grammar]) -> Grammar:
-    """build() in a daemon thread, or GrammarError when it takes more than `seconds` (module docstring)."""
+    """build() in a daemon thread, or GrammarError when it takes more than `seconds`, waiting for a free
+    compile slot included (module docstring)."""
     done: Future = Future()
+    deadline = time.monotonic() + seconds
+    if not _compiling.acquire(timeout=seconds):
+        raise GrammarBusy(f"{COMPILING} other grammars were still compiling after {seconds:g} s (--max_grammar_seconds); try again later")
 
     def run() -> None:
         try:
             done.set_result(build())
         except BaseException as err:  # noqa: BLE001 - handed to the waiting request, whatever it is
             done.set_exception(err)
+        finally:
+            _compiling.release()
 
     threading.Thread(target=run, name="grammar", daemon=True).start()
     try:
-        return done.result(timeout=seconds)
+        return done.result(timeout=max(0.0, deadline - time.monotonic()))
     except TimeoutError:
         raise GrammarError(f"it takes more than {seconds:g} s to compile, this server's limit (--max_grammar_seconds)") from None
 

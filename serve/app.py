@@ -255,7 +255,7 @@ async def chat_completions(request: Request, service: Service) -> Response:
     if body.stream:
         return StreamingResponse(answer.stream(future, request), media_type="text/event-stream")
     try:
-        completions = await until_answered(service, future, request, answer.gone)
+        completions = answer.checked(await until_answered(service, future, request, answer.gone))
     except ClientGone:
         service.metrics.finished["abort"] += body.n or 1  # vLLM's finish reason for a request its client left
         raise
@@ -276,6 +276,8 @@ def compiled(service: Service, constraint: Constraint) -> grammar.Grammar:
              "choice": grammar.choice, "grammar": grammar.grammar}[constraint.kind]
     try:
         return grammar.within(limits.max_grammar_seconds, lambda: build(service.vocabulary, constraint.value))
+    except grammar.GrammarBusy as err:  # the server's state, not the request's fault
+        raise RequestError(503, constraint.field, str(err), kind="server_error", code="server_busy") from None
     except grammar.GrammarError as err:
         raise RequestError(400, constraint.field, f"does not compile to a grammar: {err}") from None
 
@@ -334,6 +336,17 @@ class Answer:
             self.loop.call_soon_threadsafe(self.written.put_nowait, choice)
         return going
 
+    def checked(self, completions: list[Completion]) -> list[Completion]:
+        """The completions, or a 400 naming the structured output's field where a choice reached text its
+        grammar allows no continuation of: its answer would be cut short yet say "stop"."""
+        for k, completion in enumerate(completions):
+            if completion.finish_reason == "grammar":
+                raise RequestError(400, self.body.constraint().field,
+                                   f"choice {k} came, after {len(completion.tokens) - 1} tokens, to text no continuation of satisfies "
+                                   f"the grammar ({completion.grammar_error.splitlines()[0] if completion.grammar_error else 'no reason given'}): "
+                                   "it admits text it cannot complete")
+        return completions
+
     def texts(self, completions: list[Completion]) -> list[ChoiceText]:
         return [ChoiceText.of(c.tokens, self.decode, self.stops, self.stop_ids) for c in completions]
 
@@ -390,7 +403,7 @@ class Answer:
                 if written is not None:
                     written.cancel()
             try:
-                completions = await until_answered(self.service, answer, request, self.gone)
+                completions = self.checked(await until_answered(self.service, answer, request, self.gone))
             except ClientGone:
                 return
             except RequestError as err:

@@ -247,4 +247,30 @@ def test_a_grammar_that_takes_too_long_to_compile_is_refused_and_no_one_waits_fo
         grammar.within(0.01, build)
     assert threads[0].daemon and threads[0].is_alive()
     release.set()
+    threads[0].join()  # its compile slot is free again before the next test (grammar.COMPILING)
+    assert grammar.within(60, lambda: "compiled") == "compiled"
+
+
+def test_abandoned_compiles_hold_their_slots_so_a_flood_of_slow_grammars_runs_at_most_two_threads():
+    """Issue 45: a compile refused at the time limit went on in its thread, and every new slow grammar
+    started another (a flood of them took every core). Abandoned ones keep their slot until they end."""
+    import threading
+
+    release, threads = threading.Event(), []
+
+    def slow():
+        threads.append(threading.current_thread())
+        release.wait()
+
+    try:
+        for _ in range(grammar.COMPILING):
+            with pytest.raises(grammar.GrammarError, match="takes more than"):
+                grammar.within(0.01, slow)
+        with pytest.raises(grammar.GrammarBusy, match=r"2 other grammars were still compiling after 0.05 s"):
+            grammar.within(0.05, slow)
+        assert len(threads) == grammar.COMPILING  # the refused request started none
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join()
     assert grammar.within(60, lambda: "compiled") == "compiled"

@@ -150,6 +150,23 @@ def test_a_structured_output_that_cannot_work_is_refused_by_field(server, fields
     assert neutral.status_code == 200, neutral.text
 
 
+# Compiles, and its first mask allows "a" alone; after "a" nothing satisfies it, so the stop token alone is allowed.
+DEAD_END = {"structured_outputs": {"grammar": 'start: "a" X\nX: /[^\\s\\S]/'}}
+
+
+def test_a_grammar_that_dead_ends_mid_answer_is_a_400_whole_and_an_error_event_streamed(server):
+    """The answer "a" ended by the only token its grammar then allowed was a 200 whose finish_reason said "stop"."""
+    whole = post(server, "/v1/chat/completions", {"model": SERVED, "messages": HELLO, "max_tokens": 8, **DEAD_END})
+    assert whole.status_code == 400, whole.text
+    error = whole.json()["error"]
+    assert error["param"] == "structured_outputs.grammar" and "came, after 1 tokens, to text no continuation of satisfies" in error["message"], error
+    streamed = post(server, "/v1/chat/completions", {"model": SERVED, "messages": HELLO, "max_tokens": 8, "stream": True, **DEAD_END})
+    events = [json.loads(line[len("data: "):]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert events[-1]["error"]["param"] == "structured_outputs.grammar", events
+    assert not any(choice["finish_reason"] for event in events[:-1] for choice in event.get("choices", [])), events
+    assert streamed.text.rstrip().endswith("data: [DONE]")
+
+
 def test_a_structured_server_starts_with_its_default_rubrics_and_refuses_only_pairs_a_pairwise_rubric_judges(checkpoint, dataset, tmp_path):  # noqa: F811
     """judge-serve --structured: its default rubrics hold the pairwise one, which holds nothing up until a pair
     of its category comes; a pair under a pointwise rubric is scored, each answer held to the score lines."""
