@@ -113,18 +113,10 @@ def test_no_two_modules_import_each_other_when_they_load():
     assert circles(import_graph(load_time_only=True)) == []
 
 
-def test_serve_s_modules_import_each_other_in_no_circle_even_inside_a_function():
+def test_no_two_modules_import_each_other_even_inside_a_function_but_the_reward_model_and_its_loader():
     """serve/app.py's build_app imported serve/rewards.py in its body, and rewards.py imported app.py's Service
-    and handler helpers: what both share is serve/service.py, one floor down. Only serve/ is held to this:
-    judge/'s backbones registry and its reward model import their importers inside functions (its own circles)."""
-    graph = import_graph(load_time_only=False)
-    serve = {module: {t for t in targets if t.startswith("mmjudge.serve.")} for module, targets in graph.items() if module.startswith("mmjudge.serve.")}
-    assert circles(serve) == []
-
-
-def test_the_checks_see_a_circle_and_an_upward_import():
-    """The graph is read as Python reads imports: relative ones, names that are submodules, package __init__s."""
-    graph = import_graph(load_time_only=False)
-    assert "mmjudge.judge.checkpoint" in graph["mmjudge.judge.model"] and "mmjudge.judge.backbones.internvl" in graph["mmjudge.judge.model"]
-    assert "mmjudge.judge.backbones" in graph["mmjudge.judge.backbones.qwen_vl"]
-    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    and handler helpers: what both share is serve/service.py, one floor down. judge/backbones/__init__.py
+    imported the Qwen-VL adapter in backbone_of, which imported the package's Backbone: that is
+    judge/backbones/base.py now. One circle is left, by design: load_judge (judge/model.py) hands a checkpoint
+    with a reward head to judge/reward_model.py, a Judge built on model.py's own loading."""
+    assert circles(import_graph(load_time_only=False)) == [["mmjudge.judge.model", "mmjudge.judge.reward_model"]]

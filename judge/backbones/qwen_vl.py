@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from mmjudge.judge.backbones import Backbone
+from mmjudge.judge.backbones.base import Backbone
 from mmjudge.judge.checkpoint import CheckpointError, JudgeSettings, chat_template_of, read_json_object
 from mmjudge.judge.smart_resize import QWEN_IMAGE_TOKENS, from_processor_config
 from mmjudge.judge.vision import Pixels
