@@ -713,26 +713,41 @@ def test_streams_left_part_way_leave_no_task_behind_in_the_log(server, server_lo
     assert "Task was destroyed" not in server_log.read_text()
 
 
+def leave_on_timeout(server, body) -> tuple[int, int]:
+    """A client that gives up on its whole answer, once the answer is out of the model: the decoding steps and
+    aborted requests before it. A client that left before its answer's first step shows nothing, so a busy
+    machine's client waits longer (1.5 s was short of the first step beside two busy loops and other work)."""
+    for seconds in (1.5, 3.0, 6.0, 12.0, 24.0):
+        before, aborted, before_finished = steps(server), metric(server, "vllm:request_success_total", finished_reason="abort"), finished(server)
+        with pytest.raises(openai.APITimeoutError):
+            openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=seconds).chat.completions.create(**body)
+        left_its_slot(server, before_finished)
+        if steps(server) > before:
+            return before, aborted
+    pytest.fail("no client waited long enough for its answer's first step, even 24 s")
+
+
+def leave_a_stream(server, body) -> tuple[int, int]:
+    """A client that closes its stream after three chunks, once the answer is out of the model (as above)."""
+    before, aborted, before_finished = steps(server), metric(server, "vllm:request_success_total", finished_reason="abort"), finished(server)
+    with client_of(server).chat.completions.create(**body, stream=True) as stream:
+        for _ in zip(range(3), stream):
+            pass
+    left_its_slot(server, before_finished)
+    return before, aborted
+
+
 def test_a_client_that_leaves_stops_costing_decoding_steps(server):
     """Issue 21, item 3: a client that times out (whole answer) or closes its stream frees its slot; the
     model computes nothing more for it. Counted in decoding steps: the request asks for 3000 tokens, the
     tiny judge writes a few hundred a second."""
     # sampled, and seeded with one whose answer on this checkpoint runs to its 3000 tokens: no early stop token
     long = {"model": SERVED, "messages": HELLO, "max_tokens": 3000, "temperature": 1.0, "seed": 3}
-    impatient = openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=1.5)
-    for leave in ("timeout", "closed stream"):
-        before, aborted, before_finished = steps(server), metric(server, "vllm:request_success_total", finished_reason="abort"), finished(server)
-        if leave == "timeout":
-            with pytest.raises(openai.APITimeoutError):
-                impatient.chat.completions.create(**long)
-        else:
-            with client_of(server).chat.completions.create(**long, stream=True) as stream:
-                for _ in zip(range(3), stream):
-                    pass
-        left_its_slot(server, before_finished)
+    for leave in (leave_on_timeout, leave_a_stream):
+        before, aborted = leave(server, long)
         settled = steps(server)
         time.sleep(2.0)
-        assert steps(server) == settled, leave  # nothing more computed for it
-        assert 0 < settled - before < 3000 - 1, (leave, settled - before)
+        assert steps(server) == settled, leave.__name__  # nothing more computed for it
+        assert 0 < settled - before < 3000 - 1, (leave.__name__, settled - before)
         assert metric(server, "vllm:num_requests_running", model_name=SERVED) == 0
         assert metric(server, "vllm:request_success_total", finished_reason="abort") == aborted + 1
