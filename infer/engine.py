@@ -43,6 +43,7 @@ from mmjudge.judge.model import Judge, with_max_tiles
 from mmjudge.judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
 from mmjudge.judge.preferences import ORDERS, POINTWISE_RULE, in_pair_terms, likeliest, pairwise_verdict, pointwise_verdict
 from mmjudge.judge.prompts import PlannedImage, Rubric, build_pair_prompt, build_prompt, encode_prompt
+from mmjudge.judge.reward_model import is_reward_model
 from mmjudge.judge.verdicts import VERDICT_FORMATS, Reading, VerdictFormat
 from mmjudge.judge.vision import Pixels, load_pixels
 
@@ -85,9 +86,11 @@ def prepare(judge: Judge, samples: Iterable[tuple[int, Sample | Pair]], rubrics:
     count_tokens = lambda text: len(judge.tokenizer(text, add_special_tokens=False).input_ids)  # noqa: E731
     budgets = (settings.images, options.image_token_budget, options.prompt_token_budget, count_tokens)
     template = settings.template
+    # A reward model reads its head at the prompt's last token, as it was trained: no score heading after it.
+    reads_logits = options.mode == "logits" and not is_reward_model(judge.model)
 
     def encoded(prompt, logits_prefix: str) -> torch.Tensor:
-        text = prompt.text + (logits_prefix if options.mode == "logits" else "")
+        text = prompt.text + (logits_prefix if reads_logits else "")
         return torch.tensor(encode_prompt(judge.tokenizer, text, prompt.controls), dtype=torch.int32)
 
     prepared = []

@@ -36,6 +36,8 @@ def is_reward_checkpoint(model_dir: Path) -> bool:
 class RewardScorer(Scorer):
     """The engine's Scorer with a prefill in place of decoding (module docstring)."""
 
+    decoder = None  # nothing is decoded
+
     def __init__(self, judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str):
         self.judge, self.rubrics, self.options, self.device = judge, rubrics, options, device
 

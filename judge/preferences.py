@@ -62,10 +62,15 @@ def first_wins(verdict: str | None, first: str) -> bool | None:
     return None if verdict in (None, "tie") else verdict == first
 
 
+def pointwise_value(result: JudgeResult) -> float | None:
+    """What a pointwise judge's verdict compares of an answer: its reward (a reward model's), else its expected
+    score, else its written score."""
+    return next((v for v in (result.reward, result.expected_score, result.score) if v is not None), None)
+
+
 def pointwise_verdict(a: JudgeResult, b: JudgeResult, margin: float) -> tuple[str | None, dict | None]:
     """(verdict, distribution) of a pointwise judge's scores of answers A and B (module docstring)."""
-    value = lambda r: next((v for v in (r.reward, r.expected_score, r.score) if v is not None), None)  # noqa: E731
-    va, vb = value(a), value(b)
+    va, vb = pointwise_value(a), pointwise_value(b)
     verdict = None if va is None or vb is None else "A" if va - vb > margin else "B" if vb - va > margin else "tie"
     distribution = None
     if a.score_distribution and b.score_distribution:

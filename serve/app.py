@@ -184,6 +184,10 @@ async def score(request: Request, service: Service) -> Response:
             raise RequestError(400, f"{what}[{k}].category", f"no rubric for category {item.category!r}; this server has {sorted(service.rubrics)}")
         if what == "samples" and rubric.kind == "pairwise":
             raise RequestError(400, f"{what}[{k}].category", f"the rubric of category {item.category!r} compares two answers; send the sample as a pair")
+        if what == "pairs" and rubric.kind == "pairwise" and service.reward_model:
+            raise RequestError(400, f"{what}[{k}].category", f"the rubric of category {item.category!r} asks for a verdict, and this server's "
+                                                                 "model is a reward model, which scores each answer alone: send the pair under a "
+                                                                 "pointwise rubric's category")
         if what == "pairs" and rubric.kind == "pairwise" and service.score_options.structured:
             raise RequestError(400, f"{what}[{k}].category", f"the rubric of category {item.category!r} asks for a verdict, and this server "
                                                                  "holds each answer to its rubric's score lines (--structured)")
@@ -215,6 +219,9 @@ def with_image_files(item: Sample | Pair, where: str, images: RequestImages) -> 
 
 async def chat_completions(request: Request, service: Service) -> Response:
     arrived = time.monotonic()
+    if service.reward_model:
+        raise RequestError(400, "model", "this server's model is a reward model: it gives each answer a reward (/v1/score, /classify, "
+                                         "/get_reward, /v1/score/evaluation) and writes no text")
     body = chat_request(await read_json(request, service.limits.max_request_bytes))
     body = body.model_copy(update={"model": served_name(service, body.model, "model")})  # the name the answer gives
     system, user = body.turns()

@@ -62,6 +62,11 @@ def _main(argv) -> int:
     options, limits, api_key = settings(args)
     rubrics = load_rubrics(args.rubric or FORMATS["pairs"].default_rubrics)
     reward = parse_reward(limits.reward, rubrics) if limits.reward else None  # refused before the model loads
+    from mmjudge.infer.reward_model import is_reward_checkpoint
+
+    if reward and (reward.kind == "preference" or reward.calibrator) and is_reward_checkpoint(Path(args.model_path)):
+        raise UsageError(f"--reward {limits.reward}: {args.model_path} is a reward model, whose reward is its head's own, of each answer "
+                         "alone: give score:CATEGORY (a pointwise rubric's category, uncalibrated)")
     import uvicorn
 
     from mmjudge.infer.engine import judge_vocabulary

@@ -16,10 +16,17 @@ list per query, shown before its prompt's text); each a path under --image_root 
 4xx naming the field: in OpenAI's shape on /classify and /v1/decisions (vLLM's), in FastAPI's
 `{"detail": ...}` on /get_reward and /v1/score/evaluation (OpenRLHF's and LLaMA-Factory's servers are
 FastAPI). A reward that the judge's output gives no number for is null, never a made-up value.
+
+A reward model (judge-train --objective bradley_terry) scores each response by one prefill under --reward
+score:CATEGORY's pointwise rubric, and its reward is its head's output, unbounded: as is on /get_reward and
+/v1/score/evaluation (OpenRLHF's and LLaMA-Factory's reward-model servers answer the head's output), and on
+/classify as vLLM's pooling runner answers a one-label classifier, `probs: [sigmoid(r)]`, `num_classes` 1
+(`[r]` with use_activation false). /v1/decisions, which reads score distributions, refuses it.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -66,7 +73,7 @@ class Asked:
 
 @dataclass
 class Reward:
-    value: float | None  # in [0, 1]; None where the judgement gives no number
+    value: float | None  # in [0, 1] (a reward model's: its head's own reward, unbounded); None where the judgement gives no number
     result: JudgeResult | None = None  # the judgement it was read from (a pair's: the PairResult); None for a verdict reward
     n_images: int = 0  # the images the judge was shown
 
@@ -122,6 +129,8 @@ async def rewarded(request: Request, service: Service, asked: list[Asked], what:
         images.close()
     if spec.kind == "preference":
         return [Reward(preference_reward(result), result, result.n_images) for result in results]
+    if service.reward_model:
+        return [Reward(result.reward, result, result.n_images) for result in results]
     return [Reward(score_reward(result, rubric, spec.calibrator), result, result.n_images) for result in results]
 
 
@@ -156,7 +165,7 @@ class ClassifyRequest(BaseModel):
     model: str | None = None  # the first served name where none is sent, as vLLM
     input: str | list[str] | None = None
     messages: list[Message] | None = Field(default=None, min_length=2)
-    use_activation: bool | None = None  # the reward is a probability either way
+    use_activation: bool | None = None  # a judge's reward is a probability either way; a reward model's is its sigmoid unless false, as vLLM's
     user: str | None = None
 
     @model_validator(mode="after")
@@ -193,8 +202,12 @@ async def classify(request: Request, service: Service) -> Response:
         asked, what = [Asked(where(k), [], [Piece(where(k), text=text)]) for k, text in enumerate(texts)], "input"
     rewards = await rewarded(request, service, asked, what)
     service.metrics.e2e.observe(time.monotonic() - arrived)
-    data = [{"index": k, "label": service.reward.name, "probs": [None if r.value is None else 1 - r.value, r.value], "num_classes": 2}
-            for k, r in enumerate(rewards)]
+    if service.reward_model:  # as vLLM's pooling runner answers a num_labels 1 classifier: its sigmoid, or with use_activation false its logit
+        data = [{"index": k, "label": service.reward.name, "probs": [r.value if body.use_activation is False else 1 / (1 + math.exp(-r.value))],
+                 "num_classes": 1} for k, r in enumerate(rewards)]
+    else:
+        data = [{"index": k, "label": service.reward.name, "probs": [None if r.value is None else 1 - r.value, r.value], "num_classes": 2}
+                for k, r in enumerate(rewards)]
     tokens = sum(r.result.prompt_tokens if isinstance(r.result, JudgeResult) else 0 for r in rewards)
     return JSONResponse({"id": f"classify-{request.state.request_id}", "object": "list", "created": int(time.time()), "model": model,
                          "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
@@ -235,7 +248,7 @@ async def get_reward(request: Request, service: Service) -> Response:
     service.metrics.e2e.observe(time.monotonic() - arrived)
     values = [r.value for r in rewards]
     logs = {"n_images": [r.n_images for r in rewards]}  # numbers only: OpenRLHF averages each list into its logs
-    if service.reward.kind == "score":
+    if service.reward.kind == "score" and not service.reward_model:
         logs["expected_score"] = [r.result.expected_score if r.result.expected_score is not None else r.result.score for r in rewards]
     return JSONResponse({"rewards": values, "scores": values, "extra_logs": logs, "reward": service.reward.name})
 
@@ -316,6 +329,9 @@ async def decisions(request: Request, service: Service) -> Response:
     body = validated(DecisionsRequest, await read_json(request, service.limits.max_request_bytes))
     model = served_name(service, body.model, "model")
     spec = spec_of(service, ("score",), "decisions are read from a pointwise rubric's score distribution: start it with --reward score:CATEGORY")
+    if service.reward_model:
+        raise RequestError(400, None, "decisions are read from a judge's score distribution, and this server's model is a reward model, "
+                                      "which gives one unbounded reward: ask /classify or /get_reward")
     about = input_pieces(body.input)
     asked, asking = [], []
     for q, question in enumerate(body.questions):

@@ -21,6 +21,7 @@ from mmjudge.judge.data import JudgeResult, Pair, PairResult, Sample, UsageError
 from mmjudge.judge.identity import stamp
 from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Rubric
+from mmjudge.judge.reward_model import is_reward_model
 from mmjudge.judge.rewards import RewardSpec
 from mmjudge.serve.api import RequestError
 from mmjudge.serve.metrics import Metrics
@@ -50,6 +51,11 @@ class Service:
     @property
     def tokenizer(self):
         return self.judge.tokenizer
+
+    @property
+    def reward_model(self) -> bool:
+        """Whether the judge is a reward model (judge/reward_model.py): a reward per answer, from one prefill, and no text."""
+        return is_reward_model(self.judge.model)
 
     @property
     def token_bytes(self) -> Callable[[int], bytes] | None:

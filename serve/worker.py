@@ -27,6 +27,7 @@ fixed when it is submitted), and its on_token is not told the tokens it was alre
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -37,12 +38,15 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from mmjudge.infer.decoding import Completion, OutOfMemory, Request, Sampling, seeded
-from mmjudge.infer.engine import Prepared, Scorer, judge_decoder
+from mmjudge.infer.engine import Prepared, judge_decoder
 from mmjudge.infer.grammar import Grammar
 from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.reward_model import scorer_for
 from mmjudge.judge.data import JudgeResult, UsageError
 from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Rubric
+from mmjudge.judge.reward_model import is_reward_model
+from mmjudge.judge.rope import context_length
 from mmjudge.judge.vision import Pixels
 
 
@@ -100,13 +104,16 @@ class Worker:
     def __init__(self, judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str, batch_wait_s: float,
                  prefill_budget: int | None = None, max_model_len: int | None = None):
         self.options, self.device, self.batch_wait_s = options, device, batch_wait_s
-        self.scorer = Scorer(judge, rubrics, options, device)
+        self.scorer = scorer_for(judge, rubrics, options, device)
         # A chat answer ends at the stop token whatever --ignore_stop says (a benchmarking switch), and records no score logits.
         # It is deterministic where asked only: what that costs a server under load is not measured yet (docs/serving.md).
-        self.chat_decoder = judge_decoder(judge, device, options.token_budget, columns=[], prefill_budget=prefill_budget,
-                                          deterministic=options.deterministic is True)
-        for decoder in (self.scorer.decoder, self.chat_decoder):  # --max_model_len: answers end there
-            decoder.context = min(decoder.context, max_model_len or decoder.context)
+        # A reward model writes no text: no chat decoder (serve/app.py refuses its chat requests), and its scorer prefills alone.
+        self.chat_decoder = None if is_reward_model(judge.model) else judge_decoder(
+            judge, device, options.token_budget, columns=[], prefill_budget=prefill_budget, deterministic=options.deterministic is True)
+        self.decoders = [decoder for decoder in (self.scorer.decoder, self.chat_decoder) if decoder is not None]
+        self.context = min(context_length(judge.model.config.get_text_config()), max_model_len or sys.maxsize)  # the prompt and its answer together
+        for decoder in self.decoders:  # --max_model_len: answers end there
+            decoder.context = min(decoder.context, self.context)
         self.counts: Counter[str] = Counter()  # the metrics endpoint's counters; written by this thread only
         self._queue: queue.Queue[ScoreJob | ChatJob] = queue.Queue()
         self._held: list[ScoreJob | ChatJob] = []  # arrived during a round and not joined to it: the next round's first
@@ -122,17 +129,11 @@ class Worker:
     def forward_passes(self) -> dict[str, int]:
         """Prefill groups (or chunks) and decoding steps run so far, and the prompt tokens prefilled, scoring and
         chat together."""
-        decoders = (self.scorer.decoder, self.chat_decoder)
-        return {"prefill": sum(d.prefills for d in decoders), "step": sum(d.steps for d in decoders),
-                "prefill_tokens": sum(d.prefill_tokens for d in decoders)}
+        return {"prefill": sum(d.prefills for d in self.decoders), "step": sum(d.steps for d in self.decoders),
+                "prefill_tokens": sum(d.prefill_tokens for d in self.decoders)}
 
     def score(self, items: list[Prepared], cancelled: Callable[[], bool] | None = None) -> Future:
         return self._submit(ScoreJob(items, Future(), cancelled))
-
-    @property
-    def context(self) -> int:
-        """The tokens a prompt and its answer hold together, at most."""
-        return self.chat_decoder.context
 
     def chat(self, prompt: ChatPrompt) -> Future:
         # The seed is fixed now, so that a run again after another request's failure writes the same answer.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import torch.nn.functional as F
 from datasets import Dataset
 from tqdm.auto import tqdm
 from transformers import set_seed
+from transformers.integrations import is_deepspeed_zero3_enabled
 
 from mmjudge.infer.progress import Bar, counted
 from mmjudge.judge.data import InputError, Pair, Problem, write_json_atomically
@@ -151,6 +153,17 @@ def pairwise_accuracy(model: torch.nn.Module, pairs: Dataset, collate: PairColla
     return (chosen > rejected).float().mean().item()
 
 
+def whole_weights(model: torch.nn.Module):
+    """Every weight of the model whole on every rank for as long as the context lasts: under DeepSpeed ZeRO-3 each
+    rank holds a partition of each weight (rank 0's alone exported empty tensors), gathered here by every rank
+    together; a change made meanwhile (the adapter merged in) is dropped at the end. Elsewhere, nothing to do."""
+    if not is_deepspeed_zero3_enabled():
+        return nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None)
+
+
 def train_reward_head(base: Checkpoint, annotations: tuple[list[Pair], list[Pair]], train_file: Path, image_root: Path, output_dir: Path,
                       rubrics: dict[str, Rubric], cfg: TrainConfig, deepspeed: str | None, resume: bool, eval_file: Path | None = None) -> dict:
     """Train a reward head on `base` from the (training, held-out) pairs; the result says how the saved weights
@@ -179,11 +192,13 @@ def train_reward_head(base: Checkpoint, annotations: tuple[list[Pair], list[Pair
     )
     allow_checkpoint_types()
     trainer.train(resume_from_checkpoint=resumed_checkpoint(output_dir / CHECKPOINTS_DIR) if resume else None)
-    if best := trainer.state.best_model_checkpoint:
-        trainer._load_from_checkpoint(best)
-    if trainer.is_world_process_zero():
-        save_native(Judge(trainer.model, judge.tokenizer, judge.settings, "training"), output_dir)  # the adapter merged in
-        write_json_atomically(output_dir / "train_config.json", asdict(cfg))
+    best = trainer.state.best_model_checkpoint
+    with whole_weights(trainer.model):  # the best checkpoint loads into whole weights (ZeRO-3's partitions take none)
+        if trainer.is_world_process_zero():
+            if best:
+                trainer._load_from_checkpoint(best)
+            save_native(Judge(trainer.model, judge.tokenizer, judge.settings, "training"), output_dir)  # the adapter merged in
+            write_json_atomically(output_dir / "train_config.json", asdict(cfg))
     measured = any(f"eval_{MEASURE}" in entry for entry in trainer.state.log_history)
     return {"global_step": trainer.state.global_step, "best": trainer.state.best_metric if measured else None,
             "measure": "pairwise accuracy of the rewards, ties out"}

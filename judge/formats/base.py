@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mmjudge.judge.data import JudgeResult, Pair, PairResult, Problem, Sample, Segment, image_problems, parse_records, sample_image_places
+from mmjudge.judge.data import (JudgeResult, OrderJudgement, Pair, PairResult, Problem, Sample, Segment, image_problems, parse_records,
+                                sample_image_places)
+from mmjudge.judge.preferences import in_pair_terms, pointwise_value
+from mmjudge.judge.verdicts import VERDICT_FORMATS, VerdictFormat
 
 if TYPE_CHECKING:  # judge.prompts imports torch (tiling); the formats are read by judge-calibrate too, which must not
     from mmjudge.judge.parsing import ScoreScale
@@ -133,6 +136,26 @@ def pair_input(path: Path, built: list[tuple[int, Pair]], problems: list[Problem
     return BenchmarkInput(path, [pair for _, pair in kept], problems, rubrics, [records[index] for index, _ in kept], notes or [])
 
 
-def judgements(result: PairResult | None, order: str) -> list:
-    """An order's judgements of a pair, none where the pair has no result (not judged in this run)."""
-    return getattr(result, order) if result is not None else []
+def judgements(result: PairResult | None, order: str, verdict_format: str) -> list[OrderJudgement]:
+    """An order's judgements of a pair, none where the pair has no result (not judged in this run). A pairwise
+    judge's are those it wrote; a pointwise judge (a reward model among them) scored each answer alone and wrote
+    no verdict, so its pair's verdict is the order's one judgement, written as `verdict_format` (the benchmark's
+    judges' convention) writes it in the order's positions, which the benchmark's own code parses."""
+    if result is None or result.scores is None:
+        return getattr(result, order) if result is not None else []
+    return [] if result.verdict is None else [pointwise_judgement(result, order, VERDICT_FORMATS[verdict_format])]
+
+
+def pointwise_judgement(result: PairResult, order: str, fmt: VerdictFormat) -> OrderJudgement:
+    """A pointwise pair record's verdict as a judge of the benchmark would write it, shown in `order`. A tie
+    that the convention cannot write is no verdict (an empty text), but OpenING's, whose judges lean a tie
+    to one answer: to the one of the higher score or reward."""
+    first = "A" if order == "forward" else "B"
+    shown = in_pair_terms(result.verdict, first)  # positional: the mapping is its own inverse
+    try:
+        text = fmt.write(shown, {}, {}, None)
+    except ValueError:  # a tie
+        lean = "A" if pointwise_value(result.scores["A"]) >= pointwise_value(result.scores["B"]) else "B"
+        text = f"Tie({in_pair_terms(lean, first)} is better)" if fmt.name == "opening" else ""
+    return OrderJudgement(first=first, feedback=text, verdict=result.verdict, label=fmt.read(text, {}).label, n_tiles=None,
+                          prompt_tokens=sum(score.prompt_tokens for score in result.scores.values()), generated_tokens=0)

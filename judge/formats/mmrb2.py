@@ -107,7 +107,7 @@ def write(bench: BenchmarkInput, results: dict[str, PairResult], output_dir: Pat
     predictions = {}
     for pair_id, result in results.items():
         predictions[pair_id] = {order: [{"judgement": j.label, "evaluator": EVALUATOR, "metadata": _metadata(j.feedback)}
-                                        for j in judgements(result, order) if j.label is not None] for order in ("forward", "reverse")}
+                                        for j in judgements(result, order, "mmrb2") if j.label is not None] for order in ("forward", "reverse")}
     pairs = bench.content  # the records of the pairs read (pair_input), each id once
     tasks = sorted({TASK_OF[p["prompt_source"]] for p in pairs})
     write_json_atomically(output_dir / PREDICTIONS, predictions)

@@ -80,7 +80,7 @@ def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file
 def write(bench: BenchmarkInput, results: dict[str, PairResult], output_dir: Path) -> list[Path]:
     lines = []
     for raw in bench.content:  # the records of the pairs read (pair_input), each id once
-        forward = judgements(results.get(raw["ID"]), "forward")
+        forward = judgements(results.get(raw["ID"]), "forward", "brackets")
         if forward:
             lines.append({"ID": raw["ID"], "Text": raw["Text"], "Image": raw["Image"], "Label": label(raw["Better"]), "Meta": raw,
                           "output": forward[0].feedback})

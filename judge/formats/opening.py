@@ -174,7 +174,7 @@ def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file
 def write(bench: BenchmarkInput, results: dict[str, PairResult], output_dir: Path) -> list[Path]:
     judged = []
     for raw in bench.content:  # the records of the pairs read (pair_input), each battle once
-        forward = judgements(results.get(battle_key(Battle.model_validate(raw))), "forward")
+        forward = judgements(results.get(battle_key(Battle.model_validate(raw))), "forward", "opening")
         # IntJudge's reading always names a winner; another verdict format's may name none, a battle its file leaves out
         if forward and forward[0].label is not None:
             judged.append({"data_id": raw["data_id"], "model_A": raw["model_A"], "model_B": raw["model_B"], "winner": forward[0].label})

@@ -147,7 +147,7 @@ def write(bench: BenchmarkInput, results: dict[str, PairResult], output_dir: Pat
         pair_id = raw["id"]
         result = results.get(pair_id)
         for order, random_number in (("forward", 0), ("reverse", 1)):
-            for judgement in judgements(result, order):
+            for judgement in judgements(result, order, "vlrewardbench"):
                 status = flag_status(judgement.label, raw["human_ranking"], random_number)
                 statuses.setdefault(pair_id, []).append(status)
                 meta = {"filter_choice": judgement.feedback, "filter_number": int(judgement.label) if judgement.label else -1,

@@ -130,6 +130,21 @@ def write_family_checkpoint(name: str, out_dir: str | Path, *, seed: int = 0, ro
     return out_dir
 
 
+def write_reward_checkpoint(out_dir: str | Path, *, family: str = "qwen2.5-vl-3b", seed: int = 0) -> Path:
+    """A tiny reward model (judge/reward_model.py: a linear head, as judge-train --objective bradley_terry saves
+    it) over the family's tiny checkpoint, its head drawn wide (std 1) so that answers' rewards lie well apart."""
+    from mmjudge.judge.model import Judge, load_judge, save_native
+    from mmjudge.judge.reward_model import reward_classifier
+
+    out_dir = Path(out_dir)
+    judge = load_judge(write_family_checkpoint(family, out_dir / "base", seed=seed))
+    model = reward_classifier(judge, "linear")
+    with torch.no_grad():
+        model.score.weight.copy_(torch.randn(model.score.weight.shape, generator=torch.Generator().manual_seed(seed)))
+    save_native(Judge(model, judge.tokenizer, judge.settings, "training"), out_dir / "reward")
+    return out_dir / "reward"
+
+
 # -- tokenizers -----------------------------------------------------------------------------------------------------
 
 def write_family_tokenizer(family: Family, out_dir: Path) -> dict[str, int]:

@@ -10,12 +10,12 @@ import torch
 from mmjudge.calibration.cli import main as calibrate_main
 from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.data import load_pairs
-from mmjudge.judge.model import Judge, load_judge, save_native
+from mmjudge.judge.model import load_judge
 from mmjudge.judge.prompts import load_rubrics
-from mmjudge.judge.reward_model import reward_classifier, rewards
+from mmjudge.judge.reward_model import rewards
 from mmjudge.configs import CONFIG_DIR
 from mmjudge.judge.testing import write_dataset, write_pairs
-from mmjudge.judge.testing.families import write_family_checkpoint
+from mmjudge.judge.testing.families import write_reward_checkpoint
 from mmjudge.train.bradley_terry import PairCollator, build_pair_dataset
 from mmjudge.train.data import Collator
 
@@ -24,28 +24,22 @@ RUBRIC = "category: general\ninstructions: Rate the answer.\ntemplate: \"{instru
 
 @pytest.mark.slow
 def test_judge_score_gives_each_answer_its_training_reward_and_the_pair_its_difference(tmp_path, capsys):
-    base = write_family_checkpoint("qwen2.5-vl-3b", tmp_path / "base")
+    reward_dir = write_reward_checkpoint(tmp_path, seed=0)  # over the tiny Qwen2.5-VL: its 3-D positions and pixels on both paths
     root = tmp_path / "data"
-    write_pairs(root, 3, seed=0, annotated=True)  # with images: Qwen-VL's 3-D positions and pixels on both paths
+    write_pairs(root, 3, seed=0, annotated=True)
     (root / "general.yaml").write_text(RUBRIC)
-    judge = load_judge(base)
-    model = reward_classifier(judge, "linear")
-    torch.manual_seed(0)
-    with torch.no_grad():
-        model.score.weight.normal_(std=1.0)  # rewards well apart, so that verdicts are decisive
-    save_native(Judge(model, judge.tokenizer, judge.settings, "training"), tmp_path / "reward")
-    reloaded = load_judge(tmp_path / "reward")  # load_judge reads a reward model as judge-score does
+    reloaded = load_judge(reward_dir)  # load_judge reads a reward model as judge-score does
     pairs = load_pairs(root / "pairs.json", root, preferred=True)
     rubrics = load_rubrics([root / "general.yaml"])
     dataset = build_pair_dataset(reloaded, pairs, rubrics, root, 8192, None, "pairs.json")
     with torch.no_grad():
-        chosen, rejected = rewards(reloaded.model, PairCollator(Collator(judge.pad_id, judge.backbone, judge.settings.images))(list(dataset))).chunk(2)
+        chosen, rejected = rewards(reloaded.model, PairCollator(Collator(reloaded.pad_id, reloaded.backbone, reloaded.settings.images))(list(dataset))).chunk(2)
     trained = {}
     for row, c, r in zip(dataset, chosen.tolist(), rejected.tolist()):
         preferred = next(p.preference for p in pairs if p.id == row["id"])
         trained[row["id"]] = {preferred: c, {"A": "B", "B": "A"}[preferred]: r}
 
-    args = ["--model_path", str(tmp_path / "reward"), "--input_dir", str(root), "--input_file", "pairs.json", "--output_dir", str(tmp_path / "out"),
+    args = ["--model_path", str(reward_dir), "--input_dir", str(root), "--input_file", "pairs.json", "--output_dir", str(tmp_path / "out"),
             "--rubric", str(root / "general.yaml"), "--tie_margin", "0.1"]
     assert score_main(args) == 0
     records = {r["id"]: r for r in json.loads((tmp_path / "out" / "eval_result.json").read_text())}
@@ -64,14 +58,14 @@ def test_judge_score_gives_each_answer_its_training_reward_and_the_pair_its_diff
     assert f"accuracy {agreed / len(records):.3f} with ties (n {len(records)})" in capsys.readouterr().out
 
     # the pairs' default rubric is pairwise: refused before the weights load
-    assert score_main(["--model_path", str(tmp_path / "reward"), "--input_dir", str(root), "--input_file", "pairs.json",
+    assert score_main(["--model_path", str(reward_dir), "--input_dir", str(root), "--input_file", "pairs.json",
                        "--output_dir", str(tmp_path / "pairwise")]) == 2
     assert "a reward model scores one answer at a time, under a pointwise rubric; the rubric of category general is pairwise" in capsys.readouterr().err
 
     # samples: each record carries its reward, the summary their mean; an unused pairwise rubric is no matter
     samples = tmp_path / "samples"
     write_dataset(samples, 3, seed=0)
-    assert score_main(["--model_path", str(tmp_path / "reward"), "--input_dir", str(samples), "--input_file", "data.json",
+    assert score_main(["--model_path", str(reward_dir), "--input_dir", str(samples), "--input_file", "data.json",
                        "--output_dir", str(tmp_path / "scored"), "--rubric", str(CONFIG_DIR / "rubrics" / "tiny")]) == 0
     scored = json.loads((tmp_path / "scored" / "eval_result.json").read_text())
     assert len(scored) == 3 and all(isinstance(r["reward"], float) and r["score"] is None and r["generated_tokens"] == 0 for r in scored)

@@ -19,8 +19,10 @@ from mmjudge.judge.data import InputError, OrderJudgement, PairResult
 from mmjudge.judge.formats import FORMATS, detect_format
 from mmjudge.judge.formats import mmrb2, mmrewardbench, opening, vlrewardbench
 from mmjudge.judge.pairwise_prompts import IMPORTERS
+from mmjudge.judge.preferences import POINTWISE_RULE, pointwise_verdict
 from mmjudge.judge.prompts import load_rubrics
 from mmjudge.judge.rubric_cli import main as rubric_main
+from mmjudge.judge.testing import judge_result
 from mmjudge.judge.verdicts import VERDICT_FORMATS
 
 
@@ -328,8 +330,9 @@ DUPLICATED = {
 }
 
 
-def written(tmp_path, benchmark):
-    """The benchmark's files written from its file of DUPLICATED, every pair read judged A in both orders."""
+def written(tmp_path, benchmark, judged=None):
+    """The benchmark's files written from its file of DUPLICATED, every pair read judged A in both orders (or
+    given the PairResult `judged(pair id)`)."""
     Image.new("RGB", (8, 8)).save(tmp_path / "i.png")
     name, records = DUPLICATED[benchmark]
     path = tmp_path / name
@@ -339,9 +342,10 @@ def written(tmp_path, benchmark):
     bench = fmt.read(path, tmp_path, {})
     assert len(bench.samples) == 1 and sorted(p.index for p in bench.problems) == [1, 2]  # both set aside, named
     label = "1" if benchmark == "vlrewardbench" else "A"
+    judged = judged or (lambda pair_id: result(pair_id, [(label, f"[[{label}]]")], [(label, f"[[{label}]]")]))
     out = tmp_path / "out"
     out.mkdir()
-    fmt.write(bench, {p.id: result(p.id, [(label, f"[[{label}]]")], [(label, f"[[{label}]]")]) for p in bench.samples}, out)
+    fmt.write(bench, {p.id: judged(p.id) for p in bench.samples}, out)
     return out
 
 
@@ -367,6 +371,46 @@ def test_a_record_set_aside_under_the_id_of_a_judged_one_is_written_nowhere(tmp_
         assert json.loads((out / opening.RESULTS).read_text()) == [{**battle("7", "m1", "m2"), "winner": "A"}]
         assert json.loads((out / opening.AGREEMENT).read_text())["force_divide"]["total"] == 1
         assert json.loads((out / opening.WINRATES).read_text())["force_divide"] == {"m1": 1.0, "m2": 0.0}
+
+
+def rewarded(pair_id: str, reward_a: float, reward_b: float) -> PairResult:
+    """A pair as judge-score writes a reward model's (or any pointwise judge's): each answer scored alone, the
+    verdict the reward difference against a tie margin of 0.5."""
+    scores = {side: judge_result(pair_id, None, reward=reward, prompt_tokens=5) for side, reward in (("A", reward_a), ("B", reward_b))}
+    verdict, _ = pointwise_verdict(scores["A"], scores["B"], 0.5)
+    return PairResult(id=pair_id, model_a=None, model_b=None, category="c", verdict=verdict, rule=POINTWISE_RULE, scores=scores, n_images=0)
+
+
+# Per benchmark and reward model's verdict on its DUPLICATED pair (people prefer A), what its files say: the verdict
+# written in each order as the benchmark's judges write it, so that its own code reads it; a tie as it can.
+REWARD_VERDICTS = {"A": (2.0, 0.5), "B": (0.5, 2.0), "tie": (1.2, 1.0)}
+
+
+@pytest.mark.parametrize("verdict", REWARD_VERDICTS)
+@pytest.mark.parametrize("benchmark", DUPLICATED)
+def test_a_reward_models_verdict_is_written_as_each_benchmarks_judges_write_it(tmp_path, benchmark, verdict):
+    """A pointwise pair record has no judgement of either order (its judge wrote no verdict): the four writers wrote
+    nothing of it, and their figures counted no pair."""
+    out = written(tmp_path, benchmark, lambda pair_id: rewarded(pair_id, *REWARD_VERDICTS[verdict]))
+    if benchmark == "vlrewardbench":  # cal.py's status of each order's "Overall Judgment: Answer N is better"; a tie it has no words for
+        lines = [json.loads(line) for line in (out / vlrewardbench.INFERENCE).read_text().splitlines()]
+        status = {"A": "agree", "B": "reject", "tie": "doesntMatch"}[verdict]
+        assert [(line["meta"]["random_number"], line["meta"]["flag_status"]) for line in lines] == [(0, status), (1, status)]
+        assert [line["meta"]["filter_number"] for line in lines] == {"A": [1, 2], "B": [2, 1], "tie": [-1, -1]}[verdict]
+    elif benchmark == "mmrewardbench":  # 2_get_accuracy.py's [[A]] / [[B]]; a tie, [[C]], is its coin flip
+        lines = [json.loads(line) for line in (out / mmrewardbench.ANSWERS).read_text().splitlines()]
+        assert [line["output"] for line in lines] == [{"A": "[[A]]", "B": "[[B]]", "tie": "[[C]]"}[verdict]]
+        if verdict != "tie":
+            assert json.loads((out / mmrewardbench.ACCURACY).read_text())["all"]["correct"] == (verdict == "A")
+    elif benchmark == "mmrb2":  # each order's better_response in its positions (compute_accuracy.py flips the reverse); a tie none
+        predictions = json.loads((out / mmrb2.PREDICTIONS).read_text())["p1"]
+        assert {order: [j["judgement"] for j in predictions[order]] for order in predictions} == {
+            "A": {"forward": ["A"], "reverse": ["B"]}, "B": {"forward": ["B"], "reverse": ["A"]}, "tie": {"forward": [], "reverse": []}}[verdict]
+        assert predictions["forward"] == [] or predictions["forward"][0]["metadata"]["better_response"] == predictions["forward"][0]["judgement"]
+        figures = json.loads((out / mmrb2.ACCURACY).read_text())
+        assert (figures["total_correct"], figures["total_evaluated"]) == {"A": (2, 2), "B": (0, 2), "tie": (0, 0)}[verdict]
+    else:  # IntJudge's winner; a tie leans to the higher reward, as IntJudge's ties lean
+        assert json.loads((out / opening.RESULTS).read_text()) == [{**battle("7", "m1", "m2"), "winner": {"A": "A", "B": "B", "tie": "Tie(A)"}[verdict]}]
 
 
 # -- the benchmarks' prompts ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2
@@ -64,15 +65,24 @@ def server(files):
     worker = Worker(judge, rubrics, options, "cpu", batch_wait_s=0.02, prefill_budget=prefill_budget(None, "cpu"))
     service = Service((SERVED,), judge, rubrics, options, ServeOptions(max_images=3), files[1], None, worker, 0, worker.context, Metrics(SERVED),
                       "no structured outputs in these tests", "tiny", parse_reward("score:SA", rubrics))
+    with running(service) as url:
+        yield url
+
+
+@contextmanager
+def running(service: Service):
+    """The service's app on a free loopback port, in a thread of this process, while the block runs; its URL."""
     port = free_port()
-    running = uvicorn.Server(uvicorn.Config(build_app(service), host="127.0.0.1", port=port, log_level="error", lifespan="off"))
-    thread = threading.Thread(target=running.run, daemon=True)
+    server = uvicorn.Server(uvicorn.Config(build_app(service), host="127.0.0.1", port=port, log_level="error", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    while not running.started and thread.is_alive():
+    while not server.started and thread.is_alive():
         time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    running.should_exit = True
-    thread.join(timeout=HANG_S)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=HANG_S)
 
 
 def post(server, path, body):
@@ -120,6 +130,12 @@ def test_openrlhfs_query_of_decoded_tokens_with_its_image_token_expanded_is_rewa
 
 @pytest.mark.slow
 def test_a_reward_is_the_same_alone_and_in_any_batch_from_any_number_of_clients(server, images):
+    same_alone_and_in_any_batch(server, images)
+
+
+def same_alone_and_in_any_batch(server, images: list[str]) -> None:
+    """Four responses' rewards, to the bit the same alone, in a request of all four in any order, and from
+    concurrent clients (test_reward_model.py's reward model as this judge)."""
     asked = [("Describe the image.", "A blue square.", images[:1]), ("What happens next?", "It falls.", []),
              ("Compare the two pictures.", "The second is darker, and larger than the first one.", images[1:3]),
              ("Is it raining?", "No.", images[2:3])]

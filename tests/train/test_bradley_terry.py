@@ -5,7 +5,11 @@ synthetic pairs, and resumed to the run it resumes."""
 
 import json
 import math
+import os
 import shutil
+import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -24,7 +28,7 @@ from mmjudge.train.bradley_terry import PairCollator, build_pair_dataset, pair_l
 from mmjudge.train.cli import main as train_main
 from mmjudge.train.config import TrainConfig
 from mmjudge.train.data import Collator
-from mmjudge.train.recipe import JudgeTrainer, apply_lora
+from mmjudge.train.recipe import apply_lora
 
 # Each answer alone under a pointwise rubric of the pairs' category, as judge-score scores a pair with a pointwise judge.
 REWARD_RUBRIC = "category: general\ninstructions: Rate the answer.\ntemplate: \"{instructions}\\n### Question\\n{question}\\n### Answer\\n{answer}\\n\"\n"
@@ -135,26 +139,44 @@ def test_a_short_run_separates_the_held_out_pairs_and_saves_a_reward_model(check
     assert (out / "judge_config.json").is_file() and load_reward_model(out, torch.float32) is not None
 
 
+# judge-train killed (SIGKILL: no handler runs, as when the OOM killer or a pre-empted node ends a run) as step N starts.
+KILLED_AT = """import os, signal, sys
+from mmjudge.train.cli import main
+from mmjudge.train.recipe import JudgeTrainer
+step = JudgeTrainer.training_step
+def killed(self, *args, **kwargs):
+    if self.state.global_step == int(sys.argv[1]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return step(self, *args, **kwargs)
+JudgeTrainer.training_step = killed
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def held_out_rewards(model_dir, data) -> torch.Tensor:
+    """The saved reward model's rewards of the held-out pairs' answers."""
+    judge = load_judge(model_dir)
+    pairs = build_pair_dataset(judge, load_pairs(data / "heldout.json", data, preferred=True), load_rubrics([data / "general.yaml"]), data, 8192, None,
+                               "heldout.json")
+    with torch.no_grad():
+        return rewards(judge.model, PairCollator(Collator(judge.pad_id, judge.backbone, judge.settings.images))(list(pairs)))
+
+
 @pytest.mark.slow
-def test_a_run_interrupted_and_resumed_ends_where_an_uninterrupted_run_ends(checkpoint, data, tmp_path, monkeypatch):
-    """Ctrl-C after step 4 of 8 (its checkpoint saved), in the second epoch's first half: --resume trains the
-    steps left on the same batches, with the same optimizer and schedule, to the same weights."""
+def test_a_run_killed_and_resumed_ends_where_an_unkilled_run_ends(checkpoint, data, tmp_path):
+    """Killed as step 5 of 8 starts (step 4's checkpoint saved), in the second epoch's first half: --resume trains the
+    steps left on the same batches, with the same optimizer and schedule, to the same weights and rewards."""
     args = ["--max_steps", "8", "--save_steps", "4", "--per_device_batch_size", "3"]
     assert train_main(train_args(checkpoint, data, tmp_path / "whole", *args)) == 0
-    step = JudgeTrainer.training_step
-
-    def interrupted(self, *a, **k):
-        if self.state.global_step == 5:
-            raise KeyboardInterrupt
-        return step(self, *a, **k)
-
-    monkeypatch.setattr(JudgeTrainer, "training_step", interrupted)
-    assert train_main(train_args(checkpoint, data, tmp_path / "stopped", *args)) == 130
-    monkeypatch.setattr(JudgeTrainer, "training_step", step)
-    assert not (tmp_path / "stopped" / "model.safetensors").exists()
+    threads = str(torch.get_num_threads())  # the killed run's sums in the same order as this process's
+    killed = subprocess.run([sys.executable, "-c", KILLED_AT, "5", *train_args(checkpoint, data, tmp_path / "stopped", *args)],
+                            env={**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}, capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert (tmp_path / "stopped" / "checkpoints" / "checkpoint-4").is_dir() and not (tmp_path / "stopped" / "model.safetensors").exists()
     assert train_main(train_args(checkpoint, data, tmp_path / "stopped", *args, "--resume")) == 0
     whole, resumed = (load_file(tmp_path / d / "model.safetensors") for d in ("whole", "stopped"))
     assert whole.keys() == resumed.keys() and "score.weight" in whole
     for name in whole:
         torch.testing.assert_close(resumed[name], whole[name], rtol=0, atol=1e-6)
+    torch.testing.assert_close(held_out_rewards(tmp_path / "stopped", data), held_out_rewards(tmp_path / "whole", data), rtol=0, atol=1e-6)
     shutil.rmtree(tmp_path / "whole")

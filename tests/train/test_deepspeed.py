@@ -14,20 +14,23 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from peft import get_peft_model_state_dict
+from peft import get_peft_model_state_dict, set_peft_model_state_dict
 from safetensors.torch import load_file
 
 from mmjudge.infer.cli import main as score_main
 from mmjudge.judge.data import load_annotations
-from mmjudge.judge.model import load_judge
+from mmjudge.judge.model import Judge, load_judge
 from mmjudge.configs import CONFIG_DIR
-from mmjudge.judge.testing import HANG_S, Planted, write_dataset, write_original_checkpoint
+from mmjudge.judge.reward_model import load_reward_model, reward_classifier
+from mmjudge.judge.testing import HANG_S, Planted, write_dataset, write_original_checkpoint, write_pairs
 from mmjudge.train.data import merge_annotators
 from mmjudge.train.config import TrainConfig
 from mmjudge.train.recipe import apply_lora
+from tests.train.test_bradley_terry import REWARD_RUBRIC
 
 pytestmark = pytest.mark.slow
 
@@ -139,3 +142,36 @@ def assert_trained_adapter(out, base):
     projector = [k for k in saved if "multi_modal_projector" in k]
     assert bool(projector) == cfg.train_projector
     assert all(not torch.equal(saved[k], untrained[k]) for k in projector)
+
+
+def test_a_reward_head_trained_under_zero3_is_exported_whole_from_its_best_checkpoint(tmp_path):
+    """judge-train --objective bradley_terry under ZeRO-3, every weight partitioned: its export, written by rank 0,
+    held rank 0's partitions (empty tensors), which no loader takes, and the best checkpoint's adapter, loaded
+    into those partitions, failed the run after training. Both are done on whole weights now: the export is the
+    best checkpoint's adapter merged into the base, with its head."""
+    base = write_original_checkpoint(tmp_path / "base", seed=0)
+    records = json.loads(write_pairs(tmp_path / "data", 12, seed=1, annotated=True, text_only=True, rationale=False).read_text())
+    ids = sorted({r["id"] for r in records})
+    for name, kept in (("train.json", lambda i: i not in ids[:4]), ("heldout.json", lambda i: i in ids[:4])):
+        (tmp_path / "data" / name).write_text(json.dumps([r for r in records if kept(r["id"])]))
+    (tmp_path / "data" / "general.yaml").write_text(REWARD_RUBRIC)
+    out = tmp_path / "reward"
+    args = ["-m", "mmjudge.train.cli", "--model_path", str(base), "--train_file", str(tmp_path / "data" / "train.json"), "--input_dir",
+            str(tmp_path / "data"), "--output_dir", str(out), "--config", str(CONFIG_DIR / "train" / "tiny.yaml"), "--rubric",
+            str(tmp_path / "data" / "general.yaml"), "--objective", "bradley_terry", "--no-full_finetune", "--max_steps", "2",
+            "--per_device_batch_size", "1", "--save_steps", "1", "--warmup_ratio", "0", "--dataloader_workers", "0",
+            "--eval_file", str(tmp_path / "data" / "heldout.json"), "--deepspeed", deepspeed_config("zero3", tmp_path)]
+    done = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=HANG_S, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+    exported = load_reward_model(out, torch.float32).state_dict()  # refused where a weight does not fill the model
+    best = Path(json.loads((out / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())["best_model_checkpoint"])
+    judge = load_judge(base)
+    model = apply_lora(Judge(reward_classifier(judge, "linear"), judge.tokenizer, judge.settings, judge.source_format),
+                       TrainConfig(**json.loads((out / "train_config.json").read_text())))
+    set_peft_model_state_dict(model, load_file(best / "adapter_model.safetensors"))
+    expected = model.merge_and_unload().state_dict()
+    assert exported.keys() == expected.keys() and exported["score.weight"].abs().sum() > 0
+    for name in expected:
+        torch.testing.assert_close(exported[name], expected[name], rtol=0, atol=1e-6)
+    untrained = load_judge(base).model.state_dict()  # (the model above shares its weights, merged into)
+    assert any(not torch.equal(exported[name], untrained[name]) for name in exported if "language_model" in name)  # the adapter in
