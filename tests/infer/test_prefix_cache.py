@@ -169,3 +169,20 @@ def test_judge_score_and_judge_serve_turn_the_cache_off_by_their_flag(tmp_path):
         free.bind(("127.0.0.1", 0))
         port = str(free.getsockname()[1])
     assert settings(serve_parser().parse_args(["--model_path", "m", "--port", port, "--prefix_cache", "0"]))[0].prefix_cache == 0
+
+
+@pytest.mark.slow
+def test_a_run_with_the_cache_and_one_without_do_not_resume_each_other(checkpoint, tmp_path, capsys):
+    """The cache's prompts are prefilled in two pieces, whose last bits are not a whole prefill's: a journal of
+    a run with it is not resumed by one without it, and the other way; its size alone changes nothing."""
+    from mmjudge.infer.cli import main
+    from mmjudge.judge.testing import write_dataset
+
+    data = write_dataset(tmp_path / "data", 3, seed=3)
+    run = ["--model_path", str(checkpoint), "--input_dir", str(data.parent), "--input_file", data.name, "--output_dir", str(tmp_path / "out"),
+           "--mode", "logits", "--max_tiles", "1", "--workers", "1"]
+    assert main([*run, "--limit", "2"]) == 0
+    capsys.readouterr()
+    assert main([*run, "--prefix_cache", "0"]) == 2
+    assert "was written by a run with other settings (--prefix_cache (on or 0)); rerun with --no_resume" in capsys.readouterr().err
+    assert main([*run, "--prefix_cache", "4096"]) == 0 and "resuming: 2 sample(s) already scored" in capsys.readouterr().err
