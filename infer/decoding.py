@@ -60,6 +60,13 @@ same places whatever else a step holds, so that its prefill's kernels see the sa
 beside it; on a GPU the steps' linear layers run batch-invariant matrix products (infer/batch_invariant.py)
 beside split-KV attention, which already is; both are Triton kernels.
 
+Prefix cache (infer/prefix_cache.py): a request may name the tokens its prompt shares with others (`prefix`: a
+judge prompt's rubric, question and images, before its first answer). Such a prompt is a prefill group of its
+own, prefilled in two pieces cut there, each as a chunk into its slots: the shared part, whose keys and values
+are copied from the cache where it holds them and kept there where not, then the rest attending to it. The
+pieces are the same whether the shared part is cached or not, so a cached part gives the same bits as a fresh
+one; only the rest's images go through the vision tower where the part is cached.
+
 A request may be ended early: `on_token` returning False ends a choice after that token, and `cancelled()`
 ends every choice of its request before admission or at the next step; a freed slot takes the next prompt.
 
