@@ -186,3 +186,38 @@ def test_a_run_with_the_cache_and_one_without_do_not_resume_each_other(checkpoin
     assert main([*run, "--prefix_cache", "0"]) == 2
     assert "was written by a run with other settings (--prefix_cache (on or 0)); rerun with --no_resume" in capsys.readouterr().err
     assert main([*run, "--prefix_cache", "4096"]) == 0 and "resuming: 2 sample(s) already scored" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_deterministic_decoder_writes_a_cached_prompt_to_the_same_bits_alone_and_batched(images, monkeypatch, tmp_path):
+    """Generate mode as on a GPU (split-KV attention and batch-invariant products, in Triton's interpreter, so
+    Qwen3-VL's tiny judge alone and two answers: minutes otherwise): a group's answers decoded side by side, the
+    second copying the shared part, are the same tokens and recorded logits, to the bit, as each answer decoded
+    alone by a fresh decoder, which prefills it."""
+    from concurrent.futures import Future
+
+    import mmjudge.infer.split_kv
+    from mmjudge.infer.decoding import Request
+    from mmjudge.infer.engine import _load_pixels, judge_decoder
+
+    monkeypatch.setattr(mmjudge.infer.split_kv, "SPAN", 16)
+    judge = load_judge(write_family_checkpoint("qwen3-vl-4b", tmp_path / "judge"))
+    items = prepare(judge, list(enumerate(group(images, size=2))), RUBRICS, Path("/"), options("generate"))
+
+    def load(request):
+        future = Future()
+        future.set_result(_load_pixels(items[request.index], torch.float32, pin=False))
+        return future
+
+    def run(indices):
+        decoder = judge_decoder(judge, "cpu", None, columns=list(range(16)), deterministic=True, prefix_cache=ScoreOptions().prefix_cache)
+        decoder.split_kv = decoder.batch_invariant = True  # the GPU's kernels, in the interpreter on a CPU
+        requests = [Request(i, items[i].input_ids.long(), prefix=items[i].prefix) for i in indices]
+        return {c.index: c for done in decoder.generate(requests, load, 3) for c in done}, decoder.prefix_cache
+
+    batched, cache = run(range(len(items)))
+    assert cache.hits == len(items) - 1
+    for index in range(len(items)):
+        alone, fresh = run([index])
+        assert fresh.misses == 1
+        assert alone[index].tokens == batched[index].tokens and torch.equal(alone[index].logits, batched[index].logits)
