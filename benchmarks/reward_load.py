@@ -4,6 +4,7 @@ RL framework's per-sample reward calls) against the same samples in one request,
     python benchmarks/reward_load.py                                   # 1,024 samples, 64 clients, the tiny judge, CPU
     python benchmarks/reward_load.py --samples 64 --clients 8 --json figures.json
     python benchmarks/reward_load.py --model_path CKPT --device cuda
+    python benchmarks/reward_load.py --groups 32 --json groups.json        # GRPO groups, with and without the prefix cache
 
 Starts judge-serve on a free 127.0.0.1 port with --reward score:SA --mode logits (a reward is one prefill) and
 --max_samples as large as --samples. Each sample is a synthetic question (its text and first image, a path under
@@ -13,6 +14,13 @@ each sending its next as soon as its last is answered. Both are timed from the f
 latency percentiles are of the one-sample requests. The rewards of the two runs are compared: each sample's must
 be the same (to 1e-6: on a CPU prefill groups are not batch-invariant to the bit; judge-serve --deterministic is,
 on a GPU). The forward passes (prefill groups) of each run come from /metrics.
+
+With --groups G: GRPO's groups instead, G questions (each its text and first image) with --group_size answers
+each (the answers of other samples), each group one /get_reward request (a group's completions, as TRL's reward
+call passes them) from --clients threads: once against a server with its prefix cache (the default: a group's
+shared rubric, question and image prefilled once), then against one started with --prefix_cache 0, back to back.
+Samples/s and the prompt tokens prefilled (from /metrics) side by side; the rewards of the two runs are compared
+(the cached prompts are prefilled in two pieces, the others whole: equal to float32 rounding, not to the bit).
 """
 
 from __future__ import annotations
@@ -84,6 +92,69 @@ def one_by_one(base: str, bodies: list[dict], clients: int, timeout_s: float) ->
             "prefills": forward_passes(base)[0] - before[0]}
 
 
+def groups_of(data_dir: Path, groups: int, size: int, opening: str = "") -> list[dict]:
+    """One /get_reward body per group: a sample's question (text and first image; its text after `opening`) and
+    `size` answers, those of the samples after it."""
+    samples = json.loads((data_dir / "data.json").read_text())
+    text = lambda segments: segments if isinstance(segments, str) else " ".join(s["text"] for s in segments if s.get("text"))  # noqa: E731
+    bodies = []
+    for g in range(groups):
+        question = samples[g % len(samples)]["question"]
+        prompt = opening + text(question)
+        image = next((s["image"] for s in question if s.get("image")), None)
+        answers = [f"{text(samples[(g + 1 + k) % len(samples)]['answer'])} ({g}.{k})" for k in range(size)]
+        bodies.append({"query": [prompt + answer for answer in answers], "prompts": [prompt] * size, "images": [[image] if image else []] * size})
+    return bodies
+
+
+def grouped(base: str, bodies: list[dict], clients: int, timeout_s: float) -> dict:
+    """Each group's request from `clients` threads, each sending its next as soon as its last is answered."""
+    rewards, next_index, lock = [None] * len(bodies), iter(range(len(bodies))), threading.Lock()
+    before = forward_passes(base)
+
+    def client() -> None:
+        with httpx2.Client(timeout=timeout_s) as http:
+            while (k := next(next_index, None)) is not None:
+                answer = http.post(f"{base}/get_reward", json=bodies[k])
+                answer.raise_for_status()
+                with lock:
+                    rewards[k] = answer.json()["rewards"]
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        for future in [pool.submit(client) for _ in range(clients)]:
+            future.result()
+    seconds = time.perf_counter() - start
+    after = forward_passes(base)
+    samples = sum(len(body["query"]) for body in bodies)
+    return {"groups": len(bodies), "samples": samples, "clients": clients, "seconds": seconds, "samples_per_s": samples / seconds,
+            "prefills": after[0] - before[0], "prefill_tokens": after[2] - before[2], "rewards": [r for group in rewards for r in group]}
+
+
+def compare_groups(args) -> None:
+    """--groups: the same groups with the prefix cache and without it, back to back."""
+    runs = {}
+    for name, flags in (("prefix_cache", []), ("no_prefix_cache", ["--prefix_cache", "0"])):
+        with served(args.model_path, ["--device", args.device, "--reward", "score:SA", "--mode", "logits", "--max_tiles", "1",
+                                      "--max_samples", str(args.group_size), *flags, *args.serve_flag], image_root=True) as (base, data_dir):
+            bodies = groups_of(data_dir, args.groups, args.group_size)
+            grouped(base, groups_of(data_dir, 1, args.group_size, "Warm-up. "), 1, args.timeout_s)  # untimed, a question of no group
+            runs[name] = grouped(base, bodies, args.clients, args.timeout_s)
+    cached, whole = runs["prefix_cache"], runs["no_prefix_cache"]
+    largest = max(abs(a - b) for a, b in zip(cached["rewards"], whole["rewards"]))
+    for name, run in runs.items():
+        print(f"{name}: {run['groups']} groups of {args.group_size} from {run['clients']} clients: {run['samples_per_s']:.2f} samples/s "
+              f"({run['seconds']:.1f} s), {run['prefill_tokens']:,} prompt tokens prefilled in {run['prefills']} prefills")
+    print(f"with / without: samples/s {cached['samples_per_s'] / whole['samples_per_s']:.2f}, prefill tokens "
+          f"{cached['prefill_tokens'] / whole['prefill_tokens']:.2f}; largest reward difference {largest:.2e}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": args.device, "serve_flags": args.serve_flag, "group_size": args.group_size,
+                                               "samples_per_s_ratio": cached["samples_per_s"] / whole["samples_per_s"],
+                                               "prefill_tokens_ratio": cached["prefill_tokens"] / whole["prefill_tokens"],
+                                               "largest_reward_difference": largest,
+                                               **{name: {k: v for k, v in run.items() if k != "rewards"} for name, run in runs.items()}}, indent=2))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_path", help="the judge to serve (default: a tiny random one, written to a temporary directory)")
@@ -92,8 +163,13 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=64, help="concurrent clients of the one-sample requests (default: 64)")
     p.add_argument("--timeout_s", type=float, default=3600, help="the longest a request may take (default: 3600)")
     p.add_argument("--serve_flag", action="append", default=[], help="a flag for judge-serve, as --serve_flag=--name=value (repeatable)")
+    p.add_argument("--groups", type=int, help="GRPO groups instead, with and without the prefix cache (module docstring) (default: none)")
+    p.add_argument("--group_size", type=int, default=8, help="answers per group with --groups (default: 8)")
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args()
+    if args.groups:
+        compare_groups(args)
+        return
 
     with served(args.model_path, ["--device", args.device, "--reward", "score:SA", "--mode", "logits", "--max_tiles", "1",
                                   "--max_samples", str(max(args.samples, 1)), *args.serve_flag], image_root=True) as (base, data_dir):

@@ -60,6 +60,13 @@ same places whatever else a step holds, so that its prefill's kernels see the sa
 beside it; on a GPU the steps' linear layers run batch-invariant matrix products (infer/batch_invariant.py)
 beside split-KV attention, which already is; both are Triton kernels.
 
+Prefix cache (infer/prefix_cache.py): a request may name the tokens its prompt shares with others (`prefix`: a
+judge prompt's rubric, question and images, before its first answer). Such a prompt is a prefill group of its
+own, prefilled in two pieces cut there, each as a chunk into its slots: the shared part, whose keys and values
+are copied from the cache where it holds them and kept there where not, then the rest attending to it. The
+pieces are the same whether the shared part is cached or not, so a cached part gives the same bits as a fresh
+one; only the rest's images go through the vision tower where the part is cached.
+
 A request may be ended early: `on_token` returning False ends a choice after that token, and `cancelled()`
 ends every choice of its request before admission or at the next step; a freed slot takes the next prompt.
 
@@ -88,9 +95,10 @@ import torch
 
 from mmjudge.infer.batch_invariant import batch_invariant, deterministic_on, triton_runs_on, use_batch_invariant_linears
 from mmjudge.infer.grammar import Grammar, Matcher, allowed_tokens, token_masks
+from mmjudge.infer.prefix_cache import Entry, PrefixCache, prefix_key
 from mmjudge.infer.split_kv import ATTENTION
 from mmjudge.judge.backbones import backbone_of
-from mmjudge.judge.rope import context_length
+from mmjudge.judge.rope import context_length, frequencies_of
 from mmjudge.judge.vision import Pixels
 
 # Prefill groups hold at most this many tokens, padding included: enough rows for the matrix units to run
@@ -127,6 +135,9 @@ class Request:
     # Checked before the request is admitted and before each step; True ends every choice, computing nothing more.
     cancelled: Callable[[], bool] | None = None
     grammar: Grammar | None = None  # what every choice's text must follow (structured outputs)
+    # Tokens of its prompt shared with others (a judge prompt's part before its first answer: rubric, question,
+    # images), prefilled apart and kept in the decoder's prefix cache (infer/prefix_cache.py); 0: none.
+    prefix: int = 0
 
 
 Loader = Callable[[Request], Future]  # starts loading a request's tiles in the background
@@ -264,7 +275,7 @@ class Decoder:
 
     def __init__(self, model: torch.nn.Module, *, device, pad_id: int, stop_ids: tuple[int, ...], suppress: list[int],
                  columns: torch.Tensor, token_budget: int | None, prefill_budget: int | None = None, cuda_graphs: bool = True,
-                 deterministic: bool | None = False):
+                 deterministic: bool | None = False, prefix_cache: int = 0):
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.vlm, self.lm_head = base.model, base.lm_head
         self.lm = self.vlm.language_model
@@ -292,6 +303,8 @@ class Decoder:
         if self.deterministic:
             use_batch_invariant_linears(self.lm)
             use_batch_invariant_linears(self.lm_head)
+        # The shared parts of prompts, at most `prefix_cache` tokens of them (infer/prefix_cache.py); None: off.
+        self.prefix_cache = PrefixCache(prefix_cache) if prefix_cache else None
         # Forward passes run, for a server's metrics: prefill groups (or chunks) and decoding steps (one for all
         # busy slots); and the prompt tokens prefilled.
         self.prefills = self.steps = self.prefill_tokens = 0
@@ -357,7 +370,10 @@ class Decoder:
     @torch.no_grad()
     def _prefill(self, group: list[list[_Row]], cache: SlotCache | None, logprobs: int) -> Step:
         """One right-padded forward over the group's prompts (module docstring), each given as the rows of its
-        choices: its keys and values go to each row's slot, and each row gets its own output."""
+        choices: its keys and values go to each row's slot, and each row gets its own output. A prompt with a
+        shared part (`_prefixed`) is a group of its own, prefilled in two pieces (_prefill_prefixed)."""
+        if self._prefixed(group[0][0].request):
+            return self._prefill_prefixed(group[0], cache, logprobs)
         requests = [rows[0].request for rows in group]
         lengths = torch.tensor([len(r.input_ids) for r in requests])
         width = int(lengths.max())
@@ -393,6 +409,68 @@ class Decoder:
         draws, masks = _draws(rows), self._masks(rows)
         return self._head(hidden[sequences.to(self.device), (lengths[sequences] - 1).to(self.device)], logprobs,
                           None if draws is None else draws.to(self.device), None if masks is None else masks.to(self.device))
+
+    def _prefixed(self, request: Request) -> bool:
+        """Whether the request's prompt is prefilled in two pieces, its shared part from the prefix cache or kept there."""
+        if self.prefix_cache is None or not 0 < request.prefix < len(request.input_ids):
+            return False
+        images = request.input_ids[request.prefix - 1: request.prefix + 1] == self.backbone.image_token_id
+        return not bool(images.all())  # never a cut within an image's tokens
+
+    @torch.no_grad()
+    def _prefill_prefixed(self, rows: list[_Row], cache: SlotCache | None, logprobs: int) -> Step:
+        """A prompt prefilled in two pieces, its shared part and the rest, each as a chunk (_prefill_chunk) into
+        the rows' slots; the shared part's keys and values copied from the prefix cache where it holds them, kept
+        there where not. The same two pieces either way, so that a cached shared part gives the same bits as a
+        fresh one (infer/prefix_cache.py). Logits mode (no cache) prefills into a slot of its own."""
+        request = rows[0].request
+        input_ids, shared = request.input_ids, request.prefix
+        if cache is None:
+            cache = self._slots(len(input_ids), 1)
+        pixels = request.pixels.result()
+        positions, delta = self.backbone.positions(input_ids, None if pixels is None else pixels.grids)
+        for row in rows:
+            row.delta = delta
+        images = input_ids == self.backbone.image_token_id
+        shared_pixels, own_pixels = (None, None) if pixels is None else pixels.split(int(images[:shared].sum()))
+        key = prefix_key(input_ids[:shared], shared_pixels, frequencies_of(self.lm.rotary_emb, len(input_ids)))
+        entry = self.prefix_cache.get(key, input_ids[:shared])
+        slots = [row.slot for row in rows]
+        if entry is None:
+            for row in rows:
+                row.position = 0
+            self._prefill_chunk(rows, cache, self._piece(input_ids, positions, shared_pixels, 0, shared), shared)
+            self.prefix_cache.put(key, Entry(input_ids[:shared].clone(), cache.keys[:, slots[0], :, :shared].clone(),
+                                             cache.values[:, slots[0], :, :shared].clone()))
+        else:
+            for slot in slots:
+                cache.keys[:, slot, :, :shared] = entry.keys
+                cache.values[:, slot, :, :shared] = entry.values
+        for row in rows:
+            row.position = shared
+        hidden = self._prefill_chunk(rows, cache, self._piece(input_ids, positions, own_pixels, shared, len(input_ids)), len(input_ids))
+        for row in rows:
+            row.position = len(input_ids)
+        draws, masks = _draws(rows), self._masks(rows)
+        return self._head(hidden.expand(len(rows), -1), logprobs, None if draws is None else draws.to(self.device),
+                          None if masks is None else masks.to(self.device))
+
+    def _piece(self, input_ids: torch.Tensor, positions: torch.Tensor, pixels: Pixels | None, start: int, end: int) -> _ChunkedPrompt:
+        """A prompt as _prefill_chunk reads it for its tokens from `start` to `end`: those tokens embedded, the
+        images among them (`pixels`) through the vision tower, their DeepStack features where they stand among
+        the prompt's images (what lies outside the piece is never read)."""
+        input_ids = input_ids.to(self.device)
+        images = input_ids == self.backbone.image_token_id
+        embeds, deepstack = self.lm.embed_tokens(input_ids[None]), None
+        if pixels is not None:
+            features, deepstack = self.backbone.features(self.vlm, pixels.to(self.device, self.dtype))
+            within = images.clone()
+            within[:start], within[end:] = False, False
+            embeds = embeds.masked_scatter(within[None, :, None], features.to(embeds.dtype))
+            if deepstack is not None:
+                before = int(images[:start].sum())
+                deepstack = [torch.cat([layer.new_zeros(before, layer.shape[-1]), layer]) for layer in deepstack]
+        return _ChunkedPrompt(embeds, positions.to(self.device), deepstack, images)
 
     @torch.no_grad()
     def _prefill_chunk(self, rows: list[_Row], cache: SlotCache, prompt: _ChunkedPrompt, end: int) -> torch.Tensor:
@@ -457,12 +535,14 @@ class Decoder:
     def _group(self, waiting: _Lookahead, slots: int, tokens: int | None = None) -> list[tuple[Request, range]]:
         """The next requests that fit in one prefill group of at most `tokens` (padding included; the first is
         taken whatever its length), each with the choices it starts, in at most `slots` slots: longest first,
-        so the first sets the width. A deterministic decoder's groups hold one request."""
+        so the first sets the width. A deterministic decoder's groups hold one request, and so does a prompt with
+        a shared part (_prefill_prefixed)."""
         budget = min(PREFILL_TOKENS, self.token_budget or PREFILL_TOKENS, tokens or PREFILL_TOKENS)
         group = [waiting.take(slots)]
         width = len(group[0][0].input_ids)
         slots -= len(group[0][1])
-        while not self.deterministic and waiting and slots and (len(group) + 1) * max(width, len(waiting.peek().input_ids)) <= budget:
+        alone = self.deterministic or self._prefixed(group[0][0])
+        while not alone and waiting and slots and not self._prefixed(waiting.peek()) and (len(group) + 1) * max(width, len(waiting.peek().input_ids)) <= budget:
             group.append(waiting.take(slots))
             slots -= len(group[-1][1])
         return group
@@ -772,25 +852,27 @@ class Decoder:
         gets that slot all the same) is not counted, so that it does not keep every other request out. On a
         GPU without a budget, what free memory holds, beside room for prefill."""
         if self.token_budget is None and (free := _memory_budget(self.device, kv_bytes_per_token(self.config, self.dtype))) is not None:
-            return free
+            return max(0, free - (self.prefix_cache.limit - self.prefix_cache.tokens if self.prefix_cache else 0))  # room for it to fill
         budget = self.token_budget or 65536
         return budget - sum(lane.capacity * len(lane.slots) for lane in lanes if lane.capacity <= budget)
 
     def _allocate(self, capacity: int, requests: int, room: int | None = None) -> SlotCache:
         """A cache of as many slots of `capacity` tokens as `room` (by default the whole budget: _room) allows,
         one at least, and no more than there are requests."""
-        config = self.config
-        heads = config.num_key_value_heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         slots = max(1, min(requests, (self._room([]) if room is None else room) // capacity))
         while True:
             try:
-                return SlotCache(config.num_hidden_layers, slots, heads, capacity, head_dim, self.dtype, self.device)
+                return self._slots(capacity, slots)
             except torch.OutOfMemoryError:
                 if slots == 1:
                     raise
                 slots //= 2
                 _empty_cache(self.device)
+
+    def _slots(self, capacity: int, slots: int) -> SlotCache:
+        config = self.config
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        return SlotCache(config.num_hidden_layers, slots, config.num_key_value_heads, capacity, head_dim, self.dtype, self.device)
 
 
 @dataclass

@@ -42,7 +42,7 @@ from mmjudge.judge.data import VERDICTS, InputError, JudgeResult, OrderJudgement
 from mmjudge.judge.model import Judge, with_max_tiles
 from mmjudge.judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
 from mmjudge.judge.preferences import ORDERS, POINTWISE_RULE, in_pair_terms, likeliest, pairwise_verdict, pointwise_verdict
-from mmjudge.judge.prompts import PlannedImage, Rubric, build_pair_prompt, build_prompt, encode_prompt
+from mmjudge.judge.prompts import JudgePrompt, PlannedImage, Rubric, build_pair_prompt, build_prompt, encode_prompt
 from mmjudge.judge.reward_model import is_reward_model
 from mmjudge.judge.verdicts import VERDICT_FORMATS, Reading, VerdictFormat
 from mmjudge.judge.vision import Pixels, load_pixels
@@ -66,6 +66,7 @@ class Prepared:
     pair: Pair | None = None  # the pair this is a view of
     view: str | None = None  # "forward" or "reverse" (a pairwise rubric's order), or the answer "A" or "B" (a pointwise rubric's)
     sampling: Sampling = Sampling()
+    prefix: int = 0  # tokens before its first answer, prefilled apart through the prefix cache (shared_tokens); 0: none
 
     @property
     def n_tiles(self) -> int:
@@ -89,29 +90,45 @@ def prepare(judge: Judge, samples: Iterable[tuple[int, Sample | Pair]], rubrics:
     # A reward model reads its head at the prompt's last token, as it was trained: no score heading after it.
     reads_logits = options.mode == "logits" and not is_reward_model(judge.model)
 
-    def encoded(prompt, logits_prefix: str) -> torch.Tensor:
+    def encoded(prompt, logits_prefix: str) -> tuple[torch.Tensor, int]:
         text = prompt.text + (logits_prefix if reads_logits else "")
-        return torch.tensor(encode_prompt(judge.tokenizer, text, prompt.controls), dtype=torch.int32)
+        ids = encode_prompt(judge.tokenizer, text, prompt.controls)
+        return torch.tensor(ids, dtype=torch.int32), shared_tokens(judge.tokenizer, prompt, ids) if options.prefix_cache else 0
 
     prepared = []
     for index, item in samples:
         rubric = rubrics[item.category]
         if isinstance(item, Sample):
             prompt = build_prompt(item, rubric, template, settings.system_message, image_root, *budgets)
-            prepared.append(Prepared(index, item, prompt.images, prompt.truncated, encoded(prompt, f"{SCORE_HEADING}\n")))
+            ids, prefix = encoded(prompt, f"{SCORE_HEADING}\n")
+            prepared.append(Prepared(index, item, prompt.images, prompt.truncated, ids, prefix=prefix))
         elif rubric.kind == "pointwise":
             for side in ("A", "B"):
                 sample = item.as_sample(side)
                 prompt = build_prompt(sample, rubric, template, settings.system_message, image_root, *budgets)
-                prepared.append(Prepared(index, sample, prompt.images, prompt.truncated, encoded(prompt, f"{SCORE_HEADING}\n"), item, side))
+                ids, prefix = encoded(prompt, f"{SCORE_HEADING}\n")
+                prepared.append(Prepared(index, sample, prompt.images, prompt.truncated, ids, item, side, prefix=prefix))
         else:
             logits_prefix = VERDICT_FORMATS[rubric.verdict_format].logits_prefix
             for view, first in ORDERS.items():
                 prompt = build_pair_prompt(item, first, rubric, template, settings.system_message, image_root, *budgets)
-                ids = encoded(prompt, logits_prefix)
+                ids, prefix = encoded(prompt, logits_prefix)
                 for k in range(options.samples):
-                    prepared.append(Prepared(index, item, prompt.images, prompt.truncated, ids, item, view, sampled(options, item.id, view, k)))
+                    prepared.append(Prepared(index, item, prompt.images, prompt.truncated, ids, item, view, sampled(options, item.id, view, k), prefix))
     return prepared
+
+
+def shared_tokens(tokenizer, prompt: JudgePrompt, input_ids: list[int]) -> int:
+    """The tokens of a prompt before its first answer (JudgePrompt.shared): those its text's shared part
+    encodes to that the whole prompt's ids begin with (a token that the answer's first characters merge into
+    is the answer's). Found from the prompt alone, so that it is cut at the same place alone and in any batch."""
+    head = encode_prompt(tokenizer, prompt.text[: prompt.shared], tuple(span for span in prompt.controls if span[1] <= prompt.shared))
+    same = 0
+    for mine, whole in zip(head, input_ids):
+        if mine != whole:
+            break
+        same += 1
+    return same
 
 
 def past_context(items: Iterable[Prepared], context: int) -> dict[int, Prepared]:
@@ -246,14 +263,15 @@ def judge_vocabulary(judge: Judge) -> Vocabulary:
 
 
 def judge_decoder(judge: Judge, device: str, token_budget: int | None, columns: list[int], stop: bool = True,
-                  prefill_budget: int | None = None, deterministic: bool | None = False) -> Decoder:
+                  prefill_budget: int | None = None, deterministic: bool | None = False, prefix_cache: int = 0) -> Decoder:
     """A decoder of the judge's text: padded with its pad token, never writing its unwritable tokens, and
     stopping at its template's stop token unless `stop` is False; `columns` are the logits it records;
     `prefill_budget`: prompt tokens prefilled per engine step at most, longer prompts in chunks (None: none);
-    `deterministic`: each row the same bits in any batch (infer/decoding.py); None: where its kernels run."""
+    `deterministic`: each row the same bits in any batch (infer/decoding.py); None: where its kernels run;
+    `prefix_cache`: tokens of prompts' shared parts kept (infer/prefix_cache.py); 0: none."""
     return Decoder(judge.model, device=device, pad_id=judge.pad_id, stop_ids=judge.stop_ids if stop else (), suppress=unwritable_tokens(judge),
                    columns=torch.tensor(columns, dtype=torch.long), token_budget=token_budget, prefill_budget=prefill_budget,
-                   deterministic=deterministic)
+                   deterministic=deterministic, prefix_cache=prefix_cache)
 
 
 def read_tokens(tokenizer, rubrics: dict[str, Rubric], mode: str) -> tuple[dict[ScoreScale, dict[int, int] | None], dict[str, dict[str, int] | None]]:
@@ -297,7 +315,7 @@ class Scorer:
         self.verdict_columns = {name: {v: tokens.index(t) for v, t in ids.items()} for name, ids in self.verdict_ids.items() if ids}
         self.follow_up_tokens = max(map(len, [self.forced_heading, *self.forced_verdict.values()]))
         self.decoder = judge_decoder(judge, device, options.token_budget, tokens, stop=not options.ignore_stop,
-                                     deterministic=options.deterministic)
+                                     deterministic=options.deterministic, prefix_cache=options.prefix_cache)
         self.grammars = self._grammars() if options.structured else {}
 
     def _grammars(self) -> dict[str, Grammar]:
@@ -321,7 +339,7 @@ class Scorer:
         counted = _Counted(progress, len(items), self.options.max_new_tokens if self.options.mode == "generate" else None)
         # Longest first: prefill groups of similar lengths, and a freed slot always has room for the next.
         requests = [Request(i, items[i].input_ids.long(), sampling=items[i].sampling, cancelled=partial(cancelled, items[i]) if cancelled else None,
-                            on_token=counted.token(i), grammar=self.grammars.get(items[i].sample.category))
+                            on_token=counted.token(i), grammar=self.grammars.get(items[i].sample.category), prefix=items[i].prefix)
                     for i in sorted(range(len(items)), key=lambda i: -len(items[i].input_ids))]
         pin = torch.device(self.device).type == "cuda"
         with ThreadPoolExecutor(self.options.workers) as pool:

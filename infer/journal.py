@@ -43,7 +43,7 @@ def setting_fingerprints(settings: dict) -> dict[str, str]:
 SETTING_WORDS = {
     "model": "the judge's folder", "weights": "the judge's weight files", "dtype": "--dtype", "settings": "the judge's settings (--max_tiles)",
     "prompt_token_budget": "--prompt_token_budget", "ignore_stop": "--ignore_stop", "structured": "--structured",
-    "deterministic": "deterministic scoring", "rubrics": "the rubrics", "mode": "--mode", "max_new_tokens": "--max_new_tokens",
+    "deterministic": "deterministic scoring", "prefix_cache": "--prefix_cache (on or 0)", "rubrics": "the rubrics", "mode": "--mode", "max_new_tokens": "--max_new_tokens",
     "image_token_budget": "--image_token_budget", "input": "--input_file's path", "input_sha256": "the input file's content",
     "criteria_sha256": "--criteria_file's content", "images": "the images (a file's size or time)",
     "pairs": f"the pair options ({', '.join(f'--{name}' for name in PAIR_OPTIONS)})", "base_url": "--base_url", "max_tiles": "--max_tiles",

@@ -44,8 +44,9 @@ class LocalBackend:
         return {"model": str(model_dir), "weights": weights, "dtype": str(next(model.model.parameters()).dtype),
                 "settings": model.settings.to_json(), "prompt_token_budget": self.options.prompt_token_budget,
                 "ignore_stop": self.options.ignore_stop, "structured": self.options.structured,
-                # only where it is on, so that the journals of runs without it stay resumable
-                **({"deterministic": True} if self.deterministic else {})}
+                # only where it is on, so that the journals of runs without it stay resumable; the prefix cache's prompts are
+                # prefilled in two pieces (their last bits not those of a whole prefill), whatever its size
+                **({"deterministic": True} if self.deterministic else {}), **({"prefix_cache": True} if self.options.prefix_cache else {})}
 
     def score(self, samples: list[tuple[int, Sample | Pair]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult | PairResult]]:
         yield from self.judge.score_batches(samples, self.rubrics, self.options, self.image_root, progress=bar)

@@ -25,6 +25,9 @@ Mode = Literal["generate", "logits"]
 MAX_TILES = 64
 # Judgements of a pair in each order: VL-RewardBench votes over a handful; 1e20 was taken and never ended.
 MAX_SAMPLES = 100
+# Tokens of keys and values a prefix cache may hold: at InternVL2-4B's 384 KiB a token, 2**20 are 384 GiB, more
+# than any one device holds.
+MAX_PREFIX_CACHE = 2**20
 Rule = Literal[RULES]
 
 
@@ -62,6 +65,11 @@ class ScoreOptions:
         None, "score each sample to the same bits whatever is batched beside it: each prompt prefilled in a group of its own, and "
               "batch-invariant matrix products in decoding (Triton kernels, on a CUDA GPU); off: prompts prefilled in groups, and in "
               "bf16 a sample's answer may change with what is batched beside it; none: on wherever its kernels run")
+    prefix_cache: int = _option(
+        16384, "tokens of keys and values kept of prompts' parts before their first answer (the rubric, the question and its images), "
+               "so that the answers to one question (a GRPO group, a pair's two orders) prefill that part once; each such prompt is "
+               "prefilled in two pieces cut there, cached or not, so a cached part gives the same bits as a fresh one; the least recently "
+               "used leaves first; 0: off, every prompt prefilled whole", minimum=0, below=MAX_PREFIX_CACHE + 1)
     ignore_stop: bool = _option(False, "always generate max_new_tokens, no forced score heading (benchmarks: equal work per sample)",
                                 flag=False)
     # Pairs (judge/preferences.py says how a pair's verdict is decided): PAIR_OPTIONS.

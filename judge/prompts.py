@@ -160,12 +160,15 @@ class Rubric(BaseModel):
     def score_scale(self) -> ScoreScale:
         return ScoreScale(*self.scale, self.step)
 
-    def fill(self, fields: dict[str, Query]) -> Query:
+    def fill(self, fields: dict[str, Query], before: tuple[str, ...] = ()) -> Query:
         """The template with its fields filled (the instructions are the rubric's own); the image slots of
-        the question and the answers stay slots."""
+        the question and the answers stay slots. `before`: only what comes before the text that leads to the
+        first of these fields (ANSWER_FIELDS: the part of a prompt that every answer to its question shares)."""
         fields = {"instructions": [self.instructions], **fields}
         query: Query = []
         for literal, name, _, _ in Formatter().parse(self.template):
+            if name in before:
+                break
             if self.layout == "tagged" and name in ("answer_a", "answer_b") and fields[name][:1] in ([], [""]):
                 # IntJudge announces an answer that opens without text by its prefix alone, on a line of its own
                 literal = "\n" + literal.strip()
@@ -173,6 +176,11 @@ class Rubric(BaseModel):
             if name is not None:
                 query += fields[name]
         return query
+
+
+# The fields of a rubric's template that hold an answer: a prompt's part before the first is its question's
+# (the rubric, the question and its images), the same for every answer judged against them.
+ANSWER_FIELDS = ("answer", "answer_a", "answer_b")
 
 
 def judgeable(item: Sample | Pair, rubrics: dict[str, Rubric]) -> bool:
@@ -255,6 +263,7 @@ class JudgePrompt:
     # Where in `text` the template's control tokens and the image tokens are: the only special tokens it may
     # hold. Everything else is text (encode_prompt).
     controls: tuple[Span, ...]
+    shared: int = 0  # characters of `text` before its first answer (ANSWER_FIELDS), the same for every answer to its question
 
     @property
     def n_tiles(self) -> int:
@@ -395,12 +404,15 @@ def build_prompt(
 def _assemble(sample: Sample, rubric: Rubric, template: ChatTemplate, system_message: str | None, plans: list[PlannedImage],
               question: list[Item], answer: list[Item], truncated: list[str]) -> JudgePrompt:
     shown = {p.number: p.n_tiles > 0 for p in plans}
-    query = rubric.fill({"question": render(question, shown), "answer": render(answer, shown),
-                         "reference": [reference_text(sample) if rubric.use_reference else ""]})
+    fields = {"question": render(question, shown), "answer": render(answer, shown), "reference": [reference_text(sample) if rubric.use_reference else ""]}
+    query = rubric.fill(fields)
     laid_out = {item for item in question + answer if isinstance(item, int)}
     shown_images = [p for p in plans if p.n_tiles > 0 and p.number in laid_out]
-    text, controls = render_query(template, query, [placeholder(p.processing, p.tokens) for p in shown_images], system_message)
-    return JudgePrompt(sample.id, text, shown_images, list(truncated), spelled(query), controls)
+    images = [placeholder(p.processing, p.tokens) for p in shown_images]
+    text, controls = render_query(template, query, images, system_message)
+    shared = rubric.fill(fields, before=ANSWER_FIELDS)
+    return JudgePrompt(sample.id, text, shown_images, list(truncated), spelled(query), controls,
+                       shared_length(template, shared, images, system_message))
 
 
 def build_pair_prompt(
@@ -438,8 +450,10 @@ def build_pair_prompt(
         by_number = {p.number: p for p in plans}
         images = [by_number[number] for number in order]
         query: Query = [None if isinstance(piece, int) else piece for piece in slotted]
-        text, controls = render_query(template, query, [placeholder(image.processing, image.tokens) for image in images], system)
-        return JudgePrompt(pair.id, text, images, list(truncated), spelled(query), controls)
+        placeholders = [placeholder(image.processing, image.tokens) for image in images]
+        text, controls = render_query(template, query, placeholders, system)
+        shared = [None if isinstance(piece, int) else piece for piece in rubric.fill(fields, before=ANSWER_FIELDS)]
+        return JudgePrompt(pair.id, text, images, list(truncated), spelled(query), controls, shared_length(template, shared, placeholders, system))
 
     if prompt_token_budget is None:
         return assemble(question)
@@ -481,9 +495,20 @@ def render_query(template: ChatTemplate, query: Query, images: list[str], system
     `vision.placeholder`'s text): the prompt's text, and the spans of the template's and the images' own
     tokens (encode_prompt). judge-serve renders a chat request's turn with it too."""
     assert query.count(None) == len(images), "one image per image slot"
+    return join_parts(template.parts(_query_parts(query, images), system_message))
+
+
+def shared_length(template: ChatTemplate, shared: Query, images: list[str], system_message: str | None) -> int:
+    """The characters of a prompt's text (render_query's) that its first pieces `shared` take, the template's
+    turn before them included (its end, `parts`' last, is not before them)."""
+    parts = template.parts(_query_parts(shared, images[: shared.count(None)]), system_message)[:-1]
+    return sum(len(piece) for piece, _ in parts)
+
+
+def _query_parts(query: Query, images: list[str]) -> list[tuple[str, bool]]:
+    """The query's pieces as template parts, each image slot as its image's tokens (in order)."""
     texts = iter(images)
-    parts = [(piece, False) if piece is not None else (next(texts), True) for piece in query]
-    return join_parts(template.parts(parts, system_message))
+    return [(piece, False) if piece is not None else (next(texts), True) for piece in query]
 
 
 def encode_prompt(tokenizer, text: str, controls: tuple[Span, ...], add_special_tokens: bool = True) -> list[int]:

@@ -96,6 +96,18 @@ def use_rowwise_rope(language_model: nn.Module) -> None:
         language_model.rotary_emb = RowwiseDynamicRope(rotary)
 
 
+def frequencies_of(rotary: nn.Module, length: int) -> int:
+    """What, beside positions, decides the rotary embedding of a sequence of `length` tokens: long-rope's set
+    (1: the long factors), dynamic NTK's grown length (0: the configured base), 0 for a rope of positions alone.
+    Keys computed for a prompt's first tokens may serve another prompt only where it is the same (a prefix
+    cache's key, infer/prefix_cache.py)."""
+    if isinstance(rotary, RowwiseLongRope):
+        return int(length > rotary.original_max)
+    if isinstance(rotary, RowwiseDynamicRope):
+        return length if length > rotary.longest else 0
+    return 0
+
+
 def context_length(config) -> int:
     """The tokens a language model reads and writes together at most: its max_position_embeddings, which dynamic
     NTK scaling extends by its factor (InternLM2's 32,768 positions reach 65,536 at factor 2)."""

@@ -45,6 +45,15 @@ class Pixels:
     def pin_memory(self) -> Pixels:
         return Pixels(self.values.pin_memory(), self.tokens, self.grids)
 
+    def split(self, tokens: int) -> tuple[Pixels | None, Pixels | None]:
+        """The pixels of the images whose `tokens` image tokens come first, and of the rest (None for none); the
+        cut falls between whole images (a tile or a patch holds the same share of tokens in every image)."""
+        rows = self.values.shape[0] * tokens // self.tokens
+        images = 0 if self.grids is None else int((self.grids.prod(-1).cumsum(0) <= rows).sum())
+        head = Pixels(self.values[:rows], tokens, None if self.grids is None else self.grids[:images])
+        tail = Pixels(self.values[rows:], self.tokens - tokens, None if self.grids is None else self.grids[images:])
+        return head if tokens else None, tail if tokens < self.tokens else None
+
     @staticmethod
     def cat(parts: list[Pixels]) -> Pixels | None:
         """The pixels of several images (or prompts) in order; None for none."""

@@ -71,13 +71,19 @@ def _main(argv) -> int:
 
     from mmjudge.infer.engine import judge_vocabulary
     from mmjudge.infer.grammar import GrammarError
-    from mmjudge.infer.loaded import LoadedJudge
-    from mmjudge.judge.model import with_max_tiles
+    from mmjudge.infer.loaded import LoadedJudge, find_checkpoint
+    from mmjudge.judge.model import judge_tokenizer, with_max_tiles
     from mmjudge.judge.rope import context_length
     from mmjudge.serve.app import build_app
     from mmjudge.serve.metrics import Metrics
+    from mmjudge.serve.rewards import reward_options
     from mmjudge.serve.service import Service
     from mmjudge.serve.worker import Worker
+
+    rewarding = None  # the reward endpoints' options, from the judge's tokenizer before its weights load (--reward_mode)
+    if reward is not None:
+        tokenizer = judge_tokenizer(find_checkpoint(args.model_path, args.revision).path)
+        rewarding = reward_options(reward, rubrics, tokenizer, options, limits.reward_mode)
 
     # the judge judge-score and the Python API load; refused there where --deterministic's kernels cannot run
     loaded = LoadedJudge.load(args.model_path, args.device, args.dtype, args.revision, options.deterministic)
@@ -87,7 +93,7 @@ def _main(argv) -> int:
     if limits.max_model_len is not None and limits.max_model_len > context:
         raise UsageError(f"--max_model_len {limits.max_model_len} is more than {args.model_path}'s context of {context} tokens")
     worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000, prefill_budget(limits.max_num_batched_tokens, device),
-                    limits.max_model_len)
+                    limits.max_model_len, None if rewarding is None else (rewarding, rubrics[reward.category]))
     names = limits.served_names(args.model_path)
     try:
         vocabulary = judge_vocabulary(judge)
@@ -95,7 +101,7 @@ def _main(argv) -> int:
         vocabulary = str(err)
         print(f"judge-serve: no structured outputs: {err}", file=sys.stderr, flush=True)
     service = Service(names, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
-                      worker, int(time.time()), worker.context, Metrics(names[0]), vocabulary, loaded.fingerprint, reward)
+                      worker, int(time.time()), worker.context, Metrics(names[0]), vocabulary, loaded.fingerprint, reward, rewarding)
     print(f"judge-serve: {args.model_path} on {device}, http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.Server(uvicorn.Config(build_app(service), host=args.host, port=args.port, log_level="info")).run()
     return 0

@@ -5,6 +5,7 @@ that the command line is read and checked before any model code loads."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 from mmjudge.judge.cli import setting_problems
 from mmjudge.judge.data import UsageError
@@ -76,6 +77,11 @@ class ServeOptions:
                 "through a judge-calibrate map); preference:CATEGORY, the probability that the response beats the reference answer "
                 "under a pairwise rubric, both orders averaged; verdict:CATEGORY, 1 where a judge being trained writes the labelled "
                 "verdict; none: the reward endpoints refuse"})
+    reward_mode: Literal["auto", "logits", "generate"] = field(default="auto", metadata={
+        "help": "how the reward endpoints judge - logits: one prefill per response, the score (or verdict) distribution read after the "
+                "rubric's forced heading, nothing written; generate: the judge writes its feedback and score; auto: logits where the "
+                "reward's rubric has each score (each verdict) one token of this judge's tokenizer, generate elsewhere. Every answer "
+                "names the mode that ran (docs/rewards.md)"})
 
     def __post_init__(self):
         if problems := setting_problems(ServeOptions, asdict(self)):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -37,7 +37,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mmjudge.judge.data import JudgeResult, Pair, Sample, Segment
+from mmjudge.infer.engine import read_tokens
+from mmjudge.infer.options import ScoreOptions
+from mmjudge.judge.data import JudgeResult, Pair, Sample, Segment, UsageError
+from mmjudge.judge.prompts import Rubric
 from mmjudge.judge.rewards import RewardSpec, label_problem, preference_reward, response_of, score_reward, verdict_reward
 from mmjudge.serve.api import Message, RequestError, validated
 from mmjudge.serve.images import RequestImages
@@ -76,6 +79,23 @@ class Reward:
     value: float | None  # in [0, 1] (a reward model's: its head's own reward, unbounded); None where the judgement gives no number
     result: JudgeResult | None = None  # the judgement it was read from (a pair's: the PairResult); None for a verdict reward
     n_images: int = 0  # the images the judge was shown
+
+
+def reward_options(spec: RewardSpec, rubrics: dict[str, Rubric], tokenizer, options: ScoreOptions, mode: str) -> ScoreOptions:
+    """The scoring options the reward endpoints judge with (--reward_mode): the server's, in logits mode where
+    asked or, auto, where the reward's rubric allows it (read_tokens: its scores, or verdicts, one token each),
+    generate mode elsewhere. A logits mode asked of a rubric that does not allow it is refused, before the
+    model loads."""
+    logits = replace(options, mode="logits", structured=False)  # structured constrains what is written; logits writes nothing
+    if spec.kind == "verdict" or mode == "generate":  # a verdict reward reads the response and judges nothing
+        return replace(options, mode="generate")
+    try:
+        read_tokens(tokenizer, {spec.category: rubrics[spec.category]}, "logits")
+    except UsageError as err:
+        if mode == "logits":
+            raise UsageError(f"--reward_mode logits: {err}") from None
+        return replace(options, mode="generate")
+    return logits
 
 
 def reward_routes(endpoint) -> list[Route]:
@@ -124,7 +144,7 @@ async def rewarded(request: Request, service: Service, asked: list[Asked], what:
     images = RequestImages(service.image_root, service.limits.max_image_pixels)
     try:
         local = await run_in_threadpool(lambda: [judged_item(item, k, spec, images) for k, item in enumerate(asked)])
-        results = await judged(service, local, what, request)
+        results = await judged(service, local, what, request, service.reward_options)
     finally:
         images.close()
     if spec.kind == "preference":
@@ -210,7 +230,7 @@ async def classify(request: Request, service: Service) -> Response:
                 for k, r in enumerate(rewards)]
     tokens = sum(r.result.prompt_tokens if isinstance(r.result, JudgeResult) else 0 for r in rewards)
     return JSONResponse({"id": f"classify-{request.state.request_id}", "object": "list", "created": int(time.time()), "model": model,
-                         "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+                         "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}, "reward_mode": service.reward_mode})
 
 
 # -- OpenRLHF's /get_reward --------------------------------------------------------------------------------
@@ -250,7 +270,7 @@ async def get_reward(request: Request, service: Service) -> Response:
     logs = {"n_images": [r.n_images for r in rewards]}  # numbers only: OpenRLHF averages each list into its logs
     if service.reward.kind == "score" and not service.reward_model:
         logs["expected_score"] = [r.result.expected_score if r.result.expected_score is not None else r.result.score for r in rewards]
-    return JSONResponse({"rewards": values, "scores": values, "extra_logs": logs, "reward": service.reward.name})
+    return JSONResponse({"rewards": values, "scores": values, "extra_logs": logs, "reward": service.reward.name, "reward_mode": service.reward_mode})
 
 
 # -- LLaMA-Factory's /v1/score/evaluation ------------------------------------------------------------------
@@ -269,7 +289,7 @@ async def evaluation(request: Request, service: Service) -> Response:
     rewards = await rewarded(request, service, asked, "messages")
     service.metrics.e2e.observe(time.monotonic() - arrived)
     return JSONResponse({"id": f"scoreeval-{request.state.request_id}", "object": "score.evaluation", "model": service.model_names[0],
-                         "scores": [r.value for r in rewards], "reward": service.reward.name})
+                         "scores": [r.value for r in rewards], "reward": service.reward.name, "reward_mode": service.reward_mode})
 
 
 # -- /v1/decisions -----------------------------------------------------------------------------------------
@@ -346,7 +366,8 @@ async def decisions(request: Request, service: Service) -> Response:
     answers = [decision(a.question, rewards[a.first: a.first + a.count], scale) for a in asking]
     tokens = sum(r.result.prompt_tokens for r in rewards)
     return JSONResponse({"id": f"decision-{request.state.request_id}", "object": "decision", "created": int(time.time()),
-                         "model": model, "answers": answers, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+                         "model": model, "answers": answers, "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                         "reward_mode": service.reward_mode})
 
 
 def decision(question: Question, rewards: list[Reward], scale) -> dict:

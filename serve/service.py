@@ -47,6 +47,14 @@ class Service:
     vocabulary: grammar.Vocabulary | str  # the judge's tokens for structured outputs, or why it has none
     judge_fingerprint: str  # of its weights (judge/identity.py), stamped on /v1/score's records as judge-score stamps them
     reward: RewardSpec | None = None  # --reward (judge/rewards.py); None: the reward endpoints refuse
+    reward_options: ScoreOptions | None = None  # what the reward endpoints judge with (serve/rewards.py's reward_options); None: score_options
+
+    @property
+    def reward_mode(self) -> str | None:
+        """The mode the reward endpoints judge in, named in their answers; None for a verdict reward, which judges nothing."""
+        if self.reward is None or self.reward.kind == "verdict":
+            return None
+        return (self.reward_options or self.score_options).mode
 
     @property
     def tokenizer(self):
@@ -104,21 +112,25 @@ def served_name(service: Service, name: str | None, field: str) -> str:
     return name
 
 
-async def judged(service: Service, local: list[Sample] | list[Pair], what: str, request: Request) -> list[JudgeResult] | list[PairResult]:
+async def judged(service: Service, local: list[Sample] | list[Pair], what: str, request: Request,
+                 reward_options: ScoreOptions | None = None) -> list[JudgeResult] | list[PairResult]:
     """The records of samples (or pairs) whose images are local files, from the model thread, stamped as
     judge-score stamps them; a prompt over the context is refused naming `what[k]`, and a client that leaves
-    ends its samples at the model's next step. /v1/score and the reward endpoints (serve/rewards.py) alike."""
-    prepared = await run_in_threadpool(prepare, service.judge, list(enumerate(local)), service.rubrics, Path("."), service.score_options)
+    ends its samples at the model's next step. /v1/score and the reward endpoints (serve/rewards.py, their
+    `reward_options`) alike."""
+    options = reward_options or service.score_options
+    prepared = await run_in_threadpool(prepare, service.judge, list(enumerate(local)), service.rubrics, Path("."), options)
     if long := past_context(prepared, service.context):  # the first named, in the words OpenAI's clients read
         index, item = next(iter(long.items()))
         raise context_exceeded(service, f"{what}[{index}]", len(item.input_ids))
     gone = threading.Event()  # set when the client disconnects: its samples leave the model at the next step
-    results = await until_answered(service, submitted(service, service.worker.score(prepared, gone.is_set)), request, gone)
+    answer = service.worker.score(prepared, gone.is_set, reward=reward_options is not None)
+    results = await until_answered(service, submitted(service, answer), request, gone)
     if prepared and prepared[0].pair is not None:  # each pair's views gathered into its record, as judge-score gathers them
         views: dict[int, list] = {}
         for item, result in zip(prepared, results):
             views.setdefault(item.index, []).append((item, result))
-        results = [pair_result(views[k], service.score_options) for k in range(len(local))]
+        results = [pair_result(views[k], options) for k in range(len(local))]
     stamp(results, service.judge_fingerprint, service.rubrics)
     return results
 

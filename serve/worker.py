@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from mmjudge.infer.decoding import Completion, OutOfMemory, Request, Sampling, seeded
-from mmjudge.infer.engine import Prepared, judge_decoder
+from mmjudge.infer.engine import Prepared, Scorer, judge_decoder
 from mmjudge.infer.grammar import Grammar
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.reward_model import scorer_for
@@ -70,6 +70,7 @@ class ChatPrompt:
 class ScoreJob:
     items: list[Prepared]
     future: Future  # -> list[JudgeResult], in the items' order; Abandoned when its client left first
+    scorer: Scorer  # /v1/score's, or the reward endpoints' (their mode may differ)
     cancelled: Callable[[], bool] | None = None  # True once its client has gone: nothing more is computed for it
 
 
@@ -102,15 +103,22 @@ class _Told:
 
 class Worker:
     def __init__(self, judge: Judge, rubrics: dict[str, Rubric], options: ScoreOptions, device: str, batch_wait_s: float,
-                 prefill_budget: int | None = None, max_model_len: int | None = None):
+                 prefill_budget: int | None = None, max_model_len: int | None = None,
+                 reward: tuple[ScoreOptions, Rubric] | None = None):
         self.options, self.device, self.batch_wait_s = options, device, batch_wait_s
         self.scorer = scorer_for(judge, rubrics, options, device)
+        # The reward endpoints' scorer, of the reward's rubric alone: their options (serve/rewards.py's reward_options) may
+        # ask for logits mode where the server's --mode is generate.
+        self.reward_scorer = self.scorer
+        if reward is not None and reward[0] != options:
+            self.reward_scorer = scorer_for(judge, {reward[1].category: reward[1]}, reward[0], device)
         # A chat answer ends at the stop token whatever --ignore_stop says (a benchmarking switch), and records no score logits.
         # It is deterministic where asked only: what that costs a server under load is not measured yet (docs/serving.md).
         # A reward model writes no text: no chat decoder (serve/app.py refuses its chat requests), and its scorer prefills alone.
         self.chat_decoder = None if is_reward_model(judge.model) else judge_decoder(
             judge, device, options.token_budget, columns=[], prefill_budget=prefill_budget, deterministic=options.deterministic is True)
-        self.decoders = [decoder for decoder in (self.scorer.decoder, self.chat_decoder) if decoder is not None]
+        # each decoder of the model thread once: /v1/score's, the reward endpoints' where they have their own, chat's
+        self.decoders = list({id(d): d for d in (self.scorer.decoder, self.reward_scorer.decoder, self.chat_decoder) if d is not None}.values())
         self.context = min(context_length(judge.model.config.get_text_config()), max_model_len or sys.maxsize)  # the prompt and its answer together
         for decoder in self.decoders:  # --max_model_len: answers end there
             decoder.context = min(decoder.context, self.context)
@@ -127,13 +135,16 @@ class Worker:
         return self._queue.qsize() + len(self._held)
 
     def forward_passes(self) -> dict[str, int]:
-        """Prefill groups (or chunks) and decoding steps run so far, and the prompt tokens prefilled, scoring and
-        chat together."""
+        """Prefill groups (or chunks) and decoding steps run so far, the prompt tokens prefilled, scoring and chat
+        together, and the prefix caches' hits and misses."""
+        caches = [d.prefix_cache for d in self.decoders if d.prefix_cache is not None]
         return {"prefill": sum(d.prefills for d in self.decoders), "step": sum(d.steps for d in self.decoders),
-                "prefill_tokens": sum(d.prefill_tokens for d in self.decoders)}
+                "prefill_tokens": sum(d.prefill_tokens for d in self.decoders),
+                "prefix_hits": sum(c.hits for c in caches), "prefix_misses": sum(c.misses for c in caches)}
 
-    def score(self, items: list[Prepared], cancelled: Callable[[], bool] | None = None) -> Future:
-        return self._submit(ScoreJob(items, Future(), cancelled))
+    def score(self, items: list[Prepared], cancelled: Callable[[], bool] | None = None, reward: bool = False) -> Future:
+        """The items' records, by /v1/score's scorer or (`reward`) the reward endpoints'."""
+        return self._submit(ScoreJob(items, Future(), self.reward_scorer if reward else self.scorer, cancelled))
 
     def chat(self, prompt: ChatPrompt) -> Future:
         # The seed is fixed now, so that a run again after another request's failure writes the same answer.
@@ -156,7 +167,8 @@ class Worker:
         while True:
             jobs = self._round()
             self.counts["rounds"] += 1
-            self._run(self._score, [job for job in jobs if isinstance(job, ScoreJob)])
+            for scorer in (self.scorer, self.reward_scorer) if self.reward_scorer is not self.scorer else (self.scorer,):
+                self._run(self._score, [job for job in jobs if isinstance(job, ScoreJob) and job.scorer is scorer])
             self._run(self._chat, [job for job in jobs if isinstance(job, ChatJob)], join=True)
 
     def _round(self) -> list[ScoreJob | ChatJob]:
@@ -188,10 +200,11 @@ class Worker:
                     self._run(work, [job])
 
     def _score(self, jobs: list[ScoreJob]) -> None:
+        """Score jobs of one scorer together."""
         items = [item for job in jobs for item in job.items]
         left = {id(item): job.cancelled for job in jobs if job.cancelled is not None for item in job.items}  # whether each one's client left
         results: dict[int, JudgeResult] = {}  # by id() of the Prepared: samples of two requests may share an id
-        for batch in self.scorer.run(items, cancelled=lambda item: id(item) in left and left[id(item)]()):
+        for batch in jobs[0].scorer.run(items, cancelled=lambda item: id(item) in left and left[id(item)]()):
             results.update((id(item), result) for item, result in batch)
         self.counts["samples"] += len(results)
         for job in jobs:

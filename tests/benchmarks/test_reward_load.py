@@ -25,3 +25,17 @@ def test_the_reward_load_benchmark_answers_every_sample_both_ways_with_the_same_
     assert figures["rewards_differing"] == 0 and figures["ratio"] > 0
     assert 0 < figures["one_by_one"]["p50_s"] <= figures["one_by_one"]["p99_s"]
     assert "samples/s" in done.stdout
+
+
+def test_the_groups_benchmark_prefills_each_groups_shared_part_once_with_the_cache(tmp_path):
+    """3 groups of 4 answers, with the prefix cache and without it: the same rewards to float32 rounding, and
+    with the cache a group's shared part prefilled once (its other 3 prompts prefill their rest alone)."""
+    out = tmp_path / "groups.json"
+    done = subprocess.run([sys.executable, str(BENCHMARK), "--groups", "3", "--group_size", "4", "--clients", "2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=HANG_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    cached, whole = figures["prefix_cache"], figures["no_prefix_cache"]
+    assert cached["samples"] == whole["samples"] == 12 and figures["largest_reward_difference"] < 1e-5
+    assert cached["prefills"] == 3 * (2 + 3)  # per group: the shared part and the first answer's rest, then 3 rests
+    assert cached["prefill_tokens"] < whole["prefill_tokens"] and figures["prefill_tokens_ratio"] < 0.5

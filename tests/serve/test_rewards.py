@@ -14,9 +14,9 @@ import pytest
 import uvicorn
 
 from mmjudge.infer.options import ScoreOptions
-from mmjudge.judge.data import PairResult
+from mmjudge.judge.data import PairResult, UsageError
 from mmjudge.judge.formats import FORMATS
-from mmjudge.judge.model import load_judge, with_max_tiles
+from mmjudge.judge.model import judge_tokenizer, load_judge, with_max_tiles
 from mmjudge.judge.prompts import load_rubrics
 from mmjudge.judge.rewards import parse_reward, preference_reward
 from mmjudge.judge.testing import HANG_S, write_dataset, write_original_checkpoint
@@ -26,7 +26,7 @@ from mmjudge.serve.app import build_app
 from mmjudge.serve.metrics import Metrics
 from mmjudge.serve.options import ServeOptions, prefill_budget
 from mmjudge.serve.process import free_port, start_server
-from mmjudge.serve.rewards import spec_of
+from mmjudge.serve.rewards import reward_options, spec_of
 from mmjudge.serve.service import Service
 from mmjudge.serve.worker import Worker
 
@@ -58,13 +58,21 @@ def server(files):
     """A deterministic server (each prompt prefilled alone: the same bits in any batch) whose reward is MMIE's SA
     rubric's expected score mapped from 0-6 to [0, 1]; in process, as judge-serve assembles it: judge-serve refuses
     --deterministic on a CPU, where the batch-invariant kernels of decoding cannot run, but logits mode only prefills."""
+    yield from serving(files, ScoreOptions(mode="logits", deterministic=True, max_tiles=1, workers=1))
+
+
+def serving(files, options: ScoreOptions, mode: str | None = None):
+    """judge-serve in process with the reward score:SA; `mode`: its --reward_mode, the reward endpoints' own
+    options (reward_options) beside the server's; none: the server's options."""
     judge = load_judge(files[0])
-    options = ScoreOptions(mode="logits", deterministic=True, max_tiles=1, workers=1)
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
     rubrics = load_rubrics(FORMATS["pairs"].default_rubrics)
-    worker = Worker(judge, rubrics, options, "cpu", batch_wait_s=0.02, prefill_budget=prefill_budget(None, "cpu"))
+    spec = parse_reward("score:SA", rubrics)
+    rewarding = None if mode is None else reward_options(spec, rubrics, judge.tokenizer, options, mode)
+    worker = Worker(judge, rubrics, options, "cpu", batch_wait_s=0.02, prefill_budget=prefill_budget(None, "cpu"),
+                    reward=None if rewarding is None else (rewarding, rubrics["SA"]))
     service = Service((SERVED,), judge, rubrics, options, ServeOptions(max_images=3), files[1], None, worker, 0, worker.context, Metrics(SERVED),
-                      "no structured outputs in these tests", "tiny", parse_reward("score:SA", rubrics))
+                      "no structured outputs in these tests", "tiny", spec, rewarding)
     with running(service) as url:
         yield url
 
@@ -243,3 +251,39 @@ def test_without_reward_the_reward_endpoints_say_how_to_start_one():
 
     with pytest.raises(RequestError, match=r"start judge-serve with --reward KIND:CATEGORY"):
         spec_of(NoReward())
+
+
+def test_the_reward_judges_in_logits_mode_where_its_rubric_allows_and_generates_elsewhere(files):
+    """--reward_mode auto: logits where each of the rubric's scores is one token of the judge's tokenizer (SA's
+    0-6), generate mode where not (a scale in halves: 2.5 is written in several tokens), whatever the server's
+    --mode; logits asked of that rubric is refused; generate is generate; a verdict reward judges nothing."""
+    tokenizer = judge_tokenizer(files[0])
+    rubrics = load_rubrics(FORMATS["pairs"].default_rubrics)
+    halves = rubrics["SA"].model_copy(update={"category": "HALVES", "step": 0.5})
+    rubrics = {**rubrics, "HALVES": halves}
+    generate = ScoreOptions(structured=True)
+    chosen = reward_options(parse_reward("score:SA", rubrics), rubrics, tokenizer, generate, "auto")
+    assert chosen.mode == "logits" and not chosen.structured  # logits writes nothing to constrain
+    assert reward_options(parse_reward("score:SA", rubrics), rubrics, tokenizer, generate, "generate") == generate
+    assert reward_options(parse_reward("score:HALVES", rubrics), rubrics, tokenizer, generate, "auto").mode == "generate"
+    with pytest.raises(UsageError, match="--reward_mode logits: --mode logits reads the score from one token, but rubric 'HALVES'"):
+        reward_options(parse_reward("score:HALVES", rubrics), rubrics, tokenizer, generate, "logits")
+    assert reward_options(parse_reward("score:HALVES", rubrics), rubrics, tokenizer, ScoreOptions(mode="logits"), "auto").mode == "generate"
+
+
+@pytest.mark.slow
+def test_a_generating_servers_rewards_are_read_in_logits_mode_and_say_so(files, server, images):
+    """A server whose /v1/score generates (--mode generate), its reward endpoints in logits mode (auto): each
+    answer names the mode, and the reward is the logits-mode server's to the bit, the prompt prefilled once."""
+    generating = serving(files, ScoreOptions(max_new_tokens=4, max_tiles=1, workers=1), "auto")
+    url = next(generating)
+    try:
+        question, response = "What does the picture show?", "A red circle."
+        body = {"query": [question + response], "prompts": [question], "images": [[images[0]]]}
+        answer = post(url, "/get_reward", body).json()
+        assert answer["reward_mode"] == "logits" and answer["rewards"] == post(server, "/get_reward", body).json()["rewards"]
+        assert post(url, "/classify", {"model": SERVED, "input": response}).json()["reward_mode"] == "logits"
+        record = post(url, "/v1/score", {"samples": [{"id": "s", "question": question, "answer": response, "category": "SA"}]}).json()
+        assert record["results"][0]["generated_tokens"] > 0  # /v1/score still generates
+    finally:
+        next(generating, None)

@@ -1,0 +1,223 @@
+"""The prefix cache (infer/prefix_cache.py): the answers to one question prefill its shared part (rubric,
+question, images) once, and a prompt whose shared part came from the cache is the same bits as the same
+prompt prefilled fresh: its score distribution, expected score and written text, alone and in a batch, after
+an eviction too, for InternVL and Qwen3-VL (M-RoPE, DeepStack) tiny judges, pointwise and pairwise. A shared
+part with the same text beside another image is a miss; the cache holds no more than its limit; 0 turns it off."""
+
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from mmjudge.configs import CONFIG_DIR, DEFAULT_RUBRICS
+from mmjudge.infer.engine import Scorer, prepare
+from mmjudge.infer.options import MAX_PREFIX_CACHE, ScoreOptions
+from mmjudge.infer.prefix_cache import Entry, PrefixCache
+from mmjudge.judge.data import Pair, Sample, Segment, UsageError
+from mmjudge.judge.model import load_judge
+from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.testing.families import write_family_checkpoint
+
+RUBRICS = load_rubrics([*DEFAULT_RUBRICS, CONFIG_DIR / "rubrics" / "pairwise.yaml"])
+POINTWISE = "SA"
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> list[Path]:
+    """Four pictures of one size, each its own colour."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("images")
+    for k, colour in enumerate(["red", "blue", "green", "white"]):
+        Image.new("RGB", (96, 64), colour).save(root / f"{k}.png")
+    return sorted(root.iterdir())
+
+
+@pytest.fixture(scope="module", params=["qwen3-vl-4b", pytest.param("internvl2-4b", marks=pytest.mark.slow)])  # InternVL's tiles take seconds
+def judge(request, checkpoint, tmp_path_factory):
+    if request.param == "internvl2-4b":
+        return load_judge(checkpoint)
+    return load_judge(write_family_checkpoint(request.param, tmp_path_factory.mktemp(request.param)))
+
+
+def group(images: list[Path], question_image: int = 0, size: int = 3) -> list[Sample]:
+    """A GRPO group: one question and its image, `size` answers (one of them with an image of its own)."""
+    question = [Segment(text="What does the picture show? Describe it."), Segment(image=str(images[question_image]))]
+    return [Sample(id=str(k), question=question, category=POINTWISE,
+                   answer=[Segment(text=f"It shows thing number {k}. " * (k + 1))] + ([Segment(image=str(images[3]))] if k == 2 else []))
+            for k in range(size)]
+
+
+def scored(scorer: Scorer, items) -> dict:
+    return {index: result.model_dump() for batch in scorer.judged(items) for index, result in batch}
+
+
+def options(mode: str, **given) -> ScoreOptions:
+    return ScoreOptions(mode=mode, max_new_tokens=4, max_tiles=1, **given)
+
+
+@pytest.mark.parametrize("mode", ["logits", pytest.param("generate", marks=pytest.mark.slow)])
+def test_a_shared_part_from_the_cache_gives_the_same_bits_as_a_fresh_one(judge, images, mode):
+    """A group scored together: the first answer prefills the shared part, the others copy it (two hits),
+    and the whole group scored again (every one a hit) gives the same records, bit for bit. Each answer scored
+    alone by a fresh decoder (a miss) and again (a hit) gives the same bits too; in logits mode, where each
+    prompt is one prefill of its own, alone and in the group are the same as well."""
+    run = options(mode)
+    items = prepare(judge, list(enumerate(group(images))), RUBRICS, Path("/"), run)
+    shared = items[0].prefix
+    assert shared > 0 and all(item.prefix == shared and torch.equal(item.input_ids[:shared], items[0].input_ids[:shared]) for item in items)
+    assert "thing number" not in judge.tokenizer.decode(items[0].input_ids[:shared].tolist())  # cut before the answer
+    scorer = Scorer(judge, RUBRICS, run, "cpu")
+    first = scored(scorer, items)
+    cache = scorer.decoder.prefix_cache
+    assert (cache.misses, cache.hits) == (1, 2)
+    assert scored(scorer, items) == first and cache.hits == 5
+    for k, item in enumerate(items[:2]):  # a miss and a hit in the group
+        fresh = Scorer(judge, RUBRICS, run, "cpu")
+        alone = scored(fresh, [item])
+        assert fresh.decoder.prefix_cache.misses == 1 and scored(fresh, [item]) == alone and fresh.decoder.prefix_cache.hits == 1
+        if mode == "logits":
+            assert alone[k] == first[k]
+
+
+def test_the_prefill_of_a_group_reads_its_shared_part_once(judge, images):
+    """Prompt tokens prefilled for a group of 3: the shared part once and each answer's rest, against every
+    prompt whole with the cache off."""
+    on, off = options("logits"), options("logits", prefix_cache=0)
+    samples = list(enumerate(group(images)))
+    cached_items, whole_items = prepare(judge, samples, RUBRICS, Path("/"), on), prepare(judge, samples, RUBRICS, Path("/"), off)
+    assert all(item.prefix == 0 for item in whole_items)
+    cached, whole = Scorer(judge, RUBRICS, on, "cpu"), Scorer(judge, RUBRICS, off, "cpu")
+    scored(cached, cached_items)
+    scored(whole, whole_items)
+    shared = cached_items[0].prefix
+    assert whole.decoder.prefix_cache is None and whole.decoder.prefill_tokens == sum(len(item.input_ids) for item in whole_items)
+    assert cached.decoder.prefill_tokens == whole.decoder.prefill_tokens - 2 * shared
+
+
+def test_a_pairs_two_orders_share_their_question(judge, images):
+    """Under a pairwise rubric a pair's two orders share the rubric and the question: the second order copies
+    it, and each order's judgement is the bits of that order judged alone by a fresh decoder."""
+    question = [Segment(text="Which answer describes the picture better?"), Segment(image=str(images[1]))]
+    pair = Pair(id="p", question=question, answer_a=[Segment(text="A red square.")], answer_b=[Segment(text="Two blue circles on grey.")],
+                category="general")
+    run = options("logits")
+    items = prepare(judge, [(0, pair)], RUBRICS, Path("/"), run)
+    assert [item.view for item in items] == ["forward", "reverse"] and items[0].prefix == items[1].prefix > 0
+    scorer = Scorer(judge, RUBRICS, run, "cpu")
+    together = {item.view: result.model_dump() for batch in scorer.run(items) for item, result in batch}
+    assert (scorer.decoder.prefix_cache.misses, scorer.decoder.prefix_cache.hits) == (1, 1)
+    for item in items:
+        alone = {i.view: result.model_dump() for batch in Scorer(judge, RUBRICS, run, "cpu").run([item]) for i, result in batch}
+        assert alone[item.view] == together[item.view]
+
+
+def test_an_evicted_shared_part_is_prefilled_again_to_the_same_bits(judge, images):
+    """A cache that holds one shared part: a second question's group evicts the first's, whose answers scored
+    again prefill it afresh, to the same bits as when they copied it."""
+    first_group = prepare(judge, list(enumerate(group(images, 0, 2))), RUBRICS, Path("/"), options("logits"))
+    second_group = prepare(judge, list(enumerate(group(images, 1, 2))), RUBRICS, Path("/"), options("logits"))
+    run = options("logits", prefix_cache=first_group[0].prefix + 8)
+    scorer = Scorer(judge, RUBRICS, run, "cpu")
+    before = scored(scorer, first_group)
+    scored(scorer, second_group)
+    cache = scorer.decoder.prefix_cache
+    assert cache.evictions == 1 and cache.tokens <= cache.limit and len(cache.entries) == 1
+    assert scored(scorer, first_group) == before and cache.misses == 3 and cache.evictions == 2
+
+
+def test_the_same_text_beside_another_image_is_a_miss(judge, images):
+    """Two questions of the same words, each with its own picture: the second finds nothing to reuse."""
+    run = options("logits")
+    items = prepare(judge, [(0, group(images, 0, 1)[0]), (1, group(images, 1, 1)[0])], RUBRICS, Path("/"), run)
+    assert torch.equal(items[0].input_ids, items[1].input_ids)  # the same tokens: the images differ in their pixels alone
+    scorer = Scorer(judge, RUBRICS, run, "cpu")
+    results = scored(scorer, items)
+    assert (scorer.decoder.prefix_cache.misses, scorer.decoder.prefix_cache.hits) == (2, 0)
+    assert results[0]["score_distribution"] != results[1]["score_distribution"]
+
+
+def test_the_cache_holds_no_more_than_its_limit():
+    cache = PrefixCache(10)
+    entry = lambda n: Entry(torch.arange(n), torch.zeros(1, 1, n, 2), torch.zeros(1, 1, n, 2))  # noqa: E731
+    for k, n in enumerate([4, 4, 4, 11, 6]):
+        cache.put(bytes([k]), entry(n))
+        assert cache.tokens <= 10 and cache.tokens == sum(len(e.input_ids) for e in cache.entries.values())
+    assert list(cache.entries) == [bytes([2]), bytes([4])] and cache.evictions == 2  # 11 tokens are never kept
+    assert cache.get(bytes([2]), torch.arange(5)) is None  # the key's ids, compared whole
+    assert cache.get(bytes([2]), torch.arange(4)) is not None
+
+
+@pytest.mark.parametrize("value", [-1, MAX_PREFIX_CACHE + 1, 2.5])
+def test_a_prefix_cache_size_past_its_bounds_is_refused(value):
+    with pytest.raises(UsageError, match="prefix_cache must be a whole number of at least 0 and below"):
+        ScoreOptions(prefix_cache=value)
+
+
+def test_judge_score_and_judge_serve_turn_the_cache_off_by_their_flag(tmp_path):
+    """judge-score's --prefix_cache, and judge-serve's (the same ScoreOptions field): 0 turns it off."""
+    from mmjudge.infer.cli import build_parser, score_options
+    from mmjudge.judge.formats import FORMATS
+    from mmjudge.serve.cli import build_parser as serve_parser, settings
+
+    (tmp_path / "data.json").write_text("[]")
+    argv = ["--model_path", "m", "--input_dir", str(tmp_path), "--input_file", "data.json", "--prefix_cache", "0"]
+    assert score_options(build_parser(argv).parse_args(argv), FORMATS["mmie"]).prefix_cache == 0
+    assert score_options(build_parser(argv[:-2]).parse_args(argv[:-2]), FORMATS["mmie"]).prefix_cache == ScoreOptions().prefix_cache > 0
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = str(free.getsockname()[1])
+    assert settings(serve_parser().parse_args(["--model_path", "m", "--port", port, "--prefix_cache", "0"]))[0].prefix_cache == 0
+
+
+@pytest.mark.slow
+def test_a_run_with_the_cache_and_one_without_do_not_resume_each_other(checkpoint, tmp_path, capsys):
+    """The cache's prompts are prefilled in two pieces, whose last bits are not a whole prefill's: a journal of
+    a run with it is not resumed by one without it, and the other way; its size alone changes nothing."""
+    from mmjudge.infer.cli import main
+    from mmjudge.judge.testing import write_dataset
+
+    data = write_dataset(tmp_path / "data", 3, seed=3)
+    run = ["--model_path", str(checkpoint), "--input_dir", str(data.parent), "--input_file", data.name, "--output_dir", str(tmp_path / "out"),
+           "--mode", "logits", "--max_tiles", "1", "--workers", "1"]
+    assert main([*run, "--limit", "2"]) == 0
+    capsys.readouterr()
+    assert main([*run, "--prefix_cache", "0"]) == 2
+    assert "was written by a run with other settings (--prefix_cache (on or 0)); rerun with --no_resume" in capsys.readouterr().err
+    assert main([*run, "--prefix_cache", "4096"]) == 0 and "resuming: 2 sample(s) already scored" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_deterministic_decoder_writes_a_cached_prompt_to_the_same_bits_alone_and_batched(images, monkeypatch, tmp_path):
+    """Generate mode as on a GPU (split-KV attention and batch-invariant products, in Triton's interpreter, so
+    Qwen3-VL's tiny judge alone and two answers: minutes otherwise): a group's answers decoded side by side, the
+    second copying the shared part, are the same tokens and recorded logits, to the bit, as each answer decoded
+    alone by a fresh decoder, which prefills it."""
+    from concurrent.futures import Future
+
+    import mmjudge.infer.split_kv
+    from mmjudge.infer.decoding import Request
+    from mmjudge.infer.engine import _load_pixels, judge_decoder
+
+    monkeypatch.setattr(mmjudge.infer.split_kv, "SPAN", 16)
+    judge = load_judge(write_family_checkpoint("qwen3-vl-4b", tmp_path / "judge"))
+    items = prepare(judge, list(enumerate(group(images, size=2))), RUBRICS, Path("/"), options("generate"))
+
+    def load(request):
+        future = Future()
+        future.set_result(_load_pixels(items[request.index], torch.float32, pin=False))
+        return future
+
+    def run(indices):
+        decoder = judge_decoder(judge, "cpu", None, columns=list(range(16)), deterministic=True, prefix_cache=ScoreOptions().prefix_cache)
+        decoder.split_kv = decoder.batch_invariant = True  # the GPU's kernels, in the interpreter on a CPU
+        requests = [Request(i, items[i].input_ids.long(), prefix=items[i].prefix) for i in indices]
+        return {c.index: c for done in decoder.generate(requests, load, 3) for c in done}, decoder.prefix_cache
+
+    batched, cache = run(range(len(items)))
+    assert cache.hits == len(items) - 1
+    for index in range(len(items)):
+        alone, fresh = run([index])
+        assert fresh.misses == 1
+        assert alone[index].tokens == batched[index].tokens and torch.equal(alone[index].logits, batched[index].logits)
