@@ -315,7 +315,7 @@ class Scorer:
         self.verdict_columns = {name: {v: tokens.index(t) for v, t in ids.items()} for name, ids in self.verdict_ids.items() if ids}
         self.follow_up_tokens = max(map(len, [self.forced_heading, *self.forced_verdict.values()]))
         self.decoder = judge_decoder(judge, device, options.token_budget, tokens, stop=not options.ignore_stop,
-                                     deterministic=options.deterministic, prefix_cache=options.prefix_cache)
+                                     deterministic=options.deterministic, prefix_cache=options.prefix_cache or 0)
         self.grammars = self._grammars() if options.structured else {}
 
     def _grammars(self) -> dict[str, Grammar]:

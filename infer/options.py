@@ -28,6 +28,7 @@ MAX_SAMPLES = 100
 # Tokens of keys and values a prefix cache may hold: at InternVL2-4B's 384 KiB a token, 2**20 are 384 GiB, more
 # than any one device holds.
 MAX_PREFIX_CACHE = 2**20
+REWARD_PREFIX_CACHE = 16384  # the prefix cache of judge-serve's reward endpoints where --prefix_cache is not given
 Rule = Literal[RULES]
 
 
@@ -65,11 +66,12 @@ class ScoreOptions:
         None, "score each sample to the same bits whatever is batched beside it: each prompt prefilled in a group of its own, and "
               "batch-invariant matrix products in decoding (Triton kernels, on a CUDA GPU); off: prompts prefilled in groups, and in "
               "bf16 a sample's answer may change with what is batched beside it; none: on wherever its kernels run")
-    prefix_cache: int = _option(
-        16384, "tokens of keys and values kept of prompts' parts before their first answer (the rubric, the question and its images), "
-               "so that the answers to one question (a GRPO group, a pair's two orders) prefill that part once; each such prompt is "
-               "prefilled in two pieces cut there, cached or not, so a cached part gives the same bits as a fresh one; the least recently "
-               "used leaves first; 0: off, every prompt prefilled whole", minimum=0, below=MAX_PREFIX_CACHE + 1)
+    prefix_cache: int | None = _option(
+        None, "tokens of keys and values kept of prompts' parts before their first answer (the rubric, the question and its images), "
+              "so that the answers to one question (a GRPO group, a pair's two orders) prefill that part once; each such prompt is "
+              "prefilled in two pieces cut there, cached or not, so a cached part gives the same bits as a fresh one; the least recently "
+              "used leaves first; 0: off, every prompt prefilled whole; none: 16384 for judge-serve's reward endpoints (an RL group's "
+              "answers), off elsewhere (a prompt prefilled whole, as MMIE's reference prefills it)", minimum=0, below=MAX_PREFIX_CACHE + 1)
     ignore_stop: bool = _option(False, "always generate max_new_tokens, no forced score heading (benchmarks: equal work per sample)",
                                 flag=False)
     # Pairs (judge/preferences.py says how a pair's verdict is decided): PAIR_OPTIONS.

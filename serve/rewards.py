@@ -38,7 +38,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mmjudge.infer.engine import read_tokens
-from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.options import REWARD_PREFIX_CACHE, ScoreOptions
 from mmjudge.judge.data import JudgeResult, Pair, Sample, Segment, UsageError
 from mmjudge.judge.prompts import Rubric
 from mmjudge.judge.rewards import RewardSpec, label_problem, preference_reward, response_of, score_reward, verdict_reward
@@ -85,7 +85,9 @@ def reward_options(spec: RewardSpec, rubrics: dict[str, Rubric], tokenizer, opti
     """The scoring options the reward endpoints judge with (--reward_mode): the server's, in logits mode where
     asked or, auto, where the reward's rubric allows it (read_tokens: its scores, or verdicts, one token each),
     generate mode elsewhere. A logits mode asked of a rubric that does not allow it is refused, before the
-    model loads."""
+    model loads. The prefix cache is on unless --prefix_cache was given (infer/options.py)."""
+    # an RL group's answers share their rubric, question and images: cached unless --prefix_cache says otherwise
+    options = replace(options, prefix_cache=REWARD_PREFIX_CACHE if options.prefix_cache is None else options.prefix_cache)
     logits = replace(options, mode="logits", structured=False)  # structured constrains what is written; logits writes nothing
     if spec.kind == "verdict" or mode == "generate":  # a verdict reward reads the response and judges nothing
         return replace(options, mode="generate")

@@ -5,6 +5,7 @@ an eviction too, for InternVL and Qwen3-VL (M-RoPE, DeepStack) tiny judges, poin
 part with the same text beside another image is a miss; the cache holds no more than its limit; 0 turns it off."""
 
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import torch
 
 from mmjudge.configs import CONFIG_DIR, DEFAULT_RUBRICS
 from mmjudge.infer.engine import Scorer, prepare
-from mmjudge.infer.options import MAX_PREFIX_CACHE, ScoreOptions
+from mmjudge.infer.options import MAX_PREFIX_CACHE, REWARD_PREFIX_CACHE, ScoreOptions
 from mmjudge.infer.prefix_cache import Entry, PrefixCache
 from mmjudge.judge.data import Pair, Sample, Segment, UsageError
 from mmjudge.judge.model import load_judge
@@ -54,7 +55,7 @@ def scored(scorer: Scorer, items) -> dict:
 
 
 def options(mode: str, **given) -> ScoreOptions:
-    return ScoreOptions(mode=mode, max_new_tokens=4, max_tiles=1, **given)
+    return ScoreOptions(mode=mode, max_new_tokens=4, max_tiles=1, **{"prefix_cache": REWARD_PREFIX_CACHE, **given})
 
 
 @pytest.mark.parametrize("mode", ["logits", pytest.param("generate", marks=pytest.mark.slow)])
@@ -155,8 +156,12 @@ def test_a_prefix_cache_size_past_its_bounds_is_refused(value):
         ScoreOptions(prefix_cache=value)
 
 
-def test_judge_score_and_judge_serve_turn_the_cache_off_by_their_flag(tmp_path):
-    """judge-score's --prefix_cache, and judge-serve's (the same ScoreOptions field): 0 turns it off."""
+def test_judge_score_and_judge_serve_turn_the_cache_on_and_off_by_their_flag_and_only_the_reward_endpoints_have_it_unasked(tmp_path):
+    """judge-score's --prefix_cache, and judge-serve's (the same ScoreOptions field): 0 turns it off. Not given,
+    judge-score and /v1/score prefill each prompt whole, as MMIE's reference does, and the reward endpoints,
+    whose RL groups share their rubric, question and images, keep REWARD_PREFIX_CACHE tokens."""
+    from mmjudge.judge.rewards import parse_reward
+    from mmjudge.serve.rewards import reward_options
     from mmjudge.infer.cli import build_parser, score_options
     from mmjudge.judge.formats import FORMATS
     from mmjudge.serve.cli import build_parser as serve_parser, settings
@@ -164,7 +169,11 @@ def test_judge_score_and_judge_serve_turn_the_cache_off_by_their_flag(tmp_path):
     (tmp_path / "data.json").write_text("[]")
     argv = ["--model_path", "m", "--input_dir", str(tmp_path), "--input_file", "data.json", "--prefix_cache", "0"]
     assert score_options(build_parser(argv).parse_args(argv), FORMATS["mmie"]).prefix_cache == 0
-    assert score_options(build_parser(argv[:-2]).parse_args(argv[:-2]), FORMATS["mmie"]).prefix_cache == ScoreOptions().prefix_cache > 0
+    unasked = score_options(build_parser(argv[:-2]).parse_args(argv[:-2]), FORMATS["mmie"])
+    assert unasked.prefix_cache is None and not unasked.prefix_cache
+    rubrics = load_rubrics(FORMATS["mmie"].default_rubrics)
+    for given, kept in ((unasked, REWARD_PREFIX_CACHE), (replace(unasked, prefix_cache=0), 0), (replace(unasked, prefix_cache=64), 64)):
+        assert reward_options(parse_reward("score:SA", rubrics), rubrics, None, given, "generate").prefix_cache == kept
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = str(free.getsockname()[1])
@@ -181,9 +190,9 @@ def test_a_run_with_the_cache_and_one_without_do_not_resume_each_other(checkpoin
     data = write_dataset(tmp_path / "data", 3, seed=3)
     run = ["--model_path", str(checkpoint), "--input_dir", str(data.parent), "--input_file", data.name, "--output_dir", str(tmp_path / "out"),
            "--mode", "logits", "--max_tiles", "1", "--workers", "1"]
-    assert main([*run, "--limit", "2"]) == 0
+    assert main([*run, "--limit", "2", "--prefix_cache", "16384"]) == 0
     capsys.readouterr()
-    assert main([*run, "--prefix_cache", "0"]) == 2
+    assert main(run) == 2
     assert "was written by a run with other settings (--prefix_cache (on or 0)); rerun with --no_resume" in capsys.readouterr().err
     assert main([*run, "--prefix_cache", "4096"]) == 0 and "resuming: 2 sample(s) already scored" in capsys.readouterr().err
 
@@ -210,7 +219,7 @@ def test_a_deterministic_decoder_writes_a_cached_prompt_to_the_same_bits_alone_a
         return future
 
     def run(indices):
-        decoder = judge_decoder(judge, "cpu", None, columns=list(range(16)), deterministic=True, prefix_cache=ScoreOptions().prefix_cache)
+        decoder = judge_decoder(judge, "cpu", None, columns=list(range(16)), deterministic=True, prefix_cache=REWARD_PREFIX_CACHE)
         decoder.split_kv = decoder.batch_invariant = True  # the GPU's kernels, in the interpreter on a CPU
         requests = [Request(i, items[i].input_ids.long(), prefix=items[i].prefix) for i in indices]
         return {c.index: c for done in decoder.generate(requests, load, 3) for c in done}, decoder.prefix_cache
