@@ -7,13 +7,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import httpx2
 import pytest
 import uvicorn
 
-from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.options import REWARD_PREFIX_CACHE, ScoreOptions
 from mmjudge.judge.data import PairResult, UsageError
 from mmjudge.judge.formats import FORMATS
 from mmjudge.judge.model import judge_tokenizer, load_judge, with_max_tiles
@@ -48,7 +49,9 @@ def images(files) -> list[str]:
 
 def started(files, reward: str, log: Path):
     port = free_port()
-    process = start_server(["--model_path", str(files[0]), "--image_root", str(files[1]), "--reward", reward, *FLAGS], port, log,
+    # --prefix_cache as the reward endpoints have it unasked, so that /v1/score's records are theirs to the bit
+    process = start_server(["--model_path", str(files[0]), "--image_root", str(files[1]), "--reward", reward, *FLAGS,
+                            "--prefix_cache", str(REWARD_PREFIX_CACHE)], port, log,
                            env={**os.environ, "OMP_NUM_THREADS": "1"})
     return process, f"http://127.0.0.1:{port}"
 
@@ -58,7 +61,8 @@ def server(files):
     """A deterministic server (each prompt prefilled alone: the same bits in any batch) whose reward is MMIE's SA
     rubric's expected score mapped from 0-6 to [0, 1]; in process, as judge-serve assembles it: judge-serve refuses
     --deterministic on a CPU, where the batch-invariant kernels of decoding cannot run, but logits mode only prefills."""
-    yield from serving(files, ScoreOptions(mode="logits", deterministic=True, max_tiles=1, workers=1))
+    # /v1/score with the prefix cache the reward endpoints have unasked: both doors prefill a prompt in the same pieces
+    yield from serving(files, ScoreOptions(mode="logits", deterministic=True, max_tiles=1, workers=1, prefix_cache=REWARD_PREFIX_CACHE))
 
 
 def serving(files, options: ScoreOptions, mode: str | None = None):
@@ -264,7 +268,7 @@ def test_the_reward_judges_in_logits_mode_where_its_rubric_allows_and_generates_
     generate = ScoreOptions(structured=True)
     chosen = reward_options(parse_reward("score:SA", rubrics), rubrics, tokenizer, generate, "auto")
     assert chosen.mode == "logits" and not chosen.structured  # logits writes nothing to constrain
-    assert reward_options(parse_reward("score:SA", rubrics), rubrics, tokenizer, generate, "generate") == generate
+    assert reward_options(parse_reward("score:SA", rubrics), rubrics, tokenizer, generate, "generate") == replace(generate, prefix_cache=REWARD_PREFIX_CACHE)
     assert reward_options(parse_reward("score:HALVES", rubrics), rubrics, tokenizer, generate, "auto").mode == "generate"
     with pytest.raises(UsageError, match="--reward_mode logits: --mode logits reads the score from one token, but rubric 'HALVES'"):
         reward_options(parse_reward("score:HALVES", rubrics), rubrics, tokenizer, generate, "logits")
