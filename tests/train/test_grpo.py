@@ -9,8 +9,10 @@ import torch
 from safetensors.torch import load_file
 
 from mmjudge.configs import CONFIG_DIR
+from mmjudge.judge.data import load_pairs
 from mmjudge.judge.testing import write_pairs
 from mmjudge.train.cli import main as train_main
+from mmjudge.train.data import merge_pair_annotators
 from mmjudge.train.grpo import BothOrders, GRPOJudgeTrainer
 from trl.trainer.utils import RepeatSampler
 
@@ -106,3 +108,40 @@ def test_a_run_interrupted_and_resumed_ends_where_an_uninterrupted_run_ends(chec
     for name in whole:
         torch.testing.assert_close(resumed[name], whole[name], rtol=0, atol=1e-6)
     shutil.rmtree(tmp_path / "whole")
+
+
+def judged(pair_id: str, verdict: str | None, forward: list[str | None], reverse: list[str | None]) -> dict:
+    """judge-score's record of a pair judged len(forward) times per order (verdicts in the pair's terms)."""
+    def judgements(first, verdicts):
+        return [{"first": first, "feedback": "...", "verdict": v, "label": v, "n_tiles": 0, "prompt_tokens": 90, "generated_tokens": 9} for v in verdicts]
+
+    consistent = None if None in (forward[0], reverse[0]) else forward[0] == reverse[0]
+    return {"id": pair_id, "model_a": "a", "model_b": "b", "category": "general", "verdict": verdict, "rule": "agree",
+            "swap_consistent": consistent, "forward": judgements("A", forward), "reverse": judgements("B", reverse), "n_images": 0}
+
+
+def test_mining_keeps_the_pairs_judged_wrong_or_inconsistently(data, tmp_path, capsys):
+    records = json.loads((data / "train.json").read_text())
+    people = {r.pair.id: r.preference for r in merge_pair_annotators(load_pairs(data / "train.json", data, preferred=True))}
+    ids = list(people)
+    right = lambda i: people[ids[i]]  # noqa: E731
+    wrong = lambda i: {"A": "B", "B": "A", "tie": "A"}[people[ids[i]]]  # noqa: E731
+    scored = [judged(ids[0], right(0), [right(0)] * 2, [right(0)] * 2),  # easy
+              judged(ids[1], wrong(1), [wrong(1)] * 2, [wrong(1)] * 2),  # wrong, consistently
+              judged(ids[2], right(2), [right(2)] * 2, [wrong(2)] * 2),  # right by the rule, the orders disagree
+              judged(ids[3], right(3), [right(3), wrong(3)], [right(3)] * 2),  # one order's samples disagree
+              judged(ids[4], None, [None] * 2, [right(4)] * 2)]  # no verdict: wrong
+    scored += [judged(i, people[i], [people[i]] * 2, [people[i]] * 2) for i in ids[5:]]
+    (tmp_path / "scored.json").write_text(json.dumps(scored))
+    out = tmp_path / "hard.json"
+    assert train_main(["mine", "--scores", str(tmp_path / "scored.json"), "--train_file", str(data / "train.json"), "--output_file", str(out)]) == 0
+    kept = json.loads(out.read_text())
+    assert kept == [r for r in records if r["id"] in ids[1:5]]  # every annotator's record, in the file's order
+    assert f"hard pairs: 4 of {len(ids)} (2 wrong, 2 inconsistent), {len(kept)} records" in capsys.readouterr().out
+    (tmp_path / "part.json").write_text(json.dumps(scored[:-1]))
+    assert train_main(["mine", "--scores", str(tmp_path / "part.json"), "--train_file", str(data / "train.json"), "--output_file", str(out)]) == 2
+    assert f"{ids[-1]}" in (err := capsys.readouterr().err) and "not among --scores" in err
+    assert train_main(["mine", "--scores", str(tmp_path / "scored.json"), "--train_file", str(data / "train.json"),
+                       "--output_file", str(data / "train.json")]) == 2
+    assert "it is --train_file, an input" in capsys.readouterr().err
+    assert json.loads((data / "train.json").read_text()) == records
