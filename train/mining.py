@@ -4,9 +4,9 @@ judge gets wrong or is inconsistent on, read from judge-score's records of the s
     judge-score --model_path SFT --input_dir DATA --input_file pairs.json --samples 4 --output_dir scored
     judge-train mine --scores scored/eval_result.json --train_file DATA/pairs.json --output_file DATA/hard.json
 
-A pair is hard where its final verdict is not people's (their majority; no verdict is a wrong one), where its two
-orders disagree (swap_consistent false), or where an order's k sampled verdicts are not all one. The kept records
-are the training file's own, every annotator's, in its order.
+A pair is hard where its final verdict is not people's (their majority; no verdict is a wrong one), or where its
+two orders' verdicts disagree (swap_consistent false; each order's verdict from its k samples by judge-score's
+--pair_rule). The kept records are the training file's own, every annotator's, in its order.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from mmjudge.judge.data import InputError, PairResult, Problem, load_pairs, read_records, validation_problems, write_json_atomically
-from mmjudge.judge.preferences import ORDERS
 from mmjudge.train.data import merge_pair_annotators
 
 
 @dataclass(frozen=True)
 class Hardness:
     wrong: bool  # the final verdict is not people's
-    inconsistent: bool  # the orders disagree, or an order's samples do
+    inconsistent: bool  # the two orders' verdicts disagree
 
     @property
     def hard(self) -> bool:
@@ -32,8 +31,10 @@ class Hardness:
 
 
 def hardness(result: PairResult, preference: str) -> Hardness:
-    sampled_apart = any(len({j.verdict for j in getattr(result, order)}) > 1 for order in ORDERS)
-    return Hardness(result.verdict != preference, result.swap_consistent is False or sampled_apart)
+    """An order's k samples count through its verdict under judge-score's rule (agree: their majority, none
+    without one), not one by one: sampled at temperature, nearly every pair has some sample apart (on the
+    benchmark's SFT judge at temperature 1, all 160 training pairs did)."""
+    return Hardness(result.verdict != preference, result.swap_consistent is False)
 
 
 def read_scores(path: Path) -> dict[str, PairResult]:
