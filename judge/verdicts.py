@@ -12,6 +12,8 @@ scores, is what guarantees that a trained judge's verdict parses.
     mmrb2          a JSON object whose "better_response" is "A" or "B"   that value, code fences stripped (MMRB2)
     opening        "A is better", "B is better", "Tie(A is better)" ...  IntJudge's rule: the first character, a "tie"
                                                                           start, else the first A or B in the text
+    think          "<think>...</think><answer>A</answer>" (a reasoning    the A, B or tie inside <answer>, and only where the
+                   judge's, UnifiedReward-Think's and R1-Reward's)        whole output is that layout
 
 A reading is positional: "A" is the answer shown first, whichever of the pair's answers that was; the
 scoring engine turns it into the pair's terms. `label` is the verdict as the benchmark names it
@@ -206,10 +208,29 @@ def write_opening(verdict: str, criteria: dict[str, str], labels: dict[str, str]
     return f"{verdict} is better"
 
 
+# -- think: a reasoning judge's (UnifiedReward-Think, R1-Reward) -------------------------------------------
+
+# The whole output, nothing before <think> or after </answer>: a reasoning judge trained by RL is rewarded
+# for this layout (train/grpo_rewards.py), so a verdict found elsewhere in a broken layout is no verdict.
+_THINK = re.compile(r"\s*<think>(.*?)</think>\s*<answer>\s*(A|B|tie)\s*</answer>\s*", re.IGNORECASE | re.DOTALL)
+
+
+def read_think(text: str, labels: dict[str, str]) -> Reading:
+    if (match := _THINK.fullmatch(text)) is None:
+        return Reading(None, None, error="the judge's output is not <think>...</think><answer>A, B or tie</answer>")
+    verdict = _normal(match.group(2))
+    return Reading(verdict, verdict, match.start(2))
+
+
+def write_think(verdict: str, criteria: dict[str, str], labels: dict[str, str], rationale: str | None) -> str:
+    return f"<think>{(rationale or '').strip()}</think>\n<answer>{verdict}</answer>"
+
+
 VERDICT_FORMATS: dict[str, VerdictFormat] = {f.name: f for f in (
     VerdictFormat("mmjudge", f"\n{VERDICT_HEADING}\n", {"A": "A", "B": "B", "tie": "tie"}, f"\n{VERDICT_HEADING}\n", read_mmjudge, write_mmjudge),
     VerdictFormat("brackets", "[[", {"A": "A", "B": "B", "tie": "C"}, "\n[[", read_brackets, write_brackets),
     VerdictFormat("vlrewardbench", "Answer", {"A": " 1", "B": " 2"}, "\nOverall Judgment: Answer", read_vlrewardbench, write_vlrewardbench),
     VerdictFormat("mmrb2", '"better_response": "', {"A": "A", "B": "B"}, '\n{"better_response": "', read_mmrb2, write_mmrb2),
     VerdictFormat("opening", "\n", {"A": "A", "B": "B", "tie": "Tie"}, None, read_opening, write_opening),
+    VerdictFormat("think", "<answer>", {"A": "A", "B": "B", "tie": "tie"}, "\n<answer>", read_think, write_think),
 )}

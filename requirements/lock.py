@@ -1,5 +1,5 @@
-"""Writes requirements/lock.txt (`make lock`): every dependency pyproject.toml declares, with its test and
-deepspeed extras, pinned at the lower bound of its range, and what they need in turn as pip resolves it
+"""Writes requirements/lock.txt (`make lock`): every dependency pyproject.toml declares, with its test, deepspeed
+and rl extras, pinned at the lower bound of its range, and what they need in turn as pip resolves it
 for this Python (3.11, as CI runs). `make test` runs the whole suite on this lock, and `make test-installed`
 runs the quick loop on the newest versions the ranges allow: both ends of every range are tested.
 
@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRAS = ("test", "deepspeed")
+EXTRAS = ("test", "deepspeed", "rl")
 MAKEFILE_INSTALLS = {"torch", "deepspeed"}
 
 

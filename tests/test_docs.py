@@ -23,7 +23,7 @@ from mmjudge.judge.rubric_cli import build_parser as rubric_parser
 from mmjudge.judge.testing import HANG_S
 from mmjudge.serve.cli import build_parser as serve_parser
 from mmjudge.train.cli import build_parser as train_parser
-from mmjudge.train.cli import merge_parser
+from mmjudge.train.cli import merge_parser, mine_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 200
@@ -119,7 +119,8 @@ def test_a_table_that_disagrees_with_the_code_is_found(tmp_path):
 
 def command_flags() -> dict[str, set[str]]:
     """Every flag of every command (and subcommand), in each spelling it takes."""
-    parsers = {"judge-score": score_parser(), "judge-train": train_parser(), "judge-train merge": merge_parser(), "judge-calibrate": calibrate_parser(),
+    parsers = {"judge-score": score_parser(), "judge-train": train_parser(), "judge-train merge": merge_parser(), "judge-train mine": mine_parser(),
+               "judge-calibrate": calibrate_parser(),
                "judge-serve": serve_parser(), "judge-demo": demo_parser(), "judge-rubric": rubric_parser()}
     flags = {}
     for name, parser in parsers.items():
@@ -136,8 +137,8 @@ def documented_flags(page: Path) -> list[tuple[str, str]]:
         for line in block.group(0).replace("\\\n", " ").splitlines():
             words = line.split("#")[0].removeprefix("$ ").split()
             command = Path(words[0]).name if words else None
-            if command == "judge-train" and words[1:2] == ["merge"]:
-                command = "judge-train merge"
+            if command == "judge-train" and words[1:2] in (["merge"], ["mine"]):
+                command = f"judge-train {words[1]}"
             found += [(command, word.split("=")[0]) for word in words if command and command.startswith("judge-") and word.startswith("--")]
     return found
 

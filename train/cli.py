@@ -3,6 +3,8 @@
     judge-train --model_path BASE --train_file train.json --input_dir DATA --output_dir OUT [--eval_file heldout.json]
     judge-train --model_path BASE --train_file pairs.json --input_dir DATA --output_dir OUT  # pairs: the pairwise rubric
     judge-train ... --train_file pairs.json --rubric POINTWISE.yaml --objective bradley_terry   # a reward head (docs/reward-models.md)
+    judge-train ... --train_file pairs.json --objective grpo        # GRPO over TRL from a judge-train judge (docs/grpo.md)
+    judge-train mine --scores eval_result.json --train_file pairs.json --output_file hard.json   # the pairs a judge gets wrong
     judge-train merge --adapter OUT --output_dir MERGED [--format native|original]
 
 Many GPUs or nodes: `torchrun --nproc_per_node N -m mmjudge.train.cli ...` or `deepspeed --module mmjudge.train.cli ...` (add
@@ -66,12 +68,38 @@ def merge_parser() -> argparse.ArgumentParser:
     return p
 
 
+def mine_parser() -> argparse.ArgumentParser:
+    p = CommandParser(prog="judge-train mine", description="Keep the pairs a judge gets wrong or is inconsistent on (train/mining.py), "
+                                                            "for --objective grpo.")
+    p.add_argument("--scores", required=True, path="file", help="judge-score's eval_result.json of the training pairs, judged with --samples k")
+    p.add_argument("--train_file", required=True, path="file", help="the pairs with a preference that were scored")
+    p.add_argument("--input_dir", path="dir", help="directory that image paths in the pairs are relative to (default: --train_file's)")
+    p.add_argument("--output_file", required=True, path="output_file", help="where the hard pairs' records go (JSON list)")
+    add_common_flags(p)
+    return p
+
+
 def main(argv=None) -> int:
     return run(_main, argv)
 
 
 def _main(argv) -> int:
-    return merge(argv[1:]) if argv and argv[0] == "merge" else fine_tune(argv)
+    subcommands = {"merge": merge, "mine": mine}
+    return subcommands[argv[0]](argv[1:]) if argv and argv[0] in subcommands else fine_tune(argv)
+
+
+def mine(argv) -> int:
+    args = mine_parser().parse_args(argv)
+    train_file, out = Path(args.train_file), Path(args.output_file)
+    for flag, given in (("--train_file", train_file), ("--scores", Path(args.scores))):
+        if out.resolve() == given.resolve():
+            raise UsageError(f"--output_file {out}: it is {flag}, an input; give another file")
+    from mmjudge.train.mining import mine as mine_pairs
+
+    found = mine_pairs(Path(args.scores), train_file, Path(args.input_dir) if args.input_dir else train_file.parent, out)
+    print(f"hard pairs: {found['hard']} of {found['pairs']} ({found['wrong']} wrong, {found['inconsistent']} inconsistent), "
+          f"{found['records']} records: {out}")
+    return 0
 
 
 def merge(argv) -> int:

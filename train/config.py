@@ -15,9 +15,10 @@ from typing import Literal
 
 from mmjudge.judge.cli import setting_problems
 from mmjudge.judge.parsing import ScoreScale
+from mmjudge.train.grpo_rewards import REWARDS
 
 CHECKPOINTS_DIR = "checkpoints"  # the Trainer's checkpoints, inside --output_dir
-Objective = Literal["sft", "bradley_terry"]
+Objective = Literal["sft", "bradley_terry", "grpo"]
 RewardHead = Literal["linear", "mlp"]  # judge/reward_model.py builds them
 
 
@@ -65,11 +66,19 @@ class TrainConfig:
     eval_token_budget: int = _opt(65536, "tokens per evaluation batch", minimum=1)
     dataloader_workers: int = _opt(2, "processes that decode and tile images", minimum=0)
     seed: int = _opt(42, "seed for initialisation and data order", minimum=0)
-    objective: Objective = _opt("sft", "what the judge learns: sft (to write the judgement people gave) or bradley_terry (a reward head on the "
-                                 "last prompt token, from pairs: docs/reward-models.md)")
+    objective: Objective = _opt("sft", "what the judge learns: sft (to write the judgement people gave), bradley_terry (a reward head on the "
+                                 "last prompt token, from pairs: docs/reward-models.md) or grpo (a judge from judge-train, on pairs, by "
+                                 "TRL's GRPO and the rewards below: docs/grpo.md)")
     reward_head: RewardHead = _opt("linear", "bradley_terry: the head on the last hidden state, linear or mlp (hidden -> SiLU -> 1)")
     reward_margin: float = _opt(0.0, "bradley_terry: the margin in -log sigmoid(r_chosen - r_rejected - margin)", minimum=0)
     reward_centering: float = _opt(0.0, "bradley_terry: weight of the centring term (r_chosen + r_rejected)^2 that keeps rewards near 0", minimum=0)
+
+    rewards: list[str] = _opt(list(REWARDS), "grpo: the rewards summed per completion, of verdict, format, swap_consistency "
+                                             "(train/grpo_rewards.py)")
+    num_generations: int = _opt(4, "grpo: completions sampled per prompt, the group each reward is compared within", minimum=2)
+    max_completion_length: int = _opt(256, "grpo: longest completion sampled, in tokens", minimum=1)
+    temperature: float = _opt(1.0, "grpo: sampling temperature of the completions", minimum=0)
+    kl_beta: float = _opt(0.0, "grpo: weight of the KL term to the starting judge (0: none, and no reference copy of the judge kept)", minimum=0)
 
     def __post_init__(self):
         self.scale = tuple(self.scale)  # YAML and flags give a list
@@ -88,11 +97,27 @@ def config_problems(cfg: TrainConfig) -> list[str]:
         ScoreScale(*cfg.scale)
     except ValueError as err:  # [0, 0], or [0, false] (YAML's false reads as 0): no annotation would fit
         problems.append(f"scale: {err}")
+    if cfg.objective == "grpo":
+        problems += grpo_problems(cfg)
+    return problems
+
+
+def grpo_problems(cfg: TrainConfig) -> list[str]:
+    """GRPO's batch shape: the completions one process generates at once hold whole pairs, both orders each
+    num_generations times, so that swap consistency sees a pair's two orders (train/grpo_rewards.py)."""
+    problems = [f"rewards: unknown reward {name!r}; the rewards are {', '.join(REWARDS)}" for name in cfg.rewards if name not in REWARDS]
+    if not cfg.rewards:
+        problems.append(f"rewards: give at least one of {', '.join(REWARDS)}")
+    generated = cfg.per_device_batch_size * cfg.gradient_accumulation_steps
+    if generated % (2 * cfg.num_generations):
+        problems.append(f"per_device_batch_size x gradient_accumulation_steps = {generated} completions per process per step must be a "
+                        f"multiple of 2 x num_generations = {2 * cfg.num_generations} (both orders of each pair, num_generations times each)")
     return problems
 
 
 LORA_SETTINGS = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")  # an adapter's: a full fine-tune has none
 REWARD_SETTINGS = ("reward_head", "reward_margin", "reward_centering")  # a reward head's: SFT has none
+GRPO_SETTINGS = ("rewards", "num_generations", "max_completion_length", "temperature", "kl_beta")
 
 
 def unused_settings(cfg: TrainConfig, given: dict) -> list[str]:
@@ -107,4 +132,7 @@ def unused_settings(cfg: TrainConfig, given: dict) -> list[str]:
     if cfg.objective != "bradley_terry":
         unused += [f"--{name} {shown[name]}: a reward head's setting, but this run trains by {cfg.objective}; drop it, or give "
                    "--objective bradley_terry" for name in REWARD_SETTINGS if given.get(name) is not None]
+    if cfg.objective != "grpo":
+        unused += [f"--{name} {shown[name]}: a GRPO setting, but this run trains by {cfg.objective}; drop it, or give --objective grpo"
+                   for name in GRPO_SETTINGS if given.get(name) is not None]
     return unused

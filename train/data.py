@@ -56,10 +56,11 @@ def read_annotations(train_file: Path, eval_file: Path | None, image_root: Path,
     the training file holds pairs, with every problem of both files in one error: a record that cannot work,
     or a category no rubric judges, or one whose rubric judges the other kind (found before the model loads).
     A reward head (objective bradley_terry) learns from pairs only, each answer under a pointwise rubric: it
-    scores one answer at a time, as judge-score scores a pair with a pointwise judge."""
+    scores one answer at a time, as judge-score scores a pair with a pointwise judge. GRPO learns from pairs
+    only too, under their pairwise rubric."""
     pairs = holds_pairs(train_file)
-    if objective == "bradley_terry" and not pairs:
-        raise InputError([Problem(str(train_file), "objective bradley_terry learns from pairs with a preference (answer_a, answer_b, "
+    if objective in ("bradley_terry", "grpo") and not pairs:
+        raise InputError([Problem(str(train_file), f"objective {objective} learns from pairs with a preference (answer_a, answer_b, "
                                                    "preference: docs/formats.md); this file holds samples")])
     wanted = "pointwise" if objective == "bradley_terry" else "pairwise"
     loaded, problems = {}, []

@@ -366,9 +366,12 @@ def flat_metrics(metrics: dict) -> dict[str, float]:
     return flat
 
 
-def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None, has_eval: bool, measure: str = "pearson_overall") -> TrainingArguments:
+def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None, has_eval: bool, measure: str = "pearson_overall",
+                       kind: type[TrainingArguments] = TrainingArguments, **more) -> TrainingArguments:
+    """The Trainer's arguments from the settings; `kind` and `more`: a trainer's own subclass of them and its
+    settings (TRL's GRPOConfig, train/grpo.py)."""
     on_gpu = torch.cuda.is_available()
-    return TrainingArguments(
+    return kind(
         output_dir=str(output_dir),
         per_device_train_batch_size=cfg.per_device_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
@@ -396,6 +399,7 @@ def training_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None
         use_cpu=not on_gpu,
         # Many CPU processes (tests, a laptop) talk over gloo; one process needs no backend at all.
         ddp_backend="gloo" if not on_gpu and int(os.environ.get("WORLD_SIZE", "1")) > 1 else None,
+        **more,
     )
 
 

@@ -5,6 +5,7 @@ then the recipe (train/recipe.py)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -69,7 +70,7 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
 
     # A setting's problem names the config it may come from; the others name their flag or file.
     problems = [f"{config} (or its flag): {p}" if config else p for p in config_problems(cfg)] + unused_settings(cfg, settings)
-    problems += run_problems(out, resume, deepspeed, inputs)
+    problems += run_problems(out, resume, deepspeed, inputs) + objective_problems(cfg.objective, eval_file)
     if problems:
         raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the settings and flags:\n  " + "\n  ".join(problems))
     from mmjudge.judge.distributed import end_process_group
@@ -87,7 +88,11 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
     # Rank 0 holds output_dir for the run; the others wait for it in the Trainer's process group.
     with locked(out, "judge-train") if int(os.environ.get("RANK", "0")) == 0 else nullcontext():
         try:
-            if cfg.objective == "bradley_terry":
+            if cfg.objective == "grpo":
+                from mmjudge.train.grpo import train_grpo
+
+                result = train_grpo(base, annotations, train_file, image_root, out, loaded, cfg, deepspeed, resume)
+            elif cfg.objective == "bradley_terry":
                 from mmjudge.train.bradley_terry import train_reward_head
 
                 result = train_reward_head(base, annotations, train_file, image_root, out, loaded, cfg, deepspeed, resume, Path(eval_file) if eval_file else None)
@@ -96,6 +101,18 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
         finally:
             end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
     return TrainResult(out, result["global_step"], result["best"], result["measure"], eval_file is not None)
+
+
+def objective_problems(objective: str, eval_file: PathLike | None) -> list[str]:
+    """What a GRPO run needs that the others do not: TRL (the rl extra), and no --eval_file (the saved judge is
+    the last step's; judge-score measures it)."""
+    if objective != "grpo":
+        return []
+    problems = [] if importlib.util.find_spec("trl") else ["--objective grpo runs on TRL, which is not installed: pip install 'mmjudge[rl]'"]
+    if eval_file is not None:
+        problems.append(f"--eval_file {eval_file}: objective grpo keeps the last step's weights and evaluates nothing during the run; "
+                        "drop it and score the trained judge with judge-score (docs/grpo.md)")
+    return problems
 
 
 def default_rubrics(train_file: Path) -> tuple[Path, ...]:

@@ -8,7 +8,7 @@ LABELS = {"text_quality": "Text quality"}
 
 
 @pytest.mark.parametrize("name, verdicts", [("mmjudge", ["A", "B", "tie"]), ("brackets", ["A", "B", "tie"]), ("vlrewardbench", ["A", "B"]),
-                                            ("mmrb2", ["A", "B"]), ("opening", ["A", "B"])])
+                                            ("mmrb2", ["A", "B"]), ("opening", ["A", "B"]), ("think", ["A", "B", "tie"])])
 def test_every_format_reads_back_what_it_writes(name, verdicts):
     fmt = VERDICT_FORMATS[name]
     for verdict in verdicts:
@@ -95,3 +95,16 @@ def test_opening_reads_as_intjudge_reads():
     assert read("I think B wins", {}).label == "Tie(B)"  # no verdict up front: a tie leaning to the first A or B
     drawn = read("no letters here", {})
     assert drawn.verdict is None and drawn.label in ("Tie(A)", "Tie(B)") and read("no letters here", {}).label == drawn.label
+
+
+def test_think_reads_a_verdict_only_in_the_whole_layout():
+    read = VERDICT_FORMATS["think"].read
+    assert read("<think>A names the marker; B does not.</think>\n<answer> B </answer>\n", {}).verdict == "B"
+    assert read("<think>\nclose call\n</think><answer>Tie</answer>", {}).verdict == "tie"
+    for broken in ("<answer>A</answer>",  # no reasoning
+                   "<think>B is worse</think> A",  # no answer tags
+                   "Sure! <think>x</think><answer>A</answer>",  # text before the layout
+                   "<think>x</think><answer>A</answer> and also B",  # text after it
+                   "<think>x</think><answer>A or B</answer>"):  # no single verdict
+        reading = read(broken, {})
+        assert reading.verdict is None and "<think>" in reading.error
