@@ -77,7 +77,8 @@ def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
     assert (tmp_path / "scores-after" / "probe_blank.png").is_file()
 
     # Each step's progress showed as it ran: the commands' own bars and lines, not minutes of silence
-    for shown in ("preparing: 100%", "scoring: 100%", "training: 100%", "evaluation at step 480", "NONE of the 80 outputs parsed"):
+    evaluated = f"evaluation at step {json.loads((tmp_path / 'figures.json').read_text())['settings']['save_steps']}"  # configs/demo.yaml's
+    for shown in ("preparing: 100%", "scoring: 100%", "training: 100%", evaluated, "NONE of the 80 outputs parsed"):
         assert shown in done.stdout, shown
     # ... as lines, not every redraw of a bar, and each step's command as the README teaches it
     assert "\r" not in done.stdout  # no redraw: transformers' own "Loading weights" bar of the trained judge included
