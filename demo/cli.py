@@ -55,8 +55,9 @@ SPLITS = ("train", "validation", "test")
 FIGURES = "figures.json"
 
 
-def _setting(help: str):
-    return field(metadata={"help": help})
+def _setting(help: str, minimum: float | None = None):
+    """A DemoSettings field; `minimum`, the least value judge-train takes, is checked before step 1 (setting_problems)."""
+    return field(metadata={"help": help, "minimum": minimum})
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,16 @@ class DemoSettings:
     samples: int = _setting("synthetic samples (one id each), split by id into train, validation and test")
     validation_share: float = _setting("share of the ids that judge-train scores at every checkpoint to keep the best")
     test_share: float = _setting("share of the ids for the before/after figures, seen by neither training nor selection")
-    max_steps: int | None = _setting("judge-train's optimizer steps (none: the epochs of the bundled training preset tiny)")
+    system_message: str = _setting("the tiny judge's system message (its config.json), in place of InternVL2's default")
+    batch_size: int = _setting("judge-train's batch size, on the samples and the pairs", minimum=1)
+    max_steps: int | None = _setting("judge-train's optimizer steps on the samples (none: the epochs of the bundled training preset tiny)", minimum=1)
+    learning_rate: float = _setting("judge-train's peak learning rate on the samples", minimum=0)
+    save_steps: int = _setting("on the samples, judge-train scores the validation split every this many steps and keeps the best checkpoint", minimum=1)
     pairs: int = _setting("synthetic pairs (one id each) of the pairwise part, split as the samples are")
-    pair_steps: int = _setting("judge-train's optimizer steps on the pairs")
-    pair_learning_rate: float = _setting("judge-train's peak learning rate on the pairs (configs/train/tiny.yaml's for the samples)")
+    pair_steps: int = _setting("judge-train's optimizer steps on the pairs", minimum=1)
+    pair_learning_rate: float = _setting("judge-train's peak learning rate on the pairs", minimum=0)
+    pair_save_steps: int = _setting("on the pairs, judge-train judges the validation pairs every this many steps and keeps the best checkpoint",
+                                    minimum=1)
     seed: int = _setting("seed of the judge, the dataset and the split")
 
 
@@ -158,12 +165,14 @@ def _main(argv) -> int:
     review_tokens = str(settings_from_config(TrainConfig, by_name("train", "tiny"), argparse.Namespace()).eval_max_new_tokens)
     score = ["--max_new_tokens", review_tokens, "--max_tiles", "1", "--no_resume", *rubric]
     steps = [] if settings.max_steps is None else ["--max_steps", str(settings.max_steps)]
+    batches = ["--per_device_batch_size", str(settings.batch_size)]
     start, seconds = time.perf_counter(), {}
 
     def timed(title: str, command: list[str]) -> None:
         seconds[title] = round(step(title, command, logs), 1)
 
-    timed("1a: write a tiny judge", [py, "-m", "mmjudge.judge.testing", "checkpoint", "--format", "original", "--seed", seed, str(out / "base-judge")])
+    timed("1a: write a tiny judge", [py, "-m", "mmjudge.judge.testing", "checkpoint", "--format", "original", "--seed", seed,
+                                     "--system_message", settings.system_message, str(out / "base-judge")])
     timed("1b: write a dataset", [py, "-m", "mmjudge.judge.testing", "dataset", "--samples", str(settings.samples), "--annotated", "--seed", seed, str(out / "data")])
     files = split(out / "data", sizes, settings.seed)
     # What the trained judge scores: the test ids, whose human scores judge-calibrate reads, and the
@@ -176,7 +185,8 @@ def _main(argv) -> int:
     shutil.rmtree(out / "trained-judge", ignore_errors=True)  # judge-train starts only in an empty directory: a rerun replaces the judge
     timed("3: train", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
                        "--eval_file", str(files["validation"]), "--input_dir", str(out / "data"), "--output_dir", str(out / "trained-judge"),
-                       "--config", "tiny", *steps, *rubric])
+                       "--config", "tiny", *steps, "--save_steps", str(settings.save_steps), *batches,
+                       "--learning_rate", str(settings.learning_rate), *rubric])
     timed("4: score after training", [script("judge-score"), "--model_path", str(out / "trained-judge"), "--input_dir", str(out / "data"),
                                        "--input_file", "judged.json", "--output_dir", str(out / "scores-after"), "--probe_images", "blank", *score])
     # calibrator.json is the trained judge's map: the one a user goes on to apply (judge-score --calibrator), to that judge
@@ -197,7 +207,7 @@ def _main(argv) -> int:
     shutil.rmtree(out / "pairwise-judge", ignore_errors=True)
     timed("6c: train on pairs", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(pairs["train"]),
                                 "--eval_file", str(pairs["validation"]), "--input_dir", str(out / "pairs"), "--output_dir", str(out / "pairwise-judge"),
-                                "--config", "tiny", "--max_steps", str(settings.pair_steps), "--save_steps", str(settings.pair_steps),
+                                "--config", "tiny", "--max_steps", str(settings.pair_steps), "--save_steps", str(settings.pair_save_steps), *batches,
                                 "--learning_rate", str(settings.pair_learning_rate), *rubric])
     timed("6d: judge pairs after training", [script("judge-score"), "--model_path", str(out / "pairwise-judge"),
                                             "--output_dir", str(out / "pairs-after"), *judge_pairs])

@@ -77,7 +77,8 @@ def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
     assert (tmp_path / "scores-after" / "probe_blank.png").is_file()
 
     # Each step's progress showed as it ran: the commands' own bars and lines, not minutes of silence
-    for shown in ("preparing: 100%", "scoring: 100%", "training: 100%", "evaluation at step 480", "NONE of the 80 outputs parsed"):
+    evaluated = f"evaluation at step {json.loads((tmp_path / 'figures.json').read_text())['settings']['save_steps']}"  # configs/demo.yaml's
+    for shown in ("preparing: 100%", "scoring: 100%", "training: 100%", evaluated, "NONE of the 80 outputs parsed"):
         assert shown in done.stdout, shown
     # ... as lines, not every redraw of a bar, and each step's command as the README teaches it
     assert "\r" not in done.stdout  # no redraw: transformers' own "Loading weights" bar of the trained judge included
@@ -143,4 +144,12 @@ def test_splits_too_small_to_hold_a_sample_are_refused_before_any_step(tmp_path,
 def test_an_infinite_or_nan_setting_is_refused_before_any_step(tmp_path, capsys, flag):
     """--pair_learning_rate nan ran steps 1 to 6b first; --validation_share nan was an internal failure."""
     assert demo_main(["--output_dir", str(tmp_path / "out"), flag, "nan"]) == 2
-    assert f"{flag[2:]} must be a finite number, got nan" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    err = capsys.readouterr().err
+    assert f"{flag[2:]} must be a finite number" in err and err.rstrip().endswith("got nan") and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flag", ["--batch_size", "--save_steps", "--pair_steps"])
+def test_a_training_setting_judge_train_would_refuse_is_refused_before_any_step(tmp_path, capsys, flag):
+    """A batch of 0 went through steps 1 and 2 before judge-train refused it."""
+    assert demo_main(["--output_dir", str(tmp_path / "out"), flag, "0"]) == 2
+    assert f"{flag[2:]} must be a whole number of at least 1, got 0" in capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -1,7 +1,7 @@
 """python -m mmjudge.judge.testing checkpoint|dataset|pairs ...: write a tiny random judge, a synthetic dataset or
 synthetic pairs.
 
-    python -m mmjudge.judge.testing checkpoint --format original|native [--seed N] [--shards K] [--dtype D] OUT_DIR
+    python -m mmjudge.judge.testing checkpoint --format original|native [--seed N] [--shards K] [--dtype D] [--system_message TEXT] OUT_DIR
     python -m mmjudge.judge.testing checkpoint --family NAME [--seed N] [--rope_switch N] OUT_DIR
     python -m mmjudge.judge.testing dataset --samples N [--seed N] [--annotated] OUT_DIR
     python -m mmjudge.judge.testing pairs --pairs N [--seed N] [--annotated] [--text_only] [--no_rationale] OUT_DIR
@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt.add_argument("--shards", type=int, default=1, help="number of safetensors shards, original format only (default: 1)")
     ckpt.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                       help="stored dtype, original format only; the real checkpoint is bfloat16, float32 keeps parity checks exact (default: float32)")
+    ckpt.add_argument("--system_message", help="the system message config.json gives the judge, original format only, in place of InternVL2's "
+                                               "default (156 tokens of the tiny tokenizer's: half of a short prompt) (default: InternVL2's)")
     data = sub.add_parser("dataset", help="write a synthetic MMIE-format dataset: OUT_DIR/data.json and real images in OUT_DIR/images/")
     data.add_argument("out_dir", path="output_dir", help="directory to write (created if missing)")
     data.add_argument("--samples", type=int, default=24, help="number of samples (default: 24)")
@@ -64,16 +66,17 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "checkpoint" and args.family:
-        if args.shards != 1 or args.dtype != "float32":
-            raise UsageError("--shards and --dtype apply to --format original only; a --family checkpoint is written in its released layout")
+        if args.shards != 1 or args.dtype != "float32" or args.system_message is not None:
+            raise UsageError("--shards, --dtype and --system_message apply to --format original only; a --family checkpoint is written in its "
+                             "released layout")
         path = write_family_checkpoint(args.family, args.out_dir, seed=args.seed, rope_switch=args.rope_switch)
     elif args.command == "checkpoint":
         if args.shards < 1:
             raise UsageError(f"--shards must be at least 1, got {args.shards}")
         if args.format == "original":
-            path = write_original_checkpoint(args.out_dir, seed=args.seed, shards=args.shards, dtype=args.dtype)
-        elif args.shards != 1 or args.dtype != "float32":
-            raise UsageError("--shards and --dtype apply to --format original only; transformers writes the native format itself")
+            path = write_original_checkpoint(args.out_dir, seed=args.seed, shards=args.shards, dtype=args.dtype, system_message=args.system_message)
+        elif args.shards != 1 or args.dtype != "float32" or args.system_message is not None:
+            raise UsageError("--shards, --dtype and --system_message apply to --format original only; transformers writes the native format itself")
         else:
             path = write_native_checkpoint(args.out_dir, seed=args.seed)
     elif args.command == "pairs":

@@ -251,18 +251,20 @@ def _original_weights(seed: int) -> dict[str, torch.Tensor]:
 
 
 def write_original_checkpoint(out_dir: str | Path, *, seed: int = 0, shards: int = 1, dtype: str = "float32",
-                              original_max_position_embeddings: int = 4096) -> Path:
+                              original_max_position_embeddings: int = 4096, system_message: str | None = None) -> Path:
     """A tiny checkpoint in InternVL2-4B's original (InternVLChatModel) format. The real one is stored in
     bfloat16; float32 is the default here so that parity checks against it can be exact.
     `original_max_position_embeddings` is where Phi-3's long-rope switches to its long factors (4096 in
-    InternVL2-4B); a small one puts a test's short prompts on both sides of it."""
+    InternVL2-4B); a small one puts a test's short prompts on both sides of it. `system_message` goes to
+    config.json, where a checkpoint's own replaces InternVL's default (None: the default, as InternVL2-4B's)."""
     if shards < 1:
         raise ValueError(f"shards must be at least 1, got {shards}")
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
     out_dir = Path(out_dir)
     tokenizer = write_tokenizer(out_dir)
-    _write_json(out_dir / "config.json", _original_config(tokenizer, original_max_position_embeddings))
+    config = _original_config(tokenizer, original_max_position_embeddings)
+    _write_json(out_dir / "config.json", config if system_message is None else {**config, "system_message": system_message})
     _write_json(out_dir / "generation_config.json", {"eos_token_id": _stop_tokens(tokenizer)})
     weights = {k: t.to(getattr(torch, dtype)).contiguous() for k, t in _original_weights(seed).items()}
     _save_shards(out_dir, weights, shards)

@@ -433,4 +433,15 @@ def test_the_testing_command_writes_a_family_checkpoint(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == str(tmp_path / "q")  # the path it wrote, last
     assert json.loads((tmp_path / "q" / "config.json").read_text())["model_type"] == "qwen3_vl"
     assert main(["checkpoint", "--family", "qwen3-vl-4b", "--shards", "2", str(tmp_path / "r")]) == 2
-    assert "--shards and --dtype apply to --format original only" in capsys.readouterr().err
+    assert "--shards, --dtype and --system_message apply to --format original only" in capsys.readouterr().err
+
+
+def test_the_testing_command_gives_a_judge_its_own_system_message(tmp_path, capsys):
+    """The demo's judge says "You are a judge." rather than InternVL2's default, 156 of the tiny tokenizer's tokens: half
+    of each prompt the demo trains on. config.json carries it, and the loaded judge prompts with it."""
+    from mmjudge.judge.testing.__main__ import main
+
+    assert main(["checkpoint", "--format", "original", "--system_message", "You are a judge.", str(tmp_path / "j")]) == 0
+    assert load_judge(tmp_path / "j").settings.system == "You are a judge."
+    assert main(["checkpoint", "--format", "native", "--system_message", "You are a judge.", str(tmp_path / "n")]) == 2
+    assert "--system_message apply to --format original only" in capsys.readouterr().err
