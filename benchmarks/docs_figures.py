@@ -37,6 +37,8 @@ RECORD = Path("docs/figures/demo.json")
 SEEDS = Path("docs/figures/demo_seeds.json")  # benchmarks/demo_seeds.py's record, as it wrote it
 IMAGES = {"before": Path("docs/images/demo_before_scatter.png"), "after": Path("docs/images/demo_after_scatter.png")}
 PAGES = {"readme": Path("README.md"), "demo": Path("docs/demo.md")}  # region name -> the page that holds it
+# The pairwise part's judges (demo/cli.py's PAIR_JUDGES) as the table names them.
+PAIR_LABELS = {"before": "before training", "after": "after training", "reward": "reward model (Bradley-Terry)"}
 WRITTEN = [RECORD, SEEDS, *IMAGES.values(), *PAGES.values()]
 
 
@@ -131,8 +133,9 @@ def render(record: dict, seeds: dict) -> dict[str, str]:
             for name in ("before", "after")]
     steps = [f"| {title} | {seconds} |" for title, seconds in record["seconds"]["steps"].items()]
     pairs = record["pairs"]
-    pair_rows = [f"| {name} training | {_r(pairs[name]['accuracy_with_ties'])} | {_r(pairs[name]['accuracy_without_ties'])} "
-                 f"| {_r(pairs[name]['first_shown_wins'])} |" for name in ("before", "after")]
+    pair_rows = [f"| {label} | {_r(pairs[name]['accuracy_with_ties'])} | {_r(pairs[name]['accuracy_without_ties'])} "
+                 f"| {'-' if name == 'reward' else _r(pairs[name]['first_shown_wins'])} |"
+                 for name, label in PAIR_LABELS.items() if name in pairs]
     splits = ", ".join(f"{n} {name}" for name, n in record["splits"].items())
     demo = "\n".join([
         f"`{record['command']}` {_machine(record)}; Python {record['machine']['python']}, torch "
@@ -145,9 +148,10 @@ def render(record: dict, seeds: dict) -> dict[str, str]:
         f"judge-train ran {record['training_steps']} optimizer steps and kept the checkpoint whose Pearson on the validation "
         f"split was best: {_r(record['validation_pearson_best'])}.",
         "",
-        f"The pairwise part, on the {pairs['splits']['test']} test pairs judged in both orders (trained on {pairs['splits']['train']}):",
+        f"The pairwise part, on the {pairs['splits']['test']} test pairs (trained on {pairs['splits']['train']}); the generative judge "
+        "judges both orders, the reward model each answer once:",
         "",
-        "| pairwise judge | accuracy with ties | without ties | first shown wins |",
+        "| judge of the pairs | accuracy with ties | without ties | first shown wins |",
         "|---|---:|---:|---:|",
         *pair_rows,
         "",

@@ -16,6 +16,10 @@
        judge-train teaches the base judge people's verdicts (both orders of every pair), the trained judge
        judges them again, and judge-calibrate compares both with people: accuracy, and how often the answer
        shown first wins (position bias)
+    7. a reward model: judge-train --objective bradley_terry trains a reward head on the base judge from the same
+       training pairs (ties out), each answer shown alone under a pointwise rubric; judge-score judges the test
+       pairs by the two answers' rewards (a prefill each, no review written), and judge-calibrate compares its
+       verdicts with people's beside the generative judges'
 
 The test split is seen by neither training nor checkpoint selection, so the before/after figures are not
 flattered by the choice of checkpoint; the validation split's human scores are used by no figure here.
@@ -53,6 +57,8 @@ from mmjudge.train.config import TrainConfig
 DEFAULT_CONFIG = CONFIG_DIR / "demo.yaml"
 SPLITS = ("train", "validation", "test")
 FIGURES = "figures.json"
+# The pairwise part's judges, by the name judge-calibrate reports them under, and the folder of their verdicts.
+PAIR_JUDGES = {"before": "pairs-before", "after": "pairs-after", "reward": "pairs-reward"}
 
 
 def _setting(help: str, minimum: float | None = None):
@@ -77,6 +83,7 @@ class DemoSettings:
     pair_learning_rate: float = _setting("judge-train's peak learning rate on the pairs", minimum=0)
     pair_save_steps: int = _setting("on the pairs, judge-train judges the validation pairs every this many steps and keeps the best checkpoint",
                                     minimum=1)
+    reward_epochs: int = _setting("judge-train's epochs of the Bradley-Terry reward model on the pairs (ties out)", minimum=1)
     seed: int = _setting("seed of the judge, the dataset and the split")
 
 
@@ -211,9 +218,17 @@ def _main(argv) -> int:
                                 "--learning_rate", str(settings.pair_learning_rate), *rubric])
     timed("6d: judge pairs after training", [script("judge-score"), "--model_path", str(out / "pairwise-judge"),
                                             "--output_dir", str(out / "pairs-after"), *judge_pairs])
-    timed("6e: calibrate the verdicts", [script("judge-calibrate"), "--predictions", str(out / "pairs-before" / "eval_result.json"),
-                                        str(out / "pairs-after" / "eval_result.json"), "--names", "before", "after", "--human", str(pairs["test"]),
-                                        "--output_dir", str(out / "pairs-report")])
+    # A reward model of the same pairs: one number per answer from one prefill, each answer shown alone under the
+    # bundled pointwise rubric of the pairs' category (tiny-reward); pairs are judged by the rewards' difference.
+    reward = ["--rubric", "tiny-reward"]
+    shutil.rmtree(out / "reward-model", ignore_errors=True)
+    timed("7a: train a reward model", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(pairs["train"]),
+                                      "--eval_file", str(pairs["validation"]), "--input_dir", str(out / "pairs"), "--output_dir", str(out / "reward-model"),
+                                      "--config", "tiny", "--objective", "bradley_terry", "--num_epochs", str(settings.reward_epochs), *batches, *reward])
+    timed("7b: judge pairs by reward", [script("judge-score"), "--model_path", str(out / "reward-model"), "--input_dir", str(out / "pairs"),
+                                       "--input_file", "test.json", "--output_dir", str(out / "pairs-reward"), "--no_resume", *reward])
+    timed("7c: calibrate the verdicts", [script("judge-calibrate"), "--predictions", *(str(out / name / "eval_result.json") for name in PAIR_JUDGES.values()),
+                                        "--names", *PAIR_JUDGES, "--human", str(pairs["test"]), "--output_dir", str(out / "pairs-report")])
 
     report = json.loads((out / "report" / "report.json").read_text())
     total = time.perf_counter() - start
@@ -224,22 +239,31 @@ def _main(argv) -> int:
     write_json_atomically(out / FIGURES, figures(report, settings, sizes, seconds, total, out, pairs_report, pair_sizes))
     print(f"\nTrained judge: {out / 'trained-judge'}\nScores: {out / 'scores-before'}, {out / 'scores-after'} "
           f"(image reliance: {out / 'scores-after' / 'probe_blank.png'})\nReport: {out / 'report' / 'report.html'}\n"
-          f"Pairwise judge: {out / 'pairwise-judge'}\nVerdicts: {out / 'pairs-before'}, {out / 'pairs-after'}\n"
+          f"Pairwise judge: {out / 'pairwise-judge'}\nReward model: {out / 'reward-model'}\n"
+          f"Verdicts: {', '.join(str(out / folder) for folder in PAIR_JUDGES.values())}\n"
           f"Pairwise report: {out / 'pairs-report' / 'report.html'}\nFigures (for the docs): {out / FIGURES}")
     return 0
 
 
 def print_pairs(report: dict, sizes: dict[str, int]) -> None:
-    """The pairwise part's figures: agreement with people's verdicts and position bias, before and after."""
-    print(f"\nPairwise: the judge's verdicts on the {sizes['test']} test pairs (both orders; the likeliest of its verdict distribution), "
-          f"against people's (trained on {sizes['train']}):")
-    for name in ("before", "after"):
+    """The pairwise part's figures: agreement with people's verdicts and position bias, before and after
+    training, and the reward model's."""
+    print(f"\nPairwise: the verdicts on the {sizes['test']} test pairs against people's (trained on {sizes['train']}); the generative judges "
+          "judged both orders (the likeliest of their verdict distributions), the reward model each answer once:")
+    for name in PAIR_JUDGES:
         judge = report["judges"][name]
         value = lambda stat: "undefined" if stat["value"] is None else f"{stat['value']:.3f}"  # noqa: E731
-        bias = judge["position_bias"]["both"]
-        shown = "undefined" if bias["share"] is None else f"{bias['share']:.3f} of {bias['n']}"
         print(f"  {name:>6}: accuracy {value(judge['accuracy_with_ties'])} with ties (n = {judge['n_with_ties']}), "
-              f"{value(judge['accuracy_without_ties'])} without (n = {judge['n_without_ties']}); first shown wins {shown}")
+              f"{value(judge['accuracy_without_ties'])} without (n = {judge['n_without_ties']}){_first_shown(judge, name)}")
+
+
+def _first_shown(judge: dict, name: str) -> str:
+    """How often the answer shown first wins: of the generative judges, which see a pair in both orders."""
+    if name == "reward":
+        return ""
+    bias = judge["position_bias"]["both"]
+    share = "undefined" if bias["share"] is None else f"{bias['share']:.3f} of {bias['n']}"
+    return f"; first shown wins {share}"
 
 
 def figures(report: dict, settings: DemoSettings, sizes: dict[str, int], seconds: dict[str, float], total: float, out: Path,

@@ -1,7 +1,8 @@
 """judge-demo, run exactly as `make demo` runs it: every step succeeds, the report is written from splits
 that share no id, and training is real - on test samples neither training nor checkpoint selection saw,
 the judge goes from no agreement with the human scores to Pearson above 0.8, scored by judge-score from
-the saved output, and on test pairs from chance to people's verdicts (accuracy with ties 0.7 or more); it
+the saved output, and on test pairs from chance to people's verdicts (accuracy with ties 0.7 or more), as
+the Bradley-Terry reward model trained on the same pairs orders them (0.9 or more, ties out); it
 prints each model's PPI++ benchmark score, the score sets' held-out coverage and the image-reliance figures.
 A failing step stops the demo with its exit code."""
 
@@ -92,14 +93,21 @@ def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
     assert {name: figures["pearson"][name]["value"] for name in ("before", "after")} == pearson
     assert list(figures["seconds"]["steps"]) == ["1a: write a tiny judge", "1b: write a dataset", "2: score before training", "3: train",
                                                  "4: score after training", "5: calibrate", "6a: write pairs", "6b: judge pairs before training",
-                                                 "6c: train on pairs", "6d: judge pairs after training", "6e: calibrate the verdicts"]
+                                                 "6c: train on pairs", "6d: judge pairs after training", "7a: train a reward model",
+                                                 "7b: judge pairs by reward", "7c: calibrate the verdicts"]
     # The pairwise part: on test pairs it never saw, the judge learnt people's rule (a rationale naming the
     # markers had it learn none: 0.125), and no longer prefers the answer shown first
     pairs = figures["pairs"]
-    assert pairs["splits"] == {"train": 240, "validation": 80, "test": 80} and "Pairwise: the judge's verdicts" in done.stdout
+    assert pairs["splits"] == {"train": 240, "validation": 80, "test": 80} and "Pairwise: the verdicts on the 80 test pairs" in done.stdout
     assert pairs["after"]["accuracy_with_ties"] >= max(0.7, pairs["before"]["accuracy_with_ties"] + 0.2), pairs
     assert 0.2 <= pairs["after"]["first_shown_wins"] <= 0.8, pairs
     assert f"after: accuracy {pairs['after']['accuracy_with_ties']:.3f} with ties (n = 80)" in done.stdout
+    # The reward model of the same pairs: its rewards order the test pairs as people do (issue 42's bar, 0.9),
+    # judge-score's verdicts of a prefill per answer, no review written
+    assert pairs["reward"]["accuracy_without_ties"] >= 0.9, pairs
+    assert f"reward: accuracy {pairs['reward']['accuracy_with_ties']:.3f} with ties (n = 80)" in done.stdout
+    rewarded = json.loads((tmp_path / "pairs-reward" / "eval_result.json").read_text())
+    assert all(isinstance(r["scores"][side]["reward"], float) and r["scores"][side]["generated_tokens"] == 0 for r in rewarded for side in "AB")
     steps = figures["seconds"]["steps"]  # each rounded to 0.1 s, as the total is: their sum may pass it by half of 0.1 each
     assert sum(steps.values()) <= figures["seconds"]["total"] + 0.05 * len(steps)
     assert figures["splits"] == {"train": 240, "validation": 80, "test": 80} and figures["machine"]["cores"] == os.cpu_count()

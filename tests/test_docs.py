@@ -262,7 +262,8 @@ def test_the_figures_script_runs_the_demo_and_writes_the_pages(tmp_path):
     assert record["command"] == "judge-demo --output_dir demo --samples 40 --max_steps 2 --pairs 20 --pair_steps 2"
     assert list(record["seconds"]["steps"]) == ["1a: write a tiny judge", "1b: write a dataset", "2: score before training", "3: train",
                                                 "4: score after training", "5: calibrate", "6a: write pairs", "6b: judge pairs before training",
-                                                "6c: train on pairs", "6d: judge pairs after training", "6e: calibrate the verdicts"]
+                                                "6c: train on pairs", "6d: judge pairs after training", "7a: train a reward model",
+                                                "7b: judge pairs by reward", "7c: calibrate the verdicts"]
     assert record["printed"][0].startswith("Done in")
     assert docs_figures.stale_pages(tmp_path) == []
     readme = (tmp_path / "README.md").read_text()

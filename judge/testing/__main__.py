@@ -16,8 +16,8 @@ import sys
 
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import UsageError
-from mmjudge.judge.testing import write_dataset, write_native_checkpoint, write_original_checkpoint, write_pairs
-from mmjudge.judge.testing.families import DEFAULT_SWITCH, FAMILIES, write_family_checkpoint
+from mmjudge.judge.testing import write_dataset, write_pairs
+from mmjudge.judge.testing.family_table import DEFAULT_SWITCH, FAMILIES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,20 +65,8 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "checkpoint" and args.family:
-        if args.shards != 1 or args.dtype != "float32" or args.system_message is not None:
-            raise UsageError("--shards, --dtype and --system_message apply to --format original only; a --family checkpoint is written in its "
-                             "released layout")
-        path = write_family_checkpoint(args.family, args.out_dir, seed=args.seed, rope_switch=args.rope_switch)
-    elif args.command == "checkpoint":
-        if args.shards < 1:
-            raise UsageError(f"--shards must be at least 1, got {args.shards}")
-        if args.format == "original":
-            path = write_original_checkpoint(args.out_dir, seed=args.seed, shards=args.shards, dtype=args.dtype, system_message=args.system_message)
-        elif args.shards != 1 or args.dtype != "float32" or args.system_message is not None:
-            raise UsageError("--shards, --dtype and --system_message apply to --format original only; transformers writes the native format itself")
-        else:
-            path = write_native_checkpoint(args.out_dir, seed=args.seed)
+    if args.command == "checkpoint":
+        path = _write_checkpoint(args)
     elif args.command == "pairs":
         if args.pairs < 1:
             raise UsageError(f"--pairs must be at least 1, got {args.pairs}")
@@ -90,6 +78,27 @@ def _main(argv) -> int:
         path = write_dataset(args.out_dir, args.samples, seed=args.seed, annotated=args.annotated)
     print(path)
     return 0
+
+
+def _write_checkpoint(args: argparse.Namespace):
+    if args.family:
+        if args.shards != 1 or args.dtype != "float32" or args.system_message is not None:
+            raise UsageError("--shards, --dtype and --system_message apply to --format original only; a --family checkpoint is written in its "
+                             "released layout")
+    elif args.shards < 1:
+        raise UsageError(f"--shards must be at least 1, got {args.shards}")
+    elif args.format == "native" and (args.shards != 1 or args.dtype != "float32" or args.system_message is not None):
+        raise UsageError("--shards, --dtype and --system_message apply to --format original only; transformers writes the native format itself")
+    # Imported here, after the flags are checked: the writers import torch and transformers (seconds), which
+    # the dataset and pairs commands do not need.
+    from mmjudge.judge.testing.checkpoints import write_native_checkpoint, write_original_checkpoint
+    from mmjudge.judge.testing.families import write_family_checkpoint
+
+    if args.family:
+        return write_family_checkpoint(args.family, args.out_dir, seed=args.seed, rope_switch=args.rope_switch)
+    if args.format == "original":
+        return write_original_checkpoint(args.out_dir, seed=args.seed, shards=args.shards, dtype=args.dtype, system_message=args.system_message)
+    return write_native_checkpoint(args.out_dir, seed=args.seed)
 
 
 if __name__ == "__main__":

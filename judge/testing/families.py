@@ -31,7 +31,6 @@ from __future__ import annotations
 import functools
 import io
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import sentencepiece as spm
@@ -39,6 +38,7 @@ import torch
 from sentencepiece import sentencepiece_model_pb2
 
 from mmjudge.judge.testing.checkpoints import SIZES, _corpus, _original_weights, _save_shards, _write_json, internvl_chat_config, write_tokenizer
+from mmjudge.judge.testing.family_table import DEFAULT_SWITCH, FAMILIES, Family
 from mmjudge.judge.tiling import IMAGE_TOKENS
 
 INTERNVL_TOKENS = (*IMAGE_TOKENS, "<quad>", "</quad>", "<ref>", "</ref>", "<box>", "</box>")
@@ -83,34 +83,6 @@ QWEN3_VL_CHAT_TEMPLATE = (
     "{%- set video_count.value = video_count.value + 1 %}{%- if add_vision_id %}Video {{ video_count.value }}: {% endif -%}"
     "<|vision_start|><|video_pad|><|vision_end|>{%- elif 'text' in content %}{{- content.text }}{%- endif %}{%- endfor %}{%- endif %}"
     "{{- '<|im_end|>\n' }}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}")
-
-
-@dataclass(frozen=True)
-class Family:
-    layout: str  # "original" or "native"
-    llm: str  # the language model's model_type
-    tokenizer: str  # "llama-sp", "internlm2-sp", "qwen2", "qwen2.5", "qwen3"
-    template: str  # the original config's template name; "" for a native checkpoint's Jinja
-    tied: bool = False
-    kv_heads: int = SIZES.llm_heads  # fewer than the heads: grouped-query attention
-    extra: dict = field(default_factory=dict)
-
-
-FAMILIES = {
-    "internvl2-4b": Family("original", "phi3", "llama-sp", "phi3-chat"),
-    "internvl2-1b": Family("original", "qwen2", "qwen2", "Hermes-2", kv_heads=2),
-    "internvl2-8b": Family("original", "internlm2", "internlm2-sp", "internlm2-chat", kv_heads=2),
-    "internvl2.5-8b": Family("original", "internlm2", "internlm2-sp", "internvl2_5", kv_heads=2),
-    "internvl3-2b": Family("original", "qwen2", "qwen2.5", "internvl2_5", kv_heads=2),
-    "internvl3-1b-hf": Family("native", "internvl", "qwen2.5", "", tied=True, kv_heads=2),
-    "qwen2.5-vl-3b": Family("native", "qwen2_5_vl", "qwen2.5", "", tied=True, kv_heads=2),
-    "qwen2.5-vl-7b": Family("native", "qwen2_5_vl", "qwen2.5", "", kv_heads=2),
-    "qwen3-vl-4b": Family("native", "qwen3_vl", "qwen3", "", tied=True, kv_heads=2),
-    "qwen3-vl-8b": Family("native", "qwen3_vl", "qwen3", "", kv_heads=2),
-}
-# Where each LLM's rotary embedding switches regime, by default beyond any test prompt; lowered to put prompts
-# on both sides of it (the long rope's original context, InternLM2's dynamic-NTK max_position_embeddings).
-DEFAULT_SWITCH = 4096
 
 
 def write_family_checkpoint(name: str, out_dir: str | Path, *, seed: int = 0, rope_switch: int = DEFAULT_SWITCH) -> Path:
@@ -265,7 +237,7 @@ def _llm_config(family: Family, tokens: dict[str, int], rope_switch: int) -> dic
     s = SIZES
     vocab = -(-(max(tokens.values()) + 1) // 64) * 64
     common = {"hidden_size": s.llm_hidden, "num_hidden_layers": s.llm_layers, "num_attention_heads": s.llm_heads,
-              "num_key_value_heads": family.kv_heads, "intermediate_size": s.llm_intermediate, "vocab_size": vocab, "hidden_act": "silu",
+              "num_key_value_heads": family.kv_heads or s.llm_heads, "intermediate_size": s.llm_intermediate, "vocab_size": vocab, "hidden_act": "silu",
               "rms_norm_eps": 1e-6, "initializer_range": 0.02, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True}
     if family.llm == "internlm2":
         return {"architectures": ["InternLM2ForCausalLM"], "model_type": "internlm2",
@@ -349,7 +321,7 @@ def _native_config(family: Family, tokens: dict[str, int]) -> dict:
     vocab = -(-(max(tokens.values()) + 1) // 64) * 64
     heads, d = s.llm_heads, s.llm_hidden // s.llm_heads
     text = {"hidden_size": s.llm_hidden, "intermediate_size": s.llm_intermediate, "num_hidden_layers": s.llm_layers,
-            "num_attention_heads": heads, "num_key_value_heads": family.kv_heads, "vocab_size": vocab, "hidden_act": "silu",
+            "num_attention_heads": heads, "num_key_value_heads": family.kv_heads or s.llm_heads, "vocab_size": vocab, "hidden_act": "silu",
             "rms_norm_eps": 1e-6, "initializer_range": 0.02, "attention_dropout": 0.0, "use_cache": True,
             "bos_token_id": tokens["<|endoftext|>"], "eos_token_id": tokens["<|im_end|>"]}
     if family.llm == "internvl":
