@@ -57,8 +57,9 @@ def batched(base: str, bodies: list[dict], timeout_s: float) -> dict:
     answer = httpx2.post(f"{base}/get_reward", json=whole, timeout=timeout_s)
     seconds = time.perf_counter() - start
     answer.raise_for_status()
+    after = forward_passes(base)
     return {"samples": len(bodies), "seconds": seconds, "samples_per_s": len(bodies) / seconds, "rewards": answer.json()["rewards"],
-            "prefills": forward_passes(base)[0] - before[0]}
+            "prefills": after[0] - before[0], "prefill_tokens": after[2] - before[2]}
 
 
 def one_by_one(base: str, bodies: list[dict], clients: int, timeout_s: float) -> dict:
@@ -87,9 +88,10 @@ def one_by_one(base: str, bodies: list[dict], clients: int, timeout_s: float) ->
         for future in [pool.submit(client) for _ in range(clients)]:
             future.result()
     seconds = time.perf_counter() - start
+    after = forward_passes(base)
     return {"samples": len(bodies), "clients": clients, "seconds": seconds, "samples_per_s": (len(bodies) - len(failed)) / seconds,
             "failed": len(failed), "p50_s": percentile(latencies, 0.5), "p99_s": percentile(latencies, 0.99), "rewards": rewards,
-            "prefills": forward_passes(base)[0] - before[0]}
+            "prefills": after[0] - before[0], "prefill_tokens": after[2] - before[2]}
 
 
 def groups_of(data_dir: Path, groups: int, size: int, opening: str = "") -> list[dict]:
@@ -179,9 +181,11 @@ def main() -> None:
         single = one_by_one(base, bodies, args.clients, args.timeout_s)
     differ = sum(s is None or abs(s - b) > 1e-6 for s, b in zip(single["rewards"], batch["rewards"]))
     ratio = single["samples_per_s"] / batch["samples_per_s"]
-    print(f"one request of {batch['samples']} samples: {batch['samples_per_s']:.2f} samples/s ({batch['seconds']:.1f} s, {batch['prefills']} prefill groups)")
+    print(f"one request of {batch['samples']} samples: {batch['samples_per_s']:.2f} samples/s ({batch['seconds']:.1f} s, {batch['prefills']} prefill passes, "
+          f"{batch['prefill_tokens']:,} prompt tokens prefilled)")
     print(f"{single['samples']} one-sample requests from {single['clients']} clients: {single['samples_per_s']:.2f} samples/s "
-          f"({single['seconds']:.1f} s, {single['prefills']} prefill groups), p50 {single['p50_s']:.3f} s, p99 {single['p99_s']:.3f} s, "
+          f"({single['seconds']:.1f} s, {single['prefills']} prefill passes, {single['prefill_tokens']:,} prompt tokens prefilled), "
+          f"p50 {single['p50_s']:.3f} s, p99 {single['p99_s']:.3f} s, "
           f"{single['failed']} failed")
     print(f"ratio {ratio:.2f}; rewards that differ between the two: {differ}")
     if args.json:

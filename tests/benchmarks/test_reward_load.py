@@ -23,6 +23,7 @@ def test_the_reward_load_benchmark_answers_every_sample_both_ways_with_the_same_
     figures = json.loads(out.read_text())
     assert figures["batch"]["samples"] == figures["one_by_one"]["samples"] == 12 and figures["one_by_one"]["failed"] == 0
     assert figures["rewards_differing"] == 0 and figures["ratio"] > 0
+    assert figures["batch"]["prefill_tokens"] > 0 and figures["one_by_one"]["prefill_tokens"] > 0
     assert 0 < figures["one_by_one"]["p50_s"] <= figures["one_by_one"]["p99_s"]
     assert "samples/s" in done.stdout
 
