@@ -239,7 +239,7 @@ def test_a_deterministic_decoder_writes_a_cached_prompt_to_the_same_bits_alone_a
 
     def load(request):
         future = Future()
-        future.set_result(_load_pixels(items[request.index], torch.float32, pin=False))
+        future.set_result(_load_pixels(items[request.index], torch.float32, pin=False, image_token_id=judge.backbone.image_token_id))
         return future
 
     def run(indices):
