@@ -3,17 +3,21 @@ RL framework's per-sample reward calls) against the same samples in one request,
 
     python benchmarks/reward_load.py                                   # 1,024 samples, 64 clients, the tiny judge, CPU
     python benchmarks/reward_load.py --samples 64 --clients 8 --json figures.json
+    python benchmarks/reward_load.py --prefix_cache 16384 --prefix_cache 65536 --prefix_cache 0
     python benchmarks/reward_load.py --model_path CKPT --device cuda
     python benchmarks/reward_load.py --groups 32 --json groups.json        # GRPO groups, with and without the prefix cache
 
 Starts judge-serve on a free 127.0.0.1 port with --reward score:SA --mode logits (a reward is one prefill) and
---max_samples as large as --samples. Each sample is a synthetic question (its text and first image, a path under
---image_root) and answer, sent as OpenRLHF sends one: {"query": [prompt + response], "prompts", "images"}. First
+--max_samples as large as --samples, once for each --prefix_cache, back to back (by default the reward endpoints'
+own size, then 0: off). Each sample is a synthetic question (its text and first image, a path under --image_root;
+the questions of the dataset's 32 samples in turn) and answer, sent as OpenRLHF sends one: {"query": [prompt +
+response], "prompts", "images"}. First
 all the samples in one request (the batch), then each sample in a request of its own from --clients threads,
 each sending its next as soon as its last is answered. Both are timed from the first byte sent to the last answer;
-latency percentiles are of the one-sample requests. The rewards of the two runs are compared: each sample's must
-be the same (to 1e-6: on a CPU prefill groups are not batch-invariant to the bit; judge-serve --deterministic is,
-on a GPU). The forward passes (prefill groups) of each run come from /metrics.
+latency percentiles are of the one-sample requests. The rewards of every run are compared: each sample's must be
+the same (to 1e-6: on a CPU prefill groups are not batch-invariant to the bit, and a cached prompt's two pieces
+not a whole prefill's; judge-serve --deterministic is, on a GPU). The prefill passes and prompt tokens prefilled
+of each run come from /metrics. --json's record renders as docs/rewards.md's table (markdown).
 
 With --groups G: GRPO's groups instead, G questions (each its text and first image) with --group_size answers
 each (the answers of other samples), each group one /get_reward request (a group's completions, as TRL's reward
@@ -34,6 +38,8 @@ from pathlib import Path
 
 import httpx2
 from serve_load import forward_passes, percentile, served
+
+from mmjudge.infer.options import REWARD_PREFIX_CACHE
 
 
 def bodies_of(data_dir: Path, n: int) -> list[dict]:
@@ -57,8 +63,9 @@ def batched(base: str, bodies: list[dict], timeout_s: float) -> dict:
     answer = httpx2.post(f"{base}/get_reward", json=whole, timeout=timeout_s)
     seconds = time.perf_counter() - start
     answer.raise_for_status()
+    after = forward_passes(base)
     return {"samples": len(bodies), "seconds": seconds, "samples_per_s": len(bodies) / seconds, "rewards": answer.json()["rewards"],
-            "prefills": forward_passes(base)[0] - before[0]}
+            "prefills": after[0] - before[0], "prefill_tokens": after[2] - before[2]}
 
 
 def one_by_one(base: str, bodies: list[dict], clients: int, timeout_s: float) -> dict:
@@ -87,9 +94,10 @@ def one_by_one(base: str, bodies: list[dict], clients: int, timeout_s: float) ->
         for future in [pool.submit(client) for _ in range(clients)]:
             future.result()
     seconds = time.perf_counter() - start
+    after = forward_passes(base)
     return {"samples": len(bodies), "clients": clients, "seconds": seconds, "samples_per_s": (len(bodies) - len(failed)) / seconds,
             "failed": len(failed), "p50_s": percentile(latencies, 0.5), "p99_s": percentile(latencies, 0.99), "rewards": rewards,
-            "prefills": forward_passes(base)[0] - before[0]}
+            "prefills": after[0] - before[0], "prefill_tokens": after[2] - before[2]}
 
 
 def groups_of(data_dir: Path, groups: int, size: int, opening: str = "") -> list[dict]:
@@ -155,12 +163,44 @@ def compare_groups(args) -> None:
                                                **{name: {k: v for k, v in run.items() if k != "rewards"} for name, run in runs.items()}}, indent=2))
 
 
+def measured(args, prefix_cache: int) -> dict:
+    """One server of this --prefix_cache: the samples in one request, then one by one from the clients."""
+    with served(args.model_path, ["--device", args.device, "--reward", "score:SA", "--mode", "logits", "--max_tiles", "1",
+                                  "--max_samples", str(max(args.samples, 1)), "--prefix_cache", str(prefix_cache), *args.serve_flag],
+                image_root=True) as (base, data_dir):
+        bodies = bodies_of(data_dir, args.samples)
+        batched(base, bodies[:2], args.timeout_s)  # warm-up, untimed
+        batch = batched(base, bodies, args.timeout_s)
+        single = one_by_one(base, bodies, args.clients, args.timeout_s)
+    differ = sum(s is None or abs(s - b) > 1e-6 for s, b in zip(single["rewards"], batch["rewards"]))
+    return {"prefix_cache": prefix_cache, "ratio": single["samples_per_s"] / batch["samples_per_s"], "rewards_differing": differ,
+            "batch": batch, "one_by_one": single}
+
+
+def markdown(record: dict) -> str:
+    """The table of a run's record (--json), as docs/rewards.md shows it."""
+    lines = ["| `--prefix_cache` | run | samples/s | seconds | prefill passes | prompt tokens prefilled | latency p50 / p99 | one-sample / one request |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for run in record["runs"]:
+        batch, single = run["batch"], run["one_by_one"]
+        cache = f"{run['prefix_cache']:,}" if run["prefix_cache"] else "0 (off)"
+        lines += [f"| {cache} | one request of {batch['samples']:,} samples | {batch['samples_per_s']:.2f} | {batch['seconds']:.1f} | "
+                  f"{batch['prefills']:,} | {batch['prefill_tokens']:,} | - | |",
+                  f"| {cache} | {single['samples']:,} one-sample requests from {single['clients']} clients | {single['samples_per_s']:.2f} | "
+                  f"{single['seconds']:.1f} | {single['prefills']:,} | {single['prefill_tokens']:,} | {single['p50_s']:.2f} s / {single['p99_s']:.2f} s | "
+                  f"{run['ratio']:.2f} |"]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_path", help="the judge to serve (default: a tiny random one, written to a temporary directory)")
     p.add_argument("--device", default="cpu", help="judge-serve's --device (default: cpu)")
     p.add_argument("--samples", type=int, default=1024, help="samples rewarded each way (default: 1024)")
     p.add_argument("--clients", type=int, default=64, help="concurrent clients of the one-sample requests (default: 64)")
+    p.add_argument("--prefix_cache", type=int, action="append",
+                   help=f"judge-serve's --prefix_cache of each run, back to back (repeatable; default: {REWARD_PREFIX_CACHE}, the reward "
+                        "endpoints' own, then 0)")
     p.add_argument("--timeout_s", type=float, default=3600, help="the longest a request may take (default: 3600)")
     p.add_argument("--serve_flag", action="append", default=[], help="a flag for judge-serve, as --serve_flag=--name=value (repeatable)")
     p.add_argument("--groups", type=int, help="GRPO groups instead, with and without the prefix cache (module docstring) (default: none)")
@@ -171,23 +211,22 @@ def main() -> None:
         compare_groups(args)
         return
 
-    with served(args.model_path, ["--device", args.device, "--reward", "score:SA", "--mode", "logits", "--max_tiles", "1",
-                                  "--max_samples", str(max(args.samples, 1)), *args.serve_flag], image_root=True) as (base, data_dir):
-        bodies = bodies_of(data_dir, args.samples)
-        batched(base, bodies[:2], args.timeout_s)  # warm-up, untimed
-        batch = batched(base, bodies, args.timeout_s)
-        single = one_by_one(base, bodies, args.clients, args.timeout_s)
-    differ = sum(s is None or abs(s - b) > 1e-6 for s, b in zip(single["rewards"], batch["rewards"]))
-    ratio = single["samples_per_s"] / batch["samples_per_s"]
-    print(f"one request of {batch['samples']} samples: {batch['samples_per_s']:.2f} samples/s ({batch['seconds']:.1f} s, {batch['prefills']} prefill groups)")
-    print(f"{single['samples']} one-sample requests from {single['clients']} clients: {single['samples_per_s']:.2f} samples/s "
-          f"({single['seconds']:.1f} s, {single['prefills']} prefill groups), p50 {single['p50_s']:.3f} s, p99 {single['p99_s']:.3f} s, "
-          f"{single['failed']} failed")
-    print(f"ratio {ratio:.2f}; rewards that differ between the two: {differ}")
+    runs = [measured(args, size) for size in args.prefix_cache or [REWARD_PREFIX_CACHE, 0]]
+    rewards = [run[way]["rewards"] for run in runs for way in ("batch", "one_by_one")]
+    differ = sum(any(r is None or abs(r - first) > 1e-6 for r in others) for first, *others in zip(*rewards))
+    for run in runs:
+        batch, single = run["batch"], run["one_by_one"]
+        print(f"--prefix_cache {run['prefix_cache']}: one request of {batch['samples']} samples: {batch['samples_per_s']:.2f} samples/s "
+              f"({batch['seconds']:.1f} s, {batch['prefills']} prefill passes, {batch['prefill_tokens']:,} prompt tokens prefilled)")
+        print(f"--prefix_cache {run['prefix_cache']}: {single['samples']} one-sample requests from {single['clients']} clients: "
+              f"{single['samples_per_s']:.2f} samples/s ({single['seconds']:.1f} s, {single['prefills']} prefill passes, "
+              f"{single['prefill_tokens']:,} prompt tokens prefilled), p50 {single['p50_s']:.3f} s, p99 {single['p99_s']:.3f} s, "
+              f"{single['failed']} failed; ratio {run['ratio']:.2f}")
+    print(f"samples whose reward differs between any two of the runs: {differ}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": args.device, "serve_flags": args.serve_flag, "ratio": ratio, "rewards_differing": differ,
-                                               "batch": {k: v for k, v in batch.items() if k != "rewards"},
-                                               "one_by_one": {k: v for k, v in single.items() if k != "rewards"}}, indent=2))
+        Path(args.json).write_text(json.dumps({"device": args.device, "serve_flags": args.serve_flag, "rewards_differing": differ,
+                                               "runs": [{**run, **{way: {k: v for k, v in run[way].items() if k != "rewards"}
+                                                                    for way in ("batch", "one_by_one")}} for run in runs]}, indent=2))
 
 
 if __name__ == "__main__":

@@ -433,7 +433,9 @@ class Decoder:
             row.delta = delta
         images = input_ids == self.backbone.image_token_id
         shared_pixels, own_pixels = (None, None) if pixels is None else pixels.split(int(images[:shared].sum()))
-        key = prefix_key(input_ids[:shared], shared_pixels, frequencies_of(self.lm.rotary_emb, len(input_ids)))
+        if shared_pixels is not None and pixels.shared_digest is None:  # a key without the pixels would answer another image's question
+            raise RuntimeError(f"request {request.index}: its shared part's images were loaded without their digest (infer/engine.py's _load_pixels)")
+        key = prefix_key(input_ids[:shared], None if shared_pixels is None else pixels.shared_digest, frequencies_of(self.lm.rotary_emb, len(input_ids)))
         entry = self.prefix_cache.get(key, input_ids[:shared])
         slots = [row.slot for row in rows]
         if entry is None:

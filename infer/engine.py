@@ -29,7 +29,7 @@ import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -38,6 +38,7 @@ import torch
 from mmjudge.infer.decoding import Completion, Decoder, OutOfMemory, Request, Sampling
 from mmjudge.infer.grammar import Grammar, GrammarError, Vocabulary, score_lines
 from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.prefix_cache import pixel_digest
 from mmjudge.judge.data import VERDICTS, InputError, JudgeResult, OrderJudgement, Pair, PairResult, Problem, Sample, UsageError
 from mmjudge.judge.model import Judge, with_max_tiles
 from mmjudge.judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
@@ -243,8 +244,10 @@ class _Counted:
         self.progress(rest)
 
 
-def _load_pixels(item: Prepared, dtype: torch.dtype, pin: bool) -> Pixels | None:
-    """The sample's pixels in the model's dtype; pinned for a GPU, so that the copy overlaps compute."""
+def _load_pixels(item: Prepared, dtype: torch.dtype, pin: bool, image_token_id: int | None = None) -> Pixels | None:
+    """The sample's pixels in the model's dtype; pinned for a GPU, so that the copy overlaps compute. With
+    `image_token_id` (a decoder with a prefix cache), the digest of the images in its shared part comes with
+    them: hashed here, in a loading thread, so that the model thread never waits on it."""
     loaded = [load_pixels(image.path, image.processing) for image in item.images]
     for image, pixels in zip(item.images, loaded):
         if pixels.tokens != image.tokens:
@@ -253,7 +256,11 @@ def _load_pixels(item: Prepared, dtype: torch.dtype, pin: bool) -> Pixels | None
         return None
     pixels = Pixels.cat(loaded)
     pixels = Pixels(pixels.values.to(dtype), pixels.tokens, pixels.grids)
-    return pixels.pin_memory() if pin else pixels
+    digest = None
+    if image_token_id is not None and item.prefix:
+        shared, _ = pixels.split(int((item.input_ids[:item.prefix] == image_token_id).sum()))
+        digest = None if shared is None else pixel_digest(shared)
+    return replace(pixels.pin_memory() if pin else pixels, shared_digest=digest)
 
 
 def judge_vocabulary(judge: Judge) -> Vocabulary:
@@ -342,9 +349,10 @@ class Scorer:
                             on_token=counted.token(i), grammar=self.grammars.get(items[i].sample.category), prefix=items[i].prefix)
                     for i in sorted(range(len(items)), key=lambda i: -len(items[i].input_ids))]
         pin = torch.device(self.device).type == "cuda"
+        image_token_id = self.decoder.backbone.image_token_id if self.decoder.prefix_cache is not None else None
         with ThreadPoolExecutor(self.options.workers) as pool:
             def load(request: Request):
-                return pool.submit(_load_pixels, items[request.index], self.decoder.dtype, pin)
+                return pool.submit(_load_pixels, items[request.index], self.decoder.dtype, pin, image_token_id)
 
             try:
                 if self.options.mode == "logits":

@@ -32,6 +32,9 @@ class Pixels:
     values: torch.Tensor  # InternVL: tiles (n, 3, size, size); Qwen-VL: flattened patches (n, channels x patch volume)
     tokens: int  # the image tokens they become in the prompt
     grids: torch.Tensor | None = None  # Qwen-VL: (images, 3) each image's (t, h, w) in patches; None for tiles
+    # The prefix cache's digest of the pixels of the images before the prompt's first answer (infer/prefix_cache.py's
+    # pixel_digest), made where they were loaded, off the model thread; None where no prefix cache reads it.
+    shared_digest: bytes | None = None
 
     @property
     def tiles(self) -> int:

@@ -47,7 +47,13 @@ class Asked:
     prompt: str
     response: str
     images: Sequence[Any] = ()  # paths, data URLs or PIL images
-    reference: str | None = None
+    reference: str | None = None  # any other value as its text
+
+    def __post_init__(self):
+        # A framework's ground truth is its dataset's answer column, a number as often as a text (EasyR1's and verl's
+        # math sets): the judge reads it as text, and judge-serve refuses a label that is not one.
+        if self.reference is not None and not isinstance(self.reference, str):
+            object.__setattr__(self, "reference", str(self.reference))
 
 
 @dataclass
@@ -255,6 +261,7 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: str |
 
 
 REWARD_TYPE = "batch"  # EasyR1's: compute_score_batch takes the whole batch
+REWARD_NAME = "mmjudge"  # what EasyR1 names the reward function it loaded
 
 
 def compute_score_batch(reward_inputs: list[dict], base_url: str | None = None) -> list[dict]:

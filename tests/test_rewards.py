@@ -98,6 +98,11 @@ def test_verl_easyr1_and_openrlhf_files_send_their_fields_and_mark_a_failure_as_
     assert behaviour.bodies[-1] == {"query": ["How many?It is 4."], "prompts": ["How many?"], "images": [["images/q_0001_0.png"]], "labels": ["4"]}
     assert got == {"score": len("How many?It is 4.") / 100, "judge_failed": 0.0}
     assert compute_score_batch([{"response": "ab", "response_length": 1, "ground_truth": None}]) == [{"overall": 0.02, "judge_failed": 0.0}]
+    # a dataset's answer column as EasyR1 and verl pass it, a number too: sent as text, which judge-serve's labels must be
+    assert len(compute_score_batch([{"response": "ab", "response_length": 1, "ground_truth": 5}, {"response": "c", "response_length": 1, "ground_truth": "x"}])) == 2
+    assert behaviour.bodies[-1]["labels"] == ["5", "x"]
+    asyncio.run(compute_score("gsm8k", "It is 4.", 4, {"question": "How many?"}))
+    assert behaviour.bodies[-1]["labels"] == ["4"]
     answer = reward_func(["Q? A."], ["Q?"], [None])
     assert behaviour.bodies[-1]["prompts"] == ["Q?"] and behaviour.bodies[-1]["query"] == ["Q? A."]
     assert torch.equal(answer["rewards"], torch.tensor([0.05])) and torch.equal(answer["extra_logs"]["judge_failed"], torch.tensor([0.0]))
@@ -112,7 +117,7 @@ def test_the_file_loads_by_path_as_openrlhf_verl_and_easyr1_load_a_reward_file(s
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert torch.equal(module.reward_func(["Q? A."], ["Q?"], [None])["rewards"], torch.tensor([0.05]))
-    assert module.REWARD_TYPE == "batch" and asyncio.run(module.compute_score("geo", "ab", None, {}))["score"] == 0.02
+    assert module.REWARD_TYPE == "batch" and module.REWARD_NAME == "mmjudge" and asyncio.run(module.compute_score("geo", "ab", None, {}))["score"] == 0.02
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """The reward load benchmark, small: one request of all the samples and one-sample requests from concurrent
 clients answer every sample, with the same rewards."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -8,25 +9,54 @@ from pathlib import Path
 
 import pytest
 
+from mmjudge.infer.options import REWARD_PREFIX_CACHE
 from mmjudge.judge.testing import HANG_S
 
-pytestmark = pytest.mark.slow  # it starts judge-serve
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "reward_load.py"
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARK = ROOT / "benchmarks" / "reward_load.py"
 
 
+def load_benchmark():
+    sys.path.insert(0, str(BENCHMARK.parent))  # it imports serve_load beside it
+    try:
+        spec = importlib.util.spec_from_file_location("reward_load", BENCHMARK)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARK.parent))
+    return module
+
+
+@pytest.mark.slow  # it starts judge-serve
 def test_the_reward_load_benchmark_answers_every_sample_both_ways_with_the_same_rewards(tmp_path):
+    """With the prefix cache and without it, back to back: every sample answered both ways, with the same rewards.
+    Without the cache each way prefills every prompt whole; with it the one-sample requests find the questions'
+    shared parts the one request left in the cache and prefill only the rest."""
     out = tmp_path / "figures.json"
     done = subprocess.run([sys.executable, str(BENCHMARK), "--samples", "12", "--clients", "4", "--json", str(out)],
                           capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(out.read_text())
-    assert figures["batch"]["samples"] == figures["one_by_one"]["samples"] == 12 and figures["one_by_one"]["failed"] == 0
-    assert figures["rewards_differing"] == 0 and figures["ratio"] > 0
-    assert 0 < figures["one_by_one"]["p50_s"] <= figures["one_by_one"]["p99_s"]
-    assert "samples/s" in done.stdout
+    assert [run["prefix_cache"] for run in figures["runs"]] == [REWARD_PREFIX_CACHE, 0] and figures["rewards_differing"] == 0
+    for run in figures["runs"]:
+        assert run["batch"]["samples"] == run["one_by_one"]["samples"] == 12 and run["one_by_one"]["failed"] == 0 and run["ratio"] > 0
+        assert 0 < run["one_by_one"]["p50_s"] <= run["one_by_one"]["p99_s"]
+    cached, whole = figures["runs"]
+    assert whole["batch"]["prefill_tokens"] == whole["one_by_one"]["prefill_tokens"]
+    assert 0 < cached["one_by_one"]["prefill_tokens"] < cached["batch"]["prefill_tokens"] <= whole["batch"]["prefill_tokens"]
+    assert "samples/s" in done.stdout and load_benchmark().markdown(figures).count("\n") == 2 + 2 * 2
 
 
+def test_the_docs_table_is_the_recorded_runs():
+    """docs/rewards.md's 1,024-sample table is markdown() of docs/rewards/reward_load.json, not typed by hand."""
+    record = json.loads((ROOT / "docs" / "rewards" / "reward_load.json").read_text())
+    page = (ROOT / "docs" / "rewards.md").read_text()
+    assert page.split("<!-- reward_load -->\n")[1].split("<!-- /reward_load -->")[0] == load_benchmark().markdown(record)
+    assert record["rewards_differing"] == 0 and {run["prefix_cache"] for run in record["runs"]} >= {REWARD_PREFIX_CACHE, 0}
+
+
+@pytest.mark.slow  # it starts judge-serve
 def test_the_groups_benchmark_prefills_each_groups_shared_part_once_with_the_cache(tmp_path):
     """3 groups of 4 answers, with the prefix cache and without it: the same rewards to float32 rounding, and
     with the cache a group's shared part prefilled once (its other 3 prompts prefill their rest alone)."""

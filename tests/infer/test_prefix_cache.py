@@ -14,7 +14,7 @@ import torch
 from mmjudge.configs import CONFIG_DIR, DEFAULT_RUBRICS
 from mmjudge.infer.engine import Scorer, prepare
 from mmjudge.infer.options import MAX_PREFIX_CACHE, REWARD_PREFIX_CACHE, ScoreOptions
-from mmjudge.infer.prefix_cache import Entry, PrefixCache
+from mmjudge.infer.prefix_cache import Entry, PrefixCache, pixel_digest, prefix_key
 from mmjudge.judge.data import Pair, Sample, Segment, UsageError
 from mmjudge.judge.model import load_judge
 from mmjudge.judge.prompts import load_rubrics
@@ -139,6 +139,30 @@ def test_the_same_text_beside_another_image_is_a_miss(judge, images):
     assert results[0]["score_distribution"] != results[1]["score_distribution"]
 
 
+
+def test_the_pixels_are_hashed_where_they_are_loaded_never_on_the_model_thread(judge, images, monkeypatch):
+    """The shared part's pixel digest comes with the loaded pixels, made in a loading thread: the thread that
+    runs the model (here the test's own, as judge-serve's model thread runs Scorer.run) never hashes pixels. Every
+    answer's key reads the digest of the question's image alone, not the third answer's own image."""
+    import threading
+
+    import mmjudge.infer.decoding as decoding
+    import mmjudge.infer.engine as engine
+
+    hashed_on, keyed = [], []
+    monkeypatch.setattr(engine, "pixel_digest", lambda pixels: hashed_on.append(threading.current_thread()) or pixel_digest(pixels))
+    monkeypatch.setattr(decoding, "prefix_key", lambda ids, digest, frequencies: keyed.append(digest) or prefix_key(ids, digest, frequencies))
+    run = options("logits")
+    items = prepare(judge, list(enumerate(group(images))), RUBRICS, Path("/"), run)
+    scorer = Scorer(judge, RUBRICS, run, "cpu")
+    scored(scorer, items)
+    assert len(hashed_on) == len(items) and threading.current_thread() not in hashed_on
+    with_answer_image = engine._load_pixels(items[2], scorer.decoder.dtype, pin=False)
+    assert with_answer_image.shared_digest is None and len(hashed_on) == len(items)  # a decoder without a prefix cache asks for none
+    question_image, answer_image = with_answer_image.split(int((items[2].input_ids[:items[2].prefix] == scorer.decoder.backbone.image_token_id).sum()))
+    assert answer_image is not None and keyed == [pixel_digest(question_image)] * len(items)
+
+
 def test_the_cache_holds_no_more_than_its_limit():
     cache = PrefixCache(10)
     entry = lambda n: Entry(torch.arange(n), torch.zeros(1, 1, n, 2), torch.zeros(1, 1, n, 2))  # noqa: E731
@@ -215,7 +239,7 @@ def test_a_deterministic_decoder_writes_a_cached_prompt_to_the_same_bits_alone_a
 
     def load(request):
         future = Future()
-        future.set_result(_load_pixels(items[request.index], torch.float32, pin=False))
+        future.set_result(_load_pixels(items[request.index], torch.float32, pin=False, image_token_id=judge.backbone.image_token_id))
         return future
 
     def run(indices):

@@ -12,22 +12,14 @@ import torch
 from mmjudge.infer.engine import prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import Pair, Sample, Segment
-from mmjudge.judge.formats import FORMATS
-from mmjudge.judge.model import load_judge, with_max_tiles
-from mmjudge.judge.prompts import load_rubrics
 from mmjudge.judge.reward_model import rewards
-from mmjudge.judge.rewards import parse_reward
 from mmjudge.judge.testing import write_dataset
 from mmjudge.judge.testing.families import write_reward_checkpoint
 from mmjudge.serve.cli import main as serve_main
-from mmjudge.serve.metrics import Metrics
-from mmjudge.serve.options import ServeOptions
 from mmjudge.serve.process import free_port
-from mmjudge.serve.service import Service
-from mmjudge.serve.worker import Worker
 from mmjudge.train.bradley_terry import answer_row
 from mmjudge.train.data import Collator
-from tests.serve.test_rewards import images, post, reward, running, same_alone_and_in_any_batch  # noqa: F401 - images: a fixture
+from tests.serve.test_rewards import images, post, reward, same_alone_and_in_any_batch, serving  # noqa: F401 - images: a fixture
 
 SERVED = "tiny-reward"
 QUESTION, RESPONSE = "What does the picture show, and what happens next?", "A red circle; it rolls away."
@@ -42,15 +34,8 @@ def files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def served(files):
     """The reward model served as judge-serve assembles it, its reward read under MMIE's SA rubric (--reward score:SA)."""
-    judge = load_judge(files[0])
-    options = ScoreOptions(max_tiles=1, workers=1)
-    judge.settings = with_max_tiles(judge.settings, options.max_tiles)
-    rubrics = load_rubrics(FORMATS["pairs"].default_rubrics)
-    worker = Worker(judge, rubrics, options, "cpu", batch_wait_s=0.02)
-    service = Service((SERVED,), judge, rubrics, options, ServeOptions(max_images=3), files[1], None, worker, 0, worker.context, Metrics(SERVED),
-                      "no structured outputs in these tests", "tiny", parse_reward("score:SA", rubrics))
-    with running(service) as url:
-        yield url, judge, rubrics
+    with serving(files, ScoreOptions(max_tiles=1, workers=1), name=SERVED) as served:
+        yield served
 
 
 def trained_reward(judge, rubric, image_root, question, response) -> float:

@@ -62,12 +62,15 @@ def server(files):
     rubric's expected score mapped from 0-6 to [0, 1]; in process, as judge-serve assembles it: judge-serve refuses
     --deterministic on a CPU, where the batch-invariant kernels of decoding cannot run, but logits mode only prefills."""
     # /v1/score with the prefix cache the reward endpoints have unasked: both doors prefill a prompt in the same pieces
-    yield from serving(files, ScoreOptions(mode="logits", deterministic=True, max_tiles=1, workers=1, prefix_cache=REWARD_PREFIX_CACHE))
+    with serving(files, ScoreOptions(mode="logits", deterministic=True, max_tiles=1, workers=1, prefix_cache=REWARD_PREFIX_CACHE)) as (url, _, _):
+        yield url
 
 
-def serving(files, options: ScoreOptions, mode: str | None = None):
-    """judge-serve in process with the reward score:SA; `mode`: its --reward_mode, the reward endpoints' own
-    options (reward_options) beside the server's; none: the server's options."""
+@contextmanager
+def serving(files, options: ScoreOptions, mode: str | None = None, name: str = SERVED):
+    """judge-serve in process, serving the checkpoint files[0] as `name`, with the reward score:SA, while the block
+    runs: its URL, the judge and its rubrics. `mode`: its --reward_mode, the reward endpoints' own options
+    (reward_options) beside the server's; none: the server's options (a reward model's, which has no mode)."""
     judge = load_judge(files[0])
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
     rubrics = load_rubrics(FORMATS["pairs"].default_rubrics)
@@ -75,10 +78,10 @@ def serving(files, options: ScoreOptions, mode: str | None = None):
     rewarding = None if mode is None else reward_options(spec, rubrics, judge.tokenizer, options, mode)
     worker = Worker(judge, rubrics, options, "cpu", batch_wait_s=0.02, prefill_budget=prefill_budget(None, "cpu"),
                     reward=None if rewarding is None else (rewarding, rubrics["SA"]))
-    service = Service((SERVED,), judge, rubrics, options, ServeOptions(max_images=3), files[1], None, worker, 0, worker.context, Metrics(SERVED),
+    service = Service((name,), judge, rubrics, options, ServeOptions(max_images=3), files[1], None, worker, 0, worker.context, Metrics(name),
                       "no structured outputs in these tests", "tiny", spec, rewarding)
     with running(service) as url:
-        yield url
+        yield url, judge, rubrics
 
 
 @contextmanager
@@ -279,9 +282,7 @@ def test_the_reward_judges_in_logits_mode_where_its_rubric_allows_and_generates_
 def test_a_generating_servers_rewards_are_read_in_logits_mode_and_say_so(files, server, images):
     """A server whose /v1/score generates (--mode generate), its reward endpoints in logits mode (auto): each
     answer names the mode, and the reward is the logits-mode server's to the bit, the prompt prefilled once."""
-    generating = serving(files, ScoreOptions(max_new_tokens=4, max_tiles=1, workers=1), "auto")
-    url = next(generating)
-    try:
+    with serving(files, ScoreOptions(max_new_tokens=4, max_tiles=1, workers=1), "auto") as (url, _, _):
         question, response = "What does the picture show?", "A red circle."
         body = {"query": [question + response], "prompts": [question], "images": [[images[0]]]}
         answer = post(url, "/get_reward", body).json()
@@ -289,5 +290,3 @@ def test_a_generating_servers_rewards_are_read_in_logits_mode_and_say_so(files, 
         assert post(url, "/classify", {"model": SERVED, "input": response}).json()["reward_mode"] == "logits"
         record = post(url, "/v1/score", {"samples": [{"id": "s", "question": question, "answer": response, "category": "SA"}]}).json()
         assert record["results"][0]["generated_tokens"] > 0  # /v1/score still generates
-    finally:
-        next(generating, None)
