@@ -166,7 +166,7 @@ def test_a_reward_head_trained_under_zero3_is_exported_whole_from_its_best_check
     exported = load_reward_model(out, torch.float32).state_dict()  # refused where a weight does not fill the model
     best = Path(json.loads((out / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())["best_model_checkpoint"])
     judge = load_judge(base)
-    model = apply_lora(Judge(reward_classifier(judge, "linear"), judge.tokenizer, judge.settings, judge.source_format),
+    model = apply_lora(Judge(reward_classifier(judge.model, judge.pad_id, "linear"), judge.tokenizer, judge.settings, judge.source_format),
                        TrainConfig(**json.loads((out / "train_config.json").read_text())))
     set_peft_model_state_dict(model, load_file(best / "adapter_model.safetensors"))
     expected = model.merge_and_unload().state_dict()
