@@ -27,8 +27,8 @@ import torch
 
 from mmjudge.demo.cli import cpu_name
 from mmjudge.judge.data import load_pairs
+from mmjudge.judge.model import load_judge
 from mmjudge.judge.prompts import load_rubrics
-from mmjudge.judge.reward_model import load_reward_judge
 from mmjudge.judge.testing import write_original_checkpoint, write_pairs
 from mmjudge.train.bradley_terry import PairCollator, build_pair_dataset, pairwise_accuracy
 from mmjudge.train.data import Collator
@@ -48,7 +48,7 @@ def split(root: Path, seed: int) -> None:
 
 
 def test_accuracy(judge_dir: Path, root: Path) -> tuple[float, int]:
-    judge = load_reward_judge(judge_dir)
+    judge = load_judge(judge_dir)
     pairs = build_pair_dataset(judge, load_pairs(root / "test.json", root, preferred=True), load_rubrics([root / "general.yaml"]), root,
                                8192, None, "test.json")
     collate = PairCollator(Collator(judge.pad_id, judge.backbone, judge.settings.images))

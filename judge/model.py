@@ -166,9 +166,7 @@ def load_judge(name: str | Path, device: str = "cpu", dtype: torch.dtype | None 
     if kind == "adapter":
         return _load_adapter(path, device, dtype)
     if "reward_head" in read_json_object(path / "config.json"):  # judge-train --objective bradley_terry's reward model (judge/reward_model.py)
-        from mmjudge.judge.reward_model import load_reward_judge
-
-        return load_reward_judge(path, device, dtype)
+        return _load_reward_judge(path, device, dtype)
     tokenizer = judge_tokenizer(path)
     settings, config = unloaded_settings(path, tokenizer)
     if kind == "original":
@@ -181,6 +179,20 @@ def load_judge(name: str | Path, device: str = "cpu", dtype: torch.dtype | None 
     use_fused_kernels(model, device)
     model.eval()
     return Judge(model, tokenizer, settings, kind)
+
+
+def _load_reward_judge(path: Path, device: str, dtype: torch.dtype) -> Judge:
+    """A reward checkpoint with its tokenizer and judge settings, as a generative judge loads: its prompts are
+    built the same way."""
+    # Imported here: the module registers a classifier class per family with transformers, which imports their
+    # modeling code; a generative judge needs none of it.
+    from mmjudge.judge.reward_model import load_reward_model
+
+    model = load_reward_model(path, dtype)
+    check_finite(path, model.named_parameters())
+    tokenizer = judge_tokenizer(path)
+    settings = read_settings(path, _family(path, "native").native_settings(path, model.config, tokenizer))
+    return Judge(model.to(device).eval(), tokenizer, settings, "native")
 
 
 def unloaded_settings(path: Path, tokenizer: PreTrainedTokenizerBase) -> tuple[JudgeSettings, PretrainedConfig]:

@@ -26,7 +26,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, CONFIG_MAPPING, PreTrainedModel
 from transformers.modeling_layers import GenericForSequenceClassification
 
-from mmjudge.judge.model import CheckpointError, Judge, _family, check_finite, judge_tokenizer, read_json_object, read_settings
+from mmjudge.judge.checkpoint import CheckpointError, read_json_object
 
 HEAD_KEY = "reward_head"  # config.json: the head's kind
 # The PreTrainedModel of each family in transformers, by model_type: what the classifier is built over.
@@ -65,15 +65,15 @@ for _type, _cls in CLASSIFIERS.items():
     AutoModelForSequenceClassification.register(CONFIG_MAPPING[_type], _cls, exist_ok=True)
 
 
-def reward_classifier(judge: Judge, kind: str) -> PreTrainedModel:
-    """A reward model over the judge's own native model (its weights shared, not copied) with a fresh head of
-    `kind` on the same device and in the same dtype; its config says how to find the last token."""
-    vlm = judge.model
+def reward_classifier(vlm: PreTrainedModel, pad_id: int, kind: str) -> PreTrainedModel:
+    """A reward model over a judge's own native model `vlm` (its weights shared, not copied) with a fresh head of
+    `kind` on the same device and in the same dtype; its config says how to find the last token: the first
+    token left of the judge's pad `pad_id`."""
     config = copy.deepcopy(vlm.config)
     config.architectures = [CLASSIFIERS[config.model_type].__name__]
     config.num_labels = 1
     setattr(config, HEAD_KEY, kind)
-    config.get_text_config().pad_token_id = judge.pad_id
+    config.get_text_config().pad_token_id = pad_id
     with torch.device("meta"):
         model = CLASSIFIERS[config.model_type](config)
     model.model = vlm.model
@@ -99,17 +99,6 @@ def load_reward_model(path: Path, dtype: torch.dtype) -> PreTrainedModel:
         raise CheckpointError(f"{path}: the weights do not fit a {config['model_type']} reward model: missing "
                               f"{sorted(info['missing_keys'])[:5]}, unexpected {sorted(info['unexpected_keys'])[:5]}")
     return model
-
-
-def load_reward_judge(path: Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Judge:
-    """A reward checkpoint (judge-train --objective bradley_terry's output) with its tokenizer and judge settings,
-    as load_judge gives a generative judge (load_judge gives this for a config.json with `reward_head`): its
-    prompts are built the same way."""
-    model = load_reward_model(path, dtype)
-    check_finite(path, model.named_parameters())
-    tokenizer = judge_tokenizer(path)
-    settings = read_settings(path, _family(path, "native").native_settings(path, model.config, tokenizer))
-    return Judge(model.to(device).eval(), tokenizer, settings, "native")
 
 
 def is_reward_model(model: torch.nn.Module) -> bool:

@@ -178,7 +178,7 @@ def train_reward_head(base: Checkpoint, annotations: tuple[list[Pair], list[Pair
     held_out = build_pair_dataset(judge, eval_pairs, rubrics, image_root, cfg.max_length, cfg.image_token_budget, str(eval_file)) if eval_pairs else None
     run_vision_in_every_batch(judge.model)
     set_seed(cfg.seed)  # the head's random start (apply_lora seeds the adapter's after it)
-    reward_judge = Judge(reward_classifier(judge, cfg.reward_head), judge.tokenizer, judge.settings, judge.source_format)
+    reward_judge = Judge(reward_classifier(judge.model, judge.pad_id, cfg.reward_head), judge.tokenizer, judge.settings, judge.source_format)
     model = apply_lora(reward_judge, cfg)
     trainer = RewardTrainer(
         model=model,

@@ -301,9 +301,11 @@ class TrainingLines(ProgressCallback):
         if not state.is_world_process_zero or self.training_bar is None:
             return
         if "loss" in logs:
+            # DeepSpeed's ZeRO-2 optimizer gives the Trainer no gradient norm: none is said, rather than "nan", which
+            # reads as a diverged run
+            norm = f", gradient norm {logs['grad_norm']:.3f}" if logs.get("grad_norm") is not None else ""
             self.training_bar.write(f"step {state.global_step}/{state.max_steps} (epoch {logs.get('epoch', state.epoch):.2f}): loss {logs['loss']:.4f}, "
-                                    f"learning rate {logs.get('learning_rate', float('nan')):.2e}, gradient norm {logs.get('grad_norm', float('nan')):.3f}",
-                                    file=sys.stderr)
+                                    f"learning rate {logs.get('learning_rate', float('nan')):.2e}{norm}", file=sys.stderr)
         elif "train_runtime" in logs:
             resumed = f" (resumed at step {self.first_step}, now at {state.global_step})" if self.first_step else ""
             self.training_bar.write(f"trained {state.global_step - self.first_step} steps{resumed} in {logs['train_runtime']:.0f}s "

@@ -110,7 +110,7 @@ def write_reward_checkpoint(out_dir: str | Path, *, family: str = "qwen2.5-vl-3b
 
     out_dir = Path(out_dir)
     judge = load_judge(write_family_checkpoint(family, out_dir / "base", seed=seed))
-    model = reward_classifier(judge, "linear")
+    model = reward_classifier(judge.model, judge.pad_id, "linear")
     with torch.no_grad():
         model.score.weight.copy_(torch.randn(model.score.weight.shape, generator=torch.Generator().manual_seed(seed)))
     save_native(Judge(model, judge.tokenizer, judge.settings, "training"), out_dir / "reward")

@@ -107,7 +107,7 @@ def test_the_export_is_read_back_by_transformers_auto_class_with_the_same_reward
     dataset = build_pair_dataset(judge, pairs, load_rubrics([root / "general.yaml"]), root, 8192, None, "pairs.json")
     batch = PairCollator(Collator(judge.pad_id, judge.backbone, judge.settings.images))([dataset[i] for i in range(len(dataset))])
     assert "pixel_values" in batch and batch["attention_mask"].sum(1).unique().numel() > 1  # images, and rows of several lengths
-    model = reward_classifier(judge, head)
+    model = reward_classifier(judge.model, judge.pad_id, head)
     judge.model = model
     model = apply_lora(judge, TrainConfig(lora_r=4, lora_targets=["q_proj", "v_proj"], seed=3))
     with torch.no_grad():

@@ -166,7 +166,7 @@ def test_a_reward_head_trained_under_zero3_is_exported_whole_from_its_best_check
     exported = load_reward_model(out, torch.float32).state_dict()  # refused where a weight does not fill the model
     best = Path(json.loads((out / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())["best_model_checkpoint"])
     judge = load_judge(base)
-    model = apply_lora(Judge(reward_classifier(judge, "linear"), judge.tokenizer, judge.settings, judge.source_format),
+    model = apply_lora(Judge(reward_classifier(judge.model, judge.pad_id, "linear"), judge.tokenizer, judge.settings, judge.source_format),
                        TrainConfig(**json.loads((out / "train_config.json").read_text())))
     set_peft_model_state_dict(model, load_file(best / "adapter_model.safetensors"))
     expected = model.merge_and_unload().state_dict()
@@ -175,3 +175,27 @@ def test_a_reward_head_trained_under_zero3_is_exported_whole_from_its_best_check
         torch.testing.assert_close(exported[name], expected[name], rtol=0, atol=1e-6)
     untrained = load_judge(base).model.state_dict()  # (the model above shares its weights, merged into)
     assert any(not torch.equal(exported[name], untrained[name]) for name in exported if "language_model" in name)  # the adapter in
+
+
+def test_grpo_trains_under_zero2_on_two_cpu_processes(tmp_path):
+    """judge-train --objective grpo through TRL's GRPOTrainer under DeepSpeed ZeRO-2, two ranks each sampling both
+    orders of its pairs: the judge is trained and saved whole and finite, every step's rewards recorded. ZeRO-2's
+    optimizer gives the Trainer no gradient norm, which each step's line said as "gradient norm nan"."""
+    from tests.train.test_grpo import RUBRIC
+
+    base = write_original_checkpoint(tmp_path / "base", seed=0)
+    (tmp_path / "data").mkdir()
+    write_pairs(tmp_path / "data", 8, seed=1, annotated=True, text_only=True, rationale=False)
+    (tmp_path / "data" / "general.yaml").write_text(RUBRIC)
+    out = tmp_path / "grpo"
+    args = ["-m", "mmjudge.train.cli", "--model_path", str(base), "--train_file", str(tmp_path / "data" / "pairs.json"), "--input_dir",
+            str(tmp_path / "data"), "--output_dir", str(out), "--config", str(CONFIG_DIR / "train" / "tiny.yaml"), "--rubric",
+            str(tmp_path / "data" / "general.yaml"), "--objective", "grpo", "--num_generations", "2", "--per_device_batch_size", "4",
+            "--max_completion_length", "8", "--learning_rate", "1e-2", "--logging_steps", "1", "--max_steps", "2", "--deepspeed", "zero2"]
+    done = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=HANG_S, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "step 2/2" in done.stderr and "gradient norm nan" not in done.stderr
+    assert [entry["step"] for entry in json.loads((out / "reward_history.json").read_text())] == [1, 2]
+    trained, untrained = load_judge(out).model.state_dict(), load_judge(base).model.state_dict()
+    assert trained.keys() == untrained.keys() and all(torch.isfinite(weight).all() for weight in trained.values())
+    assert any(not torch.equal(trained[name], untrained[name]) for name in trained if "language_model" in name)
