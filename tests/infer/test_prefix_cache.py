@@ -62,8 +62,9 @@ def options(mode: str, **given) -> ScoreOptions:
 def test_a_shared_part_from_the_cache_gives_the_same_bits_as_a_fresh_one(judge, images, mode):
     """A group scored together: the first answer prefills the shared part, the others copy it (two hits),
     and the whole group scored again (every one a hit) gives the same records, bit for bit. Each answer scored
-    alone by a fresh decoder (a miss) and again (a hit) gives the same bits too; in logits mode, where each
-    prompt is one prefill of its own, alone and in the group are the same as well."""
+    alone by a fresh decoder (a miss) and again (a hit) gives the same bits too; in logits mode, where the
+    group's rests are one prefill (a CPU's products are not batch-invariant), alone and in the group are the
+    same to float32 rounding (the bits: a deterministic decoder, test_a_deterministic_decoder_prefills_...)."""
     run = options(mode)
     items = prepare(judge, list(enumerate(group(images))), RUBRICS, Path("/"), run)
     shared = items[0].prefix
@@ -79,7 +80,38 @@ def test_a_shared_part_from_the_cache_gives_the_same_bits_as_a_fresh_one(judge, 
         alone = scored(fresh, [item])
         assert fresh.decoder.prefix_cache.misses == 1 and scored(fresh, [item]) == alone and fresh.decoder.prefix_cache.hits == 1
         if mode == "logits":
-            assert alone[k] == first[k]
+            assert alone[k]["score_distribution"] == pytest.approx(first[k]["score_distribution"], abs=1e-6)
+            assert alone[k]["expected_score"] == pytest.approx(first[k]["expected_score"], abs=1e-5)
+
+
+def test_prompts_with_shared_parts_are_prefilled_together_each_shared_part_once(judge, images):
+    """Two questions' groups in one logits-mode run, the same text beside two images: one pass prefills both
+    shared parts (each once: two misses, the other answers two hits), one more every prompt's rest, against a
+    pass per prompt and piece; each record is its prompt's alone, to float32 rounding."""
+    samples = group(images, 0, 2) + group(images, 1, 2)
+    items = prepare(judge, list(enumerate(samples)), RUBRICS, Path("/"), options("logits"))
+    shared = items[0].prefix
+    scorer = Scorer(judge, RUBRICS, options("logits"), "cpu")
+    together = scored(scorer, items)
+    decoder = scorer.decoder
+    assert decoder.prefills == 2 and (decoder.prefix_cache.misses, decoder.prefix_cache.hits) == (2, 2)
+    assert decoder.prefill_tokens == 2 * shared + sum(len(item.input_ids) - shared for item in items)
+    assert together[0] != together[2]  # the other image's shared part
+    for item in items:
+        alone = scored(Scorer(judge, RUBRICS, options("logits"), "cpu"), [item])[item.index]
+        assert alone["score_distribution"] == pytest.approx(together[item.index]["score_distribution"], abs=1e-6)
+
+
+def test_a_deterministic_decoder_prefills_each_cached_prompt_alone_to_the_same_bits(judge, images):
+    """Logits mode with --deterministic: a group's prompts are prefilled one by one (the shared part once, then
+    each rest in a pass of its own), so each record is its prompt's alone by a fresh decoder, bit for bit."""
+    run = options("logits", deterministic=True)
+    items = prepare(judge, list(enumerate(group(images))), RUBRICS, Path("/"), run)
+    scorer = Scorer(judge, RUBRICS, run, "cpu")
+    together = scored(scorer, items)
+    assert scorer.decoder.prefills == 1 + len(items)
+    for item in items:
+        assert scored(Scorer(judge, RUBRICS, run, "cpu"), [item])[item.index] == together[item.index]
 
 
 def test_the_prefill_of_a_group_reads_its_shared_part_once(judge, images):
