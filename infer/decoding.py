@@ -242,10 +242,12 @@ class SlotCache:
     decoder layers as their cache: `update`, with the signature of transformers' public `Cache.update`,
     stores a step's (or a prefill's) keys and values and returns what attention reads."""
 
-    def __init__(self, layers: int, slots: int, heads: int, capacity: int, head_dim: int, dtype, device):
+    def __init__(self, layers: int, slots: int, heads: int, capacity: int, head_dim: int, dtype, device, zeroed: bool = True):
+        # zeroed: attention reads a slot past its row's tokens (masked, but a NaN there would still spread);
+        # not zeroed: its user writes every place attention reads (_prefill_prefixed)
         shape = (layers, slots, heads, capacity, head_dim)
-        self.keys = torch.zeros(shape, dtype=dtype, device=device)
-        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.keys = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device)
+        self.values = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device)
         self.rows = torch.arange(slots, device=device)
         self.positions = torch.zeros(slots, dtype=torch.long, device=device)  # decoding: each slot's write position
         self.deltas = torch.zeros(slots, dtype=torch.long, device=device)  # decoding: each slot's rotary position less its place
@@ -418,8 +420,8 @@ class Decoder:
         """Whether the request's prompt is prefilled in two pieces, its shared part from the prefix cache or kept there."""
         if self.prefix_cache is None or not 0 < request.prefix < len(request.input_ids):
             return False
-        images = request.input_ids[request.prefix - 1: request.prefix + 1] == self.backbone.image_token_id
-        return not bool(images.all())  # never a cut within an image's tokens
+        # never a cut within an image's tokens (ints: asked of every request a prefill group might take)
+        return not int(request.input_ids[request.prefix - 1]) == int(request.input_ids[request.prefix]) == self.backbone.image_token_id
 
     @torch.no_grad()
     def _prefill_prefixed(self, group: list[list[_Row]], cache: SlotCache | None, logprobs: int) -> Step:
@@ -428,18 +430,23 @@ class Decoder:
         there after), their keys and values copied into the slots of the prompts that share them or that the cache
         holds, then one pass for every prompt's rest. The same two pieces either way, so that a cached shared part
         gives the same bits as a fresh one (infer/prefix_cache.py). Logits mode (no cache) prefills into slots of
-        its own, one per prompt."""
-        if cache is None:
-            cache = self._slots(max(len(rows[0].request.input_ids) for rows in group), len(group))
+        its own, one per prompt, of which only what the shared parts do not fill is zeroed (the rest is written)."""
+        own_slots = cache is None
+        if own_slots:
+            cache = self._slots(max(len(rows[0].request.input_ids) for rows in group), len(group), zeroed=False)
             for slot, rows in enumerate(group):
                 for row in rows:
                     row.slot = slot
         prompts = [self._prefixed_prompt(rows) for rows in group]
+        if own_slots:
+            for prompt in prompts:
+                cache.keys[:, prompt.rows[0].slot, :, prompt.shared:] = 0
+                cache.values[:, prompt.rows[0].slot, :, prompt.shared:] = 0
         parts: dict[bytes, Entry] = {}  # each shared part of the group by its key, from the cache or prefilled now
         fresh: dict[bytes, _PrefixedPrompt] = {}  # the first prompt of each shared part the cache lacks, by its key
         for prompt in prompts:
             if prompt.key in parts or prompt.key in fresh:
-                self.prefix_cache.hits += 1  # an earlier prompt of the group brings it
+                self.prefix_cache.shared(prompt.key)  # an earlier prompt of the group brings it
             elif (entry := self.prefix_cache.get(prompt.key, prompt.input_ids[:prompt.shared])) is not None:
                 parts[prompt.key] = entry
             else:
@@ -920,10 +927,10 @@ class Decoder:
                 slots //= 2
                 _empty_cache(self.device)
 
-    def _slots(self, capacity: int, slots: int) -> SlotCache:
+    def _slots(self, capacity: int, slots: int, zeroed: bool = True) -> SlotCache:
         config = self.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        return SlotCache(config.num_hidden_layers, slots, config.num_key_value_heads, capacity, head_dim, self.dtype, self.device)
+        return SlotCache(config.num_hidden_layers, slots, config.num_key_value_heads, capacity, head_dim, self.dtype, self.device, zeroed)
 
 
 @dataclass
