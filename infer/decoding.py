@@ -311,6 +311,9 @@ class Decoder:
             use_batch_invariant_linears(self.lm_head)
         # The shared parts of prompts, at most `prefix_cache` tokens of them (infer/prefix_cache.py); None: off.
         self.prefix_cache = PrefixCache(prefix_cache) if prefix_cache else None
+        # The shared parts the last prefill group made and the cache refused (_prefill_prefixed): a server's round sorts
+        # a GRPO group's answers among others of like length, so its part may be asked again by the next prefill group.
+        self.refused: dict[bytes, Entry] = {}
         # Forward passes run, for a server's metrics: prefill groups (or chunks) and decoding steps (one for all
         # busy slots); and the prompt tokens prefilled.
         self.prefills = self.steps = self.prefill_tokens = 0
@@ -429,7 +432,8 @@ class Decoder:
         into their rows' slots: one pass for the shared parts the prefix cache lacks (each distinct part once, kept
         there after), their keys and values copied into the slots of the prompts that share them or that the cache
         holds, then one pass for every prompt's rest. The same two pieces either way, so that a cached shared part
-        gives the same bits as a fresh one (infer/prefix_cache.py). Logits mode (no cache) prefills into slots of
+        gives the same bits as a fresh one (infer/prefix_cache.py); those the cache refused are kept for the next group
+        alone (`refused`: at most a prefill group's). Logits mode (no cache) prefills into slots of
         its own, one per prompt, of which only what the shared parts do not fill is zeroed (the rest is written)."""
         own_slots = cache is None
         if own_slots:
@@ -447,6 +451,9 @@ class Decoder:
         for prompt in prompts:
             if prompt.key in parts or prompt.key in fresh:
                 self.prefix_cache.shared(prompt.key)  # an earlier prompt of the group brings it
+            elif prompt.key in self.refused and torch.equal(self.refused[prompt.key].input_ids, prompt.input_ids[:prompt.shared]):
+                self.prefix_cache.shared(prompt.key)  # the last group made it
+                parts[prompt.key] = self.refused[prompt.key]
             elif (entry := self.prefix_cache.get(prompt.key, prompt.input_ids[:prompt.shared])) is not None:
                 parts[prompt.key] = entry
             else:
@@ -460,6 +467,7 @@ class Decoder:
                 slot, shared = prompt.rows[0].slot, prompt.shared
                 parts[key] = Entry(prompt.input_ids[:shared].clone(), cache.keys[:, slot, :, :shared].clone(), cache.values[:, slot, :, :shared].clone())
                 self.prefix_cache.put(key, parts[key])
+        self.refused = {key: entry for key, entry in parts.items() if key not in self.prefix_cache.entries}
         for prompt in prompts:
             if fresh.get(prompt.key) is not prompt:  # its slots hold no shared part yet
                 for row in prompt.rows:

@@ -102,6 +102,20 @@ def test_prompts_with_shared_parts_are_prefilled_together_each_shared_part_once(
         assert alone["score_distribution"] == pytest.approx(together[item.index]["score_distribution"], abs=1e-6)
 
 
+def test_a_part_the_cache_refused_serves_the_next_prefill_group(judge, images):
+    """A cache too small to keep the shared part, and prefill groups of one prompt (as a server's round splits a
+    GRPO group's answers among others of like length): the part is prefilled once, the next groups take it."""
+    samples = list(enumerate(group(images)))
+    longest = max(len(item.input_ids) for item in prepare(judge, samples, RUBRICS, Path("/"), options("logits")))
+    run = options("logits", prefix_cache=8, token_budget=longest + 1)
+    items = prepare(judge, samples, RUBRICS, Path("/"), run)
+    scorer = Scorer(judge, RUBRICS, run, "cpu")
+    scored(scorer, items)
+    decoder, shared = scorer.decoder, items[0].prefix
+    assert not decoder.prefix_cache.entries and decoder.prefills == 1 + len(items)  # the part once, each rest alone
+    assert decoder.prefill_tokens == shared + sum(len(item.input_ids) - shared for item in items)
+
+
 def test_a_deterministic_decoder_prefills_each_cached_prompt_alone_to_the_same_bits(judge, images):
     """Logits mode with --deterministic: a group's prompts are prefilled one by one (the shared part once, then
     each rest in a pass of its own), so each record is its prompt's alone by a fresh decoder, bit for bit."""
@@ -148,8 +162,8 @@ def test_a_pairs_two_orders_share_their_question(judge, images):
 
 def test_an_evicted_shared_part_is_prefilled_again_to_the_same_bits(judge, images):
     """A cache that holds one shared part keeps the one asked for more often lately: a second question's group,
-    asked for as often as the first's, is refused; scored again (asked for more often), it evicts the first's,
-    whose answers scored again prefill it afresh, to the same bits as when they were first scored."""
+    asked for as often as the first's, is refused (the next prefill group still takes it); asked for more often,
+    it evicts the first's, whose answers scored again prefill it afresh, to the same bits as at first."""
     first_group = prepare(judge, list(enumerate(group(images, 0, 2))), RUBRICS, Path("/"), options("logits"))
     second_group = prepare(judge, list(enumerate(group(images, 1, 2))), RUBRICS, Path("/"), options("logits"))
     run = options("logits", prefix_cache=first_group[0].prefix + 8)
@@ -157,8 +171,10 @@ def test_an_evicted_shared_part_is_prefilled_again_to_the_same_bits(judge, image
     before = scored(scorer, first_group)
     second = scored(scorer, second_group)
     cache = scorer.decoder.prefix_cache
-    assert (cache.refusals, cache.evictions) == (1, 0)
-    assert scored(scorer, second_group) == second and (cache.refusals, cache.evictions) == (1, 1)
+    assert (cache.misses, cache.refusals, cache.evictions) == (2, 1, 0)
+    assert scored(scorer, second_group) == second and cache.misses == 2  # the refused part, from the group before
+    assert scored(scorer, first_group) == before and cache.misses == 2  # a hit, which lets the refused part go
+    assert scored(scorer, second_group) == second and (cache.misses, cache.refusals, cache.evictions) == (3, 1, 1)
     assert cache.tokens <= cache.limit and len(cache.entries) == 1
     assert scored(scorer, first_group) == before and (cache.misses, cache.refusals) == (4, 2)
 
