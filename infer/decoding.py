@@ -61,11 +61,14 @@ beside it; on a GPU the steps' linear layers run batch-invariant matrix products
 beside split-KV attention, which already is; both are Triton kernels.
 
 Prefix cache (infer/prefix_cache.py): a request may name the tokens its prompt shares with others (`prefix`: a
-judge prompt's rubric, question and images, before its first answer). Such a prompt is a prefill group of its
-own, prefilled in two pieces cut there, each as a chunk into its slots: the shared part, whose keys and values
-are copied from the cache where it holds them and kept there where not, then the rest attending to it. The
-pieces are the same whether the shared part is cached or not, so a cached part gives the same bits as a fresh
-one; only the rest's images go through the vision tower where the part is cached.
+judge prompt's rubric, question and images, before its first answer). Such a prompt is prefilled in two pieces
+cut there, each as a chunk into its slots: the shared part, whose keys and values are copied from the cache where
+it holds them and kept there where not, then the rest attending to it. The pieces are the same whether the shared
+part is cached or not, so a cached part gives the same bits as a fresh one; only the rest's images go through the
+vision tower where the part is cached. Such prompts are grouped with each other (a deterministic decoder's
+alone): one right-padded pass prefills the shared parts the cache lacks, each distinct one once, and one more
+every prompt's rest, each row attending to its own slot, so that many one-sample requests cost two passes, not
+one or two each.
 
 A request may be ended early: `on_token` returning False ends a choice after that token, and `cancelled()`
 ends every choice of its request before admission or at the next step; a freed slot takes the next prompt.
@@ -239,17 +242,20 @@ class SlotCache:
     decoder layers as their cache: `update`, with the signature of transformers' public `Cache.update`,
     stores a step's (or a prefill's) keys and values and returns what attention reads."""
 
-    def __init__(self, layers: int, slots: int, heads: int, capacity: int, head_dim: int, dtype, device):
+    def __init__(self, layers: int, slots: int, heads: int, capacity: int, head_dim: int, dtype, device, zeroed: bool = True):
+        # zeroed: attention reads a slot past its row's tokens (masked, but a NaN there would still spread);
+        # not zeroed: its user writes every place attention reads (_prefill_prefixed)
         shape = (layers, slots, heads, capacity, head_dim)
-        self.keys = torch.zeros(shape, dtype=dtype, device=device)
-        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.keys = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device)
+        self.values = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device)
         self.rows = torch.arange(slots, device=device)
         self.positions = torch.zeros(slots, dtype=torch.long, device=device)  # decoding: each slot's write position
         self.deltas = torch.zeros(slots, dtype=torch.long, device=device)  # decoding: each slot's rotary position less its place
         self.width = capacity
         # while prefilling: (row of the group, slot, start, length) of what each slot takes
         self.prefill: list[tuple[int, int, int, int]] | None = None
-        self.chunk: tuple[int, int] | None = None  # a chunk's (slot, end): it attends to that slot up to its end
+        # chunks' (slots, end): each attends to its slot up to that end (a mask keeps it to its own part)
+        self.chunk: tuple[list[int], int] | None = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         # Cache.update's parameters, by its names (a caller may pass them by keyword). Whatever else attention
@@ -262,8 +268,8 @@ class SlotCache:
                 self.values[layer, slot, :, start:start + length] = value[row, :, :length]
             if self.chunk is None:
                 return key, value  # the group attends to itself
-            slot, end = self.chunk  # the chunks before it, and itself
-            return self.keys[layer, slot:slot + 1, :, :end], self.values[layer, slot:slot + 1, :, :end]
+            slots, end = self.chunk  # each chunk's slot: the chunks before it, and itself
+            return self.keys[layer, slots, :, :end], self.values[layer, slots, :, :end]
         self.keys[layer, self.rows, :, self.positions] = key[:, :, 0]
         self.values[layer, self.rows, :, self.positions] = value[:, :, 0]
         return self.keys[layer, :, :, : self.width], self.values[layer, :, :, : self.width]
@@ -305,6 +311,9 @@ class Decoder:
             use_batch_invariant_linears(self.lm_head)
         # The shared parts of prompts, at most `prefix_cache` tokens of them (infer/prefix_cache.py); None: off.
         self.prefix_cache = PrefixCache(prefix_cache) if prefix_cache else None
+        # The shared parts the last prefill group made and the cache refused (_prefill_prefixed): a server's round sorts
+        # a GRPO group's answers among others of like length, so its part may be asked again by the next prefill group.
+        self.refused: dict[bytes, Entry] = {}
         # Forward passes run, for a server's metrics: prefill groups (or chunks) and decoding steps (one for all
         # busy slots); and the prompt tokens prefilled.
         self.prefills = self.steps = self.prefill_tokens = 0
@@ -373,7 +382,7 @@ class Decoder:
         choices: its keys and values go to each row's slot, and each row gets its own output. A prompt with a
         shared part (`_prefixed`) is a group of its own, prefilled in two pieces (_prefill_prefixed)."""
         if self._prefixed(group[0][0].request):
-            return self._prefill_prefixed(group[0], cache, logprobs)
+            return self._prefill_prefixed(group, cache, logprobs)
         requests = [rows[0].request for rows in group]
         lengths = torch.tensor([len(r.input_ids) for r in requests])
         width = int(lengths.max())
@@ -414,19 +423,72 @@ class Decoder:
         """Whether the request's prompt is prefilled in two pieces, its shared part from the prefix cache or kept there."""
         if self.prefix_cache is None or not 0 < request.prefix < len(request.input_ids):
             return False
-        images = request.input_ids[request.prefix - 1: request.prefix + 1] == self.backbone.image_token_id
-        return not bool(images.all())  # never a cut within an image's tokens
+        # never a cut within an image's tokens (ints: asked of every request a prefill group might take)
+        return not int(request.input_ids[request.prefix - 1]) == int(request.input_ids[request.prefix]) == self.backbone.image_token_id
 
     @torch.no_grad()
-    def _prefill_prefixed(self, rows: list[_Row], cache: SlotCache | None, logprobs: int) -> Step:
-        """A prompt prefilled in two pieces, its shared part and the rest, each as a chunk (_prefill_chunk) into
-        the rows' slots; the shared part's keys and values copied from the prefix cache where it holds them, kept
-        there where not. The same two pieces either way, so that a cached shared part gives the same bits as a
-        fresh one (infer/prefix_cache.py). Logits mode (no cache) prefills into a slot of its own."""
+    def _prefill_prefixed(self, group: list[list[_Row]], cache: SlotCache | None, logprobs: int) -> Step:
+        """Prompts prefilled in two pieces each, their shared parts and then the rest, as chunks (_prefill_chunks)
+        into their rows' slots: one pass for the shared parts the prefix cache lacks (each distinct part once, kept
+        there after), their keys and values copied into the slots of the prompts that share them or that the cache
+        holds, then one pass for every prompt's rest. The same two pieces either way, so that a cached shared part
+        gives the same bits as a fresh one (infer/prefix_cache.py); those the cache refused are kept for the next group
+        alone (`refused`: at most a prefill group's). Logits mode (no cache) prefills into slots of
+        its own, one per prompt, of which only what the shared parts do not fill is zeroed (the rest is written)."""
+        own_slots = cache is None
+        if own_slots:
+            cache = self._slots(max(len(rows[0].request.input_ids) for rows in group), len(group), zeroed=False)
+            for slot, rows in enumerate(group):
+                for row in rows:
+                    row.slot = slot
+        prompts = [self._prefixed_prompt(rows) for rows in group]
+        if own_slots:
+            for prompt in prompts:
+                cache.keys[:, prompt.rows[0].slot, :, prompt.shared:] = 0
+                cache.values[:, prompt.rows[0].slot, :, prompt.shared:] = 0
+        parts: dict[bytes, Entry] = {}  # each shared part of the group by its key, from the cache or prefilled now
+        fresh: dict[bytes, _PrefixedPrompt] = {}  # the first prompt of each shared part the cache lacks, by its key
+        for prompt in prompts:
+            if prompt.key in parts or prompt.key in fresh:
+                self.prefix_cache.shared(prompt.key)  # an earlier prompt of the group brings it
+            elif prompt.key in self.refused and torch.equal(self.refused[prompt.key].input_ids, prompt.input_ids[:prompt.shared]):
+                self.prefix_cache.shared(prompt.key)  # the last group made it
+                parts[prompt.key] = self.refused[prompt.key]
+            elif (entry := self.prefix_cache.get(prompt.key, prompt.input_ids[:prompt.shared])) is not None:
+                parts[prompt.key] = entry
+            else:
+                fresh[prompt.key] = prompt
+        if fresh:
+            for prompt in fresh.values():
+                for row in prompt.rows:
+                    row.position = 0
+            self._prefill_chunks([(p.rows, self._piece(p.input_ids, p.positions, p.shared_pixels, 0, p.shared), p.shared) for p in fresh.values()], cache)
+            for key, prompt in fresh.items():
+                slot, shared = prompt.rows[0].slot, prompt.shared
+                parts[key] = Entry(prompt.input_ids[:shared].clone(), cache.keys[:, slot, :, :shared].clone(), cache.values[:, slot, :, :shared].clone())
+                self.prefix_cache.put(key, parts[key])
+        self.refused = {key: entry for key, entry in parts.items() if key not in self.prefix_cache.entries}
+        for prompt in prompts:
+            if fresh.get(prompt.key) is not prompt:  # its slots hold no shared part yet
+                for row in prompt.rows:
+                    cache.keys[:, row.slot, :, :prompt.shared] = parts[prompt.key].keys
+                    cache.values[:, row.slot, :, :prompt.shared] = parts[prompt.key].values
+            for row in prompt.rows:
+                row.position = prompt.shared
+        hidden = self._prefill_chunks([(p.rows, self._piece(p.input_ids, p.positions, p.own_pixels, p.shared, len(p.input_ids)), len(p.input_ids))
+                                       for p in prompts], cache)
+        rows = [row for p in prompts for row in p.rows]
+        for row in rows:
+            row.position = len(row.request.input_ids)
+        sequences = torch.tensor([sequence for sequence, p in enumerate(prompts) for _ in p.rows], device=self.device)
+        draws, masks = _draws(rows), self._masks(rows)
+        return self._head(hidden[sequences], logprobs, None if draws is None else draws.to(self.device), None if masks is None else masks.to(self.device))
+
+    def _prefixed_prompt(self, rows: list[_Row]) -> _PrefixedPrompt:
+        """A prompt of _prefill_prefixed, its rows given their rotary delta: its images split at its shared part's
+        end, and the key of that part."""
         request = rows[0].request
         input_ids, shared = request.input_ids, request.prefix
-        if cache is None:
-            cache = self._slots(len(input_ids), 1)
         pixels = request.pixels.result()
         positions, delta = self.backbone.positions(input_ids, None if pixels is None else pixels.grids)
         for row in rows:
@@ -436,26 +498,7 @@ class Decoder:
         if shared_pixels is not None and pixels.shared_digest is None:  # a key without the pixels would answer another image's question
             raise RuntimeError(f"request {request.index}: its shared part's images were loaded without their digest (infer/engine.py's _load_pixels)")
         key = prefix_key(input_ids[:shared], None if shared_pixels is None else pixels.shared_digest, frequencies_of(self.lm.rotary_emb, len(input_ids)))
-        entry = self.prefix_cache.get(key, input_ids[:shared])
-        slots = [row.slot for row in rows]
-        if entry is None:
-            for row in rows:
-                row.position = 0
-            self._prefill_chunk(rows, cache, self._piece(input_ids, positions, shared_pixels, 0, shared), shared)
-            self.prefix_cache.put(key, Entry(input_ids[:shared].clone(), cache.keys[:, slots[0], :, :shared].clone(),
-                                             cache.values[:, slots[0], :, :shared].clone()))
-        else:
-            for slot in slots:
-                cache.keys[:, slot, :, :shared] = entry.keys
-                cache.values[:, slot, :, :shared] = entry.values
-        for row in rows:
-            row.position = shared
-        hidden = self._prefill_chunk(rows, cache, self._piece(input_ids, positions, own_pixels, shared, len(input_ids)), len(input_ids))
-        for row in rows:
-            row.position = len(input_ids)
-        draws, masks = _draws(rows), self._masks(rows)
-        return self._head(hidden.expand(len(rows), -1), logprobs, None if draws is None else draws.to(self.device),
-                          None if masks is None else masks.to(self.device))
+        return _PrefixedPrompt(rows, input_ids, shared, positions, shared_pixels, own_pixels, key)
 
     def _piece(self, input_ids: torch.Tensor, positions: torch.Tensor, pixels: Pixels | None, start: int, end: int) -> _ChunkedPrompt:
         """A prompt as _prefill_chunk reads it for its tokens from `start` to `end`: those tokens embedded, the
@@ -474,30 +517,50 @@ class Decoder:
                 deepstack = [torch.cat([layer.new_zeros(before, layer.shape[-1]), layer]) for layer in deepstack]
         return _ChunkedPrompt(embeds, positions.to(self.device), deepstack, images)
 
-    @torch.no_grad()
     def _prefill_chunk(self, rows: list[_Row], cache: SlotCache, prompt: _ChunkedPrompt, end: int) -> torch.Tensor:
-        """The next chunk of the rows' prompt, from their position to `end`: its keys and values go to every
-        row's slot after the chunks before it, which it attends to through the first row's slot. The hidden
-        state of its last position."""
-        start = rows[0].position
-        places = torch.arange(start, end, device=self.device)[None]
-        rotary, reach = prompt.positions[:, None, start:end], prompt.positions[:, None, -1:]
+        """The next chunk of one prompt (_prefill_chunks): the hidden state of its last position."""
+        return self._prefill_chunks([(rows, prompt, end)], cache)[0]
+
+    @torch.no_grad()
+    def _prefill_chunks(self, chunks: list[tuple[list[_Row], _ChunkedPrompt, int]], cache: SlotCache) -> torch.Tensor:
+        """The next chunk of each of some prompts in one right-padded pass, each given as (its rows, the prompt, the
+        chunk's end): a chunk runs from its rows' position to its end, its keys and values go to every row's slot
+        after the chunks before it, which it attends to through its first row's slot (a mask keeps each chunk to its
+        own slot, causal, and a pad after it). The hidden state of each chunk's last position, (chunks, hidden)."""
+        starts = [rows[0].position for rows, _, _ in chunks]
+        lengths = [end - start for (_, _, end), start in zip(chunks, starts)]
+        width, reach_end = max(lengths), max(end for _, _, end in chunks)
+        # pads repeat the chunk's last place and rotary position (its embeddings are zeros, its outputs never read)
+        places = torch.stack([torch.arange(start, start + width, device=self.device).clamp(max=start + length - 1)
+                              for start, length in zip(starts, lengths)])
+        rotary = torch.stack([prompt.positions[:, places[k]] for k, (_, prompt, _) in enumerate(chunks)], dim=1)  # (axes, chunks, width)
+        reach = torch.stack([prompt.positions[:, -1:] for _, prompt, _ in chunks], dim=1)
         if not self.backbone.mrope:
             rotary, reach = rotary[0], reach[0]
-        images = prompt.images[None, start:end]
-        deepstack = None
-        if prompt.deepstack is not None:  # the features of the chunk's image tokens: those after the chunks before it
-            before, count = int(prompt.images[:start].sum()), int(images.sum())
-            deepstack = [features[before:before + count] for features in prompt.deepstack]
-        mask = (torch.arange(end, device=self.device) <= places[..., None])[:, None]  # (1, 1, chunk, end): causal
-        cache.prefill, cache.chunk = [(0, row.slot, start, end - start) for row in rows], (rows[0].slot, end)
+        embeds = torch.zeros(len(chunks), width, chunks[0][1].embeds.shape[-1], dtype=self.dtype, device=self.device)
+        images = torch.zeros(len(chunks), width, dtype=torch.bool, device=self.device)
+        layers = next((len(prompt.deepstack) for _, prompt, _ in chunks if prompt.deepstack is not None), None)
+        deepstack = None if layers is None else [[] for _ in range(layers)]
+        for k, ((_, prompt, end), start, length) in enumerate(zip(chunks, starts, lengths)):
+            embeds[k, :length] = prompt.embeds[0, start:end]
+            images[k, :length] = prompt.images[start:end]
+            if prompt.deepstack is not None:  # the features of the chunk's image tokens: those after the chunks before it
+                before, count = int(prompt.images[:start].sum()), int(prompt.images[start:end].sum())
+                for layer, features in zip(deepstack, prompt.deepstack):
+                    layer.append(features[before:before + count])
+        deepstack = None if deepstack is None else [torch.cat(layer) for layer in deepstack]
+        tokens = torch.arange(width, device=self.device)[None, :, None]
+        visible = torch.arange(reach_end, device=self.device) <= torch.tensor(starts, device=self.device)[:, None, None] + tokens
+        mask = visible[:, None]  # (chunks, 1, width, end): each chunk causal over its own slot
+        cache.prefill = [(k, row.slot, start, length) for k, ((rows, _, _), start, length) in enumerate(zip(chunks, starts, lengths)) for row in rows]
+        cache.chunk = ([rows[0].slot for rows, _, _ in chunks], reach_end)
         try:
-            hidden = self._layers(prompt.embeds[:, start:end], places, rotary, mask, cache, deepstack, images, reach=reach)
+            hidden = self._layers(embeds, places, rotary, mask, cache, deepstack, images, reach=reach)
         finally:
             cache.prefill, cache.chunk = None, None
         self.prefills += 1
-        self.prefill_tokens += end - start
-        return hidden[:, -1]
+        self.prefill_tokens += sum(lengths)
+        return hidden[torch.arange(len(chunks), device=self.device), torch.tensor(lengths, device=self.device) - 1]
 
     @torch.no_grad()
     def _step(self, cache: SlotCache, tokens: torch.Tensor, draws: Draws | None, masks: torch.Tensor | None, penalties: torch.Tensor | None,
@@ -537,14 +600,15 @@ class Decoder:
     def _group(self, waiting: _Lookahead, slots: int, tokens: int | None = None) -> list[tuple[Request, range]]:
         """The next requests that fit in one prefill group of at most `tokens` (padding included; the first is
         taken whatever its length), each with the choices it starts, in at most `slots` slots: longest first,
-        so the first sets the width. A deterministic decoder's groups hold one request, and so does a prompt with
-        a shared part (_prefill_prefixed)."""
+        so the first sets the width. A deterministic decoder's groups hold one request; prompts with a shared part
+        (_prefill_prefixed) are grouped with each other only, prefilled in their two pieces."""
         budget = min(PREFILL_TOKENS, self.token_budget or PREFILL_TOKENS, tokens or PREFILL_TOKENS)
         group = [waiting.take(slots)]
         width = len(group[0][0].input_ids)
         slots -= len(group[0][1])
-        alone = self.deterministic or self._prefixed(group[0][0])
-        while not alone and waiting and slots and not self._prefixed(waiting.peek()) and (len(group) + 1) * max(width, len(waiting.peek().input_ids)) <= budget:
+        prefixed = self._prefixed(group[0][0])
+        while not self.deterministic and waiting and slots and self._prefixed(waiting.peek()) == prefixed \
+                and (len(group) + 1) * max(width, len(waiting.peek().input_ids)) <= budget:
             group.append(waiting.take(slots))
             slots -= len(group[-1][1])
         return group
@@ -871,10 +935,10 @@ class Decoder:
                 slots //= 2
                 _empty_cache(self.device)
 
-    def _slots(self, capacity: int, slots: int) -> SlotCache:
+    def _slots(self, capacity: int, slots: int, zeroed: bool = True) -> SlotCache:
         config = self.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        return SlotCache(config.num_hidden_layers, slots, config.num_key_value_heads, capacity, head_dim, self.dtype, self.device)
+        return SlotCache(config.num_hidden_layers, slots, config.num_key_value_heads, capacity, head_dim, self.dtype, self.device, zeroed)
 
 
 @dataclass
@@ -885,6 +949,20 @@ class _StepGraphs:
 
     by_key: dict[tuple[int, bool, bool, bool], tuple] = field(default_factory=dict)
     pool: tuple | None = None
+
+
+@dataclass(eq=False)
+class _PrefixedPrompt:
+    """A prompt of a prefill group with a shared part (_prefill_prefixed): its rows, the shared part's length, its
+    rotary positions, its images on either side of the cut, and the shared part's key in the prefix cache."""
+
+    rows: list[_Row]
+    input_ids: torch.Tensor
+    shared: int
+    positions: torch.Tensor
+    shared_pixels: Pixels | None
+    own_pixels: Pixels | None
+    key: bytes
 
 
 @dataclass

@@ -324,6 +324,9 @@ class Scorer:
         self.decoder = judge_decoder(judge, device, options.token_budget, tokens, stop=not options.ignore_stop,
                                      deterministic=options.deterministic, prefix_cache=options.prefix_cache or 0)
         self.grammars = self._grammars() if options.structured else {}
+        # The threads that load images, for the scorer's life: a server's scorer runs once per round of requests, and
+        # starting its threads again each round cost more than the round's prefills of a few one-sample requests.
+        self.loaders = ThreadPoolExecutor(options.workers, thread_name_prefix="judge-load")
 
     def _grammars(self) -> dict[str, Grammar]:
         """judge-score --structured: each category's answer layout (infer/grammar.py's score_lines)."""
@@ -350,24 +353,24 @@ class Scorer:
                     for i in sorted(range(len(items)), key=lambda i: -len(items[i].input_ids))]
         pin = torch.device(self.device).type == "cuda"
         image_token_id = self.decoder.backbone.image_token_id if self.decoder.prefix_cache is not None else None
-        with ThreadPoolExecutor(self.options.workers) as pool:
-            def load(request: Request):
-                return pool.submit(_load_pixels, items[request.index], self.decoder.dtype, pin, image_token_id)
 
-            try:
-                if self.options.mode == "logits":
-                    for group in self.decoder.logits(requests, load):
-                        counted.finished(i for i, _ in group)
-                        yield [(items[i], self._logits_result(items[i], recorded)) for i, recorded in group]
-                else:
-                    follow_up = lambda index, tokens: self._follow_up(items[index], tokens)  # noqa: E731
-                    for done in self.decoder.generate(requests, load, self.options.max_new_tokens, follow_up, self.follow_up_tokens):
-                        counted.finished(c.index for c in done)
-                        yield [(items[c.index], self._generate_result(items[c.index], c)) for c in done if c.finish_reason != "cancelled"]
-            except OutOfMemory as err:
-                item = items[err.request.index]
-                raise UsageError(f"sample {item.sample.id!r} (record {item.index}: {len(item.input_ids)} prompt tokens, {item.n_tiles} tiles) "
-                                 f"does not fit in {self.device} memory even alone; lower --max_tiles or set --image_token_budget") from None
+        def load(request: Request):
+            return self.loaders.submit(_load_pixels, items[request.index], self.decoder.dtype, pin, image_token_id)
+
+        try:
+            if self.options.mode == "logits":
+                for group in self.decoder.logits(requests, load):
+                    counted.finished(i for i, _ in group)
+                    yield [(items[i], self._logits_result(items[i], recorded)) for i, recorded in group]
+            else:
+                follow_up = lambda index, tokens: self._follow_up(items[index], tokens)  # noqa: E731
+                for done in self.decoder.generate(requests, load, self.options.max_new_tokens, follow_up, self.follow_up_tokens):
+                    counted.finished(c.index for c in done)
+                    yield [(items[c.index], self._generate_result(items[c.index], c)) for c in done if c.finish_reason != "cancelled"]
+        except OutOfMemory as err:
+            item = items[err.request.index]
+            raise UsageError(f"sample {item.sample.id!r} (record {item.index}: {len(item.input_ids)} prompt tokens, {item.n_tiles} tiles) "
+                             f"does not fit in {self.device} memory even alone; lower --max_tiles or set --image_token_budget") from None
 
     def judged(self, items: list[Prepared], cancelled: Callable[[Prepared], bool] | None = None,
                progress: Callable[[float], None] | None = None) -> Iterator[list[tuple[int, JudgeResult | PairResult]]]:

@@ -81,8 +81,8 @@ class Metrics:
         for name, value, help_text in [
             ("judge_prefill_batches_total", forwards["prefill"], "prefill forward passes: each a group of prompts or a chunk of one, scoring and chat alike"),
             ("judge_prefill_tokens_total", forwards["prefill_tokens"], "prompt tokens prefilled (a prompt left half way counts its chunks)"),
-            ("judge_prefix_cache_hits_total", forwards["prefix_hits"], "prompts whose part before their first answer came from the prefix cache"),
-            ("judge_prefix_cache_misses_total", forwards["prefix_misses"], "prompts whose part before their first answer was prefilled and kept"),
+            ("judge_prefix_cache_hits_total", forwards["prefix_hits"], "prompts whose part before their first answer came from the prefix cache or another prompt of their prefill group"),
+            ("judge_prefix_cache_misses_total", forwards["prefix_misses"], "prompts whose part before their first answer was prefilled (and kept, where the cache admitted it)"),
             ("judge_decoding_steps_total", forwards["step"], "decoding forward passes: each one token for every sequence being written"),
             ("judge_rounds_total", worker_counts["rounds"], "rounds of the model thread: the requests waiting, taken together"),
             ("judge_samples_total", worker_counts["samples"], "samples scored through /v1/score"),

@@ -59,7 +59,8 @@ def test_the_docs_table_is_the_recorded_runs():
 @pytest.mark.slow  # it starts judge-serve
 def test_the_groups_benchmark_prefills_each_groups_shared_part_once_with_the_cache(tmp_path):
     """3 groups of 4 answers, with the prefix cache and without it: the same rewards to float32 rounding, and
-    with the cache a group's shared part prefilled once (its other 3 prompts prefill their rest alone)."""
+    with the cache a group's shared part prefilled once, and its answers' rests together: at most two passes a group
+    (fewer where a round of the server takes two groups)."""
     out = tmp_path / "groups.json"
     done = subprocess.run([sys.executable, str(BENCHMARK), "--groups", "3", "--group_size", "4", "--clients", "2", "--json", str(out)],
                           capture_output=True, text=True, timeout=HANG_S)
@@ -67,5 +68,5 @@ def test_the_groups_benchmark_prefills_each_groups_shared_part_once_with_the_cac
     figures = json.loads(out.read_text())
     cached, whole = figures["prefix_cache"], figures["no_prefix_cache"]
     assert cached["samples"] == whole["samples"] == 12 and figures["largest_reward_difference"] < 1e-5
-    assert cached["prefills"] == 3 * (2 + 3)  # per group: the shared part and the first answer's rest, then 3 rests
+    assert cached["prefills"] <= 3 * 2  # per group: the shared part, then the 4 rests in one pass
     assert cached["prefill_tokens"] < whole["prefill_tokens"] and figures["prefill_tokens_ratio"] < 0.5

@@ -14,7 +14,7 @@ import torch
 from mmjudge.configs import CONFIG_DIR, DEFAULT_RUBRICS
 from mmjudge.infer.engine import Scorer, prepare
 from mmjudge.infer.options import MAX_PREFIX_CACHE, REWARD_PREFIX_CACHE, ScoreOptions
-from mmjudge.infer.prefix_cache import Entry, PrefixCache, pixel_digest, prefix_key
+from mmjudge.infer.prefix_cache import AGE_ASKS, Entry, PrefixCache, pixel_digest, prefix_key
 from mmjudge.judge.data import Pair, Sample, Segment, UsageError
 from mmjudge.judge.model import load_judge
 from mmjudge.judge.prompts import load_rubrics
@@ -62,8 +62,9 @@ def options(mode: str, **given) -> ScoreOptions:
 def test_a_shared_part_from_the_cache_gives_the_same_bits_as_a_fresh_one(judge, images, mode):
     """A group scored together: the first answer prefills the shared part, the others copy it (two hits),
     and the whole group scored again (every one a hit) gives the same records, bit for bit. Each answer scored
-    alone by a fresh decoder (a miss) and again (a hit) gives the same bits too; in logits mode, where each
-    prompt is one prefill of its own, alone and in the group are the same as well."""
+    alone by a fresh decoder (a miss) and again (a hit) gives the same bits too; in logits mode, where the
+    group's rests are one prefill (a CPU's products are not batch-invariant), alone and in the group are the
+    same to float32 rounding (the bits: a deterministic decoder, test_a_deterministic_decoder_prefills_...)."""
     run = options(mode)
     items = prepare(judge, list(enumerate(group(images))), RUBRICS, Path("/"), run)
     shared = items[0].prefix
@@ -79,7 +80,52 @@ def test_a_shared_part_from_the_cache_gives_the_same_bits_as_a_fresh_one(judge, 
         alone = scored(fresh, [item])
         assert fresh.decoder.prefix_cache.misses == 1 and scored(fresh, [item]) == alone and fresh.decoder.prefix_cache.hits == 1
         if mode == "logits":
-            assert alone[k] == first[k]
+            assert alone[k]["score_distribution"] == pytest.approx(first[k]["score_distribution"], abs=1e-6)
+            assert alone[k]["expected_score"] == pytest.approx(first[k]["expected_score"], abs=1e-5)
+
+
+def test_prompts_with_shared_parts_are_prefilled_together_each_shared_part_once(judge, images):
+    """Two questions' groups in one logits-mode run, the same text beside two images: one pass prefills both
+    shared parts (each once: two misses, the other answers two hits), one more every prompt's rest, against a
+    pass per prompt and piece; each record is its prompt's alone, to float32 rounding."""
+    samples = group(images, 0, 2) + group(images, 1, 2)
+    items = prepare(judge, list(enumerate(samples)), RUBRICS, Path("/"), options("logits"))
+    shared = items[0].prefix
+    scorer = Scorer(judge, RUBRICS, options("logits"), "cpu")
+    together = scored(scorer, items)
+    decoder = scorer.decoder
+    assert decoder.prefills == 2 and (decoder.prefix_cache.misses, decoder.prefix_cache.hits) == (2, 2)
+    assert decoder.prefill_tokens == 2 * shared + sum(len(item.input_ids) - shared for item in items)
+    assert together[0] != together[2]  # the other image's shared part
+    for item in items:
+        alone = scored(Scorer(judge, RUBRICS, options("logits"), "cpu"), [item])[item.index]
+        assert alone["score_distribution"] == pytest.approx(together[item.index]["score_distribution"], abs=1e-6)
+
+
+def test_a_part_the_cache_refused_serves_the_next_prefill_group(judge, images):
+    """A cache too small to keep the shared part, and prefill groups of one prompt (as a server's round splits a
+    GRPO group's answers among others of like length): the part is prefilled once, the next groups take it."""
+    samples = list(enumerate(group(images)))
+    longest = max(len(item.input_ids) for item in prepare(judge, samples, RUBRICS, Path("/"), options("logits")))
+    run = options("logits", prefix_cache=8, token_budget=longest + 1)
+    items = prepare(judge, samples, RUBRICS, Path("/"), run)
+    scorer = Scorer(judge, RUBRICS, run, "cpu")
+    scored(scorer, items)
+    decoder, shared = scorer.decoder, items[0].prefix
+    assert not decoder.prefix_cache.entries and decoder.prefills == 1 + len(items)  # the part once, each rest alone
+    assert decoder.prefill_tokens == shared + sum(len(item.input_ids) - shared for item in items)
+
+
+def test_a_deterministic_decoder_prefills_each_cached_prompt_alone_to_the_same_bits(judge, images):
+    """Logits mode with --deterministic: a group's prompts are prefilled one by one (the shared part once, then
+    each rest in a pass of its own), so each record is its prompt's alone by a fresh decoder, bit for bit."""
+    run = options("logits", deterministic=True)
+    items = prepare(judge, list(enumerate(group(images))), RUBRICS, Path("/"), run)
+    scorer = Scorer(judge, RUBRICS, run, "cpu")
+    together = scored(scorer, items)
+    assert scorer.decoder.prefills == 1 + len(items)
+    for item in items:
+        assert scored(Scorer(judge, RUBRICS, run, "cpu"), [item])[item.index] == together[item.index]
 
 
 def test_the_prefill_of_a_group_reads_its_shared_part_once(judge, images):
@@ -115,17 +161,22 @@ def test_a_pairs_two_orders_share_their_question(judge, images):
 
 
 def test_an_evicted_shared_part_is_prefilled_again_to_the_same_bits(judge, images):
-    """A cache that holds one shared part: a second question's group evicts the first's, whose answers scored
-    again prefill it afresh, to the same bits as when they copied it."""
+    """A cache that holds one shared part keeps the one asked for more often lately: a second question's group,
+    asked for as often as the first's, is refused (the next prefill group still takes it); asked for more often,
+    it evicts the first's, whose answers scored again prefill it afresh, to the same bits as at first."""
     first_group = prepare(judge, list(enumerate(group(images, 0, 2))), RUBRICS, Path("/"), options("logits"))
     second_group = prepare(judge, list(enumerate(group(images, 1, 2))), RUBRICS, Path("/"), options("logits"))
     run = options("logits", prefix_cache=first_group[0].prefix + 8)
     scorer = Scorer(judge, RUBRICS, run, "cpu")
     before = scored(scorer, first_group)
-    scored(scorer, second_group)
+    second = scored(scorer, second_group)
     cache = scorer.decoder.prefix_cache
-    assert cache.evictions == 1 and cache.tokens <= cache.limit and len(cache.entries) == 1
-    assert scored(scorer, first_group) == before and cache.misses == 3 and cache.evictions == 2
+    assert (cache.misses, cache.refusals, cache.evictions) == (2, 1, 0)
+    assert scored(scorer, second_group) == second and cache.misses == 2  # the refused part, from the group before
+    assert scored(scorer, first_group) == before and cache.misses == 2  # a hit, which lets the refused part go
+    assert scored(scorer, second_group) == second and (cache.misses, cache.refusals, cache.evictions) == (3, 1, 1)
+    assert cache.tokens <= cache.limit and len(cache.entries) == 1
+    assert scored(scorer, first_group) == before and (cache.misses, cache.refusals) == (4, 2)
 
 
 def test_the_same_text_beside_another_image_is_a_miss(judge, images):
@@ -163,15 +214,45 @@ def test_the_pixels_are_hashed_where_they_are_loaded_never_on_the_model_thread(j
     assert answer_image is not None and keyed == [pixel_digest(question_image)] * len(items)
 
 
+def asked(cache: PrefixCache, key: int, n: int, times: int = 1) -> None:
+    """As the decoder asks: get the key's part, and put it where it missed."""
+    for _ in range(times):
+        if cache.get(bytes([key]), torch.arange(n)) is None:
+            cache.put(bytes([key]), Entry(torch.arange(n), torch.zeros(1, 1, n, 2), torch.zeros(1, 1, n, 2)))
+
+
 def test_the_cache_holds_no_more_than_its_limit():
+    """It keeps a part while it has room, and when full, one asked for more often than the first to leave."""
     cache = PrefixCache(10)
-    entry = lambda n: Entry(torch.arange(n), torch.zeros(1, 1, n, 2), torch.zeros(1, 1, n, 2))  # noqa: E731
-    for k, n in enumerate([4, 4, 4, 11, 6]):
-        cache.put(bytes([k]), entry(n))
+    for k, n, times in [(0, 4, 1), (1, 4, 1), (2, 4, 1), (2, 4, 1), (3, 11, 1), (4, 6, 3)]:
+        asked(cache, k, n, times)
         assert cache.tokens <= 10 and cache.tokens == sum(len(e.input_ids) for e in cache.entries.values())
     assert list(cache.entries) == [bytes([2]), bytes([4])] and cache.evictions == 2  # 11 tokens are never kept
+    assert cache.refusals == 2  # 2 asked as often as 0, and 4 as often as 1, the first time
     assert cache.get(bytes([2]), torch.arange(5)) is None  # the key's ids, compared whole
     assert cache.get(bytes([2]), torch.arange(4)) is not None
+
+
+def test_questions_that_come_back_in_a_cycle_longer_than_the_cache_mostly_hit():
+    """Three parts in a cycle, room for two: least recently used alone, each would evict the next to come back
+    and every ask would miss; the cache keeps the two it holds, which hit on every pass after the first."""
+    cache = PrefixCache(10)
+    for _ in range(5):
+        for key in range(3):
+            asked(cache, key, 4)
+    assert cache.hits == 2 * 4 and len(cache.entries) == 2
+
+
+def test_a_new_question_asked_for_often_displaces_the_old_as_their_counts_age():
+    """A GRPO step's new questions, asked for by each of their answers, come in once the old ones' counts age."""
+    cache = PrefixCache(8)
+    for key in range(2):
+        asked(cache, key, 4, times=8)
+    for _ in range(AGE_ASKS):  # other parts, of no room's worth
+        asked(cache, 9, 11)
+    for key in (2, 3):
+        asked(cache, key, 4, times=8)
+    assert sorted(cache.entries) == [bytes([2]), bytes([3])] and cache.hits > 2 * 7
 
 
 @pytest.mark.parametrize("value", [-1, MAX_PREFIX_CACHE + 1, 2.5])
