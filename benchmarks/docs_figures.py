@@ -134,7 +134,7 @@ def render(record: dict, seeds: dict) -> dict[str, str]:
     steps = [f"| {title} | {seconds} |" for title, seconds in record["seconds"]["steps"].items()]
     pairs = record["pairs"]
     pair_rows = [f"| {label} | {_r(pairs[name]['accuracy_with_ties'])} | {_r(pairs[name]['accuracy_without_ties'])} "
-                 f"| {'-' if name == 'reward' else _r(pairs[name]['first_shown_wins'])} |"
+                 f"| {'-' if pairs[name]['first_shown_wins'] is None else _r(pairs[name]['first_shown_wins'])} |"
                  for name, label in PAIR_LABELS.items() if name in pairs]
     splits = ", ".join(f"{n} {name}" for name, n in record["splits"].items())
     demo = "\n".join([

@@ -254,14 +254,14 @@ def print_pairs(report: dict, sizes: dict[str, int]) -> None:
         judge = report["judges"][name]
         value = lambda stat: "undefined" if stat["value"] is None else f"{stat['value']:.3f}"  # noqa: E731
         print(f"  {name:>6}: accuracy {value(judge['accuracy_with_ties'])} with ties (n = {judge['n_with_ties']}), "
-              f"{value(judge['accuracy_without_ties'])} without (n = {judge['n_without_ties']}){_first_shown(judge, name)}")
+              f"{value(judge['accuracy_without_ties'])} without (n = {judge['n_without_ties']}){_first_shown(judge)}")
 
 
-def _first_shown(judge: dict, name: str) -> str:
-    """How often the answer shown first wins: of the generative judges, which see a pair in both orders."""
-    if name == "reward":
-        return ""
+def _first_shown(judge: dict) -> str:
+    """How often the answer shown first wins; nothing for a judge that saw no pair in both orders (the reward model)."""
     bias = judge["position_bias"]["both"]
+    if bias["n"] == 0:
+        return ""
     share = "undefined" if bias["share"] is None else f"{bias['share']:.3f} of {bias['n']}"
     return f"; first shown wins {share}"
 

@@ -81,13 +81,13 @@ def _main(argv) -> int:
 
 
 def _write_checkpoint(args: argparse.Namespace):
-    if args.family:
-        if args.shards != 1 or args.dtype != "float32" or args.system_message is not None:
-            raise UsageError("--shards, --dtype and --system_message apply to --format original only; a --family checkpoint is written in its "
-                             "released layout")
-    elif args.shards < 1:
+    original_only = args.shards != 1 or args.dtype != "float32" or args.system_message is not None
+    if args.family and original_only:
+        raise UsageError("--shards, --dtype and --system_message apply to --format original only; a --family checkpoint is written in its "
+                         "released layout")
+    if not args.family and args.shards < 1:
         raise UsageError(f"--shards must be at least 1, got {args.shards}")
-    elif args.format == "native" and (args.shards != 1 or args.dtype != "float32" or args.system_message is not None):
+    if not args.family and args.format == "native" and original_only:
         raise UsageError("--shards, --dtype and --system_message apply to --format original only; transformers writes the native format itself")
     # Imported here, after the flags are checked: the writers import torch and transformers (seconds), which
     # the dataset and pairs commands do not need.
