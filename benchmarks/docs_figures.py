@@ -91,10 +91,14 @@ def figures(out: Path, run: dict, started: dict) -> dict:
         "validation_pearson_best": written["validation_pearson_best"],
         "training_steps": written["training_steps"],
         "pairs": written["pairs"],
-        "seconds": {"total": round(run["seconds"]), "steps": {title: round(seconds) for title, seconds in written["seconds"]["steps"].items()}},
+        "seconds": {"total": round(run["seconds"]), "steps": {title: round(seconds) for title, seconds in written["seconds"]["steps"].items()},
+                    "side_by_side": {part: round(seconds) for part, seconds in written["seconds"]["side_by_side"].items()}},
         "printed": printed_summary(run["stdout"]),
     }
 
+
+# The demo's two parts, run side by side (demo/cli.py, Steps.side_by_side), by the names figures.json gives them.
+PARTS = {"samples": "steps 2-5 (the samples)", "pairs": "steps 6-7 (the pairs)"}
 
 # Printed above, but this machine's: another CPU, or the same one with other threads free when a step started
 # (judge/cpu.py), sums the same training in another order and lands elsewhere on figures near a threshold.
@@ -158,6 +162,7 @@ def render(record: dict, seeds: dict) -> dict[str, str]:
         "| step | seconds |",
         "|---|---:|",
         *steps,
+        *(f"| {PARTS[part]}, side by side | {seconds} |" for part, seconds in record["seconds"]["side_by_side"].items()),
         f"| the whole demo | {record['seconds']['total']} |",
         "",
         "What the demo printed at the end:",

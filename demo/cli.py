@@ -25,7 +25,8 @@ The test split is seen by neither training nor checkpoint selection, so the befo
 flattered by the choice of checkpoint; the validation split's human scores are used by no figure here.
 Each step runs the real command a user would type (judge-score, judge-train, judge-calibrate), as a subprocess
 whose output (its progress, a line every few seconds) shows in the terminal as it comes and goes to its log (this package only reads the commands'
-outputs, with their own formatters); the demo stops with that command's exit code if one fails. The
+outputs, with their own formatters); the demo stops with that command's exit code if one fails. Steps 2-5
+and 6-7 run side by side (Steps.side_by_side). The
 settings are configs/demo.yaml's, each overridden by the flag of its name. The figures a reader quotes
 (Pearson before and after, each step's time, the machine, the commit) go to figures.json.
 """
@@ -33,6 +34,7 @@ settings are configs/demo.yaml's, each overridden by the flag of its name. The f
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
@@ -41,10 +43,14 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import BinaryIO
 
 from mmjudge.calibration.benchmark import summary_lines
 from mmjudge.infer.probe import format_reliance
@@ -120,25 +126,82 @@ def script(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
-def step(title: str, args: list[str], log_dir: Path) -> float:
-    """Run one step's command, its output shown as it comes (its progress lines and all) and kept in its log;
-    its seconds. The command is shown as a user types it: `judge-score ...`, `python -m ...`."""
-    typed = "python" if args[0] == sys.executable else Path(args[0]).name
-    print(f"\n== {title}\n$ {shlex.join([typed, *args[1:]])}", flush=True)
-    start = time.perf_counter()
-    log = log_dir / f"{title.split(':')[0].strip().replace(' ', '_')}.log"
-    with log.open("wb") as kept, subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as command:
-        # Bytes as they come: what a step writes shows at once. Its output is a pipe, not a terminal, so its
-        # progress bars write a whole line every few seconds (infer/progress.py), in the terminal and the log alike.
-        while chunk := command.stdout.read1(65536):
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
-            kept.write(chunk)
-    seconds = time.perf_counter() - start
-    print(f"   {'ok' if command.returncode == 0 else 'FAILED'} in {seconds:.0f}s (log: {log})", flush=True)
-    if command.returncode != 0:
-        raise SystemExit(command.returncode)
-    return seconds
+class Steps:
+    """The demo's commands, each a subprocess, in order within a part. The samples part (steps 2-5) and the
+    pairs part (6-7) share nothing but the base judge, and a tiny judge's step keeps one core busy, not two:
+    the two parts run side by side, one shown as it runs, the other's output kept until the first is done.
+    The first step to fail stops the other part's command too, and the demo stops with its exit code."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.seconds: dict[str, float] = {}
+        self._running: set[subprocess.Popen] = set()
+        self._failed: int | None = None
+        self._lock = threading.Lock()
+
+    def run(self, title: str, args: list[str], shown: BinaryIO) -> None:
+        """Run one step's command, its output (its progress lines and all) written to `shown` as it comes and kept
+        in its log, and record its seconds. The command is shown as a user types it: `judge-score ...`, `python -m ...`."""
+        typed = "python" if args[0] == sys.executable else Path(args[0]).name
+        shown.write(f"\n== {title}\n$ {shlex.join([typed, *args[1:]])}\n".encode())
+        shown.flush()
+        log = self.log_dir / f"{title.split(':')[0].strip().replace(' ', '_')}.log"
+        start = time.perf_counter()
+        with self._lock:
+            if self._failed is not None:  # the other part failed while this one ran its last step
+                raise SystemExit(self._failed)
+            command = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            self._running.add(command)
+        with log.open("wb") as kept, command:
+            # Bytes as they come: what a step writes shows at once. Its output is a pipe, not a terminal, so its
+            # progress bars write a whole line every few seconds (infer/progress.py), in the terminal and the log alike.
+            while chunk := command.stdout.read1(65536):
+                shown.write(chunk)
+                shown.flush()
+                kept.write(chunk)
+        seconds = time.perf_counter() - start
+        with self._lock:
+            self._running.discard(command)
+            stopped = command.returncode != 0 and self._failed is not None  # by the other part's failure
+            if command.returncode != 0 and not stopped:
+                self._failed = command.returncode
+                self.stop()
+        verdict = "ok" if command.returncode == 0 else "stopped: a step beside it failed" if stopped else "FAILED"
+        shown.write(f"   {verdict} in {seconds:.0f}s (log: {log})\n".encode())
+        shown.flush()
+        if command.returncode != 0:
+            raise SystemExit(self._failed)
+        self.seconds[title] = round(seconds, 1)
+
+    def stop(self) -> None:
+        """Stop every command still running (the other part's, when one step failed or the demo was interrupted)."""
+        for command in self._running:
+            command.terminate()
+
+    def side_by_side(self, shown_part: Callable[[BinaryIO], None], kept_part: Callable[[BinaryIO], None]) -> dict[str, float]:
+        """Run the two parts at once: `shown_part`'s output as it comes, `kept_part`'s after it; each part's seconds."""
+        kept, seconds = io.BytesIO(), {}
+
+        def timed(part: Callable[[BinaryIO], None], shown: BinaryIO) -> None:
+            start = time.perf_counter()
+            part(shown)
+            seconds[part.__name__] = round(time.perf_counter() - start, 1)
+
+        with ThreadPoolExecutor(1) as pool:
+            beside = pool.submit(timed, kept_part, kept)
+            try:
+                timed(shown_part, sys.stdout.buffer)
+            except BaseException:  # a failed step, or Ctrl-C: the other part stops too
+                with self._lock:
+                    self._failed = 1 if self._failed is None else self._failed
+                    self.stop()
+                raise
+            finally:
+                wait([beside])
+                sys.stdout.buffer.write(kept.getvalue())
+                sys.stdout.buffer.flush()
+            beside.result()
+        return seconds
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -171,64 +234,74 @@ def _main(argv) -> int:
     # score distribution after a forced "### Score" heading, so both sides are measured the same way.
     review_tokens = str(settings_from_config(TrainConfig, by_name("train", "tiny"), argparse.Namespace()).eval_max_new_tokens)
     score = ["--max_new_tokens", review_tokens, "--max_tiles", "1", "--no_resume", *rubric]
-    steps = [] if settings.max_steps is None else ["--max_steps", str(settings.max_steps)]
+    max_steps = [] if settings.max_steps is None else ["--max_steps", str(settings.max_steps)]
     batches = ["--per_device_batch_size", str(settings.batch_size)]
-    start, seconds = time.perf_counter(), {}
+    start, steps, live = time.perf_counter(), Steps(logs), sys.stdout.buffer
 
-    def timed(title: str, command: list[str]) -> None:
-        seconds[title] = round(step(title, command, logs), 1)
-
-    timed("1a: write a tiny judge", [py, "-m", "mmjudge.judge.testing", "checkpoint", "--format", "original", "--seed", seed,
-                                     "--system_message", settings.system_message, str(out / "base-judge")])
-    timed("1b: write a dataset", [py, "-m", "mmjudge.judge.testing", "dataset", "--samples", str(settings.samples), "--annotated", "--seed", seed, str(out / "data")])
+    steps.run("1a: write a tiny judge", [py, "-m", "mmjudge.judge.testing", "checkpoint", "--format", "original", "--seed", seed,
+                                         "--system_message", settings.system_message, str(out / "base-judge")], live)
+    steps.run("1b: write a dataset", [py, "-m", "mmjudge.judge.testing", "dataset", "--samples", str(settings.samples), "--annotated", "--seed", seed,
+                                      str(out / "data")], live)
     files = split(out / "data", sizes, settings.seed)
     # What the trained judge scores: the test ids, whose human scores judge-calibrate reads, and the
     # validation ids, which stand for the bulk of a benchmark that no person scores.
     files["judged"] = out / "data" / "judged.json"
     files["judged"].write_text(json.dumps(json.loads(files["test"].read_text()) + json.loads(files["validation"].read_text()), indent=1))
-    timed("2: score before training", [script("judge-score"), "--model_path", str(out / "base-judge"), "--input_dir", str(out / "data"),
-                                        "--input_file", "test.json", "--output_dir", str(out / "scores-before"), *score])
-    print("   (as expected: an untrained judge writes no score; its expected score, read after a forced '### Score', is what is compared)")
-    shutil.rmtree(out / "trained-judge", ignore_errors=True)  # judge-train starts only in an empty directory: a rerun replaces the judge
-    timed("3: train", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
-                       "--eval_file", str(files["validation"]), "--input_dir", str(out / "data"), "--output_dir", str(out / "trained-judge"),
-                       "--config", "tiny", *steps, "--save_steps", str(settings.save_steps), *batches,
-                       "--learning_rate", str(settings.learning_rate), *rubric])
-    timed("4: score after training", [script("judge-score"), "--model_path", str(out / "trained-judge"), "--input_dir", str(out / "data"),
-                                       "--input_file", "judged.json", "--output_dir", str(out / "scores-after"), "--probe_images", "blank", *score])
-    # calibrator.json is the trained judge's map: the one a user goes on to apply (judge-score --calibrator), to that judge
-    timed("5: calibrate", [script("judge-calibrate"), "--predictions", str(out / "scores-before" / "eval_result.json"),
-                           str(out / "scores-after" / "eval_result.json"), "--names", "before", "after", "--calibrator_of", "after",
-                           "--human", str(files["test"]), "--overall", "expected_score", "--output_dir", str(out / "report")])
-
     pair_sizes = split_sizes(settings, settings.pairs)
-    # People's preferences alone: with a rationale naming both markers to write first, the tiny judge learnt no
-    # verdict at all (docs/pairwise.md, "The demo's pairwise part").
-    timed("6a: write pairs", [py, "-m", "mmjudge.judge.testing", "pairs", "--pairs", str(settings.pairs), "--annotated", "--text_only",
-                             "--no_rationale", "--seed", seed, str(out / "pairs")])
-    pairs = split(out / "pairs", pair_sizes, settings.seed, "pairs.json")
-    # Both judges are read by their verdict distributions (the untrained judge writes no verdict), in both orders.
-    judge_pairs = ["--input_dir", str(out / "pairs"), "--input_file", "test.json", "--pair_rule", "mean_probability", *score]
-    timed("6b: judge pairs before training", [script("judge-score"), "--model_path", str(out / "base-judge"),
-                                             "--output_dir", str(out / "pairs-before"), *judge_pairs])
-    shutil.rmtree(out / "pairwise-judge", ignore_errors=True)
-    timed("6c: train on pairs", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(pairs["train"]),
-                                "--eval_file", str(pairs["validation"]), "--input_dir", str(out / "pairs"), "--output_dir", str(out / "pairwise-judge"),
-                                "--config", "tiny", "--max_steps", str(settings.pair_steps), "--save_steps", str(settings.pair_save_steps), *batches,
-                                "--learning_rate", str(settings.pair_learning_rate), *rubric])
-    timed("6d: judge pairs after training", [script("judge-score"), "--model_path", str(out / "pairwise-judge"),
-                                            "--output_dir", str(out / "pairs-after"), *judge_pairs])
-    # A reward model of the same pairs: one number per answer from one prefill, each answer shown alone under the
-    # bundled pointwise rubric of the pairs' category (tiny-reward); pairs are judged by the rewards' difference.
-    reward = ["--rubric", "tiny-reward"]
-    shutil.rmtree(out / "reward-model", ignore_errors=True)
-    timed("7a: train a reward model", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(pairs["train"]),
-                                      "--eval_file", str(pairs["validation"]), "--input_dir", str(out / "pairs"), "--output_dir", str(out / "reward-model"),
-                                      "--config", "tiny", "--objective", "bradley_terry", "--num_epochs", str(settings.reward_epochs), *batches, *reward])
-    timed("7b: judge pairs by reward", [script("judge-score"), "--model_path", str(out / "reward-model"), "--input_dir", str(out / "pairs"),
-                                       "--input_file", "test.json", "--output_dir", str(out / "pairs-reward"), "--no_resume", *reward])
-    timed("7c: calibrate the verdicts", [script("judge-calibrate"), "--predictions", *(str(out / name / "eval_result.json") for name in PAIR_JUDGES.values()),
-                                        "--names", *PAIR_JUDGES, "--human", str(pairs["test"]), "--output_dir", str(out / "pairs-report")])
+
+    def samples(shown: BinaryIO) -> None:
+        """Steps 2-5: the samples, before and after training."""
+        steps.run("2: score before training", [script("judge-score"), "--model_path", str(out / "base-judge"), "--input_dir", str(out / "data"),
+                                               "--input_file", "test.json", "--output_dir", str(out / "scores-before"), *score], shown)
+        shown.write(b"   (as expected: an untrained judge writes no score; its expected score, read after a forced '### Score', is what is compared)\n")
+        shutil.rmtree(out / "trained-judge", ignore_errors=True)  # judge-train starts only in an empty directory: a rerun replaces the judge
+        steps.run("3: train", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
+                               "--eval_file", str(files["validation"]), "--input_dir", str(out / "data"), "--output_dir", str(out / "trained-judge"),
+                               "--config", "tiny", *max_steps, "--save_steps", str(settings.save_steps), *batches,
+                               "--learning_rate", str(settings.learning_rate), *rubric], shown)
+        steps.run("4: score after training", [script("judge-score"), "--model_path", str(out / "trained-judge"), "--input_dir", str(out / "data"),
+                                              "--input_file", "judged.json", "--output_dir", str(out / "scores-after"), "--probe_images", "blank", *score],
+                  shown)
+        # calibrator.json is the trained judge's map: the one a user goes on to apply (judge-score --calibrator), to that judge
+        steps.run("5: calibrate", [script("judge-calibrate"), "--predictions", str(out / "scores-before" / "eval_result.json"),
+                                   str(out / "scores-after" / "eval_result.json"), "--names", "before", "after", "--calibrator_of", "after",
+                                   "--human", str(files["test"]), "--overall", "expected_score", "--output_dir", str(out / "report")], shown)
+
+    def pairs(shown: BinaryIO) -> None:
+        """Steps 6-7: the pairs, by a generative judge before and after training and by a reward model."""
+        # People's preferences alone: with a rationale naming both markers to write first, the tiny judge learnt no
+        # verdict at all (docs/pairwise.md, "The demo's pairwise part").
+        steps.run("6a: write pairs", [py, "-m", "mmjudge.judge.testing", "pairs", "--pairs", str(settings.pairs), "--annotated", "--text_only",
+                                      "--no_rationale", "--seed", seed, str(out / "pairs")], shown)
+        files = split(out / "pairs", pair_sizes, settings.seed, "pairs.json")
+        # Both judges are read by their verdict distributions (the untrained judge writes no verdict), in both orders.
+        judge_pairs = ["--input_dir", str(out / "pairs"), "--input_file", "test.json", "--pair_rule", "mean_probability", *score]
+        steps.run("6b: judge pairs before training", [script("judge-score"), "--model_path", str(out / "base-judge"),
+                                                      "--output_dir", str(out / "pairs-before"), *judge_pairs], shown)
+        shutil.rmtree(out / "pairwise-judge", ignore_errors=True)
+        steps.run("6c: train on pairs", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
+                                         "--eval_file", str(files["validation"]), "--input_dir", str(out / "pairs"), "--output_dir", str(out / "pairwise-judge"),
+                                         "--config", "tiny", "--max_steps", str(settings.pair_steps), "--save_steps", str(settings.pair_save_steps),
+                                         *batches, "--learning_rate", str(settings.pair_learning_rate), *rubric], shown)
+        steps.run("6d: judge pairs after training", [script("judge-score"), "--model_path", str(out / "pairwise-judge"),
+                                                     "--output_dir", str(out / "pairs-after"), *judge_pairs], shown)
+        # A reward model of the same pairs: one number per answer from one prefill, each answer shown alone under the
+        # bundled pointwise rubric of the pairs' category (tiny-reward); pairs are judged by the rewards' difference.
+        reward = ["--rubric", "tiny-reward"]
+        shutil.rmtree(out / "reward-model", ignore_errors=True)
+        steps.run("7a: train a reward model", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
+                                               "--eval_file", str(files["validation"]), "--input_dir", str(out / "pairs"), "--output_dir", str(out / "reward-model"),
+                                               "--config", "tiny", "--objective", "bradley_terry", "--num_epochs", str(settings.reward_epochs), *batches,
+                                               *reward], shown)
+        steps.run("7b: judge pairs by reward", [script("judge-score"), "--model_path", str(out / "reward-model"), "--input_dir", str(out / "pairs"),
+                                                "--input_file", "test.json", "--output_dir", str(out / "pairs-reward"), "--no_resume", *reward], shown)
+        steps.run("7c: calibrate the verdicts", [script("judge-calibrate"), "--predictions",
+                                                 *(str(out / name / "eval_result.json") for name in PAIR_JUDGES.values()),
+                                                 "--names", *PAIR_JUDGES, "--human", str(files["test"]), "--output_dir", str(out / "pairs-report")], shown)
+
+    print("\n== Steps 2-5 (the samples) and 6-7 (the pairs) share only the base judge and run side by side; "
+          "the output of 6-7 follows that of 2-5 (their logs: logs/6a.log ...)", flush=True)
+    parts = steps.side_by_side(samples, pairs)
 
     report = json.loads((out / "report" / "report.json").read_text())
     total = time.perf_counter() - start
@@ -236,7 +309,9 @@ def _main(argv) -> int:
     print_trust(report["judges"]["after"], json.loads((out / "scores-after" / "summary.json").read_text())["image_reliance"], sizes)
     pairs_report = json.loads((out / "pairs-report" / "report.json").read_text())
     print_pairs(pairs_report, pair_sizes)
-    write_json_atomically(out / FIGURES, figures(report, settings, sizes, seconds, total, out, pairs_report, pair_sizes))
+    # the titles ("1a: ...", "2: ...", "6a: ...") sort in the steps' order, whichever part ended first
+    seconds = {"total": round(total, 1), "steps": dict(sorted(steps.seconds.items())), "side_by_side": parts}
+    write_json_atomically(out / FIGURES, figures(report, settings, sizes, seconds, out, pairs_report, pair_sizes))
     print(f"\nTrained judge: {out / 'trained-judge'}\nScores: {out / 'scores-before'}, {out / 'scores-after'} "
           f"(image reliance: {out / 'scores-after' / 'probe_blank.png'})\nReport: {out / 'report' / 'report.html'}\n"
           f"Pairwise judge: {out / 'pairwise-judge'}\nReward model: {out / 'reward-model'}\n"
@@ -266,7 +341,7 @@ def _first_shown(judge: dict) -> str:
     return f"; first shown wins {share}"
 
 
-def figures(report: dict, settings: DemoSettings, sizes: dict[str, int], seconds: dict[str, float], total: float, out: Path,
+def figures(report: dict, settings: DemoSettings, sizes: dict[str, int], seconds: dict, out: Path,
             pairs_report: dict, pair_sizes: dict[str, int]) -> dict:
     """What a reader of the docs is told of this run, in one file, so that the docs quote a run rather than
     copies typed by hand: the Pearsons before and after training, its times, and where and from what it ran."""
@@ -287,7 +362,7 @@ def figures(report: dict, settings: DemoSettings, sizes: dict[str, int], seconds
         "pearson": pearson,  # of the expected score with the human overall score, on the test split
         "validation_pearson_best": max(measured) if measured else None,  # judge-train's checkpoint choice
         "training_steps": history[-1]["step"] if history else None,
-        "seconds": {"total": round(total, 1), "steps": seconds},
+        "seconds": seconds,  # the whole demo's, each step's, and each of the two parts run side by side
         "report": {"html": "report/report.html", "plots": sorted(f"report/plots/{p.name}" for p in (out / "report" / "plots").glob("*.png"))},
         # the pairwise part: agreement with people's verdicts on the test pairs, and how often the answer shown first wins
         "pairs": {"splits": pair_sizes, **{name: {"accuracy_with_ties": j["accuracy_with_ties"]["value"], "accuracy_without_ties": j["accuracy_without_ties"]["value"],

@@ -35,6 +35,7 @@ def commands(tmp_path) -> dict[str, tuple[CommandParser, list[str]]]:
         "judge-demo": (demo_parser(), ["--output_dir", "out"]),
         "judge.testing checkpoint": (subcommand(synthetic_parser(), "checkpoint"), ["out"]),
         "judge.testing dataset": (subcommand(synthetic_parser(), "dataset"), ["out"]),
+        "judge.testing pairs": (subcommand(synthetic_parser(), "pairs"), ["out"]),
     }
 
 
@@ -43,7 +44,7 @@ def subcommand(parser: argparse.ArgumentParser, name: str) -> CommandParser:
 
 
 NAMES = ["judge-score", "judge-train", "judge-train merge", "judge-calibrate", "judge-serve", "judge-rubric import", "judge-demo",
-         "judge.testing checkpoint", "judge.testing dataset"]
+         "judge.testing checkpoint", "judge.testing dataset", "judge.testing pairs"]
 # Flags that name something other than a file or folder to check: a checkpoint, a local folder or a Hub id, whose
 # errors name the flag where it is resolved (mmjudge.infer.loaded.find_checkpoint); a file name inside --output_dir.
 NOT_PATHS = {"model_path", "adapter", "output_file"}

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--annotated", action="store_true",
                       help="add human_scores (a learnable rule of the answer), annotator, feedback, and a second annotator for every fourth sample (default: off)")
     pairs = sub.add_parser("pairs", help="write synthetic pairs: OUT_DIR/pairs.json, with the dataset their answers come from")
-    pairs.add_argument("out_dir", help="directory to write (created if missing)")
+    pairs.add_argument("out_dir", path="output_dir", help="directory to write (created if missing)")
     pairs.add_argument("--pairs", type=int, default=12, help="number of pairs (default: 12)")
     pairs.add_argument("--seed", type=int, default=0, help="seed of texts and images (default: 0)")
     pairs.add_argument("--annotated", action="store_true",
