@@ -115,12 +115,13 @@ def _r(value: float | None, digits: int = 3) -> str:
 
 
 def _machine(record: dict) -> str:
-    """Where and from what the run ran, in words: the commit, the date, the machine and the load other work put on it."""
+    """Where and from what the run ran, in words: the commit, the date, the machine, the load other work put on it when
+    the demo started, and the load when it ended (its own two parts, side by side, count there)."""
     m, s = record["machine"], record["source"]
     before, after = m["load_average_before_after"]
     dirty = " with uncommitted changes" if s["dirty"] else ""
     return (f"at commit {s['commit'][:7]}{dirty} on {record['run_date']}, on {m['cpu']} ({m['cores']} cores; load average "
-            f"{_r(before, 2)} when it started and {_r(after, 2)} when it ended, from other work on the machine)")
+            f"{_r(before, 2)} when it started, from other work on the machine, and {_r(after, 2)} when it ended, its own included)")
 
 
 def render(record: dict, seeds: dict) -> dict[str, str]:
@@ -162,7 +163,7 @@ def render(record: dict, seeds: dict) -> dict[str, str]:
         "| step | seconds |",
         "|---|---:|",
         *steps,
-        *(f"| {PARTS[part]}, side by side | {seconds} |" for part, seconds in record["seconds"]["side_by_side"].items()),
+        *(f"| {label}, side by side | {record['seconds']['side_by_side'][part]} |" for part, label in PARTS.items()),
         f"| the whole demo | {record['seconds']['total']} |",
         "",
         "What the demo printed at the end:",
