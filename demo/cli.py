@@ -1,4 +1,4 @@
-"""judge-demo: the whole toolkit end to end on a tiny random judge, in a few minutes on a CPU.
+"""judge-demo: the whole toolkit end to end on a tiny random judge, in a minute or two on a CPU.
 
     1. write a tiny InternVL2-style judge and a synthetic annotated MMIE-style dataset (real images),
        split by id into train, validation and test

@@ -113,8 +113,8 @@ def test_the_demo_trains_a_judge_that_learns_the_human_rule(tmp_path):
     steps, parts = figures["seconds"]["steps"], figures["seconds"]["side_by_side"]
     for part, first, last in (("samples", "2", "5"), ("pairs", "6a", "7c")):
         inside = [seconds for title, seconds in steps.items() if first <= title.split(":")[0] <= last]
-        assert sum(inside) <= parts[part] + 0.05 * len(inside), (part, steps, parts)
-    assert steps["1a: write a tiny judge"] + steps["1b: write a dataset"] + max(parts.values()) <= figures["seconds"]["total"] + 0.2
+        assert sum(inside) <= parts[part] + 0.05 * (len(inside) + 1), (part, steps, parts)
+    assert steps["1a: write a tiny judge"] + steps["1b: write a dataset"] + max(parts.values()) <= figures["seconds"]["total"] + 0.05 * 4
     assert "\n== 7c: calibrate the verdicts" in done.stdout.split("Done in")[0]  # the pairs' output, kept, shown before the end
     assert figures["splits"] == {"train": 240, "validation": 80, "test": 80} and figures["machine"]["cores"] == os.cpu_count()
     assert figures["validation_pearson_best"] == max(h["overall"]["pearson"] or -1 for h in history)
