@@ -12,8 +12,9 @@ Starts judge-serve on a free 127.0.0.1 port with --reward score:SA --mode logits
 own size, then 0: off). Each sample is a synthetic question (its text and first image, a path under --image_root;
 the questions of the dataset's 32 samples in turn) and answer, sent as OpenRLHF sends one: {"query": [prompt +
 response], "prompts", "images"}. First
-all the samples in one request (the batch), then each sample in a request of its own from --clients threads,
-each sending its next as soon as its last is answered. Both are timed from the first byte sent to the last answer;
+all the samples in one request (the batch), then each sample in a request of its own from --clients concurrent
+senders in one asyncio loop (as OpenRLHF and verl send per-sample rewards), each sending its next as soon as its
+last is answered. Both are timed from the first byte sent to the last answer;
 latency percentiles are of the one-sample requests. The rewards of every run are compared: each sample's must be
 the same (to 1e-6: on a CPU prefill groups are not batch-invariant to the bit, and a cached prompt's two pieces
 not a whole prefill's; judge-serve --deterministic is, on a GPU). The prefill passes and prompt tokens prefilled
