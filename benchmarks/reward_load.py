@@ -12,8 +12,9 @@ Starts judge-serve on a free 127.0.0.1 port with --reward score:SA --mode logits
 own size, then 0: off). Each sample is a synthetic question (its text and first image, a path under --image_root;
 the questions of the dataset's 32 samples in turn) and answer, sent as OpenRLHF sends one: {"query": [prompt +
 response], "prompts", "images"}. First
-all the samples in one request (the batch), then each sample in a request of its own from --clients threads,
-each sending its next as soon as its last is answered. Both are timed from the first byte sent to the last answer;
+all the samples in one request (the batch), then each sample in a request of its own from --clients concurrent
+senders in one asyncio loop (as OpenRLHF and verl send per-sample rewards), each sending its next as soon as its
+last is answered. Both are timed from the first byte sent to the last answer;
 latency percentiles are of the one-sample requests. The rewards of every run are compared: each sample's must be
 the same (to 1e-6: on a CPU prefill groups are not batch-invariant to the bit, and a cached prompt's two pieces
 not a whole prefill's; judge-serve --deterministic is, on a GPU). The prefill passes and prompt tokens prefilled
@@ -30,6 +31,7 @@ Samples/s and the prompt tokens prefilled (from /metrics) side by side; the rewa
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import threading
 import time
@@ -69,30 +71,31 @@ def batched(base: str, bodies: list[dict], timeout_s: float) -> dict:
 
 
 def one_by_one(base: str, bodies: list[dict], clients: int, timeout_s: float) -> dict:
+    """Each body in a request of its own from `clients` concurrent senders in one asyncio loop, each sending its next as
+    soon as its last is answered: as RL frameworks send per-sample rewards (OpenRLHF from aiohttp tasks, verl's reward
+    loop awaiting async reward functions, mmjudge.rewards' adapters from httpx2.AsyncClient), not from a thread each,
+    which on a small machine spends more CPU beside the server than the server's own requests do."""
+    return asyncio.run(_one_by_one(base, bodies, clients, timeout_s))
+
+
+async def _one_by_one(base: str, bodies: list[dict], clients: int, timeout_s: float) -> dict:
     rewards, latencies, failed = [None] * len(bodies), [], []
-    next_index, lock = iter(range(len(bodies))), threading.Lock()
+    next_index = iter(range(len(bodies)))
     before = forward_passes(base)
 
-    def client() -> None:
-        with httpx2.Client(timeout=timeout_s) as http:
-            while True:
-                with lock:
-                    k = next(next_index, None)
-                if k is None:
-                    return
-                sent = time.perf_counter()
-                answer = http.post(f"{base}/get_reward", json=bodies[k])
-                with lock:
-                    latencies.append(time.perf_counter() - sent)
-                    if answer.status_code == 200:
-                        rewards[k] = answer.json()["rewards"][0]
-                    else:
-                        failed.append(k)
+    async def client(http: httpx2.AsyncClient) -> None:
+        for k in next_index:  # shared: each sender takes the next body not yet taken
+            sent = time.perf_counter()
+            answer = await http.post(f"{base}/get_reward", json=bodies[k])
+            latencies.append(time.perf_counter() - sent)
+            if answer.status_code == 200:
+                rewards[k] = answer.json()["rewards"][0]
+            else:
+                failed.append(k)
 
     start = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        for future in [pool.submit(client) for _ in range(clients)]:
-            future.result()
+    async with httpx2.AsyncClient(timeout=timeout_s, limits=httpx2.Limits(max_connections=clients)) as http:
+        await asyncio.gather(*(client(http) for _ in range(clients)))
     seconds = time.perf_counter() - start
     after = forward_passes(base)
     return {"samples": len(bodies), "clients": clients, "seconds": seconds, "samples_per_s": (len(bodies) - len(failed)) / seconds,

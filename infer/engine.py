@@ -30,7 +30,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 
 import torch
@@ -45,6 +45,7 @@ from mmjudge.judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
 from mmjudge.judge.preferences import ORDERS, POINTWISE_RULE, in_pair_terms, likeliest, pairwise_verdict, pointwise_verdict
 from mmjudge.judge.prompts import JudgePrompt, PlannedImage, Rubric, build_pair_prompt, build_prompt, encode_prompt
 from mmjudge.judge.reward_model import is_reward_model
+from mmjudge.judge.templates import Span
 from mmjudge.judge.verdicts import VERDICT_FORMATS, Reading, VerdictFormat
 from mmjudge.judge.vision import Pixels, load_pixels
 
@@ -123,13 +124,20 @@ def shared_tokens(tokenizer, prompt: JudgePrompt, input_ids: list[int]) -> int:
     """The tokens of a prompt before its first answer (JudgePrompt.shared): those its text's shared part
     encodes to that the whole prompt's ids begin with (a token that the answer's first characters merge into
     is the answer's). Found from the prompt alone, so that it is cut at the same place alone and in any batch."""
-    head = encode_prompt(tokenizer, prompt.text[: prompt.shared], tuple(span for span in prompt.controls if span[1] <= prompt.shared))
+    head = shared_ids(tokenizer, prompt.text[: prompt.shared], tuple(span for span in prompt.controls if span[1] <= prompt.shared))
     same = 0
     for mine, whole in zip(head, input_ids):
         if mine != whole:
             break
         same += 1
     return same
+
+
+@lru_cache(maxsize=256)  # a server's questions in flight at once; each entry a few thousand token ids
+def shared_ids(tokenizer, text: str, controls: tuple[Span, ...]) -> tuple[int, ...]:
+    """The token ids of a prompt's shared part: the same for every answer to a question, so the one-sample
+    requests of an RL group tokenize it once, not once an answer (it was a fifth of a reward's preparing)."""
+    return tuple(encode_prompt(tokenizer, text, controls))
 
 
 def past_context(items: Iterable[Prepared], context: int) -> dict[int, Prepared]:

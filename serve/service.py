@@ -38,7 +38,7 @@ class Service:
     rubrics: dict[str, Rubric]
     score_options: ScoreOptions
     limits: ServeOptions
-    image_root: Path | None
+    image_root: Path | None  # resolved once here: a request's image paths must lie within it (serve/images.py)
     api_key: str | None
     worker: Worker
     started: int
@@ -48,6 +48,10 @@ class Service:
     judge_fingerprint: str  # of its weights (judge/identity.py), stamped on /v1/score's records as judge-score stamps them
     reward: RewardSpec | None = None  # --reward (judge/rewards.py); None: the reward endpoints refuse
     reward_options: ScoreOptions | None = None  # what the reward endpoints judge with (serve/rewards.py's reward_options); None: score_options
+
+    def __post_init__(self):
+        if self.image_root is not None:
+            self.image_root = self.image_root.resolve()
 
     @property
     def reward_mode(self) -> str | None:

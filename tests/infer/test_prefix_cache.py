@@ -17,7 +17,8 @@ from mmjudge.infer.options import MAX_PREFIX_CACHE, REWARD_PREFIX_CACHE, ScoreOp
 from mmjudge.infer.prefix_cache import AGE_ASKS, Entry, PrefixCache, pixel_digest, prefix_key
 from mmjudge.judge.data import Pair, Sample, Segment, UsageError
 from mmjudge.judge.model import load_judge
-from mmjudge.judge.prompts import load_rubrics
+from mmjudge.judge.parsing import SCORE_HEADING
+from mmjudge.judge.prompts import encode_prompt, load_rubrics
 from mmjudge.judge.testing.families import write_family_checkpoint
 
 RUBRICS = load_rubrics([*DEFAULT_RUBRICS, CONFIG_DIR / "rubrics" / "pairwise.yaml"])
@@ -212,6 +213,22 @@ def test_the_pixels_are_hashed_where_they_are_loaded_never_on_the_model_thread(j
     assert with_answer_image.shared_digest is None and len(hashed_on) == len(items)  # a decoder without a prefix cache asks for none
     question_image, answer_image = with_answer_image.split(int((items[2].input_ids[:items[2].prefix] == scorer.decoder.backbone.image_token_id).sum()))
     assert answer_image is not None and keyed == [pixel_digest(question_image)] * len(items)
+
+
+def test_a_questions_shared_part_is_tokenized_once_for_all_its_answers_across_requests(judge, images, monkeypatch):
+    """Two one-sample-style requests of a group's answers (two prepare calls, as a server makes them): each whole
+    prompt is tokenized, the question's shared part once in all, and each answer's prefix is where it is alone."""
+    import mmjudge.infer.engine as engine
+
+    encoded = []
+    monkeypatch.setattr(engine, "encode_prompt", lambda tokenizer, text, controls: encoded.append(text) or encode_prompt(tokenizer, text, controls))
+    question = [Segment(text="A question no other test asks: what colour is it?"), Segment(image=str(images[1]))]
+    answers = [sample.model_copy(update={"question": question}) for sample in group(images)]
+    alone = [prepare(judge, [(0, sample)], RUBRICS, Path("/"), options("logits"))[0] for sample in answers]
+    again = prepare(judge, list(enumerate(answers)), RUBRICS, Path("/"), options("logits"))
+    whole = [text for text in encoded if text.endswith(f"{SCORE_HEADING}\n")]  # logits mode: each whole prompt ends with the heading
+    assert len(encoded) == 2 * len(answers) + 1 and len(whole) == 2 * len(answers)
+    assert [(a.prefix, a.input_ids.tolist()) for a in alone] == [(b.prefix, b.input_ids.tolist()) for b in again] and alone[0].prefix > 0
 
 
 def asked(cache: PrefixCache, key: int, n: int, times: int = 1) -> None:
