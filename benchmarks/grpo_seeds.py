@@ -71,7 +71,8 @@ def run_seed(seed: int, out: Path, args: argparse.Namespace) -> dict:
                              "--max_steps", str(args.sft_steps), "--save_steps", str(args.sft_steps), "--learning_rate", "1e-3")
     grpo_seconds, _ = command("judge-train", "--model_path", str(out / "sft"), "--output_dir", str(out / "grpo"), *common,
                               "--objective", "grpo", "--max_steps", str(args.grpo_steps), "--save_steps", str(args.grpo_steps),
-                              "--learning_rate", args.grpo_learning_rate, "--temperature", args.temperature, "--num_generations", str(args.num_generations),
+                              "--learning_rate", args.grpo_learning_rate, "--temperature", args.temperature, "--min_p", args.min_p, "--kl_beta", args.kl_beta,
+                              "--num_generations", str(args.num_generations),
                               "--per_device_batch_size", str(args.grpo_batch_size), "--max_completion_length", "16", "--logging_steps", "10")
     rewards = json.loads((out / "grpo" / "reward_history.json").read_text())
     return {"seed": seed, "test_pairs": TEST_PAIRS, "sft_steps": args.sft_steps, "sft_accuracy": test_accuracy(out / "sft", root, out / "scored-sft"),
@@ -100,9 +101,11 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(3)), help="seeds (default: 0 to 2)")
     p.add_argument("--output_dir", default="grpo_seeds", help="each seed's run in seed-N/, and the tables (default: grpo_seeds)")
     p.add_argument("--sft_steps", type=int, default=80, help="judge-train's SFT steps, too few to apply the rule over the judge's position bias (default: 80)")
-    p.add_argument("--grpo_steps", type=int, default=80, help="judge-train --objective grpo's steps (default: 80)")
+    p.add_argument("--grpo_steps", type=int, default=200, help="judge-train --objective grpo's steps (default: 200)")
     p.add_argument("--grpo_learning_rate", default="1e-3", help="judge-train --objective grpo's learning rate (default: 1e-3)")
-    p.add_argument("--temperature", default="0.5", help="judge-train --objective grpo's sampling temperature (default: 0.5)")
+    p.add_argument("--temperature", default="1.0", help="judge-train --objective grpo's sampling temperature (default: 1.0)")
+    p.add_argument("--min_p", default="0.3", help="judge-train --objective grpo's min-p truncation of the sampling (default: 0.3)")
+    p.add_argument("--kl_beta", default="0.1", help="judge-train --objective grpo's KL weight to the SFT judge (default: 0.1)")
     p.add_argument("--num_generations", type=int, default=4, help="judge-train --objective grpo's completions per prompt (default: 4)")
     p.add_argument("--grpo_batch_size", type=int, default=32, help="judge-train --objective grpo's completions per step (default: 32: 4 pairs)")
     p.add_argument("--jobs", type=int, default=1, help="seeds run at once (default: 1)")
@@ -114,7 +117,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     record = {"command": f"python benchmarks/grpo_seeds.py --seeds {' '.join(map(str, args.seeds))} --sft_steps {args.sft_steps} "
                          f"--grpo_steps {args.grpo_steps} --grpo_learning_rate {args.grpo_learning_rate} --temperature {args.temperature} "
-                         f"--num_generations {args.num_generations} --grpo_batch_size {args.grpo_batch_size} --jobs {args.jobs}",
+                         f"--min_p {args.min_p} --kl_beta {args.kl_beta} --num_generations {args.num_generations} --grpo_batch_size {args.grpo_batch_size} --jobs {args.jobs}",
               "machine": f"{cpu_name()}, {os.cpu_count()} cores, beside other jobs", "seeds": results}
     (out / "grpo_seeds.json").write_text(json.dumps(record, indent=1) + "\n")
     table = markdown(record)

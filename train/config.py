@@ -78,6 +78,9 @@ class TrainConfig:
     num_generations: int = _opt(4, "grpo: completions sampled per prompt, the group each reward is compared within", minimum=2)
     max_completion_length: int = _opt(256, "grpo: longest completion sampled, in tokens", minimum=1)
     temperature: float = _opt(1.0, "grpo: sampling temperature of the completions", minimum=0)
+    min_p: float = _opt(0.0, "grpo: leave out of the sampling every token less likely than min_p times the likeliest one (0: none), "
+                             "so that a near-certain token (the verdict's format) is kept and only a close choice (the verdict) is "
+                             "sampled both ways", minimum=0, below=1)
     kl_beta: float = _opt(0.0, "grpo: weight of the KL term to the starting judge (0: none, and no reference copy of the judge kept)", minimum=0)
 
     def __post_init__(self):
@@ -117,7 +120,7 @@ def grpo_problems(cfg: TrainConfig) -> list[str]:
 
 LORA_SETTINGS = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")  # an adapter's: a full fine-tune has none
 REWARD_SETTINGS = ("reward_head", "reward_margin", "reward_centering")  # a reward head's: SFT has none
-GRPO_SETTINGS = ("rewards", "num_generations", "max_completion_length", "temperature", "kl_beta")
+GRPO_SETTINGS = ("rewards", "num_generations", "max_completion_length", "temperature", "min_p", "kl_beta")
 
 
 def unused_settings(cfg: TrainConfig, given: dict) -> list[str]:

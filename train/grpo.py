@@ -118,6 +118,14 @@ def reward_history(log_history: list[dict]) -> list[dict]:
             for entry in log_history if "reward" in entry]
 
 
+def grpo_arguments(cfg: TrainConfig, output_dir: Path, deepspeed: str | None, stop_ids: tuple[int, ...]) -> GRPOConfig:
+    """TRL's settings of the run: the Trainer's as for SFT, and the sampling (generation stops at any of the
+    judge's stop tokens)."""
+    return training_arguments(cfg, output_dir, deepspeed, False, kind=GRPOConfig, num_generations=cfg.num_generations,
+                              max_completion_length=cfg.max_completion_length, temperature=cfg.temperature, min_p=cfg.min_p or None,
+                              beta=cfg.kl_beta, generation_kwargs={"eos_token_id": list(stop_ids)})
+
+
 def train_grpo(base: Checkpoint, annotations: tuple[list[Pair], list[Pair]], train_file: Path, image_root: Path, output_dir: Path,
                rubrics: dict[str, Rubric], cfg: TrainConfig, deepspeed: str | None, resume: bool) -> dict:
     """GRPO on the judge `base` from the training pairs; the result says how the saved weights were chosen, as
@@ -130,9 +138,7 @@ def train_grpo(base: Checkpoint, annotations: tuple[list[Pair], list[Pair]], tra
     judge.settings = with_max_tiles(judge.settings, cfg.max_tiles)
     dataset, prompt_ids = build_prompt_dataset(judge, train_pairs, rubrics, image_root, cfg, str(train_file))
     model = apply_lora(judge, cfg)
-    args = training_arguments(cfg, output_dir / CHECKPOINTS_DIR, deepspeed, False, kind=GRPOConfig, num_generations=cfg.num_generations,
-                              max_completion_length=cfg.max_completion_length, temperature=cfg.temperature, beta=cfg.kl_beta,
-                              generation_kwargs={"eos_token_id": list(judge.stop_ids)})
+    args = grpo_arguments(cfg, output_dir / CHECKPOINTS_DIR, deepspeed, judge.stop_ids)
     trainer = GRPOJudgeTrainer(
         model=model, reward_funcs=trl_rewards(rubrics, cfg.rewards), args=args, train_dataset=dataset, processing_class=judge.tokenizer,
         judge=Judge(model, judge.tokenizer, judge.settings, "training"), rubrics=rubrics, image_root=image_root, cfg=cfg,

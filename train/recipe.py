@@ -304,8 +304,10 @@ class TrainingLines(ProgressCallback):
             # DeepSpeed's ZeRO-2 optimizer gives the Trainer no gradient norm: none is said, rather than "nan", which
             # reads as a diverged run
             norm = f", gradient norm {logs['grad_norm']:.3f}" if logs.get("grad_norm") is not None else ""
+            # GRPO's loss says little of how it goes (near 0 whatever the rewards): its mean reward does
+            reward = f", reward {logs['reward']:.3f}" if "reward" in logs else ""
             self.training_bar.write(f"step {state.global_step}/{state.max_steps} (epoch {logs.get('epoch', state.epoch):.2f}): loss {logs['loss']:.4f}, "
-                                    f"learning rate {logs.get('learning_rate', float('nan')):.2e}{norm}", file=sys.stderr)
+                                    f"learning rate {logs.get('learning_rate', float('nan')):.2e}{norm}{reward}", file=sys.stderr)
         elif "train_runtime" in logs:
             resumed = f" (resumed at step {self.first_step}, now at {state.global_step})" if self.first_step else ""
             self.training_bar.write(f"trained {state.global_step - self.first_step} steps{resumed} in {logs['train_runtime']:.0f}s "

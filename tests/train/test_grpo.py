@@ -13,7 +13,8 @@ from mmjudge.judge.data import load_pairs
 from mmjudge.judge.testing import write_pairs
 from mmjudge.train.cli import main as train_main
 from mmjudge.train.data import merge_pair_annotators
-from mmjudge.train.grpo import BothOrders, GRPOJudgeTrainer
+from mmjudge.train.config import TrainConfig
+from mmjudge.train.grpo import BothOrders, GRPOJudgeTrainer, grpo_arguments
 from trl.trainer.utils import RepeatSampler
 
 # IntJudge's reading (verdict format opening) finds a verdict, a tie, in any text holding an A or a B: the tiny
@@ -48,6 +49,14 @@ def test_the_sampler_draws_both_orders_of_each_pair_together():
     assert sorted(set(drawn)) == list(range(6))
 
 
+def test_the_sampling_settings_reach_trls_generation(tmp_path):
+    cfg = TrainConfig(objective="grpo", num_generations=2, per_device_batch_size=4, temperature=1.0, min_p=0.1, max_completion_length=8)
+    args = grpo_arguments(cfg, tmp_path, None, (5, 7))
+    assert (args.temperature, args.min_p, args.num_generations, args.max_completion_length) == (1.0, 0.1, 2, 8)
+    assert args.generation_kwargs == {"eos_token_id": [5, 7]}
+    assert grpo_arguments(TrainConfig(objective="grpo"), tmp_path, None, (5,)).min_p is None  # 0: TRL's own "no truncation"
+
+
 def test_what_grpo_cannot_run_is_refused_before_the_model_loads(data, annotated, tmp_path, capsys):
     args = train_args(tmp_path / "no-model", data, tmp_path / "out")
     samples = [*args[:3], str(annotated / "train.json"), *args[4:]]
@@ -59,6 +68,8 @@ def test_what_grpo_cannot_run_is_refused_before_the_model_loads(data, annotated,
     assert "= 3 completions per process per step must be a multiple of 2 x num_generations = 4" in capsys.readouterr().err
     assert train_main([*args, "--rewards", "verdict", "length"]) == 2
     assert "rewards: unknown reward 'length'" in capsys.readouterr().err
+    assert train_main([*args, "--min_p", "1"]) == 2
+    assert "min_p" in capsys.readouterr().err
     sft = [*args[:args.index("--objective")], *args[args.index("--objective") + 2:]]
     assert train_main(sft) == 2
     assert "--num_generations 2: a GRPO setting, but this run trains by sft" in capsys.readouterr().err
@@ -69,7 +80,9 @@ def test_what_grpo_cannot_run_is_refused_before_the_model_loads(data, annotated,
 def test_two_steps_reward_the_judge_and_save_it_merged(checkpoint, data, tmp_path, capsys):
     out = tmp_path / "out"
     assert train_main(train_args(checkpoint, data, out, "--max_steps", "2", "--save_steps", "2")) == 0
-    assert "(steps: 2, the last step's weights" in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert "(steps: 2, the last step's weights" in said.out
+    assert "step 2/2 (epoch" in said.err and ", reward " in said.err  # the step's line says its mean reward
     history = json.loads((out / "reward_history.json").read_text())
     assert [h["step"] for h in history] == [1, 2]
     assert all({"rewards/verdict/mean", "rewards/format/mean", "rewards/swap_consistency/mean", "reward"} <= h.keys() for h in history)
