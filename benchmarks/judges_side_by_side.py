@@ -7,8 +7,8 @@ prompts prepared; the time of scoring them, both orders for the generative judge
 For each seed N: bt_seeds.py's pairs and split (120 pairs, 40 for testing, no rationale) and tiny judge of
 seed N; the reward head as bt_seeds.py trains it; the generative judge by `judge-train --config tiny --rubric
 tiny --seed N --num_epochs E` on the same training pairs (each in both orders, the verdict as the target); the
-GRPO judge by `judge-train --objective grpo` from that generative judge on the same pairs (grpo_seeds.py's
-recipe flags). Writes DIR/side_by_side.json and DIR/side_by_side.md.
+GRPO judge by `judge-train --objective grpo` from that generative judge on the same pairs (--grpo: its flags).
+Writes DIR/side_by_side.json and DIR/side_by_side.md.
 
     python benchmarks/judges_side_by_side.py --seeds 0 1 --output_dir /tmp/sbs
 """
@@ -47,7 +47,9 @@ from mmjudge.judge.prompts import load_rubrics  # noqa: E402
 from mmjudge.judge.testing import write_original_checkpoint  # noqa: E402
 
 GENERATIVE_RUBRIC = CONFIG_DIR / "rubrics" / "tiny"
-# GRPO's steps, learning rate and sampling as benchmarks/grpo_seeds.py runs them by default
+# GRPO's steps, learning rate and sampling as recorded in docs/benchmarks/side_by_side.json: grpo_seeds.py's first
+# recipe (80 steps at temperature 0.5). Its recipe now (200 steps at temperature 1.0, --min_p 0.3, --kl_beta 0.1)
+# found the pair rule from judges that wrote one position, in about 20 minutes a seed here.
 GRPO = "--max_steps 80 --learning_rate 1e-3 --temperature 0.5 --num_generations 4 --per_device_batch_size 32 --max_completion_length 16"
 KINDS = {"reward": "Bradley-Terry head", "generative": "generative pairwise (SFT)", "grpo": "generative pairwise, SFT then GRPO"}
 
@@ -121,7 +123,7 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default: 0 1 2)")
     p.add_argument("--output_dir", default="side_by_side", help="each seed's runs in seed-N/, and the tables (default: side_by_side)")
     p.add_argument("--num_epochs", default="4", help="judge-train's --num_epochs for the head and the SFT judge (default: 4)")
-    p.add_argument("--grpo", default=GRPO, help=f"judge-train's flags for GRPO (default: {GRPO!r}: benchmarks/grpo_seeds.py's recipe)")
+    p.add_argument("--grpo", default=GRPO, help=f"judge-train's flags for GRPO (default: {GRPO!r})")
     args = p.parse_args(argv)
     out = Path(args.output_dir)
     results, load_before = [], load_average()
