@@ -273,14 +273,14 @@ def _main(argv) -> int:
         # verdict at all (docs/pairwise.md, "The demo's pairwise part").
         steps.run("6a: write pairs", [py, "-m", "mmjudge.judge.testing", "pairs", "--pairs", str(settings.pairs), "--annotated", "--text_only",
                                       "--no_rationale", "--seed", seed, str(out / "pairs")], shown)
-        files = split(out / "pairs", pair_sizes, settings.seed, "pairs.json")
+        pair_files = split(out / "pairs", pair_sizes, settings.seed, "pairs.json")
         # Both judges are read by their verdict distributions (the untrained judge writes no verdict), in both orders.
         judge_pairs = ["--input_dir", str(out / "pairs"), "--input_file", "test.json", "--pair_rule", "mean_probability", *score]
         steps.run("6b: judge pairs before training", [script("judge-score"), "--model_path", str(out / "base-judge"),
                                                       "--output_dir", str(out / "pairs-before"), *judge_pairs], shown)
         shutil.rmtree(out / "pairwise-judge", ignore_errors=True)
-        steps.run("6c: train on pairs", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
-                                         "--eval_file", str(files["validation"]), "--input_dir", str(out / "pairs"), "--output_dir", str(out / "pairwise-judge"),
+        steps.run("6c: train on pairs", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(pair_files["train"]),
+                                         "--eval_file", str(pair_files["validation"]), "--input_dir", str(out / "pairs"), "--output_dir", str(out / "pairwise-judge"),
                                          "--config", "tiny", "--max_steps", str(settings.pair_steps), "--save_steps", str(settings.pair_save_steps),
                                          *batches, "--learning_rate", str(settings.pair_learning_rate), *rubric], shown)
         steps.run("6d: judge pairs after training", [script("judge-score"), "--model_path", str(out / "pairwise-judge"),
@@ -289,15 +289,15 @@ def _main(argv) -> int:
         # bundled pointwise rubric of the pairs' category (tiny-reward); pairs are judged by the rewards' difference.
         reward = ["--rubric", "tiny-reward"]
         shutil.rmtree(out / "reward-model", ignore_errors=True)
-        steps.run("7a: train a reward model", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(files["train"]),
-                                               "--eval_file", str(files["validation"]), "--input_dir", str(out / "pairs"), "--output_dir", str(out / "reward-model"),
+        steps.run("7a: train a reward model", [script("judge-train"), "--model_path", str(out / "base-judge"), "--train_file", str(pair_files["train"]),
+                                               "--eval_file", str(pair_files["validation"]), "--input_dir", str(out / "pairs"), "--output_dir", str(out / "reward-model"),
                                                "--config", "tiny", "--objective", "bradley_terry", "--num_epochs", str(settings.reward_epochs), *batches,
                                                *reward], shown)
         steps.run("7b: judge pairs by reward", [script("judge-score"), "--model_path", str(out / "reward-model"), "--input_dir", str(out / "pairs"),
                                                 "--input_file", "test.json", "--output_dir", str(out / "pairs-reward"), "--no_resume", *reward], shown)
         steps.run("7c: calibrate the verdicts", [script("judge-calibrate"), "--predictions",
                                                  *(str(out / name / "eval_result.json") for name in PAIR_JUDGES.values()),
-                                                 "--names", *PAIR_JUDGES, "--human", str(files["test"]), "--output_dir", str(out / "pairs-report")], shown)
+                                                 "--names", *PAIR_JUDGES, "--human", str(pair_files["test"]), "--output_dir", str(out / "pairs-report")], shown)
 
     print("\n== Steps 2-5 (the samples) and 6-7 (the pairs) share only the base judge and run side by side; "
           "the output of 6-7 follows that of 2-5 (their logs: logs/6a.log ...)", flush=True)
