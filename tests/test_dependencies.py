@@ -30,7 +30,9 @@ PACKAGES = ("judge", "infer", "train", "calibration", "demo", "serve")  # instal
 USED_THROUGH_OTHERS = {"tokenizers": "transformers reads InternVL2's tokenizer (and the tiny test one) with it",
                        "antlr4-python3-runtime": "sympy's LaTeX parser, which MEGA-Bench's numeric metric reads answers with, runs on it",
                        "protobuf": "transformers reads a SentencePiece tokenizer.model (InternVL2's) with it, to convert it on load",
-                       "accelerate": "transformers' Trainer (judge-train) runs on it, at 1.3 or newer (1.4: TRL's least)"}
+                       "accelerate": "transformers' Trainer (judge-train) runs on it, at 1.3 or newer (1.4: TRL's least)",
+                       "httptools": "uvicorn parses judge-serve's HTTP with it where it is installed (h11 otherwise)",
+                       "uvloop": "uvicorn runs judge-serve's event loop on it where it is installed (asyncio's otherwise)"}
 # The extras whose packages the lock holds and the suite runs with; gpu's (liger-kernel) need a GPU.
 TESTED_EXTRAS = ("test", "deepspeed", "rl")
 

@@ -624,8 +624,10 @@ def test_metrics_are_vllms_with_the_status_in_a_label_of_its_own(server):
     neutral = post(server, "/v1/chat/completions", {"model": SERVED, "messages": HELLO, "tools": []})  # a neutral value: taken
     wrong = post(server, "/v1/chat/completions", {"model": "gpt-4o", "messages": HELLO})
     assert neutral.status_code == 200 and wrong.status_code == 404
-    for k in range(3):  # made-up paths and methods count under one label each
-        httpx2.request(f"BREW{k}", f"{server}/v1/tea/{k}", headers={"Authorization": f"Bearer {KEY}"})
+    for k, method in enumerate(("PROPFIND", "MKCOL", "LOCK")):  # made-up paths and methods HTTP knows count under one label each
+        httpx2.request(method, f"{server}/v1/tea/{k}", headers={"Authorization": f"Bearer {KEY}"})
+    # a method HTTP does not know is refused by the HTTP parser (httptools, as vLLM's server has it), before the app
+    assert httpx2.request("BREW", f"{server}/v1/tea", headers={"Authorization": f"Bearer {KEY}"}).status_code == 400
     after = metrics_text(server)
     delta = lambda name, **labels: sample_value(after, name, **labels) - sample_value(before, name, **labels)  # noqa: E731
     chat = {"handler": "/v1/chat/completions", "method": "POST"}
