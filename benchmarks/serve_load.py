@@ -61,10 +61,14 @@ PASSES = ("judge_prefill_batches_total", "judge_decoding_steps_total", "judge_pr
 
 
 def forward_passes(base: str) -> tuple[int, int, int]:
-    """Prefill passes, decoding steps and prompt tokens prefilled the server has run (0 for a counter a server
-    of an earlier version does not have)."""
+    """Prefill passes, decoding steps and prompt tokens prefilled the server has run."""
+    return metric_values(base, PASSES)
+
+
+def metric_values(base: str, names: tuple[str, ...]) -> tuple[int, ...]:
+    """The server's figures of these unlabelled /metrics lines (0 for one a server of an earlier version does not have)."""
     lines = httpx2.get(f"{base}/metrics").text.splitlines()
-    return tuple(int(float(next((line.split()[1] for line in lines if line.startswith(f"{name} ")), 0))) for name in PASSES)
+    return tuple(int(float(next((line.split()[1] for line in lines if line.startswith(f"{name} ")), 0))) for name in names)
 
 
 def running(base: str) -> float:

@@ -1139,6 +1139,15 @@ def kv_bytes_per_token(config, dtype: torch.dtype) -> int:
     return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * dtype.itemsize
 
 
+def prefix_cache_room(config, dtype: torch.dtype, device: torch.device, memory: int) -> int:
+    """Tokens of keys and values a prefix cache may hold for a language model of this config: on a GPU half of what
+    its free memory holds beside the weights and a prefill group (the other half is decoding's slots'), elsewhere
+    `memory` bytes' worth."""
+    per_token = kv_bytes_per_token(config, dtype)
+    free = _memory_budget(device, per_token)
+    return memory // per_token if free is None else free // 2
+
+
 def _memory_budget(device: torch.device, bytes_per_token: int) -> int | None:
     """KV-cache tokens that fit in free GPU memory, keeping room for a prefill group's activations."""
     if device.type != "cuda":

@@ -28,7 +28,10 @@ MAX_SAMPLES = 100
 # Tokens of keys and values a prefix cache may hold: at InternVL2-4B's 384 KiB a token, 2**20 are 384 GiB, more
 # than any one device holds.
 MAX_PREFIX_CACHE = 2**20
-REWARD_PREFIX_CACHE = 16384  # the prefix cache of judge-serve's reward endpoints where --prefix_cache is not given
+# The keys and values judge-serve's reward endpoints keep of prompts' shared parts where --prefix_cache is not given,
+# off a GPU (infer/decoding.py's prefix_cache_tokens; on one, half the KV cache's room): InternVL2-4B's 16,384 tokens
+# in bf16; a smaller judge's more, which a fixed count of tokens left missing (docs/rewards.md).
+REWARD_PREFIX_CACHE_BYTES = 6 * 2**30
 Rule = Literal[RULES]
 
 
@@ -70,8 +73,9 @@ class ScoreOptions:
         None, "tokens of keys and values kept of prompts' parts before their first answer (the rubric, the question and its images), "
               "so that the answers to one question (a GRPO group, a pair's two orders) prefill that part once; each such prompt is "
               "prefilled in two pieces cut there, cached or not, so a cached part gives the same bits as a fresh one; the least recently "
-              "used leaves first; 0: off, every prompt prefilled whole; none: 16384 for judge-serve's reward endpoints (an RL group's "
-              "answers), off elsewhere (a prompt prefilled whole, as MMIE's reference prefills it)", minimum=0, below=MAX_PREFIX_CACHE + 1)
+              "used leaves first; 0: off, every prompt prefilled whole; none: for judge-serve's reward endpoints (an RL group's "
+              "answers) what 6 GiB of the judge's keys and values hold (InternVL2-4B's 16,384 tokens), on a GPU half of what its "
+              "memory free beside the weights holds, and off elsewhere (a prompt prefilled whole, as MMIE's reference prefills it)", minimum=0, below=MAX_PREFIX_CACHE + 1)
     ignore_stop: bool = _option(False, "always generate max_new_tokens, no forced score heading (benchmarks: equal work per sample)",
                                 flag=False)
     # Pairs (judge/preferences.py says how a pair's verdict is decided): PAIR_OPTIONS.

@@ -76,7 +76,7 @@ def _main(argv) -> int:
     from mmjudge.judge.rope import context_length
     from mmjudge.serve.app import build_app
     from mmjudge.serve.metrics import Metrics
-    from mmjudge.serve.rewards import reward_options
+    from mmjudge.serve.rewards import reward_options, with_prefix_cache
     from mmjudge.serve.service import Service
     from mmjudge.serve.worker import Worker
 
@@ -89,6 +89,8 @@ def _main(argv) -> int:
     loaded = LoadedJudge.load(args.model_path, args.device, args.dtype, args.revision, options.deterministic)
     judge, device = loaded.model, loaded.device
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
+    if rewarding is not None:  # its prefix cache is sized from the judge in memory
+        rewarding = with_prefix_cache(rewarding, judge, device)
     context = context_length(judge.model.config.get_text_config())
     if limits.max_model_len is not None and limits.max_model_len > context:
         raise UsageError(f"--max_model_len {limits.max_model_len} is more than {args.model_path}'s context of {context} tokens")

@@ -79,6 +79,11 @@ class Metrics:
         ]:
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} histogram", *histogram.lines(name, model)]
         for name, value, help_text in [
+            ("judge_prefix_cache_limit_tokens", forwards["prefix_limit"], "tokens of keys and values the prefix caches may hold (0: none)"),
+            ("judge_prefix_cache_tokens", forwards["prefix_tokens"], "tokens of keys and values the prefix caches hold"),
+        ]:
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
+        for name, value, help_text in [
             ("judge_prefill_batches_total", forwards["prefill"], "prefill forward passes: each a group of prompts or a chunk of one, scoring and chat alike"),
             ("judge_prefill_tokens_total", forwards["prefill_tokens"], "prompt tokens prefilled (a prompt left half way counts its chunks)"),
             ("judge_prefix_cache_hits_total", forwards["prefix_hits"], "prompts whose part before their first answer came from the prefix cache or another prompt of their prefill group"),

@@ -31,15 +31,18 @@ import time
 from dataclasses import dataclass, replace
 from typing import Literal
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from mmjudge.infer.decoding import prefix_cache_room
 from mmjudge.infer.engine import read_tokens
-from mmjudge.infer.options import REWARD_PREFIX_CACHE, ScoreOptions
+from mmjudge.infer.options import MAX_PREFIX_CACHE, REWARD_PREFIX_CACHE_BYTES, ScoreOptions
 from mmjudge.judge.data import JudgeResult, Pair, Sample, Segment, UsageError
+from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Rubric
 from mmjudge.judge.rewards import RewardSpec, label_problem, preference_reward, response_of, score_reward, verdict_reward
 from mmjudge.serve.api import Message, RequestError, validated
@@ -85,9 +88,8 @@ def reward_options(spec: RewardSpec, rubrics: dict[str, Rubric], tokenizer, opti
     """The scoring options the reward endpoints judge with (--reward_mode): the server's, in logits mode where
     asked or, auto, where the reward's rubric allows it (read_tokens: its scores, or verdicts, one token each),
     generate mode elsewhere. A logits mode asked of a rubric that does not allow it is refused, before the
-    model loads. The prefix cache is on unless --prefix_cache was given (infer/options.py)."""
-    # an RL group's answers share their rubric, question and images: cached unless --prefix_cache says otherwise
-    options = replace(options, prefix_cache=REWARD_PREFIX_CACHE if options.prefix_cache is None else options.prefix_cache)
+    model loads. The prefix cache, on unless --prefix_cache was given, is sized once the weights are in memory
+    (with_prefix_cache)."""
     logits = replace(options, mode="logits", structured=False)  # structured constrains what is written; logits writes nothing
     if spec.kind == "verdict" or mode == "generate":  # a verdict reward reads the response and judges nothing
         return replace(options, mode="generate")
@@ -154,6 +156,18 @@ async def rewarded(request: Request, service: Service, asked: list[Asked], what:
     if service.reward_model:
         return [Reward(result.reward, result, result.n_images) for result in results]
     return [Reward(score_reward(result, rubric, spec.calibrator), result, result.n_images) for result in results]
+
+
+def with_prefix_cache(options: ScoreOptions, judge: Judge, device: str) -> ScoreOptions:
+    """The reward endpoints' options with the prefix cache on where --prefix_cache was not given: an RL group's answers
+    share their rubric, question and images. It holds what REWARD_PREFIX_CACHE_BYTES of the judge's keys and values
+    hold (on a GPU, half the room its free memory leaves beside the weights), at most MAX_PREFIX_CACHE tokens: a fixed
+    number of tokens was 6 GiB for InternVL2-4B and a few megabytes for a small judge, whose questions then missed."""
+    if options.prefix_cache is not None:
+        return options
+    model = judge.model
+    room = prefix_cache_room(model.config.get_text_config(), model.dtype, torch.device(device), REWARD_PREFIX_CACHE_BYTES)
+    return replace(options, prefix_cache=min(MAX_PREFIX_CACHE, room))
 
 
 def judged_item(item: Asked, k: int, spec: RewardSpec, images: RequestImages) -> Sample | Pair:

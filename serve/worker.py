@@ -136,11 +136,12 @@ class Worker:
 
     def forward_passes(self) -> dict[str, int]:
         """Prefill groups (or chunks) and decoding steps run so far, the prompt tokens prefilled, scoring and chat
-        together, and the prefix caches' hits and misses."""
+        together, the prefix caches' hits and misses, and the tokens they may hold and hold."""
         caches = [d.prefix_cache for d in self.decoders if d.prefix_cache is not None]
         return {"prefill": sum(d.prefills for d in self.decoders), "step": sum(d.steps for d in self.decoders),
                 "prefill_tokens": sum(d.prefill_tokens for d in self.decoders),
-                "prefix_hits": sum(c.hits for c in caches), "prefix_misses": sum(c.misses for c in caches)}
+                "prefix_hits": sum(c.hits for c in caches), "prefix_misses": sum(c.misses for c in caches),
+                "prefix_limit": sum(c.limit for c in caches), "prefix_tokens": sum(c.tokens for c in caches)}
 
     def score(self, items: list[Prepared], cancelled: Callable[[], bool] | None = None, reward: bool = False) -> Future:
         """The items' records, by /v1/score's scorer or (`reward`) the reward endpoints'."""

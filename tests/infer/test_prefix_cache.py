@@ -7,13 +7,14 @@ part with the same text beside another image is a miss; the cache holds no more 
 import socket
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from mmjudge.configs import CONFIG_DIR, DEFAULT_RUBRICS
 from mmjudge.infer.engine import Scorer, prepare
-from mmjudge.infer.options import MAX_PREFIX_CACHE, REWARD_PREFIX_CACHE, ScoreOptions
+from mmjudge.infer.options import MAX_PREFIX_CACHE, REWARD_PREFIX_CACHE_BYTES, ScoreOptions
 from mmjudge.infer.prefix_cache import AGE_ASKS, Entry, PrefixCache, pixel_digest, prefix_key
 from mmjudge.judge.data import Pair, Sample, Segment, UsageError
 from mmjudge.judge.model import load_judge
@@ -56,7 +57,7 @@ def scored(scorer: Scorer, items) -> dict:
 
 
 def options(mode: str, **given) -> ScoreOptions:
-    return ScoreOptions(mode=mode, max_new_tokens=4, max_tiles=1, **{"prefix_cache": REWARD_PREFIX_CACHE, **given})
+    return ScoreOptions(mode=mode, max_new_tokens=4, max_tiles=1, **{"prefix_cache": 16384, **given})
 
 
 @pytest.mark.parametrize("mode", ["logits", pytest.param("generate", marks=pytest.mark.slow)])
@@ -281,9 +282,10 @@ def test_a_prefix_cache_size_past_its_bounds_is_refused(value):
 def test_judge_score_and_judge_serve_turn_the_cache_on_and_off_by_their_flag_and_only_the_reward_endpoints_have_it_unasked(tmp_path):
     """judge-score's --prefix_cache, and judge-serve's (the same ScoreOptions field): 0 turns it off. Not given,
     judge-score and /v1/score prefill each prompt whole, as MMIE's reference does, and the reward endpoints,
-    whose RL groups share their rubric, question and images, keep REWARD_PREFIX_CACHE tokens."""
+    whose RL groups share their rubric, question and images, keep what the judge's keys and values in
+    REWARD_PREFIX_CACHE_BYTES hold (test_the_reward_endpoints_cache_is_sized_in_memory_not_tokens)."""
     from mmjudge.judge.rewards import parse_reward
-    from mmjudge.serve.rewards import reward_options
+    from mmjudge.serve.rewards import reward_options, with_prefix_cache
     from mmjudge.infer.cli import build_parser, score_options
     from mmjudge.judge.formats import FORMATS
     from mmjudge.serve.cli import build_parser as serve_parser, settings
@@ -294,12 +296,30 @@ def test_judge_score_and_judge_serve_turn_the_cache_on_and_off_by_their_flag_and
     unasked = score_options(build_parser(argv[:-2]).parse_args(argv[:-2]), FORMATS["mmie"])
     assert unasked.prefix_cache is None and not unasked.prefix_cache
     rubrics = load_rubrics(FORMATS["mmie"].default_rubrics)
-    for given, kept in ((unasked, REWARD_PREFIX_CACHE), (replace(unasked, prefix_cache=0), 0), (replace(unasked, prefix_cache=64), 64)):
-        assert reward_options(parse_reward("score:SA", rubrics), rubrics, None, given, "generate").prefix_cache == kept
+    judge = load_judge(write_family_checkpoint("qwen3-vl-4b", tmp_path / "judge"))
+    for given, kept in ((unasked, MAX_PREFIX_CACHE), (replace(unasked, prefix_cache=0), 0), (replace(unasked, prefix_cache=64), 64)):
+        rewarding = reward_options(parse_reward("score:SA", rubrics), rubrics, None, given, "generate")
+        assert rewarding.prefix_cache == given.prefix_cache and with_prefix_cache(rewarding, judge, "cpu").prefix_cache == kept
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = str(free.getsockname()[1])
     assert settings(serve_parser().parse_args(["--model_path", "m", "--port", port, "--prefix_cache", "0"]))[0].prefix_cache == 0
+
+
+def test_the_reward_endpoints_cache_is_sized_in_memory_not_tokens(monkeypatch):
+    """Unasked, the reward endpoints' cache may hold REWARD_PREFIX_CACHE_BYTES of the judge's keys and values: InternVL2-4B's
+    16,384 tokens in bf16 (384 KiB a token), a small judge's many more (capped at MAX_PREFIX_CACHE by with_prefix_cache),
+    where 16,384 tokens were a few megabytes that missed; on a GPU, half the room its free memory leaves for keys and values."""
+    import mmjudge.infer.decoding as decoding
+
+    phi3 = SimpleNamespace(num_hidden_layers=32, num_key_value_heads=32, num_attention_heads=32, hidden_size=3072)  # InternVL2-4B's
+    small = SimpleNamespace(num_hidden_layers=2, num_key_value_heads=2, num_attention_heads=4, hidden_size=64)
+    cpu = torch.device("cpu")
+    assert decoding.prefix_cache_room(phi3, torch.bfloat16, cpu, REWARD_PREFIX_CACHE_BYTES) == 16384
+    assert decoding.prefix_cache_room(phi3, torch.float32, cpu, REWARD_PREFIX_CACHE_BYTES) == 8192
+    assert decoding.prefix_cache_room(small, torch.float32, cpu, REWARD_PREFIX_CACHE_BYTES) == 6 * 2**30 // (2 * 2 * 2 * 16 * 4) > MAX_PREFIX_CACHE
+    monkeypatch.setattr(decoding, "_memory_budget", lambda device, per_token: 100_001)  # a GPU's room for keys and values, in tokens
+    assert decoding.prefix_cache_room(phi3, torch.bfloat16, torch.device("cuda"), REWARD_PREFIX_CACHE_BYTES) == 50_000
 
 
 @pytest.mark.slow
@@ -341,7 +361,7 @@ def test_a_deterministic_decoder_writes_a_cached_prompt_to_the_same_bits_alone_a
         return future
 
     def run(indices):
-        decoder = judge_decoder(judge, "cpu", None, columns=list(range(16)), deterministic=True, prefix_cache=REWARD_PREFIX_CACHE)
+        decoder = judge_decoder(judge, "cpu", None, columns=list(range(16)), deterministic=True, prefix_cache=16384)
         decoder.split_kv = decoder.batch_invariant = True  # the GPU's kernels, in the interpreter on a CPU
         requests = [Request(i, items[i].input_ids.long(), prefix=items[i].prefix) for i in indices]
         return {c.index: c for done in decoder.generate(requests, load, 3) for c in done}, decoder.prefix_cache

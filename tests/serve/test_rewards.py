@@ -14,7 +14,7 @@ import httpx2
 import pytest
 import uvicorn
 
-from mmjudge.infer.options import REWARD_PREFIX_CACHE, ScoreOptions
+from mmjudge.infer.options import MAX_PREFIX_CACHE, ScoreOptions
 from mmjudge.judge.data import PairResult, UsageError
 from mmjudge.judge.formats import FORMATS
 from mmjudge.judge.model import judge_tokenizer, load_judge, with_max_tiles
@@ -27,7 +27,7 @@ from mmjudge.serve.app import build_app
 from mmjudge.serve.metrics import Metrics
 from mmjudge.serve.options import ServeOptions, prefill_budget
 from mmjudge.serve.process import free_port, start_server
-from mmjudge.serve.rewards import reward_options, spec_of
+from mmjudge.serve.rewards import reward_options, spec_of, with_prefix_cache
 from mmjudge.serve.service import Service
 from mmjudge.serve.worker import Worker
 
@@ -49,9 +49,10 @@ def images(files) -> list[str]:
 
 def started(files, reward: str, log: Path):
     port = free_port()
-    # --prefix_cache as the reward endpoints have it unasked, so that /v1/score's records are theirs to the bit
+    # --prefix_cache as the reward endpoints have it unasked for this judge, so that /v1/score's records are theirs to the
+    # bit (a prompt's two pieces are cut where its shared part ends, whatever the cache's size)
     process = start_server(["--model_path", str(files[0]), "--image_root", str(files[1]), "--reward", reward, *FLAGS,
-                            "--prefix_cache", str(REWARD_PREFIX_CACHE)], port, log,
+                            "--prefix_cache", str(MAX_PREFIX_CACHE)], port, log,
                            env={**os.environ, "OMP_NUM_THREADS": "1"})
     return process, f"http://127.0.0.1:{port}"
 
@@ -61,8 +62,8 @@ def server(files):
     """A deterministic server (each prompt prefilled alone: the same bits in any batch) whose reward is MMIE's SA
     rubric's expected score mapped from 0-6 to [0, 1]; in process, as judge-serve assembles it: judge-serve refuses
     --deterministic on a CPU, where the batch-invariant kernels of decoding cannot run, but logits mode only prefills."""
-    # /v1/score with the prefix cache the reward endpoints have unasked: both doors prefill a prompt in the same pieces
-    with serving(files, ScoreOptions(mode="logits", deterministic=True, max_tiles=1, workers=1, prefix_cache=REWARD_PREFIX_CACHE)) as (url, _, _):
+    # /v1/score with the prefix cache the reward endpoints have unasked for this judge: both doors prefill a prompt in the same pieces
+    with serving(files, ScoreOptions(mode="logits", deterministic=True, max_tiles=1, workers=1, prefix_cache=MAX_PREFIX_CACHE)) as (url, _, _):
         yield url
 
 
@@ -75,7 +76,7 @@ def serving(files, options: ScoreOptions, mode: str | None = None, name: str = S
     judge.settings = with_max_tiles(judge.settings, options.max_tiles)
     rubrics = load_rubrics(FORMATS["pairs"].default_rubrics)
     spec = parse_reward("score:SA", rubrics)
-    rewarding = None if mode is None else reward_options(spec, rubrics, judge.tokenizer, options, mode)
+    rewarding = None if mode is None else with_prefix_cache(reward_options(spec, rubrics, judge.tokenizer, options, mode), judge, "cpu")
     worker = Worker(judge, rubrics, options, "cpu", batch_wait_s=0.02, prefill_budget=prefill_budget(None, "cpu"),
                     reward=None if rewarding is None else (rewarding, rubrics["SA"]))
     service = Service((name,), judge, rubrics, options, ServeOptions(max_images=3), files[1], None, worker, 0, worker.context, Metrics(name),
@@ -271,7 +272,7 @@ def test_the_reward_judges_in_logits_mode_where_its_rubric_allows_and_generates_
     generate = ScoreOptions(structured=True)
     chosen = reward_options(parse_reward("score:SA", rubrics), rubrics, tokenizer, generate, "auto")
     assert chosen.mode == "logits" and not chosen.structured  # logits writes nothing to constrain
-    assert reward_options(parse_reward("score:SA", rubrics), rubrics, tokenizer, generate, "generate") == replace(generate, prefix_cache=REWARD_PREFIX_CACHE)
+    assert reward_options(parse_reward("score:SA", rubrics), rubrics, tokenizer, generate, "generate") == generate
     assert reward_options(parse_reward("score:HALVES", rubrics), rubrics, tokenizer, generate, "auto").mode == "generate"
     with pytest.raises(UsageError, match="--reward_mode logits: --mode logits reads the score from one token, but rubric 'HALVES'"):
         reward_options(parse_reward("score:HALVES", rubrics), rubrics, tokenizer, generate, "logits")
