@@ -195,8 +195,7 @@ async def score(request: Request, service: Service) -> Response:
             raise RequestError(413, f"{what}[{k}]", f"{len(item.images())} images, over this server's limit of {service.limits.max_images} (--max_images)")
     images = RequestImages(service.image_root, service.limits.max_image_pixels)
     try:
-        local = await run_in_threadpool(lambda: [with_image_files(item, f"{what}[{k}]", images) for k, item in enumerate(items)])
-        results = await judged(service, local, what, request)
+        results = await judged(service, lambda: [with_image_files(item, f"{what}[{k}]", images) for k, item in enumerate(items)], what, request)
     finally:
         images.close()
     service.metrics.e2e.observe(time.monotonic() - arrived)
@@ -246,7 +245,7 @@ async def chat_completions(request: Request, service: Service) -> Response:
         return torch.tensor(encode_prompt(service.tokenizer, text, controls)), Pixels.cat(loaded)
 
     try:
-        input_ids, pixels = await run_in_threadpool(tokenized)
+        input_ids, pixels = await service.prepared(tokenized)
     finally:
         images.close()
     rules = None if constraint is None else await run_in_threadpool(compiled, service, constraint)  # a large schema takes a while

@@ -33,7 +33,6 @@ from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -147,8 +146,8 @@ async def rewarded(request: Request, service: Service, asked: list[Asked], what:
         return [Reward(verdict_reward(item.response, item.reference, rubric)) for item in asked]
     images = RequestImages(service.image_root, service.limits.max_image_pixels)
     try:
-        local = await run_in_threadpool(lambda: [judged_item(item, k, spec, images) for k, item in enumerate(asked)])
-        results = await judged(service, local, what, request, service.reward_options)
+        results = await judged(service, lambda: [judged_item(item, k, spec, images) for k, item in enumerate(asked)], what, request,
+                               service.reward_options)
     finally:
         images.close()
     if spec.kind == "preference":

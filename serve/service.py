@@ -8,10 +8,11 @@ import asyncio
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from mmjudge.infer import grammar
@@ -27,6 +28,8 @@ from mmjudge.serve.api import RequestError
 from mmjudge.serve.metrics import Metrics
 from mmjudge.serve.options import ServeOptions
 from mmjudge.serve.worker import Worker
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -48,6 +51,8 @@ class Service:
     judge_fingerprint: str  # of its weights (judge/identity.py), stamped on /v1/score's records as judge-score stamps them
     reward: RewardSpec | None = None  # --reward (judge/rewards.py); None: the reward endpoints refuse
     reward_options: ScoreOptions | None = None  # what the reward endpoints judge with (serve/rewards.py's reward_options); None: score_options
+    # The thread that reads requests' images and tokenizes their prompts (prepared): one, in arrival order
+    preparer: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="judge-prepare"), repr=False)
 
     def __post_init__(self):
         if self.image_root is not None:
@@ -59,6 +64,13 @@ class Service:
         if self.reward is None or self.reward.kind == "verdict":
             return None
         return (self.reward_options or self.score_options).mode
+
+    async def prepared(self, work: Callable[[], T]) -> T:
+        """`work`'s answer, from the preparing thread: a request's images read and checked, its prompts tokenized. One
+        thread for all requests, beside the event loop and the model thread, because each thread more contends for the
+        GIL: from Starlette's pool of 40, one-sample rewards from 64 clients ran at 150-165 samples/s, from two
+        threads at 138-155, from one at 180-190 (docs/rewards.md). A large request's preparing delays those behind it."""
+        return await asyncio.get_running_loop().run_in_executor(self.preparer, work)
 
     @property
     def tokenizer(self):
@@ -116,14 +128,20 @@ def served_name(service: Service, name: str | None, field: str) -> str:
     return name
 
 
-async def judged(service: Service, local: list[Sample] | list[Pair], what: str, request: Request,
+async def judged(service: Service, local: Callable[[], list[Sample] | list[Pair]], what: str, request: Request,
                  reward_options: ScoreOptions | None = None) -> list[JudgeResult] | list[PairResult]:
-    """The records of samples (or pairs) whose images are local files, from the model thread, stamped as
-    judge-score stamps them; a prompt over the context is refused naming `what[k]`, and a client that leaves
+    """The records of the samples (or pairs) `local` makes, their images local files, from the model thread, stamped
+    as judge-score stamps them; a prompt over the context is refused naming `what[k]`, and a client that leaves
     ends its samples at the model's next step. /v1/score and the reward endpoints (serve/rewards.py, their
-    `reward_options`) alike."""
+    `reward_options`) alike. `local` runs in the preparing thread with the prompts' preparing: one hop from the event
+    loop a request."""
     options = reward_options or service.score_options
-    prepared = await run_in_threadpool(prepare, service.judge, list(enumerate(local)), service.rubrics, Path("."), options)
+
+    def made() -> tuple[int, list]:
+        items = local()
+        return len(items), prepare(service.judge, list(enumerate(items)), service.rubrics, Path("."), options)
+
+    count, prepared = await service.prepared(made)
     if long := past_context(prepared, service.context):  # the first named, in the words OpenAI's clients read
         index, item = next(iter(long.items()))
         raise context_exceeded(service, f"{what}[{index}]", len(item.input_ids))
@@ -134,7 +152,7 @@ async def judged(service: Service, local: list[Sample] | list[Pair], what: str, 
         views: dict[int, list] = {}
         for item, result in zip(prepared, results):
             views.setdefault(item.index, []).append((item, result))
-        results = [pair_result(views[k], options) for k in range(len(local))]
+        results = [pair_result(views[k], options) for k in range(count)]
     stamp(results, service.judge_fingerprint, service.rubrics)
     return results
 

@@ -279,6 +279,32 @@ def test_the_reward_judges_in_logits_mode_where_its_rubric_allows_and_generates_
     assert reward_options(parse_reward("score:HALVES", rubrics), rubrics, tokenizer, ScoreOptions(mode="logits"), "auto").mode == "generate"
 
 
+def test_concurrent_requests_images_and_prompts_are_prepared_in_one_thread_one_hop_each(server, images, monkeypatch):
+    """The event loop hands each request's preparing (its images read and checked, then its prompts tokenized) to one
+    thread, once: a thread more beside the model thread contends for the GIL (Service.prepared); Starlette's pool of 40,
+    twice a request, was where a sixth of the one-sample rewards' time went."""
+    import mmjudge.serve.images
+    import mmjudge.serve.service
+
+    threads = {"images": [], "prompts": []}
+    check, prepare = mmjudge.serve.images.RequestImages.file, mmjudge.serve.service.prepare
+
+    def file(self, *args):
+        threads["images"].append(threading.current_thread().name)
+        return check(self, *args)
+
+    def prepared(*args):
+        threads["prompts"].append(threading.current_thread().name)
+        return prepare(*args)
+
+    monkeypatch.setattr(mmjudge.serve.images.RequestImages, "file", file)
+    monkeypatch.setattr(mmjudge.serve.service, "prepare", prepared)
+    with ThreadPoolExecutor(8) as pool:
+        rewards = list(pool.map(lambda k: reward(server, f"Describe image {k}.", "A square.", images[k % 3:k % 3 + 1]), range(16)))
+    assert len(rewards) == 16 and len(threads["images"]) == len(threads["prompts"]) == 16
+    assert set(threads["images"]) == set(threads["prompts"]) == {"judge-prepare_0"}
+
+
 @pytest.mark.slow
 def test_a_generating_servers_rewards_are_read_in_logits_mode_and_say_so(files, server, images):
     """A server whose /v1/score generates (--mode generate), its reward endpoints in logits mode (auto): each
