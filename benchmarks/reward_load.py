@@ -9,16 +9,17 @@ RL framework's per-sample reward calls) against the same samples in one request,
 
 Starts judge-serve on a free 127.0.0.1 port with --reward score:SA --mode logits (a reward is one prefill) and
 --max_samples as large as --samples, once for each --prefix_cache, back to back (by default none given, the reward
-endpoints' own size, then 0: off; each run records the tokens its cache held at most, from /metrics). Each sample is a synthetic question (its text and first image, a path under --image_root;
-the questions of the dataset's 32 samples in turn) and answer, sent as OpenRLHF sends one: {"query": [prompt +
-response], "prompts", "images"}. First
+endpoints' own size, then 0: off; each run records the tokens its cache could hold, from /metrics). Each sample is
+a synthetic question (its text and first image, a path under --image_root; the questions of the dataset's 32
+samples in turn) and answer, sent as OpenRLHF sends one: {"query": [prompt + response], "prompts", "images"}. First
 all the samples in one request (the batch), then each sample in a request of its own from --clients concurrent
 senders in one asyncio loop (as OpenRLHF and verl send per-sample rewards), each sending its next as soon as its
 last is answered. Both are timed from the first byte sent to the last answer;
 latency percentiles are of the one-sample requests. The rewards of every run are compared: each sample's must be
 the same (to 1e-6: on a CPU prefill groups are not batch-invariant to the bit, and a cached prompt's two pieces
 not a whole prefill's; judge-serve --deterministic is, on a GPU). The prefill passes and prompt tokens prefilled
-of each run come from /metrics. --json's record renders as docs/rewards.md's table (markdown).
+of each run come from /metrics. --json's record renders as docs/rewards.md's table (markdown; a --groups record's,
+groups_markdown).
 
 With --groups G: GRPO's groups instead, G questions (each its text and first image) with --group_size answers
 each (the answers of other samples), each group one /get_reward request (a group's completions, as TRL's reward
@@ -196,6 +197,15 @@ def markdown(record: dict) -> str:
                   f"| {cache} | {single['samples']:,} one-sample requests from {single['clients']} clients | {single['samples_per_s']:.2f} | "
                   f"{single['seconds']:.1f} | {single['prefills']:,} | {single['prefill_tokens']:,} | {single['p50_s']:.2f} s / {single['p99_s']:.2f} s | "
                   f"{run['ratio']:.2f} |"]
+    return "\n".join(lines) + "\n"
+
+
+def groups_markdown(record: dict) -> str:
+    """The table of a --groups run's record (--json), as docs/rewards.md shows it."""
+    lines = ["| run | samples/s | seconds | prompt tokens prefilled | prefill passes |", "|---|---:|---:|---:|---:|"]
+    for name, label in (("prefix_cache", "prefix cache ({:,} tokens, the default)"), ("no_prefix_cache", "no prefix cache (`--prefix_cache 0`)")):
+        run = record[name]
+        lines.append(f"| {label.format(run['prefix_cache'])} | {run['samples_per_s']:.2f} | {run['seconds']:.1f} | {run['prefill_tokens']:,} | {run['prefills']} |")
     return "\n".join(lines) + "\n"
 
 

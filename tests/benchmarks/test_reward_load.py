@@ -58,6 +58,14 @@ def test_the_docs_table_is_the_recorded_runs():
     assert record["rewards_differing"] == 0 and {run["prefix_cache"] for run in record["runs"]} >= {None, 0}
 
 
+def test_the_docs_groups_table_is_the_recorded_runs():
+    """docs/rewards.md's groups table is groups_markdown() of docs/rewards/reward_groups.json, not typed by hand."""
+    record = json.loads((ROOT / "docs" / "rewards" / "reward_groups.json").read_text())
+    page = (ROOT / "docs" / "rewards.md").read_text()
+    assert page.split("<!-- reward_groups -->\n")[1].split("<!-- /reward_groups -->")[0] == load_benchmark().groups_markdown(record)
+    assert record["largest_reward_difference"] < 1e-5 and record["prefix_cache"]["prefix_cache"] > 0 == record["no_prefix_cache"]["prefix_cache"]
+
+
 @pytest.mark.slow  # it starts judge-serve
 def test_the_groups_benchmark_prefills_each_groups_shared_part_once_with_the_cache(tmp_path):
     """3 groups of 4 answers, with the prefix cache and without it: the same rewards to float32 rounding, and
