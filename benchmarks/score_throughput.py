@@ -24,7 +24,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
-import torch
+from mmjudge.judge.cpu import use_free_cores
+
+# Before torch loads: the engine computes in this process, so on a CPU it takes judge-score's threads (judge/cpu.py),
+# not torch's own choice, which beside other work on a small machine spins on cores that are not free.
+use_free_cores()
+
+import torch  # noqa: E402
 from PIL import Image
 from transformers import GenerationConfig, InternVLForConditionalGeneration
 

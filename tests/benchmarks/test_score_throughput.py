@@ -2,6 +2,7 @@
 setup a CPU can check."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,19 @@ import pytest
 from mmjudge.judge.testing import HANG_S, write_tokenizer
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "score_throughput.py"
+
+
+@pytest.mark.slow  # each imports transformers in a process of its own
+@pytest.mark.parametrize("name", ["score_throughput", "profile_score"])
+def test_the_engine_benchmarks_take_judge_scores_cpu_threads_before_torch_loads(name):
+    """They run the engine in their own process: with torch's own choice of threads, 2 spinning on a 2-core machine
+    beside other work, a CPU run took many times as long as judge-score's (judges_side_by_side.py: 35x). Imported
+    before torch, each sets OpenMP's threads and waiting as the commands do (judge/cpu.py's use_free_cores)."""
+    code = (f"import os, sys; sys.path.insert(0, {str(BENCHMARK.parent)!r}); import {name}, torch; "
+            "print(os.environ.get('OMP_WAIT_POLICY'), torch.get_num_threads() == int(os.environ['OMP_NUM_THREADS']))")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OMP_")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=HANG_S)
+    assert done.stdout.split() == ["PASSIVE", "True"], done.stderr[-2000:]
 
 
 @pytest.mark.slow
