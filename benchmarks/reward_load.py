@@ -23,8 +23,9 @@ groups_markdown).
 
 With --groups G: GRPO's groups instead, G questions (each its text and first image) with --group_size answers
 each (the answers of other samples), each group one /get_reward request (a group's completions, as TRL's reward
-call passes them) from --clients concurrent senders as above: once against a server with its prefix cache (the default: a group's
-shared rubric, question and image prefilled once), then against one started with --prefix_cache 0, back to back.
+call passes them) from --clients concurrent senders as above: once against a server with its prefix cache (the
+default: a group's shared rubric, question and image prefilled once), then against one started with --prefix_cache 0,
+back to back.
 Samples/s and the prompt tokens prefilled (from /metrics) side by side; the rewards of the two runs are compared
 (the cached prompts are prefilled in two pieces, the others whole: equal to float32 rounding, not to the bit).
 """
