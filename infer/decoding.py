@@ -195,9 +195,19 @@ class Step(NamedTuple):
     def cpu(self) -> Step:
         return Step(*(t.cpu() for t in self))
 
-    def rows(self) -> list[Step]:
-        """Each row's outputs, the token as an int: one call per output rather than one per row and output."""
-        return [Step(*row) for row in zip(self.chosen.tolist(), self.recorded.unbind(), self.top_logprobs.unbind(), self.top_ids.unbind())]
+    def rows(self) -> list[RowStep]:
+        """Each row's outputs as Python values: one call per output rather than one per row and output, and no tensor
+        per row and step (a float32 goes to a Python float and back to the same bits)."""
+        return [RowStep(*row) for row in zip(self.chosen.tolist(), self.recorded.tolist(), self.top_logprobs.tolist(), self.top_ids.tolist())]
+
+
+class RowStep(NamedTuple):
+    """One row's outputs of a forward pass (Step.rows)."""
+
+    chosen: int
+    recorded: list[float]
+    top_logprobs: list[float]
+    top_ids: list[int]
 
 
 @dataclass
@@ -215,11 +225,17 @@ class _Row:
     finish_reason: str = "length"
     delta: int = 0  # its rotary position less its place, for the tokens it writes (M-RoPE; 0 otherwise)
     tokens: list[int] = field(default_factory=list)
-    logits: list[torch.Tensor] = field(default_factory=list)
-    top: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # each step's (log-probabilities, ids)
+    logits: list[list[float]] = field(default_factory=list)  # each written token's recorded columns
+    top: list[tuple[list[float], list[int]]] = field(default_factory=list)  # each step's (log-probabilities, ids)
     pending: list[int] = field(default_factory=list)  # follow-up tokens still to feed
     following: bool = False
-    follow_up_logits: torch.Tensor | None = None
+    follow_up_logits: list[float] | None = None
+    # its prompt's tokens, as an int: every engine step asks each slot whether it is still prefilling, and len() of
+    # a tensor cost more host time than the rest of that question
+    prompt: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.prompt = len(self.request.input_ids)
 
     def draw(self) -> None:
         """The number its next token is drawn with: the next of its own generator's sequence."""
@@ -229,7 +245,7 @@ class _Row:
     @property
     def prefill_left(self) -> int:
         """Prompt tokens still to prefill (in chunks)."""
-        return max(0, len(self.request.input_ids) - self.position)
+        return max(0, self.prompt - self.position)
 
     @property
     def prefilling(self) -> bool:
@@ -689,7 +705,7 @@ class Decoder:
         except torch.OutOfMemoryError:  # not even one slot: a long prompt, or a long answer asked for
             raise OutOfMemory(max(requests, key=need)) from None
         slots = cache.rows.numel()
-        return _Lane(cache, capacity, _Lookahead(requests, 2 * slots, load), [None] * slots, torch.full((slots,), self.pad_id, dtype=torch.long))
+        return _Lane(cache, capacity, _Lookahead(requests, 2 * slots, load), [None] * slots, [self.pad_id] * slots)
 
     def _take(self, request: Request, lanes: list[_Lane], need, load: Loader, limit: int) -> bool:
         """Place a request that arrived: in a lane that fits it where slots for it are free, or free up within
@@ -812,7 +828,7 @@ class Decoder:
         # a slot being prefilled in chunks is written at the position where its next chunk starts, which that chunk overwrites
         lane.cache.positions.copy_(torch.tensor([row.position if row else 0 for row in lane.slots]))
         lane.cache.deltas.copy_(torch.tensor([row.delta if row else 0 for row in lane.slots]))
-        outputs = self._run_step(lane.cache, lane.tokens, _draws(rows), self._masks(rows), _penalties(rows, self.vocab_size), width, lane.graphs,
+        outputs = self._run_step(lane.cache, torch.tensor(lane.tokens), _draws(rows), self._masks(rows), _penalties(rows, self.vocab_size), width, lane.graphs,
                                  logprobs).rows()
         finished = []
         for slot, row in enumerate(rows):
@@ -840,7 +856,7 @@ class Decoder:
             lane.prompt = None
         return finished
 
-    def _accept(self, row: _Row, step: Step, tokens: torch.Tensor, follow_up) -> bool:
+    def _accept(self, row: _Row, step: RowStep, tokens: list[int], follow_up) -> bool:
         """Take a step's output for one row and set its next input; True when the row is done."""
         if row.following:
             if not row.pending:
@@ -985,7 +1001,7 @@ class _Lane:
     capacity: int
     waiting: _Lookahead
     slots: list[_Row | None]
-    tokens: torch.Tensor  # each slot's next input token
+    tokens: list[int]  # each slot's next input token (a tensor is made of it once a step: an element written per row cost more)
     graphs: _StepGraphs = field(default_factory=_StepGraphs)
     prompt: _ChunkedPrompt | None = None  # the prompt being prefilled in chunks
 
@@ -1128,8 +1144,10 @@ def _cancelled(request: Request) -> bool:
 
 
 def _completion(row: _Row) -> Completion:
-    top_logprobs, top_ids = (torch.stack(column) for column in zip(*row.top)) if row.top else (None, None)
-    return Completion(row.request.index, row.tokens, torch.stack(row.logits), row.follow_up_logits, top_logprobs, top_ids,
+    top_logprobs, top_ids = (torch.tensor(row_values, dtype=dtype) for row_values, dtype in zip(zip(*row.top), (torch.float32, torch.long))) \
+        if row.top else (None, None)
+    follow_up_logits = None if row.follow_up_logits is None else torch.tensor(row.follow_up_logits, dtype=torch.float32)
+    return Completion(row.request.index, row.tokens, torch.tensor(row.logits, dtype=torch.float32), follow_up_logits, top_logprobs, top_ids,
                       row.choice, row.finish_reason, row.matcher.error() if row.finish_reason == "grammar" else "")
 
 

@@ -15,7 +15,7 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "score_throughp
 
 
 @pytest.mark.slow  # each imports transformers in a process of its own
-@pytest.mark.parametrize("name", ["score_throughput", "profile_score"])
+@pytest.mark.parametrize("name", ["score_throughput", "profile_score", "host_overhead"])
 def test_the_engine_benchmarks_take_judge_scores_cpu_threads_before_torch_loads(name):
     """They run the engine in their own process: with torch's own choice of threads, 2 spinning on a 2-core machine
     beside other work, a CPU run took many times as long as judge-score's (judges_side_by_side.py: 35x). Imported
