@@ -62,6 +62,9 @@ def text_decoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]], st
         decode_run = lambda pieces: _clean_up(processor.decode_pieces(pieces))  # noqa: E731
     else:
         decode_run = functools.partial(_decode_pieces, processor)
+    # each id's piece looked up once: SentencePiece's Python wrapper cost a few microseconds a call, with which decoding
+    # took a tenth of the engine's host time (benchmarks/host_overhead.py's profile); at most one entry per vocabulary id
+    piece = functools.cache(processor.id_to_piece)
 
     def decode(ids: list[int]) -> str:
         texts, pieces = [], []
@@ -74,7 +77,7 @@ def text_decoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]], st
                 pieces = []
                 texts.append(added[i])
             else:
-                pieces.append(processor.id_to_piece(i))
+                pieces.append(piece(i))
         if pieces:
             texts.append(decode_run(pieces))
         text = " ".join(texts)
