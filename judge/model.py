@@ -108,9 +108,11 @@ class Judge:
     @functools.cached_property
     def stop_ids(self) -> tuple[int, ...]:
         """The tokens the judge's answer ends at: its template's separator, and for a family whose reference is
-        transformers' `generate` (Qwen-VL), also the end tokens of its generation config."""
+        transformers' `generate` (Qwen-VL), also the end tokens of its generation config. A model that cannot
+        generate (a reward model: transformers gives it no generation config) writes no answer, and its
+        template's separator stands for its end wherever one is asked (the server's structured-output vocabulary)."""
         stops = [self.tokenizer.convert_tokens_to_ids(self.stop_text)]
-        if self.backbone.generation_stops:
+        if self.backbone.generation_stops and _inner(self.model).can_generate():
             eos = _inner(self.model).generation_config.eos_token_id
             stops += [eos] if isinstance(eos, int) else list(eos or [])
         return tuple(dict.fromkeys(stops))
