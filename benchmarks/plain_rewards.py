@@ -12,6 +12,7 @@ and its ids and reward compared with mmjudge's. Exit code 1 if any id differs or
 import json
 import sys
 
+import PIL
 import torch
 import transformers
 from PIL import Image
@@ -70,7 +71,7 @@ LOADERS = {"qwen2.5-vl-3b": (Qwen2_5_VLForSequenceClassification, qwen_images), 
 
 def main(cases_file: str) -> int:
     cases = json.load(open(cases_file))
-    print(f"transformers {transformers.__version__}, torch {torch.__version__}; mmjudge importable: {_importable('mmjudge')}")
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}, Pillow {PIL.__version__}; mmjudge importable: {_importable('mmjudge')}")
     print("| family | answers | with images | prompt ids equal | largest reward difference |")
     print("|---|---:|---:|---:|---:|")
     failed = False
