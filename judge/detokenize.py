@@ -105,6 +105,17 @@ def reference_ids(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> list[in
     return [*ids[:start], *marker, *ids[start:]] if ids[start] in added_not_special else ids
 
 
+def reference_lead(tokenizer: PreTrainedTokenizerBase, text: str) -> str:
+    """What the reference's tokenizer reads after BOS at the start of `text` (a rendered prompt) and transformers
+    5's does not, as text: the lone word-start marker spelled as its piece, which transformers 5 reads as that
+    token where it follows an added token such as BOS (a chat template writes it after BOS: templates.jinja);
+    "" where the two read alike."""
+    ids = tokenizer(text).input_ids
+    start = 1 if ids[:1] == [tokenizer.bos_token_id] else 0
+    extra = len(reference_ids(tokenizer, ids)) - len(ids)
+    return "".join(tokenizer.convert_ids_to_tokens(reference_ids(tokenizer, ids)[start:start + extra]))
+
+
 @functools.cache
 def _prompt_lead(tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], frozenset[int]] | None:
     """The reference's lone word-start marker as ids, and the tokens it stays before; None where it never

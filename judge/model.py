@@ -48,12 +48,13 @@ from mmjudge.judge.checkpoint import (INDEX_FILE, QWEN_VISION_SIZES, SAFETENSORS
                                       JudgeSettings, SettingsFile, built, check_counts, check_image_token, check_rope, check_size, load_tokenizer,
                                       native_class, one_line, read_json_object, readable_safetensors, require, safetensors_files, save_tokenizer)
 from mmjudge.judge.data import InputError, UsageError, validation_problems, write_json_atomically, write_text_atomically
-from mmjudge.judge.detokenize import chat_answer, text_decoder, without_hash_merges
+from mmjudge.judge.detokenize import chat_answer, reference_lead, text_decoder, without_hash_merges
 from mmjudge.judge.hub import Checkpoint, resolve
 from mmjudge.judge.kernels import use_fused_kernels
 from mmjudge.judge.rope import context_length, use_rowwise_rope
 
 SETTINGS_FILE = "judge_config.json"
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")  # a native checkpoint's Jinja, beside its tokenizer's own
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 # A native checkpoint's image processor's settings (Qwen-VL's least and most pixels, a -hf InternVL's tiles).
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
@@ -108,9 +109,11 @@ class Judge:
     @functools.cached_property
     def stop_ids(self) -> tuple[int, ...]:
         """The tokens the judge's answer ends at: its template's separator, and for a family whose reference is
-        transformers' `generate` (Qwen-VL), also the end tokens of its generation config."""
+        transformers' `generate` (Qwen-VL), also the end tokens of its generation config. A model that cannot
+        generate (a reward model: transformers gives it no generation config) writes no answer, and its
+        template's separator stands for its end wherever one is asked (the server's structured-output vocabulary)."""
         stops = [self.tokenizer.convert_tokens_to_ids(self.stop_text)]
-        if self.backbone.generation_stops:
+        if self.backbone.generation_stops and _inner(self.model).can_generate():
             eos = _inner(self.model).generation_config.eos_token_id
             stops += [eos] if isinstance(eos, int) else list(eos or [])
         return tuple(dict.fromkeys(stops))
@@ -551,10 +554,22 @@ def save_native(judge: Judge, out_dir: str | Path) -> Path:
     save_tokenizer(judge.tokenizer, out_dir)
     if (processor := judge.settings.images.processor_config()) is not None:  # what transformers' processor reads
         write_json_atomically(out_dir / "preprocessor_config.json", processor)
+    if not any((out_dir / name).is_file() for name in CHAT_TEMPLATE_FILES):  # InternVL's original layout: its template is Python
+        write_text_atomically(out_dir / "chat_template.jinja", exported_chat_template(judge))
     write_settings(judge.settings, out_dir)
     return out_dir
 
 
+
+
+def exported_chat_template(judge: Judge) -> str:
+    """The judge's chat template as Jinja, for a checkpoint in transformers' layout whose base had none (InternVL's
+    original layout), so that transformers' apply_chat_template gives the prompt ids this toolkit gives: an image
+    part as the processor's image token, and after BOS what the reference's tokenizer reads there and transformers
+    5's does not (InternVL2-4B's lone word-start marker: judge/detokenize.py)."""
+    template, system = judge.settings.template, judge.settings.system_message
+    return template.jinja(system, lead=reference_lead(judge.tokenizer, template.render("", system)),
+                          image=judge.settings.images.image_tokens[1])
 
 
 def write_settings(settings: JudgeSettings, out_dir: str | Path) -> None:

@@ -269,6 +269,18 @@ class JudgePrompt:
     def n_tiles(self) -> int:
         return sum(image.n_tiles for image in self.images)
 
+    def chat_content(self) -> list[dict]:
+        """The user turn as a chat message's content parts, each shown image an image part where it goes
+        (`{"type": "image", "path": ...}`, as transformers' apply_chat_template takes it): what a checkpoint's own
+        chat template and image processing make this prompt's ids of (docs/reward-models.md)."""
+        pieces = self.query.split(IMAGE_PLACEHOLDER)
+        if len(pieces) != len(self.images) + 1:
+            raise ValueError(f"{self.sample_id}: its text spells {IMAGE_PLACEHOLDER} itself, where no image goes")
+        parts = [{"type": "text", "text": pieces[0]}] * bool(pieces[0])
+        for image, text in zip(self.images, pieces[1:]):
+            parts += [{"type": "image", "path": str(image.path)}] + [{"type": "text", "text": text}] * bool(text)
+        return parts
+
     @property
     def image_tokens(self) -> int:
         return sum(image.tokens for image in self.images)

@@ -96,20 +96,30 @@ class ChatTemplate:
     def stop_token(self) -> str:
         return self.separator.strip()
 
-    def jinja(self, system_message: str | None = None) -> str:
-        """This template as a Jinja chat template, for a server that renders its own (vLLM's
-        `--chat-template`): for a user message after at most one system message, `render`'s text, after
-        the tokenizer's BOS, which the local judge's tokenizer adds and vLLM adds to a rendered chat only
-        when the template does. Every literal is a quoted string, so that Jinja's whitespace rules cannot
-        touch it."""
+    def jinja(self, system_message: str | None = None, lead: str = "", image: str = "<image>") -> str:
+        """This template as a Jinja chat template: what a server that renders its own is given (vLLM's
+        `--chat-template`), and what a judge saved in transformers' layout carries where its checkpoint had none
+        (judge.model.save_native). A system message (else the default), then user and assistant turns, each
+        content a string or a list of parts: a text part is its text, any other part `image` (the image token
+        a processor expands into the image's tokens). With add_generation_prompt, one user turn renders as
+        `render` does, after the tokenizer's BOS, which the local judge's tokenizer adds and vLLM adds to a
+        rendered chat only when the template does, and after `lead`: what the judge's reference tokenizer
+        reads after BOS and transformers 5's does not (judge.detokenize.reference_lead). Every literal is a
+        quoted string, so that Jinja's whitespace rules cannot touch it."""
         quoted = lambda text: "{{ " + json.dumps(text) + " }}"  # noqa: E731 - JSON's escapes are Jinja's too
         system_before, _, system_after = self.system_template.partition("{system_message}")
         default = self.default_system_message if system_message is None else system_message
-        return ("{% if messages[0]['role'] == 'system' %}{% set system = messages[0]['content'] %}"
-                "{% else %}{% set system = " + json.dumps(default) + " %}{% endif %}"
-                "{% if bos_token %}{{ bos_token }}{% endif %}"
-                "{% if system is not none %}" + quoted(system_before) + "{{ system }}" + quoted(system_after + self.separator)
-                + "{% endif %}" + quoted(self.user_role) + "{{ messages[-1]['content'] }}" + quoted(self.separator + self.assistant_role))
+        return ("{% macro content(message) %}{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+                "{% for part in message['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}{% else %}" + quoted(image)
+                + "{% endif %}{% endfor %}{% endif %}{% endmacro %}"
+                "{% if messages[0]['role'] == 'system' %}{% set system = messages[0]['content'] %}{% set turns = messages[1:] %}"
+                "{% else %}{% set system = " + ("none" if default is None else json.dumps(default)) + " %}{% set turns = messages %}{% endif %}"
+                "{% if bos_token %}{{ bos_token }}{% endif %}" + quoted(lead)
+                + "{% if system is not none %}" + quoted(system_before) + "{{ system }}" + quoted(system_after + self.separator) + "{% endif %}"
+                "{% for message in turns %}{% if message['role'] == 'user' %}" + quoted(self.user_role) + "{{ content(message) }}"
+                + quoted(self.separator) + "{% elif message['role'] == 'assistant' %}" + quoted(self.assistant_role)
+                + "{{ content(message) }}" + quoted(self.separator) + "{% endif %}{% endfor %}"
+                "{% if add_generation_prompt %}" + quoted(self.assistant_role) + "{% endif %}")
 
 
 _CHATML = dict(
