@@ -9,7 +9,9 @@ first judge, or of --calibrator_of, for `judge-score --calibrator`, which applie
 several judges also calibrator_<name>.json for each). Predictions of verdicts on pairs (a pairwise judge-score
 run, an OpenING battle file of a judge's winners) get a report on preferences instead
 (calibration/preferences.py): agreement with and without ties, Cohen's kappa, position bias, swap consistency,
-win rates under four tie rules and a Bradley-Terry ranking; no map.
+win rates under four tie rules and a Bradley-Terry ranking; and selective judging: the confidence below which
+judge-score --calibrator abstains so that the kept verdicts' error is at most --max_error (with probability 0.9),
+with coverage against error at several risk levels; --panel combines the judges into a calibrated panel.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import sys
 from pathlib import Path
 
 from mmjudge.calibration.analysis import Options, Report
-from mmjudge.calibration.preferences import analyse as analyse_preferences, is_preference_file
+from mmjudge.calibration.preferences import Selection, analyse as analyse_preferences, is_preference_file
 from mmjudge.calibration.report import write_preference_report
 from mmjudge.calibration.run import calibrate
+from mmjudge.judge.calibrator import UNCERTAINTIES
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import SCORE_FIELDS, UsageError
 from mmjudge.judge.outputs import locked, overwritten_inputs
@@ -55,6 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default: {Options.target_agreement})")
     p.add_argument("--agreement", choices=["exact", "within_1"], default=Options.agreement,
                    help=f"what agreeing means for --target_agreement: the same level, or at most one level apart (default: {Options.agreement})")
+    p.add_argument("--max_error", type=float, default=Selection.max_error,
+                   help="pairs: the share of kept verdicts that may disagree with people (alpha); calibrator.json then holds the confidence "
+                        "below which judge-score --calibrator abstains, met with probability 0.9 over the labelled pairs (default: %(default)s)")
+    p.add_argument("--uncertainty", choices=UNCERTAINTIES, default=Selection.uncertainty,
+                   help="pairs: a pair's confidence, from its verdict distribution averaged over both orders: the probability of its verdict, "
+                        "or 1 - the distribution's normalised entropy (SCOPE's) (default: %(default)s)")
+    p.add_argument("--panel", action="store_true",
+                   help="pairs: also fit a panel of every judge given (a stacked logistic model on their verdict distributions, cross-fitted), "
+                        "reported beside each judge; writes panel.json and panel_verdicts.json (default: off)")
     p.add_argument("--scale", nargs=2, type=float, default=[ScoreScale.low, ScoreScale.high], metavar=("LOW", "HIGH"),
                    help=f"the score scale (default: {ScoreScale.low} {ScoreScale.high}, MMIE's)")
     p.add_argument("--step", type=float, default=ScoreScale.step,
@@ -80,7 +92,8 @@ def _short(value: float | None) -> str:
 
 
 # Flags of score agreement that preferences have no use for: a run on pairs refuses them rather than ignore them.
-SCORE_ONLY = ("criteria", "calibrator_of", "fit", "overall", "folds", "coverage", "target_agreement", "agreement", "scale", "step")
+SCORE_ONLY = ("criteria", "fit", "overall", "coverage", "target_agreement", "agreement", "scale", "step")
+PAIRS_ONLY = ("max_error", "uncertainty", "panel")
 
 
 def preferences(args, out: Path) -> int:
@@ -88,19 +101,40 @@ def preferences(args, out: Path) -> int:
     if given := [f"--{flag}" for flag in SCORE_ONLY if getattr(args, flag) != parser.get_default(flag)]:
         raise UsageError(f"{', '.join(given)}: for scores; these predictions are verdicts on pairs")
     names = args.names or [Path(path).stem for path in args.predictions]
+    problems = []
     if len(names) != len(args.predictions) or len(set(names)) != len(names):
-        raise UsageError(f"--names {names}: one name per predictions file ({len(args.predictions)}), each its own")
+        problems.append(f"--names {names}: one name per predictions file ({len(args.predictions)}), each its own")
+    if args.calibrator_of is not None and args.calibrator_of not in names:
+        problems.append(f"--calibrator_of {args.calibrator_of}: no judge of that name; the judges are {', '.join(names)}")
+    if not 0 < args.max_error < 1:
+        problems.append(f"--max_error must lie between 0 and 1 (exclusive), got {args.max_error}")
+    if args.folds < 2:
+        problems.append(f"--folds must be at least 2, got {args.folds}")
+    if args.panel and len(args.predictions) < 2:
+        problems.append(f"--panel combines several judges; {len(args.predictions)} predictions file given")
+    if problems:
+        raise UsageError("; ".join(problems))
     inputs = [("--human", args.human), *[("--predictions", path) for path in args.predictions]]
-    if problems := overwritten_inputs(out, ["report.json", "report.md", "report.html", "plots/*"], inputs):
+    if problems := overwritten_inputs(out, ["report.json", "report.md", "report.html", "plots/*", "calibrator*.json", "panel*.json"], inputs):
         raise UsageError("\n  ".join(problems))
-    report = analyse_preferences(args.predictions, names, args.human, args.by, args.bootstrap, args.seed)
+    selection = Selection(max_error=args.max_error, uncertainty=args.uncertainty, panel=args.panel, folds=args.folds)
+    report = analyse_preferences(args.predictions, names, args.human, args.by, args.bootstrap, args.seed, selection)
     with locked(out, "judge-calibrate"):
-        write_preference_report(report, out)
+        write_preference_report(report, out, args.calibrator_of or names[0])
     for note in report.notes:
         print(f"note: {note}", file=sys.stderr)
     for name, j in report.judges.items():
         print(f"{name}: accuracy {_short(j.accuracy_with_ties.value)} with ties (n {j.n_with_ties}), {_short(j.accuracy_without_ties.value)} "
               f"without (n {j.n_without_ties}), kappa {_short(j.kappa.value)}, first shown wins {_short(j.position_bias['both'].share)}")
+        if (sel := j.selective) is not None:
+            point = next(p for p in sel.points if p.alpha == sel.max_error)
+            kept = "none kept (no threshold met it)" if point.threshold is None else (
+                f"threshold {point.threshold:.3f}, held-out coverage {_short(point.held_out_coverage)}, error among kept {_short(point.held_out_error)}")
+            print(f"{name}: selective at max error {sel.max_error:g}: {kept} (error keeping all {sel.error_all:.3f}, n {sel.n})")
+    if report.panel is not None:
+        panel = report.panel
+        print(f"panel: held-out accuracy {_short(panel.held_out_agreement)} (n {panel.n}); each judge "
+              + ", ".join(f"{m} {a:.3f}" for m, a in panel.member_agreement.items()) + (f"; {panel.reason}" if panel.reason else ""))
     print(f"report: {out / 'report.html'}")
     return 0
 
@@ -109,6 +143,8 @@ def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     if is_preference_file(args.predictions[0]):
         return preferences(args, Path(args.output_dir))
+    if given := [f"--{flag}" for flag in PAIRS_ONLY if getattr(args, flag) != build_parser().get_default(flag)]:
+        raise UsageError(f"{', '.join(given)}: for verdicts on pairs; these predictions are scores")
     report = calibrate(args.predictions, args.human, names=args.names, output_dir=args.output_dir, criteria=args.criteria,
                        group_by=args.by, bootstrap=args.bootstrap, seed=args.seed, fit=args.fit, folds=args.folds,
                        scale=(*args.scale, args.step), overall=args.overall, coverage=args.coverage,

@@ -296,3 +296,28 @@ def position_bias(report: PreferenceReport) -> Plot:
     ax.legend(swatches(len(orders)), orders, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
     return Plot(_png(fig), "How often each judge's verdict goes to the answer shown first, among the verdicts that prefer one answer, "
                            "per order (forward: A first; reverse: B first) and over both; the dashed line, 0.5, is no bias.")
+
+
+def selective(report: PreferenceReport) -> Plot:
+    """Coverage against error among kept verdicts: each judge's curve as its threshold falls, and where thresholds
+    fitted for each risk level alpha land on held-out folds."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    alphas = sorted({p.alpha for j in report.judges.values() if j.selective for p in j.selective.points})
+    for alpha in alphas:
+        ax.axhline(alpha, color="grey", linewidth=0.6, linestyle=":")
+        ax.annotate(f"α={alpha:g}", (1.0, alpha), xytext=(2, 0), textcoords="offset points", fontsize=7, color="dimgrey", va="center")
+    for k, (name, j) in enumerate(report.judges.items()):
+        if j.selective is None or not j.selective.curve:
+            continue
+        coverage, error = zip(*j.selective.curve)
+        ax.plot(coverage, error, color=f"C{k}", linewidth=1, label=f"{name}: most confident pairs kept")
+        held = [(p.held_out_coverage, p.held_out_error, p.alpha) for p in j.selective.points if p.held_out_error is not None]
+        if held:
+            ax.plot([h[0] for h in held], [h[1] for h in held], "o", color=f"C{k}", markersize=5, label=f"{name}: fitted for each α, held out")
+    ax.set(xlim=(0, 1.08), ylim=(0, None), xlabel="coverage (share of pairs kept)", ylabel="error among kept verdicts",
+           title="Selective judging: coverage against error")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)
+    return Plot(_png(fig), "Each line: the error among the kept verdicts as more pairs are kept, most confident first. Each dot: the coverage "
+                           "and error, on held-out folds, of the threshold fitted for one risk level α (dotted lines); a dot under its α line "
+                           "kept its promise there.")

@@ -499,8 +499,66 @@ def preference_sections(report: PreferenceReport) -> list[Section]:
     return secs
 
 
-def write_preference_report(report: PreferenceReport, out_dir: Path) -> None:
+def _point(p) -> list[str]:
+    return [f"{p.alpha:g}", "none (all abstained)" if p.threshold is None else f"{p.threshold:.4f}", str(p.kept), fmt(p.error_kept),
+            fmt(p.error_upper_bound), fmt(p.held_out_coverage), fmt(p.held_out_error)]
+
+
+def selective_sections(report: PreferenceReport, calibrator_of: str) -> list[Section]:
+    judges = {name: j.selective for name, j in report.judges.items() if j.selective is not None}
+    if not judges:
+        return []
+    first = next(iter(judges.values()))
+    blocks: list[str | Table] = [
+        f"A pair's confidence is {'the probability of its verdict' if first.uncertainty == 'verdict_probability' else '1 - the normalised entropy'} "
+        "in its verdict distribution averaged over both orders. For each risk level α, the threshold is the lowest confidence at which, "
+        f"tested from the top down, the one-sided Clopper-Pearson bound of the error among the pairs at or above it stays at or under α "
+        f"(a threshold is tested with at least {first.min_kept} pairs above it). With probability {1 - first.delta:g} over the labelled pairs, "
+        "the verdicts kept on new pairs drawn like them are wrong at most at α. Held-out coverage and error: thresholds fitted on "
+        f"{first.folds - 1} of {first.folds} folds, applied to the fold left out. calibrator.json holds {calibrator_of}'s threshold at "
+        f"α = {first.max_error:g}, which judge-score --calibrator applies (each record then says abstained and its uncertainty)."]
+    for name, sel in judges.items():
+        blocks.append(f"{name}: {sel.n} labelled pairs with a verdict distribution; error keeping every one {sel.error_all:.3f}."
+                      + (f" {sel.reason}." if sel.reason else ""))
+        blocks.append(Table(["α", "threshold", "pairs kept", "their error", "its bound", "held-out coverage", "held-out error"],
+                            [_point(p) for p in sel.points]))
+    secs = [Section("Selective judging: abstaining with a guarantee", 2, blocks)]
+    if (panel := report.panel) is not None:
+        rows = [[m, fmt(a), fmt(panel.weights.get(m))] for m, a in panel.member_agreement.items()]
+        rows.append(["panel (cross-fitted)", fmt(panel.held_out_agreement), f"intercept {panel.intercept:+.3f}" if panel.weights else "–"])
+        secs.append(Section("Judge panel", 2, [
+            f"A stacked logistic model on the judges' log-odds for answer A, on the {panel.n} pairs where people prefer one answer and every judge "
+            f"leans; its accuracy is cross-fitted over {panel.folds} folds, each judge's read on the same pairs. panel.json holds the weights "
+            "fitted on every pair and a selective threshold fitted on the panel's held-out distributions; panel_verdicts.json its verdicts on "
+            "every pair all judges gave a lean, labelled or not." + (f" {panel.reason}." if panel.reason else ""),
+            Table(["judge", "accuracy without ties", "weight"], rows)]))
+    return secs
+
+
+def write_preference_report(report: PreferenceReport, out_dir: Path, calibrator_of: str | None = None) -> None:
+    """The report's pages, and beside them calibrator.json (calibrator_of's selective threshold; with several judges
+    calibrator_<name>.json each), panel.json and panel_verdicts.json; files an earlier run left that this one does
+    not write are removed, as judge-score --calibrator would otherwise apply them."""
+    calibrator_of = calibrator_of or next(iter(report.judges), "")
     figures = [Image("ranking.png", plots.ranking(report)), Image("position_bias.png", plots.position_bias(report))]
+    if any(j.selective is not None and j.selective.curve for j in report.judges.values()):
+        figures.append(Image("selective.png", plots.selective(report)))
     secs = preference_sections(report)
     secs.insert(2, Section("Plots", 2, figures))  # after the summary of agreement, as the score report places its plots
+    secs[3:3] = selective_sections(report, calibrator_of)
+    files = {}
+    if calibrator_of in report.calibrators:
+        files["calibrator.json"] = report.calibrators[calibrator_of]
+    if len(report.calibrators) > 1:
+        files |= {f"calibrator_{slug(name)}.json": c for name, c in report.calibrators.items()}
+    if report.panel_calibrator is not None:
+        files["panel.json"] = report.panel_calibrator
+    for stale in sorted({f.name for pattern in ("calibrator*.json", "panel*.json") for f in out_dir.glob(pattern)} - set(files) - {"panel_verdicts.json"}):
+        (out_dir / stale).unlink()
     write_pages(out_dir, report, secs, figures, "Judge agreement with people's preferences")
+    for name, calibrator in files.items():
+        calibrator.save(out_dir / name)
+    if report.panel_calibrator is not None:
+        write_json_atomically(out_dir / "panel_verdicts.json", report.panel_verdicts)
+    elif (out_dir / "panel_verdicts.json").exists():
+        (out_dir / "panel_verdicts.json").unlink()

@@ -31,7 +31,7 @@ from mmjudge.infer.probe import ProbePass, format_reliance, image_reliance, plot
 from mmjudge.infer.progress import Bar
 from mmjudge.infer.reward_model import is_reward_checkpoint, pairwise_refusal
 from mmjudge.infer.summary import SUMMARY, format_pairs_summary, format_summary, summarize, summarize_pairs
-from mmjudge.judge.calibrator import Calibrator, as_records, load_calibrator
+from mmjudge.judge.calibrator import Calibrator, PairCalibrator, as_records, load_calibrator
 from mmjudge.judge.data import InputError, JudgeResult, Pair, PairResult, Problem, Sample, UsageError, resolve_image, write_json_atomically
 from mmjudge.judge.distributed import end_process_group
 from mmjudge.judge.formats import BenchmarkInput, Format
@@ -128,7 +128,7 @@ class ScoringInput:
     bench: BenchmarkInput
     samples: list[Sample | Pair]
     skipped: list[Problem]
-    calibrator: Calibrator | None
+    calibrator: Calibrator | PairCalibrator | None
     judge_fingerprint: str | None = None  # the backend's (judge/identity.py), stamped on every record
     warnings: list[str] = field(default_factory=list)  # for the summary: a calibrator applied unchecked or against a mismatch
 
@@ -159,7 +159,8 @@ def scoring_input(args, fmt: Format, pair_flags: list[str] = (), rank: int = 0) 
         raise UsageError("; ".join(refused))
     if record_type(bench.samples) is not PairResult and pair_flags:
         raise UsageError(f"{', '.join(pair_flags)} apply to pairs of answers; {input_path} holds single answers ({fmt.name})")
-    calibrator = load_calibrator(args.calibrator, [bench.rubrics[c] for c in categories]) if args.calibrator else None
+    pairs = record_type(bench.samples) is PairResult
+    calibrator = load_calibrator(args.calibrator, [bench.rubrics[c] for c in categories], pairs) if args.calibrator else None
     return ScoringInput(bench, samples, skipped, calibrator)
 
 
@@ -169,9 +170,9 @@ def record_type(samples: list[Sample | Pair]) -> type[Result]:
 
 
 def pair_refusals(args, rubrics: list[Rubric]) -> list[str]:
-    """The flags that do not apply to pairs: a calibrator maps scores, the probe moves them, the openai
+    """The flags that do not apply to pairs: the probe moves scores, the openai
     backend reads no verdict distribution, and --structured holds to score lines, not verdicts."""
-    refused = [f"--{flag} applies to samples, not pairs" for flag in ("calibrator", "probe_images") if getattr(args, flag)]
+    refused = [f"--{flag} applies to samples, not pairs" for flag in ("probe_images",) if getattr(args, flag)]
     if args.structured and any(rubric.kind == "pairwise" for rubric in rubrics):
         refused.append(STRUCTURED_PAIRS)
     if args.backend != "local":
@@ -258,11 +259,11 @@ def finish(output_dir: Path, output_file: str, run: ScoringInput, run_id: str, w
     calibrator = run.calibrator
     results = journaled(output_dir, output_file, run.samples, run_id, run.rubrics)
     pairs = record_type(run.samples) is PairResult
-    write_json_atomically(output_dir / output_file, [r.model_dump() for r in results] if pairs else as_records(results, calibrator))
+    write_json_atomically(output_dir / output_file, records := as_records(results, calibrator))
     benchmark_files = write_benchmark_files(results)
     written = {**modes, "warnings": [*run.warnings, *warnings(results)], "benchmark_files": [path.name for path in benchmark_files]}
     if pairs:
-        summary = {**summarize_pairs(results, run.samples, run.skipped), **written}
+        summary = {**summarize_pairs(results, run.samples, run.skipped, records if calibrator is not None else None), **written}
         write_json_atomically(output_dir / SUMMARY, summary)
         print(format_pairs_summary(summary))
     else:

@@ -193,8 +193,8 @@ class Judge(LoadedJudge):
         format: the file's format, one of judge.formats.FORMATS (default: detected). (--format)
         criteria_file: MEGA-Bench's task rows, for its files only. (--criteria_file)
         calibrator: a judge-calibrate calibrator.json (or a Calibrator): adds calibrated_score, score_set and
-            escalate to each record; refused (UsageError) when fitted on another judge's scores or another
-            rubric, and for pairs. (--calibrator)
+            escalate to each record; for pairs, a pairwise judge's (a PairCalibrator) adds abstained and uncertainty;
+            refused (UsageError) when fitted on another judge's scores or another rubric. (--calibrator)
         allow_calibrator_mismatch: apply such a calibrator anyway, with a warning. (--allow_calibrator_mismatch)
         rubrics: rubric files or folders, or bundled names, for this call (default: those `load` was given,
             else the input's own). (--rubric)
@@ -265,7 +265,7 @@ class Judge(LoadedJudge):
         records. `wanted`: "pairs" where only pairs may come."""
         from mmjudge.infer.engine import STRUCTURED_PAIRS
         from mmjudge.infer.options import PAIR_OPTIONS, options_for
-        from mmjudge.judge.calibrator import as_records, load_calibrator
+        from mmjudge.judge.calibrator import PairCalibrator, as_records, load_calibrator
         from mmjudge.judge.identity import stamp
         from mmjudge.judge.prompts import rubric_problems
 
@@ -283,14 +283,12 @@ class Judge(LoadedJudge):
             if not pairs and (pair_options := [name for name in PAIR_OPTIONS if name in given]):
                 raise UsageError(f"{', '.join(pair_options)}: for pairs of answers; these samples are single answers")
             options = options_for(fmt.name, self.config, {**self.options, **given})
-            if pairs and calibrator is not None:
-                raise UsageError("--calibrator applies to samples, not pairs")
             if pairs and options.structured and any(r.kind == "pairwise" for r in bench.rubrics.values()):
                 raise UsageError(STRUCTURED_PAIRS)
             if calibrator is not None:
                 scored = {c: bench.rubrics[c] for c in sorted({s.category for s in bench.samples})}
                 where = calibrator if isinstance(calibrator, (str, Path)) else "(given)"
-                calibrator = load_calibrator(calibrator, list(scored.values()))
+                calibrator = calibrator if isinstance(calibrator, PairCalibrator) else load_calibrator(calibrator, list(scored.values()), pairs)
                 for warning in calibrator.check_fit(where, f"the judge {self.path}", self.fingerprint, scored, allow_calibrator_mismatch):
                     warnings.warn(warning, stacklevel=3)
             indexed = list(enumerate(bench.samples))
