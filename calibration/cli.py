@@ -25,6 +25,7 @@ from mmjudge.calibration.preferences import Selection, analyse as analyse_prefer
 from mmjudge.calibration.report import write_preference_report
 from mmjudge.calibration.run import calibrate
 from mmjudge.judge.calibrator import UNCERTAINTIES
+from mmjudge.judge.probes import BARELY_MOVES, PROBE_MAX_SHIFT
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import SCORE_FIELDS, UsageError
 from mmjudge.judge.outputs import locked, overwritten_inputs
@@ -58,6 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default: {Options.target_agreement})")
     p.add_argument("--agreement", choices=["exact", "within_1"], default=Options.agreement,
                    help=f"what agreeing means for --target_agreement: the same level, or at most one level apart (default: {Options.agreement})")
+    p.add_argument("--probes", nargs="+", path="file", default=[],
+                   help="judge-score's probe_<kind>.json files (judge-score --probe) of the first judge's run: each probe's effect on its "
+                        "scores, with its 95%% interval and a pass/fail gate, in the report (default: none)")
+    p.add_argument("--probe_threshold", type=float, default=BARELY_MOVES,
+                   help="the share of samples whose score an image probe (blank, shuffle, blur, noise, quarter, reverse) must change to pass "
+                        "(default: %(default)s)")
+    p.add_argument("--probe_max_shift", type=float, default=PROBE_MAX_SHIFT,
+                   help="the mean shift in score levels that padding (verbosity) or rewording (paraphrase) may cause and pass (default: %(default)s)")
     p.add_argument("--max_error", type=float, default=Selection.max_error,
                    help="pairs: the share of kept verdicts that may disagree with people (alpha); calibrator.json then holds the confidence "
                         "below which judge-score --calibrator abstains, met with probability 0.9 over the labelled pairs (default: %(default)s)")
@@ -84,6 +93,10 @@ def print_summary(report: Report, out: Path) -> None:
             table = result.all
             print(f"{name} {criterion}: n {table['n'].value:.0f}, Pearson {_short(table['pearson'].value)}, MSE {_short(table['mse'].value)}"
                   + (f"  ({result.collapse})" if result.collapse else ""))
+    for kind, effect in report.probes.items():
+        result = "no samples" if effect.passed is None else "PASS" if effect.passed else "FAIL"
+        print(f"probe {kind}: mean shift {effect.mean_shift.value:+.3f} [{effect.mean_shift.low:+.3f}, {effect.mean_shift.high:+.3f}], "
+              f"changed {effect.share_changed.value:.0%} (n {effect.n}): {result}")
     print(f"report: {out / 'report.html'}")
 
 
@@ -92,7 +105,7 @@ def _short(value: float | None) -> str:
 
 
 # Flags of score agreement that preferences have no use for: a run on pairs refuses them rather than ignore them.
-SCORE_ONLY = ("criteria", "fit", "overall", "coverage", "target_agreement", "agreement", "scale", "step")
+SCORE_ONLY = ("criteria", "fit", "overall", "probes", "probe_threshold", "probe_max_shift", "coverage", "target_agreement", "agreement", "scale", "step")
 PAIRS_ONLY = ("max_error", "uncertainty", "panel")
 
 
@@ -148,7 +161,8 @@ def _main(argv) -> int:
     report = calibrate(args.predictions, args.human, names=args.names, output_dir=args.output_dir, criteria=args.criteria,
                        group_by=args.by, bootstrap=args.bootstrap, seed=args.seed, fit=args.fit, folds=args.folds,
                        scale=(*args.scale, args.step), overall=args.overall, coverage=args.coverage,
-                       target_agreement=args.target_agreement, agreement=args.agreement, calibrator_of=args.calibrator_of)
+                       target_agreement=args.target_agreement, agreement=args.agreement, calibrator_of=args.calibrator_of, probes=args.probes,
+                       probe_threshold=args.probe_threshold, probe_max_shift=args.probe_max_shift)
     print_summary(report, Path(args.output_dir))
     return 0
 

@@ -20,6 +20,7 @@ from mmjudge.calibration.analysis import Calibration, CriterionResult
 from mmjudge.calibration.benchmark import BenchmarkScores
 from mmjudge.calibration.preferences import PreferenceReport
 from mmjudge.judge.parsing import ScoreScale
+from mmjudge.judge.probes import ProbeEffect
 
 plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 8})
 JUDGE_COLOUR, HUMAN_COLOUR, CALIBRATED_COLOUR = "tab:blue", "tab:orange", "tab:green"
@@ -321,3 +322,30 @@ def selective(report: PreferenceReport) -> Plot:
     return Plot(_png(fig), "Each line: the error among the kept verdicts as more pairs are kept, most confident first. Each dot: the coverage "
                            "and error, on held-out folds, of the threshold fitted for one risk level α (dotted lines); a dot under its α line "
                            "kept its promise there.")
+
+
+def probe(effect: ProbeEffect) -> Plot:
+    """One probe's effect: the share of samples whose score changed and the mean shift, each with its 95% interval,
+    beside the gate's line."""
+    fig, (shares, shifts) = plt.subplots(1, 2, figsize=(7.2, 2.8))
+    colour = "tab:grey" if effect.passed is None else "tab:green" if effect.passed else "tab:red"
+    for ax, value, label in ((shares, effect.share_changed, "share of samples changed"), (shifts, effect.mean_shift, "mean shift (levels)")):
+        ax.bar([0], [value.value], 0.5, color=colour)
+        interval(ax, 0, value.low, value.high, "black", capsize=6, vertical=True)
+        ax.set(xticks=[], ylabel=label, xlim=(-1, 1))
+        ax.grid(axis="y", alpha=0.3)
+    shares.set_ylim(0, 1)
+    shifts.axhline(0, color="black", linewidth=0.8)
+    if effect.expects == "moves":
+        shares.axhline(effect.threshold, color="grey", linestyle="--", label=f"gate: at least {effect.threshold:.0%}")
+        shares.legend(fontsize=7)
+    elif effect.expects == "holds":
+        for bound in ([effect.max_shift] if effect.kind == "verbosity" else [-effect.max_shift, effect.max_shift]):
+            shifts.axhline(bound, color="grey", linestyle="--")
+        shifts.set_ylim(min(shifts.get_ylim()[0], -1.2 * effect.max_shift), max(shifts.get_ylim()[1], 1.2 * effect.max_shift))
+    result = "no samples" if effect.passed is None else "PASS" if effect.passed else "FAIL"
+    fig.suptitle(f"Probe {effect.kind}: {effect.changes} ({effect.n} samples): {result}", fontsize=9)
+    fig.tight_layout()
+    return Plot(_png(fig), f"Probe {effect.kind}: {effect.changes}. Bars: the share of samples whose score changed level and the mean "
+                           f"shift of the score (copy − original), with 95% bootstrap intervals; green passes the gate, red fails it. "
+                           f"The gate {effect.gate}.")

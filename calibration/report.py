@@ -282,6 +282,24 @@ def bias_section(report: Report) -> Section:
         Table(["judge", "criterion", "mean residual", "vs answer length", "vs images", "vs category (η)", "mean residual by category"], rows)])
 
 
+def _share(value) -> str:
+    return f"{value.value:+.3f} [{value.low:+.3f}, {value.high:+.3f}]"
+
+
+def probe_section(report: Report, figures: list[Image]) -> list[Section]:
+    if not report.probes:
+        return []
+    rows = [[kind, e.changes, str(e.n), _share(e.mean_shift), f"{e.share_changed.value:.3f} [{e.share_changed.low:.3f}, {e.share_changed.high:.3f}]",
+             e.gate, "–" if e.passed is None else "PASS" if e.passed else "FAIL"] for kind, e in report.probes.items()]
+    sources = [f"{kind}: {e.source}." for kind, e in report.probes.items()]
+    return [Section(f"Bias probes ({report.probes_of})", 2, [
+        "Each probe scored perturbed copies of the samples (judge-score --probe); the effect compares each copy's overall value with the "
+        "sample's own: mean shift (copy − original, score levels) and the share of samples whose score changed level, each with a 95% "
+        "percentile bootstrap interval over samples. The gate says what a judge that reads the images and judges content, not form, does.",
+        Table(["probe", "what changes", "samples", "mean shift [95%]", "share changed [95%]", "gate", "result"], rows),
+        "Sources, and how ours differ: " + " ".join(sources), *[f for f in figures if f.file.startswith("probe_")]])]
+
+
 def sections(report: Report, figures: list[Image] | None = None) -> list[Section]:
     scale = report.score_scale
     intervals = (f"Intervals are 95%: Fisher z, and a percentile bootstrap of {report.bootstrap} resamples (seed {report.seed}) where shown."
@@ -296,11 +314,12 @@ def sections(report: Report, figures: list[Image] | None = None) -> list[Section
     figures = figures or []
     return [Section("Judge agreement with human scores", 1, []), summary_section(report), *plot_sections(report, figures),
             Section("Inputs and method", 2, intro), *agreement_sections(report), system_section(report), calibration_section(report), guarantees_section(report),
-            benchmark_section(report), bias_section(report), Section("Notes", 2, [COSINE_NOTE])]
+            benchmark_section(report), bias_section(report), *probe_section(report, figures), Section("Notes", 2, [COSINE_NOTE])]
 
 
 def plot_sections(report: Report, figures: list[Image]) -> list[Section]:
     """The plots, right after the summary: the per-group comparison, then each judge's."""
+    figures = [f for f in figures if not f.file.startswith("probe_")]  # in the probes' own section
     if not figures:
         return []
     per_judge = [Section(name, 3, blocks) for name in report.judges if (blocks := [f for f in figures if f.judge == name])]
@@ -417,6 +436,7 @@ def make_plots(report: Report, paired: dict[str, Paired]) -> list[Image]:
         if judge.benchmark is not None and judge.benchmark.models:
             drawn["benchmark"] = plots.benchmark(judge.benchmark, name, scale)
         figures += [Image(f"{file}_{kind}.png", plot, name) for kind, plot in drawn.items()]
+    figures += [Image(f"probe_{kind}.png", plots.probe(effect)) for kind, effect in report.probes.items()]
     return figures
 
 

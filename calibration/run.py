@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmjudge.judge.data import UsageError
+from mmjudge.judge.probes import BARELY_MOVES, PROBE_MAX_SHIFT
 
 if TYPE_CHECKING:
     from mmjudge.calibration.analysis import Report
@@ -18,7 +19,8 @@ PathLike = str | Path
 
 def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict]] | dict[str, PathLike | list[dict]],
               human: PathLike | list[dict], *, names: Sequence[str] | None = None, output_dir: PathLike | None = None,
-              calibrator_of: str | None = None, **options) -> Report:
+              calibrator_of: str | None = None, probes: Sequence[PathLike] = (), probe_threshold: float = BARELY_MOVES,
+              probe_max_shift: float = PROBE_MAX_SHIFT, **options) -> Report:
     """How far one or more judges agree with people, and the calibration maps (judge-calibrate). Imports no torch.
 
     predictions: one judge's predictions, as a file (judge-score's eval_result.json, a JSON list of {id,
@@ -30,6 +32,10 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
     output_dir: where report.json, report.md, report.html, plots/ and calibrator.json go (default: nowhere,
         the report is only returned). (--output_dir)
     calibrator_of: the judge (by its name) whose map calibrator.json holds (default: the first). (--calibrator_of)
+    probes: judge-score's probe_<kind>.json files of the first judge's run (--probe): each probe's effect on its
+        scores, with its interval and gate, in report.probes. (--probes)
+    probe_threshold: the share of samples whose score must change under an image probe. (--probe_threshold)
+    probe_max_shift: the mean shift, in levels, padding or rewording may cause. (--probe_max_shift)
     **options: calibration.analysis.Options' fields, with judge-calibrate's defaults: criteria, group_by
         (--by), bootstrap, seed, fit, folds, scale ((low, high) or (low, high, step)), overall, coverage,
         target_agreement, agreement.
@@ -41,6 +47,7 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
 
     from mmjudge.calibration.analysis import Options, analyse
     from mmjudge.calibration.inputs import compared_criteria, coverage_notes, expected_as_overall, load_ratings, source_name
+    from mmjudge.calibration.probes import probe_effects
     from mmjudge.calibration.report import slug, write_reports
     from mmjudge.judge.outputs import locked, overwritten_inputs
 
@@ -55,10 +62,14 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
         problems.append(f"judge names {names} give the same file names {[slug(n) for n in names]}: give --names that differ in letters or digits")
     elif calibrator_of is not None and calibrator_of not in names:
         problems.append(f"--calibrator_of {calibrator_of}: no judge of that name; the judges are {', '.join(names)}")
+    if not 0 < probe_threshold < 1:
+        problems.append(f"--probe_threshold must lie between 0 and 1 (exclusive), got {probe_threshold}")
+    if not probe_max_shift >= 0:
+        problems.append(f"--probe_max_shift must be 0 or more, got {probe_max_shift}")
     if problems:
         raise UsageError("; ".join(problems))
     out = Path(output_dir) if output_dir is not None else None
-    files = [("--human", human), *[("--predictions", s) for s in sources]]
+    files = [("--human", human), *[("--predictions", s) for s in sources], *[("--probes", path) for path in probes]]
     if out and (problems := overwritten_inputs(out, ["report.json", "report.md", "report.html", "plots/*", "calibrator*.json"],
                                                [(flag, s) for flag, s in files if isinstance(s, (str, Path))])):
         raise UsageError("\n  ".join(problems))
@@ -67,6 +78,10 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
         ratings = expected_as_overall(ratings)
     opts = replace(opts, criteria=compared_criteria(ratings, opts.criteria, human_name))
     report, paired = analyse(ratings, opts, human_name, coverage_notes(ratings, human_name))
+    if probes:
+        report.probes = probe_effects(ratings.judges[names[0]], [str(path) for path in probes], opts.scale, opts.overall, probe_threshold,
+                                      probe_max_shift, opts.bootstrap, opts.seed)
+        report.probes_of = names[0]
     calibrators = {name: j.calibration.calibrator for name, j in report.judges.items() if j.calibration and j.calibration.calibrator}
     chosen = calibrator_of or next(iter(calibrators), None)
     report.calibrator_of = chosen if chosen in calibrators else None
