@@ -315,13 +315,15 @@ def selective(report: PreferenceReport) -> Plot:
         held = [(p.held_out_coverage, p.held_out_error, p.alpha) for p in j.selective.points if p.held_out_error is not None]
         if held:
             ax.plot([h[0] for h in held], [h[1] for h in held], "o", color=f"C{k}", markersize=5, label=f"{name}: fitted for each α, held out")
+            for coverage, error, alpha in held:
+                ax.annotate(f"{alpha:g}", (coverage, error), xytext=(3, -8), textcoords="offset points", fontsize=6, color=f"C{k}")
     ax.set(xlim=(0, 1.08), ylim=(0, None), xlabel="coverage (share of pairs kept)", ylabel="error among kept verdicts",
            title="Selective judging: coverage against error")
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
     return Plot(_png(fig), "Each line: the error among the kept verdicts as more pairs are kept, most confident first. Each dot: the coverage "
-                           "and error, on held-out folds, of the threshold fitted for one risk level α (dotted lines); a dot under its α line "
-                           "kept its promise there.")
+                           "and error, on held-out folds, of the threshold fitted for one risk level α (written beside it; dotted lines); a dot "
+                           "under its α line kept its promise there.")
 
 
 def probe(effect: ProbeEffect) -> Plot:

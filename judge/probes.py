@@ -33,24 +33,29 @@ class Probe:
 
 PROBES = {p.kind: p for p in (
     Probe("blank", "answer images blanked (mid-grey)", "moves",
-          "MM-JudgeBias (arXiv 2604.18164) removes the image; we keep a grey image of the same size, so the prompt keeps its tiles and tokens", True),
+          "MM-JudgeBias (arXiv 2604.18164) asks what a judge does without the image (its Bias-Deviation: the score should drop when "
+          "meaning is destroyed); ours keeps a grey image of the same size, so the prompt keeps its tiles and tokens, and gates on any "
+          "change, not only a drop", True),
     Probe("shuffle", "answer images swapped with other samples' of the same category", "moves",
-          "MM-JudgeBias's image mismatch; we draw from the same category (seeded by --probe_seed and the id), so the image stays plausible", True),
+          "MM-JudgeBias's image-response mismatch; ours draws another sample's image of the same category (seeded by --probe_seed and "
+          "the id), so the image stays plausible for the question", True),
     Probe("blur", "answer images blurred (Gaussian, radius a 50th of the shorter side)", "moves",
-          "MM-JudgeBias's image degradation; one fixed strength here, where it varies several", True),
+          "an image degradation (this issue's; we have not matched MM-JudgeBias's own operations); one fixed strength; a judge moves "
+          "where its rubric scores image quality, as MMIE's does", True),
     Probe("noise", "answer images with Gaussian pixel noise (sigma 40 of 255, seeded)", "moves",
-          "MM-JudgeBias's image degradation; one fixed strength", True),
+          "an image degradation, as blur; one fixed strength", True),
     Probe("quarter", "answer images at a quarter of their width and height, shown at their own size", "moves",
-          "MM-JudgeBias's resolution degradation; scaled back up so the judge's tiles are unchanged and only detail is lost", True),
+          "an image degradation, as blur; scaled back up, so the judge's tiles are unchanged and only detail is lost", True),
     Probe("reverse", "answer images in reverse order (answers with two or more)", "moves",
-          "interleaved answers only (MMIE, OpenING): the text no longer sits beside its image", True),
+          "ours, for interleaved answers (MMIE, OpenING): each text no longer sits beside its image", True),
     Probe("contradict", "a sentence that contradicts the images appended to the answer", "drops",
-          "text anchoring (arXiv 2606.02578: 16.4% of Qwen2.5-VL-7B's judging errors follow the text against the image); one fixed "
-          "sentence here where they write one per image", True),
+          "text anchoring: judges reward a plausible narrative that conflicts with the image (arXiv 2606.02578: 16.4% of Qwen2.5-VL-7B's "
+          "judging errors); ours appends one fixed sentence that denies the images' content, where the paper perturbs the images", True),
     Probe("verbosity", "the answer padded with a fluent paragraph that adds nothing", "holds",
-          "verbosity bias (Zheng et al. 2023, MT-Bench; MM-JudgeBias's fluent-text bias); one fixed paragraph", False),
+          "verbosity bias (Zheng et al. 2023, MT-Bench), which MM-JudgeBias's Bias-Conformity (a change that keeps the meaning should "
+          "keep the score) covers for multimodal judges; one fixed paragraph", False),
     Probe("paraphrase", "the answer's text reworded, from the user's --paraphrases file", "holds",
-          "MM-JudgeBias's paraphrase perturbation; no model here writes paraphrases, so they come from the user", False),
+          "MM-JudgeBias's Bias-Conformity for rewording; no model here writes paraphrases, so they come from the user", False),
 )}
 # For pairs, position (the answer shown first) is probed by judging both orders: judge-calibrate's preference report.
 
