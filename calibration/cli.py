@@ -21,14 +21,12 @@ import sys
 from pathlib import Path
 
 from mmjudge.calibration.analysis import Options, Report
-from mmjudge.calibration.preferences import Selection, analyse as analyse_preferences, is_preference_file
-from mmjudge.calibration.report import write_preference_report
-from mmjudge.calibration.run import calibrate
+from mmjudge.calibration.preferences import Selection, is_preference_file
+from mmjudge.calibration.run import calibrate, calibrate_pairs
 from mmjudge.judge.calibrator import UNCERTAINTIES
 from mmjudge.judge.probes import BARELY_MOVES, PROBE_MAX_SHIFT
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import SCORE_FIELDS, UsageError
-from mmjudge.judge.outputs import locked, overwritten_inputs
 from mmjudge.judge.parsing import ScoreScale
 
 
@@ -113,27 +111,9 @@ def preferences(args, out: Path) -> int:
     parser = build_parser()
     if given := [f"--{flag}" for flag in SCORE_ONLY if getattr(args, flag) != parser.get_default(flag)]:
         raise UsageError(f"{', '.join(given)}: for scores; these predictions are verdicts on pairs")
-    names = args.names or [Path(path).stem for path in args.predictions]
-    problems = []
-    if len(names) != len(args.predictions) or len(set(names)) != len(names):
-        problems.append(f"--names {names}: one name per predictions file ({len(args.predictions)}), each its own")
-    if args.calibrator_of is not None and args.calibrator_of not in names:
-        problems.append(f"--calibrator_of {args.calibrator_of}: no judge of that name; the judges are {', '.join(names)}")
-    if not 0 < args.max_error < 1:
-        problems.append(f"--max_error must lie between 0 and 1 (exclusive), got {args.max_error}")
-    if args.folds < 2:
-        problems.append(f"--folds must be at least 2, got {args.folds}")
-    if args.panel and len(args.predictions) < 2:
-        problems.append(f"--panel combines several judges; {len(args.predictions)} predictions file given")
-    if problems:
-        raise UsageError("; ".join(problems))
-    inputs = [("--human", args.human), *[("--predictions", path) for path in args.predictions]]
-    if problems := overwritten_inputs(out, ["report.json", "report.md", "report.html", "plots/*", "calibrator*.json", "panel*.json"], inputs):
-        raise UsageError("\n  ".join(problems))
-    selection = Selection(max_error=args.max_error, uncertainty=args.uncertainty, panel=args.panel, folds=args.folds)
-    report = analyse_preferences(args.predictions, names, args.human, args.by, args.bootstrap, args.seed, selection)
-    with locked(out, "judge-calibrate"):
-        write_preference_report(report, out, args.calibrator_of or names[0])
+    report = calibrate_pairs(args.predictions, args.human, names=args.names, output_dir=out, calibrator_of=args.calibrator_of,
+                             group_by=args.by, bootstrap=args.bootstrap, seed=args.seed, max_error=args.max_error,
+                             uncertainty=args.uncertainty, panel=args.panel, folds=args.folds)
     for note in report.notes:
         print(f"note: {note}", file=sys.stderr)
     for name, j in report.judges.items():

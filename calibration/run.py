@@ -40,6 +40,9 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
         (--by), bootstrap, seed, fit, folds, scale ((low, high) or (low, high, step)), overall, coverage,
         target_agreement, agreement.
 
+    Verdicts on pairs (judge-score's pairwise eval_result.json, a benchmark's file of verdicts) go to
+    `calibrate_pairs`, with its options (max_error, uncertainty, panel, ...), and return its PreferenceReport.
+
     Returns the Report (calibration/analysis.py) that report.json holds: `report.judges[name].criteria[c].all`
     has n, Pearson with its interval, MSE, QWK; `.calibration.calibrator` the fitted map.
     """
@@ -47,11 +50,14 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
 
     from mmjudge.calibration.analysis import Options, analyse
     from mmjudge.calibration.inputs import compared_criteria, coverage_notes, expected_as_overall, load_ratings, source_name
+    from mmjudge.calibration.preferences import is_preference_file
     from mmjudge.calibration.probes import probe_effects
     from mmjudge.calibration.report import slug, write_reports
     from mmjudge.judge.outputs import locked, overwritten_inputs
 
     sources, names = _judges(predictions, names)
+    if sources and all(isinstance(s, (str, Path)) for s in sources) and is_preference_file(str(sources[0])):
+        return calibrate_pairs(sources, human, names=names, output_dir=output_dir, calibrator_of=calibrator_of, **options)
     opts, problems = _options(Options, options)
     human_name, _ = source_name(human, "human")
     if len(names) != len(sources):
@@ -136,3 +142,51 @@ def _options(options_class, given: dict) -> tuple[Any, list[str]]:
         if not 0 < getattr(opts, name) < 1:
             problems.append(f"--{name} must lie between 0 and 1 (exclusive), got {getattr(opts, name)}")
     return opts, problems
+
+
+PAIR_OPTIONS = ("group_by", "bootstrap", "seed", "max_error", "uncertainty", "panel", "folds")
+
+
+def calibrate_pairs(predictions: PathLike | Sequence[PathLike], human: PathLike, *, names: Sequence[str] | None = None,
+                    output_dir: PathLike | None = None, calibrator_of: str | None = None, **options):
+    """judge-calibrate on verdicts on pairs (calibration/preferences.py): agreement with people's preferences, position
+    bias, rankings, selective judging's thresholds and, with panel=True, a judge panel. `mmjudge.calibrate` comes here
+    for files of verdicts. Files only (the verdicts' readers read benchmark files by their format).
+
+    **options: group_by (--by), bootstrap, seed, folds, and max_error (alpha), uncertainty ("verdict_probability" or
+        "entropy"), panel (bool), as judge-calibrate's flags. Returns the PreferenceReport; with output_dir, writes
+        report.json, report.md, report.html, plots/, calibrator.json (kind pairs) and, with panel, panel.json and
+        panel_verdicts.json.
+    """
+    from mmjudge.calibration.preferences import Selection, analyse
+    from mmjudge.calibration.report import write_preference_report
+    from mmjudge.judge.outputs import locked, overwritten_inputs
+
+    paths = [str(predictions)] if isinstance(predictions, (str, Path)) else [str(p) for p in predictions]
+    names = list(names or [Path(path).stem for path in paths])
+    if unknown := sorted(set(options) - set(PAIR_OPTIONS)):
+        raise UsageError(f"{', '.join(unknown)}: not options of verdicts on pairs; they are {', '.join(PAIR_OPTIONS)}")
+    group_by, bootstrap, seed = options.pop("group_by", "category"), options.pop("bootstrap", 1000), options.pop("seed", 0)
+    selection = Selection(**options)
+    problems = []
+    if len(names) != len(paths) or len(set(names)) != len(names):
+        problems.append(f"--names {names}: one name per predictions file ({len(paths)}), each its own")
+    if calibrator_of is not None and calibrator_of not in names:
+        problems.append(f"--calibrator_of {calibrator_of}: no judge of that name; the judges are {', '.join(names)}")
+    if not 0 < selection.max_error < 1:
+        problems.append(f"--max_error must lie between 0 and 1 (exclusive), got {selection.max_error}")
+    if selection.folds < 2:
+        problems.append(f"--folds must be at least 2, got {selection.folds}")
+    if selection.panel and len(paths) < 2:
+        problems.append(f"--panel combines several judges; {len(paths)} predictions file given")
+    if problems:
+        raise UsageError("; ".join(problems))
+    out = Path(output_dir) if output_dir is not None else None
+    inputs = [("--human", human), *[("--predictions", path) for path in paths]]
+    if out and (problems := overwritten_inputs(out, ["report.json", "report.md", "report.html", "plots/*", "calibrator*.json", "panel*.json"], inputs)):
+        raise UsageError("\n  ".join(problems))
+    report = analyse(paths, names, str(human), group_by, bootstrap, seed, selection)
+    if out is not None:
+        with locked(out, "judge-calibrate"):
+            write_preference_report(report, out, calibrator_of or names[0])
+    return report
