@@ -49,7 +49,7 @@ def test_error_among_kept_pairs_is_at_most_alpha_in_the_promised_share_of_splits
     whose kept test pairs are wrong at most at alpha is one that a share of 1 - delta gives (a one-sided binomial test
     at 1%: the procedure is tight, at about 0.92-0.94 measured over 2,000 splits, so 200 splits see 0.9 +- 0.02); a
     threshold fitted without the bound does not reach it."""
-    least = sps.binom.ppf(0.01, SPLITS, 1 - DELTA)  # 171 of 200
+    least = sps.binom.ppf(0.01, SPLITS, 1 - DELTA)  # 170 of 200
     rng = np.random.default_rng(55)
     confidence, correct = synthetic_pairs(CALIBRATION + 20_000, rng)
     assert 0.15 < 1 - correct.mean() < 0.4  # a judge worth abstaining on: keeping all misses every alpha
