@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     p.add_argument("--probe_max_shift", type=float, default=PROBE_MAX_SHIFT,
                    help="the mean shift in score levels that padding (verbosity) or rewording (paraphrase) may cause and pass (default: %(default)s)")
+    p.add_argument("--judge_family", metavar="NAME",
+                   help="the judge's model family as the answers' model names hold it (e.g. qwen): reports whether the first judge over-scores "
+                        "its family's answers, beside other models', against people (self- and family-preference) (default: none)")
     p.add_argument("--max_error", type=float, default=Selection.max_error,
                    help="pairs: the share of kept verdicts that may disagree with people (alpha); calibrator.json then holds the confidence "
                         "below which judge-score --calibrator abstains, met with probability 0.9 over the labelled pairs (default: %(default)s)")
@@ -95,6 +98,9 @@ def print_summary(report: Report, out: Path) -> None:
         result = "no samples" if effect.passed is None else "PASS" if effect.passed else "FAIL"
         print(f"probe {kind}: mean shift {effect.mean_shift.value:+.3f} [{effect.mean_shift.low:+.3f}, {effect.mean_shift.high:+.3f}], "
               f"changed {effect.share_changed.value:.0%} (n {effect.n}): {result}")
+    if (family := report.family_preference) is not None:
+        print(f"family {family.family!r}: " + (family.reason or f"residual {family.residual_family:+.3f} on its answers (n {family.n_family}), "
+              f"{family.residual_other:+.3f} on others' (n {family.n_other}): {'PASS' if family.passed else 'FAIL'}"))
     print(f"report: {out / 'report.html'}")
 
 
@@ -103,7 +109,7 @@ def _short(value: float | None) -> str:
 
 
 # Flags of score agreement that preferences have no use for: a run on pairs refuses them rather than ignore them.
-SCORE_ONLY = ("criteria", "fit", "overall", "probes", "probe_threshold", "probe_max_shift", "coverage", "target_agreement", "agreement", "scale", "step")
+SCORE_ONLY = ("criteria", "fit", "overall", "probes", "probe_threshold", "probe_max_shift", "judge_family", "coverage", "target_agreement", "agreement", "scale", "step")
 PAIRS_ONLY = ("max_error", "uncertainty", "panel")
 
 
@@ -142,7 +148,7 @@ def _main(argv) -> int:
                        group_by=args.by, bootstrap=args.bootstrap, seed=args.seed, fit=args.fit, folds=args.folds,
                        scale=(*args.scale, args.step), overall=args.overall, coverage=args.coverage,
                        target_agreement=args.target_agreement, agreement=args.agreement, calibrator_of=args.calibrator_of, probes=args.probes,
-                       probe_threshold=args.probe_threshold, probe_max_shift=args.probe_max_shift)
+                       probe_threshold=args.probe_threshold, probe_max_shift=args.probe_max_shift, judge_family=args.judge_family)
     print_summary(report, Path(args.output_dir))
     return 0
 

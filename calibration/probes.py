@@ -10,10 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from mmjudge.calibration.inputs import JudgeRecord, read_predictions
+from pydantic import BaseModel
+
+from mmjudge.calibration.inputs import HumanRecord, JudgeRecord, read_predictions
 from mmjudge.judge.data import InputError, Problem, UsageError
 from mmjudge.judge.parsing import ScoreScale
-from mmjudge.judge.probes import PROBES, ProbeEffect, probe_effect
+from mmjudge.judge.probes import PROBES, ProbeEffect, Share, probe_effect
 
 PROBE_FILE = re.compile(r"probe_(\w+)\.json")
 
@@ -50,3 +52,40 @@ def probe_effects(original: dict[str, JudgeRecord], paths: list[str], scale: Sco
     if problems:
         raise InputError(problems)
     return effects
+
+
+class FamilyPreference(BaseModel):
+    """Self- and family-preference (arXiv 2604.11589): does the judge score its own family's answers higher than people
+    do, beside other models' answers? Residual = judge − people's mean, on the ids both scored."""
+
+    family: str  # matched, case-insensitively, inside each answer's model name
+    models: list[str]  # the models that matched
+    n_family: int
+    n_other: int
+    residual_family: float | None
+    residual_other: float | None
+    difference: Share | None  # family minus other, with a 95% bootstrap interval (each group resampled on its own)
+    gate: str
+    passed: bool | None  # None: a group without ids
+    reason: str | None = None
+
+
+def family_preference(judged: dict[str, JudgeRecord], human: dict[str, HumanRecord], family: str, overall: str, max_shift: float,
+                      resamples: int, seed: int) -> FamilyPreference:
+    rows = [(model, value - reference) for rid, r in judged.items() if rid in human
+            and (model := r.model or human[rid].model) is not None and (value := _value(r, overall)) is not None
+            and (reference := human[rid].mean("overall")) is not None]
+    mine = np.array([res for model, res in rows if family.lower() in model.lower()])
+    others = np.array([res for model, res in rows if family.lower() not in model.lower()])
+    gate = f"passes where the judge's residual on its family's answers exceeds the others' by at most {max_shift:g} levels"
+    common = dict(family=family, models=sorted({m for m, _ in rows if family.lower() in m.lower()}), n_family=len(mine), n_other=len(others),
+                  gate=gate)
+    if not len(mine) or not len(others):
+        return FamilyPreference(**common, residual_family=None, residual_other=None, difference=None, passed=None,
+                                reason=f"{len(mine)} scored answer(s) by a model named like {family!r} and {len(others)} by others; both are needed")
+    rng = np.random.default_rng(seed)
+    draws = [mine[rng.integers(0, len(mine), len(mine))].mean() - others[rng.integers(0, len(others), len(others))].mean()
+             for _ in range(resamples)] or [mine.mean() - others.mean()]
+    difference = Share(value=float(mine.mean() - others.mean()), low=float(np.percentile(draws, 2.5)), high=float(np.percentile(draws, 97.5)))
+    return FamilyPreference(**common, residual_family=float(mine.mean()), residual_other=float(others.mean()), difference=difference,
+                            passed=difference.value <= max_shift)

@@ -286,9 +286,21 @@ def _share(value) -> str:
     return f"{value.value:+.3f} [{value.low:+.3f}, {value.high:+.3f}]"
 
 
+def family_paragraph(report: Report) -> list[str]:
+    family = report.family_preference
+    if family is None:
+        return []
+    if family.difference is None:
+        return [f"Self- and family-preference ({family.family}): {family.reason}."]
+    d = family.difference
+    return [f"Self- and family-preference ({family.family}; models {', '.join(family.models)}): the judge's residual (judge − people) is "
+            f"{family.residual_family:+.3f} on its family's answers (n {family.n_family}) and {family.residual_other:+.3f} on the others' "
+            f"(n {family.n_other}): a difference of {_share(d)}; it {family.gate}: {'PASS' if family.passed else 'FAIL'}."]
+
+
 def probe_section(report: Report, figures: list[Image]) -> list[Section]:
     if not report.probes:
-        return []
+        return [Section(f"Bias probes ({report.probes_of or next(iter(report.judges))})", 2, family_paragraph(report))] if report.family_preference else []
     rows = [[kind, e.changes, str(e.n), _share(e.mean_shift), f"{e.share_changed.value:.3f} [{e.share_changed.low:.3f}, {e.share_changed.high:.3f}]",
              e.gate, "–" if e.passed is None else "PASS" if e.passed else "FAIL"] for kind, e in report.probes.items()]
     sources = [f"{kind}: {e.source}." for kind, e in report.probes.items()]
@@ -297,7 +309,7 @@ def probe_section(report: Report, figures: list[Image]) -> list[Section]:
         "sample's own: mean shift (copy − original, score levels) and the share of samples whose score changed level, each with a 95% "
         "percentile bootstrap interval over samples. The gate says what a judge that reads the images and judges content, not form, does.",
         Table(["probe", "what changes", "samples", "mean shift [95%]", "share changed [95%]", "gate", "result"], rows),
-        "Sources, and how ours differ: " + " ".join(sources), *[f for f in figures if f.file.startswith("probe_")]])]
+        "Sources, and how ours differ: " + " ".join(sources), *family_paragraph(report), *[f for f in figures if f.file.startswith("probe_")]])]
 
 
 def sections(report: Report, figures: list[Image] | None = None) -> list[Section]:

@@ -20,7 +20,7 @@ PathLike = str | Path
 def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict]] | dict[str, PathLike | list[dict]],
               human: PathLike | list[dict], *, names: Sequence[str] | None = None, output_dir: PathLike | None = None,
               calibrator_of: str | None = None, probes: Sequence[PathLike] = (), probe_threshold: float = BARELY_MOVES,
-              probe_max_shift: float = PROBE_MAX_SHIFT, **options) -> Report:
+              probe_max_shift: float = PROBE_MAX_SHIFT, judge_family: str | None = None, **options) -> Report:
     """How far one or more judges agree with people, and the calibration maps (judge-calibrate). Imports no torch.
 
     predictions: one judge's predictions, as a file (judge-score's eval_result.json, a JSON list of {id,
@@ -35,7 +35,10 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
     probes: judge-score's probe_<kind>.json files of the first judge's run (--probe): each probe's effect on its
         scores, with its interval and gate, in report.probes. (--probes)
     probe_threshold: the share of samples whose score must change under an image probe. (--probe_threshold)
-    probe_max_shift: the mean shift, in levels, padding or rewording may cause. (--probe_max_shift)
+    probe_max_shift: the mean shift, in levels, padding or rewording may cause; and how much more the judge may
+        over-score its own family's answers than others'. (--probe_max_shift)
+    judge_family: the judge's family as answers' model names hold it (e.g. "qwen"): self- and family-preference
+        of the first judge, in report.family_preference. (--judge_family)
     **options: calibration.analysis.Options' fields, with judge-calibrate's defaults: criteria, group_by
         (--by), bootstrap, seed, fit, folds, scale ((low, high) or (low, high, step)), overall, coverage,
         target_agreement, agreement.
@@ -51,7 +54,7 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
     from mmjudge.calibration.analysis import Options, analyse
     from mmjudge.calibration.inputs import compared_criteria, coverage_notes, expected_as_overall, load_ratings, source_name
     from mmjudge.calibration.preferences import is_preference_file
-    from mmjudge.calibration.probes import probe_effects
+    from mmjudge.calibration.probes import family_preference, probe_effects
     from mmjudge.calibration.report import slug, write_reports
     from mmjudge.judge.outputs import locked, overwritten_inputs
 
@@ -88,6 +91,9 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
         report.probes = probe_effects(ratings.judges[names[0]], [str(path) for path in probes], opts.scale, opts.overall, probe_threshold,
                                       probe_max_shift, opts.bootstrap, opts.seed)
         report.probes_of = names[0]
+    if judge_family:
+        report.family_preference = family_preference(ratings.judges[names[0]], ratings.human, judge_family, opts.overall, probe_max_shift,
+                                                      opts.bootstrap, opts.seed)
     calibrators = {name: j.calibration.calibrator for name, j in report.judges.items() if j.calibration and j.calibration.calibrator}
     chosen = calibrator_of or next(iter(calibrators), None)
     report.calibrator_of = chosen if chosen in calibrators else None

@@ -155,3 +155,24 @@ def test_the_suite_through_judge_score_and_judge_calibrate(checkpoint, dataset, 
     assert "Bias probes (eval_result)" in (tmp_path / "report" / "report.md").read_text()
     assert calibrate(["--predictions", str(out / "eval_result.json"), "--human", str(human), "--output_dir", str(tmp_path / "r2"),
                       "--probes", str(out / "eval_result.json")]) == 2
+
+
+@pytest.mark.parametrize("lift, passes", [(0.3, True), (1.0, False)])
+def test_family_preference_passes_where_the_judge_over_scores_its_family_by_at_most_the_shift(lift, passes):
+    """Answers by qwen-7b and by others, scored by people alike; the judge adds `lift` to its family's."""
+    from mmjudge.calibration.inputs import HumanRecord, JudgeRecord
+    from mmjudge.calibration.probes import family_preference
+
+    rng = np.random.default_rng(1)
+    judged, human = {}, {}
+    for k in range(60):
+        model = "Qwen-7B" if k % 3 == 0 else "other-model"
+        truth = float(rng.integers(1, 6))
+        human[str(k)] = HumanRecord(ratings={"overall": [truth]}, model=model, category="SA")
+        judged[str(k)] = JudgeRecord(scores={"overall": truth + (lift if model == "Qwen-7B" else 0.0)}, expected_score=None, model=model,
+                                     category="SA", n_images=0)
+    found = family_preference(judged, human, "qwen", "score", 0.5, 200, 0)
+    assert found.models == ["Qwen-7B"] and (found.n_family, found.n_other) == (20, 40)
+    assert found.difference.value == pytest.approx(lift) and found.passed is passes
+    nobody = family_preference(judged, human, "llava", "score", 0.5, 200, 0)
+    assert nobody.passed is None and "0 scored answer(s) by a model named like 'llava'" in nobody.reason
