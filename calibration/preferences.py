@@ -482,7 +482,9 @@ def analyse(predictions: list[str], names: list[str], human_path: str, group_by:
     report = {name: judge_agreement(path, judged, people, group_by, resamples, seed, people_ranking) for name, (path, judged) in judges.items()}
     calibrators = {}
     for name, (path, judged) in judges.items():
-        report[name].selective, calibrators[name] = selective_fit(name, path, human_path, judged, people, selection, seed)
+        report[name].selective, calibrator = selective_fit(name, path, human_path, judged, people, selection, seed)
+        if report[name].selective.n:  # a file of verdicts without distributions (an OpenING battle file) has nothing to abstain by
+            calibrators[name] = calibrator
     panel, panel_calibrator, panel_verdicts = panel_fit(judges, people, human_path, selection, seed) if selection.panel else (None, None, [])
     notes = []
     for name, agreement in report.items():

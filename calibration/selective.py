@@ -100,7 +100,8 @@ def report(confidence: np.ndarray, correct: np.ndarray, uncertainty: str, max_er
                                  error_upper_bound=None if f.agreement_lower_bound is None else 1 - f.agreement_lower_bound,
                                  held_out_coverage=coverage, held_out_error=error))
     reason = None if len(confidence) >= MIN_TRUSTED else (
-        f"{len(confidence)} labelled pairs with a verdict distribution; a threshold is tested only with {MIN_TRUSTED} or more kept")
+        f"{len(confidence)} labelled pairs with a verdict distribution; a threshold is tested only with {MIN_TRUSTED} or more kept"
+        + ("; no calibrator is written for this judge" if not len(confidence) else ""))
     return SelectiveReport(uncertainty=uncertainty, n=len(confidence), delta=delta, min_kept=MIN_TRUSTED, folds=folds, max_error=max_error,
                            points=points, curve=risk_coverage_curve(confidence, correct) if len(confidence) else [],
                            error_all=float(1 - correct.mean()) if len(correct) else 0.0, reason=reason)
