@@ -20,6 +20,7 @@ from typing import Protocol
 
 import torch
 import torch.distributed as dist
+from pydantic import ValidationError
 
 from mmjudge.infer.engine import STRUCTURED_PAIRS, prepare, refuse_past_context
 from mmjudge.infer.inputs import read_benchmark
@@ -32,8 +33,6 @@ from mmjudge.infer.progress import Bar
 from mmjudge.infer.reward_model import is_reward_checkpoint, pairwise_refusal
 from mmjudge.infer.summary import SUMMARY, format_pairs_summary, format_summary, summarize, summarize_pairs
 from mmjudge.judge.calibrator import Calibrator, PairCalibrator, as_records, load_calibrator
-from pydantic import ValidationError
-
 from mmjudge.judge.data import (InputError, JudgeResult, Pair, PairResult, Problem, Sample, Segment, UsageError, read_json, resolve_image,
                                 validation_problems, write_json_atomically)
 from mmjudge.judge.distributed import end_process_group
@@ -179,9 +178,11 @@ def read_paraphrases(path: Path, samples: list[Sample]) -> dict[str, list[Segmen
         raise InputError([Problem(str(path), "expected a JSON list of {id, answer}")])
     known, problems, found = {s.id: s for s in samples}, [], {}
     for index, raw in enumerate(content):
-        rid = str(raw.get("id")) if isinstance(raw, dict) else None
-        if rid not in known:
-            problems.append(Problem(str(path), f"no sample of id {rid!r} in the input (after --limit)" if rid else "a record needs an id", index, rid, "id"))
+        rid = str(raw["id"]) if isinstance(raw, dict) and raw.get("id") is not None else None
+        if rid not in known or rid in found:
+            said = "a record needs an id" if rid is None else f"id {rid!r} is reworded twice" if rid in found else (
+                f"no sample of id {rid!r} in the input (after --limit)")
+            problems.append(Problem(str(path), said, index, rid, "id"))
             continue
         try:
             found[rid] = Sample.model_validate({**known[rid].model_dump(), "answer": raw.get("answer")}).answer

@@ -114,10 +114,12 @@ def test_paraphrase_flags_and_files_are_checked_before_the_model_loads(dataset, 
     assert main([*base, "--probe", "paraphrase"]) == 2
     assert "--probe paraphrase reads its rewordings from --paraphrases FILE" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps([{"id": "nope", "answer": "x"}, {"id": "SA_0001", "answer": 3}]))
+    bad.write_text(json.dumps([{"id": "nope", "answer": "x"}, {"id": "SA_0001", "answer": 3}, {"id": "PBL_0002", "answer": "a"},
+                               {"id": "PBL_0002", "answer": "b"}, {"answer": "c"}]))
     assert main([*base, "--probe", "paraphrase", "--paraphrases", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert "no sample of id 'nope' in the input" in err and "SA_0001" in err
+    assert "no sample of id 'nope' in the input" in err and "SA_0001" in err and "id 'PBL_0002' is reworded twice" in err
+    assert "a record needs an id" in err
     assert main([*base, "--probe", "blur", "--probe_seed", "2"]) == 2
     assert "--probe_seed applies to the shuffle and noise probes only" in capsys.readouterr().err
     assert main([*base, "--probe", "blur", "--output_file", "probe_blur.json"]) == 2
