@@ -301,7 +301,7 @@ def as_records(results: list, calibrator: Calibrator | PairCalibrator | None) ->
 # the mean over both orders' judgements, so no order is favoured):
 # - verdict_probability: the probability of the verdict the record gives, the judge's own chance of being right;
 # - entropy: 1 - the distribution's entropy over log(number of verdicts), SCOPE's bidirectional preference
-#   entropy (Badshah et al. 2026) as a confidence. With two verdicts both order pairs alike; with a tie as a
+#   entropy (Badshah et al. 2026) as a confidence. With two verdicts both rank pairs alike; with a tie as a
 #   third, the entropy can call a pair sure while its verdict (under the agree rule, a tie where the orders
 #   differ) is not the likeliest one.
 UNCERTAINTIES = ("verdict_probability", "entropy")
