@@ -24,6 +24,8 @@ from mmjudge.calibration.conformal import (
 )
 from mmjudge.calibration.fit import Level, cross_fit, fit_map, reliability
 from mmjudge.calibration.inputs import Coverage, HumanRecord, Ratings, fitted_identity
+from mmjudge.calibration.probes import FamilyPreference
+from mmjudge.judge.probes import ProbeEffect
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.calibration.stats import (
     Agreement,
@@ -407,6 +409,9 @@ class Report(BaseModel):
     fit: str  # --fit
     calibrator_of: str | None = None  # the judge whose map is calibrator.json; None: no calibrator.json was written
     removed_calibrators: list[str] = []  # calibrator files of an earlier run in --output_dir, removed
+    probes: dict[str, ProbeEffect] = {}  # --probes: the bias suite's effects on the first judge, by probe
+    probes_of: str | None = None  # that judge
+    family_preference: FamilyPreference | None = None  # --judge_family, of the first judge
 
     @property
     def score_scale(self) -> ScoreScale:

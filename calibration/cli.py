@@ -9,7 +9,9 @@ first judge, or of --calibrator_of, for `judge-score --calibrator`, which applie
 several judges also calibrator_<name>.json for each). Predictions of verdicts on pairs (a pairwise judge-score
 run, an OpenING battle file of a judge's winners) get a report on preferences instead
 (calibration/preferences.py): agreement with and without ties, Cohen's kappa, position bias, swap consistency,
-win rates under four tie rules and a Bradley-Terry ranking; no map.
+win rates under four tie rules and a Bradley-Terry ranking; and selective judging: the confidence below which
+judge-score --calibrator abstains so that the kept verdicts' error is at most --max_error (with probability 0.9),
+with coverage against error at several risk levels; --panel combines the judges into a calibrated panel.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import sys
 from pathlib import Path
 
 from mmjudge.calibration.analysis import Options, Report
-from mmjudge.calibration.preferences import analyse as analyse_preferences, is_preference_file
-from mmjudge.calibration.report import write_preference_report
-from mmjudge.calibration.run import calibrate
+from mmjudge.calibration.preferences import Selection, is_preference_file
+from mmjudge.calibration.run import calibrate, calibrate_pairs
+from mmjudge.judge.calibrator import UNCERTAINTIES
+from mmjudge.judge.probes import BARELY_MOVES, PROBE_MAX_SHIFT
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import SCORE_FIELDS, UsageError
-from mmjudge.judge.outputs import locked, overwritten_inputs
 from mmjudge.judge.parsing import ScoreScale
 
 
@@ -55,6 +57,26 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default: {Options.target_agreement})")
     p.add_argument("--agreement", choices=["exact", "within_1"], default=Options.agreement,
                    help=f"what agreeing means for --target_agreement: the same level, or at most one level apart (default: {Options.agreement})")
+    p.add_argument("--probes", nargs="+", path="file", default=[],
+                   help="judge-score's probe_<kind>.json files (judge-score --probe) of the first judge's run: each probe's effect on its "
+                        "scores, with its 95%% interval and a pass/fail gate, in the report (default: none)")
+    p.add_argument("--probe_threshold", type=float, default=BARELY_MOVES,
+                   help="the share of samples whose score an image probe (blank, shuffle, blur, noise, quarter, reverse) must change to pass "
+                        "(default: %(default)s)")
+    p.add_argument("--probe_max_shift", type=float, default=PROBE_MAX_SHIFT,
+                   help="the mean shift in score levels that padding (verbosity) or rewording (paraphrase) may cause and pass (default: %(default)s)")
+    p.add_argument("--judge_family", metavar="NAME",
+                   help="the judge's model family as the answers' model names hold it (e.g. qwen): reports whether the first judge over-scores "
+                        "its family's answers, beside other models', against people (self- and family-preference) (default: none)")
+    p.add_argument("--max_error", type=float, default=Selection.max_error,
+                   help="pairs: the share of kept verdicts that may disagree with people (alpha); calibrator.json then holds the confidence "
+                        "below which judge-score --calibrator abstains, met with probability 0.9 over the labelled pairs (default: %(default)s)")
+    p.add_argument("--uncertainty", choices=UNCERTAINTIES, default=Selection.uncertainty,
+                   help="pairs: a pair's confidence, from its verdict distribution averaged over both orders: the probability of its verdict, "
+                        "or 1 - the distribution's normalised entropy (SCOPE's) (default: %(default)s)")
+    p.add_argument("--panel", action="store_true",
+                   help="pairs: also fit a panel of every judge given (a stacked logistic model on their verdict distributions, cross-fitted), "
+                        "reported beside each judge; writes panel.json and panel_verdicts.json (default: off)")
     p.add_argument("--scale", nargs=2, type=float, default=[ScoreScale.low, ScoreScale.high], metavar=("LOW", "HIGH"),
                    help=f"the score scale (default: {ScoreScale.low} {ScoreScale.high}, MMIE's)")
     p.add_argument("--step", type=float, default=ScoreScale.step,
@@ -72,6 +94,13 @@ def print_summary(report: Report, out: Path) -> None:
             table = result.all
             print(f"{name} {criterion}: n {table['n'].value:.0f}, Pearson {_short(table['pearson'].value)}, MSE {_short(table['mse'].value)}"
                   + (f"  ({result.collapse})" if result.collapse else ""))
+    for kind, effect in report.probes.items():
+        result = "no samples" if effect.passed is None else "PASS" if effect.passed else "FAIL"
+        print(f"probe {kind}: mean shift {effect.mean_shift.value:+.3f} [{effect.mean_shift.low:+.3f}, {effect.mean_shift.high:+.3f}], "
+              f"changed {effect.share_changed.value:.0%} (n {effect.n}): {result}")
+    if (family := report.family_preference) is not None:
+        print(f"family {family.family!r}: " + (family.reason or f"residual {family.residual_family:+.3f} on its answers (n {family.n_family}), "
+              f"{family.residual_other:+.3f} on others' (n {family.n_other}): {'PASS' if family.passed else 'FAIL'}"))
     print(f"report: {out / 'report.html'}")
 
 
@@ -80,27 +109,31 @@ def _short(value: float | None) -> str:
 
 
 # Flags of score agreement that preferences have no use for: a run on pairs refuses them rather than ignore them.
-SCORE_ONLY = ("criteria", "calibrator_of", "fit", "overall", "folds", "coverage", "target_agreement", "agreement", "scale", "step")
+SCORE_ONLY = ("criteria", "fit", "overall", "probes", "probe_threshold", "probe_max_shift", "judge_family", "coverage", "target_agreement", "agreement", "scale", "step")
+PAIRS_ONLY = ("max_error", "uncertainty", "panel")
 
 
 def preferences(args, out: Path) -> int:
     parser = build_parser()
     if given := [f"--{flag}" for flag in SCORE_ONLY if getattr(args, flag) != parser.get_default(flag)]:
         raise UsageError(f"{', '.join(given)}: for scores; these predictions are verdicts on pairs")
-    names = args.names or [Path(path).stem for path in args.predictions]
-    if len(names) != len(args.predictions) or len(set(names)) != len(names):
-        raise UsageError(f"--names {names}: one name per predictions file ({len(args.predictions)}), each its own")
-    inputs = [("--human", args.human), *[("--predictions", path) for path in args.predictions]]
-    if problems := overwritten_inputs(out, ["report.json", "report.md", "report.html", "plots/*"], inputs):
-        raise UsageError("\n  ".join(problems))
-    report = analyse_preferences(args.predictions, names, args.human, args.by, args.bootstrap, args.seed)
-    with locked(out, "judge-calibrate"):
-        write_preference_report(report, out)
+    report = calibrate_pairs(args.predictions, args.human, names=args.names, output_dir=out, calibrator_of=args.calibrator_of,
+                             group_by=args.by, bootstrap=args.bootstrap, seed=args.seed, max_error=args.max_error,
+                             uncertainty=args.uncertainty, panel=args.panel, folds=args.folds)
     for note in report.notes:
         print(f"note: {note}", file=sys.stderr)
     for name, j in report.judges.items():
         print(f"{name}: accuracy {_short(j.accuracy_with_ties.value)} with ties (n {j.n_with_ties}), {_short(j.accuracy_without_ties.value)} "
               f"without (n {j.n_without_ties}), kappa {_short(j.kappa.value)}, first shown wins {_short(j.position_bias['both'].share)}")
+        if (sel := j.selective) is not None:
+            point = next(p for p in sel.points if p.alpha == sel.max_error)
+            kept = "none kept (no threshold met it)" if point.threshold is None else (
+                f"threshold {point.threshold:.3f}, held-out coverage {_short(point.held_out_coverage)}, error among kept {_short(point.held_out_error)}")
+            print(f"{name}: selective at max error {sel.max_error:g}: {kept} (error keeping all {sel.error_all:.3f}, n {sel.n})")
+    if report.panel is not None:
+        panel = report.panel
+        print(f"panel: held-out accuracy {_short(panel.held_out_agreement)} (n {panel.n}); each judge "
+              + ", ".join(f"{m} {a:.3f}" for m, a in panel.member_agreement.items()) + (f"; {panel.reason}" if panel.reason else ""))
     print(f"report: {out / 'report.html'}")
     return 0
 
@@ -109,10 +142,13 @@ def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     if is_preference_file(args.predictions[0]):
         return preferences(args, Path(args.output_dir))
+    if given := [f"--{flag}" for flag in PAIRS_ONLY if getattr(args, flag) != build_parser().get_default(flag)]:
+        raise UsageError(f"{', '.join(given)}: for verdicts on pairs; these predictions are scores")
     report = calibrate(args.predictions, args.human, names=args.names, output_dir=args.output_dir, criteria=args.criteria,
                        group_by=args.by, bootstrap=args.bootstrap, seed=args.seed, fit=args.fit, folds=args.folds,
                        scale=(*args.scale, args.step), overall=args.overall, coverage=args.coverage,
-                       target_agreement=args.target_agreement, agreement=args.agreement, calibrator_of=args.calibrator_of)
+                       target_agreement=args.target_agreement, agreement=args.agreement, calibrator_of=args.calibrator_of, probes=args.probes,
+                       probe_threshold=args.probe_threshold, probe_max_shift=args.probe_max_shift, judge_family=args.judge_family)
     print_summary(report, Path(args.output_dir))
     return 0
 

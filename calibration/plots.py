@@ -20,6 +20,7 @@ from mmjudge.calibration.analysis import Calibration, CriterionResult
 from mmjudge.calibration.benchmark import BenchmarkScores
 from mmjudge.calibration.preferences import PreferenceReport
 from mmjudge.judge.parsing import ScoreScale
+from mmjudge.judge.probes import ProbeEffect
 
 plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 8})
 JUDGE_COLOUR, HUMAN_COLOUR, CALIBRATED_COLOUR = "tab:blue", "tab:orange", "tab:green"
@@ -296,3 +297,57 @@ def position_bias(report: PreferenceReport) -> Plot:
     ax.legend(swatches(len(orders)), orders, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
     return Plot(_png(fig), "How often each judge's verdict goes to the answer shown first, among the verdicts that prefer one answer, "
                            "per order (forward: A first; reverse: B first) and over both; the dashed line, 0.5, is no bias.")
+
+
+def selective(report: PreferenceReport) -> Plot:
+    """Coverage against error among kept verdicts: each judge's curve as its threshold falls, and where thresholds
+    fitted for each risk level alpha land on held-out folds."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    alphas = sorted({p.alpha for j in report.judges.values() if j.selective for p in j.selective.points})
+    for alpha in alphas:
+        ax.axhline(alpha, color="grey", linewidth=0.6, linestyle=":")
+        ax.annotate(f"α={alpha:g}", (1.0, alpha), xytext=(2, 0), textcoords="offset points", fontsize=7, color="dimgrey", va="center")
+    for k, (name, j) in enumerate(report.judges.items()):
+        if j.selective is None or not j.selective.curve:
+            continue
+        coverage, error = zip(*j.selective.curve)
+        ax.plot(coverage, error, color=f"C{k}", linewidth=1, label=f"{name}: most confident pairs kept")
+        held = [(p.held_out_coverage, p.held_out_error, p.alpha) for p in j.selective.points if p.held_out_error is not None]
+        if held:
+            ax.plot([h[0] for h in held], [h[1] for h in held], "o", color=f"C{k}", markersize=5, label=f"{name}: fitted for each α, held out")
+            for coverage, error, alpha in held:
+                ax.annotate(f"{alpha:g}", (coverage, error), xytext=(3, -8), textcoords="offset points", fontsize=6, color=f"C{k}")
+    ax.set(xlim=(0, 1.08), ylim=(0, None), xlabel="coverage (share of pairs kept)", ylabel="error among kept verdicts",
+           title="Selective judging: coverage against error")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)
+    return Plot(_png(fig), "Each line: the error among the kept verdicts as more pairs are kept, most confident first. Each dot: the coverage "
+                           "and error, on held-out folds, of the threshold fitted for one risk level α (written beside it; dotted lines); a dot "
+                           "under its α line kept its promise there.")
+
+
+def probe(effect: ProbeEffect) -> Plot:
+    """One probe's effect: the share of samples whose score changed and the mean shift, each with its 95% interval,
+    beside the gate's line."""
+    fig, (shares, shifts) = plt.subplots(1, 2, figsize=(7.2, 2.8))
+    colour = "tab:grey" if effect.passed is None else "tab:green" if effect.passed else "tab:red"
+    for ax, value, label in ((shares, effect.share_changed, "share of samples changed"), (shifts, effect.mean_shift, "mean shift (levels)")):
+        ax.bar([0], [value.value], 0.5, color=colour)
+        interval(ax, 0, value.low, value.high, "black", capsize=6, vertical=True)
+        ax.set(xticks=[], ylabel=label, xlim=(-1, 1))
+        ax.grid(axis="y", alpha=0.3)
+    shares.set_ylim(0, 1)
+    shifts.axhline(0, color="black", linewidth=0.8)
+    if effect.expects == "moves":
+        shares.axhline(effect.threshold, color="grey", linestyle="--", label=f"gate: at least {effect.threshold:.0%}")
+        shares.legend(fontsize=7)
+    elif effect.expects == "holds":
+        for bound in ([effect.max_shift] if effect.kind == "verbosity" else [-effect.max_shift, effect.max_shift]):
+            shifts.axhline(bound, color="grey", linestyle="--")
+        shifts.set_ylim(min(shifts.get_ylim()[0], -1.2 * effect.max_shift), max(shifts.get_ylim()[1], 1.2 * effect.max_shift))
+    result = "no samples" if effect.passed is None else "PASS" if effect.passed else "FAIL"
+    fig.suptitle(f"Probe {effect.kind}: {effect.changes} ({effect.n} samples): {result}", fontsize=9)
+    fig.tight_layout()
+    return Plot(_png(fig), f"Probe {effect.kind}: {effect.changes}. Bars: the share of samples whose score changed level and the mean "
+                           f"shift of the score (copy − original), with 95% bootstrap intervals; green passes the gate, red fails it. "
+                           f"The gate {effect.gate}.")

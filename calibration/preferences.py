@@ -28,12 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from scipy import stats as sps
 
+from mmjudge.calibration.selective import SELECTIVE_ERROR_RATE, SelectiveReport, fit as fit_threshold, report as selective_report
+from mmjudge.calibration.panel import PanelReport, fit_panel
+from mmjudge.calibration.inputs import fitted_identity
 from mmjudge.calibration.stats import BOOTSTRAP_CELLS, Interval, Stat, kendall, undefined
 from mmjudge.judge.data import (VERDICTS, InputError, PairResult, Problem, Verdict, people_majority, read_json, repeated_preference, validation_problems,
                                 verdict_of)
+from mmjudge.judge.calibrator import UNCERTAINTIES, FittedOn, PairCalibrator, Selective, pair_confidence, preference_log_odds
 from mmjudge.judge.formats import FORMATS
 from mmjudge.judge.formats.base import Preference, first_record
 from mmjudge.judge.preferences import ORDERS, first_wins, order_verdict
@@ -53,6 +57,10 @@ class Judged:
     model_a: str | None = None
     model_b: str | None = None
     group: str | None = None
+    distribution: dict[str, float] | None = None  # the verdict distribution, averaged over both orders where there are two
+    judge_fingerprint: str | None = None  # which judge and rubric gave it (judge/identity.py), where the file says
+    category: str | None = None
+    rubric_fingerprint: str | None = None
 
 
 @dataclass
@@ -74,11 +82,19 @@ class FlatVerdict(BaseModel):
     model_a: str | None = None
     model_b: str | None = None
     group: str | None = None
+    verdict_distribution: dict[str, float] | None = None
 
     @field_validator("verdict", mode="before")
     @classmethod
     def _normal(cls, value: object) -> object:
         return verdict_of(value)
+
+    @field_validator("verdict_distribution")
+    @classmethod
+    def _probabilities(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is not None and (set(value) - set(VERDICTS) or not all(0 <= p <= 1 for p in value.values())):
+            raise ValueError(f"a verdict distribution maps {', '.join(VERDICTS)} to probabilities between 0 and 1, got {value}")
+        return value
 
 
 def _content(path: str) -> object:
@@ -125,7 +141,8 @@ def read_judge(path: str) -> tuple[dict[str, Judged], list[Problem]]:
                 continue
             rule = r.rule if r.rule in ("agree", "mean_probability") else "agree"
             orders = {order: order_verdict(getattr(r, order), rule) for order in ORDERS if getattr(r, order)}
-            judged[r.id] = Judged(r.verdict, orders, _lean(r), r.model_a, r.model_b, r.group or r.category)
+            judged[r.id] = Judged(r.verdict, orders, _lean(r), r.model_a, r.model_b, r.group or r.category, r.verdict_distribution,
+                                  r.judge_fingerprint, r.category, r.rubric_fingerprint)
         return judged, problems
     owner = _owner(content)
     if owner is not None:  # an OpenING battle file of a judge's winners: the battle's own order
@@ -140,7 +157,7 @@ def read_judge(path: str) -> tuple[dict[str, Judged], list[Problem]]:
         except ValidationError as err:
             problems += validation_problems(path, index, raw.get("id") if isinstance(raw, dict) else None, err)
             continue
-        judged[str(r.id)] = Judged(r.verdict, {}, None, r.model_a, r.model_b, r.group)
+        judged[str(r.id)] = Judged(r.verdict, {}, None, r.model_a, r.model_b, r.group, r.verdict_distribution)
     return judged, problems
 
 
@@ -311,6 +328,7 @@ class JudgeAgreement(BaseModel):
     win_rates: dict[str, dict[str, float]]  # tie rule -> model -> rate
     ranking: Ranking
     kendall_tau_with_people: Stat  # between the judge's and people's Bradley-Terry orders
+    selective: SelectiveReport | None = None  # abstention: coverage and error among kept verdicts per risk level
 
 
 class PreferenceReport(BaseModel):
@@ -327,6 +345,12 @@ class PreferenceReport(BaseModel):
     people_win_rates: dict[str, dict[str, float]]
     people_ranking: Ranking
     judges: dict[str, JudgeAgreement]
+    panel: PanelReport | None = None
+    # What judge-calibrate writes beside the report for judge-score --calibrator: each judge's selective threshold
+    # (calibrator.json: --calibrator_of's), the panel's and the panel's verdicts on every pair its members share.
+    calibrators: dict[str, PairCalibrator] = Field(default_factory=dict, exclude=True)
+    panel_calibrator: PairCalibrator | None = Field(default=None, exclude=True)
+    panel_verdicts: list[dict] = Field(default_factory=list, exclude=True)
 
 
 def _battles(items) -> list[Battle]:
@@ -375,7 +399,65 @@ def judge_agreement(path: str, judged: dict[str, Judged], people: dict[str, Peop
     )
 
 
-def analyse(predictions: list[str], names: list[str], human_path: str, group_by: str, resamples: int, seed: int) -> PreferenceReport:
+@dataclass(frozen=True)
+class Selection:
+    """How judge-calibrate fits abstention and panels on pairs (its flags)."""
+
+    max_error: float = 0.1  # alpha
+    uncertainty: str = UNCERTAINTIES[0]
+    panel: bool = False
+    folds: int = 5
+
+
+def _labelled(judged: dict[str, Judged], people: dict[str, People], uncertainty: str) -> tuple[np.ndarray, np.ndarray]:
+    """(confidence, correct) of the pairs with a verdict, a distribution and people's reference."""
+    rows = [(c, judged[rid].verdict == people[rid].reference) for rid in judged if rid in people and people[rid].reference is not None
+            and (c := pair_confidence(judged[rid].verdict, judged[rid].distribution, uncertainty)) is not None]
+    return np.array([c for c, _ in rows], dtype=float), np.array([ok for _, ok in rows], dtype=bool)
+
+
+def selective_fit(name: str, path: str, human_path: str, judged: dict[str, Judged], people: dict[str, People], selection: Selection,
+                  seed: int) -> tuple[SelectiveReport, PairCalibrator]:
+    confidence, correct = _labelled(judged, people, selection.uncertainty)
+    found = selective_report(confidence, correct, selection.uncertainty, selection.max_error, selection.folds, seed)
+    chosen = next(p for p in found.points if p.alpha == selection.max_error)
+    judge_fingerprint, rubric_fingerprints = fitted_identity(judged)
+    calibrator = PairCalibrator(selective=Selective(uncertainty=selection.uncertainty, max_error=selection.max_error, error_rate=found.delta,
+                                                    threshold=chosen.threshold, n=found.n),
+                                fitted_on=FittedOn(judge=name, predictions=path, human=human_path, n=found.n,
+                                                   judge_fingerprint=judge_fingerprint, rubric_fingerprints=rubric_fingerprints))
+    return found, calibrator
+
+
+def panel_fit(judges: dict[str, tuple[str, dict[str, Judged]]], people: dict[str, People], human_path: str, selection: Selection,
+              seed: int) -> tuple[PanelReport, PairCalibrator | None, list[dict]]:
+    """The stacked panel of every judge (calibration/panel.py), its selective threshold fitted on its cross-fitted
+    distributions, and its verdicts on every pair all members lean on (labelled or not)."""
+    members = list(judges)
+    shared = [rid for rid in judges[members[0]][1] if all(rid in judges[m][1] for m in members)]
+    odds = {rid: [preference_log_odds(judges[m][1][rid].verdict, judges[m][1][rid].distribution) for m in members] for rid in shared}
+    leaned = [rid for rid in shared if None not in odds[rid]]
+    labelled = [rid for rid in leaned if rid in people and people[rid].reference in ("A", "B")]
+    verdicts = np.array([[judges[m][1][rid].verdict or "none" for m in members] for rid in labelled]).reshape(len(labelled), len(members))
+    panel, found, held_out = fit_panel(members, np.array([odds[rid] for rid in labelled]).reshape(len(labelled), len(members)), verdicts,
+                                       np.array([people[rid].reference == "A" for rid in labelled], dtype=bool), selection.folds, seed)
+    if panel is None:
+        return found, None, []
+    # The threshold reads held-out probabilities: the panel's own fit would make its labelled pairs look surer than new ones.
+    distributions = [{"A": float(p), "B": float(1 - p), "tie": 0.0} for p in held_out]
+    confidence = np.array([pair_confidence("A" if p >= 0.5 else "B", d, selection.uncertainty) for p, d in zip(held_out, distributions)])
+    correct = (held_out >= 0.5) == np.array([people[rid].reference == "A" for rid in labelled])
+    fit = fit_threshold(confidence, correct, selection.max_error)
+    calibrator = PairCalibrator(panel=panel, selective=Selective(uncertainty=selection.uncertainty, max_error=selection.max_error,
+                                                                 error_rate=SELECTIVE_ERROR_RATE, threshold=fit.threshold, n=len(labelled)),
+                                fitted_on=FittedOn(judge="panel of " + ", ".join(members), human=human_path, n=len(labelled)))
+    applied = panel.verdicts({m: {rid: (j.verdict, j.distribution) for rid, j in judges[m][1].items()} for m in members})
+    records = [calibrator.apply({"id": rid, **applied[rid]}) for rid in leaned if rid in applied]
+    return found, calibrator, records
+
+
+def analyse(predictions: list[str], names: list[str], human_path: str, group_by: str, resamples: int, seed: int,
+            selection: Selection = Selection()) -> PreferenceReport:
     """Every file read (one InputError for every problem of every file), then the report."""
     try:
         people, problems = read_people(human_path)
@@ -398,6 +480,12 @@ def analyse(predictions: list[str], names: list[str], human_path: str, group_by:
     battles = _battles((p, p.reference, None) for p in people.values())
     people_ranking = ranking(battles, resamples, seed)
     report = {name: judge_agreement(path, judged, people, group_by, resamples, seed, people_ranking) for name, (path, judged) in judges.items()}
+    calibrators = {}
+    for name, (path, judged) in judges.items():
+        report[name].selective, calibrator = selective_fit(name, path, human_path, judged, people, selection, seed)
+        if report[name].selective.n:  # a file of verdicts without distributions (an OpenING battle file) has nothing to abstain by
+            calibrators[name] = calibrator
+    panel, panel_calibrator, panel_verdicts = panel_fit(judges, people, human_path, selection, seed) if selection.panel else (None, None, [])
     notes = []
     for name, agreement in report.items():
         c = agreement.coverage
@@ -408,4 +496,5 @@ def analyse(predictions: list[str], names: list[str], human_path: str, group_by:
             notes.append(f"{name}: {c.no_verdict} shared pair(s) without a verdict (the judge's output did not parse), left out")
     return PreferenceReport(human_file=human_path, human_pairs=len(people), most_annotators=max((len(p.verdicts) for p in people.values()), default=0),
                             group_by=group_by, bootstrap=resamples, seed=seed, notes=notes,
-                            people_win_rates={rule: win_rates(battles, rule) for rule in TIE_RULES}, people_ranking=people_ranking, judges=report)
+                            people_win_rates={rule: win_rates(battles, rule) for rule in TIE_RULES}, people_ranking=people_ranking, judges=report,
+                            panel=panel, calibrators=calibrators, panel_calibrator=panel_calibrator, panel_verdicts=panel_verdicts)

@@ -282,6 +282,36 @@ def bias_section(report: Report) -> Section:
         Table(["judge", "criterion", "mean residual", "vs answer length", "vs images", "vs category (η)", "mean residual by category"], rows)])
 
 
+def _share(value) -> str:
+    return f"{value.value:+.3f} [{value.low:+.3f}, {value.high:+.3f}]"
+
+
+def family_paragraph(report: Report) -> list[str]:
+    family = report.family_preference
+    if family is None:
+        return []
+    if family.difference is None:
+        return [f"Self- and family-preference ({family.family}): {family.reason}."]
+    d = family.difference
+    return [f"Self- and family-preference ({family.family}; models {', '.join(family.models)}): the judge's residual (judge − people) is "
+            f"{family.residual_family:+.3f} on its family's answers (n {family.n_family}) and {family.residual_other:+.3f} on the others' "
+            f"(n {family.n_other}): a difference of {_share(d)}; it {family.gate}: {'PASS' if family.passed else 'FAIL'}."]
+
+
+def probe_section(report: Report, figures: list[Image]) -> list[Section]:
+    if not report.probes:
+        return [Section(f"Bias probes ({report.probes_of or next(iter(report.judges))})", 2, family_paragraph(report))] if report.family_preference else []
+    rows = [[kind, e.changes, str(e.n), _share(e.mean_shift), f"{e.share_changed.value:.3f} [{e.share_changed.low:.3f}, {e.share_changed.high:.3f}]",
+             e.gate, "–" if e.passed is None else "PASS" if e.passed else "FAIL"] for kind, e in report.probes.items()]
+    sources = [f"{kind}: {e.source}." for kind, e in report.probes.items()]
+    return [Section(f"Bias probes ({report.probes_of})", 2, [
+        "Each probe scored perturbed copies of the samples (judge-score --probe); the effect compares each copy's overall value with the "
+        "sample's own: mean shift (copy − original, score levels) and the share of samples whose score changed level, each with a 95% "
+        "percentile bootstrap interval over samples. The gate says what a judge that reads the images and judges content, not form, does.",
+        Table(["probe", "what changes", "samples", "mean shift [95%]", "share changed [95%]", "gate", "result"], rows),
+        "Sources, and how ours differ: " + " ".join(sources), *family_paragraph(report), *[f for f in figures if f.file.startswith("probe_")]])]
+
+
 def sections(report: Report, figures: list[Image] | None = None) -> list[Section]:
     scale = report.score_scale
     intervals = (f"Intervals are 95%: Fisher z, and a percentile bootstrap of {report.bootstrap} resamples (seed {report.seed}) where shown."
@@ -296,11 +326,12 @@ def sections(report: Report, figures: list[Image] | None = None) -> list[Section
     figures = figures or []
     return [Section("Judge agreement with human scores", 1, []), summary_section(report), *plot_sections(report, figures),
             Section("Inputs and method", 2, intro), *agreement_sections(report), system_section(report), calibration_section(report), guarantees_section(report),
-            benchmark_section(report), bias_section(report), Section("Notes", 2, [COSINE_NOTE])]
+            benchmark_section(report), bias_section(report), *probe_section(report, figures), Section("Notes", 2, [COSINE_NOTE])]
 
 
 def plot_sections(report: Report, figures: list[Image]) -> list[Section]:
     """The plots, right after the summary: the per-group comparison, then each judge's."""
+    figures = [f for f in figures if not f.file.startswith("probe_")]  # in the probes' own section
     if not figures:
         return []
     per_judge = [Section(name, 3, blocks) for name in report.judges if (blocks := [f for f in figures if f.judge == name])]
@@ -417,6 +448,7 @@ def make_plots(report: Report, paired: dict[str, Paired]) -> list[Image]:
         if judge.benchmark is not None and judge.benchmark.models:
             drawn["benchmark"] = plots.benchmark(judge.benchmark, name, scale)
         figures += [Image(f"{file}_{kind}.png", plot, name) for kind, plot in drawn.items()]
+    figures += [Image(f"probe_{kind}.png", plots.probe(effect)) for kind, effect in report.probes.items()]
     return figures
 
 
@@ -499,8 +531,66 @@ def preference_sections(report: PreferenceReport) -> list[Section]:
     return secs
 
 
-def write_preference_report(report: PreferenceReport, out_dir: Path) -> None:
+def _point(p) -> list[str]:
+    return [f"{p.alpha:g}", "none (all abstained)" if p.threshold is None else f"{p.threshold:.4f}", str(p.kept), fmt(p.error_kept),
+            fmt(p.error_upper_bound), fmt(p.held_out_coverage), fmt(p.held_out_error)]
+
+
+def selective_sections(report: PreferenceReport, calibrator_of: str) -> list[Section]:
+    judges = {name: j.selective for name, j in report.judges.items() if j.selective is not None}
+    if not judges:
+        return []
+    first = next(iter(judges.values()))
+    blocks: list[str | Table] = [
+        f"A pair's confidence is {'the probability of its verdict' if first.uncertainty == 'verdict_probability' else '1 - the normalised entropy'} "
+        "in its verdict distribution averaged over both orders. For each risk level α, the threshold is the lowest confidence at which, "
+        f"tested from the top down, the one-sided Clopper-Pearson bound of the error among the pairs at or above it stays at or under α "
+        f"(a threshold is tested with at least {first.min_kept} pairs above it). With probability {1 - first.delta:g} over the labelled pairs, "
+        "the verdicts kept on new pairs drawn like them are wrong at most at α. Held-out coverage and error: thresholds fitted on "
+        f"{first.folds - 1} of {first.folds} folds, applied to the fold left out. calibrator.json holds {calibrator_of}'s threshold at "
+        f"α = {first.max_error:g}, which judge-score --calibrator applies (each record then says abstained and its uncertainty)."]
+    for name, sel in judges.items():
+        blocks.append(f"{name}: {sel.n} labelled pairs with a verdict distribution; error keeping every one {sel.error_all:.3f}."
+                      + (f" {sel.reason}." if sel.reason else ""))
+        blocks.append(Table(["α", "threshold", "pairs kept", "their error", "its bound", "held-out coverage", "held-out error"],
+                            [_point(p) for p in sel.points]))
+    secs = [Section("Selective judging: abstaining with a guarantee", 2, blocks)]
+    if (panel := report.panel) is not None:
+        rows = [[m, fmt(a), fmt(panel.weights.get(m))] for m, a in panel.member_agreement.items()]
+        rows.append(["panel (cross-fitted)", fmt(panel.held_out_agreement), f"intercept {panel.intercept:+.3f}" if panel.weights else "–"])
+        secs.append(Section("Judge panel", 2, [
+            f"A stacked logistic model on the judges' log-odds for answer A, on the {panel.n} pairs where people prefer one answer and every judge "
+            f"leans; its accuracy is cross-fitted over {panel.folds} folds, each judge's read on the same pairs. panel.json holds the weights "
+            "fitted on every pair and a selective threshold fitted on the panel's held-out distributions; panel_verdicts.json its verdicts on "
+            "every pair all judges gave a lean, labelled or not." + (f" {panel.reason}." if panel.reason else ""),
+            Table(["judge", "accuracy without ties", "weight"], rows)]))
+    return secs
+
+
+def write_preference_report(report: PreferenceReport, out_dir: Path, calibrator_of: str | None = None) -> None:
+    """The report's pages, and beside them calibrator.json (calibrator_of's selective threshold; with several judges
+    calibrator_<name>.json each), panel.json and panel_verdicts.json; files an earlier run left that this one does
+    not write are removed, as judge-score --calibrator would otherwise apply them."""
+    calibrator_of = calibrator_of or next(iter(report.judges), "")
     figures = [Image("ranking.png", plots.ranking(report)), Image("position_bias.png", plots.position_bias(report))]
+    if any(j.selective is not None and j.selective.curve for j in report.judges.values()):
+        figures.append(Image("selective.png", plots.selective(report)))
     secs = preference_sections(report)
     secs.insert(2, Section("Plots", 2, figures))  # after the summary of agreement, as the score report places its plots
+    secs[3:3] = selective_sections(report, calibrator_of)
+    files = {}
+    if calibrator_of in report.calibrators:
+        files["calibrator.json"] = report.calibrators[calibrator_of]
+    if len(report.calibrators) > 1:
+        files |= {f"calibrator_{slug(name)}.json": c for name, c in report.calibrators.items()}
+    if report.panel_calibrator is not None:
+        files["panel.json"] = report.panel_calibrator
+    for stale in sorted({f.name for pattern in ("calibrator*.json", "panel*.json") for f in out_dir.glob(pattern)} - set(files) - {"panel_verdicts.json"}):
+        (out_dir / stale).unlink()
     write_pages(out_dir, report, secs, figures, "Judge agreement with people's preferences")
+    for name, calibrator in files.items():
+        calibrator.save(out_dir / name)
+    if report.panel_calibrator is not None:
+        write_json_atomically(out_dir / "panel_verdicts.json", report.panel_verdicts)
+    elif (out_dir / "panel_verdicts.json").exists():
+        (out_dir / "panel_verdicts.json").unlink()

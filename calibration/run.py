@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmjudge.judge.data import UsageError
+from mmjudge.judge.probes import BARELY_MOVES, PROBE_MAX_SHIFT
 
 if TYPE_CHECKING:
     from mmjudge.calibration.analysis import Report
@@ -18,7 +19,8 @@ PathLike = str | Path
 
 def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict]] | dict[str, PathLike | list[dict]],
               human: PathLike | list[dict], *, names: Sequence[str] | None = None, output_dir: PathLike | None = None,
-              calibrator_of: str | None = None, **options) -> Report:
+              calibrator_of: str | None = None, probes: Sequence[PathLike] = (), probe_threshold: float = BARELY_MOVES,
+              probe_max_shift: float = PROBE_MAX_SHIFT, judge_family: str | None = None, **options) -> Report:
     """How far one or more judges agree with people, and the calibration maps (judge-calibrate). Imports no torch.
 
     predictions: one judge's predictions, as a file (judge-score's eval_result.json, a JSON list of {id,
@@ -30,9 +32,19 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
     output_dir: where report.json, report.md, report.html, plots/ and calibrator.json go (default: nowhere,
         the report is only returned). (--output_dir)
     calibrator_of: the judge (by its name) whose map calibrator.json holds (default: the first). (--calibrator_of)
+    probes: judge-score's probe_<kind>.json files of the first judge's run (--probe): each probe's effect on its
+        scores, with its interval and gate, in report.probes. (--probes)
+    probe_threshold: the share of samples whose score must change under an image probe. (--probe_threshold)
+    probe_max_shift: the mean shift, in levels, padding or rewording may cause; and how much more the judge may
+        over-score its own family's answers than others'. (--probe_max_shift)
+    judge_family: the judge's family as answers' model names hold it (e.g. "qwen"): self- and family-preference
+        of the first judge, in report.family_preference. (--judge_family)
     **options: calibration.analysis.Options' fields, with judge-calibrate's defaults: criteria, group_by
         (--by), bootstrap, seed, fit, folds, scale ((low, high) or (low, high, step)), overall, coverage,
         target_agreement, agreement.
+
+    Verdicts on pairs (judge-score's pairwise eval_result.json, a benchmark's file of verdicts) go to
+    `calibrate_pairs`, with its options (max_error, uncertainty, panel, ...), and return its PreferenceReport.
 
     Returns the Report (calibration/analysis.py) that report.json holds: `report.judges[name].criteria[c].all`
     has n, Pearson with its interval, MSE, QWK; `.calibration.calibrator` the fitted map.
@@ -41,10 +53,14 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
 
     from mmjudge.calibration.analysis import Options, analyse
     from mmjudge.calibration.inputs import compared_criteria, coverage_notes, expected_as_overall, load_ratings, source_name
+    from mmjudge.calibration.preferences import is_preference_file
+    from mmjudge.calibration.probes import family_preference, probe_effects
     from mmjudge.calibration.report import slug, write_reports
     from mmjudge.judge.outputs import locked, overwritten_inputs
 
     sources, names = _judges(predictions, names)
+    if sources and all(isinstance(s, (str, Path)) for s in sources) and is_preference_file(str(sources[0])):
+        return calibrate_pairs(sources, human, names=names, output_dir=output_dir, calibrator_of=calibrator_of, **options)
     opts, problems = _options(Options, options)
     human_name, _ = source_name(human, "human")
     if len(names) != len(sources):
@@ -55,10 +71,14 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
         problems.append(f"judge names {names} give the same file names {[slug(n) for n in names]}: give --names that differ in letters or digits")
     elif calibrator_of is not None and calibrator_of not in names:
         problems.append(f"--calibrator_of {calibrator_of}: no judge of that name; the judges are {', '.join(names)}")
+    if not 0 < probe_threshold < 1:
+        problems.append(f"--probe_threshold must lie between 0 and 1 (exclusive), got {probe_threshold}")
+    if not probe_max_shift >= 0:
+        problems.append(f"--probe_max_shift must be 0 or more, got {probe_max_shift}")
     if problems:
         raise UsageError("; ".join(problems))
     out = Path(output_dir) if output_dir is not None else None
-    files = [("--human", human), *[("--predictions", s) for s in sources]]
+    files = [("--human", human), *[("--predictions", s) for s in sources], *[("--probes", path) for path in probes]]
     if out and (problems := overwritten_inputs(out, ["report.json", "report.md", "report.html", "plots/*", "calibrator*.json"],
                                                [(flag, s) for flag, s in files if isinstance(s, (str, Path))])):
         raise UsageError("\n  ".join(problems))
@@ -67,6 +87,13 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
         ratings = expected_as_overall(ratings)
     opts = replace(opts, criteria=compared_criteria(ratings, opts.criteria, human_name))
     report, paired = analyse(ratings, opts, human_name, coverage_notes(ratings, human_name))
+    if probes:
+        report.probes = probe_effects(ratings.judges[names[0]], [str(path) for path in probes], opts.scale, opts.overall, probe_threshold,
+                                      probe_max_shift, opts.bootstrap, opts.seed)
+        report.probes_of = names[0]
+    if judge_family:
+        report.family_preference = family_preference(ratings.judges[names[0]], ratings.human, judge_family, opts.overall, probe_max_shift,
+                                                      opts.bootstrap, opts.seed)
     calibrators = {name: j.calibration.calibrator for name, j in report.judges.items() if j.calibration and j.calibration.calibrator}
     chosen = calibrator_of or next(iter(calibrators), None)
     report.calibrator_of = chosen if chosen in calibrators else None
@@ -121,3 +148,51 @@ def _options(options_class, given: dict) -> tuple[Any, list[str]]:
         if not 0 < getattr(opts, name) < 1:
             problems.append(f"--{name} must lie between 0 and 1 (exclusive), got {getattr(opts, name)}")
     return opts, problems
+
+
+PAIR_OPTIONS = ("group_by", "bootstrap", "seed", "max_error", "uncertainty", "panel", "folds")
+
+
+def calibrate_pairs(predictions: PathLike | Sequence[PathLike], human: PathLike, *, names: Sequence[str] | None = None,
+                    output_dir: PathLike | None = None, calibrator_of: str | None = None, **options):
+    """judge-calibrate on verdicts on pairs (calibration/preferences.py): agreement with people's preferences, position
+    bias, rankings, selective judging's thresholds and, with panel=True, a judge panel. `mmjudge.calibrate` comes here
+    for files of verdicts. Files only (the verdicts' readers read benchmark files by their format).
+
+    **options: group_by (--by), bootstrap, seed, folds, and max_error (alpha), uncertainty ("verdict_probability" or
+        "entropy"), panel (bool), as judge-calibrate's flags. Returns the PreferenceReport; with output_dir, writes
+        report.json, report.md, report.html, plots/, calibrator.json (kind pairs) and, with panel, panel.json and
+        panel_verdicts.json.
+    """
+    from mmjudge.calibration.preferences import Selection, analyse
+    from mmjudge.calibration.report import write_preference_report
+    from mmjudge.judge.outputs import locked, overwritten_inputs
+
+    paths = [str(predictions)] if isinstance(predictions, (str, Path)) else [str(p) for p in predictions]
+    names = list(names or [Path(path).stem for path in paths])
+    if unknown := sorted(set(options) - set(PAIR_OPTIONS)):
+        raise UsageError(f"{', '.join(unknown)}: not options of verdicts on pairs; they are {', '.join(PAIR_OPTIONS)}")
+    group_by, bootstrap, seed = options.pop("group_by", "category"), options.pop("bootstrap", 1000), options.pop("seed", 0)
+    selection = Selection(**options)
+    problems = []
+    if len(names) != len(paths) or len(set(names)) != len(names):
+        problems.append(f"--names {names}: one name per predictions file ({len(paths)}), each its own")
+    if calibrator_of is not None and calibrator_of not in names:
+        problems.append(f"--calibrator_of {calibrator_of}: no judge of that name; the judges are {', '.join(names)}")
+    if not 0 < selection.max_error < 1:
+        problems.append(f"--max_error must lie between 0 and 1 (exclusive), got {selection.max_error}")
+    if selection.folds < 2:
+        problems.append(f"--folds must be at least 2, got {selection.folds}")
+    if selection.panel and len(paths) < 2:
+        problems.append(f"--panel combines several judges; {len(paths)} predictions file given")
+    if problems:
+        raise UsageError("; ".join(problems))
+    out = Path(output_dir) if output_dir is not None else None
+    inputs = [("--human", human), *[("--predictions", path) for path in paths]]
+    if out and (problems := overwritten_inputs(out, ["report.json", "report.md", "report.html", "plots/*", "calibrator*.json", "panel*.json"], inputs)):
+        raise UsageError("\n  ".join(problems))
+    report = analyse(paths, names, str(human), group_by, bootstrap, seed, selection)
+    if out is not None:
+        with locked(out, "judge-calibrate"):
+            write_preference_report(report, out, calibrator_of or names[0])
+    return report

@@ -3,6 +3,7 @@
     formats    docs/formats.md      every input format judge-score reads: its rubric, its scoring preset, what it writes
     bundled    docs/quickstart.md   every bundled file a flag takes by name: rubrics, scoring and training presets, DeepSpeed
     calibrate  docs/calibration.md  judge-calibrate's flags, their defaults and help, from its parser
+    probes     docs/calibration.md  the bias suite's probes: what each changes, its gate, its source (judge/probes.py)
     demo       docs/demo.md         judge-demo's flags (configs/demo.yaml's settings and its defaults), from its parser
 
     .venv/bin/python docs/tables.py            rewrite what lies between <!-- table:NAME --> and <!-- /table:NAME -->
@@ -20,6 +21,7 @@ from mmjudge.calibration.cli import build_parser as calibrate_parser
 from mmjudge.configs import CONFIG_DIR, bundled
 from mmjudge.demo.cli import build_parser as demo_parser
 from mmjudge.judge.formats import FORMATS
+from mmjudge.judge.probes import PROBES
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a flag takes by name, per kind of bundled file (mmjudge.configs.KINDS).
@@ -66,8 +68,19 @@ def flags_table(parser: argparse.ArgumentParser) -> list[str]:
     return rows
 
 
+GATES = {"moves": "the score changes on at least `--probe_threshold` of the samples", "drops": "the mean shift's 95% interval lies below 0",
+         "holds": "the mean shift is at most `--probe_max_shift` levels (verbosity: upwards; paraphrase: either way)"}
+
+
+def probes_table() -> list[str]:
+    rows = ["| `--probe` | what the copy changes | passes where | source, and how ours differs |", "|---|---|---|---|"]
+    rows += [f"| `{kind}` | {p.changes} | {GATES[p.expects]} | {p.source} |" for kind, p in PROBES.items()]
+    return rows
+
+
 TABLES = {"formats": (Path("docs/formats.md"), formats_table), "bundled": (Path("docs/quickstart.md"), bundled_table),
           "calibrate": (Path("docs/calibration.md"), lambda: flags_table(calibrate_parser())),
+          "probes": (Path("docs/calibration.md"), probes_table),
           "demo": (Path("docs/demo.md"), lambda: flags_table(demo_parser()))}
 
 

@@ -25,6 +25,7 @@ from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag
 from mmjudge.judge.data import UsageError
 from mmjudge.infer.summary import SUMMARY
 from mmjudge.judge.formats import FORMATS, Format, detect_format
+from mmjudge.judge.probes import PROBES, SEEDED, probe_kinds
 from mmjudge.judge.outputs import LOCK_FILE
 
 BACKENDS = ("local", "openai")
@@ -32,7 +33,7 @@ BACKENDS = ("local", "openai")
 # 600 s (openai_backend.ANSWER_TIMEOUT_S), and with the 6 tries of --max_retries 5 a server trickling its
 # answers held a run for about an hour on one sample.
 REQUEST_TIMEOUT_S = 900.0
-PROBES = ("blank", "shuffle")  # infer/probe.py: what each puts in place of the answer's images
+IMAGE_PROBES = ("blank", "shuffle")  # --probe_images: the first two of the bias suite's probes (judge/probes.py)
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -65,11 +66,18 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                         "calibrator has them; refused when fitted on another judge or rubric than this run's (default: none, no calibration)")
     p.add_argument("--allow_calibrator_mismatch", action="store_true",
                    help="apply --calibrator even when it was fitted on another judge's scores or another rubric, with a warning (default: refuse)")
-    p.add_argument("--probe_images", choices=PROBES,
+    p.add_argument("--probe_images", choices=IMAGE_PROBES,
                    help="score each sample whose answer has images a second time with them replaced - blank: mid-grey images of the same size; "
                         "shuffle: other samples' answer images of the same category - and report per criterion how the scores moved "
                         "(default: none, one pass)")
-    p.add_argument("--probe_seed", type=int, default=0, help="seed of --probe_images shuffle's draw (default: %(default)s)")
+    p.add_argument("--probe", nargs="+", choices=list(PROBES), metavar="KIND",
+                   help="the bias suite: score perturbed copies of the samples, one pass per probe, each into probe_<KIND>.json - "
+                        + "; ".join(f"{kind}: {probe.changes}" for kind, probe in PROBES.items())
+                        + "; judge-calibrate --probes reports each one's effect and gate (default: none)")
+    p.add_argument("--paraphrases", path="file",
+                   help="for --probe paraphrase: a JSON list of {id, answer}, each sample's answer reworded (a string, or segments as the "
+                        "input's answers) (default: none)")
+    p.add_argument("--probe_seed", type=int, default=0, help="seed of the shuffle probe's draw and the noise probe's noise (default: %(default)s)")
     add_backend_flags(p)
     add_common_flags(p)
     return p
@@ -186,8 +194,11 @@ def _main(argv) -> int:
     if problems := backend_problems(args, options):
         raise UsageError("\n  ".join(["the backend's flags cannot work:", *problems]))
     check_output_paths(args, fmt)
-    if flag_given(argv, "probe_seed") is not None and args.probe_images != "shuffle":
-        raise UsageError("--probe_seed applies to --probe_images shuffle only: blank images are drawn by no seed")
+    kinds = probe_kinds(args)
+    if flag_given(argv, "probe_seed") is not None and not set(kinds) & set(SEEDED):
+        raise UsageError(f"--probe_seed applies to the {' and '.join(SEEDED)} probes only: the others draw nothing")
+    if ("paraphrase" in kinds) != (args.paraphrases is not None):
+        raise UsageError("--probe paraphrase reads its rewordings from --paraphrases FILE: give both or neither")
     from mmjudge.infer.run import score  # torch and transformers load here: --help and --version need neither
 
     return score(args, fmt, options, [f"--{name}" for name in PAIR_OPTIONS if flag_given(argv, name) is not None])

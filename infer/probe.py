@@ -1,23 +1,32 @@
-"""The image-reliance probe (judge-score --probe_images blank|shuffle): does the judge look at the images?
+"""The bias suite's probes (judge-score --probe KIND ..., and --probe_images blank|shuffle, its first two):
+does the judge look at the images, and is it swayed by what should not matter? judge/probes.py lists each
+perturbation, what it expects of a judge, and the paper it follows.
 
-Every sample whose answer has images is scored a second time with those images replaced, the question's
-images and all text unchanged:
+Every sample a probe applies to is scored a second time, as a perturbed copy, through the same engine and a
+journal of its own (probe_<kind>.json):
 - blank: each answer image becomes a mid-grey image of the same size (so the same tiles and tokens);
 - shuffle: each answer image becomes an answer image of another sample of the same category, drawn by a
   generator seeded with --probe_seed and the sample's id (the same draw on any number of ranks, in any
   order). A category where one sample alone has answer images has nothing to draw from: its sample is not
-  probed, and the run says so.
+  probed, and the run says so;
+- blur, noise, quarter: each answer image degraded (noise seeded by --probe_seed and the image), same size;
+- reverse: the answer's images in reverse order, where it has two or more;
+- contradict: a sentence that contradicts the images appended to the answer, where it has images;
+- verbosity: a fluent paragraph that adds nothing appended to every answer;
+- paraphrase: the answer replaced by the user's rewording (--paraphrases: [{id, answer}]), where given.
 The figures compare the two passes sample by sample, per criterion (overall and each criterion scored in
 both): the mean absolute change, the share of samples whose score changed, and the total-variation
 distance between the two passes' score histograms. A judge that scores image quality or text-image
-coherence from the text alone moves little: see BARELY_MOVES.
+coherence from the text alone moves little under the image probes: see BARELY_MOVES. judge-calibrate --probes
+reports each probe's effect with its interval and a pass/fail gate.
 
-Grey images are written to a temporary directory that lives as long as the run, never beside the input;
+Perturbed images are written to a temporary directory that lives as long as the run, never beside the input;
 the shuffled images are the input's own, only read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,19 +36,20 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display needed
 import matplotlib.pyplot as plt
-from PIL import Image
+import numpy as np
+from PIL import Image, ImageFilter
 
 from mmjudge.infer.journal import fingerprint
 from mmjudge.infer.summary import histogram
-from mmjudge.judge.data import CRITERIA, JudgeResult, Sample, resolve_image
+from mmjudge.judge.data import CRITERIA, JudgeResult, Sample, Segment, resolve_image
 from mmjudge.judge.parsing import ScoreScale
+from mmjudge.judge.probes import BARELY_MOVES, CONTRADICTION, PADDING, PROBES, SEEDED
 
 GREY = (128, 128, 128)
 # A criterion that should depend on the images, whose score changes on under a tenth of the samples when
 # their images are replaced, is named: the judge does not score what the images show. Judged on image quality
 # and text-image coherence; on the overall score where the rubric scores neither (or --mode logits); on the
 # expected score (at its nearest level) where no output parsed.
-BARELY_MOVES = 0.10
 IMAGE_CRITERIA = ("image_quality", "text_image_coherence")
 
 
@@ -62,20 +72,39 @@ def plot_file(kind: str) -> str:
     return f"probe_{kind}.png"
 
 
-def probe_pass(kind: str, seed: int, samples: list[Sample], image_root: Path, blank_dir: Path, run_id: str) -> ProbePass:
+def probe_pass(kind: str, seed: int, samples: list[Sample], image_root: Path, blank_dir: Path, run_id: str,
+               paraphrases: dict[str, list[Segment]] | None = None) -> ProbePass:
     """The probe's pass over the run's samples; its results are resumed only beside the same main run's."""
-    probed, notes = probed_samples(samples, kind, seed, image_root, blank_dir)
-    return ProbePass(kind, seed, probed, notes, fingerprint({"run": run_id, "probe": kind, "seed": seed}))
+    probed, notes = probed_samples(samples, kind, seed, image_root, blank_dir, paraphrases or {})
+    depends = {"run": run_id, "probe": kind, "seed": seed}
+    if kind == "paraphrase":  # a rewording edited since is another pass
+        depends["paraphrases"] = [[s.id, [segment.model_dump() for segment in s.answer]] for s in probed]
+    return ProbePass(kind, seed, probed, notes, fingerprint(depends))
 
 
-def probed_samples(samples: list[Sample], probe: str, seed: int, image_root: Path, blank_dir: Path) -> tuple[list[Sample], list[str]]:
-    """The samples of the probe pass, their answer images replaced, and notes on the samples left out."""
-    with_images = [s for s in samples if answer_images(s)]
+def probed_samples(samples: list[Sample], probe: str, seed: int, image_root: Path, blank_dir: Path,
+                   paraphrases: dict[str, list[Segment]] | None = None) -> tuple[list[Sample], list[str]]:
+    """The samples of the probe pass, perturbed, and notes on the samples left out."""
     notes = []
+    if probe == "paraphrase":
+        given = [s for s in samples if s.id in (paraphrases or {})]
+        if missing := len(samples) - len(given):
+            notes.append(f"{missing} sample(s) have no rewording in --paraphrases: not probed")
+        return [s.model_copy(update={"answer": paraphrases[s.id]}) for s in given], notes
+    if probe == "verbosity":
+        return [append_text(s, PADDING) for s in samples], notes
+    with_images = [s for s in samples if answer_images(s)]
     if skipped := len(samples) - len(with_images):
         notes.append(f"{skipped} sample(s) have no image in their answer: nothing to replace, not probed")
-    if probe == "blank":
-        return [replace_answer_images(s, [blank_image(resolve_image(image, image_root), blank_dir) for image in answer_images(s)])
+    if probe == "contradict":
+        return [append_text(s, CONTRADICTION) for s in with_images], notes
+    if probe == "reverse":
+        several = [s for s in with_images if len(answer_images(s)) > 1]
+        if fewer := len(with_images) - len(several):
+            notes.append(f"{fewer} sample(s) have one answer image: no order to reverse, not probed")
+        return [replace_answer_images(s, answer_images(s)[::-1]) for s in several], notes
+    if probe in ("blank", "blur", "noise", "quarter"):
+        return [replace_answer_images(s, [degraded(resolve_image(image, image_root), probe, seed, blank_dir) for image in answer_images(s)])
                 for s in with_images], notes
     pools: dict[str, list[tuple[str, str]]] = {}
     for s in with_images:
@@ -100,6 +129,35 @@ def replace_answer_images(sample: Sample, images: list[str]) -> Sample:
     replacements = iter(images)
     answer = [s.model_copy(update={"image": next(replacements)}) if s.image is not None else s for s in sample.answer]
     return sample.model_copy(update={"answer": answer})
+
+
+def append_text(sample: Sample, text: str) -> Sample:
+    return sample.model_copy(update={"answer": [*sample.answer, Segment(text=text)]})
+
+
+def degraded(original: Path, kind: str, seed: int, out_dir: Path) -> str:
+    """The original image perturbed (blank, blur, noise, quarter), written once per image into `out_dir`; its path."""
+    if kind == "blank":
+        return blank_image(original, out_dir)
+    name = hashlib.sha256(f"{original.resolve()}:{kind}:{seed}".encode()).hexdigest()[:16]
+    path = out_dir / f"{kind}-{name}.png"
+    if path.exists():
+        return str(path.resolve())
+    with Image.open(original) as opened:
+        image = opened.convert("RGB")
+    width, height = image.size
+    if kind == "blur":
+        image = image.filter(ImageFilter.GaussianBlur(radius=max(1.0, min(width, height) / 50)))
+    elif kind == "noise":
+        rng = np.random.default_rng(int(name, 16))
+        pixels = np.asarray(image, dtype=float) + rng.normal(0, 40, (height, width, 3))
+        image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+    elif kind == "quarter":
+        image = image.resize((max(1, width // 4), max(1, height // 4)), Image.Resampling.BICUBIC).resize((width, height), Image.Resampling.BICUBIC)
+    else:
+        raise ValueError(f"unknown degradation {kind!r}")
+    image.save(path)
+    return str(path.resolve())
 
 
 def blank_image(original: Path, blank_dir: Path) -> str:
@@ -150,13 +208,13 @@ def image_reliance(probe: str, seed: int, results: list[JudgeResult], probed: di
                    scale: ScoreScale) -> dict:
     """The summary's image_reliance entry."""
     figures = reliance(results, probed, scale)
-    return {"probe": probe, "seed": seed if probe == "shuffle" else None, "probed": len(probed), "notes": notes,
-            "criteria": figures, "barely_moves": barely_moving(figures), "threshold": BARELY_MOVES}
+    return {"probe": probe, "seed": seed if probe in SEEDED else None, "probed": len(probed), "notes": notes,
+            "criteria": figures, "barely_moves": barely_moving(figures) if PROBES[probe].expects == "moves" else [], "threshold": BARELY_MOVES}
 
 
 def format_reliance(entry: dict) -> str:
-    replaced = {"blank": "blanked (mid-grey)", "shuffle": "swapped with other samples' of the same category"}[entry["probe"]]
-    lines = [f"Image reliance, answer images {replaced}: {entry['probed']} sample(s) scored again"]
+    what = PROBES[entry["probe"]]
+    lines = [f"{'Image reliance' if what.expects == 'moves' else 'Probe'}, {what.changes}: {entry['probed']} sample(s) scored again"]
     lines += [f"  note: {note}" for note in entry["notes"]]
     for name, f in entry["criteria"].items():
         lines.append(f"  {name}: mean |change| {f['mean_abs_change']:.3f}, changed {f['share_changed']:.0%}, "
@@ -189,8 +247,7 @@ def plot_reliance(entry: dict, path: Path) -> None:
     for ax in (shares, changes):
         ax.set_xticks(list(x), names, rotation=20, ha="right")
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(f"Image reliance: the answer's images {'blanked' if entry['probe'] == 'blank' else 'shuffled within the category'}, "
-                 f"{entry['probed']} samples")
+    fig.suptitle(f"Probe {entry['probe']}: {PROBES[entry['probe']].changes}, {entry['probed']} samples", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -20,6 +20,7 @@ from typing import Protocol
 
 import torch
 import torch.distributed as dist
+from pydantic import ValidationError
 
 from mmjudge.infer.engine import STRUCTURED_PAIRS, prepare, refuse_past_context
 from mmjudge.infer.inputs import read_benchmark
@@ -31,14 +32,16 @@ from mmjudge.infer.probe import ProbePass, format_reliance, image_reliance, plot
 from mmjudge.infer.progress import Bar
 from mmjudge.infer.reward_model import is_reward_checkpoint, pairwise_refusal
 from mmjudge.infer.summary import SUMMARY, format_pairs_summary, format_summary, summarize, summarize_pairs
-from mmjudge.judge.calibrator import Calibrator, as_records, load_calibrator
-from mmjudge.judge.data import InputError, JudgeResult, Pair, PairResult, Problem, Sample, UsageError, resolve_image, write_json_atomically
+from mmjudge.judge.calibrator import Calibrator, PairCalibrator, as_records, load_calibrator
+from mmjudge.judge.data import (InputError, JudgeResult, Pair, PairResult, Problem, Sample, Segment, UsageError, read_json, resolve_image,
+                                validation_problems, write_json_atomically)
 from mmjudge.judge.distributed import end_process_group
 from mmjudge.judge.formats import BenchmarkInput, Format
 from mmjudge.judge.identity import stamp
 from mmjudge.judge.model import Judge, checkpoint_format, judge_tokenizer, unloaded_settings
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.outputs import locked, overwritten_inputs
+from mmjudge.judge.probes import probe_kinds
 from mmjudge.judge.prompts import Rubric, judgeable, rubric_problems
 from mmjudge.judge.rope import context_length
 
@@ -80,15 +83,16 @@ def score(args, fmt: Format, options: ScoreOptions, pair_flags: list[str] = ()) 
         settings = {**backend.load(), **input_fingerprint(args, options, run.rubrics, run.bench.samples)}
         run_id = fingerprint(settings)
         score_pass(args, backend, run, run.samples, args.output_file, run_id, rank, world, setting_fingerprints(settings))
-        probe = None
-        if args.probe_images:
-            # The grey images live in a directory of this run's own, never among the user's inputs.
+        probes = []
+        if kinds := probe_kinds(args):
+            # The perturbed images live in a directory of this run's own, never among the user's inputs.
             blank_dir = Path(held.enter_context(tempfile.TemporaryDirectory(prefix="judge-score-probe-")))
-            probe = probe_pass(args.probe_images, args.probe_seed, run.samples, Path(args.input_dir), blank_dir, run_id)
-            score_pass(args, backend, run, probe.samples, result_file(probe.kind), probe.run_id, rank, world)
+            for kind in kinds:
+                probes.append(probe := probe_pass(kind, args.probe_seed, run.samples, Path(args.input_dir), blank_dir, run_id, run.paraphrases))
+                score_pass(args, backend, run, probe.samples, result_file(probe.kind), probe.run_id, rank, world)
 
         modes = {"structured": options.structured, "deterministic": backend.deterministic}
-        on_rank_zero(lambda: merge(args, fmt, run, run_id, backend.warnings, probe, modes), rank, world)
+        on_rank_zero(lambda: merge(args, fmt, run, run_id, backend.warnings, probes, modes), rank, world)
         return 0
 
 
@@ -128,7 +132,8 @@ class ScoringInput:
     bench: BenchmarkInput
     samples: list[Sample | Pair]
     skipped: list[Problem]
-    calibrator: Calibrator | None
+    calibrator: Calibrator | PairCalibrator | None
+    paraphrases: dict[str, list[Segment]] | None = None  # --paraphrases: each sample's answer reworded, by id
     judge_fingerprint: str | None = None  # the backend's (judge/identity.py), stamped on every record
     warnings: list[str] = field(default_factory=list)  # for the summary: a calibrator applied unchecked or against a mismatch
 
@@ -159,8 +164,33 @@ def scoring_input(args, fmt: Format, pair_flags: list[str] = (), rank: int = 0) 
         raise UsageError("; ".join(refused))
     if record_type(bench.samples) is not PairResult and pair_flags:
         raise UsageError(f"{', '.join(pair_flags)} apply to pairs of answers; {input_path} holds single answers ({fmt.name})")
-    calibrator = load_calibrator(args.calibrator, [bench.rubrics[c] for c in categories]) if args.calibrator else None
-    return ScoringInput(bench, samples, skipped, calibrator)
+    pairs = record_type(bench.samples) is PairResult
+    calibrator = load_calibrator(args.calibrator, [bench.rubrics[c] for c in categories], pairs) if args.calibrator else None
+    paraphrases = read_paraphrases(Path(args.paraphrases), samples) if getattr(args, "paraphrases", None) else None
+    return ScoringInput(bench, samples, skipped, calibrator, paraphrases)
+
+
+def read_paraphrases(path: Path, samples: list[Sample]) -> dict[str, list[Segment]]:
+    """--paraphrases: [{id, answer}], each answer a string or segments as the input's; every problem of every record named,
+    before the judge loads (an id the input does not hold is one)."""
+    content = read_json(path)
+    if not isinstance(content, list):
+        raise InputError([Problem(str(path), "expected a JSON list of {id, answer}")])
+    known, problems, found = {s.id: s for s in samples}, [], {}
+    for index, raw in enumerate(content):
+        rid = str(raw["id"]) if isinstance(raw, dict) and raw.get("id") is not None else None
+        if rid not in known or rid in found:
+            said = "a record needs an id" if rid is None else f"id {rid!r} is reworded twice" if rid in found else (
+                f"no sample of id {rid!r} in the input (after --limit)")
+            problems.append(Problem(str(path), said, index, rid, "id"))
+            continue
+        try:
+            found[rid] = Sample.model_validate({**known[rid].model_dump(), "answer": raw.get("answer")}).answer
+        except ValidationError as err:
+            problems += validation_problems(str(path), index, rid, err)
+    if problems:
+        raise InputError(problems)
+    return found
 
 
 def record_type(samples: list[Sample | Pair]) -> type[Result]:
@@ -169,9 +199,9 @@ def record_type(samples: list[Sample | Pair]) -> type[Result]:
 
 
 def pair_refusals(args, rubrics: list[Rubric]) -> list[str]:
-    """The flags that do not apply to pairs: a calibrator maps scores, the probe moves them, the openai
+    """The flags that do not apply to pairs: the probe moves scores, the openai
     backend reads no verdict distribution, and --structured holds to score lines, not verdicts."""
-    refused = [f"--{flag} applies to samples, not pairs" for flag in ("calibrator", "probe_images") if getattr(args, flag)]
+    refused = [f"--{flag} applies to samples, not pairs" for flag in ("probe_images", "probe") if getattr(args, flag, None)]
     if args.structured and any(rubric.kind == "pairwise" for rubric in rubrics):
         refused.append(STRUCTURED_PAIRS)
     if args.backend != "local":
@@ -196,12 +226,12 @@ def finished_results(args, output_file: str, run_id: str, rank: int, world: int,
     return finished
 
 
-def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]], probe: ProbePass | None,
+def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]], probes: list[ProbePass],
           modes: dict[str, bool]) -> None:
     """The journals merged into the result file and summary, and the benchmark's own files written."""
     output_dir = Path(args.output_dir)
-    finish(output_dir, args.output_file, run, run_id, warnings, probe, fmt.name, lambda results: fmt.write(run.bench, {r.id: r for r in results}, output_dir),
-           modes)
+    finish(output_dir, args.output_file, run, run_id, warnings, probes, fmt.name, lambda results: fmt.write(run.bench, {r.id: r for r in results}, output_dir),
+           modes, args.probe_images)
 
 
 def read_input(fmt: Format, input_path: Path, args, notes: bool = True) -> BenchmarkInput:
@@ -212,11 +242,13 @@ def read_input(fmt: Format, input_path: Path, args, notes: bool = True) -> Bench
                          f"benchmark's repository, `judge-rubric import --benchmark {fmt.name} {fmt.prompt_source} -o {fmt.name}.yaml`, "
                          f"and give --rubric {fmt.name}.yaml")
     written = [args.output_file, SUMMARY, *fmt.outputs, journal_pattern(args.output_file)]
-    if args.probe_images:
-        if args.output_file == result_file(args.probe_images):
-            raise UsageError(f"--output_file {args.output_file}: --probe_images {args.probe_images} writes its own results there; choose another name")
-        written += [result_file(args.probe_images), journal_pattern(result_file(args.probe_images)), plot_file(args.probe_images)]
+    for kind in probe_kinds(args):
+        if args.output_file == result_file(kind):
+            flag = "--probe_images" if kind == args.probe_images else "--probe"
+            raise UsageError(f"--output_file {args.output_file}: {flag} {kind} writes its own results there; choose another name")
+        written += [result_file(kind), journal_pattern(result_file(kind)), plot_file(kind)]
     inputs = [("--input_file", input_path), ("--criteria_file", args.criteria_file), ("--calibrator", args.calibrator), ("--config", args.config),
+              ("--paraphrases", getattr(args, "paraphrases", None)),
               ("--model_path", args.model_path), *[("--rubric", path) for path in args.rubric or fmt.default_rubrics]]
     if problems := overwritten_inputs(Path(args.output_dir), written, inputs):  # before reading them: a rubric there may not parse
         raise UsageError("\n  ".join(problems))
@@ -249,31 +281,34 @@ def journaled(output_dir: Path, output_file: str, samples: list[Sample | Pair], 
 
 
 def finish(output_dir: Path, output_file: str, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]],
-           probe: ProbePass | None, format_name: str, write_benchmark_files: Callable[[list[JudgeResult]], list[Path]],
-           modes: dict[str, bool]) -> None:
+           probes: list[ProbePass], format_name: str, write_benchmark_files: Callable[[list[JudgeResult]], list[Path]],
+           modes: dict[str, bool], image_probe: str | None = None) -> None:
     """Merge every rank's journal into the result file, in input order, write the benchmark's own files, and
-    write the summary (naming those files, with the probe's figures, from its own journals, when there is one).
+    write the summary (naming those files, with each probe's figures, from its own journals: `probes`, and for
+    --probe_images's probe, `image_reliance` as well).
     `modes`: how the records were made, as the summary says: structured (a grammar held the judge to its
     rubric's layout, --structured; exactness runs have it off) and deterministic (--deterministic)."""
     calibrator = run.calibrator
     results = journaled(output_dir, output_file, run.samples, run_id, run.rubrics)
     pairs = record_type(run.samples) is PairResult
-    write_json_atomically(output_dir / output_file, [r.model_dump() for r in results] if pairs else as_records(results, calibrator))
+    write_json_atomically(output_dir / output_file, records := as_records(results, calibrator))
     benchmark_files = write_benchmark_files(results)
     written = {**modes, "warnings": [*run.warnings, *warnings(results)], "benchmark_files": [path.name for path in benchmark_files]}
     if pairs:
-        summary = {**summarize_pairs(results, run.samples, run.skipped), **written}
+        summary = {**summarize_pairs(results, run.samples, run.skipped, records if calibrator is not None else None), **written}
         write_json_atomically(output_dir / SUMMARY, summary)
         print(format_pairs_summary(summary))
     else:
         scale = run.score_scale
         summary = {**summarize(results, run.skipped, scale, calibrator), **written}
-        if probe is not None:
-            summary["image_reliance"] = finish_probe(output_dir, probe, results, scale, run.rubrics)
+        if probes:
+            summary["probes"] = {probe.kind: finish_probe(output_dir, probe, results, scale, run.rubrics) for probe in probes}
+        if image_probe is not None:
+            summary["image_reliance"] = summary["probes"][image_probe]
         write_json_atomically(output_dir / SUMMARY, summary)
         print(format_summary(summary))
-        if probe is not None:
-            print(format_reliance(summary["image_reliance"]))
+        for entry in summary.get("probes", {}).values():
+            print(format_reliance(entry))
     print(f"results: {output_dir / output_file}\nsummary: {output_dir / SUMMARY}")
     for path in benchmark_files:
         print(f"{format_name}: {path}")

@@ -150,11 +150,12 @@ def calibrator_lines(entry: dict) -> list[str]:
     return lines
 
 
-def summarize_pairs(results: list[PairResult], pairs: list[Pair], skipped: list[Problem]) -> dict:
+def summarize_pairs(results: list[PairResult], pairs: list[Pair], skipped: list[Problem], records: list[dict] | None = None) -> dict:
     """The end-of-run figures of a pairwise run: the verdicts, how often the two orders agree, how often the
     answer shown first wins in each order (position bias), parse failures, and, where the input says what
     people preferred, how often the final verdict agrees with them (ties counted as a third verdict; and
-    with every pair where either side is a tie left out)."""
+    with every pair where either side is a tie left out). With a calibrator's `records` (each saying whether it was
+    abstained), how many were kept and how often the kept verdicts agree with people."""
     judgements = [j for r in results for j in r.forward + r.reverse]
     swapped = [r.swap_consistent for r in results if r.swap_consistent is not None]
     people = {p.id: p.preference for p in pairs}
@@ -173,7 +174,15 @@ def summarize_pairs(results: list[PairResult], pairs: list[Pair], skipped: list[
                       "without_ties": mean(j == h for j, h in decisive) if decisive else None, "n_without_ties": len(decisive)},
         "truncated": sum(any(j.truncated for j in r.forward + r.reverse) or any(s.truncated for s in (r.scores or {}).values()) for r in results),
         "skipped_invalid": [str(p) for p in skipped],
+        **({"selective": selective_counts(records, people)} if records is not None else {}),
     }
+
+
+def selective_counts(records: list[dict], people: dict[str, str | None]) -> dict:
+    kept = [r for r in records if r.get("abstained") is False]
+    compared = [r["verdict"] == people[r["id"]] for r in kept if people.get(r["id"]) is not None]
+    return {"kept": len(kept), "abstained": len(records) - len(kept),
+            "agreement_kept": mean(compared) if compared else None, "n_agreement_kept": len(compared)}
 
 
 def first_shown_share(results: list[PairResult], order: str) -> dict:
@@ -198,5 +207,9 @@ def format_pairs_summary(summary: dict) -> str:
     if agreement["n_with_ties"]:
         lines.append(f"Agreement with people: {fmt(agreement['with_ties'])} (n={agreement['n_with_ties']}, ties as a verdict), "
                      f"{fmt(agreement['without_ties'])} (n={agreement['n_without_ties']}, ties left out)")
+    if (selective := summary.get("selective")) is not None:
+        lines.append(f"Selective (--calibrator): {selective['kept']} kept, {selective['abstained']} abstained"
+                     + (f"; kept verdicts agree with people {fmt(selective['agreement_kept'])} (n={selective['n_agreement_kept']})"
+                        if selective["n_agreement_kept"] else ""))
     lines += [f"warning: {warning}" for warning in summary.get("warnings", [])]
     return "\n".join(lines)

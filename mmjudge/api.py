@@ -29,6 +29,7 @@ does), so `import mmjudge` stays cheap.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import tempfile
 import warnings
@@ -178,6 +179,7 @@ class Judge(LoadedJudge):
     def score(self, samples: PathLike | Iterable[dict | Sample | Pair], /, *, input_dir: PathLike | None = None, format: str | None = None,
               criteria_file: PathLike | None = None, calibrator: PathLike | Calibrator | None = None, allow_calibrator_mismatch: bool = False,
               rubrics: PathLike | Sequence[PathLike] | None = None, rubric: str | dict | Rubric | None = None, progress: bool = True,
+              probe: str | None = None, probe_seed: int = 0, paraphrases: PathLike | list[dict] | None = None,
               **options) -> list[ScoreRecord] | list[VerdictRecord]:
         """Score samples (or judge pairs), batched by the engine; the records judge-score writes to
         eval_result.json, in input order.
@@ -193,8 +195,8 @@ class Judge(LoadedJudge):
         format: the file's format, one of judge.formats.FORMATS (default: detected). (--format)
         criteria_file: MEGA-Bench's task rows, for its files only. (--criteria_file)
         calibrator: a judge-calibrate calibrator.json (or a Calibrator): adds calibrated_score, score_set and
-            escalate to each record; refused (UsageError) when fitted on another judge's scores or another
-            rubric, and for pairs. (--calibrator)
+            escalate to each record; for pairs, a pairwise judge's (a PairCalibrator) adds abstained and uncertainty;
+            refused (UsageError) when fitted on another judge's scores or another rubric. (--calibrator)
         allow_calibrator_mismatch: apply such a calibrator anyway, with a warning. (--allow_calibrator_mismatch)
         rubrics: rubric files or folders, or bundled names, for this call (default: those `load` was given,
             else the input's own). (--rubric)
@@ -202,6 +204,11 @@ class Judge(LoadedJudge):
             "template", "criteria"?, "scale"?, ...}), its YAML text, or a Rubric: it judges its category in
             place of that category's rubric among the others.
         progress: show progress bars on stderr.
+        probe: score perturbed copies instead, one of the bias suite's probes (judge/probes.py: blank, shuffle, blur,
+            noise, quarter, reverse, contradict, verbosity, paraphrase): the records of the samples it applies to, each
+            as judge-score writes it to probe_<probe>.json; compare them with `score`'s records by id. (--probe)
+        probe_seed: the seed of the shuffle probe's draw and the noise probe's noise. (--probe_seed)
+        paraphrases: for probe="paraphrase", [{"id", "answer"}] records or their JSON file. (--paraphrases)
         **options: scoring options for this call (infer.options.ScoreOptions' fields: max_new_tokens, mode,
             and for pairs samples, temperature, top_p, seed, pair_rule, ...), over those `load` was given;
             the judge is not loaded again.
@@ -212,7 +219,7 @@ class Judge(LoadedJudge):
         """
         with keywords_named():
             return self._judged(samples, None, input_dir, format, criteria_file, calibrator, allow_calibrator_mismatch, rubrics, rubric,
-                                progress, options)
+                                progress, options, (probe, probe_seed, paraphrases) if probe is not None else None)
 
     def compare(self, pairs: PathLike | Iterable[dict | Pair], /, *, input_dir: PathLike | None = None, format: str | None = None,
                 rubrics: PathLike | Sequence[PathLike] | None = None, rubric: str | dict | Rubric | None = None, progress: bool = True,
@@ -260,12 +267,12 @@ class Judge(LoadedJudge):
         return self.score([record], **{"progress": False, **score_args})[0]
 
     def _judged(self, items, wanted: str | None, input_dir, format_name, criteria_file, calibrator, allow_calibrator_mismatch, rubrics, rubric,
-                progress, given: dict) -> list[dict]:
+                progress, given: dict, probe: tuple | None = None) -> list[dict]:
         """`score` and `compare`: the input read and checked as judge-score checks it, then the engine's
-        records. `wanted`: "pairs" where only pairs may come."""
+        records. `wanted`: "pairs" where only pairs may come; `probe`: (kind, seed, paraphrases) of `score`'s probe."""
         from mmjudge.infer.engine import STRUCTURED_PAIRS
         from mmjudge.infer.options import PAIR_OPTIONS, options_for
-        from mmjudge.judge.calibrator import as_records, load_calibrator
+        from mmjudge.judge.calibrator import PairCalibrator, as_records, load_calibrator
         from mmjudge.judge.identity import stamp
         from mmjudge.judge.prompts import rubric_problems
 
@@ -283,19 +290,18 @@ class Judge(LoadedJudge):
             if not pairs and (pair_options := [name for name in PAIR_OPTIONS if name in given]):
                 raise UsageError(f"{', '.join(pair_options)}: for pairs of answers; these samples are single answers")
             options = options_for(fmt.name, self.config, {**self.options, **given})
-            if pairs and calibrator is not None:
-                raise UsageError("--calibrator applies to samples, not pairs")
             if pairs and options.structured and any(r.kind == "pairwise" for r in bench.rubrics.values()):
                 raise UsageError(STRUCTURED_PAIRS)
             if calibrator is not None:
                 scored = {c: bench.rubrics[c] for c in sorted({s.category for s in bench.samples})}
                 where = calibrator if isinstance(calibrator, (str, Path)) else "(given)"
-                calibrator = load_calibrator(calibrator, list(scored.values()))
+                calibrator = calibrator if isinstance(calibrator, PairCalibrator) else load_calibrator(calibrator, list(scored.values()), pairs)
                 for warning in calibrator.check_fit(where, f"the judge {self.path}", self.fingerprint, scored, allow_calibrator_mismatch):
                     warnings.warn(warning, stacklevel=3)
-            indexed = list(enumerate(bench.samples))
+            samples = bench.samples if probe is None else _probed(bench.samples, pairs, probe, image_root, Path(images))
+            indexed = list(enumerate(samples))
             results = {r.id: r for batch in self.score_batches(indexed, bench.rubrics, options, image_root, progress, str(bench.path)) for r in batch}
-        return as_records(stamp([results[s.id] for s in bench.samples], self.fingerprint, bench.rubrics), calibrator)
+        return as_records(stamp([results[s.id] for s in samples], self.fingerprint, bench.rubrics), calibrator)
 
     def _read(self, items, what: str, input_dir, format_name, criteria_file, rubric_set: list[Path] | None, rubric: Rubric | None,
               images: Path) -> tuple[Format, BenchmarkInput, Path]:
@@ -453,3 +459,26 @@ def _door(engine):
 
 calibrate = _door(calibration_run.calibrate)
 fine_tune = _door(train_run.fine_tune)
+
+
+def _probed(samples: list, pairs: bool, probe: tuple, image_root: Path, scratch: Path) -> list:
+    """`score`'s probe: the perturbed copies of the samples it applies to (infer/probe.py), as judge-score's --probe makes them."""
+    from mmjudge.infer.probe import probed_samples
+    from mmjudge.infer.run import read_paraphrases
+    from mmjudge.judge.probes import PROBES
+
+    kind, seed, paraphrases = probe
+    if kind not in PROBES:
+        raise UsageError(f"probe {kind!r}: one of {', '.join(PROBES)}")
+    if pairs:
+        raise UsageError("probe applies to samples, not pairs (judging both orders is the position probe)")
+    if (kind == "paraphrase") != (paraphrases is not None):
+        raise UsageError('probe="paraphrase" reads its rewordings from paraphrases: give both or neither')
+    if isinstance(paraphrases, list):
+        (scratch / "paraphrases.json").write_text(json.dumps(paraphrases))
+        paraphrases = scratch / "paraphrases.json"
+    rewordings = read_paraphrases(Path(paraphrases), samples) if paraphrases is not None else None
+    probed, notes = probed_samples(samples, kind, seed, image_root, scratch, rewordings)
+    for note in notes:
+        warnings.warn(f"probe {kind}: {note}", stacklevel=4)
+    return probed

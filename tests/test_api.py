@@ -328,3 +328,32 @@ def test_the_api_page_reference_is_the_codes_signatures_and_docstrings():
     assert made.page_with_reference(page) == page, "run: .venv/bin/python docs/api_reference.py"
     for name, function in made.DOCUMENTED:
         assert f"### `{name}{made.signature(function)}`" in page
+
+
+@pytest.mark.slow
+def test_a_probe_per_call_scores_the_copies_judge_score_probe_scores(judge, checkpoint, tmp_path):
+    """Judge.score(probe=...) gives the records judge-score --probe writes to probe_<kind>.json."""
+    samples = notebook_samples()
+    as_files(samples, tmp_path / "data")
+    rewordings = [{"id": "PBL_2", "answer": "Said another way."}]
+    (tmp_path / "paraphrases.json").write_text(json.dumps(rewordings))
+    assert score_main(["--model_path", str(checkpoint), "--input_dir", str(tmp_path / "data"), "--input_file", "data.json",
+                       "--output_dir", str(tmp_path / "out"), *FAST_FLAGS, "--mode", "logits", "--probe", "paraphrase",
+                       "--paraphrases", str(tmp_path / "paraphrases.json")]) == 0
+    written = json.loads((tmp_path / "out" / "probe_paraphrase.json").read_text())
+    assert [r["id"] for r in written] == ["PBL_2"]
+    assert judge.score(tmp_path / "data" / "data.json", progress=False, mode="logits", probe="paraphrase", paraphrases=rewordings) == written
+    with pytest.raises(UsageError, match="probe 'grey'"):
+        judge.score(samples, progress=False, probe="grey")
+
+
+def test_calibrate_on_verdicts_fits_abstention_and_a_panel(tmp_path):
+    from mmjudge.judge.testing import write_verdicts
+
+    people = write_verdicts(tmp_path / "v", 200, seed=1)
+    report = mmjudge.calibrate({name: tmp_path / "v" / f"{name}.json" for name in ("sharp", "blunt")}, people, bootstrap=0, max_error=0.2,
+                               panel=True, output_dir=tmp_path / "report")
+    assert report.kind == "preferences" and report.judges["sharp"].selective.max_error == 0.2 and report.panel.n == 200
+    assert json.loads((tmp_path / "report" / "calibrator.json").read_text())["kind"] == "pairs"
+    with pytest.raises(UsageError, match="coverage: not options of verdicts on pairs"):
+        mmjudge.calibrate(tmp_path / "v" / "sharp.json", people, coverage=0.8)

@@ -10,6 +10,7 @@ _HOMES = {
     "SIZES": "checkpoints", "Planted": "checkpoints", "TinySizes": "checkpoints", "write_native_checkpoint": "checkpoints",
     "write_original_checkpoint": "checkpoints", "write_tokenizer": "checkpoints", "write_hub_cache": "hub",
     "human_scores": "synthetic", "judge_result": "synthetic", "write_dataset": "synthetic", "write_pairs": "synthetic",
+    "write_verdicts": "synthetic",
 }
 
 

@@ -1,10 +1,11 @@
-"""python -m mmjudge.judge.testing checkpoint|dataset|pairs ...: write a tiny random judge, a synthetic dataset or
-synthetic pairs.
+"""python -m mmjudge.judge.testing checkpoint|dataset|pairs|verdicts ...: write a tiny random judge, a synthetic dataset,
+synthetic pairs, or synthetic judges' verdicts on pairs.
 
     python -m mmjudge.judge.testing checkpoint --format original|native [--seed N] [--shards K] [--dtype D] [--system_message TEXT] OUT_DIR
     python -m mmjudge.judge.testing checkpoint --family NAME [--seed N] [--rope_switch N] OUT_DIR
     python -m mmjudge.judge.testing dataset --samples N [--seed N] [--annotated] OUT_DIR
     python -m mmjudge.judge.testing pairs --pairs N [--seed N] [--annotated] [--text_only] [--no_rationale] OUT_DIR
+    python -m mmjudge.judge.testing verdicts --pairs N [--seed N] OUT_DIR
 
 Each prints the path it wrote. See `judge/testing/synthetic.py` for the annotated scores' rule.
 """
@@ -16,7 +17,7 @@ import sys
 
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import UsageError
-from mmjudge.judge.testing import write_dataset, write_pairs
+from mmjudge.judge.testing import write_dataset, write_pairs, write_verdicts
 from mmjudge.judge.testing.family_table import DEFAULT_SWITCH, FAMILIES
 
 
@@ -56,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "and a second annotator for every fourth pair (default: off)")
     pairs.add_argument("--text_only", action="store_true", help="keep the texts alone: no images (default: off)")
     pairs.add_argument("--no_rationale", action="store_true", help="with --annotated: the preference alone, no rationale (default: off)")
+    verdicts = sub.add_parser("verdicts", help="write three synthetic judges' verdicts on pairs (sharp, fair, blunt: OUT_DIR/<judge>.json) and "
+                                               "people's preferences (OUT_DIR/people.json), drawn from a known chance per pair")
+    verdicts.add_argument("out_dir", path="output_dir", help="directory to write (created if missing)")
+    verdicts.add_argument("--pairs", type=int, default=400, help="number of pairs (default: 400)")
+    verdicts.add_argument("--seed", type=int, default=0, help="seed of the draws (default: 0)")
     return p
 
 
@@ -67,6 +73,10 @@ def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "checkpoint":
         path = _write_checkpoint(args)
+    elif args.command == "verdicts":
+        if args.pairs < 1:
+            raise UsageError(f"--pairs must be at least 1, got {args.pairs}")
+        path = write_verdicts(args.out_dir, args.pairs, seed=args.seed)
     elif args.command == "pairs":
         if args.pairs < 1:
             raise UsageError(f"--pairs must be at least 1, got {args.pairs}")

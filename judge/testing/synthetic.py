@@ -176,3 +176,30 @@ def judge_result(sample_id: str, score: int | float | None, **fields) -> JudgeRe
     neutral = {"model": None, "category": "SA", "feedback": "", "criteria": {}, "n_images": 0, "n_tiles": 0,
                "prompt_tokens": 0, "generated_tokens": 0}
     return JudgeResult(id=sample_id, score=score, **(neutral | fields))
+
+
+# Judges of known quality for `verdicts`: each sees people's leaning through its own noise (log-odds), so the
+# sharp one agrees with people most and the panel of the three has something to combine.
+VERDICT_JUDGES = {"sharp": 0.5, "fair": 1.2, "blunt": 2.0}
+
+
+def write_verdicts(out_dir: str | Path, n_pairs: int, *, seed: int = 0) -> Path:
+    """Pairs with a known chance q that people prefer A (drawn from Beta(0.6, 0.6)), people's preference drawn from it,
+    and three judges' verdicts with order-averaged distributions (VERDICT_JUDGES: log-odds 1.5 times q's plus noise,
+    so each is overconfident): OUT_DIR/people.json and OUT_DIR/<judge>.json. Pure numpy; no images, no model."""
+    import numpy as np
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    q = np.clip(rng.beta(0.6, 0.6, n_pairs), 1e-6, 1 - 1e-6)
+    people_a = rng.random(n_pairs) < q
+    models = [("model-a", "model-b"), ("model-b", "model-c"), ("model-a", "model-c")]
+    people = [{"id": f"pair_{k:04d}", "preference": "A" if a else "B", "annotator": "synthetic"} for k, a in enumerate(people_a)]
+    (out / "people.json").write_text(json.dumps(people, indent=1))
+    for name, noise in VERDICT_JUDGES.items():
+        p_a = 1 / (1 + np.exp(-(np.log(q / (1 - q)) * 1.5 + rng.normal(0, noise, n_pairs))))
+        records = [{"id": f"pair_{k:04d}", "verdict": "A" if p >= 0.5 else "B", "model_a": models[k % 3][0], "model_b": models[k % 3][1],
+                    "verdict_distribution": {"A": round(0.95 * p, 6), "B": round(0.95 * (1 - p), 6), "tie": 0.05}} for k, p in enumerate(p_a)]
+        (out / f"{name}.json").write_text(json.dumps(records, indent=1))
+    return out / "people.json"

@@ -147,6 +147,7 @@ def test_opening_battle_files_of_people_and_of_a_judge(tmp_path):
     assert j.n_without_ties == 1 and j.accuracy_without_ties.value == 1.0
     assert j.win_rates["forced"]["x"] == 2 / 4  # A, and Tie(A); the judge's Tie(B) goes to y
     assert j.position_bias["forward"].n == 2 and j.position_bias["reverse"].n == 0
+    assert j.selective.n == 0 and "no calibrator is written" in j.selective.reason and report.calibrators == {}  # no distribution to abstain by
 
 
 def test_people_s_reference_is_the_majority_of_those_who_gave_a_preference(tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mmjudge.calibration.cli import main as calibrate
 from mmjudge.configs import CONFIG_DIR, DEFAULT_RUBRICS
 from mmjudge.infer.cli import main
 from mmjudge.infer.engine import Scorer, prepare
@@ -153,6 +154,39 @@ def test_judge_score_writes_pair_results_and_resumes(checkpoint, data, tmp_path,
     # another rule is another run: the journal refuses to be resumed under it
     assert main([*args[:-1], "agree"]) == 2
     assert "written by a run with other settings" in capsys.readouterr().err
+
+
+def test_judge_score_marks_each_pair_kept_or_abstained_by_a_pair_calibrator(checkpoint, data, tmp_path, capsys):
+    """judge-calibrate fits the selective threshold on the run's verdicts; judge-score --calibrator (resuming the same
+    run: the calibrator is applied at the merge) writes each pair's abstained and uncertainty, and the summary counts them."""
+    out = tmp_path / "out"
+    args = ["--model_path", str(checkpoint), "--input_dir", str(data), "--input_file", "pairs.json", "--output_dir", str(out), *FAST,
+            "--pair_rule", "mean_probability"]  # the tiny judge's text never parses: its verdicts come from its distributions
+    assert main(args) == 0
+    plain = json.loads((out / "eval_result.json").read_text())
+    assert "abstained" not in plain[0]  # without a calibrator, the records are as before
+    assert calibrate(["--predictions", str(out / "eval_result.json"), "--human", str(data / "pairs.json"), "--output_dir", str(tmp_path / "cal"),
+                      "--bootstrap", "0"]) == 0
+    fitted = json.loads((tmp_path / "cal" / "calibrator.json").read_text())
+    assert fitted["kind"] == "pairs" and fitted["selective"]["threshold"] is None  # 6 labelled pairs: too few to keep any
+    capsys.readouterr()
+    assert main([*args, "--calibrator", str(tmp_path / "cal" / "calibrator.json")]) == 0
+    records = json.loads((out / "eval_result.json").read_text())
+    assert all(r["abstained"] for r in records) and "Selective (--calibrator): 0 kept, 6 abstained" in capsys.readouterr().out
+    # a threshold halfway: a pair is kept where the probability of its verdict, averaged over both orders, reaches it
+    (tmp_path / "half.json").write_text(json.dumps({**fitted, "selective": {**fitted["selective"], "threshold": 0.5}}))
+    assert main([*args, "--calibrator", str(tmp_path / "half.json")]) == 0
+    records = json.loads((out / "eval_result.json").read_text())
+    for r in records:
+        confidence = r["verdict_distribution"][r["verdict"]]
+        assert r["abstained"] == (confidence < 0.5) and r["uncertainty"] == pytest.approx(1 - confidence)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["selective"]["kept"] == sum(not r["abstained"] for r in records)
+    # a map of scores is refused for pairs, before the judge loads
+    score_map = {"method": "linear", "source": "score", "x": [0, 6], "y": [0, 6], "scale": [0, 6]}
+    (tmp_path / "scores.json").write_text(json.dumps(score_map))
+    assert main([*args[:1], str(tmp_path / "none"), *args[2:], "--calibrator", str(tmp_path / "scores.json")]) == 2
+    assert "was fitted on single answers' scores, and this run has verdicts on pairs" in capsys.readouterr().err
 
 
 def test_flags_that_do_not_apply_to_pairs_are_refused_before_loading(data, tmp_path, capsys):

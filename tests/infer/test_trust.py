@@ -238,7 +238,7 @@ def test_shuffle_through_judge_score_names_the_lone_category(checkpoint, dataset
 
 def test_probe_flags_that_cannot_work_are_refused_before_the_model_loads(dataset, tmp_path, capsys):
     assert score(tmp_path / "no-checkpoint", dataset, tmp_path / "out", "--probe_images", "blank", "--probe_seed", "1") == 2
-    assert "--probe_seed applies to --probe_images shuffle only" in capsys.readouterr().err
+    assert "--probe_seed applies to the shuffle and noise probes only" in capsys.readouterr().err
     with pytest.raises(SystemExit) as refused:
         score(tmp_path / "no-checkpoint", dataset, tmp_path / "out", "--probe_images", "grey")
     assert refused.value.code == 2
