@@ -23,7 +23,7 @@ from mmjudge.infer.local_backend import journal_settings
 from mmjudge.infer.loaded import find_checkpoint
 from mmjudge.infer.options import ScoreOptions, preset
 from mmjudge.infer.progress import Bar
-from mmjudge.judge.data import JudgeResult, Pair, PairResult, Sample
+from mmjudge.judge.data import InputError, JudgeResult, Pair, PairResult, Problem, Sample
 from mmjudge.judge.formats import Format
 from mmjudge.judge.identity import weights_fingerprint
 from mmjudge.judge.model import judge_tokenizer, unloaded_settings, weight_files, with_max_tiles
@@ -70,7 +70,7 @@ class RayBackend:
 
     def score(self, samples: list[tuple[int, Sample | Pair]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult | PairResult]]:
         """The samples as rows of a Dataset, judged by the actors; their results a block at a time as they come back.
-        Rows an actor could not judge are named together at the end, after the others are journaled."""
+        Rows an actor could not judge are named together at the end (an InputError), after the others are journaled."""
         import ray
 
         from mmjudge.ray.data import ERROR, Scorer, result, row_of
@@ -87,10 +87,11 @@ class RayBackend:
                 failed.update({row["id"]: row[ERROR] for row in block if row[ERROR] is not None})
                 yield [result(row) for row in block if row[ERROR] is None]
                 scoring.update(len(block))
-        if failed:
-            named = "\n  ".join(f"{sample_id}: {error}" for sample_id, error in list(failed.items())[:20])
-            raise RuntimeError(f"{len(failed)} sample(s) could not be judged on the Ray cluster (the others are in the journal; "
-                               f"a rerun judges these again):\n  {named}")
+        if failed:  # an input problem only an actor's node sees (an image missing there), each named by its record
+            index = {sample.id: i for i, sample in samples}
+            raise InputError([Problem(self.args.input_file, f"not judged on the Ray cluster, {error} (the other samples' results are in "
+                                                            "the journal: a rerun judges only these)", index.get(sample_id), sample_id)
+                              for sample_id, error in failed.items()])
 
     def warnings(self, results: list[JudgeResult]) -> list[str]:
         return []

@@ -138,6 +138,38 @@ def test_generate_mode_writes_judge_scores_feedback(cluster, checkpoint, samples
         assert_same(a, b, b["id"])
 
 
+class LosesOne(Scorer):
+    """A Scorer whose actors cannot judge the input's third sample (its id ends in _0003), as when its image is missing on
+    their node."""
+
+    def __call__(self, batch):
+        out = super().__call__(batch)
+        out["error"] = ["image not found on this node" if sample_id.endswith("_0003") else error for sample_id, error in zip(out["id"], out["error"])]
+        return out
+
+
+@pytest.mark.slow
+def test_a_sample_no_actor_can_judge_is_named_and_a_rerun_without_ray_finishes_from_the_journal(cluster, checkpoint, samples, reference,
+                                                                                               tmp_path, monkeypatch, capsys):
+    import mmjudge.ray.data
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    monkeypatch.setattr(mmjudge.ray.data, "Scorer", LosesOne)  # the class judge-score --ray hands its actors
+    argv = ["--model_path", str(checkpoint), "--input_dir", str(samples.parent), "--input_file", samples.name, "--limit", "8",
+            "--output_dir", str(tmp_path), *FLAGS]
+    assert judge_score([*argv, "--ray", "local", "--ray_batch_size", "4"]) == 2
+    err = capsys.readouterr().err
+    victim = list(reference)[2]
+    assert f"record 2 (id '{victim}'): not judged on the Ray cluster, image not found on this node" in err
+    assert not (tmp_path / "eval_result.json").exists()
+    assert judge_score(argv) == 0  # without --ray: the same journal, its 7 results resumed
+    assert "resuming: 7 sample(s) already scored" in capsys.readouterr().err
+    got = json.loads((tmp_path / "eval_result.json").read_text())
+    assert [r["id"] for r in got] == list(reference)[:8]
+    for record in got:
+        assert_same(record, reference[record["id"]], record["id"])
+
+
 @pytest.fixture(scope="module")
 def scorer(checkpoint, samples) -> Scorer:
     """One actor's judge, called here in the test's process as Ray calls it in an actor's."""
