@@ -106,8 +106,8 @@ class Scorer:
                     return self.each_alone(pending, errors)
                 errors[rows[0]] = f"{type(err).__name__}: {err}"
                 return {}
-            by_id = {record["id"]: record for record in scored}
-            return {i: by_id[pending[i]["id"]] for i in rows}
+            by_id = {record["id"]: record for record in scored}  # a sample given twice is judged once, as judge-score judges it
+            return {i: by_id[pending[i]["id"]] for i in rows if pending[i].get("id") in by_id}
         return {}
 
     def each_alone(self, records: dict[int, dict], errors: dict[int, str]) -> dict[int, dict]:
