@@ -171,15 +171,21 @@ def test_a_sample_no_actor_can_judge_is_named_and_a_rerun_without_ray_finishes_f
 
 
 @pytest.fixture(scope="module")
-def scorer(checkpoint, samples) -> Scorer:
+def few(tmp_path_factory) -> Path:
+    """8 samples, for the quick tests (the 200 are the slow ones')."""
+    return write_dataset(tmp_path_factory.mktemp("few"), 8, seed=3)
+
+
+@pytest.fixture(scope="module")
+def scorer(checkpoint, few) -> Scorer:
     """One actor's judge, called here in the test's process as Ray calls it in an actor's."""
-    return Scorer(str(checkpoint), input_dir=str(samples.parent), **OPTIONS)
+    return Scorer(str(checkpoint), input_dir=str(few.parent), **OPTIONS)
 
 
-def test_bad_rows_are_their_own_errors_and_images_come_as_bytes_or_urls(scorer, samples):
-    good = rows(samples, Sample)[0]
+def test_bad_rows_are_their_own_errors_and_images_come_as_bytes_or_urls(scorer, few):
+    good = rows(few, Sample)[0]
     image = next(s["image"] for s in good["answer"] + good["question"] if "image" in s)
-    content = (samples.parent / image).read_bytes()
+    content = (few.parent / image).read_bytes()
 
     def with_image(row_id: str, value) -> dict:
         return {**good, "id": row_id, "question": [{"image": value} if s.get("image") == image else s for s in good["question"]],
@@ -205,19 +211,33 @@ def test_bad_rows_are_their_own_errors_and_images_come_as_bytes_or_urls(scorer, 
     (["--ray", "local", "--ray_batch_size", "0"], "--ray_batch_size must be at least 1"),
     (["--ray", "local", "--probe_images", "blank"], "--probe_images"),
 ])
-def test_ray_flags_that_cannot_work_are_refused_before_loading(checkpoint, samples, tmp_path, capsys, flags, refused):
-    argv = ["--model_path", str(checkpoint), "--input_dir", str(samples.parent), "--input_file", samples.name, "--output_dir", str(tmp_path), *flags]
+def test_ray_flags_that_cannot_work_are_refused_before_loading(checkpoint, few, tmp_path, capsys, flags, refused):
+    argv = ["--model_path", str(checkpoint), "--input_dir", str(few.parent), "--input_file", few.name, "--output_dir", str(tmp_path), *flags]
     assert judge_score(argv) == 2
     assert refused in capsys.readouterr().err
     assert not (tmp_path / "eval_result.json").exists()
 
 
-def test_ray_not_installed_is_refused_with_the_extra_to_install(checkpoint, samples, tmp_path, capsys, monkeypatch):
+def test_ray_not_installed_is_refused_with_the_extra_to_install(checkpoint, few, tmp_path, capsys, monkeypatch):
     import importlib.util
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "ray" else find_spec(name, *args))
-    argv = ["--model_path", str(checkpoint), "--input_dir", str(samples.parent), "--input_file", samples.name, "--output_dir", str(tmp_path),
+    argv = ["--model_path", str(checkpoint), "--input_dir", str(few.parent), "--input_file", few.name, "--output_dir", str(tmp_path),
             "--ray", "auto"]
     assert judge_score(argv) == 2
     assert "pip install 'mmjudge[ray]'" in capsys.readouterr().err
+
+
+def test_a_block_as_arrow_holds_it_judged_as_given(scorer, few):
+    """Arrow gives each segment every field any segment of its block has (an image segment a null text): read back
+    as nulls, a record would hold segments MMIE does not have."""
+    import pyarrow
+
+    given = rows(few, Sample)[:4]
+    out = scorer(pyarrow.Table.from_pylist(given))
+    judged, errors = records([dict(zip(out, values)) for values in zip(*out.values())])
+    assert errors == {}
+    assert [r["id"] for r in judged] == [row["id"] for row in given]
+    alone = scorer({name: [row.get(name) for row in given] for name in {key for row in given for key in row}})
+    assert_same(judged, records([dict(zip(alone, values)) for values in zip(*alone.values())])[0])
