@@ -6,7 +6,7 @@
 #   3. from a folder of the user's (outside the checkout, holding its own train.py and serve/): one import
 #      name, and the README's commands on a tiny random judge: score, train, score with the trained adapter,
 #      calibrate, the Python API, serve;
-#   4. the test, deepspeed and rl extras added, the quick test loop from the sdist's tests against the installed
+#   4. the test, deepspeed, rl and ray extras added, the quick test loop from the sdist's tests against the installed
 #      package. The sdist's copy of the package folders is removed first: no test can import the checkout.
 # Usage: .ci/installed.sh [WORK_DIR]   (default: a new folder under $TMPDIR, removed when all passed)
 set -euo pipefail
@@ -114,7 +114,7 @@ wait "$SERVER" || true
 
 step "the quick test loop, from the sdist's tests, against the installed package"
 # the test tools, and DeepSpeed (built against the torch installed, as the Makefile builds it): the suite tests it
-"$VENV_BIN/pip" install -q --no-build-isolation "$WHEEL[test,deepspeed,rl]"
+"$VENV_BIN/pip" install -q --no-build-isolation "$WHEEL[test,deepspeed,rl,ray]"
 "$VENV_BIN/pip" check
 SOURCE=$WORK/sdist
 mkdir -p "$SOURCE"

@@ -14,7 +14,9 @@ Under `torchrun --nproc_per_node N` the same command shards the samples by rank;
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import re
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -79,6 +81,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                         "input's answers) (default: none)")
     p.add_argument("--probe_seed", type=int, default=0, help="seed of the shuffle probe's draw and the noise probe's noise (default: %(default)s)")
     add_backend_flags(p)
+    add_ray_flags(p)
     add_common_flags(p)
     return p
 
@@ -98,6 +101,53 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
     remote.add_argument("--request_timeout", type=float, default=REQUEST_TIMEOUT_S,
                         help="seconds one sample's request may take in all, every try and every wait between tries "
                              "(each try is cut after 600 s at most) (default: %(default)g)")
+
+
+def add_ray_flags(parser: argparse.ArgumentParser) -> None:
+    cluster = parser.add_argument_group("the judge on a Ray cluster (docs/past-one-machine.md; pip install 'mmjudge[ray]')")
+    cluster.add_argument("--ray", metavar="ADDRESS",
+                         help="judge the samples as a Ray Data job, each actor a copy of the judge; this process reads the input and writes "
+                              "the same results and summary - local: start a Ray cluster on this machine; auto: join the one `ray start` "
+                              "started; or HOST:PORT, ray://HOST:PORT (default: none, judge in this process)")
+    cluster.add_argument("--ray_actors", help="copies of the judge: N, or MIN:MAX for Ray Data to scale between (default: 1)")
+    cluster.add_argument("--ray_gpus", type=float, help="GPUs each actor takes (default: 1 where the cluster has GPUs, else 0)")
+    cluster.add_argument("--ray_cpus", type=float, help="CPUs each actor takes (default: 1)")
+    cluster.add_argument("--ray_batch_size", type=int,
+                         help="samples an actor takes at a time, the unit Ray runs again when an actor dies (default: 16)")
+
+
+RAY_DEFAULTS = {"ray_actors": "1", "ray_cpus": 1.0, "ray_batch_size": 16}
+
+
+def ray_problems(args) -> list[str]:
+    """What cannot work in the --ray flags, found before anything loads or starts; their defaults filled in."""
+    flags = ("ray_actors", "ray_gpus", "ray_cpus", "ray_batch_size")
+    if args.ray is None:
+        return [f"--{name} applies to --ray only" for name in flags if getattr(args, name) is not None]
+    for name, value in RAY_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    problems = []
+    if importlib.util.find_spec("ray") is None:
+        problems.append("--ray needs Ray, which is not installed: pip install 'mmjudge[ray]'")
+    if args.backend != "local":
+        problems.append("--ray runs the judge in Ray actors, --backend openai on a server: give one of them")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        problems.append("--ray spreads the samples over Ray actors: run judge-score --ray once, not under torchrun")
+    if args.probe_images:
+        problems.append("--probe_images writes its blank and shuffled images on this machine, which the actors may not see: run it without --ray")
+    if not args.ray.strip():
+        problems.append("--ray needs an address: local, auto, HOST:PORT or ray://HOST:PORT")
+    if not re.fullmatch(r"[1-9][0-9]*(:[1-9][0-9]*)?", args.ray_actors) or (
+            ":" in args.ray_actors and int(args.ray_actors.split(":")[0]) > int(args.ray_actors.split(":")[1])):
+        problems.append(f"--ray_actors {args.ray_actors}: give N, or MIN:MAX with 1 <= MIN <= MAX")
+    if args.ray_gpus is not None and not args.ray_gpus >= 0:
+        problems.append(f"--ray_gpus must be at least 0, got {args.ray_gpus:g}")
+    if not args.ray_cpus > 0:
+        problems.append(f"--ray_cpus must be above 0, got {args.ray_cpus:g}")
+    if args.ray_batch_size < 1:
+        problems.append(f"--ray_batch_size must be at least 1, got {args.ray_batch_size}")
+    return problems
 
 
 def backend_problems(args, options: ScoreOptions) -> list[str]:
@@ -191,7 +241,7 @@ def _main(argv) -> int:
     args = build_parser(argv).parse_args(argv)
     fmt = FORMATS[args.format] if args.format else detect_format(Path(args.input_file))
     options = score_options(args, fmt)
-    if problems := backend_problems(args, options):
+    if problems := ray_problems(args) + backend_problems(args, options):
         raise UsageError("\n  ".join(["the backend's flags cannot work:", *problems]))
     check_output_paths(args, fmt)
     kinds = probe_kinds(args)

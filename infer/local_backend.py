@@ -14,6 +14,7 @@ from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.progress import Bar, quiet_library_bars
 from mmjudge.judge.data import JudgeResult, Pair, PairResult, Sample
 from mmjudge.judge.identity import weights_fingerprint
+from mmjudge.judge.checkpoint import JudgeSettings
 from mmjudge.judge.model import judge_tokenizer, weight_files, with_max_tiles
 from mmjudge.judge.prompts import Rubric
 
@@ -39,14 +40,7 @@ class LocalBackend:
         self.judge = LoadedJudge.at(self.model_dir, self.device, self.dtype, self.judge_fingerprint)
         model = self.judge.model
         model.settings = with_max_tiles(model.settings, self.options.max_tiles)
-        model_dir = self.model_dir.resolve()
-        weights = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in model_dir.iterdir() if f.is_file())
-        return {"model": str(model_dir), "weights": weights, "dtype": str(next(model.model.parameters()).dtype),
-                "settings": model.settings.to_json(), "prompt_token_budget": self.options.prompt_token_budget,
-                "ignore_stop": self.options.ignore_stop, "structured": self.options.structured,
-                # only where it is on, so that the journals of runs without it stay resumable; the prefix cache's prompts are
-                # prefilled in two pieces (their last bits not those of a whole prefill), whatever its size
-                **({"deterministic": True} if self.deterministic else {}), **({"prefix_cache": True} if self.options.prefix_cache else {})}
+        return journal_settings(self.model_dir, str(next(model.model.parameters()).dtype), model.settings, self.options, self.deterministic)
 
     def score(self, samples: list[tuple[int, Sample | Pair]], bar: Callable[[str], Bar]) -> Iterator[list[JudgeResult | PairResult]]:
         yield from self.judge.score_batches(samples, self.rubrics, self.options, self.image_root, progress=bar)
@@ -56,3 +50,16 @@ class LocalBackend:
 
     def close(self) -> None:
         pass
+
+
+def journal_settings(model_dir: Path, dtype: str, settings: JudgeSettings, options: ScoreOptions, deterministic: bool) -> dict:
+    """What of a judge a journal's results depend on (LocalBackend.load's, and judge-score --ray's, whose actors load the
+    same judge, so that either resumes the other's journal): the checkpoint's files (a Hub id's cache snapshot, whose
+    path names its commit), dtype (torch's name) and settings."""
+    model_dir = model_dir.resolve()
+    weights = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in model_dir.iterdir() if f.is_file())
+    return {"model": str(model_dir), "weights": weights, "dtype": dtype, "settings": settings.to_json(),
+            "prompt_token_budget": options.prompt_token_budget, "ignore_stop": options.ignore_stop, "structured": options.structured,
+            # only where it is on, so that the journals of runs without it stay resumable; the prefix cache's prompts are
+            # prefilled in two pieces (their last bits not those of a whole prefill), whatever its size
+            **({"deterministic": True} if deterministic else {}), **({"prefix_cache": True} if options.prefix_cache else {})}

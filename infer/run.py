@@ -30,6 +30,7 @@ from mmjudge.infer.openai_backend import OpenAIBackend
 from mmjudge.infer.options import PAIR_OPTIONS, ScoreOptions
 from mmjudge.infer.probe import ProbePass, format_reliance, image_reliance, plot_file, plot_reliance, probe_pass, result_file
 from mmjudge.infer.progress import Bar
+from mmjudge.infer.ray_backend import RayBackend
 from mmjudge.infer.reward_model import is_reward_checkpoint, pairwise_refusal
 from mmjudge.infer.summary import SUMMARY, format_pairs_summary, format_summary, summarize, summarize_pairs
 from mmjudge.judge.calibrator import Calibrator, PairCalibrator, as_records, load_calibrator
@@ -69,8 +70,9 @@ def score(args, fmt: Format, options: ScoreOptions, pair_flags: list[str] = ()) 
     """`pair_flags`: the options of pairs given as flags, refused for single answers."""
     with distributed() as (rank, world), ExitStack() as held:
         run = scoring_input(args, fmt, pair_flags, rank)
-        backend: Backend = (LocalBackend(args, options, run.rubrics, rank) if args.backend == "local"
-                             else OpenAIBackend(args, options, run.rubrics, run.samples))
+        backend: Backend = (RayBackend(args, options, run.rubrics, fmt) if args.ray
+                            else LocalBackend(args, options, run.rubrics, rank) if args.backend == "local"
+                            else OpenAIBackend(args, options, run.rubrics, run.samples))
         held.callback(backend.close)
         if args.backend == "local":
             refuse_past_context_unloaded(backend.model_dir, run, options, Path(args.input_dir), Path(args.input_file))

@@ -1,5 +1,5 @@
-"""Writes requirements/lock.txt (`make lock`): every dependency pyproject.toml declares, with its test, deepspeed
-and rl extras, pinned at the lower bound of its range, and what they need in turn as pip resolves it
+"""Writes requirements/lock.txt (`make lock`): every dependency pyproject.toml declares, with its test, deepspeed,
+rl and ray extras, pinned at the lower bound of its range, and what they need in turn as pip resolves it
 for this Python (3.11, as CI runs). `make test` runs the whole suite on this lock, and `make test-installed`
 runs the quick loop on the newest versions the ranges allow: both ends of every range are tested.
 
@@ -15,13 +15,14 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRAS = ("test", "deepspeed", "rl")
+EXTRAS = ("test", "deepspeed", "rl", "ray")
 MAKEFILE_INSTALLS = {"torch", "deepspeed"}
 
 
 def lower_bound(requirement: str) -> str:
-    """`name==version` at the range's lower bound: `>=X` or `==X` (`==X.*` as X.0)."""
-    name, specifier = re.fullmatch(r"([A-Za-z0-9._-]+)\s*(.*)", requirement).groups()
+    """`name==version` at the range's lower bound: `>=X` or `==X` (`==X.*` as X.0); the name keeps its extras
+    (`ray[data,serve]`), whose own dependencies the lock must hold too."""
+    name, specifier = re.fullmatch(r"([A-Za-z0-9._-]+(?:\[[A-Za-z0-9._,-]+\])?)\s*(.*)", requirement).groups()
     bound = re.search(r"(?:>=|==)\s*([0-9][0-9A-Za-z.]*?)(\.\*)?(?:,|$)", specifier)
     if bound is None:
         raise SystemExit(f"pyproject.toml: {requirement!r} has no lower bound (>= or ==): say which version was tested")

@@ -1,0 +1,8 @@
+"""mmjudge on a Ray cluster (the optional `ray` extra: `pip install 'mmjudge[ray]'`), a thin layer over the engine
+judge-score runs, never a scheduler of its own: Ray places the actors, retries their tasks and restarts them.
+
+- `mmjudge.ray.data`: batch judging on Ray Data, a stateful callable class for `Dataset.map_batches` (one judge
+  loaded per actor) and what `judge-score --ray ADDRESS` runs.
+
+Nothing here imports ray until it is used, so that `import mmjudge` works without the extra.
+"""
