@@ -12,15 +12,21 @@ import importlib.util
 import io
 import inspect
 import logging
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
 
 import numpy
 import pytest
 import torch
 import uvicorn
+from packaging.requirements import Requirement
 from PIL import Image
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -358,3 +364,57 @@ def test_openrlhfs_reward_func_judges_an_empty_completion_empty_and_fails_a_quer
     assert behaviour.bodies[-1]["query"] == [prompt] and behaviour.bodies[-1]["prompts"] == [prompt]  # the empty answer sent
     assert torch.equal(answer["extra_logs"]["judge_failed"], torch.tensor([0.0, 1.0])) and answer["rewards"][1] == 0
     assert server.failed == before + 1
+
+
+# -- the reward file in a venv of its declared light dependencies alone -------------------------------------------
+
+def distributions(name: str, found: dict | None = None) -> dict:
+    """The installed distribution `name` and every one it requires here, by name."""
+    found = {} if found is None else found
+    dist = metadata.distribution(name)
+    if dist.metadata["Name"].lower() not in found:
+        found[dist.metadata["Name"].lower()] = dist
+        for requirement in map(Requirement, dist.requires or []):
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                distributions(requirement.name, found)
+    return found
+
+
+LIGHT = '''
+import asyncio, importlib.util, sys
+spec = importlib.util.spec_from_file_location("reward_func", sys.argv[1])  # as OpenRLHF, verl and EasyR1 load it
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+png = open(sys.argv[3], "rb").read()
+score = asyncio.run(module.compute_score("geo", "It is 4.", None, {"question": "How many?", "images": [{"bytes": png, "path": None}, "a.png"]}))
+batch = module.compute_score_batch([{"response": "ab", "response_length": 1, "ground_truth": 5}])
+split = module.response_of("<|im_start|>user\\n<|image_pad|><|image_pad|>Q?<|im_start|>assistant\\nA.<|im_end|>", "<|im_start|>user\\n<|image_pad|>Q?<|im_start|>assistant\\n")
+import mmjudge.rewards  # the package's own import, from a folder holding mmjudge/__init__.py and rewards.py alone
+heavy = sorted(m for m in ("torch", "transformers", "tokenizers", "sentencepiece", "numpy", "PIL", "mmjudge.judge") if m in sys.modules)
+print(repr((score, batch, split, heavy, mmjudge.rewards.TRLReward.__name__)))
+'''
+
+
+def test_the_reward_file_runs_in_a_venv_of_httpx2_and_what_it_needs_alone_no_tokenizer_stack(stand_in, tmp_path):
+    """verl's, EasyR1's and OpenRLHF's reward file, and the package's mmjudge.rewards, where only httpx2 (the light
+    dependency the module declares) is installed: judge/prompts.py's sentencepiece once failed every OpenRLHF reward."""
+    url, behaviour = stand_in
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    for dist in distributions("httpx2").values():  # each distribution's own files: a venv of these alone, without pip's download
+        for file in dist.files:
+            source = Path(dist.locate_file(file))
+            if source.is_file() and not str(file).startswith(".."):
+                (site / file).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, site / file)
+    package = tmp_path / "package" / "mmjudge"
+    package.mkdir(parents=True)
+    for name in ("__init__.py", "rewards.py"):
+        shutil.copyfile(Path(mmjudge.rewards.__file__).with_name(name), package / name)
+    (tmp_path / "red.png").write_bytes(png("red"))
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", LIGHT, str(package / "rewards.py"), url, str(tmp_path / "red.png")],
+                          capture_output=True, text=True, timeout=120, env={"MMJUDGE_URL": url, "PYTHONPATH": str(package.parent)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr(({"score": 0.17, "judge_failed": 0.0}, [{"overall": 0.02, "judge_failed": 0.0}], "A.", [], "TRLReward"))
+    assert behaviour.bodies[-2]["images"] == [["data:image/png;base64," + base64.b64encode(png("red")).decode(), "a.png"]]
