@@ -9,7 +9,8 @@
     verl:     reward.custom_reward_function.path=<this file's path>, name=compute_score (async; MMJUDGE_URL, or
               reward_kwargs.base_url; the question in extra_info["question"], images in extra_info["images"])
     EasyR1:   worker.reward.reward_function=<this file's path>:compute_score_batch (REWARD_TYPE batch)
-    OpenRLHF: --reward.remote_url <server>/get_reward (its own client), or this file's `reward_func`
+    OpenRLHF: --reward.remote_url <server>/get_reward (its own client, text only), or this file's `reward_func`
+              (the images in each label: --label_key naming a column of {"reference", "images"} objects)
 
 Images go in every shape the frameworks' loaders give (IMAGE_SHAPES): paths (read under the server's
 --image_root, or locally by `LocalRewards`), data URLs, encoded bytes, `{"bytes", "path"}` dicts (datasets'
@@ -32,6 +33,7 @@ import asyncio
 import base64
 import functools
 import io
+import json
 import logging
 import math
 import os
@@ -461,15 +463,34 @@ def compute_score_batch(reward_inputs: list[dict], base_url: str | None = None) 
     return [{"overall": r["score"], "judge_failed": r["judge_failed"]} for r in map(_or_failed, judged.rewards)]
 
 
-def reward_func(queries: list[str], prompts: list[str], labels: list[str | None], images: list | None = None, base_url: str | None = None,
-                **_: Any) -> dict:
+def label_parts(label: Any) -> tuple[Any, list]:
+    """An OpenRLHF label as the reference and the images it carries. OpenRLHF passes a reward function the query, the
+    prompt and the label alone, so a prompt's images reach the judge through the label: a `{"reference", "images"}`
+    object (its `--label_key` column holding one, or its JSON text). Any other label is the reference, without images."""
+    if isinstance(label, str) and label.startswith("{"):
+        try:
+            label = json.loads(label)
+        except ValueError:
+            return label, []
+    if isinstance(label, dict) and "images" in label and set(label) <= {"images", "reference"}:
+        images = label["images"]
+        return label.get("reference"), list(images) if isinstance(images, (list, tuple)) else [images]
+    return label, []
+
+
+def reward_func(queries: list[str], prompts: list[str], labels: list, base_url: str | None = None, **_: Any) -> dict:
     """OpenRLHF's reward function file (`--reward.remote_url this.py`): its {"rewards", "scores", "extra_logs"},
     as tensors. Each query is its prompt and response decoded together: the response is split off as
-    `response_of` says, an empty one judged empty; a query whose split cannot be told is a failed judgement."""
+    `response_of` says, an empty one judged empty; a query whose split cannot be told is a failed judgement. Each
+    label is the reference, or a `{"reference", "images"}` object carrying the prompt's images (`label_parts`)."""
     import torch
 
     responses = [response_of(q, p) for q, p in zip(queries, prompts)]
-    asked = {k: Asked(p, r, list(images[k]) if images else (), label) for k, (p, r, label) in enumerate(zip(prompts, responses, labels)) if r is not None}
+    asked = {}
+    for k, (prompt, response, label) in enumerate(zip(prompts, responses, labels)):
+        if response is not None:
+            reference, images = label_parts(label)
+            asked[k] = Asked(prompt, response, images, reference)
     server = _server(base_url)
     judged = asyncio.run(server.judge(list(asked.values()))) if asked else Judged([], [])
     rewards = dict(zip(asked, judged.rewards))

@@ -418,3 +418,15 @@ def test_the_reward_file_runs_in_a_venv_of_httpx2_and_what_it_needs_alone_no_tok
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == repr(({"score": 0.17, "judge_failed": 0.0}, [{"overall": 0.02, "judge_failed": 0.0}], "A.", [], "TRLReward"))
     assert behaviour.bodies[-2]["images"] == [["data:image/png;base64," + base64.b64encode(png("red")).decode(), "a.png"]]
+
+
+def test_openrlhfs_labels_carry_each_prompts_images_to_the_judge(stand_in, monkeypatch):
+    """OpenRLHF passes its reward function the query, the prompt and the label alone: a {"reference", "images"} label
+    (its --label_key column), as a dict or its JSON text, brings the prompt's images; any other label is the reference."""
+    url, behaviour = stand_in
+    monkeypatch.setenv("MMJUDGE_URL", url)
+    labels = [{"reference": "4", "images": ["images/q_1.png"]}, '{"images": ["images/q_2.png", "images/q_3.png"]}', "{not json", None]
+    reward_func(["Q? A."] * 4, ["Q?"] * 4, labels)
+    body = behaviour.bodies[-1]
+    assert body["images"] == [["images/q_1.png"], ["images/q_2.png", "images/q_3.png"], [], []]
+    assert body["labels"] == ["4", None, "{not json", None]
