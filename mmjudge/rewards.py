@@ -129,7 +129,7 @@ class ServerRewards:
         self.base_url = self.base_url.rstrip("/")
         self.api_key = self.api_key or os.environ.get("MMJUDGE_API_KEY")
 
-    async def judge(self, asked: list[Asked]) -> Judged:
+    async def ask(self, asked: list[Asked]) -> Judged:
         """Each response's reward; None for each where the judgement failed (counted and logged)."""
         rewards: list[float | None] = [None] * len(asked)
         n_images = [0] * len(asked)
@@ -228,7 +228,8 @@ class LocalRewards:
         self._spec = parse_reward(self.reward, self._rubrics)
         self._options = ScoreOptions(**{"mode": "logits", **self.judge.options})
 
-    async def judge(self, asked: list[Asked]) -> Judged:
+    async def ask(self, asked: list[Asked]) -> Judged:
+        """Each response's reward; None for each where the judgement failed (counted and logged)."""
         try:
             judged, problems = await asyncio.to_thread(self._judged, asked)
         except Exception as err:  # noqa: BLE001 - a judgement that fails is no reward, and says why
@@ -388,7 +389,7 @@ async def mmjudge(rewarder: "ServerRewards | LocalRewards", reference_column: st
     given = images if images is not None else [[i] if i is not None else [] for i in image] if image is not None else [[]] * len(prompts)
     references = columns.get(reference_column) or [None] * len(prompts)
     asked = [Asked(text_of(p), text_of(c), list(i or []), r) for p, c, i, r in zip(prompts, completions, given, references)]
-    judged = await rewarder.judge(asked)
+    judged = await rewarder.ask(asked)
     if log_metric := columns.get("log_metric"):  # TRL's: this call's share of failed judgements, and the images the judge saw
         log_metric("mmjudge/failed", judged.failed / len(asked))
         log_metric("mmjudge/images_judged", float(sum(judged.n_images)))
@@ -446,7 +447,7 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: str |
     extra = extra_info or {}
     images = extra.get("images")
     asked = Asked(str(extra.get("question", "")), solution_str, list(images) if images is not None else [], ground_truth)
-    judged = await _server(base_url).judge([asked])
+    judged = await _server(base_url).ask([asked])
     return _or_failed(judged.rewards[0])
 
 
@@ -459,7 +460,7 @@ def compute_score_batch(reward_inputs: list[dict], base_url: str | None = None) 
     a reference) judged; EasyR1 passes no question or images, so the response is judged alone. `overall` is
     the reward, `judge_failed` 1 where it failed."""
     asked = [Asked("", item["response"], (), item.get("ground_truth")) for item in reward_inputs]
-    judged = asyncio.run(_server(base_url).judge(asked))
+    judged = asyncio.run(_server(base_url).ask(asked))
     return [{"overall": r["score"], "judge_failed": r["judge_failed"]} for r in map(_or_failed, judged.rewards)]
 
 
@@ -492,7 +493,7 @@ def reward_func(queries: list[str], prompts: list[str], labels: list, base_url: 
             reference, images = label_parts(label)
             asked[k] = Asked(prompt, response, images, reference)
     server = _server(base_url)
-    judged = asyncio.run(server.judge(list(asked.values()))) if asked else Judged([], [])
+    judged = asyncio.run(server.ask(list(asked.values()))) if asked else Judged([], [])
     rewards = dict(zip(asked, judged.rewards))
     if unsplit := len(queries) - len(asked):
         server.failed += unsplit

@@ -113,12 +113,12 @@ def test_a_transport_failure_or_5xx_is_retried_a_bounded_number_of_times_and_a_4
     url, behaviour = stand_in
     behaviour.failures = [503, 502]
     rewarder = ServerRewards(url, retries=2, backoff_s=0)
-    assert asyncio.run(rewarder.judge([Asked("q", "r")])).rewards == [0.02] and len(behaviour.bodies) == 3 and rewarder.failed == 0
+    assert asyncio.run(rewarder.ask([Asked("q", "r")])).rewards == [0.02] and len(behaviour.bodies) == 3 and rewarder.failed == 0
     behaviour.failures, behaviour.bodies = [400], []
     assert asyncio.run(TRLReward(rewarder)(prompts=["q", "q"], completions=["r", "s"])) == [None, None]  # TRL's skip
     assert len(behaviour.bodies) == 1 and rewarder.failed == 2
     unreachable = ServerRewards(f"http://127.0.0.1:{free_port()}", retries=1, timeout_s=5, backoff_s=0)
-    assert asyncio.run(unreachable.judge([Asked("q", "r")])).rewards == [None] and unreachable.failed == 1
+    assert asyncio.run(unreachable.ask([Asked("q", "r")])).rewards == [None] and unreachable.failed == 1
     for bad in ({"timeout_s": 0}, {"timeout_s": 10_000}, {"retries": -1}, {"retries": 100}, {"backoff_s": 60}):
         with pytest.raises(ValueError):
             ServerRewards(url, **bad)
@@ -265,8 +265,8 @@ def test_an_answer_that_is_not_one_reward_per_response_is_a_failed_judgement_in_
 def test_a_served_reward_models_range_is_the_users_and_a_judges_is_0_to_1(fake):
     url, state = fake
     state["mode"] = "-5"
-    assert asyncio.run(ServerRewards(url, retries=0, reward_range=(-10.0, 10.0)).judge([mmjudge.rewards.Asked("q", "r")])).rewards == [-5.0]
-    assert asyncio.run(ServerRewards(url, retries=0).judge([mmjudge.rewards.Asked("q", "r")])).rewards == [None]
+    assert asyncio.run(ServerRewards(url, retries=0, reward_range=(-10.0, 10.0)).ask([mmjudge.rewards.Asked("q", "r")])).rewards == [-5.0]
+    assert asyncio.run(ServerRewards(url, retries=0).ask([mmjudge.rewards.Asked("q", "r")])).rewards == [None]
     for bad in ((1.0, 0.0), (0.0, float("inf")), (float("nan"), 1.0)):
         with pytest.raises(ValueError, match="reward_range"):
             ServerRewards(url, reward_range=bad)

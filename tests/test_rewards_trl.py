@@ -22,8 +22,8 @@ class Recorded(ServerRewards):
 
     calls: list
 
-    async def judge(self, asked: list[Asked]) -> Judged:
-        judged = await super().judge(asked)
+    async def ask(self, asked: list[Asked]) -> Judged:
+        judged = await super().ask(asked)
         self.calls.append((asked, judged))
         return judged
 
