@@ -306,6 +306,15 @@ def _described(value: Any) -> str:
 IMAGE_FORMATS = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpeg"), (b"GIF8", "gif"), (b"BM", "bmp"), (b"II*\x00", "tiff"), (b"MM\x00*", "tiff"))
 
 
+def image_list(images: Any) -> list:
+    """A response's images as a column gives them: none, one image, or a list (or array) of them."""
+    if images is None:
+        return []
+    if isinstance(images, (str, bytes, bytearray, memoryview, dict, os.PathLike)) or hasattr(images, "save") or getattr(images, "ndim", 1) != 1:
+        return [images]  # one image: a text, bytes, a {"bytes", "path"} dict, a PIL image, an image's array
+    return list(images)
+
+
 def image_format(content: bytes) -> str:
     """An encoded image's format from its first bytes (png, jpeg, gif, webp, bmp, tiff), or "octet-stream"."""
     if content[:4] == b"RIFF" and content[8:12] == b"WEBP":
@@ -386,9 +395,9 @@ def text_of(message: Any) -> str:
 async def mmjudge(rewarder: "ServerRewards | LocalRewards", reference_column: str, prompts: list, completions: list,
                   images: list | None = None, image: list | None = None, **columns) -> list[float | None]:
     """TRLReward's body, named as TRL names the reward's metrics (TRL 1.x reads a partial's function's name)."""
-    given = images if images is not None else [[i] if i is not None else [] for i in image] if image is not None else [[]] * len(prompts)
+    given = images if images is not None else image if image is not None else [None] * len(prompts)
     references = columns.get(reference_column) or [None] * len(prompts)
-    asked = [Asked(text_of(p), text_of(c), list(i or []), r) for p, c, i, r in zip(prompts, completions, given, references)]
+    asked = [Asked(text_of(p), text_of(c), image_list(i), r) for p, c, i, r in zip(prompts, completions, given, references)]
     judged = await rewarder.ask(asked)
     if log_metric := columns.get("log_metric"):  # TRL's: this call's share of failed judgements, and the images the judge saw
         log_metric("mmjudge/failed", judged.failed / len(asked))
@@ -408,8 +417,10 @@ class TRLReward(functools.partial):
     def __new__(cls, rewarder: "ServerRewards | LocalRewards", reference_column: str = "solution"):
         reward = super().__new__(cls, mmjudge, rewarder, reference_column)
         reward.__name__ = mmjudge.__name__  # TRL 0.29 names each reward function's metrics by its own __name__
-
         return reward
+
+    def __reduce__(self):  # partial's would rebuild it from the function, as if it were the rewarder
+        return type(self), self.args
 
     @property
     def rewarder(self) -> "ServerRewards | LocalRewards":
@@ -445,8 +456,7 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: str |
     `ground_truth` (a preference or verdict reward's). `{"score", "judge_failed"}`: verl logs the second as a
     metric."""
     extra = extra_info or {}
-    images = extra.get("images")
-    asked = Asked(str(extra.get("question", "")), solution_str, list(images) if images is not None else [], ground_truth)
+    asked = Asked(str(extra.get("question", "")), solution_str, image_list(extra.get("images")), ground_truth)
     judged = await _server(base_url).ask([asked])
     return _or_failed(judged.rewards[0])
 
@@ -474,8 +484,7 @@ def label_parts(label: Any) -> tuple[Any, list]:
         except ValueError:
             return label, []
     if isinstance(label, dict) and "images" in label and set(label) <= {"images", "reference"}:
-        images = label["images"]
-        return label.get("reference"), list(images) if isinstance(images, (list, tuple)) else [images]
+        return label.get("reference"), image_list(label["images"])
     return label, []
 
 

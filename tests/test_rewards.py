@@ -12,6 +12,7 @@ import importlib.util
 import io
 import inspect
 import logging
+import pickle
 import shutil
 import subprocess
 import sys
@@ -106,7 +107,7 @@ def test_trl_reward_is_an_async_function_to_every_check_trl_has_made_of_one():
     iterable): tests/test_rewards_trl.py runs it through TRL's own GRPOTrainer."""
     reward = TRLReward(ServerRewards("http://127.0.0.1:1"))
     assert asyncio.iscoroutinefunction(reward) and inspect.iscoroutinefunction(reward) and reward.__name__ == "mmjudge"
-    assert reward.rewarder.base_url == "http://127.0.0.1:1"
+    assert reward.rewarder.base_url == "http://127.0.0.1:1" and pickle.loads(pickle.dumps(reward)).rewarder == reward.rewarder
 
 
 def test_a_transport_failure_or_5xx_is_retried_a_bounded_number_of_times_and_a_4xx_not_at_all(stand_in):
@@ -304,6 +305,11 @@ def test_every_image_shape_a_framework_gives_reaches_the_judge_and_any_other_fai
     assert got[:len(names)] == [0.16] * len(names) and got[len(names):] == [None] * len(bad) and rewarder.failed == len(bad)
     assert dict(zip(names, (i[0] for i in behaviour.bodies[-1]["images"]))) == sent  # only the good ones were sent
     assert "an image must be" in caplog.text
+    # TRL's `image` column, one image a row; a row's images as a numpy array (datasets' numpy format)
+    assert asyncio.run(TRLReward(rewarder)(prompts=["q"] * 3, completions=["r"] * 3, image=[png("red"), None, str(path)])) == [0.02] * 3
+    assert behaviour.bodies[-1]["images"] == [[red_url], [], [str(path)]]
+    asyncio.run(TRLReward(rewarder)(prompts=["q"], completions=["r"], images=[numpy.array([str(path), png("red")], dtype=object)]))
+    assert behaviour.bodies[-1]["images"] == [[str(path), red_url]]
     # verl: Parquet gives extra_info["images"] as a numpy array of {"bytes", "path"} dicts
     parquet_row = numpy.array([{"bytes": png("red"), "path": None}], dtype=object)
     assert asyncio.run(compute_score("geo", "Red.", None, {"question": "What colour?", "images": parquet_row}))["judge_failed"] == 0.0
