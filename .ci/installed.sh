@@ -116,6 +116,8 @@ step "the quick test loop, from the sdist's tests, against the installed package
 # the test tools, and DeepSpeed (built against the torch installed, as the Makefile builds it): the suite tests it
 "$VENV_BIN/pip" install -q --no-build-isolation "$WHEEL[test,deepspeed,rl,ray]"
 "$VENV_BIN/pip" check
+"$VENV_BIN/pip" list --format=freeze | grep -iE '^(trl|datasets|accelerate|deepspeed)==' | tr '\n' ' '  # the extras' newest
+echo
 SOURCE=$WORK/sdist
 mkdir -p "$SOURCE"
 tar -xzf "$SDIST" -C "$SOURCE" --strip-components=1

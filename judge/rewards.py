@@ -108,17 +108,3 @@ def label_problem(label: object) -> str | None:
     """Why a verdict-correctness label is not one (A, B or tie), or None."""
     return None if verdict_of(label) in ("A", "B", "tie") else f"a verdict label must be A, B or tie, got {str(label)[:40]!r}"
 
-
-PROMPT_TAIL = 64  # characters of a prompt's end that find it in a query that spells the prompt otherwise
-
-
-def response_of(query: str, prompt: str) -> str | None:
-    """The response in OpenRLHF's query: what follows the prompt. Its query is the policy's tokens decoded, in
-    which a vision-language prompt's one image token stands expanded (one per image patch), so where the
-    query does not start with the prompt, the response follows the first place the prompt's end is found;
-    None where it is not."""
-    if query.startswith(prompt):
-        return query[len(prompt):]
-    tail = prompt[-PROMPT_TAIL:]
-    at = query.find(tail)
-    return None if at < 0 else query[at + len(tail):]

@@ -9,22 +9,36 @@
     verl:     reward.custom_reward_function.path=<this file's path>, name=compute_score (async; MMJUDGE_URL, or
               reward_kwargs.base_url; the question in extra_info["question"], images in extra_info["images"])
     EasyR1:   worker.reward.reward_function=<this file's path>:compute_score_batch (REWARD_TYPE batch)
-    OpenRLHF: --reward.remote_url <server>/get_reward (its own client), or this file's `reward_func`
+    OpenRLHF: --reward.remote_url <server>/get_reward (its own client, text only), or this file's `reward_func`
+              (the images in each label: --label_key naming a column of {"reference", "images"} objects)
 
-Images go as they come: paths (read under the server's --image_root, or locally by `LocalRewards`), data
-URLs, or PIL images (sent as PNG data URLs). A request is retried a bounded number of times on a transport
-failure or a 5xx, each within a timeout; a refusal (4xx) is not retried. A judgement that fails is never a
-reward: TRL gets None (its skip value); verl, EasyR1 and OpenRLHF, which have none, get 0.0 beside a
-`judge_failed` metric of 1; every failure is counted on the rewarder (`failed`) and logged.
+Images go in every shape the frameworks' loaders give (IMAGE_SHAPES): paths (read under the server's
+--image_root, or locally by `LocalRewards`), data URLs, encoded bytes, `{"bytes", "path"}` dicts (datasets'
+Image feature, Parquet), PIL images and numpy arrays (sent as PNG). An image of any other shape fails its
+response's judgement. A request is retried a bounded number of times on a transport failure or a 5xx, each
+within a timeout; a refusal (4xx), a redirect (never followed) or an answer of the wrong shape is not retried.
+A reward is a finite number within the reward's range, one per response, from a 2xx JSON answer: anything else
+is a failed judgement, never a reward. TRL and ms-swift get None (their skip value); verl, EasyR1 and
+OpenRLHF, which have none, get 0.0 beside a `judge_failed` metric of 1; every failure is counted on the
+rewarder (`failed`) and logged.
+
+This file needs httpx2 alone (pillow too for PIL images and numpy arrays, which come from pillow's and numpy's
+owners; torch for OpenRLHF's `reward_func`, whose answer is tensors): it imports nothing else of mmjudge
+where it runs by itself (OpenRLHF, verl and EasyR1 load it by path), no tokenizer and no torch.
 """
 
 # No `from __future__ import annotations`: OpenRLHF, verl and EasyR1 load this file by path as a module they do
 # not register, where dataclasses cannot resolve annotations given as strings.
 import asyncio
 import base64
+import functools
 import io
+import json
 import logging
+import math
 import os
+import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,10 +47,20 @@ logger = logging.getLogger("mmjudge.rewards")
 
 MAX_RETRIES = 5  # OpenRLHF's own client tries 5 times
 MAX_TIMEOUT_S = 3600.0
+# Every reward of a judge (judge/rewards.py: a score mapped to [0, 1], a probability, a verdict's 0 or 1) lies in
+# [0, 1]; a reward model's head (judge-train --objective bradley_terry) is unbounded, and its users give the range
+# its rewards can take. A number outside the range is a peer's fault, never a reward.
+JUDGE_REWARD_RANGE = (0.0, 1.0)
+IMAGE_SHAPES = "a path, a data URL, encoded bytes, a {'bytes', 'path'} dict, a PIL image or a numpy array"
 
 
 class RewardError(Exception):
-    """A judgement that gave no reward: the server refused the request, or could not be reached in the tries given."""
+    """A judgement that gave no reward: the server refused the request, could not be reached in the tries given,
+    or answered what is not one reward per response."""
+
+
+class ImageError(ValueError):
+    """An image in no shape this module reads (IMAGE_SHAPES)."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +70,7 @@ class Asked:
 
     prompt: str
     response: str
-    images: Sequence[Any] = ()  # paths, data URLs or PIL images
+    images: Sequence[Any] = ()  # each in one of IMAGE_SHAPES
     reference: str | None = None  # any other value as its text
 
     def __post_init__(self):
@@ -56,18 +80,41 @@ class Asked:
             object.__setattr__(self, "reference", str(self.reference))
 
 
+@dataclass(frozen=True)
+class Judged:
+    """One call's answer, about that call alone: each response's reward (None where its judgement failed) and the
+    images the judge was shown with it."""
+
+    rewards: list[float | None]
+    n_images: list[int]
+
+    @property
+    def failed(self) -> int:
+        return sum(r is None for r in self.rewards)
+
+
+def _failed_judgements(rewarder: Any, judged: Judged, problems: dict[int, str]) -> Judged:
+    """Counts the call's failed judgements on the rewarder, and logs why (the first few reasons)."""
+    if judged.failed:
+        rewarder.failed += judged.failed
+        reasons = "; ".join(f"response {k}: {why}" for k, why in list(problems.items())[:3])
+        logger.warning("mmjudge: no reward for %d of %d responses: %s", judged.failed, len(judged.rewards), reasons or "the judge gave no number")
+    return judged
+
+
 @dataclass
 class ServerRewards:
     """Rewards from a judge-serve's /get_reward: one request per batch, the server batching it with every
-    other client's. `api_key`: sent as a bearer token (default: the MMJUDGE_API_KEY variable)."""
+    other client's. `api_key`: sent as a bearer token (default: the MMJUDGE_API_KEY variable). `reward_range`:
+    the rewards the server can answer (a judge's: [0, 1]; give a served reward model's own)."""
 
     base_url: str
     api_key: str | None = None
     timeout_s: float = 180.0  # OpenRLHF's
     retries: int = 2
     backoff_s: float = 1.0  # the wait before the first retry, doubled before each next, at most 10 s
+    reward_range: tuple[float, float] = JUDGE_REWARD_RANGE
     failed: int = 0  # judgements that gave no reward, over this rewarder's life
-    n_images: list[int] = field(default_factory=list)  # the images the judge was shown, per response of the last call
 
     def __post_init__(self):
         if not 0 < self.timeout_s <= MAX_TIMEOUT_S:
@@ -76,61 +123,100 @@ class ServerRewards:
             raise ValueError(f"retries must be 0-{MAX_RETRIES}, got {self.retries}")
         if not 0 <= self.backoff_s <= 10:
             raise ValueError(f"backoff_s must be 0-10, got {self.backoff_s}")
+        low, high = self.reward_range
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"reward_range must be two finite numbers, the lower first, got {self.reward_range}")
         self.base_url = self.base_url.rstrip("/")
         self.api_key = self.api_key or os.environ.get("MMJUDGE_API_KEY")
 
-    async def rewards(self, asked: list[Asked]) -> list[float | None]:
+    async def ask(self, asked: list[Asked]) -> Judged:
         """Each response's reward; None for each where the judgement failed (counted and logged)."""
-        try:
-            answer = await self._post({"query": [a.prompt + a.response for a in asked], "prompts": [a.prompt for a in asked],
-                                       "images": [[image_reference(i) for i in a.images] for a in asked],
-                                       **({"labels": [a.reference for a in asked]} if any(a.reference is not None for a in asked) else {})})
-        except RewardError as err:
-            return self._failed(len(asked), err)
-        self.n_images = answer["extra_logs"].get("n_images", [])
-        rewards = answer["rewards"]
-        if missing := sum(r is None for r in rewards):
-            self.failed += missing
-            logger.warning("mmjudge: the judge's output gave no reward for %d of %d responses", missing, len(rewards))
-        return rewards
+        rewards: list[float | None] = [None] * len(asked)
+        n_images = [0] * len(asked)
+        problems, images = {}, {}
+        for k, a in enumerate(asked):
+            try:
+                images[k] = [image_reference(i) for i in a.images]
+            except ImageError as err:
+                problems[k] = str(err)
+        sent = list(images)
+        if sent:
+            body = {"query": [asked[k].prompt + asked[k].response for k in sent], "prompts": [asked[k].prompt for k in sent],
+                    "images": [images[k] for k in sent]}
+            if any(asked[k].reference is not None for k in sent):
+                body["labels"] = [asked[k].reference for k in sent]
+            try:
+                answered, shown, wrong = checked_answer(await self._post(body), len(sent), self.reward_range)
+            except RewardError as err:
+                problems.update({k: str(err) for k in sent})
+            else:
+                for j, k in enumerate(sent):
+                    rewards[k], n_images[k] = answered[j], shown[j] if answered[j] is not None else 0
+                problems.update({sent[j]: why for j, why in wrong.items()})
+        return _failed_judgements(self, Judged(rewards, n_images), problems)
 
-    def _failed(self, n: int, err: Exception) -> list[None]:
-        self.failed += n
-        logger.warning("mmjudge: no reward for %d responses: %s", n, err)
-        return [None] * n
-
-    async def _post(self, body: dict) -> dict:
+    async def _post(self, body: dict) -> Any:
+        """The answer's JSON, from a 2xx; a RewardError for anything else."""
         import httpx2
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         problem = "no try made"
-        async with httpx2.AsyncClient(timeout=self.timeout_s) as client:
+        url = f"{self.base_url}/get_reward"
+        async with httpx2.AsyncClient(timeout=self.timeout_s, follow_redirects=False) as client:
             for attempt in range(self.retries + 1):
                 if attempt:
                     await asyncio.sleep(min(self.backoff_s * 2.0 ** (attempt - 1), 10.0))  # a restarting server gets a moment
                 try:
-                    answer = await client.post(f"{self.base_url}/get_reward", json=body, headers=headers)
+                    answer = await client.post(url, json=body, headers=headers)
                 except httpx2.TransportError as err:  # timeouts included
                     problem = f"{type(err).__name__}: {err}"
                     continue
-                if answer.status_code < 400:
-                    return answer.json()
+                if 200 <= answer.status_code < 300:
+                    try:
+                        return answer.json()
+                    except ValueError:  # an HTML page, an empty body (a 204's)
+                        raise RewardError(f"{url}: HTTP {answer.status_code} with no JSON answer: {answer.text[:200]!r}") from None
                 problem = f"HTTP {answer.status_code}: {answer.text[:500]}"
-                if answer.status_code < 500:  # the request itself is at fault: the same again would be refused again
+                if answer.status_code < 500:  # a refusal, or a redirect (never followed): the same again gets the same
                     break
-        raise RewardError(f"{self.base_url}/get_reward: {problem}")
+        raise RewardError(f"{url}: {problem}")
+
+
+def checked_answer(answer: Any, n: int, reward_range: tuple[float, float]) -> tuple[list[float | None], list[int], dict[int, str]]:
+    """The rewards and image counts of a /get_reward answer for `n` responses, and why each missing reward is: a
+    RewardError where the answer's shape is not one reward (a number or null) per response; None for a reward that
+    is null (the judge's output gave no number) or not a finite number within `reward_range`."""
+    rewards = answer.get("rewards") if isinstance(answer, dict) else None
+    if not isinstance(rewards, list) or len(rewards) != n or not all(r is None or _is_number(r) for r in rewards):
+        raise RewardError(f"the answer is not one reward (a number or null) per response for {n} responses: {str(answer)[:200]}")
+    logs = answer.get("extra_logs", {})
+    shown = logs.get("n_images", [0] * n) if isinstance(logs, dict) else None
+    if not isinstance(shown, list) or len(shown) != n or not all(_is_number(m) and isinstance(m, int) and m >= 0 for m in shown):
+        raise RewardError(f"the answer's extra_logs.n_images is not one image count per response: {str(answer)[:200]}")
+    low, high = reward_range
+    checked, problems = [], {}
+    for k, reward in enumerate(rewards):
+        if reward is not None and not (math.isfinite(reward) and low <= reward <= high):
+            problems[k] = f"the answer's reward {reward!r} is not a finite number in [{low:g}, {high:g}]"
+            reward = None
+        checked.append(None if reward is None else float(reward))
+    return checked, shown, problems
+
+
+def _is_number(value: Any) -> bool:
+    """A JSON number Python reads exactly enough to compare: a float, or an int a float holds."""
+    return isinstance(value, float) or isinstance(value, int) and not isinstance(value, bool) and abs(value) <= 2 ** 53
 
 
 @dataclass
 class LocalRewards:
     """Rewards from an in-process judge (`mmjudge.Judge.load(...)`), under `reward` as judge-serve's --reward
-    spells it; images are local paths (or PIL images)."""
+    spells it; images in any of IMAGE_SHAPES, written to files for the judge where they are not paths."""
 
     judge: Any  # mmjudge.Judge
     reward: str = "score:SA"
     rubrics: Sequence[str] | None = None  # rubric files or folders (default: judge-serve's)
     failed: int = 0
-    n_images: list[int] = field(default_factory=list)
 
     def __post_init__(self):
         from mmjudge.infer.options import ScoreOptions
@@ -142,15 +228,15 @@ class LocalRewards:
         self._spec = parse_reward(self.reward, self._rubrics)
         self._options = ScoreOptions(**{"mode": "logits", **self.judge.options})
 
-    async def rewards(self, asked: list[Asked]) -> list[float | None]:
+    async def ask(self, asked: list[Asked]) -> Judged:
+        """Each response's reward; None for each where the judgement failed (counted and logged)."""
         try:
-            return await asyncio.to_thread(self._rewards, asked)
+            judged, problems = await asyncio.to_thread(self._judged, asked)
         except Exception as err:  # noqa: BLE001 - a judgement that fails is no reward, and says why
-            self.failed += len(asked)
-            logger.warning("mmjudge: no reward for %d responses: %s: %s", len(asked), type(err).__name__, err)
-            return [None] * len(asked)
+            judged, problems = Judged([None] * len(asked), [0] * len(asked)), dict.fromkeys(range(len(asked)), f"{type(err).__name__}: {err}")
+        return _failed_judgements(self, judged, problems)
 
-    def _rewards(self, asked: list[Asked]) -> list[float | None]:
+    def _judged(self, asked: list[Asked]) -> tuple[Judged, dict[int, str]]:
         import tempfile
 
         from mmjudge.judge.data import Pair, Sample
@@ -158,41 +244,140 @@ class LocalRewards:
 
         spec, rubric = self._spec, self._rubrics[self._spec.category]
         if spec.kind == "verdict":
-            return [verdict_reward(a.response, a.reference or "", rubric) for a in asked]
+            return Judged([verdict_reward(a.response, a.reference or "", rubric) for a in asked], [0] * len(asked)), {}
+        rewards, n_images, problems = [None] * len(asked), [0] * len(asked), {}
         with tempfile.TemporaryDirectory(prefix="mmjudge-rewards-") as folder:
             items = []
             for k, a in enumerate(asked):
-                question = [{"image": local_image(image, folder, f"{k}_{n}")} for n, image in enumerate(a.images)] + [{"text": a.prompt}]
+                try:
+                    question = [{"image": local_image(image, folder, f"{k}_{n}")} for n, image in enumerate(a.images)] + [{"text": a.prompt}]
+                except ImageError as err:
+                    problems[k] = str(err)
+                    continue
                 if spec.kind == "preference":
                     items.append((k, Pair(id=str(k), question=question, answer_a=a.response, answer_b=a.reference or "", category=spec.category)))
                 else:
                     items.append((k, Sample(id=str(k), question=question, answer=a.response, category=spec.category)))
-            results = {int(r.id): r for batch in self.judge.score_batches(items, self._rubrics, self._options, ".") for r in batch}
-        ordered = [results[k] for k in range(len(asked))]
-        self.n_images = [r.n_images for r in ordered]
-        if spec.kind == "preference":
-            return [preference_reward(r) for r in ordered]
-        return [score_reward(r, rubric, spec.calibrator) for r in ordered]
+            results = [r for batch in self.judge.score_batches(items, self._rubrics, self._options, ".") for r in batch] if items else []
+        for result in results:
+            k = int(result.id)
+            rewards[k] = preference_reward(result) if spec.kind == "preference" else score_reward(result, rubric, spec.calibrator)
+            n_images[k] = result.n_images
+        return Judged(rewards, n_images), problems
+
+
+# -- images, in each shape the frameworks' loaders give ----------------------------------------------------------
+
+def image_content(image: Any) -> str | bytes:
+    """An image as a path or data URL (a text, as given) or as an encoded file's bytes: a `{"bytes", "path"}` dict
+    (datasets' Image feature; Parquet rows, as ms-swift's load_dataset and verl read them) by its bytes where it
+    has them, else its path; a PIL image or a numpy array (height x width, with 1, 3 or 4 channels of uint8)
+    encoded as PNG. An ImageError for anything else."""
+    if isinstance(image, dict) and set(image) <= {"bytes", "path"}:
+        image = image.get("bytes") or image.get("path")
+    if isinstance(image, os.PathLike):
+        image = os.fspath(image)
+    if isinstance(image, str) and image:
+        return image
+    if isinstance(image, (bytes, bytearray, memoryview)) and len(image):
+        return bytes(image)
+    pil = sys.modules.get("PIL.Image")  # loaded wherever a PIL image exists; never imported here for a test
+    numpy = sys.modules.get("numpy")
+    try:
+        if numpy is not None and isinstance(image, numpy.ndarray):
+            from PIL import Image
+
+            image = Image.fromarray(image)
+            pil = Image
+        if pil is not None and isinstance(image, pil.Image):
+            buffer = io.BytesIO()
+            image.save(buffer, format="PNG")
+            return buffer.getvalue()
+    except Exception as err:  # noqa: BLE001 - an array or image PIL cannot write as PNG: the image's fault, said
+        raise ImageError(f"an image PIL cannot encode as PNG: {type(err).__name__}: {err}") from None
+    raise ImageError(f"an image must be {IMAGE_SHAPES}; got {_described(image)}")
+
+
+def _described(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:80]}{'...' if len(text) > 80 else ''}"
+
+
+IMAGE_FORMATS = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpeg"), (b"GIF8", "gif"), (b"BM", "bmp"), (b"II*\x00", "tiff"), (b"MM\x00*", "tiff"))
+
+
+def image_list(images: Any) -> list:
+    """A response's images as a column gives them: none, one image, or a list (or array) of them."""
+    if images is None:
+        return []
+    if isinstance(images, (str, bytes, bytearray, memoryview, dict, os.PathLike)) or hasattr(images, "save") or getattr(images, "ndim", 1) != 1:
+        return [images]  # one image: a text, bytes, a {"bytes", "path"} dict, a PIL image, an image's array
+    return list(images)
+
+
+def image_format(content: bytes) -> str:
+    """An encoded image's format from its first bytes (png, jpeg, gif, webp, bmp, tiff), or "octet-stream"."""
+    if content[:4] == b"RIFF" and content[8:12] == b"WEBP":
+        return "webp"
+    return next((name for magic, name in IMAGE_FORMATS if content.startswith(magic)), "octet-stream")
 
 
 def image_reference(image: Any) -> str:
-    """An image as a request names it: a path or data URL as it is, a PIL image as a PNG data URL."""
-    if isinstance(image, (str, os.PathLike)):
-        return os.fspath(image)
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    """An image as a request names it: a path or data URL as it is, anything else as a data URL."""
+    content = image_content(image)
+    if isinstance(content, str):
+        return content
+    kind = image_format(content)
+    return f"data:{'application' if kind == 'octet-stream' else 'image'}/{kind};base64," + base64.b64encode(content).decode()
 
 
 def local_image(image: Any, folder: str, name: str) -> str:
-    """A local path of the image: a path as it is, a PIL image written (losslessly) into `folder`."""
-    if isinstance(image, (str, os.PathLike)):
-        if os.fspath(image).startswith("data:"):
-            raise ValueError("an in-process judge reads images from paths or PIL images, not data URLs")
-        return os.fspath(image)
-    path = os.path.join(folder, f"{name}.png")
-    image.save(path, format="PNG")
+    """A local path of the image: a path as it is; a data URL's content, or any other shape's, written into `folder`."""
+    content = image_content(image)
+    if isinstance(content, str) and content.startswith("data:"):
+        header, _, data = content.partition(",")
+        if not header.endswith(";base64"):
+            raise ImageError("a data URL must be base64: data:image/png;base64,...")
+        try:
+            content = base64.b64decode(data, validate=True)
+        except ValueError:
+            raise ImageError("the data URL's base64 does not decode") from None
+    if isinstance(content, str):
+        return content
+    path = os.path.join(folder, f"{name}.{image_format(content)}")
+    with open(path, "wb") as out:
+        out.write(content)
     return path
+
+
+# -- the response as the framework means it ---------------------------------------------------------------------
+
+# A chat template's special token: <|im_start|>, <|start_header_id|>, <|assistant|> (Qwen's, Llama 3's, Phi's), or
+# InternVL's and Gemma's <img>, <start_of_turn>; [/INST] (Mistral's).
+SPECIAL_TOKEN = r"<\|[^<>|\s]{1,40}\|>|<[/A-Za-z_][\w/]{0,39}>|\[/?[A-Z_]{2,20}\]"
+ASSISTANT_MARKER = re.compile(rf"(?:{SPECIAL_TOKEN})[^<>\[\]]*$")  # the prompt's end from its last special token
+END_OF_TURN = re.compile(r"(?:\s*(?:<\|[^<>|\s]{1,40}\|>|</s>|<eos>|<end_of_turn>))+\s*$")  # where a response ends
+
+
+def response_of(query: str, prompt: str) -> str | None:
+    """The response in a query that is a prompt's tokens and the response's decoded together (OpenRLHF's): what
+    follows the prompt, its end-of-turn tokens left out. Where the query does not start with the prompt's text (a
+    vision-language prompt's image token stands expanded in it, one per patch), the response follows the prompt's
+    assistant marker (its end from its last special token: `<|im_start|>assistant\n`), at the occurrence that
+    ends the prompt: as many as the prompt holds, so that a few-shot prompt's answers stay in the prompt. None
+    where the query holds no such marker: the split cannot be told."""
+    if query.startswith(prompt):
+        response = query[len(prompt):]
+    else:
+        marker = ASSISTANT_MARKER.search(prompt)
+        if marker is None:
+            return None
+        turns = query.split(marker.group())
+        count = prompt.count(marker.group())
+        if len(turns) <= count:
+            return None
+        response = marker.group().join(turns[count:])
+    return END_OF_TURN.sub("", response)
 
 
 def text_of(message: Any) -> str:
@@ -207,25 +392,39 @@ def text_of(message: Any) -> str:
     return "\n".join(texts)
 
 
-class TRLReward:
-    """TRL's GRPOTrainer reward function (async; `reward_funcs=[TRLReward(...)]`), and ms-swift's AsyncORM's
-    body: the batch's prompts, completions and images (the `images` column, or `image`) to the judge at
-    once; the reference answers from the column `reference_column` where the reward needs them. A failed
-    judgement is None, TRL's skip."""
+async def mmjudge(rewarder: "ServerRewards | LocalRewards", reference_column: str, prompts: list, completions: list,
+                  images: list | None = None, image: list | None = None, **columns) -> list[float | None]:
+    """TRLReward's body, named as TRL names the reward's metrics (TRL 1.x reads a partial's function's name)."""
+    given = images if images is not None else image if image is not None else [None] * len(prompts)
+    references = columns.get(reference_column) or [None] * len(prompts)
+    asked = [Asked(text_of(p), text_of(c), image_list(i), r) for p, c, i, r in zip(prompts, completions, given, references)]
+    judged = await rewarder.ask(asked)
+    if log_metric := columns.get("log_metric"):  # TRL's: this call's share of failed judgements, and the images the judge saw
+        log_metric("mmjudge/failed", judged.failed / len(asked))
+        log_metric("mmjudge/images_judged", float(sum(judged.n_images)))
+    return judged.rewards
 
-    def __init__(self, rewarder: ServerRewards | LocalRewards, reference_column: str = "solution"):
-        self.rewarder, self.reference_column = rewarder, reference_column
-        self.__name__ = "mmjudge"  # TRL names each reward function's metrics by it
 
-    async def __call__(self, prompts: list, completions: list, images: list | None = None, image: list | None = None, **columns) -> list[float | None]:
-        given = images if images is not None else [[i] if i is not None else [] for i in image] if image is not None else [[]] * len(prompts)
-        references = columns.get(self.reference_column) or [None] * len(prompts)
-        asked = [Asked(text_of(p), text_of(c), list(i or []), r) for p, c, i, r in zip(prompts, completions, given, references)]
-        rewards = await self.rewarder.rewards(asked)
-        if log_metric := columns.get("log_metric"):  # TRL's: the share of failed judgements, and the images the judge saw
-            log_metric("mmjudge/failed", sum(r is None for r in rewards) / len(rewards))
-            log_metric("mmjudge/images_judged", float(sum(self.rewarder.n_images)))
-        return rewards
+class TRLReward(functools.partial):
+    """TRL's GRPOTrainer reward function (`reward_funcs=[TRLReward(...)]`), and ms-swift's AsyncORM's body: the
+    batch's prompts, completions and images (the `images` column, or `image`) to the judge at once; the reference
+    answers from the column `reference_column` where the reward needs them. A failed judgement is None, TRL's skip.
+
+    An async function to every check TRL has made of one (asyncio's and inspect's iscoroutinefunction, 0.29's and
+    1.0's; is_async_callable later): a partial of one, which both unwrap. An object whose __call__ is async is one
+    to the last alone, and the others call it without awaiting."""
+
+    def __new__(cls, rewarder: "ServerRewards | LocalRewards", reference_column: str = "solution"):
+        reward = super().__new__(cls, mmjudge, rewarder, reference_column)
+        reward.__name__ = mmjudge.__name__  # TRL 0.29 names each reward function's metrics by its own __name__
+        return reward
+
+    def __reduce__(self):  # partial's would rebuild it from the function, as if it were the rewarder
+        return type(self), self.args
+
+    @property
+    def rewarder(self) -> "ServerRewards | LocalRewards":
+        return self.args[0]
 
 
 # -- verl, EasyR1, OpenRLHF: files these frameworks load by path, configured by the environment -----------------
@@ -235,8 +434,10 @@ def _server(base_url: str | None = None) -> ServerRewards:
     if not url:
         raise RewardError("set MMJUDGE_URL to the judge-serve's address (http://HOST:PORT), or pass base_url")
     if url not in _SERVERS:
+        given = os.environ.get("MMJUDGE_REWARD_RANGE")  # LOW,HIGH: a served reward model's
         _SERVERS[url] = ServerRewards(url, timeout_s=float(os.environ.get("MMJUDGE_TIMEOUT_S", 180)),
-                                      retries=int(os.environ.get("MMJUDGE_RETRIES", 2)))
+                                      retries=int(os.environ.get("MMJUDGE_RETRIES", 2)),
+                                      reward_range=tuple(map(float, given.split(","))) if given else JUDGE_REWARD_RANGE)
     return _SERVERS[url]
 
 
@@ -251,13 +452,13 @@ def _or_failed(reward: float | None) -> dict:
 async def compute_score(data_source: str, solution_str: str, ground_truth: str | None = None, extra_info: dict | None = None,
                         base_url: str | None = None, **_: Any) -> dict:
     """verl's custom reward function: the response `solution_str`, the question `extra_info["question"]`
-    and its images `extra_info["images"]` (paths under the server's --image_root, or data URLs), the
-    reference `ground_truth` (a preference or verdict reward's). `{"score", "judge_failed"}`: verl logs the
-    second as a metric."""
+    and its images `extra_info["images"]` (IMAGE_SHAPES: Parquet's {"bytes", "path"} dicts too), the reference
+    `ground_truth` (a preference or verdict reward's). `{"score", "judge_failed"}`: verl logs the second as a
+    metric."""
     extra = extra_info or {}
-    asked = Asked(str(extra.get("question", "")), solution_str, list(extra.get("images") or []), ground_truth)
-    reward, = await _server(base_url).rewards([asked])
-    return _or_failed(reward)
+    asked = Asked(str(extra.get("question", "")), solution_str, image_list(extra.get("images")), ground_truth)
+    judged = await _server(base_url).ask([asked])
+    return _or_failed(judged.rewards[0])
 
 
 REWARD_TYPE = "batch"  # EasyR1's: compute_score_batch takes the whole batch
@@ -269,19 +470,43 @@ def compute_score_batch(reward_inputs: list[dict], base_url: str | None = None) 
     a reference) judged; EasyR1 passes no question or images, so the response is judged alone. `overall` is
     the reward, `judge_failed` 1 where it failed."""
     asked = [Asked("", item["response"], (), item.get("ground_truth")) for item in reward_inputs]
-    rewards = asyncio.run(_server(base_url).rewards(asked))
-    return [{"overall": r["score"], "judge_failed": r["judge_failed"]} for r in map(_or_failed, rewards)]
+    judged = asyncio.run(_server(base_url).ask(asked))
+    return [{"overall": r["score"], "judge_failed": r["judge_failed"]} for r in map(_or_failed, judged.rewards)]
 
 
-def reward_func(queries: list[str], prompts: list[str], labels: list[str | None], images: list | None = None, base_url: str | None = None,
-                **_: Any) -> dict:
+def label_parts(label: Any) -> tuple[Any, list]:
+    """An OpenRLHF label as the reference and the images it carries. OpenRLHF passes a reward function the query, the
+    prompt and the label alone, so a prompt's images reach the judge through the label: a `{"reference", "images"}`
+    object (its `--label_key` column holding one, or its JSON text). Any other label is the reference, without images."""
+    if isinstance(label, str) and label.startswith("{"):
+        try:
+            label = json.loads(label)
+        except ValueError:
+            return label, []
+    if isinstance(label, dict) and "images" in label and set(label) <= {"images", "reference"}:
+        return label.get("reference"), image_list(label["images"])
+    return label, []
+
+
+def reward_func(queries: list[str], prompts: list[str], labels: list, base_url: str | None = None, **_: Any) -> dict:
     """OpenRLHF's reward function file (`--reward.remote_url this.py`): its {"rewards", "scores", "extra_logs"},
-    as tensors."""
+    as tensors. Each query is its prompt and response decoded together: the response is split off as
+    `response_of` says, an empty one judged empty; a query whose split cannot be told is a failed judgement. Each
+    label is the reference, or a `{"reference", "images"}` object carrying the prompt's images (`label_parts`)."""
     import torch
 
-    from mmjudge.judge.rewards import response_of
-
-    asked = [Asked(p, response_of(q, p) or q, list(images[k]) if images else (), label) for k, (q, p, label) in enumerate(zip(queries, prompts, labels))]
-    rewards = [_or_failed(r) for r in asyncio.run(_server(base_url).rewards(asked))]
-    scores = torch.tensor([r["score"] for r in rewards])
-    return {"rewards": scores, "scores": scores, "extra_logs": {"judge_failed": torch.tensor([r["judge_failed"] for r in rewards])}}
+    responses = [response_of(q, p) for q, p in zip(queries, prompts)]
+    asked = {}
+    for k, (prompt, response, label) in enumerate(zip(prompts, responses, labels)):
+        if response is not None:
+            reference, images = label_parts(label)
+            asked[k] = Asked(prompt, response, images, reference)
+    server = _server(base_url)
+    judged = asyncio.run(server.ask(list(asked.values()))) if asked else Judged([], [])
+    rewards = dict(zip(asked, judged.rewards))
+    if unsplit := len(queries) - len(asked):
+        server.failed += unsplit
+        logger.warning("mmjudge: no reward for %d queries that do not start with their prompt nor hold its assistant marker", unsplit)
+    results = [_or_failed(rewards.get(k)) for k in range(len(queries))]
+    scores = torch.tensor([r["score"] for r in results])
+    return {"rewards": scores, "scores": scores, "extra_logs": {"judge_failed": torch.tensor([r["judge_failed"] for r in results])}}

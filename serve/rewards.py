@@ -43,7 +43,8 @@ from mmjudge.infer.options import MAX_PREFIX_CACHE, REWARD_PREFIX_CACHE_BYTES, S
 from mmjudge.judge.data import JudgeResult, Pair, Sample, Segment, UsageError
 from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Rubric
-from mmjudge.judge.rewards import RewardSpec, label_problem, preference_reward, response_of, score_reward, verdict_reward
+from mmjudge.judge.rewards import RewardSpec, label_problem, preference_reward, score_reward, verdict_reward
+from mmjudge.rewards import response_of
 from mmjudge.serve.api import Message, RequestError, validated
 from mmjudge.serve.images import RequestImages
 from mmjudge.serve.service import Service, judged, read_json, served_name
@@ -274,7 +275,8 @@ async def get_reward(request: Request, service: Service) -> Response:
         prompt = body.prompts[k] if body.prompts is not None else ""
         response = response_of(query, prompt)
         if response is None:
-            raise RequestError(400, f"query[{k}]", "does not hold its prompt (prompts[k]): a query is the prompt followed by the response")
+            raise RequestError(400, f"query[{k}]", "does not start with its prompt (prompts[k]), nor hold the prompt's assistant marker "
+                                                  "(its end from its last special token): a query is the prompt followed by the response")
         images = [Piece(f"images[{k}][{n}]", image=ref) for n, ref in enumerate(body.images[k])] if body.images is not None else []
         question = images + ([Piece(f"prompts[{k}]", text=prompt)] if prompt else [])
         label = body.labels[k] if body.labels is not None else None

@@ -1,21 +1,37 @@
 """The RL frameworks' reward doors (mmjudge/rewards.py) against a stand-in /get_reward that records what it
 is sent, and the in-process door against the tiny judge: what each framework passes reaches the judge,
 images included; retries and timeouts are bounded; a failed judgement is each framework's skip value,
-counted, never a made-up reward."""
+counted, never a made-up reward. A fake judge answers what a reward is not (a redirect to a good answer, 204, an
+HTML page, an empty 200, NaN, inf, a number outside the reward's range, strings, booleans, nested lists, a list
+short or long by one, an answer past the timeout): each is a failed judgement of each response in every adapter,
+counted once and logged, never a number, and a call's metrics describe that call alone."""
 
 import asyncio
+import base64
 import importlib.util
+import io
+import inspect
+import logging
+import pickle
+import shutil
+import subprocess
+import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
 
+import numpy
 import pytest
 import torch
 import uvicorn
+from packaging.requirements import Requirement
 from PIL import Image
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import mmjudge
@@ -23,7 +39,8 @@ import mmjudge.rewards
 from mmjudge.judge.rewards import score_reward
 from mmjudge.judge.prompts import load_rubrics
 from mmjudge.judge.testing import write_dataset, write_original_checkpoint
-from mmjudge.rewards import Asked, LocalRewards, ServerRewards, TRLReward, compute_score, compute_score_batch, reward_func
+from mmjudge.rewards import (Asked, ImageError, LocalRewards, ServerRewards, TRLReward, compute_score, compute_score_batch, local_image,
+                             response_of, reward_func)
 from mmjudge.serve.process import free_port
 
 
@@ -48,16 +65,24 @@ def stand_in():
         rewards = [len(q) / 100 for q in body["query"]]
         return JSONResponse({"rewards": rewards, "scores": rewards, "extra_logs": {"n_images": [len(i) for i in body["images"]]}})
 
+    with served([Route("/get_reward", get_reward, methods=["POST"])]) as url:
+        yield url, behaviour
+
+
+@contextmanager
+def served(routes: list[Route]):
+    """A Starlette app of these routes on a free loopback port, in a thread of this process, while the block runs."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(Starlette(routes=[Route("/get_reward", get_reward, methods=["POST"])]), host="127.0.0.1",
-                                           port=port, log_level="error", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(Starlette(routes=routes), host="127.0.0.1", port=port, log_level="error", lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started and thread.is_alive():
         time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", behaviour
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def test_trl_gets_a_reward_per_completion_with_the_conversations_text_and_the_images_column_sent_as_data_urls(stand_in):
@@ -76,16 +101,25 @@ def test_trl_gets_a_reward_per_completion_with_the_conversations_text_and_the_im
     assert metrics == {"mmjudge/failed": 0.0, "mmjudge/images_judged": 2.0} and reward.__name__ == "mmjudge"
 
 
+def test_trl_reward_is_an_async_function_to_every_check_trl_has_made_of_one():
+    """TRL 0.29 asks asyncio.iscoroutinefunction, 1.0 inspect's, later minors is_async_callable; a reward function
+    that fails its TRL's check is called without being awaited, and the step fails ('coroutine' object is not
+    iterable): tests/test_rewards_trl.py runs it through TRL's own GRPOTrainer."""
+    reward = TRLReward(ServerRewards("http://127.0.0.1:1"))
+    assert asyncio.iscoroutinefunction(reward) and inspect.iscoroutinefunction(reward) and reward.__name__ == "mmjudge"
+    assert reward.rewarder.base_url == "http://127.0.0.1:1" and pickle.loads(pickle.dumps(reward)).rewarder == reward.rewarder
+
+
 def test_a_transport_failure_or_5xx_is_retried_a_bounded_number_of_times_and_a_4xx_not_at_all(stand_in):
     url, behaviour = stand_in
     behaviour.failures = [503, 502]
     rewarder = ServerRewards(url, retries=2, backoff_s=0)
-    assert asyncio.run(rewarder.rewards([Asked("q", "r")])) == [0.02] and len(behaviour.bodies) == 3 and rewarder.failed == 0
+    assert asyncio.run(rewarder.ask([Asked("q", "r")])).rewards == [0.02] and len(behaviour.bodies) == 3 and rewarder.failed == 0
     behaviour.failures, behaviour.bodies = [400], []
     assert asyncio.run(TRLReward(rewarder)(prompts=["q", "q"], completions=["r", "s"])) == [None, None]  # TRL's skip
     assert len(behaviour.bodies) == 1 and rewarder.failed == 2
     unreachable = ServerRewards(f"http://127.0.0.1:{free_port()}", retries=1, timeout_s=5, backoff_s=0)
-    assert asyncio.run(unreachable.rewards([Asked("q", "r")])) == [None] and unreachable.failed == 1
+    assert asyncio.run(unreachable.ask([Asked("q", "r")])).rewards == [None] and unreachable.failed == 1
     for bad in ({"timeout_s": 0}, {"timeout_s": 10_000}, {"retries": -1}, {"retries": 100}, {"backoff_s": 60}):
         with pytest.raises(ValueError):
             ServerRewards(url, **bad)
@@ -113,9 +147,7 @@ def test_verl_easyr1_and_openrlhf_files_send_their_fields_and_mark_a_failure_as_
 def test_the_file_loads_by_path_as_openrlhf_verl_and_easyr1_load_a_reward_file(stand_in, monkeypatch):
     url, behaviour = stand_in
     monkeypatch.setenv("MMJUDGE_URL", url)
-    spec = importlib.util.spec_from_file_location("reward_func", mmjudge.rewards.__file__)  # OpenRLHF's way: not in sys.modules
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = reward_file()
     assert torch.equal(module.reward_func(["Q? A."], ["Q?"], [None])["rewards"], torch.tensor([0.05]))
     assert module.REWARD_TYPE == "batch" and module.REWARD_NAME == "mmjudge" and asyncio.run(module.compute_score("geo", "ab", None, {}))["score"] == 0.02
 
@@ -127,9 +159,280 @@ def test_an_in_process_judge_rewards_as_the_server_does_the_expected_score_mappe
     image = str(next((data / "images").iterdir()))
     judge = mmjudge.Judge.load(checkpoint, device="cpu", mode="logits", max_tiles=1, workers=1)
     rewarder = LocalRewards(judge, "score:SA")
+    metrics = {}
     got = asyncio.run(TRLReward(rewarder)(prompts=["What is shown?"] * 2, completions=["A circle.", "Nothing at all."],
-                                          images=[[Image.open(image)], []]))
-    assert rewarder.n_images == [1, 0] and rewarder.failed == 0
+                                          images=[[Image.open(image)], []], log_metric=metrics.__setitem__))
+    assert metrics == {"mmjudge/failed": 0.0, "mmjudge/images_judged": 1.0} and rewarder.failed == 0
     record = judge.score([{"id": "SA_1", "question": [{"image": image}, {"text": "What is shown?"}], "answer": "A circle."}], progress=False)[0]
     assert got[0] == pytest.approx(score_reward(mmjudge.judge.data.JudgeResult.model_validate(record), load_rubrics()["SA"]), abs=1e-6)
     assert 0 <= got[1] <= 1 and got[1] != got[0]
+
+
+# -- a fake judge answering what a reward is not: each a failed judgement, in every adapter --------------------
+
+TIMEOUT_S = 0.5
+
+
+def rewards_of(n: int, value: str = "0.5") -> str:
+    return '{"rewards": [%s], "extra_logs": {"n_images": [%s]}}' % (", ".join([value] * n), ", ".join(["1"] * n))
+
+
+# what the fake server answers, for a request of n queries: (status, content type, body)
+ANSWERS = {
+    "redirect": lambda n: (302, "application/json", rewards_of(n, "0.99")),
+    "no content": lambda n: (204, None, ""),
+    "html": lambda n: (200, "text/html", "<html><body>Bad gateway</body></html>"),
+    "empty 200": lambda n: (200, "application/json", ""),
+    "nan": lambda n: (200, "application/json", rewards_of(n, "NaN")),
+    "inf": lambda n: (200, "application/json", rewards_of(n, "Infinity")),
+    "1e30": lambda n: (200, "application/json", rewards_of(n, "1e30")),
+    "-5": lambda n: (200, "application/json", rewards_of(n, "-5")),
+    "strings": lambda n: (200, "application/json", rewards_of(n, '"0.5"')),
+    "booleans": lambda n: (200, "application/json", rewards_of(n, "true")),
+    "nested lists": lambda n: (200, "application/json", rewards_of(n, "[0.5]")),
+    "short list": lambda n: (200, "application/json", rewards_of(n - 1)),
+    "long list": lambda n: (200, "application/json", rewards_of(n + 1)),
+    "not an object": lambda n: (200, "application/json", "[0.5]"),
+    "slow": lambda n: (200, "application/json", rewards_of(n)),
+}
+
+
+@pytest.fixture(scope="module")
+def fake():
+    """The fake judge: /get_reward answers ANSWERS[the mode set], /good answers a good reward per query."""
+    state = {"mode": "good", "requests": 0}
+
+    async def get_reward(request: Request):
+        n = len((await request.json())["query"])
+        state["requests"] += 1
+        if state["mode"] == "good":
+            return Response(rewards_of(n, "0.25"), media_type="application/json")
+        if state["mode"] == "slow":
+            await asyncio.sleep(TIMEOUT_S * 6)
+        status, kind, body = ANSWERS[state["mode"]](n)
+        return Response(body, status_code=status, media_type=kind, headers={"location": "/good"} if status == 302 else None)
+
+    async def good(request: Request):
+        return Response(rewards_of(len((await request.json())["query"]), "0.99"), media_type="application/json")
+
+    with served([Route("/get_reward", get_reward, methods=["POST"]), Route("/good", good, methods=["POST", "GET"])]) as url:
+        yield url, state
+
+
+def reward_file():
+    """mmjudge/rewards.py loaded by path, as OpenRLHF, verl and EasyR1 load a reward file: a module of its own."""
+    spec = importlib.util.spec_from_file_location("reward_func", mmjudge.rewards.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("mode", list(ANSWERS))
+def test_an_answer_that_is_not_one_reward_per_response_is_a_failed_judgement_in_every_adapter(fake, mode, monkeypatch, caplog):
+    url, state = fake
+    monkeypatch.setenv("MMJUDGE_URL", url)
+    monkeypatch.setenv("MMJUDGE_TIMEOUT_S", str(TIMEOUT_S))
+    monkeypatch.setenv("MMJUDGE_RETRIES", "0")
+    module = reward_file()
+    rewarder = ServerRewards(url, timeout_s=TIMEOUT_S, retries=0)
+    trl_reward = TRLReward(rewarder)
+    prompts, completions = ["What colour?", "How many?"], ["Red.", "Three."]
+
+    # a good call first: the failed call's metrics and counts must not describe it
+    state["mode"] = "good"
+    metrics = {}
+    assert asyncio.run(trl_reward(prompts=prompts, completions=completions, log_metric=metrics.__setitem__)) == [0.25, 0.25]
+    assert metrics == {"mmjudge/failed": 0.0, "mmjudge/images_judged": 2.0} and rewarder.failed == 0
+
+    state["mode"], state["requests"] = mode, 0
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="mmjudge.rewards"):
+        metrics = {}
+        assert asyncio.run(trl_reward(prompts=prompts, completions=completions, log_metric=metrics.__setitem__)) == [None, None]  # TRL's skip
+        assert metrics == {"mmjudge/failed": 1.0, "mmjudge/images_judged": 0.0} and rewarder.failed == 2
+
+        assert asyncio.run(module.compute_score("geo", "Red.", None, {"question": "What colour?"})) == {"score": 0.0, "judge_failed": 1.0}  # verl
+        assert module.compute_score_batch([{"response": r, "response_length": 1, "ground_truth": None} for r in completions]) == \
+            [{"overall": 0.0, "judge_failed": 1.0}] * 2  # EasyR1
+        answer = module.reward_func([p + c for p, c in zip(prompts, completions)], prompts, [None, None])  # OpenRLHF
+        assert torch.equal(answer["rewards"], torch.zeros(2)) and torch.equal(answer["scores"], torch.zeros(2))
+        assert torch.equal(answer["extra_logs"]["judge_failed"], torch.ones(2))
+        assert module._SERVERS[url].failed == 5  # each response counted once: 1 (verl) + 2 (EasyR1) + 2 (OpenRLHF)
+    assert state["requests"] == 4  # one request per call: no retry, and no redirect followed
+    warnings = [r for r in caplog.records if r.name == "mmjudge.rewards" and r.levelno == logging.WARNING]
+    assert len(warnings) == 4 and all("no reward for" in r.getMessage() for r in warnings)
+
+
+def test_a_served_reward_models_range_is_the_users_and_a_judges_is_0_to_1(fake):
+    url, state = fake
+    state["mode"] = "-5"
+    assert asyncio.run(ServerRewards(url, retries=0, reward_range=(-10.0, 10.0)).ask([mmjudge.rewards.Asked("q", "r")])).rewards == [-5.0]
+    assert asyncio.run(ServerRewards(url, retries=0).ask([mmjudge.rewards.Asked("q", "r")])).rewards == [None]
+    for bad in ((1.0, 0.0), (0.0, float("inf")), (float("nan"), 1.0)):
+        with pytest.raises(ValueError, match="reward_range"):
+            ServerRewards(url, reward_range=bad)
+
+
+# -- images in every shape the frameworks' loaders give ---------------------------------------------------------
+
+def png(colour: str) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4), colour).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_every_image_shape_a_framework_gives_reaches_the_judge_and_any_other_fails_its_response_alone(stand_in, monkeypatch, tmp_path, caplog):
+    """Paths and data URLs as they are; bytes, {"bytes", "path"} dicts (datasets' Image feature, Parquet via verl,
+    ms-swift's load_dataset), PIL images and numpy arrays as data URLs of their bytes (PNG where encoded here).
+    An image of any other shape fails its own response's judgement, counted and logged, never an exception."""
+    url, behaviour = stand_in
+    monkeypatch.setenv("MMJUDGE_URL", url)
+    path = tmp_path / "red.png"
+    path.write_bytes(png("red"))
+    red_url = "data:image/png;base64," + base64.b64encode(png("red")).decode()
+    given = {"a path": str(path), "a PathLike": path, "a data URL": red_url, "bytes": png("red"), "a bytes and path dict": {"bytes": png("red"), "path": "x.png"},
+             "a path dict": {"bytes": None, "path": "images/q_1.png"}, "a PIL image": Image.new("RGB", (4, 4), "red"),
+             "a numpy array": numpy.full((4, 4, 3), (255, 0, 0), dtype=numpy.uint8), "a JPEG's bytes": jpeg_bytes()}
+    sent = {"a path": str(path), "a PathLike": str(path), "a data URL": red_url, "bytes": red_url, "a bytes and path dict": red_url,
+            "a path dict": "images/q_1.png", "a PIL image": red_url, "a numpy array": red_url,
+            "a JPEG's bytes": "data:image/jpeg;base64," + base64.b64encode(jpeg_bytes()).decode()}
+    bad = [7, {"url": "x.png"}, {"bytes": None, "path": None}, "", b"", numpy.zeros((2, 2, 7), dtype=numpy.float64), object()]
+    rewarder = ServerRewards(url)
+    names = list(given)
+    with caplog.at_level(logging.WARNING, logger="mmjudge.rewards"):
+        got = asyncio.run(TRLReward(rewarder)(prompts=["What colour?"] * (len(names) + len(bad)), completions=["Red."] * (len(names) + len(bad)),
+                                              images=[[given[n]] for n in names] + [[b] for b in bad]))
+    assert got[:len(names)] == [0.16] * len(names) and got[len(names):] == [None] * len(bad) and rewarder.failed == len(bad)
+    assert dict(zip(names, (i[0] for i in behaviour.bodies[-1]["images"]))) == sent  # only the good ones were sent
+    assert "an image must be" in caplog.text
+    # TRL's `image` column, one image a row; a row's images as a numpy array (datasets' numpy format)
+    assert asyncio.run(TRLReward(rewarder)(prompts=["q"] * 3, completions=["r"] * 3, image=[png("red"), None, str(path)])) == [0.02] * 3
+    assert behaviour.bodies[-1]["images"] == [[red_url], [], [str(path)]]
+    asyncio.run(TRLReward(rewarder)(prompts=["q"], completions=["r"], images=[numpy.array([str(path), png("red")], dtype=object)]))
+    assert behaviour.bodies[-1]["images"] == [[str(path), red_url]]
+    # verl: Parquet gives extra_info["images"] as a numpy array of {"bytes", "path"} dicts
+    parquet_row = numpy.array([{"bytes": png("red"), "path": None}], dtype=object)
+    assert asyncio.run(compute_score("geo", "Red.", None, {"question": "What colour?", "images": parquet_row}))["judge_failed"] == 0.0
+    assert behaviour.bodies[-1]["images"] == [[red_url]]
+    assert asyncio.run(compute_score("geo", "Red.", None, {"question": "What colour?", "images": [{"url": 1}]})) == {"score": 0.0, "judge_failed": 1.0}
+
+
+def jpeg_bytes() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4), "red").save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+def test_an_in_process_judge_reads_each_image_shape_from_a_file_of_its_bytes(tmp_path):
+    red = Image.new("RGB", (4, 4), "red")
+    for image in (png("red"), {"bytes": png("red"), "path": None}, "data:image/png;base64," + base64.b64encode(png("red")).decode(), red,
+                  numpy.asarray(red)):
+        written = local_image(image, str(tmp_path), "one")
+        assert Image.open(written).convert("RGB").tobytes() == red.tobytes()
+    assert local_image({"bytes": None, "path": "a/b.png"}, str(tmp_path), "two") == "a/b.png"
+    for bad in ("data:image/png,abc", "data:image/png;base64,!!", 3.5):
+        with pytest.raises(ImageError):
+            local_image(bad, str(tmp_path), "three")
+
+
+# -- the response as the framework means it ---------------------------------------------------------------------
+
+QWEN_PROMPT = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>What colour?<|im_end|>\n<|im_start|>assistant\n"
+FEW_SHOT = QWEN_PROMPT + "Blue.<|im_end|>\n" + QWEN_PROMPT
+
+
+@pytest.mark.parametrize("query, prompt, response", [
+    ("Q? A.", "Q?", " A."),
+    ("Q?", "Q?", ""),  # an empty completion is an empty answer, not the whole query
+    (QWEN_PROMPT + "Red.<|im_end|>", QWEN_PROMPT, "Red."),  # the end-of-turn token is not the answer's
+    # the image token expanded, one per patch, as a vision-language policy's tokens decode
+    (QWEN_PROMPT.replace("<|image_pad|>", "<|image_pad|>" * 5) + "Red.<|im_end|><|endoftext|>", QWEN_PROMPT, "Red."),
+    # a few-shot prompt asking the same of two images: its own answer stays in the prompt (the first place the prompt's
+    # end was found was the first question's), and the response may repeat the marker
+    (FEW_SHOT.replace("<|image_pad|>", "<|image_pad|>" * 3) + "Red; <|im_start|>assistant\nBlue.<|im_end|>", FEW_SHOT,
+     "Red; <|im_start|>assistant\nBlue."),
+    ("<|vision_start|><|image_pad|><|image_pad|><|vision_end|>Describe.It is red.", "<|vision_start|><|image_pad|><|vision_end|>Describe.", "It is red."),
+    ("<|vision_start|><|image_pad|><|image_pad|><|vision_end|>Describe.", "<|vision_start|><|image_pad|><|vision_end|>Describe.", ""),
+    ("Something else entirely. A.", "Q?", None),  # no marker: the split cannot be told
+    ("<|im_start|>user\nWhich colour?<|im_end|>\n", QWEN_PROMPT, None),  # the prompt's assistant marker is not in it
+])
+def test_the_response_is_what_follows_the_prompt_or_its_assistant_marker_never_a_text_search(query, prompt, response):
+    assert response_of(query, prompt) == response
+
+
+def test_openrlhfs_reward_func_judges_an_empty_completion_empty_and_fails_a_query_it_cannot_split(stand_in, monkeypatch):
+    url, behaviour = stand_in
+    monkeypatch.setenv("MMJUDGE_URL", url)
+    server = mmjudge.rewards._server()
+    before = server.failed
+    prompt = "<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n"
+    answer = reward_func([prompt + "<|im_end|>", "no prompt here"], [prompt, "Q?"], [None, None])
+    assert behaviour.bodies[-1]["query"] == [prompt] and behaviour.bodies[-1]["prompts"] == [prompt]  # the empty answer sent
+    assert torch.equal(answer["extra_logs"]["judge_failed"], torch.tensor([0.0, 1.0])) and answer["rewards"][1] == 0
+    assert server.failed == before + 1
+
+
+# -- the reward file in a venv of its declared light dependencies alone -------------------------------------------
+
+def distributions(name: str, found: dict | None = None) -> dict:
+    """The installed distribution `name` and every one it requires here, by name."""
+    found = {} if found is None else found
+    dist = metadata.distribution(name)
+    if dist.metadata["Name"].lower() not in found:
+        found[dist.metadata["Name"].lower()] = dist
+        for requirement in map(Requirement, dist.requires or []):
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                distributions(requirement.name, found)
+    return found
+
+
+LIGHT = '''
+import asyncio, importlib.util, sys
+spec = importlib.util.spec_from_file_location("reward_func", sys.argv[1])  # as OpenRLHF, verl and EasyR1 load it
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+png = open(sys.argv[3], "rb").read()
+score = asyncio.run(module.compute_score("geo", "It is 4.", None, {"question": "How many?", "images": [{"bytes": png, "path": None}, "a.png"]}))
+batch = module.compute_score_batch([{"response": "ab", "response_length": 1, "ground_truth": 5}])
+split = module.response_of("<|im_start|>user\\n<|image_pad|><|image_pad|>Q?<|im_start|>assistant\\nA.<|im_end|>", "<|im_start|>user\\n<|image_pad|>Q?<|im_start|>assistant\\n")
+import mmjudge.rewards  # the package's own import, from a folder holding mmjudge/__init__.py and rewards.py alone
+heavy = sorted(m for m in ("torch", "transformers", "tokenizers", "sentencepiece", "numpy", "PIL", "mmjudge.judge") if m in sys.modules)
+print(repr((score, batch, split, heavy, mmjudge.rewards.TRLReward.__name__)))
+'''
+
+
+def test_the_reward_file_runs_in_a_venv_of_httpx2_and_what_it_needs_alone_no_tokenizer_stack(stand_in, tmp_path):
+    """verl's, EasyR1's and OpenRLHF's reward file, and the package's mmjudge.rewards, where only httpx2 (the light
+    dependency the module declares) is installed: judge/prompts.py's sentencepiece once failed every OpenRLHF reward."""
+    url, behaviour = stand_in
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    for dist in distributions("httpx2").values():  # each distribution's own files: a venv of these alone, without pip's download
+        for file in dist.files:
+            source = Path(dist.locate_file(file))
+            if source.is_file() and not str(file).startswith(".."):
+                (site / file).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, site / file)
+    package = tmp_path / "package" / "mmjudge"
+    package.mkdir(parents=True)
+    for name in ("__init__.py", "rewards.py"):
+        shutil.copyfile(Path(mmjudge.rewards.__file__).with_name(name), package / name)
+    (tmp_path / "red.png").write_bytes(png("red"))
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", LIGHT, str(package / "rewards.py"), url, str(tmp_path / "red.png")],
+                          capture_output=True, text=True, timeout=120, env={"MMJUDGE_URL": url, "PYTHONPATH": str(package.parent)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr(({"score": 0.17, "judge_failed": 0.0}, [{"overall": 0.02, "judge_failed": 0.0}], "A.", [], "TRLReward"))
+    assert behaviour.bodies[-2]["images"] == [["data:image/png;base64," + base64.b64encode(png("red")).decode(), "a.png"]]
+
+
+def test_openrlhfs_labels_carry_each_prompts_images_to_the_judge(stand_in, monkeypatch):
+    """OpenRLHF passes its reward function the query, the prompt and the label alone: a {"reference", "images"} label
+    (its --label_key column), as a dict or its JSON text, brings the prompt's images; any other label is the reference."""
+    url, behaviour = stand_in
+    monkeypatch.setenv("MMJUDGE_URL", url)
+    labels = [{"reference": "4", "images": ["images/q_1.png"]}, '{"images": ["images/q_2.png", "images/q_3.png"]}', "{not json", None]
+    reward_func(["Q? A."] * 4, ["Q?"] * 4, labels)
+    body = behaviour.bodies[-1]
+    assert body["images"] == [["images/q_1.png"], ["images/q_2.png", "images/q_3.png"], [], []]
+    assert body["labels"] == ["4", None, "{not json", None]

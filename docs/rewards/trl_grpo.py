@@ -4,7 +4,7 @@ mmjudge.rewards.TRLReward; run by docs/rewards/check_trl.sh, in a venv of TRL's 
     python docs/rewards/trl_grpo.py POLICY_DIR JUDGE_URL OUT_DIR
 
 Prints what the trainer logged at each step (the mmjudge reward's mean, its failed share, the images the judge
-was shown) and the judge's answers to the last batch."""
+was shown)."""
 
 import json
 import sys
@@ -30,11 +30,12 @@ def main(policy: str, judge_url: str, out_dir: str) -> int:
                         dataloader_num_workers=0, seed=0)
     trainer = GRPOTrainer(model=policy, reward_funcs=[reward], args=config, train_dataset=dataset)
     trainer.train()
+    images_judged = [entry["mmjudge/images_judged"] for entry in trainer.state.log_history if "mmjudge/images_judged" in entry]
     print(json.dumps({"trl": trl.__version__, "steps": trainer.state.global_step, "judge_failed": rewarder.failed,
-                      "last_batch_images_per_response": rewarder.n_images}))
+                      "images_judged_per_step": images_judged}))
     for entry in trainer.state.log_history:
         print(json.dumps({k: v for k, v in entry.items() if k.startswith(("rewards/", "reward", "mmjudge/")) or k == "step"}))
-    return 0 if trainer.state.global_step == 2 and rewarder.failed == 0 and sum(rewarder.n_images) > 0 else 1
+    return 0 if trainer.state.global_step == 2 and rewarder.failed == 0 and all(n > 0 for n in images_judged) else 1
 
 
 if __name__ == "__main__":
