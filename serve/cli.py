@@ -2,6 +2,7 @@
 
     judge-serve --model_path CKPT [--image_root DIR] [--port 8000]
     JUDGE_KEY=... judge-serve --model_path CKPT --host 0.0.0.0 --api_key_env JUDGE_KEY
+    judge-serve --model_path CKPT --replicas 2                   # Ray Serve's replicas behind one address (mmjudge/ray/serve.py)
 
 POST /v1/score takes MMIE samples and answers with the records judge-score writes; POST
 /v1/chat/completions is OpenAI's API for any OpenAI client (streamed or whole, with logprobs); GET /v1/models,
@@ -60,26 +61,49 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     args = build_parser(argv).parse_args(argv)
     options, limits, api_key = settings(args)
+    judged_by(args, limits)  # refused before the model loads
+    if limits.replicas is not None:  # Ray Serve's replicas of the same Service behind one address (mmjudge/ray/serve.py)
+        try:
+            from mmjudge.ray.serve import serve_replicas
+        except ImportError as err:
+            raise UsageError(f"--replicas runs judge-serve on Ray Serve, which is not installed ({err}): pip install 'mmjudge[ray]'") from None
+        return serve_replicas(args, options, limits, api_key)
+    import uvicorn
+
+    from mmjudge.serve.app import build_app
+
+    service = load_service(args, options, limits, api_key)
+    print(f"judge-serve: {args.model_path} on {service.worker.device}, http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    uvicorn.Server(uvicorn.Config(build_app(service), host=args.host, port=args.port, log_level="info")).run()
+    return 0
+
+
+def judged_by(args, limits: ServeOptions) -> tuple[dict, object]:
+    """The rubrics and the reward (None: none asked), every flag of them checked before the model loads."""
     rubrics = load_rubrics(args.rubric or FORMATS["pairs"].default_rubrics)
-    reward = parse_reward(limits.reward, rubrics) if limits.reward else None  # refused before the model loads
+    reward = parse_reward(limits.reward, rubrics) if limits.reward else None
     from mmjudge.infer.reward_model import is_reward_checkpoint
 
     if reward and (reward.kind == "preference" or reward.calibrator) and is_reward_checkpoint(Path(args.model_path)):
         raise UsageError(f"--reward {limits.reward}: {args.model_path} is a reward model, whose reward is its head's own, of each answer "
                          "alone: give score:CATEGORY (a pointwise rubric's category, uncalibrated)")
-    import uvicorn
+    return rubrics, reward
 
+
+def load_service(args, options: ScoreOptions, limits: ServeOptions, api_key: str | None):
+    """The judge loaded and its model thread started: what judge-serve's endpoints answer from, in this process or in
+    each of Ray Serve's replicas."""
     from mmjudge.infer.engine import judge_vocabulary
     from mmjudge.infer.grammar import GrammarError
     from mmjudge.infer.loaded import LoadedJudge, find_checkpoint
     from mmjudge.judge.model import judge_tokenizer, with_max_tiles
     from mmjudge.judge.rope import context_length
-    from mmjudge.serve.app import build_app
     from mmjudge.serve.metrics import Metrics
     from mmjudge.serve.rewards import reward_options, with_prefix_cache
     from mmjudge.serve.service import Service
     from mmjudge.serve.worker import Worker
 
+    rubrics, reward = judged_by(args, limits)
     rewarding = None  # the reward endpoints' options, from the judge's tokenizer before its weights load (--reward_mode)
     if reward is not None:
         tokenizer = judge_tokenizer(find_checkpoint(args.model_path, args.revision).path)
@@ -102,16 +126,14 @@ def _main(argv) -> int:
     except GrammarError as err:  # requests for structured outputs are refused, saying why
         vocabulary = str(err)
         print(f"judge-serve: no structured outputs: {err}", file=sys.stderr, flush=True)
-    service = Service(names, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
-                      worker, int(time.time()), worker.context, Metrics(names[0]), vocabulary, loaded.fingerprint, reward, rewarding)
-    print(f"judge-serve: {args.model_path} on {device}, http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
-    uvicorn.Server(uvicorn.Config(build_app(service), host=args.host, port=args.port, log_level="info")).run()
-    return 0
+    return Service(names, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
+                   worker, int(time.time()), worker.context, Metrics(names[0]), vocabulary, loaded.fingerprint, reward, rewarding)
 
 
-def settings(args) -> tuple[ScoreOptions, ServeOptions, str | None]:
+def settings(args, listening: bool = True) -> tuple[ScoreOptions, ServeOptions, str | None]:
     """The scoring options, the server's limits and the API key; every flag that cannot work in one error,
-    before the model loads."""
+    before the model loads. `listening` False: --host and --port are not this process's to check (a `serve run`
+    config's http_options give Ray Serve's address)."""
     values = config_values(ScoreOptions, args.config, args)
     limits = config_values(ServeOptions, None, args)
     problems = setting_problems(ScoreOptions, values) + setting_problems(ServeOptions, limits)
@@ -122,9 +144,9 @@ def settings(args) -> tuple[ScoreOptions, ServeOptions, str | None]:
         problems.append(f"--api_key_env {args.api_key_env}: the key must be printable ASCII, as every client can send it in a header")
     if not loopback(args.host) and not args.api_key_env:
         problems.append(f"--host {args.host} lets other machines in: give an API key with --api_key_env, or listen on 127.0.0.1")
-    if not 0 < args.port < 65536:
+    if listening and not 0 < args.port < 65536:
         problems.append(f"--port must be 1-65535, got {args.port}")
-    elif taken := port_taken(args.host, args.port):
+    elif listening and (taken := port_taken(args.host, args.port)):
         problems.append(f"--host {args.host} --port {args.port}: cannot listen there ({taken}); give another --port")
     if problems:
         raise UsageError("judge-serve cannot start:\n  " + "\n  ".join(problems))

@@ -94,14 +94,7 @@ class ClientGone(Exception):
 async def read_json(request: Request, limit: int) -> object:
     """The body as JSON, refused at the limit without reading further, and refused where it holds what no
     reader here can take (a lone surrogate, NaN, nesting deeper than any request): 400 naming the field."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, "body", f"{declared} bytes, over this server's limit of {limit} (--max_request_bytes)")
-    body = bytearray()
-    async for piece in request.stream():
-        body += piece
-        if len(body) > limit:
-            raise RequestError(413, "body", f"over this server's limit of {limit} bytes (--max_request_bytes)")
+    body = await read_body(request, limit)
     try:
         value = json.loads(body, parse_constant=not_a_number)
     except (ValueError, RecursionError) as err:  # RecursionError: nesting deeper than any real request
@@ -110,6 +103,19 @@ async def read_json(request: Request, limit: int) -> object:
         where, message = problems[0]
         raise RequestError(400, field_name(where) or "body", message)
     return value
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body's bytes, refused (413) at the limit without reading further."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, "body", f"{declared} bytes, over this server's limit of {limit} (--max_request_bytes)")
+    body = bytearray()
+    async for piece in request.stream():
+        body += piece
+        if len(body) > limit:
+            raise RequestError(413, "body", f"over this server's limit of {limit} bytes (--max_request_bytes)")
+    return bytes(body)
 
 
 def not_a_number(literal: str):

@@ -1,0 +1,1 @@
+"""mmjudge on Ray (the ray extra): judge-serve's replicas on Ray Serve (mmjudge/ray/serve.py)."""
