@@ -18,17 +18,13 @@ import ipaddress
 import os
 import socket
 import sys
-import time
-from pathlib import Path
 
 from mmjudge.infer.loaded import DTYPES
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag, add_settings_flags, config_given, config_values, run, setting_problems
 from mmjudge.judge.data import UsageError
-from mmjudge.judge.formats import FORMATS
-from mmjudge.judge.prompts import load_rubrics
-from mmjudge.judge.rewards import parse_reward
-from mmjudge.serve.options import ServeOptions, prefill_budget
+from mmjudge.serve.load import judged_by
+from mmjudge.serve.options import ServeOptions
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = CommandParser(prog="judge-serve", description=__doc__)
@@ -71,6 +67,7 @@ def _main(argv) -> int:
     import uvicorn
 
     from mmjudge.serve.app import build_app
+    from mmjudge.serve.load import load_service
 
     service = load_service(args, options, limits, api_key)
     print(f"judge-serve: {args.model_path} on {service.worker.device}, http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
@@ -78,56 +75,22 @@ def _main(argv) -> int:
     return 0
 
 
-def judged_by(args, limits: ServeOptions) -> tuple[dict, object]:
-    """The rubrics and the reward (None: none asked), every flag of them checked before the model loads."""
-    rubrics = load_rubrics(args.rubric or FORMATS["pairs"].default_rubrics)
-    reward = parse_reward(limits.reward, rubrics) if limits.reward else None
-    from mmjudge.infer.reward_model import is_reward_checkpoint
+def ray_application(flags: dict):
+    """`serve run`'s application builder (a config's import_path: mmjudge.serve.cli:ray_application): `args` are
+    judge-serve's flags by name, `{model_path: CKPT, reward: score:SA}`; a flag without a value true, a list its values.
+    The number of replicas (num_replicas, or autoscaling_config) is the config's, of the deployment named Judge; the
+    address its http_options' (docs/past-one-machine.md)."""
+    from mmjudge.ray.serve import application
 
-    if reward and (reward.kind == "preference" or reward.calibrator) and is_reward_checkpoint(Path(args.model_path)):
-        raise UsageError(f"--reward {limits.reward}: {args.model_path} is a reward model, whose reward is its head's own, of each answer "
-                         "alone: give score:CATEGORY (a pointwise rubric's category, uncalibrated)")
-    return rubrics, reward
-
-
-def load_service(args, options: ScoreOptions, limits: ServeOptions, api_key: str | None):
-    """The judge loaded and its model thread started: what judge-serve's endpoints answer from, in this process or in
-    each of Ray Serve's replicas."""
-    from mmjudge.infer.engine import judge_vocabulary
-    from mmjudge.infer.grammar import GrammarError
-    from mmjudge.infer.loaded import LoadedJudge, find_checkpoint
-    from mmjudge.judge.model import judge_tokenizer, with_max_tiles
-    from mmjudge.judge.rope import context_length
-    from mmjudge.serve.metrics import Metrics
-    from mmjudge.serve.rewards import reward_options, with_prefix_cache
-    from mmjudge.serve.service import Service
-    from mmjudge.serve.worker import Worker
-
-    rubrics, reward = judged_by(args, limits)
-    rewarding = None  # the reward endpoints' options, from the judge's tokenizer before its weights load (--reward_mode)
-    if reward is not None:
-        tokenizer = judge_tokenizer(find_checkpoint(args.model_path, args.revision).path)
-        rewarding = reward_options(reward, rubrics, tokenizer, options, limits.reward_mode)
-
-    # the judge judge-score and the Python API load; refused there where --deterministic's kernels cannot run
-    loaded = LoadedJudge.load(args.model_path, args.device, args.dtype, args.revision, options.deterministic)
-    judge, device = loaded.model, loaded.device
-    judge.settings = with_max_tiles(judge.settings, options.max_tiles)
-    if rewarding is not None:  # its prefix cache is sized from the judge in memory
-        rewarding = with_prefix_cache(rewarding, judge, device)
-    context = context_length(judge.model.config.get_text_config())
-    if limits.max_model_len is not None and limits.max_model_len > context:
-        raise UsageError(f"--max_model_len {limits.max_model_len} is more than {args.model_path}'s context of {context} tokens")
-    worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000, prefill_budget(limits.max_num_batched_tokens, device),
-                    limits.max_model_len, None if rewarding is None else (rewarding, rubrics[reward.category]))
-    names = limits.served_names(args.model_path)
-    try:
-        vocabulary = judge_vocabulary(judge)
-    except GrammarError as err:  # requests for structured outputs are refused, saying why
-        vocabulary = str(err)
-        print(f"judge-serve: no structured outputs: {err}", file=sys.stderr, flush=True)
-    return Service(names, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
-                   worker, int(time.time()), worker.context, Metrics(names[0]), vocabulary, loaded.fingerprint, reward, rewarding)
+    argv = []
+    for name, value in flags.items():
+        if value is False or value is None:
+            continue
+        argv += [f"--{name}", *([] if value is True else map(str, value) if isinstance(value, list) else [str(value)])]
+    args = build_parser(argv).parse_args(argv)
+    options, limits, api_key = settings(args, listening=False)
+    judged_by(args, limits)
+    return application(args, options, limits, api_key, limits.replicas)
 
 
 def settings(args, listening: bool = True) -> tuple[ScoreOptions, ServeOptions, str | None]:

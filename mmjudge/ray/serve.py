@@ -2,7 +2,7 @@
 whose prefix cache holds its question (docs/past-one-machine.md).
 
     judge-serve --model_path CKPT --reward score:SA --replicas 2            # joins the cluster `ray start` made, or starts one
-    serve run judge-serve.yaml                                               # the same application from a config file (build)
+    serve run judge-serve.yaml                         # the same application from a config file (serve/cli.py's ray_application)
 
 Two deployments, both thin: `Ingress` takes every HTTP request from Ray Serve's proxy, reads its body (the proxy
 hands a replica only the request's scope, so no router can see a body), computes its affinity key and passes the
@@ -150,7 +150,7 @@ class Judge:
 
     def __init__(self, args, options, limits, api_key: str | None):
         from mmjudge.serve.app import build_app
-        from mmjudge.serve.cli import load_service
+        from mmjudge.serve.load import load_service
 
         self.service = load_service(args, options, limits, api_key)
         self.app = build_app(self.service)
@@ -317,7 +317,7 @@ def dict_of(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
 
 def merged_metrics(texts: list[tuple[str, str]]) -> str:
     """Prometheus texts of several replicas as one: each metric's HELP and TYPE once, then its series from every
-    replica with a `replica` label first (a counter summed over replicas is the sum of its series)."""
+    replica with a `replica` label added (a counter summed over replicas is the sum of its series)."""
     blocks: dict[str, tuple[list[str], list[str]]] = {}
     for replica, text in texts:
         name = None
@@ -358,24 +358,6 @@ def _cluster_gpus() -> bool:
     import ray
 
     return bool(ray.cluster_resources().get("GPU"))
-
-
-def build(flags: dict):
-    """`serve run`'s application builder (import_path: mmjudge.ray.serve:build): `args` are judge-serve's flags by
-    name, `{model_path: CKPT, reward: score:SA}`; a flag without a value true, a list its values. The number of
-    replicas (num_replicas, or autoscaling_config) is the config's, of the deployment named Judge; the address its
-    http_options'."""
-    from mmjudge.serve.cli import build_parser, judged_by, settings
-
-    argv = []
-    for name, value in flags.items():
-        if value is False or value is None:
-            continue
-        argv += [f"--{name}", *([] if value is True else map(str, value) if isinstance(value, list) else [str(value)])]
-    args = build_parser(argv).parse_args(argv)
-    options, limits, api_key = settings(args, listening=False)
-    judged_by(args, limits)
-    return application(args, options, limits, api_key, limits.replicas)
 
 
 def serve_replicas(args, options, limits, api_key: str | None) -> int:

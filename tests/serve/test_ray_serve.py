@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -276,3 +277,22 @@ def test_replicas_without_ray_are_refused_naming_the_extra(monkeypatch, tmp_path
     monkeypatch.setitem(sys.modules, "mmjudge.ray.serve", None)  # as where ray is not installed
     assert main(["--model_path", str(tmp_path), "--replicas", "2", "--port", str(free_port())]) == 2
     assert "pip install 'mmjudge[ray]'" in capsys.readouterr().err
+
+
+def test_the_docs_serve_run_config_is_ray_serves_schema_and_builds_the_application(files):
+    import re
+
+    import yaml
+    from ray.serve import Application
+    from ray.serve.schema import ServeDeploySchema
+
+    from mmjudge.serve.cli import ray_application
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "past-one-machine.md").read_text()
+    config = yaml.safe_load(re.search(r"```yaml\n(.*?)```", page, re.S).group(1))
+    ServeDeploySchema.model_validate(config)  # as `serve run` and `serve deploy` read it
+    application = config["applications"][0]
+    module, name = application["import_path"].split(":")
+    assert (module, name) == ("mmjudge.serve.cli", "ray_application") and application["deployments"][0]["name"] == "Judge"
+    built = ray_application({**application["args"], "model_path": str(files[0]), "image_root": str(files[1])})
+    assert isinstance(built, Application)
