@@ -42,6 +42,7 @@ RETRIES = 2  # sends of a request whose replica died before answering it, after 
 MAX_IMBALANCE = 16  # requests in flight a key's replica may have beyond the least loaded's before a key's request leaves it
 MAX_KEYS = 1 << 16  # keys the router remembers, the least recently routed forgotten first
 MAX_ONGOING = 256  # requests a Judge replica takes at once (its model thread batches them); Ray Serve's default is 5
+APP = "judge-serve"  # the Ray Serve application's name
 FASTAPI_DOORS = {"/get_reward", "/v1/score/evaluation"}  # refusals in FastAPI's shape there (serve/rewards.py)
 
 
@@ -362,7 +363,8 @@ def _cluster_gpus() -> bool:
 
 def serve_replicas(args, options, limits, api_key: str | None) -> int:
     """judge-serve --replicas N: the application on the Ray cluster this machine belongs to (`ray start`'s), or on one
-    started here, at --host:--port, until interrupted."""
+    started here, at --host:--port, until interrupted; then it is deleted, and Ray Serve shut down where it serves
+    nothing else."""
     import time
 
     import ray
@@ -370,12 +372,15 @@ def serve_replicas(args, options, limits, api_key: str | None) -> int:
     ray.init(include_dashboard=False, logging_level="warning")  # RAY_ADDRESS's cluster, or `ray start`'s on this machine, or a new one
     try:
         serve.start(http_options={"host": args.host, "port": args.port})
-        serve.run(application(args, options, limits, api_key, limits.replicas), name="judge-serve", route_prefix="/")
+        serve.run(application(args, options, limits, api_key, limits.replicas), name=APP, route_prefix="/")
         print(f"judge-serve: {limits.replicas} replicas of {args.model_path} on Ray Serve, http://{args.host}:{args.port}/v1",
               file=sys.stderr, flush=True)
         while True:
             time.sleep(3600)
+    except KeyboardInterrupt:  # Ctrl-C: stopped, as judge-serve's own server stops
+        return 0
     finally:
-        serve.shutdown()
+        serve.delete(APP)
+        if not serve.status().applications:
+            serve.shutdown()
         ray.shutdown()
-

@@ -271,14 +271,6 @@ def test_metrics_of_replicas_merge_into_one_text_each_series_labelled():
                                    'h_bucket{le="1",replica="r2"} 2', 'h_sum{replica="r2"} 1.5']
 
 
-def test_replicas_without_ray_are_refused_naming_the_extra(monkeypatch, tmp_path, capsys):
-    from mmjudge.serve.cli import main
-
-    monkeypatch.setitem(sys.modules, "mmjudge.ray.serve", None)  # as where ray is not installed
-    assert main(["--model_path", str(tmp_path), "--replicas", "2", "--port", str(free_port())]) == 2
-    assert "pip install 'mmjudge[ray]'" in capsys.readouterr().err
-
-
 def test_the_docs_serve_run_config_is_ray_serves_schema_and_builds_the_application(files):
     import re
 
