@@ -288,3 +288,35 @@ def test_the_docs_serve_run_config_is_ray_serves_schema_and_builds_the_applicati
     assert (module, name) == ("mmjudge.serve.cli", "ray_application") and application["deployments"][0]["name"] == "Judge"
     built = ray_application({**application["args"], "model_path": str(files[0]), "image_root": str(files[1])})
     assert isinstance(built, Application)
+
+
+def test_the_router_keeps_a_key_on_its_replica_until_it_is_overloaded_and_sends_the_rest_to_the_least_loaded():
+    from types import SimpleNamespace
+
+    from ray.serve._private.common import DeploymentHandleSource, DeploymentID, ReplicaID
+
+    deployment = DeploymentID(name="Judge", app_name="judge-serve")
+    router = serve_module.AffinityRouter(deployment_id=deployment, handle_source=DeploymentHandleSource.UNKNOWN, use_replica_queue_len_cache=True)
+    router.initialize_state(max_imbalance=2)
+    a, b, c = replicas = [SimpleNamespace(replica_id=ReplicaID(unique_id=name, deployment_id=deployment), max_ongoing_requests=64) for name in "abc"]
+    router._replicas = {r.replica_id: r for r in replicas}
+
+    def loads(*in_flight):
+        for replica, n in zip(replicas, in_flight):
+            router._replica_queue_len_cache.update(replica.replica_id, n)
+
+    def chosen(key, candidates=replicas):
+        ranks = asyncio.run(router.choose_replicas(candidates, SimpleNamespace(kwargs={"affinity": key})))
+        assert sorted(r.replica_id.unique_id for rank in ranks for r in rank) == sorted(r.replica_id.unique_id for r in candidates)
+        return ranks[0]
+
+    loads(3, 1, 2)
+    assert chosen("k") == [b]  # a new key: the least loaded
+    loads(3, 4, 2)
+    assert chosen("k") == [b]  # kept: 2 beyond the least loaded is within the bound
+    loads(3, 5, 2)
+    assert chosen("k") == [c]  # past it: the least loaded, the key's replica from now on
+    loads(3, 4, 4)
+    assert chosen("k") == [c] and chosen("other") == [a]
+    assert chosen("k", [a, b]) == [a]  # its replica gone (died, restarted under a new id): the least loaded
+    assert asyncio.run(router.choose_replicas(replicas, SimpleNamespace(kwargs={"affinity": None}))) == [replicas]  # no key: Ray Serve's least loaded
