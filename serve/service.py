@@ -24,7 +24,7 @@ from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Rubric
 from mmjudge.judge.reward_model import is_reward_model
 from mmjudge.judge.rewards import RewardSpec
-from mmjudge.serve.api import RequestError
+from mmjudge.serve.api import RequestError, read_body
 from mmjudge.serve.metrics import Metrics
 from mmjudge.serve.options import ServeOptions
 from mmjudge.serve.worker import Worker
@@ -103,19 +103,6 @@ async def read_json(request: Request, limit: int) -> object:
         where, message = problems[0]
         raise RequestError(400, field_name(where) or "body", message)
     return value
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body's bytes, refused (413) at the limit without reading further."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, "body", f"{declared} bytes, over this server's limit of {limit} (--max_request_bytes)")
-    body = bytearray()
-    async for piece in request.stream():
-        body += piece
-        if len(body) > limit:
-            raise RequestError(413, "body", f"over this server's limit of {limit} bytes (--max_request_bytes)")
-    return bytes(body)
 
 
 def not_a_number(literal: str):

@@ -35,8 +35,7 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, R
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from mmjudge.serve.api import RequestError
-from mmjudge.serve.service import read_body
+from mmjudge.serve.api import RequestError, read_body  # light: no torch in the Ingress's process
 
 RETRIES = 2  # sends of a request whose replica died before answering it, after the first
 MAX_IMBALANCE = 16  # requests in flight a key's replica may have beyond the least loaded's before a key's request leaves it
