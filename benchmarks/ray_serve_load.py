@@ -177,3 +177,7 @@ def markdown(record: dict) -> str:
                      f"{run['samples_per_s_ratio']:.2f} | {ray['prefill_tokens']:,} / {plain['prefill_tokens']:,} | {run['prefill_tokens_ratio']:.2f} | "
                      f"{run['rewards_differing']} |")
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
