@@ -52,7 +52,7 @@ def servers(files, tmp_path_factory):
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 600
-        while len(judge_replicas()) < 2 or not answers(base):
+        while replicas_answering(base) < 2:  # both loaded: Ray Serve names a replica's actor before its judge is in memory
             assert replicas.poll() is None and time.monotonic() < deadline, (logs / "replicas.log").read_text()[-3000:]
             time.sleep(0.5)
         starting.join()
@@ -72,11 +72,12 @@ def free_port_of(plain: dict) -> int:
     return plain["port"]
 
 
-def answers(base: str) -> bool:
+def replicas_answering(base: str) -> int:
+    """The replicas whose /metrics the application's /metrics gathers: those running."""
     try:
-        return httpx2.get(f"{base}/health", timeout=5).status_code == 200
+        return len(prefilled(httpx2.get(f"{base}/metrics", timeout=5).text))
     except httpx2.TransportError:
-        return False
+        return 0
 
 
 def judge_replicas() -> list[dict]:
