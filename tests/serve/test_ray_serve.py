@@ -43,13 +43,14 @@ def servers(files, tmp_path_factory):
     plain: dict = {}
     starting = threading.Thread(target=lambda: plain.update(process=start_server(flags, free_port_of(plain), logs / "plain.log", env=env)))
     starting.start()
-    context = ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
-    port = free_port()
-    with (logs / "replicas.log").open("wb") as log:
-        replicas = subprocess.Popen([sys.executable, "-m", "mmjudge.serve.cli", *flags, "--replicas", "2", "--port", str(port)],
-                                    stdout=log, stderr=subprocess.STDOUT,  # os.environ now: with the cluster's RAY_AUTH_MODE
-                                    env={**os.environ, "OMP_NUM_THREADS": "1", "RAY_ADDRESS": context.address_info["gcs_address"]})
+    replicas = None
     try:
+        context = ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
+        port = free_port()
+        with (logs / "replicas.log").open("wb") as log:
+            replicas = subprocess.Popen([sys.executable, "-m", "mmjudge.serve.cli", *flags, "--replicas", "2", "--port", str(port)],
+                                        stdout=log, stderr=subprocess.STDOUT,  # os.environ now: with the cluster's RAY_AUTH_MODE
+                                        env={**os.environ, "OMP_NUM_THREADS": "1", "RAY_ADDRESS": context.address_info["gcs_address"]})
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 600
         while replicas_answering(base) < 2:  # both loaded: Ray Serve names a replica's actor before its judge is in memory
@@ -57,9 +58,10 @@ def servers(files, tmp_path_factory):
             time.sleep(0.5)
         starting.join()
         yield base, f"http://127.0.0.1:{plain['port']}"
-    finally:
-        replicas.send_signal(signal.SIGINT)  # judge-serve's Ctrl-C: Serve shut down
-        replicas.wait(timeout=HANG_S)
+    finally:  # whatever failed: nothing of this module's left running
+        if replicas is not None:
+            replicas.send_signal(signal.SIGINT)  # judge-serve's Ctrl-C: its application deleted, Serve shut down
+            replicas.wait(timeout=HANG_S)
         starting.join()
         if "process" in plain:
             plain["process"].terminate()
