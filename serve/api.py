@@ -1,4 +1,5 @@
-"""The requests judge-serve takes, as pydantic models, and the error every refusal becomes.
+"""The requests judge-serve takes, as pydantic models, their bodies read at the size limit, and the error every refusal
+becomes.
 
     POST /v1/score             {"samples": [MMIE sample, ...]}  ->  {"results": [judge-score record, ...]}
                                {"pairs": [pair, ...]}           ->  {"results": [judge-score pair record, ...]}
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from starlette.requests import Request
 
 from mmjudge.judge.data import MAX_TEXT_CHARS, Pair, Sample, field_name
 
@@ -329,3 +331,16 @@ def refuse_unhonoured(body: dict) -> None:
         neutral, why = NEUTRAL[key]
         if not any(value == allowed and isinstance(value, bool) == isinstance(allowed, bool) for allowed in neutral):
             raise RequestError(400, key, f"{why}; leave it out (or send {json.dumps(neutral[0])})", code="unsupported_parameter")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body's bytes, refused (413) at the limit without reading further."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, "body", f"{declared} bytes, over this server's limit of {limit} (--max_request_bytes)")
+    body = bytearray()
+    async for piece in request.stream():
+        body += piece
+        if len(body) > limit:
+            raise RequestError(413, "body", f"over this server's limit of {limit} bytes (--max_request_bytes)")
+    return bytes(body)

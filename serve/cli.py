@@ -2,6 +2,7 @@
 
     judge-serve --model_path CKPT [--image_root DIR] [--port 8000]
     JUDGE_KEY=... judge-serve --model_path CKPT --host 0.0.0.0 --api_key_env JUDGE_KEY
+    judge-serve --model_path CKPT --replicas 2                   # Ray Serve's replicas behind one address (mmjudge/ray/serve.py)
 
 POST /v1/score takes MMIE samples and answers with the records judge-score writes; POST
 /v1/chat/completions is OpenAI's API for any OpenAI client (streamed or whole, with logprobs); GET /v1/models,
@@ -17,17 +18,13 @@ import ipaddress
 import os
 import socket
 import sys
-import time
-from pathlib import Path
 
 from mmjudge.infer.loaded import DTYPES
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag, add_settings_flags, config_given, config_values, run, setting_problems
 from mmjudge.judge.data import UsageError
-from mmjudge.judge.formats import FORMATS
-from mmjudge.judge.prompts import load_rubrics
-from mmjudge.judge.rewards import parse_reward
-from mmjudge.serve.options import ServeOptions, prefill_budget
+from mmjudge.serve.load import judged_by
+from mmjudge.serve.options import ServeOptions
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = CommandParser(prog="judge-serve", description=__doc__)
@@ -60,58 +57,46 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     args = build_parser(argv).parse_args(argv)
     options, limits, api_key = settings(args)
-    rubrics = load_rubrics(args.rubric or FORMATS["pairs"].default_rubrics)
-    reward = parse_reward(limits.reward, rubrics) if limits.reward else None  # refused before the model loads
-    from mmjudge.infer.reward_model import is_reward_checkpoint
-
-    if reward and (reward.kind == "preference" or reward.calibrator) and is_reward_checkpoint(Path(args.model_path)):
-        raise UsageError(f"--reward {limits.reward}: {args.model_path} is a reward model, whose reward is its head's own, of each answer "
-                         "alone: give score:CATEGORY (a pointwise rubric's category, uncalibrated)")
+    judged_by(args, limits)  # refused before the model loads
+    if limits.replicas is not None:  # Ray Serve's replicas of the same Service behind one address (mmjudge/ray/serve.py)
+        try:
+            from mmjudge.ray.serve import serve_replicas
+        except ImportError as err:
+            raise UsageError(f"--replicas runs judge-serve on Ray Serve, which is not installed ({err}): pip install 'mmjudge[ray]'") from None
+        return serve_replicas(args, options, limits, api_key)
     import uvicorn
 
-    from mmjudge.infer.engine import judge_vocabulary
-    from mmjudge.infer.grammar import GrammarError
-    from mmjudge.infer.loaded import LoadedJudge, find_checkpoint
-    from mmjudge.judge.model import judge_tokenizer, with_max_tiles
-    from mmjudge.judge.rope import context_length
     from mmjudge.serve.app import build_app
-    from mmjudge.serve.metrics import Metrics
-    from mmjudge.serve.rewards import reward_options, with_prefix_cache
-    from mmjudge.serve.service import Service
-    from mmjudge.serve.worker import Worker
+    from mmjudge.serve.load import load_service
 
-    rewarding = None  # the reward endpoints' options, from the judge's tokenizer before its weights load (--reward_mode)
-    if reward is not None:
-        tokenizer = judge_tokenizer(find_checkpoint(args.model_path, args.revision).path)
-        rewarding = reward_options(reward, rubrics, tokenizer, options, limits.reward_mode)
-
-    # the judge judge-score and the Python API load; refused there where --deterministic's kernels cannot run
-    loaded = LoadedJudge.load(args.model_path, args.device, args.dtype, args.revision, options.deterministic)
-    judge, device = loaded.model, loaded.device
-    judge.settings = with_max_tiles(judge.settings, options.max_tiles)
-    if rewarding is not None:  # its prefix cache is sized from the judge in memory
-        rewarding = with_prefix_cache(rewarding, judge, device)
-    context = context_length(judge.model.config.get_text_config())
-    if limits.max_model_len is not None and limits.max_model_len > context:
-        raise UsageError(f"--max_model_len {limits.max_model_len} is more than {args.model_path}'s context of {context} tokens")
-    worker = Worker(judge, rubrics, options, device, limits.batch_wait_ms / 1000, prefill_budget(limits.max_num_batched_tokens, device),
-                    limits.max_model_len, None if rewarding is None else (rewarding, rubrics[reward.category]))
-    names = limits.served_names(args.model_path)
-    try:
-        vocabulary = judge_vocabulary(judge)
-    except GrammarError as err:  # requests for structured outputs are refused, saying why
-        vocabulary = str(err)
-        print(f"judge-serve: no structured outputs: {err}", file=sys.stderr, flush=True)
-    service = Service(names, judge, rubrics, options, limits, Path(args.image_root) if args.image_root else None, api_key,
-                      worker, int(time.time()), worker.context, Metrics(names[0]), vocabulary, loaded.fingerprint, reward, rewarding)
-    print(f"judge-serve: {args.model_path} on {device}, http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    service = load_service(args, options, limits, api_key)
+    print(f"judge-serve: {args.model_path} on {service.worker.device}, http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.Server(uvicorn.Config(build_app(service), host=args.host, port=args.port, log_level="info")).run()
     return 0
 
 
-def settings(args) -> tuple[ScoreOptions, ServeOptions, str | None]:
+def ray_application(flags: dict):
+    """`serve run`'s application builder (a config's import_path: mmjudge.serve.cli:ray_application): `args` are
+    judge-serve's flags by name, `{model_path: CKPT, reward: score:SA}`; a flag without a value true, a list its values.
+    The number of replicas (num_replicas, or autoscaling_config) is the config's, of the deployment named Judge; the
+    address its http_options' (docs/past-one-machine.md)."""
+    from mmjudge.ray.serve import application
+
+    argv = []
+    for name, value in flags.items():
+        if value is False or value is None:
+            continue
+        argv += [f"--{name}", *([] if value is True else map(str, value) if isinstance(value, list) else [str(value)])]
+    args = build_parser(argv).parse_args(argv)
+    options, limits, api_key = settings(args, listening=False)
+    judged_by(args, limits)
+    return application(args, options, limits, api_key, limits.replicas)
+
+
+def settings(args, listening: bool = True) -> tuple[ScoreOptions, ServeOptions, str | None]:
     """The scoring options, the server's limits and the API key; every flag that cannot work in one error,
-    before the model loads."""
+    before the model loads. `listening` False: --host and --port are not this process's to check (a `serve run`
+    config's http_options give Ray Serve's address)."""
     values = config_values(ScoreOptions, args.config, args)
     limits = config_values(ServeOptions, None, args)
     problems = setting_problems(ScoreOptions, values) + setting_problems(ServeOptions, limits)
@@ -122,9 +107,9 @@ def settings(args) -> tuple[ScoreOptions, ServeOptions, str | None]:
         problems.append(f"--api_key_env {args.api_key_env}: the key must be printable ASCII, as every client can send it in a header")
     if not loopback(args.host) and not args.api_key_env:
         problems.append(f"--host {args.host} lets other machines in: give an API key with --api_key_env, or listen on 127.0.0.1")
-    if not 0 < args.port < 65536:
+    if listening and not 0 < args.port < 65536:
         problems.append(f"--port must be 1-65535, got {args.port}")
-    elif taken := port_taken(args.host, args.port):
+    elif listening and (taken := port_taken(args.host, args.port)):
         problems.append(f"--host {args.host} --port {args.port}: cannot listen there ({taken}); give another --port")
     if problems:
         raise UsageError("judge-serve cannot start:\n  " + "\n  ".join(problems))

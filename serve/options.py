@@ -71,6 +71,11 @@ class ServeOptions:
     max_model_len: int | None = field(default=None, metadata={
         "help": "tokens a request's prompt and answer hold together at most (vLLM's name): a longer prompt is refused (400) before it "
                 "reaches the model, an answer is cut there; none: the model's context", "minimum": 2})
+    replicas: int | None = field(default=None, metadata={
+        "help": "judge replicas on Ray Serve behind this one address (--host, --port), each a judge-serve of these flags, a request "
+                "sent to the replica that last judged its question and images unless that one is overloaded, else to the least loaded "
+                "(docs/past-one-machine.md); joins the Ray cluster `ray start` made on this machine, or starts one; needs the ray extra; "
+                "none: one process, no Ray", "minimum": 1})
     reward: str | None = field(default=None, metadata={
         "help": "what the reward endpoints (/classify, /get_reward, /v1/score/evaluation, /v1/decisions) answer, KIND:CATEGORY "
                 "(docs/rewards.md): score:CATEGORY, a pointwise rubric's expected score mapped to [0, 1] (score:CATEGORY:CALIBRATOR.json "

@@ -24,7 +24,7 @@ from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Rubric
 from mmjudge.judge.reward_model import is_reward_model
 from mmjudge.judge.rewards import RewardSpec
-from mmjudge.serve.api import RequestError
+from mmjudge.serve.api import RequestError, read_body
 from mmjudge.serve.metrics import Metrics
 from mmjudge.serve.options import ServeOptions
 from mmjudge.serve.worker import Worker
@@ -94,14 +94,7 @@ class ClientGone(Exception):
 async def read_json(request: Request, limit: int) -> object:
     """The body as JSON, refused at the limit without reading further, and refused where it holds what no
     reader here can take (a lone surrogate, NaN, nesting deeper than any request): 400 naming the field."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, "body", f"{declared} bytes, over this server's limit of {limit} (--max_request_bytes)")
-    body = bytearray()
-    async for piece in request.stream():
-        body += piece
-        if len(body) > limit:
-            raise RequestError(413, "body", f"over this server's limit of {limit} bytes (--max_request_bytes)")
+    body = await read_body(request, limit)
     try:
         value = json.loads(body, parse_constant=not_a_number)
     except (ValueError, RecursionError) as err:  # RecursionError: nesting deeper than any real request

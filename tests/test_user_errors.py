@@ -119,3 +119,15 @@ def test_a_step_finer_than_any_rating_scale_is_one_line(annotations, tmp_path, c
 
 def assert_one_line(code, err, named):
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and str(named) in err, err[-2000:]
+
+
+def test_replicas_without_ray_are_refused_naming_the_extra(monkeypatch, tmp_path, capsys):
+    """judge-serve --replicas without the ray extra: exit 2 naming what to install, before the judge loads."""
+    import sys
+
+    from mmjudge.serve.cli import main as serve_main
+    from mmjudge.serve.process import free_port
+
+    monkeypatch.setitem(sys.modules, "mmjudge.ray.serve", None)  # as where ray is not installed
+    assert serve_main(["--model_path", str(tmp_path), "--replicas", "2", "--port", str(free_port())]) == 2
+    assert "pip install 'mmjudge[ray]'" in capsys.readouterr().err
