@@ -38,10 +38,11 @@ matplotlib.use("Agg")  # no display needed
 import matplotlib.pyplot as plt
 import numpy as np
 from PIL import Image, ImageFilter
+from pydantic import ValidationError
 
 from mmjudge.infer.journal import fingerprint
 from mmjudge.infer.summary import histogram
-from mmjudge.judge.data import CRITERIA, JudgeResult, Sample, Segment, resolve_image
+from mmjudge.judge.data import CRITERIA, InputError, JudgeResult, Problem, Sample, Segment, read_json, resolve_image, validation_problems
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.probes import BARELY_MOVES, CONTRADICTION, PADDING, PROBES, SEEDED
 
@@ -251,3 +252,26 @@ def plot_reliance(entry: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def read_paraphrases(path: Path, samples: list[Sample]) -> dict[str, list[Segment]]:
+    """--paraphrases: [{id, answer}], each answer a string or segments as the input's; every problem of every record named,
+    before the judge loads (an id the input does not hold is one)."""
+    content = read_json(path)
+    if not isinstance(content, list):
+        raise InputError([Problem(str(path), "expected a JSON list of {id, answer}")])
+    known, problems, found = {s.id: s for s in samples}, [], {}
+    for index, raw in enumerate(content):
+        rid = str(raw["id"]) if isinstance(raw, dict) and raw.get("id") is not None else None
+        if rid not in known or rid in found:
+            said = "a record needs an id" if rid is None else f"id {rid!r} is reworded twice" if rid in found else (
+                f"no sample of id {rid!r} in the input (after --limit)")
+            problems.append(Problem(str(path), said, index, rid, "id"))
+            continue
+        try:
+            found[rid] = Sample.model_validate({**known[rid].model_dump(), "answer": raw.get("answer")}).answer
+        except ValidationError as err:
+            problems += validation_problems(str(path), index, rid, err)
+    if problems:
+        raise InputError(problems)
+    return found

@@ -20,7 +20,6 @@ from typing import Protocol
 
 import torch
 import torch.distributed as dist
-from pydantic import ValidationError
 
 from mmjudge.infer.engine import STRUCTURED_PAIRS, prepare, refuse_past_context
 from mmjudge.infer.inputs import read_benchmark
@@ -28,14 +27,13 @@ from mmjudge.infer.journal import Journal, Result, clear, file_sha256, fingerpri
 from mmjudge.infer.local_backend import LocalBackend
 from mmjudge.infer.openai_backend import OpenAIBackend
 from mmjudge.infer.options import PAIR_OPTIONS, ScoreOptions
-from mmjudge.infer.probe import ProbePass, format_reliance, image_reliance, plot_file, plot_reliance, probe_pass, result_file
+from mmjudge.infer.probe import ProbePass, format_reliance, image_reliance, plot_file, plot_reliance, probe_pass, read_paraphrases, result_file
 from mmjudge.infer.progress import Bar
 from mmjudge.infer.ray_backend import RayBackend
 from mmjudge.infer.reward_model import is_reward_checkpoint, pairwise_refusal
 from mmjudge.infer.summary import SUMMARY, format_pairs_summary, format_summary, summarize, summarize_pairs
 from mmjudge.judge.calibrator import Calibrator, PairCalibrator, as_records, load_calibrator
-from mmjudge.judge.data import (InputError, JudgeResult, Pair, PairResult, Problem, Sample, Segment, UsageError, read_json, resolve_image,
-                                validation_problems, write_json_atomically)
+from mmjudge.judge.data import InputError, JudgeResult, Pair, PairResult, Problem, Sample, Segment, UsageError, resolve_image, write_json_atomically
 from mmjudge.judge.distributed import end_process_group
 from mmjudge.judge.formats import BenchmarkInput, Format
 from mmjudge.judge.identity import stamp
@@ -170,29 +168,6 @@ def scoring_input(args, fmt: Format, pair_flags: list[str] = (), rank: int = 0) 
     calibrator = load_calibrator(args.calibrator, [bench.rubrics[c] for c in categories], pairs) if args.calibrator else None
     paraphrases = read_paraphrases(Path(args.paraphrases), samples) if getattr(args, "paraphrases", None) else None
     return ScoringInput(bench, samples, skipped, calibrator, paraphrases)
-
-
-def read_paraphrases(path: Path, samples: list[Sample]) -> dict[str, list[Segment]]:
-    """--paraphrases: [{id, answer}], each answer a string or segments as the input's; every problem of every record named,
-    before the judge loads (an id the input does not hold is one)."""
-    content = read_json(path)
-    if not isinstance(content, list):
-        raise InputError([Problem(str(path), "expected a JSON list of {id, answer}")])
-    known, problems, found = {s.id: s for s in samples}, [], {}
-    for index, raw in enumerate(content):
-        rid = str(raw["id"]) if isinstance(raw, dict) and raw.get("id") is not None else None
-        if rid not in known or rid in found:
-            said = "a record needs an id" if rid is None else f"id {rid!r} is reworded twice" if rid in found else (
-                f"no sample of id {rid!r} in the input (after --limit)")
-            problems.append(Problem(str(path), said, index, rid, "id"))
-            continue
-        try:
-            found[rid] = Sample.model_validate({**known[rid].model_dump(), "answer": raw.get("answer")}).answer
-        except ValidationError as err:
-            problems += validation_problems(str(path), index, rid, err)
-    if problems:
-        raise InputError(problems)
-    return found
 
 
 def record_type(samples: list[Sample | Pair]) -> type[Result]:

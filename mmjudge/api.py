@@ -463,8 +463,7 @@ fine_tune = _door(train_run.fine_tune)
 
 def _probed(samples: list, pairs: bool, probe: tuple, image_root: Path, scratch: Path) -> list:
     """`score`'s probe: the perturbed copies of the samples it applies to (infer/probe.py), as judge-score's --probe makes them."""
-    from mmjudge.infer.probe import probed_samples
-    from mmjudge.infer.run import read_paraphrases
+    from mmjudge.infer.probe import probed_samples, read_paraphrases
     from mmjudge.judge.probes import PROBES
 
     kind, seed, paraphrases = probe
