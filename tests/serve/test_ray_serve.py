@@ -144,8 +144,8 @@ def test_every_door_answers_through_one_address_as_one_judge_serve_each_answer_n
 
     # the reward adapters and OpenAI's client, unchanged, pointed at the one address
     asked = [Asked(question, response, [images[0]]), Asked("Is it raining?", "No.")]
-    rewards = asyncio.run(ServerRewards(replicated).rewards(asked))
-    assert rewards == pytest.approx(asyncio.run(ServerRewards(plain).rewards(asked)), abs=1e-6) and None not in rewards
+    rewards = asyncio.run(ServerRewards(replicated).ask(asked)).rewards
+    assert rewards == pytest.approx(asyncio.run(ServerRewards(plain).ask(asked)).rewards, abs=1e-6) and None not in rewards
     streamed = OpenAI(base_url=f"{replicated}/v1", api_key="none").chat.completions.create(
         model=SERVED, messages=chat[:1], max_tokens=6, temperature=0, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == \
