@@ -317,14 +317,15 @@ REFUSALS = {
         ("frequency_penalty", -3, "Input should be greater than or equal to -2"),
         ("repetition_penalty", 1.1, "repetition_penalty is not implemented"),
         ("guided_decoding_backend", "outlines", "this server's grammars are llguidance's"),
-        ("reasoning_effort", "low", "not a field of OpenAI's chat completions that this server knows"),
+        # OpenAI's field (the 400 said it was not), for hidden reasoning a judge does not do
+        ("reasoning_effort", "low", "this judge does no hidden reasoning whose effort could be set"),
         ("max_tokens", True, "Input should be a valid integer"),
         ("temperature", "0", "Input should be a valid number"),
         ("stream_options", {"include_usage": True}, "only with stream: true"),
     ]},
     # a field with an empty name is named as JSON writes it (the fuzz test found it refused with an empty param)
     "an empty field name": ("/v1/chat/completions", {"model": SERVED, "": [], "messages": HELLO}, 400, '""',
-                            "not a field of OpenAI's chat completions that this server knows"),
+                            "a field this server does not take"),
     "an empty stop sequence": ("/v1/chat/completions", {"model": SERVED, "stop": ["ok", ""], "messages": HELLO}, 400, "stop[1]",
                                "an empty stop sequence"),
     # issue 22, 4(b): the text limit of /v1/score applies to chat, before anything is tokenized
