@@ -285,6 +285,9 @@ REFUSALS = {
     "a relative path out of the root": ("/v1/score", image_sample("../../../../etc/hostname"), 400, "samples[0].question[0].image", OUTSIDE),
     "a missing file inside the root": ("/v1/score", image_sample("images/none.png"), 400, "samples[0].question[0].image", OUTSIDE),
     "a file inside the root that is no image": ("/v1/score", image_sample("data.json"), 400, "samples[0].question[0].image", OUTSIDE),
+    # issue 56: a name longer than the filesystem takes was a 500 naming the server's absolute --image_root
+    "a 5,000-character path": ("/v1/score", image_sample("a" * 5000), 400, "samples[0].question[0].image", OUTSIDE),
+    "a 5,000-character path in a chat": ("/v1/chat/completions", chat_with_image("a" * 5000), 400, "messages[0].content[1].image_url.url", OUTSIDE),
     "a URL to fetch": ("/v1/chat/completions", chat_with_image("http://127.0.0.1:1/x.png"), 400,
                        "messages[0].content[1].image_url.url", "fetches no URL"),
     "an image detail OpenAI does not have": ("/v1/chat/completions", {"model": SERVED, "messages": [{"role": "user", "content": [
