@@ -8,6 +8,7 @@ import argparse
 import importlib.util
 import os
 import re
+import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, fields
@@ -100,6 +101,8 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
     annotations = read_annotations(train_file, Path(eval_file) if eval_file else None, image_root, loaded, cfg.scale, cfg.objective)
     check_scales(annotations[0] + annotations[1], loaded, cfg.scale)
     base = find_checkpoint(model_path, revision)
+    if deepspeed:
+        deepspeed_ops()
     # Rank 0 holds output_dir for the run; the others wait for it in the Trainer's process group.
     with locked(out, "judge-train") if int(os.environ.get("RANK", "0")) == 0 else nullcontext():
         try:
@@ -116,6 +119,23 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
         finally:
             end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
     return TrainResult(out, result["global_step"], result["best"], result["measure"], eval_file is not None)
+
+
+def deepspeed_ops() -> None:
+    """DeepSpeed's CPU ops (CPU Adam for ZeRO-Offload, shared-memory collectives), compiled on the first --deepspeed
+    run rather than by `make setup` for every user: about 3 CPU-minutes, 16 minutes of a busy 2-core machine
+    (docs/training.md). Compiled by torch's extension loader under its file lock in TORCH_EXTENSIONS_DIR, one rank
+    compiling while the others wait, and loaded from there by every later run; a line says why the wait."""
+    import torch.utils.cpp_extension as extensions
+    from deepspeed.ops.op_builder import CPUAdamBuilder, ShareMemCommBuilder
+
+    builders = [CPUAdamBuilder(), ShareMemCommBuilder()]
+    missing = [b.name for b in builders if not (Path(extensions._get_build_directory(b.name, False)) / f"{b.name}.so").is_file()]
+    if missing and int(os.environ.get("RANK", "0")) == 0:
+        where = os.environ.get("TORCH_EXTENSIONS_DIR", "torch's extension cache")
+        print(f"compiling DeepSpeed's CPU ops ({', '.join(missing)}) for --deepspeed: once, minutes, then kept in {where}", file=sys.stderr, flush=True)
+    for builder in builders:
+        builder.load(verbose=False)
 
 
 def _config(config: Path | None, settings: dict) -> tuple[TrainConfig | None, list[str]]:
