@@ -123,8 +123,8 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
 
 def deepspeed_ops() -> None:
     """DeepSpeed's CPU ops (CPU Adam for ZeRO-Offload, shared-memory collectives), compiled on the first --deepspeed
-    run rather than by `make setup` for every user: about 3 CPU-minutes, 16 minutes of a busy 2-core machine
-    (docs/training.md). Compiled by torch's extension loader under its file lock in TORCH_EXTENSIONS_DIR, one rank
+    run rather than by `make setup` for every user: 3 minutes of 2 nearly idle cores, 16 of 2 busy ones
+    (docs/quickstart.md). Compiled by torch's extension loader under its file lock in TORCH_EXTENSIONS_DIR, one rank
     compiling while the others wait, and loaded from there by every later run; a line says why the wait."""
     import torch.utils.cpp_extension as extensions
     from deepspeed.ops.op_builder import CPUAdamBuilder, ShareMemCommBuilder
