@@ -20,9 +20,8 @@ $(VENV)/.installed: pyproject.toml requirements/lock.txt
 	$(PY) -m pip install -q -r requirements/lock.txt
 	# DeepSpeed builds against the torch above; build isolation would pull a second, multi-GB torch.
 	$(PY) -m pip install -q --no-build-isolation $(DEEPSPEED)
-	# DeepSpeed compiles its CPU ops (CPU Adam for ZeRO-Offload, shared-memory collectives) on first use:
-	# compile them here, once, so that no training run, test or demo waits on the compiler.
-	$(PY) -c "from deepspeed.ops.op_builder import CPUAdamBuilder, ShareMemCommBuilder; CPUAdamBuilder().load(); ShareMemCommBuilder().load()"
+	# DeepSpeed's CPU ops (CPU Adam, shared-memory collectives) are compiled by the first --deepspeed run, not here:
+	# 16 minutes of a busy machine for every user, most of whom never pass --deepspeed (train/run.py, docs/training.md).
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 

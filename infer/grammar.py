@@ -152,6 +152,35 @@ def within(seconds: float, build: Callable[[], Grammar]) -> Grammar:
         raise GrammarError(f"it takes more than {seconds:g} s to compile, this server's limit (--max_grammar_seconds)") from None
 
 
+def bounded(schema: object) -> object:
+    """`schema` with the limits it leaves out: an integer or a number of no range at most MAX_DIGITS digits before
+    its point (|x| < 10**MAX_DIGITS), a string of no length, pattern, format or values at most MAX_STRING characters.
+    Neither vLLM nor llguidance bounds them: a judge left free to write digits, or a string, writes until
+    max_tokens (a number whose digits never end: issue 56). What the schema bounds itself is kept as given. Not
+    bounded: a number's fraction and exponent (JSON Schema cannot say how many digits), and the keys an object
+    leaves free (llguidance does not implement propertyNames)."""
+    if isinstance(schema, list):
+        return [bounded(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: bounded(value) if key not in ("const", "enum", "default", "examples") else value for key, value in schema.items()}
+    if "const" in schema or "enum" in schema:
+        return out
+    kinds = schema.get("type")
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    if kinds & {"integer", "number"} and not RANGE_KEYS & schema.keys():
+        out |= {"minimum": -(10**MAX_DIGITS - 1), "maximum": 10**MAX_DIGITS - 1}
+    if "string" in kinds and not STRING_KEYS & schema.keys():
+        out["maxLength"] = MAX_STRING
+    return out
+
+
+MAX_DIGITS = 9  # an integer or number of no range: |x| < 10**9, within a 32-bit integer; a schema that needs more says so
+MAX_STRING = 256  # a string of no maxLength (nor pattern, format or values): this many characters at most
+RANGE_KEYS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+STRING_KEYS = {"maxLength", "pattern", "format"}
+
+
 @functools.lru_cache(maxsize=256)  # a harness sends the same schema with every sample: compiled once
 def _cached(vocabulary: Vocabulary, kind: str, text: str, whitespace: str | None) -> Grammar:
     if kind == "json":
@@ -177,7 +206,7 @@ def _cached(vocabulary: Vocabulary, kind: str, text: str, whitespace: str | None
 def json_schema(vocabulary: Vocabulary, schema: dict | bool, whitespace: str | None = COMPACT) -> Grammar:
     """JSON valid against `schema` ({} or True: any JSON value). `whitespace`: the pattern of whitespace
     between tokens (COMPACT: none at all; None: WHITESPACE)."""
-    return _cached(vocabulary, "json", json.dumps(schema, sort_keys=True), whitespace)
+    return _cached(vocabulary, "json", json.dumps(bounded(schema), sort_keys=True), whitespace)
 
 
 def json_object(vocabulary: Vocabulary, whitespace: str | None = COMPACT) -> Grammar:

@@ -123,5 +123,5 @@ def options_for(format_name: str, config: str | Path | None, given: dict, more_p
     config = by_name("score", config) if config else preset(format_name)
     values = config_values(ScoreOptions, config, argparse.Namespace(**given))
     if problems := setting_problems(ScoreOptions, values) + list(more_problems):
-        raise UsageError(f"invalid scoring options (from {config or 'the defaults'} and the flags):\n  " + "\n  ".join(problems))
+        raise UsageError(f"invalid scoring options (from {config or 'the defaults'} and the options given):\n  " + "\n  ".join(problems))
     return ScoreOptions(**values)

@@ -22,7 +22,7 @@ from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 from mmjudge.judge.data import MAX_SETTINGS_BYTES, InputError, UsageError, read_json
 from mmjudge.judge.detokenize import write_merges_as_read
 from mmjudge.judge.parsing import SCORE_HEADING
-from mmjudge.judge.templates import TEMPLATES, ChatTemplate, template_from_jinja
+from mmjudge.judge.templates import TEMPLATES, ChatTemplate, bounded_sandbox, template_from_jinja
 from mmjudge.judge.vision import ImageProcessing
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -218,14 +218,21 @@ def _parts(config: dict, where: str):
             yield from _parts(value, f"{where} {key}")
 
 
+MROPE_MODEL_TYPES = ("qwen2_5_vl", "qwen3_vl")  # Qwen-VL's multimodal rotary embedding
+
+
 def check_rope(path: Path, config) -> None:
     """A multimodal rotary embedding's sections (Qwen-VL's mrope_section: temporal, height, width) share the
     head's rotary half exactly: others were taken, and failed or misplaced positions at the first forward."""
     text = config.get_text_config()
     sections = (getattr(text, "rope_parameters", None) or {}).get("mrope_section")
-    if sections is None:
-        return
     half = (getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads) // 2
+    if sections is None:
+        if config.model_type in MROPE_MODEL_TYPES:  # transformers then takes a released model's sections, of another head size
+            raise CheckpointError(f"{path}/config.json: rope_scaling: no mrope_section; a {config.model_type} config gives its rotary "
+                                  f"sections (temporal, height, width), three positive whole numbers that add up to half the attention "
+                                  f"head's size, {half}")
+        return
     if not (isinstance(sections, list) and len(sections) == 3 and all(type(s) is int and s >= 1 for s in sections) and sum(sections) == half):
         raise CheckpointError(f"{path}/config.json: mrope_section {sections!r}; three positive whole numbers (temporal, height, width) "
                               f"that add up to half the attention head's size, {half}")
@@ -333,7 +340,8 @@ def chat_template_of(path: Path, tokenizer: PreTrainedTokenizerBase) -> ChatTemp
     tokenizer.chat_template = text
 
     def render(messages: list[dict], add_generation_prompt: bool) -> str:
-        return tokenizer.apply_chat_template(messages, chat_template=text, tokenize=False, add_generation_prompt=add_generation_prompt)
+        with bounded_sandbox():  # no one expression may make gigabytes (templates.py)
+            return tokenizer.apply_chat_template(messages, chat_template=text, tokenize=False, add_generation_prompt=add_generation_prompt)
 
     try:
         return template_from_jinja(render, tokenizer.bos_token)

@@ -29,7 +29,7 @@ import types
 import typing
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -198,6 +198,21 @@ def _path_problem(kind: str, path: Path) -> str | None:
         return f"unusable ({err.strerror})"
 
 
+def path_problems(given: Sequence[tuple[str, object, str]]) -> list[str]:
+    """What the parser finds of path flags, for the Python API, which has none: each (flag, value, kind of
+    PATH_KINDS) whose value is not a path (a str or Path) or names nothing of its kind, named by its flag
+    (the API names it by keyword: mmjudge.api.as_keywords). None: not given."""
+    problems = []
+    for flag, value, kind in given:
+        if value is None:
+            continue
+        if not isinstance(value, (str, Path)) or value == "":
+            problems.append(f"{flag}: give a path (a str or Path), not {reprlib.repr(value) if value == '' else type(value).__name__}")
+        elif problem := _path_problem(kind, Path(value)):
+            problems.append(f"{flag} {value}: {problem}")
+    return problems
+
+
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="show full tracebacks on errors (default: off)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
@@ -241,11 +256,16 @@ def settings_from_config(cls, config: str | Path | None, args: argparse.Namespac
     """A settings dataclass from its declared defaults, overridden by a YAML preset whose keys are its
     fields (when there is one), each overridden by the flag of the same name when the user gave it (flags
     default to None for this reason). Values are checked against the fields' types, so that YAML's
-    surprises (`1e-4` is a string) are named here rather than failing deep inside a run."""
+    surprises (`1e-4` is a string) are named here rather than failing deep inside a run: each by the flag
+    (or the API's keyword) that gave it, or else by the config."""
     try:
         return TypeAdapter(cls).validate_python(config_values(cls, config, args))
     except ValidationError as err:
-        raise InputError(validation_problems(config or "flags", None, None, err)) from None
+        given = {name for name, value in vars(args).items() if value is not None}
+        problems = validation_problems(config or "the defaults", None, None, err)
+        setting = lambda p: (p.field or "").split("[")[0]  # noqa: E731  (scale[0]: the setting scale)
+        raise InputError([replace(p, file=f"--{setting(p)}", field=None if p.field == setting(p) else p.field) if setting(p) in given else p
+                          for p in problems]) from None
 
 
 def flag_given(argv: Sequence[str] | None, flag: str) -> str | None:
@@ -269,7 +289,8 @@ def config_given(argv: Sequence[str] | None, kind: str | None, default: Path | N
 def setting_problems(cls, values: dict) -> list[str]:
     """Every value in `values` for a field of the settings dataclass `cls` that cannot work, each with what
     would: a Literal's choices, a bool, and a number's range where the field's metadata gives a `minimum`
-    (and a `below`, a bound it must stay under). Other fields are left to their types' checks."""
+    (a bound it must stay over instead where its `above` is true, and a `below`, a bound it must stay under).
+    Other fields are left to their types' checks."""
     hints = typing.get_type_hints(cls)
     problems = []
     for f in fields(cls):
@@ -280,7 +301,7 @@ def setting_problems(cls, values: dict) -> list[str]:
             ok = isinstance(value, bool) or (value is None and hint != bool)
             wanted = "true or false" + (" or none" if hint != bool else "")
         elif minimum is not None:  # a number, or none where the type allows it
-            ok, wanted = _in_range(value, hint, minimum, f.metadata.get("below"))
+            ok, wanted = _in_range(value, hint, minimum, f.metadata.get("below"), f.metadata.get("above", False))
         elif isinstance(value, float):  # a number of no set range is still finite: inf and NaN failed far into a run
             ok, wanted = math.isfinite(value), "a finite number"
         else:
@@ -290,13 +311,16 @@ def setting_problems(cls, values: dict) -> list[str]:
     return problems
 
 
-def _in_range(value, hint, minimum, below) -> tuple[bool, str]:
-    """Whether `value` is a number of the field's kind within [minimum, below), and what that means in words."""
+def _in_range(value, hint, minimum, below, above: bool = False) -> tuple[bool, str]:
+    """Whether `value` is a number of the field's kind within [minimum, below) (with `above`, (minimum, below)),
+    and what that means in words."""
     optional = type(None) in typing.get_args(hint)
     whole = int in (typing.get_args(hint) or (hint,))
     kinds = (int,) if whole else (int, float)
-    number = type(value) in kinds and (type(value) is int or math.isfinite(value)) and value >= minimum and (below is None or value < below)
-    wanted = f"{'a whole number' if whole else 'a finite number'} of at least {minimum:g}" + (f" and below {below:g}" if below is not None else "")
+    number = (type(value) in kinds and (type(value) is int or math.isfinite(value)) and (value > minimum if above else value >= minimum)
+              and (below is None or value < below))
+    wanted = (f"{'a whole number' if whole else 'a finite number'} {'above' if above else 'of at least'} {minimum:g}"
+              + (f" and below {below:g}" if below is not None else ""))
     return (optional and value is None) or number, wanted + (" or none" if optional else "")
 
 

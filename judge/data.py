@@ -826,7 +826,13 @@ def holds_pairs(path: str | Path) -> bool:
         records = read_json(path)
     except InputError:
         return False
-    return isinstance(records, list) and bool(records) and isinstance(records[0], dict) and {"answer_a", "answer_b"} <= set(records[0])
+    return isinstance(records, list) and bool(records) and is_pair_record(records[0])
+
+
+def is_pair_record(record: object) -> bool:
+    """Whether a record is meant as a pair: it holds answer_a or answer_b and no single answer. A pair short of
+    one of its answers is still one, whose reader names the answer missing (not "answer: Field required")."""
+    return isinstance(record, dict) and "answer" not in record and bool({"answer_a", "answer_b"} & record.keys())
 
 
 def load_pairs(path: str | Path, image_root: str | Path | None = None, preferred: bool = False) -> list[Pair]:

@@ -19,17 +19,18 @@ import argparse
 import ast
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
-from mmjudge.judge.data import UsageError, missing_file, validation_problems, write_text_atomically
+from mmjudge.judge.data import InputError, UsageError, missing_file, validation_problems, write_text_atomically
 from mmjudge.judge.outputs import overwritten_inputs
 from mmjudge.judge.pairwise_prompts import IMPORTERS
 from mmjudge.judge.parsing import ScoreScale
-from mmjudge.judge.prompts import Rubric
+from mmjudge.judge.prompts import Rubric, load_rubrics
 
 # MMIE's dataset.py stops reading an answer once the prompt holds 3 images; the imported rubrics keep that.
 MMIE_ANSWER_STOP = 3
@@ -134,6 +135,7 @@ def _main(argv) -> int:
     # quoted as JSON: a path with a line break in it would otherwise end the comment and write YAML of its own
     header = f"# Imported by judge-rubric from {json.dumps(args.path, ensure_ascii=False)}; the prompt text is kept byte for byte.\n"
     body = yaml.safe_dump([r.model_dump(mode="json") for r in rubrics], allow_unicode=True, sort_keys=False, width=10**6)
+    read_back(header + body, args.path)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomically(output, header + body)
@@ -141,6 +143,20 @@ def _main(argv) -> int:
         raise UsageError(f"-o {args.output}: cannot write it ({err.strerror})") from None
     print(f"{args.output}: {', '.join(r.category for r in rubrics)}")
     return 0
+
+
+def read_back(text: str, source: str) -> None:
+    """The rubric file as judge-score reads it (load_rubrics), or a UsageError naming what the reader would refuse
+    (a lone surrogate in a prompt, which Python's string escapes allow and no tokenizer takes): import writes
+    only what reads back."""
+    with tempfile.TemporaryDirectory(prefix="mmjudge-rubric-") as folder:
+        written = Path(folder) / "rubric.yaml"
+        written.write_text(text, encoding="utf-8")
+        try:
+            load_rubrics([written])
+        except InputError as err:
+            found = "; ".join(f"{p.field}: {p.message}" if p.field else p.message for p in err.problems)
+            raise UsageError(f"{source}: the rubric it makes would be refused when read ({found}); nothing written") from None
 
 
 if __name__ == "__main__":

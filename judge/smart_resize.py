@@ -19,6 +19,7 @@ mean and std).
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -114,6 +115,19 @@ class SmartResize:
         return Pixels(values, grid_h * grid_w // m**2, torch.tensor([[1, grid_h, grid_w]]))
 
 
+def _channels(config: dict, name: str, default: tuple[float, ...]) -> tuple[float, ...]:
+    """image_mean or image_std: one number per colour channel (or one for all three, as the processor takes it);
+    anything else is a ValueError naming the field (a string's characters were read as numbers)."""
+    value = config.get(name, default)
+    if type(value) in (int, float):
+        value = [value] * 3
+    if not (isinstance(value, (list, tuple)) and len(value) == 3 and all(type(v) in (int, float) and math.isfinite(v) for v in value)
+            and (name != "image_std" or 0 not in value)):
+        raise ValueError(f"{name} {reprlib.repr(value)}: three finite numbers, one per colour channel (red, green, blue)"
+                         + (", none of them 0 (each divides its channel)" if name == "image_std" else ""))
+    return tuple(float(v) for v in value)
+
+
 def from_processor_config(config: dict, patch_size: int, merge_size: int, temporal_patch_size: int) -> SmartResize:
     """The rule a checkpoint's preprocessor_config.json gives (module docstring); sizes it leaves out are the model's."""
     size = config.get("size") or {}
@@ -122,7 +136,7 @@ def from_processor_config(config: dict, patch_size: int, merge_size: int, tempor
         max_pixels=config.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280,
         patch_size=config.get("patch_size", patch_size), merge_size=config.get("merge_size", merge_size),
         temporal_patch_size=config.get("temporal_patch_size", temporal_patch_size),
-        mean=tuple(config.get("image_mean", SmartResize.mean)), std=tuple(config.get("image_std", SmartResize.std)),
+        mean=_channels(config, "image_mean", SmartResize.mean), std=_channels(config, "image_std", SmartResize.std),
     )
     # A patch size of 0 divided by zero at the first image; the judge's context bounds max_pixels (judge/model.py).
     for name in ("min_pixels", "max_pixels", "patch_size", "merge_size", "temporal_patch_size"):

@@ -35,10 +35,14 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from mmjudge.judge.data import InputError, Problem, read_text
 
@@ -232,6 +236,46 @@ def within_limits(render, *args):
         return render(*args)
     finally:
         sys.setprofile(previous)
+
+
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox (transformers renders chat templates in it), whose `*`, `**` and `+` refuse a
+    result past RENDER_CHARS before making it: `'x' * 4000000000` is one step of Python's own code, which
+    within_limits' watch never sees (it grew to 10.6 GB), and Jinja folds it at compile time unless intercepted."""
+
+    intercepted_binops = frozenset({"*", "**", "+"})
+
+    def call_binop(self, context, operator: str, left, right):
+        sequences = (str, list, tuple)
+        if operator == "*" and isinstance(right, sequences) and type(left) is int:
+            left, right = right, left
+        if operator == "*" and isinstance(left, sequences) and type(right) is int:
+            size = len(left) * right
+        elif operator == "+" and isinstance(left, sequences) and isinstance(right, sequences):
+            size = len(left) + len(right)
+        elif operator == "**" and type(left) is int and type(right) is int and abs(left) > 1 and right > 0:
+            size = right * math.log10(abs(left))  # its digits
+        else:
+            size = 0
+        if size > RENDER_CHARS:
+            raise ValueError(f"an expression of it ({operator}) makes a value of more than {RENDER_CHARS:,} characters or digits")
+        return super().call_binop(context, operator, left, right)
+
+
+@contextmanager
+def bounded_sandbox():
+    """transformers' apply_chat_template compiling and rendering in _BoundedSandbox. Its compiled templates are
+    cached by text: the cache is emptied on entry (a template compiled unbounded is compiled again) and on exit
+    (nothing compiled here is reused elsewhere)."""
+    from transformers.utils import chat_template_utils
+
+    chat_template_utils._compile_jinja_template.cache_clear()
+    original, chat_template_utils.ImmutableSandboxedEnvironment = chat_template_utils.ImmutableSandboxedEnvironment, _BoundedSandbox
+    try:
+        yield
+    finally:
+        chat_template_utils.ImmutableSandboxedEnvironment = original
+        chat_template_utils._compile_jinja_template.cache_clear()
 
 
 def template_from_jinja(render, bos_token: str | None, name: str = "chat_template") -> ChatTemplate:

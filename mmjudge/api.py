@@ -44,7 +44,7 @@ from mmjudge.configs import DEFAULT_RUBRICS, bundled, by_name, rubric_paths
 from mmjudge.infer.inputs import read_benchmark
 from mmjudge.infer.loaded import LoadedJudge
 from mmjudge.judge.cpu import use_free_cores
-from mmjudge.judge.data import InputError, Pair, Problem, Sample, UsageError, validate_samples
+from mmjudge.judge.data import InputError, Pair, Problem, Sample, UsageError, is_pair_record, validate_samples
 from mmjudge.train import run as train_run
 from mmjudge.train.run import TrainResult
 
@@ -163,14 +163,25 @@ class Judge(LoadedJudge):
         use_free_cores()  # before torch loads, as every command (judge/cpu.py)
         from mmjudge.infer.options import options_for
 
-        with keywords_named():
+        from mmjudge.judge.prompts import load_rubrics
+
+        with keywords_named():  # every argument checked before the weights load, each named by its keyword
             _known_options(options)
-            if config is not None and not by_name("score", config).is_file():
-                raise UsageError(f"--config {config}: no such file, and no bundled scoring preset of that name "
-                                 f"({', '.join(bundled('score'))}; the training preset tiny is fine_tune's)")
+            problems = [f"--{name}: give {wanted}, not {type(value).__name__}" for name, value, kinds, wanted in (
+                ("model_path", model_path, (str, Path), "a local folder or a Hub id (a str or Path)"),
+                ("revision", revision, (str, type(None)), "a branch, tag or commit name (a str)"),
+                ("config", config, (str, Path, type(None)), "a scoring preset's path or bundled name (a str or Path)")) if not isinstance(value, kinds)]
+            if isinstance(config, (str, Path)) and not by_name("score", config).is_file():
+                problems.append(f"--config {config}: no such file, and no bundled scoring preset of that name "
+                                f"({', '.join(bundled('score'))}; the training preset tiny is fine_tune's)")
+            if problems:
+                raise UsageError(problems[0] if len(problems) == 1 else "\n  ".join([f"{len(problems)} problems with the arguments:", *problems]))
+            rubric_files = _rubric_files(rubrics)
+            if rubric_files:
+                load_rubrics(rubric_files)  # each rubric read and checked here, not at the first score()
             checked = options_for("mmie", config, options)  # every value that cannot work, refused before the weights load
             loaded = LoadedJudge.load(model_path, device, dtype, revision, checked.deterministic)
-        return cls(loaded.path, loaded.model, loaded.device, loaded.fingerprint, rubric_paths(rubrics),
+        return cls(loaded.path, loaded.model, loaded.device, loaded.fingerprint, rubric_files,
                    by_name("score", config) if config else None, options)
 
     def __repr__(self) -> str:
@@ -278,7 +289,7 @@ class Judge(LoadedJudge):
 
         _known_options(given)
         with tempfile.TemporaryDirectory(prefix="mmjudge-images-") as images:
-            rubric_set = rubric_paths(rubrics) or self.rubrics
+            rubric_set = _rubric_files(rubrics) or self.rubrics
             fmt, bench, image_root = self._read(items, wanted or "samples", input_dir, format_name, criteria_file, rubric_set,
                                                 _rubric(rubric, Path(images)), Path(images))
             if problems := bench.problems + rubric_problems(bench.samples, bench.rubrics, bench.path):
@@ -335,11 +346,24 @@ class Judge(LoadedJudge):
         from mmjudge.judge.prompts import load_rubrics
 
         # a pairwise rubric judges pairs, never one answer
-        given = rubric_paths(rubrics) or self.rubrics or DEFAULT_RUBRICS
+        given = _rubric_files(rubrics) or self.rubrics or DEFAULT_RUBRICS
         categories = [category for category, rubric in load_rubrics(given).items() if rubric.kind != "pairwise"]
         if len(categories) != 1:
             raise UsageError(f"category: give the rubric that judges the answer, one of {', '.join(categories)}")
         return categories[0]
+
+
+def _rubric_files(rubrics: PathLike | Sequence[PathLike] | None) -> list[Path] | None:
+    """`rubrics=` as the rubric files or folders it names (rubric_paths), each a path or a bundled name that is
+    there; None: none given."""
+    from mmjudge.judge.cli import path_problems
+
+    if rubrics is None:
+        return None
+    listed = list(rubrics) if isinstance(rubrics, (list, tuple)) else [rubrics]
+    if problems := path_problems([("--rubric", by_name("rubrics", r) if isinstance(r, (str, Path)) and r else r, "file_or_dir") for r in listed]):
+        raise UsageError(problems[0] if len(problems) == 1 else "\n  ".join([f"{len(problems)} problems with the rubrics:", *problems]))
+    return rubric_paths(listed)
 
 
 def _known_options(given: dict) -> None:
@@ -352,7 +376,7 @@ def _known_options(given: dict) -> None:
 
 
 def _is_pair(record: object) -> bool:
-    return isinstance(record, Pair) or (isinstance(record, dict) and {"answer_a", "answer_b"} <= set(record))
+    return isinstance(record, Pair) or is_pair_record(record)
 
 
 def _rubric(rubric: str | dict | Rubric | None, folder: Path | None) -> Rubric | None:
@@ -444,7 +468,7 @@ def keywords_named() -> Iterator[None]:
     except UsageError as err:
         raise UsageError(as_keywords(str(err))) from None
     except InputError as err:
-        raise InputError([replace(p, message=as_keywords(p.message)) for p in err.problems]) from None
+        raise InputError([replace(p, file=as_keywords(p.file), message=as_keywords(p.message)) for p in err.problems]) from None
 
 
 def _door(engine):

@@ -54,6 +54,10 @@ NEUTRAL = {
     "min_tokens": ([0], "min_tokens is not implemented"),
     "echo": ([False], "echoing the prompt is not implemented"),
     "ignore_eos": ([False], "ignore_eos is not implemented"),
+    # OpenAI's, for its reasoning models' hidden reasoning before the answer: a judge has none to spend effort on
+    # (its reasoning is the text of its answer, as long as max_tokens lets it be), so only none is honoured
+    "reasoning_effort": (["none"], "this judge does no hidden reasoning whose effort could be set: it writes its reasoning, if any, "
+                                   "in its answer, within max_tokens"),
 }
 
 
@@ -326,8 +330,9 @@ def refuse_unhonoured(body: dict) -> None:
         if value is None or key in known:
             continue
         if key not in NEUTRAL:  # an empty name is named as JSON writes it: an empty param names no field
-            raise RequestError(400, key or '""', "not a field of OpenAI's chat completions that this server knows; it honours every field it takes, "
-                                         "so it refuses the ones it does not", code="unsupported_parameter")
+            raise RequestError(400, key or '""', "a field this server does not take (docs/serve.md lists what it does with each field of "
+                                         "OpenAI's and vLLM's); it honours every field it takes, so it refuses the others",
+                               code="unsupported_parameter")
         neutral, why = NEUTRAL[key]
         if not any(value == allowed and isinstance(value, bool) == isinstance(allowed, bool) for allowed in neutral):
             raise RequestError(400, key, f"{why}; leave it out (or send {json.dumps(neutral[0])})", code="unsupported_parameter")

@@ -70,10 +70,10 @@ class RequestImages:
             raise RequestError(400, field, "this server was started without --image_root: send images as base64 data URLs")
         try:
             path = (self.image_root / reference).resolve()  # an absolute reference replaces the root, then must lie within it
-        except (OSError, RuntimeError, ValueError):  # a NUL byte, a link loop
-            raise refused from None
-        if not path.is_relative_to(self.image_root) or not path.is_file():
-            raise refused
+            if not path.is_relative_to(self.image_root) or not path.is_file():
+                raise refused
+        except (OSError, RuntimeError, ValueError):  # a NUL byte, a link loop, a name longer than the filesystem takes
+            raise refused from None  # never the OSError's own words, which name the server's folders
         return path
 
     def _check(self, path: Path, field: str, from_client: bool) -> None:

@@ -226,6 +226,14 @@ def chat_asked(messages: list[Message], field: str = "messages") -> Asked:
     return Asked(field, message_pieces(messages[user], f"{field}[{user}]"), message_pieces(messages[response], f"{field}[{response}]"))
 
 
+def sigmoid(reward: float) -> float:
+    """The logistic function without overflow: exp of a reward below about -709 is past a float (a 500
+    OverflowError), so a negative reward goes through exp(r) / (1 + exp(r)), which only underflows to 0."""
+    if reward >= 0:
+        return 1 / (1 + math.exp(-reward))
+    return math.exp(reward) / (1 + math.exp(reward))
+
+
 async def classify(request: Request, service: Service) -> Response:
     arrived = time.monotonic()
     body = validated(ClassifyRequest, await read_json(request, service.limits.max_request_bytes))
@@ -239,7 +247,7 @@ async def classify(request: Request, service: Service) -> Response:
     rewards = await rewarded(request, service, asked, what)
     service.metrics.e2e.observe(time.monotonic() - arrived)
     if service.reward_model:  # as vLLM's pooling runner answers a num_labels 1 classifier: its sigmoid, or with use_activation false its logit
-        data = [{"index": k, "label": service.reward.name, "probs": [r.value if body.use_activation is False else 1 / (1 + math.exp(-r.value))],
+        data = [{"index": k, "label": service.reward.name, "probs": [r.value if body.use_activation is False else sigmoid(r.value)],
                  "num_classes": 1} for k, r in enumerate(rewards)]
     else:
         data = [{"index": k, "label": service.reward.name, "probs": [None if r.value is None else 1 - r.value, r.value], "num_classes": 2}

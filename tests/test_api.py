@@ -16,6 +16,7 @@ from PIL import Image
 import mmjudge
 from mmjudge.configs import rubric_paths
 from mmjudge.infer.cli import main as score_main
+from mmjudge.infer.loaded import LoadedJudge
 from mmjudge.judge.data import InputError, Sample, UsageError
 from mmjudge.judge.testing import write_dataset, write_pairs
 from tests.infer.test_score import short_context
@@ -301,6 +302,42 @@ def test_errors_name_the_python_keywords_not_the_flags(checkpoint, tmp_path):
     records = [{"id": i, "score": None, "expected_score": 3.0, "criteria": {}} for i in ids_of(train_file)]
     with pytest.raises(InputError, match="has a null score: compare their expected_score with overall expected_score$"):
         mmjudge.calibrate(records, str(train_file), bootstrap=0)
+
+
+def test_every_argument_of_load_is_checked_before_the_weights_and_named_by_its_keyword(checkpoint, monkeypatch):
+    """issue 56: rubrics="nosuchrubric" loaded the weights and failed at the first score(); a wrong type was a TypeError."""
+    monkeypatch.setattr(LoadedJudge, "load", lambda *a, **k: pytest.fail("the weights loaded"))
+    for arguments, said in [({"rubrics": "nosuchrubric"}, "^rubrics nosuchrubric: file not found$"),
+                            ({"rubrics": ["sa", "nosuch"]}, "^rubrics nosuch: file not found$"),
+                            ({"rubrics": 3}, r"^rubrics: give a path \(a str or Path\), not int$"),
+                            ({"config": 5}, "^config: give a scoring preset's path or bundled name"),
+                            ({"revision": 5}, "^revision: give a branch, tag or commit name"),
+                            ({"max_new_tokens": 0}, r"^invalid scoring options \(from the defaults and the options given\):\n  max_new_tokens")]:
+        with pytest.raises(UsageError, match=said):
+            mmjudge.Judge.load(checkpoint, **arguments)
+    with pytest.raises(UsageError, match=r"^model_path: give a local folder or a Hub id \(a str or Path\), not int$"):
+        mmjudge.Judge.load(5)
+
+
+def test_fine_tune_names_every_bad_input_and_setting_at_once_by_keyword(checkpoint, tmp_path):
+    """issue 56: two bad inputs were named one at a time; a wrong type was a TypeError; a pair missing answer_b was
+    read as a sample ("answer: Field required")."""
+    train_file = write_dataset(tmp_path / "data", 2, seed=0, annotated=True)
+    with pytest.raises(UsageError) as raised:
+        mmjudge.fine_tune(checkpoint, train_file, tmp_path / "out", input_dir=tmp_path / "nodir", eval_file=tmp_path / "no.json",
+                          rubrics="norubric", deepspeed="zero9", config=5, learning_rate="x", lora_r=0)
+    said = str(raised.value)
+    assert said.startswith("5 problems with the inputs and settings:\n")
+    for problem in (f"input_dir {tmp_path / 'nodir'}: folder not found", f"eval_file {tmp_path / 'no.json'}: file not found",
+                    "rubrics norubric: file not found", "deepspeed zero9: file not found", "config: give a path (a str or Path), not int"):
+        assert f"\n  {problem}" in said
+    with pytest.raises(UsageError) as raised:  # the settings themselves, each named by its keyword, not by the config
+        mmjudge.fine_tune(checkpoint, train_file, tmp_path / "out", config="tiny", learning_rate="x", lora_r=0)
+    assert str(raised.value).splitlines()[1:] == ["  learning_rate: Input should be a valid number, unable to parse string as a number",
+                                                  "  lora_r must be a whole number of at least 1, got 0"]
+    (tmp_path / "pairs.json").write_text(json.dumps([{"id": "p1", "question": "q", "answer_a": "a", "preference": "A"}]))
+    with pytest.raises(InputError, match=r"^1 problem\(s\) in the input:\n  .*pairs.json: record 0 \(id 'p1'\): answer_b: Field required$"):
+        mmjudge.fine_tune(checkpoint, tmp_path / "pairs.json", tmp_path / "out", config="tiny")
 
 
 @pytest.mark.slow

@@ -173,9 +173,29 @@ def unsafe_pickles(checkpoint: Path) -> list[str]:
     return problems
 
 
-def run_problems(out: Path, resume: bool, deepspeed: str | None, inputs: list[tuple[str, str | Path | None]]) -> list[str]:
+def finished_problems(checkpoint: Path, max_steps: int | None, num_epochs: float | None) -> list[str]:
+    """A run whose checkpoint is its last step is not trained further by --resume unless the settings ask for
+    more steps (max_steps) or epochs: the Trainer ran a step past the end (step 9 of 8) and changed the
+    weights the run had saved. None: the settings are not known (their own problems are named)."""
+    if max_steps is None or num_epochs is None:
+        return []
+    try:
+        state = json.loads((checkpoint / TRAINER_STATE).read_text(encoding="utf-8"))
+        step, last, epoch = state["global_step"], state["max_steps"], float(state["epoch"])
+    except (ValueError, TypeError, KeyError):  # an older Trainer's state: left to the Trainer
+        return []
+    if not isinstance(step, int) or not isinstance(last, int) or step < last or max_steps > step or (max_steps == -1 and num_epochs > epoch):
+        return []
+    return [f"--resume: the run is finished: {checkpoint.name} is its last step ({step} of {last}, epoch {epoch:g}), and resuming "
+            f"would train past it and change the judge it saved; give --max_steps above {step} (or, without --max_steps, more "
+            f"--num_epochs than {epoch:g}) to train it further"]
+
+
+def run_problems(out: Path, resume: bool, deepspeed: str | None, inputs: list[tuple[str, str | Path | None]], max_steps: int | None,
+                 num_epochs: float | None) -> list[str]:
     """What --deepspeed, --resume and --output_dir ask that cannot work; `inputs` are the run's input files
-    by flag, none of which may lie where the run writes.
+    by flag, none of which may lie where the run writes, and `max_steps` and `num_epochs` how long the run is
+    to train (a finished run is not resumed past its end unless they ask).
 
     A fresh run needs a new or empty --output_dir: an earlier run's files would outlive it (after a
     --full_finetune run, judge-score would load the earlier LoRA adapter), and its checkpoints would be
@@ -198,6 +218,7 @@ def run_problems(out: Path, resume: bool, deepspeed: str | None, inputs: list[tu
                             + "".join(f"; {line}" for line in skipped) + "; drop --resume to start a fresh run in a new or empty --output_dir")
         else:
             problems += [f"--resume: {problem}" for problem in unsafe_pickles(checkpoint) + data_order_problems(checkpoint)]
+            problems += finished_problems(checkpoint, max_steps, num_epochs)
     if not resume and out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
         problems.append(f"--output_dir {out} is not empty (an earlier run?); give a new or empty directory, or --resume to continue that run")
     # Everything in --output_dir is the run's: an input there could be overwritten by a checkpoint or the judge.

@@ -22,10 +22,10 @@ Objective = Literal["sft", "bradley_terry", "grpo"]
 RewardHead = Literal["linear", "mlp"]  # judge/reward_model.py builds them
 
 
-def _opt(default, help: str, minimum: float | None = None, below: float | None = None):
-    """A TrainConfig field. `help` is also its flag's; `minimum` is the least value that works and `below`
-    a bound the value must stay under (checked by `config_problems`)."""
-    metadata = {"help": help, "minimum": minimum, "below": below}
+def _opt(default, help: str, minimum: float | None = None, below: float | None = None, above: bool = False):
+    """A TrainConfig field. `help` is also its flag's; `minimum` is the least value that works (with `above`,
+    a bound the value must stay over) and `below` a bound the value must stay under (checked by `config_problems`)."""
+    metadata = {"help": help, "minimum": minimum, "below": below, "above": above}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -77,7 +77,8 @@ class TrainConfig:
                                              "(train/grpo_rewards.py)")
     num_generations: int = _opt(4, "grpo: completions sampled per prompt, the group each reward is compared within", minimum=2)
     max_completion_length: int = _opt(256, "grpo: longest completion sampled, in tokens", minimum=1)
-    temperature: float = _opt(1.0, "grpo: sampling temperature of the completions", minimum=0)
+    # Above 0: GRPO learns from the differences within a group of samples, and at 0 there is no sampling (transformers refuses it)
+    temperature: float = _opt(1.0, "grpo: sampling temperature of the completions", minimum=0, above=True)
     min_p: float = _opt(0.0, "grpo: leave out of the sampling every token less likely than min_p times the likeliest one (0: none), "
                              "so that a near-certain token (the verdict's format) is kept and only a close choice (the verdict) is "
                              "sampled both ways", minimum=0, below=1)
@@ -112,7 +113,7 @@ def grpo_problems(cfg: TrainConfig) -> list[str]:
     if not cfg.rewards:
         problems.append(f"rewards: give at least one of {', '.join(REWARDS)}")
     generated = cfg.per_device_batch_size * cfg.gradient_accumulation_steps
-    if generated % (2 * cfg.num_generations):
+    if cfg.num_generations >= 2 and generated % (2 * cfg.num_generations):  # fewer: setting_problems names num_generations
         problems.append(f"per_device_batch_size x gradient_accumulation_steps = {generated} completions per process per step must be a "
                         f"multiple of 2 x num_generations = {2 * cfg.num_generations} (both orders of each pair, num_generations times each)")
     return problems

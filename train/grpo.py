@@ -17,6 +17,7 @@ judge with judge-score, as benchmarks/grpo_seeds.py does).
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -25,7 +26,8 @@ import torch
 from datasets import Dataset
 from torch.utils.data import Sampler
 from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import RepeatSampler
+from trl.models import prepare_deepspeed
+from trl.trainer.utils import RepeatSampler, disable_dropout_in_model
 
 from mmjudge.infer.progress import Bar, counted
 from mmjudge.judge.data import InputError, Pair, Problem, write_json_atomically
@@ -93,12 +95,36 @@ class BothOrders(Sampler):
 class GRPOJudgeTrainer(JudgeTrainer, GRPOTrainer):
     """TRL's GRPOTrainer on a judge: JudgeTrainer's checkpoint loading (every weight restored or the resume
     refused) and progress lines, the prompts encoded as the judge encodes them, its own stop token, and both
-    orders of a pair drawn together."""
+    orders of a pair drawn together, and the KL term's reference the starting judge itself."""
 
     def __init__(self, *args, prompt_ids: dict[str, list[int]], stop_ids: tuple[int, ...], **kwargs):
-        super().__init__(*args, **kwargs)
+        model, grpo_args = kwargs["model"], kwargs["args"]
+        # With kl_beta, TRL keeps a LoRA run's reference by switching the adapter off; for a full fine-tune it loads one
+        # again from the model's config._name_or_path, which a judge loaded by load_judge does not have ('', "Repo id
+        # must use alphanumeric chars"), and which could not be loaded that way where the judge was converted from
+        # InternVL's original layout. The reference is the judge as it starts, copied before any step (and before
+        # --resume restores a checkpoint), with TRL building none.
+        reference = copy.deepcopy(model).requires_grad_(False).eval() if grpo_args.beta and not hasattr(model, "peft_config") else None
+        beta = grpo_args.beta
+        if reference is not None:
+            grpo_args.beta = 0.0
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            grpo_args.beta = beta
+        if reference is not None:
+            self.beta, self.ref_model = beta, self._prepared_reference(reference)
         self.prompt_ids = prompt_ids
         self.eos_token_id = stop_ids[0]  # where TRL ends a completion's loss mask; generation stops at any of stop_ids
+
+    def _prepared_reference(self, reference: torch.nn.Module) -> torch.nn.Module:
+        """The reference as TRL prepares the one it loads: without dropout where the run has none, under DeepSpeed
+        or on the run's device for evaluation."""
+        if self.args.disable_dropout:
+            disable_dropout_in_model(reference)
+        if self.is_deepspeed_enabled:
+            return prepare_deepspeed(reference, self.accelerator)
+        return self.accelerator.prepare_model(reference, evaluation_mode=True)
 
     def _tokenize_prompts(self, prompts: list[str]):
         # TRL would tokenize the text whole, reading any special token an answer spells as one (encode_prompt says why not)

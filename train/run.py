@@ -7,15 +7,17 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
+import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from mmjudge.configs import DEFAULT_RUBRICS, by_name, rubric_paths
+from mmjudge.configs import DEFAULT_RUBRICS, by_name
 from mmjudge.infer.loaded import find_checkpoint
 from mmjudge.judge.cpu import use_free_cores
-from mmjudge.judge.data import UsageError
+from mmjudge.judge.data import InputError, UsageError
 
 PathLike = str | Path
 
@@ -53,26 +55,40 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
     Under torchrun or the deepspeed launcher every rank calls it, as every rank runs judge-train.
     """
     use_free_cores()  # before torch loads, as every command (judge/cpu.py)
-    from mmjudge.judge.cli import settings_from_config
-    from mmjudge.train.config import TrainConfig, config_problems, unused_settings
+    from mmjudge.judge.cli import path_problems
+    from mmjudge.train.checkpoints import run_problems
+    from mmjudge.train.config import TrainConfig
 
     known = [f.name for f in fields(TrainConfig)]
     if unknown := sorted(set(settings) - set(known)):
         raise UsageError(f"unknown training setting(s) {', '.join(unknown)}; the settings are {', '.join(known)}")
-    config = by_name("train", config) if config else None
-    deepspeed = str(by_name("deepspeed", deepspeed)) if deepspeed else None
-    rubric_files = rubric_paths(rubrics) or list(default_rubrics(Path(train_file)))
-    cfg = settings_from_config(TrainConfig, config, argparse.Namespace(**settings))
+    # Every problem of the input files and settings in one error (judge-train's parser has checked its path flags;
+    # the Python API has none): a second mistake is not found only on the next try. The base is found last (a Hub id
+    # is downloaded).
+    config = by_name("train", config) if isinstance(config, (str, Path)) and config else config
+    deepspeed = str(by_name("deepspeed", deepspeed)) if isinstance(deepspeed, (str, Path)) and deepspeed else deepspeed
+    given_rubrics = [] if rubrics is None else list(rubrics) if isinstance(rubrics, (list, tuple)) else [rubrics]
+    given_rubrics = [by_name("rubrics", r) if isinstance(r, (str, Path)) and r else r for r in given_rubrics]
+    problems = path_problems([("--train_file", train_file, "file"), ("--input_dir", input_dir, "dir"), ("--eval_file", eval_file, "file"),
+                              ("--config", config, "file"), ("--deepspeed", deepspeed, "file"), ("--output_dir", output_dir, "output_dir"),
+                              *[("--rubric", r, "file_or_dir") for r in given_rubrics]])
+    if not isinstance(revision, (str, type(None))):
+        problems.append(f"--revision: give a branch, tag or commit name (a str), not {type(revision).__name__}")
+    cfg, found = _config(config, settings)
+    problems += found
+    rubric_files = given_rubrics or (list(default_rubrics(Path(train_file))) if isinstance(train_file, (str, Path)) and train_file else [])
+    if not isinstance(output_dir, (str, Path)) or not output_dir or not isinstance(train_file, (str, Path)) or not train_file:
+        raise UsageError(_together(problems))  # the checks below read them
     out, train_file = Path(output_dir), Path(train_file)
-    inputs = [("--model_path", model_path), ("--train_file", train_file), ("--eval_file", eval_file), ("--config", config),
-              ("--deepspeed", deepspeed), *[("--rubric", path) for path in rubric_files]]
-    from mmjudge.train.checkpoints import run_problems
-
-    # A setting's problem names the config it may come from; the others name their flag or file.
-    problems = [f"{config} (or its flag): {p}" if config else p for p in config_problems(cfg)] + unused_settings(cfg, settings)
-    problems += run_problems(out, resume, deepspeed, inputs) + objective_problems(cfg.objective, eval_file)
+    inputs = [(flag, path) for flag, path in [("--model_path", model_path), ("--train_file", train_file), ("--eval_file", eval_file),
+                                              ("--config", config), ("--deepspeed", deepspeed), *[("--rubric", r) for r in rubric_files]]
+              if isinstance(path, (str, Path))]
+    length = (cfg.max_steps, cfg.num_epochs) if cfg else (None, None)
+    problems += run_problems(out, resume, deepspeed if isinstance(deepspeed, str) and Path(deepspeed).is_file() else None, inputs, *length)
+    if cfg is not None:
+        problems += objective_problems(cfg.objective, eval_file)
     if problems:
-        raise UsageError(problems[0] if len(problems) == 1 else f"{len(problems)} problems with the settings and flags:\n  " + "\n  ".join(problems))
+        raise UsageError(_together(problems))
     from mmjudge.judge.distributed import end_process_group
     from mmjudge.judge.outputs import locked
     from mmjudge.judge.prompts import load_rubrics
@@ -85,6 +101,8 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
     annotations = read_annotations(train_file, Path(eval_file) if eval_file else None, image_root, loaded, cfg.scale, cfg.objective)
     check_scales(annotations[0] + annotations[1], loaded, cfg.scale)
     base = find_checkpoint(model_path, revision)
+    if deepspeed:
+        deepspeed_ops()
     # Rank 0 holds output_dir for the run; the others wait for it in the Trainer's process group.
     with locked(out, "judge-train") if int(os.environ.get("RANK", "0")) == 0 else nullcontext():
         try:
@@ -101,6 +119,53 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
         finally:
             end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
     return TrainResult(out, result["global_step"], result["best"], result["measure"], eval_file is not None)
+
+
+def deepspeed_ops() -> None:
+    """DeepSpeed's CPU ops (CPU Adam for ZeRO-Offload, shared-memory collectives), compiled on the first --deepspeed
+    run rather than by `make setup` for every user: 3 minutes of 2 nearly idle cores, 16 of 2 busy ones
+    (docs/quickstart.md). Compiled by torch's extension loader under its file lock in TORCH_EXTENSIONS_DIR, one rank
+    compiling while the others wait, and loaded from there by every later run; a line says why the wait."""
+    import torch.utils.cpp_extension as extensions
+    from deepspeed.ops.op_builder import CPUAdamBuilder, ShareMemCommBuilder
+
+    builders = [CPUAdamBuilder(), ShareMemCommBuilder()]
+    missing = [b.name for b in builders if not (Path(extensions._get_build_directory(b.name, False)) / f"{b.name}.so").is_file()]
+    if missing and int(os.environ.get("RANK", "0")) == 0:
+        where = os.environ.get("TORCH_EXTENSIONS_DIR", "torch's extension cache")
+        print(f"compiling DeepSpeed's CPU ops ({', '.join(missing)}) for --deepspeed: once, minutes, then kept in {where}", file=sys.stderr, flush=True)
+    for builder in builders:
+        builder.load(verbose=False)
+
+
+def _config(config: Path | None, settings: dict) -> tuple[TrainConfig | None, list[str]]:
+    """The run's settings (None where one is of the wrong type) and every problem of theirs: out of range, of the
+    wrong type, unknown to the config, or not used by this run."""
+    from mmjudge.judge.cli import config_values, setting_problems, settings_from_config
+    from mmjudge.train.config import TrainConfig, config_problems, unused_settings
+
+    if config is not None and not (isinstance(config, (str, Path)) and Path(config).is_file()):
+        return None, []  # path_problems names it
+    given = argparse.Namespace(**settings)
+    try:
+        cfg = settings_from_config(TrainConfig, config, given)
+    except UsageError as err:  # the config's own: a key that is no setting, or no mapping
+        return None, [str(err)]
+    except InputError as err:  # a value of another type than its setting's: named with every other setting's problem
+        typed = {(p.file if p.file.startswith("--") else p.field or "").lstrip("-").split("[")[0] for p in err.problems}
+        ranges = setting_problems(TrainConfig, config_values(TrainConfig, config, given))
+        return None, [str(p) for p in err.problems] + [_from(p, config, settings) for p in ranges if re.match(r"\w*", p)[0] not in typed]
+    return cfg, [_from(p, config, settings) for p in config_problems(cfg)] + unused_settings(cfg, settings)
+
+
+def _from(problem: str, config: Path | None, given: dict) -> str:
+    """A setting's problem (it starts with the setting's name), naming the config where the value came from it."""
+    name = re.match(r"\w*", problem)[0]
+    return f"{config}: {problem}" if config and given.get(name) is None else problem
+
+
+def _together(problems: list[str]) -> str:
+    return problems[0] if len(problems) == 1 else f"{len(problems)} problems with the inputs and settings:\n  " + "\n  ".join(problems)
 
 
 def objective_problems(objective: str, eval_file: PathLike | None) -> list[str]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from mmjudge.configs import CONFIG_DIR, DEFAULT_RUBRICS
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from mmjudge.judge.data import Pair, PairResult, Verdict, validate_samples, verdict_of
+from mmjudge.judge.data import Pair, PairResult, Verdict, is_pair_record, validate_samples, verdict_of
 from mmjudge.judge.formats.base import BenchmarkInput, Format, Preference, PreferenceFile, first_record, preferences_of
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ PAIRWISE_RUBRIC = CONFIG_DIR / "rubrics" / "pairwise.yaml"
 
 def looks_like(content: object) -> bool:
     record = first_record(content)
-    return record is not None and {"id", "answer_a", "answer_b"} <= set(record)
+    return record is not None and "id" in record and is_pair_record(record)
 
 
 def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file: Path | None = None) -> BenchmarkInput:

@@ -262,6 +262,10 @@ def _set(part: str = "", **values):
     ("internvl3-1b-hf", "config.json", _set("text_config", num_hidden_layers=10**9), "config.json describes 1,000,000,002 layers"),
     ("internvl2-1b", "config.json", _set("llm_config", num_hidden_layers=10**9), "config.json describes 1,000,000,002 layers"),
     ("qwen2.5-vl-7b", "config.json", _set("rope_scaling", mrope_section=[1, 1, 1]), r"mrope_section \[1, 1, 1\]; three positive whole numbers .* add up to .* 16"),
+    # issue 56: each was an internal error at the first image (transformers' own sections; the string's characters as numbers)
+    ("qwen2.5-vl-7b", "config.json", lambda config: config.pop("rope_scaling"), r"config.json: rope_scaling: no mrope_section; a qwen2_5_vl config"),
+    ("qwen2.5-vl-7b", "preprocessor_config.json", _set(image_mean="0.5"), r"preprocessor_config.json: image_mean '0.5': three finite numbers"),
+    ("qwen2.5-vl-7b", "preprocessor_config.json", _set(image_std=[0.5, 0, 0.5]), r"image_std \[0.5, 0, 0.5\]: three finite numbers.*none of them 0"),
     ("qwen2.5-vl-7b", "config.json", _set(num_attention_heads=3), "config.json: hidden_size 128 is not a multiple of its 3 attention heads"),
     ("qwen2.5-vl-7b", "config.json", _set(num_key_value_heads=0), "config.json: num_key_value_heads 0 does not divide its 4 attention heads"),
     ("qwen2.5-vl-7b", "config.json", _set("vision_config", num_heads=3), "config.json vision_config: hidden_size 32 is not a multiple of its 3 attention heads"),
@@ -297,6 +301,10 @@ WRITING = "{% for i in range(100000) %}{% for j in range(100000) %}{{ 'x' * 1000
 @pytest.mark.parametrize("file, text, said", [
     ("chat_template.jinja", LOOPING, "takes more than 0.5 s to render"),
     ("chat_template.jinja", WRITING, "writes more than 1,000,000 characters"),
+    # issue 56: one expression, made by Python's own code in one step (and folded by Jinja at compile time): 10.6 GB
+    ("chat_template.jinja", "{{ 'x' * 4000000000 }}", r"an expression of it \(\*\) makes a value of more than 1,000,000 characters"),
+    ("chat_template.jinja", "{% set n = 400000 %}{{ ([1] * 3 + [2]) * n }}", r"an expression of it \(\*\) makes a value of more than"),
+    ("chat_template.jinja", "{{ 10 ** 1000000000 }}", r"an expression of it \(\*\*\) makes a value of more than"),
     ("chat_template.jinja", "", "chat_template.jinja: the chat template is empty"),
     ("chat_template.json", json.dumps({"chat_template": " \n"}), "chat_template.json: the chat template is empty"),
     ("chat_template.json", json.dumps({"chat_template": [{"name": "default", "template": "x"}]}), "chat_template is a list"),

@@ -100,7 +100,7 @@ def test_every_training_setting_that_cannot_work_is_reported_at_once_before_load
     code = train_main([*args, "--save_steps", "0", "--per_device_batch_size", "0", "--lora_r", "0", "--gradient_accumulation_steps", "0",
                        "--max_length", "0", "--learning_rate=-1e-4", "--warmup_ratio", "1.5", "--lr_scheduler", "cosin", "--scale", "3", "3"])
     err = capsys.readouterr().err
-    assert code == 2 and "error: 9 problems with the settings and flags:" in err
+    assert code == 2 and "error: 9 problems with the inputs and settings:" in err
     for problem in ("save_steps must be a whole number of at least 1, got 0", "per_device_batch_size must be a whole number of at least 1, got 0",
                     "lora_r must be a whole number of at least 1, got 0", "gradient_accumulation_steps must be a whole number of at least 1, got 0",
                     "max_length must be a whole number of at least 1, got 0", "learning_rate must be a finite number of at least 0, got -0.0001",

@@ -122,6 +122,15 @@ def test_a_prompt_without_the_answer_is_not_imported(tmp_path, capsys):
     assert not (tmp_path / "mmie.yaml").exists()
 
 
+def test_a_prompt_the_reader_would_refuse_is_not_imported(tmp_path, capsys):
+    """issue 56: a lone surrogate (Python's "\\ud800" escape) was imported into a YAML file that judge-score then refused."""
+    (tmp_path / "prompts.py").write_text(PROMPTS_PY.replace("Rate the maths.", "Rate the maths \\ud800."))
+    assert main(["import", str(tmp_path / "prompts.py"), "-o", str(tmp_path / "mmie.yaml")]) == 2
+    assert capsys.readouterr().err == (f"error: {tmp_path / 'prompts.py'}: the rubric it makes would be refused when read ([2].instructions: "
+                                       "holds a lone surrogate (\\ud800): half of a UTF-16 pair, no character); nothing written\n")
+    assert not (tmp_path / "mmie.yaml").exists()
+
+
 def test_import_never_writes_over_the_file_it_reads(tmp_path, capsys):
     (tmp_path / "prompts.py").write_text(PROMPTS_PY)
     assert main(["import", str(tmp_path / "prompts.py"), "-o", str(tmp_path / "prompts.py")]) == 2

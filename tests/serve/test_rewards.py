@@ -27,7 +27,7 @@ from mmjudge.serve.app import build_app
 from mmjudge.serve.metrics import Metrics
 from mmjudge.serve.options import ServeOptions, prefill_budget
 from mmjudge.serve.process import free_port, start_server
-from mmjudge.serve.rewards import reward_options, spec_of, with_prefix_cache
+from mmjudge.serve.rewards import reward_options, sigmoid, spec_of, with_prefix_cache
 from mmjudge.serve.service import Service
 from mmjudge.serve.worker import Worker
 
@@ -251,6 +251,12 @@ def test_a_reward_that_cannot_work_is_refused_before_the_model_loads(tmp_path, c
     err = capsys.readouterr().err
     assert "--reward preference:SA: a preference reward reads a pairwise rubric, and category 'SA' has a pointwise one" in err
     assert "Traceback" not in err
+
+
+def test_a_reward_models_probability_is_finite_at_any_reward():
+    """issue 56: /classify on a reward below about -709 was a 500 OverflowError (exp(-r) past a float)."""
+    assert sigmoid(-1000.0) == 0.0 and sigmoid(-745.0) >= 0 and sigmoid(1000.0) == 1.0 and sigmoid(0.0) == 0.5
+    assert [sigmoid(r) for r in (-3.0, 2.0)] == pytest.approx([1 / (1 + 2.718281828459045 ** 3), 1 / (1 + 2.718281828459045 ** -2)])
 
 
 def test_without_reward_the_reward_endpoints_say_how_to_start_one():

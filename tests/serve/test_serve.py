@@ -285,6 +285,9 @@ REFUSALS = {
     "a relative path out of the root": ("/v1/score", image_sample("../../../../etc/hostname"), 400, "samples[0].question[0].image", OUTSIDE),
     "a missing file inside the root": ("/v1/score", image_sample("images/none.png"), 400, "samples[0].question[0].image", OUTSIDE),
     "a file inside the root that is no image": ("/v1/score", image_sample("data.json"), 400, "samples[0].question[0].image", OUTSIDE),
+    # issue 56: a name longer than the filesystem takes was a 500 naming the server's absolute --image_root
+    "a 5,000-character path": ("/v1/score", image_sample("a" * 5000), 400, "samples[0].question[0].image", OUTSIDE),
+    "a 5,000-character path in a chat": ("/v1/chat/completions", chat_with_image("a" * 5000), 400, "messages[0].content[1].image_url.url", OUTSIDE),
     "a URL to fetch": ("/v1/chat/completions", chat_with_image("http://127.0.0.1:1/x.png"), 400,
                        "messages[0].content[1].image_url.url", "fetches no URL"),
     "an image detail OpenAI does not have": ("/v1/chat/completions", {"model": SERVED, "messages": [{"role": "user", "content": [
@@ -317,14 +320,15 @@ REFUSALS = {
         ("frequency_penalty", -3, "Input should be greater than or equal to -2"),
         ("repetition_penalty", 1.1, "repetition_penalty is not implemented"),
         ("guided_decoding_backend", "outlines", "this server's grammars are llguidance's"),
-        ("reasoning_effort", "low", "not a field of OpenAI's chat completions that this server knows"),
+        # OpenAI's field (the 400 said it was not), for hidden reasoning a judge does not do
+        ("reasoning_effort", "low", "this judge does no hidden reasoning whose effort could be set"),
         ("max_tokens", True, "Input should be a valid integer"),
         ("temperature", "0", "Input should be a valid number"),
         ("stream_options", {"include_usage": True}, "only with stream: true"),
     ]},
     # a field with an empty name is named as JSON writes it (the fuzz test found it refused with an empty param)
     "an empty field name": ("/v1/chat/completions", {"model": SERVED, "": [], "messages": HELLO}, 400, '""',
-                            "not a field of OpenAI's chat completions that this server knows"),
+                            "a field this server does not take"),
     "an empty stop sequence": ("/v1/chat/completions", {"model": SERVED, "stop": ["ok", ""], "messages": HELLO}, 400, "stop[1]",
                                "an empty stop sequence"),
     # issue 22, 4(b): the text limit of /v1/score applies to chat, before anything is tokenized

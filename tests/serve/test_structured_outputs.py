@@ -55,6 +55,31 @@ def test_a_json_schema_answer_is_json_valid_against_the_schema_and_the_sdk_parse
         json.loads(free.choices[0].message.content)
 
 
+# Integers of no range (a judge's number whose digits never ended, cut at max_tokens: issue 56), a string and a
+# nested object; the string's length is the schema's own (one of no maxLength gets infer/grammar.py's 256 characters).
+STRICT = {"type": "object", "additionalProperties": False, "required": ["score", "label", "detail"], "properties": {
+    "score": {"type": "integer"}, "label": {"type": "string", "maxLength": 8},
+    "detail": {"type": "object", "additionalProperties": False, "required": ["level"], "properties": {"level": {"type": "integer"}}}}}
+
+
+def test_a_hundred_sampled_answers_of_a_strict_schema_end_within_64_tokens_and_validate(server):
+    """issue 56, item 5: numbers of no range are bounded (infer/grammar.py's `bounded`), so a sampled answer ends."""
+    client = client_of(server)
+    schema = {"type": "json_schema", "json_schema": {"name": "judgement", "schema": STRICT, "strict": True}}
+    ask = lambda seed: client.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=64, temperature=1.0, seed=seed,  # noqa: E731
+                                                      response_format=schema)
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(ask, range(100)))
+
+    def valid(text: str) -> bool:
+        value = json.loads(text)
+        return (set(value) == {"score", "label", "detail"} and type(value["score"]) is int and isinstance(value["label"], str)
+                and len(value["label"]) <= 8 and set(value["detail"]) == {"level"} and type(value["detail"]["level"]) is int)
+
+    ended = [a for a in answers if a.choices[0].finish_reason == "stop" and a.usage.completion_tokens <= 64 and valid(a.choices[0].message.content)]
+    assert len(ended) >= 95, [a.choices[0].message.content for a in answers if a not in ended][:5]
+
+
 def test_json_mode_answers_an_object_and_a_bare_schema_any_json(server):
     client = client_of(server)
     answer = client.chat.completions.create(model=SERVED, messages=HELLO, max_tokens=30, response_format={"type": "json_object"})

@@ -163,11 +163,16 @@ def held_out_rewards(model_dir, data) -> torch.Tensor:
 
 
 @pytest.mark.slow
-def test_a_run_killed_and_resumed_ends_where_an_unkilled_run_ends(checkpoint, data, tmp_path):
+def test_a_run_killed_and_resumed_ends_where_an_unkilled_run_ends(checkpoint, data, tmp_path, capsys):
     """Killed as step 5 of 8 starts (step 4's checkpoint saved), in the second epoch's first half: --resume trains the
     steps left on the same batches, with the same optimizer and schedule, to the same weights and rewards."""
     args = ["--max_steps", "8", "--save_steps", "4", "--per_device_batch_size", "3"]
     assert train_main(train_args(checkpoint, data, tmp_path / "whole", *args)) == 0
+    # the finished run, resumed as it was, is refused: the Trainer ran step 9 of 8 and changed the saved judge
+    saved = (tmp_path / "whole" / "model.safetensors").read_bytes()
+    assert train_main(train_args(checkpoint, data, tmp_path / "whole", *args, "--resume")) == 2
+    assert (tmp_path / "whole" / "model.safetensors").read_bytes() == saved
+    assert "--resume: the run is finished: checkpoint-8 is its last step (8 of 8" in capsys.readouterr().err
     threads = str(torch.get_num_threads())  # the killed run's sums in the same order as this process's
     killed = subprocess.run([sys.executable, "-c", KILLED_AT, "5", *train_args(checkpoint, data, tmp_path / "stopped", *args)],
                             env={**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}, capture_output=True, text=True)

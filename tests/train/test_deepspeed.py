@@ -199,3 +199,33 @@ def test_grpo_trains_under_zero2_on_two_cpu_processes(tmp_path):
     trained, untrained = load_judge(out).model.state_dict(), load_judge(base).model.state_dict()
     assert trained.keys() == untrained.keys() and all(torch.isfinite(weight).all() for weight in trained.values())
     assert any(not torch.equal(trained[name], untrained[name]) for name in trained if "language_model" in name)
+
+
+def test_deepspeeds_cpu_ops_are_compiled_at_the_first_deepspeed_run_saying_so(tmp_path, monkeypatch, capsys):
+    """issue 56, item 6: `make setup` compiled them for every user (16 minutes of a busy machine); the first --deepspeed
+    run does, with a line that says why it waits, and a later run loads them silently."""
+    import torch.utils.cpp_extension as extensions
+    from deepspeed.ops import op_builder
+
+    from mmjudge.train.run import deepspeed_ops
+
+    loaded = []
+
+    class Built:
+        def __init__(self, name):
+            self.name = name
+
+        def load(self, verbose=True):
+            (tmp_path / self.name).mkdir(exist_ok=True)
+            (tmp_path / self.name / f"{self.name}.so").touch()
+            loaded.append(self.name)
+
+    monkeypatch.setattr(op_builder, "CPUAdamBuilder", lambda: Built("cpu_adam"))
+    monkeypatch.setattr(op_builder, "ShareMemCommBuilder", lambda: Built("deepspeed_shm_comm"))
+    monkeypatch.setattr(extensions, "_get_build_directory", lambda name, verbose: str(tmp_path / name))
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    deepspeed_ops()
+    assert capsys.readouterr().err == (f"compiling DeepSpeed's CPU ops (cpu_adam, deepspeed_shm_comm) for --deepspeed: once, minutes, "
+                                       f"then kept in {tmp_path}\n")
+    deepspeed_ops()
+    assert capsys.readouterr().err == "" and loaded == ["cpu_adam", "deepspeed_shm_comm"] * 2

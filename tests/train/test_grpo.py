@@ -70,6 +70,11 @@ def test_what_grpo_cannot_run_is_refused_before_the_model_loads(data, annotated,
     assert "rewards: unknown reward 'length'" in capsys.readouterr().err
     assert train_main([*args, "--min_p", "1"]) == 2
     assert "min_p" in capsys.readouterr().err
+    assert train_main([*args, "--temperature", "0"]) == 2  # transformers refused it once the model had loaded
+    assert "temperature must be a finite number above 0, got 0" in capsys.readouterr().err
+    for generations in ("0", "1"):  # 0 divided by zero in the batch check
+        assert train_main([*args, "--num_generations", generations]) == 2
+        assert f"num_generations must be a whole number of at least 2, got {generations}" in capsys.readouterr().err
     sft = [*args[:args.index("--objective")], *args[args.index("--objective") + 2:]]
     assert train_main(sft) == 2
     assert "--num_generations 2: a GRPO setting, but this run trains by sft" in capsys.readouterr().err
@@ -78,8 +83,10 @@ def test_what_grpo_cannot_run_is_refused_before_the_model_loads(data, annotated,
 
 @pytest.mark.slow
 def test_two_steps_reward_the_judge_and_save_it_merged(checkpoint, data, tmp_path, capsys):
+    """With the docs' KL term, in a full fine-tune (TRL loaded its reference from the model's config._name_or_path,
+    which a judge loaded by load_judge lacks: "Repo id must use alphanumeric chars: ''")."""
     out = tmp_path / "out"
-    assert train_main(train_args(checkpoint, data, out, "--max_steps", "2", "--save_steps", "2")) == 0
+    assert train_main(train_args(checkpoint, data, out, "--max_steps", "2", "--save_steps", "2", "--kl_beta", "0.1", "--warmup_ratio", "0")) == 0
     said = capsys.readouterr()
     assert "(steps: 2, the last step's weights" in said.out
     assert "step 2/2 (epoch" in said.err and ", reward " in said.err  # the step's line says its mean reward
@@ -91,6 +98,9 @@ def test_two_steps_reward_the_judge_and_save_it_merged(checkpoint, data, tmp_pat
     assert (out / "judge_config.json").is_file() and json.loads((out / "config.json").read_text())["architectures"] == ["InternVLForConditionalGeneration"]
     changed = [name for name in saved if name in base and not torch.equal(saved[name], base[name])]
     assert changed, "no weight moved in 2 GRPO steps"
+    # the KL to the starting judge, measured at each step (TRL logs it only where there is a reference)
+    kl = [e.get("kl") for e in json.loads((out / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())["log_history"] if "loss" in e]
+    assert len(kl) == 2 and all(value is not None and 0 <= value < 1 for value in kl)
 
 
 @pytest.mark.slow
