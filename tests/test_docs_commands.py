@@ -155,7 +155,8 @@ def run_page(page_blocks: list[Block], folder: Path, timeout: float = PAGE_TIMEO
             process.wait(timeout=timeout)
             failure = None if process.returncode == 0 else f"exit {process.returncode}"
         except subprocess.TimeoutExpired:
-            failure = f"still running after {timeout:.0f} s"
+            failure = (f"still running after {timeout:.0f} s (a server in the foreground? start it with `&` and wait for it with "
+                       "`curl --retry-connrefused`, as the other pages do)")
         finally:
             end_group(process)
     if failure is None:
@@ -241,4 +242,4 @@ def test_a_failing_command_is_named_with_its_page_block_and_output(tmp_path):
     assert "one\n" in failure and "about to fail" in failure and "No such file" in failure and "never" not in failure
     page.write_text("```bash\nsleep 60 &\nsleep 60\n```\n")
     failure = run_page(blocks(page), folder, timeout=2)
-    assert "still running after 2 s; the command: sleep 60\n" in failure
+    assert "still running after 2 s (a server in the foreground?" in failure and "; the command: sleep 60\n" in failure
