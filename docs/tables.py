@@ -5,6 +5,8 @@
     calibrate  docs/calibration.md  judge-calibrate's flags, their defaults and help, from its parser
     probes     docs/calibration.md  the bias suite's probes: what each changes, its gate, its source (judge/probes.py)
     demo       docs/demo.md         judge-demo's flags (configs/demo.yaml's settings and its defaults), from its parser
+    harness-runs  docs/harnesses.md  every recorded run of a harness's own judge code against judge-serve, from its record
+                                    in docs/harnesses/output/ (the server, the tasks, the calls answered, the verdict)
 
     .venv/bin/python docs/tables.py            rewrite what lies between <!-- table:NAME --> and <!-- /table:NAME -->
     .venv/bin/python docs/tables.py --check    exit 1 where a page's table is not the code's (tests/test_docs.py runs it)
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import sys
 from pathlib import Path
@@ -78,10 +81,41 @@ def probes_table() -> list[str]:
     return rows
 
 
+HARNESS_RECORDS = ROOT / "docs" / "harnesses" / "output"
+SUMMARY = re.compile(r"^== summary: (\d+) HTTP calls, (\d+) answered 200, (\d+) not; temperatures sent: (\{.*\})$", re.MULTILINE)
+
+
+def harness_run(path: Path) -> dict:
+    """One record's server, tasks, calls and verdict, as its driver printed them (docs/harnesses/*.py)."""
+    text = path.read_text()
+    server = re.search(r"^# server: (.*?): (?:\w+=\S+ )*(judge-serve .*)$", text, re.MULTILINE)
+    summary = SUMMARY.search(text)
+    verdict = re.findall(r"^(?:OK|FAILED): .*$", text, re.MULTILINE)
+    if summary is None:  # the driver died before its summary: its last error and exit code
+        lines = [line for line in text.splitlines() if line.strip()]
+        verdict = [f"died: {lines[-2].strip()} ({lines[-1].strip()})"]
+    verdict[-1] = re.sub(r": \[('[^']*'(?:, )?|\d+(?:, )?)+\]$", lambda m: f" ({m[0].count(',') + 1})", verdict[-1])
+    return {"record": path.name, "at": server[1], "serve": re.sub(r" --port \d+", "", server[2]).replace("--api_key_env JUDGE_KEY", "(a key)"),
+            "tasks": list(ast.literal_eval(summary[4])) if summary else [], "calls": int(summary[1]) if summary else None,
+            "answered": int(summary[2]) if summary else None, "verdict": verdict[-1]}
+
+
+def harness_runs_table() -> list[str]:
+    rows = ["| record (docs/harnesses/output/) | judge-serve at | started as | tasks | calls answered 200 | the driver's verdict |",
+            "|---|---|---|---|---|---|"]
+    for path in sorted(HARNESS_RECORDS.glob("*.txt")):
+        run = harness_run(path)
+        calls = "none recorded" if run["calls"] is None else f"{run['answered']} of {run['calls']}"
+        cells = [f"`{run['record']}`", run["at"], f"`{run['serve']}`", ", ".join(run["tasks"]) or "-", calls, run["verdict"]]
+        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return rows
+
+
 TABLES = {"formats": (Path("docs/formats.md"), formats_table), "bundled": (Path("docs/quickstart.md"), bundled_table),
           "calibrate": (Path("docs/calibration.md"), lambda: flags_table(calibrate_parser())),
           "probes": (Path("docs/calibration.md"), probes_table),
-          "demo": (Path("docs/demo.md"), lambda: flags_table(demo_parser()))}
+          "demo": (Path("docs/demo.md"), lambda: flags_table(demo_parser())),
+          "harness-runs": (Path("docs/harnesses.md"), harness_runs_table)}
 
 
 def region(name: str) -> re.Pattern:

@@ -117,6 +117,24 @@ def test_a_table_that_disagrees_with_the_code_is_found(tmp_path):
     assert docs_tables.stale(tmp_path) == [] and row in formats.read_text()
 
 
+def test_every_harness_summary_the_page_quotes_is_in_a_record():
+    """A `== summary:` or verdict line docs/harnesses.md quotes from a driver's output is a line of a record in
+    docs/harnesses/output/, word for word (the table of runs is rendered from them: test_the_docs_tables_are_the_codes)."""
+    records = "\n".join(path.read_text() for path in docs_tables.HARNESS_RECORDS.glob("*.txt")).splitlines()
+    quoted = [line for line in (ROOT / "docs" / "harnesses.md").read_text().splitlines() if re.match(r"(== summary: |OK: |FAILED: )", line)]
+    assert quoted and [line for line in quoted if line not in records] == []
+
+
+def test_a_harness_records_verdict_is_its_drivers_last(tmp_path):
+    record = tmp_path / "run.txt"
+    record.write_text("# server: main abc: JUDGE_KEY=k judge-serve --model_path ckpt --served_model_name x --api_key_env JUDGE_KEY --port 5\n"
+                      "== summary: 3 HTTP calls, 1 answered 200, 2 not; temperatures sent: {'mmvet': [0.0], 'pope': [0]}\n"
+                      "FAILED: 2 calls not answered 200; 2 documents scored without the judge's answer: ['mmvet 0', 'pope 1']\n")
+    assert docs_tables.harness_run(record) == {"record": "run.txt", "at": "main abc", "serve": "judge-serve --model_path ckpt --served_model_name x (a key)",
+                                               "tasks": ["mmvet", "pope"], "calls": 3, "answered": 1,
+                                               "verdict": "FAILED: 2 calls not answered 200; 2 documents scored without the judge's answer (2)"}
+
+
 def command_flags() -> dict[str, set[str]]:
     """Every flag of every command (and subcommand), in each spelling it takes."""
     parsers = {"judge-score": score_parser(), "judge-train": train_parser(), "judge-train merge": merge_parser(), "judge-train mine": mine_parser(),

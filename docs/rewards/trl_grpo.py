@@ -1,20 +1,31 @@
 """TRL's own GRPOTrainer, 2 steps on a CPU, a tiny random Qwen2.5-VL policy, rewarded by a judge-serve through
 mmjudge.rewards.TRLReward; run by docs/rewards/check_trl.sh, in a venv of TRL's own (docs/rewards.md).
 
-    python docs/rewards/trl_grpo.py POLICY_DIR JUDGE_URL OUT_DIR
+    bash docs/rewards/check_trl.sh                              # from the repository root: makes that venv, runs this
+    python docs/rewards/trl_grpo.py POLICY_DIR JUDGE_URL OUT_DIR   # in that venv
+
+Not in the project's venv: TRL loads the policy's processor with transformers' AutoProcessor, and Qwen2.5-VL's
+needs torchvision, which requirements/lock.txt does not have (torch's CPU build 2.13.0 has no torchvision of its
+own); check_trl.sh's venv installs trl, torchvision (which brings the torch it was built for), datasets, pillow
+and httpx2, and mmjudge without its dependencies.
 
 Prints what the trainer logged at each step (the mmjudge reward's mean, its failed share, the images the judge
 was shown)."""
 
+import importlib.util
 import json
 import sys
 
-import trl
-from datasets import Dataset
-from PIL import Image
-from trl import GRPOConfig, GRPOTrainer
+if importlib.util.find_spec("torchvision") is None:
+    sys.exit("trl_grpo.py needs torchvision (Qwen2.5-VL's processor), which the project's venv lacks: "
+             "run it through `bash docs/rewards/check_trl.sh`, which makes a venv of TRL's own with it")
 
-from mmjudge.rewards import ServerRewards, TRLReward
+import trl  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from PIL import Image  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from mmjudge.rewards import ServerRewards, TRLReward  # noqa: E402
 
 
 def main(policy: str, judge_url: str, out_dir: str) -> int:
