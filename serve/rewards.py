@@ -46,7 +46,7 @@ from mmjudge.judge.prompts import Rubric
 from mmjudge.judge.rewards import RewardSpec, label_problem, preference_reward, response_of, score_reward, verdict_reward
 from mmjudge.serve.api import Message, RequestError, validated
 from mmjudge.serve.images import RequestImages
-from mmjudge.serve.service import Service, judged, read_json, served_name
+from mmjudge.serve.service import Service, Steps, judged, read_json, served_name
 
 MAX_QUESTIONS, MAX_CHOICES, LEVELS = 64, 26, (2, 10)  # vLLM's bounds on a decisions request
 
@@ -146,8 +146,7 @@ async def rewarded(request: Request, service: Service, asked: list[Asked], what:
         return [Reward(verdict_reward(item.response, item.reference, rubric)) for item in asked]
     images = RequestImages(service.image_root, service.limits.max_image_pixels)
     try:
-        results = await judged(service, lambda: [judged_item(item, k, spec, images) for k, item in enumerate(asked)], what, request,
-                               service.reward_options)
+        results = await judged(service, lambda: judged_items(asked, spec, images), what, request, service.reward_options)
     finally:
         images.close()
     if spec.kind == "preference":
@@ -169,23 +168,31 @@ def with_prefix_cache(options: ScoreOptions, judge: Judge, device: str) -> Score
     return replace(options, prefix_cache=min(MAX_PREFIX_CACHE, room))
 
 
-def judged_item(item: Asked, k: int, spec: RewardSpec, images: RequestImages) -> Sample | Pair:
-    """The response as the sample (or, against its reference, the pair) the judge is shown, each image
-    a checked local file."""
-    def segment(piece: Piece) -> Segment:
-        if piece.image is not None:
-            return Segment(image=str(images.file(piece.image, piece.field)))
-        try:
-            return Segment(text=piece.text)
-        except ValidationError as err:  # a text longer than any judge's context
-            raise RequestError(400, piece.field, err.errors()[0]["msg"].removeprefix("Value error, ")) from None
+def judged_items(asked: list[Asked], spec: RewardSpec, images: RequestImages) -> Steps[list[Sample | Pair]]:
+    """Each response as the sample (or, against its reference, the pair) the judge is shown, each image a checked
+    local file, an image a piece."""
+    def segments(pieces: list[Piece]) -> Steps[list[Segment]]:
+        made = []
+        for piece in pieces:
+            if piece.image is not None:
+                made.append(Segment(image=str(images.file(piece.image, piece.field))))
+                yield
+                continue
+            try:
+                made.append(Segment(text=piece.text))
+            except ValidationError as err:  # a text longer than any judge's context
+                raise RequestError(400, piece.field, err.errors()[0]["msg"].removeprefix("Value error, ")) from None
+        return made
 
-    segments = lambda pieces: [segment(piece) for piece in pieces]  # noqa: E731
-    question, answer = segments(item.question), segments(item.answer)
-    if spec.kind == "preference":
-        reference = segments([Piece(item.reference_field, text=item.reference)])
-        return Pair(id=str(k), question=question, answer_a=answer, answer_b=reference, category=spec.category)
-    return Sample(id=str(k), question=question, answer=answer, category=spec.category)
+    items = []
+    for k, item in enumerate(asked):
+        question, answer = (yield from segments(item.question)), (yield from segments(item.answer))
+        if spec.kind == "preference":
+            reference = yield from segments([Piece(item.reference_field, text=item.reference)])
+            items.append(Pair(id=str(k), question=question, answer_a=answer, answer_b=reference, category=spec.category))
+        else:
+            items.append(Sample(id=str(k), question=question, answer=answer, category=spec.category))
+    return items
 
 
 def message_pieces(message: Message, where: str) -> list[Piece]:

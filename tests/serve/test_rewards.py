@@ -302,7 +302,48 @@ def test_concurrent_requests_images_and_prompts_are_prepared_in_one_thread_one_h
     with ThreadPoolExecutor(8) as pool:
         rewards = list(pool.map(lambda k: reward(server, f"Describe image {k}.", "A square.", images[k % 3:k % 3 + 1]), range(16)))
     assert len(rewards) == 16 and len(threads["images"]) == len(threads["prompts"]) == 16
-    assert set(threads["images"]) == set(threads["prompts"]) == {"judge-prepare_0"}
+    assert set(threads["images"]) == set(threads["prompts"]) == {"judge-prepare"}
+
+
+def test_a_large_requests_preparing_holds_the_small_ones_beside_it_for_a_piece_at_most(server, images, monkeypatch):
+    """Ten one-image requests sent while one of 18 images is being prepared reach the model before it: the preparing
+    thread runs requests in turns, a piece each (an image checked, a prompt tokenized, an image's tiles made), not each
+    request whole in arrival order. Without a timing threshold: turns of no length (PREPARING_TURN_S 0), and the large
+    request's first image waits until the ten are handed to the preparing thread."""
+    import mmjudge.serve.images
+    import mmjudge.serve.service
+    import mmjudge.serve.worker
+
+    monkeypatch.setattr(mmjudge.serve.service, "PREPARING_TURN_S", 0, raising=False)
+    handed, entered, started = [], [], threading.Event()
+    check, prepared, score = mmjudge.serve.images.RequestImages.file, mmjudge.serve.service.Service.prepared, mmjudge.serve.worker.Worker.score
+
+    def file(self, reference, field):
+        if reference != images[0] and not started.is_set():  # the large request's first image: the small ones come meanwhile
+            started.set()
+            deadline = time.monotonic() + 60
+            while len(handed) < 11 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return check(self, reference, field)
+
+    def handing(self, steps):
+        handed.append(steps)
+        return prepared(self, steps)
+
+    def scoring(self, items, *args, **kwargs):
+        entered.append(len(items))
+        return score(self, items, *args, **kwargs)
+
+    monkeypatch.setattr(mmjudge.serve.images.RequestImages, "file", file)
+    monkeypatch.setattr(mmjudge.serve.service.Service, "prepared", handing)
+    monkeypatch.setattr(mmjudge.serve.worker.Worker, "score", scoring)
+    large = {"query": [f"Q{k}. A" for k in range(6)], "prompts": [f"Q{k}." for k in range(6)], "images": [images[:3]] * 6}
+    with ThreadPoolExecutor(11) as pool:
+        answered = pool.submit(post, server, "/get_reward", large)
+        assert started.wait(timeout=HANG_S)
+        small = list(pool.map(lambda k: reward(server, f"Describe image {k}.", "A square.", images[:1]), range(10)))
+        assert answered.result().status_code == 200 and len(small) == 10
+    assert entered == [1] * 10 + [6]  # every small request reached the model before the large one
 
 
 @pytest.mark.slow
