@@ -35,16 +35,17 @@ from mmjudge.serve.worker import Worker
 T = TypeVar("T")
 Steps = Generator[None, None, T]  # a request's preparing, in pieces: each yield is where another request may take the thread
 
-# How long one request keeps the preparing thread, past a piece of its preparing, while others wait for it: short enough
-# that a one-image request beside one of 64 images of 40 megapixels waits for about one of those images, long enough that
-# one-sample requests, each a few milliseconds of preparing, run whole in one turn (docs/serving.md, "Fair preparing").
+# How long one request keeps the preparing thread, past a piece of its preparing, while others wait for it, in the
+# thread's CPU seconds (a busy machine stretches wall time, not work): short enough that a one-image request beside one
+# of 64 images of 40 megapixels waits for about one of those images, long enough that a one-sample request, a few
+# milliseconds of preparing, runs whole in one turn (docs/serving.md, "Fair preparing").
 PREPARING_TURN_S = 0.02
 
 
 class Preparer:
     """The one thread that prepares requests (Service.prepared), in turns: each request's preparing is a generator of
     pieces (an image read and checked, a prompt tokenized, an image's tiles made), and the thread runs a request's
-    pieces until it has had PREPARING_TURN_S, then the next waiting request's, round the queue in arrival order. A
+    pieces until they have taken PREPARING_TURN_S of its CPU time, then the next waiting request's, round the queue in arrival order. A
     request's preparing holds the others for at most one of its pieces past its turn, however large it is."""
 
     def __init__(self):
@@ -71,11 +72,11 @@ class Preparer:
 
     def _turn(self, steps: Steps, future: Future) -> bool:
         """Runs `steps` for one turn; True where it has pieces left, else its answer (or error) is in `future`."""
-        ends = time.monotonic() + PREPARING_TURN_S
+        ends = time.thread_time() + PREPARING_TURN_S
         try:
             while True:
                 next(steps)
-                if time.monotonic() >= ends and self._waiting:  # read without the lock: a request that just arrived waits a piece more
+                if time.thread_time() >= ends and self._waiting:  # read without the lock: a request that just arrived waits a piece more
                     return True
         except StopIteration as done:
             future.set_result(done.value)
