@@ -9,7 +9,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +25,8 @@ from mmjudge.judge.identity import stamp
 from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Rubric
 from mmjudge.judge.reward_model import is_reward_model
-from mmjudge.judge.vision import load_pixels
 from mmjudge.judge.rewards import RewardSpec
+from mmjudge.judge.vision import load_pixels
 from mmjudge.serve.api import RequestError
 from mmjudge.serve.metrics import Metrics
 from mmjudge.serve.options import ServeOptions
@@ -45,8 +45,9 @@ PREPARING_TURN_S = 0.02
 class Preparer:
     """The one thread that prepares requests (Service.prepared), in turns: each request's preparing is a generator of
     pieces (an image read and checked, a prompt tokenized, an image's tiles made), and the thread runs a request's
-    pieces until they have taken PREPARING_TURN_S of its CPU time, then the next waiting request's, round the queue in arrival order. A
-    request's preparing holds the others for at most one of its pieces past its turn, however large it is."""
+    pieces until they have taken PREPARING_TURN_S of its CPU time, then the next waiting request's, round the queue
+    in arrival order. A request's preparing holds the others for one of its pieces past its turn at most, however
+    large it is."""
 
     def __init__(self):
         self._waiting: deque[tuple[Steps, Future]] = deque()
