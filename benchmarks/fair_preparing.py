@@ -12,7 +12,8 @@ one query whose prompt shows them all (the large request). Meanwhile --clients s
 synthetic question, its first image and an answer, as OpenRLHF sends one) and, --pause_s after its answer, the next,
 until the large request is answered. A small request alone is timed first. Every latency is from the first byte sent
 to the answer; each small request's reward is checked against the same request sent alone before (to 1e-6). --json's
-record renders as docs/serving.md's table (markdown).
+record (each small request's [sent at, latency] in seconds, and the 1-minute load average before and after) renders as
+docs/serving.md's table (markdown).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ async def beside(base: str, large: dict, smalls: list[dict], clients: int, pause
 
 
 def measured(args) -> dict:
+    load_before = os.getloadavg()[0]
     with served(args.model_path, ["--device", args.device, "--reward", "score:SA", "--mode", "logits", *args.serve_flag],
                 image_root=True) as (base, data_dir):
         smalls = bodies_of(data_dir, args.clients * 4)
@@ -91,20 +93,20 @@ def measured(args) -> dict:
     latencies = [s["latency_s"] for s in run["small"]]
     differing = sum(s["reward"] is None or abs(s["reward"] - alone[s["body"]][1]) > 1e-6 for s in run["small"])
     return {"device": args.device, "serve_flags": args.serve_flag, "images": args.images, "megapixels": args.megapixels,
-            "clients": args.clients, "pause_s": args.pause_s, "load_before": os.getloadavg()[0],
+            "clients": args.clients, "pause_s": args.pause_s, "load_before": load_before,
             "small_alone_s": alone[1][0], "large": run["large"], "small_requests": len(latencies), "small_rewards_differing": differing,
             "small_p50_s": percentile(latencies, 0.5), "small_max_s": max(latencies), "small_over_2s": sum(t > 2 for t in latencies),
-            "small": run["small"]}
+            "load_after": os.getloadavg()[0], "small": [[round(s["sent_at_s"], 3), round(s["latency_s"], 3)] for s in run["small"]]}
 
 
 def markdown(record: dict) -> str:
     """The table of a run's record (--json), as docs/serving.md shows it."""
     large = record["large"]
-    return ("| large request | its seconds | small requests beside it | small latency p50 / max | small over 2 s | alone |\n"
-            "|---|---:|---:|---:|---:|---:|\n"
+    return ("| large request | its seconds | small requests beside it | small latency p50 / max | small over 2 s | a small one alone | "
+            "load before / after |\n|---|---:|---:|---:|---:|---:|---:|\n"
             f"| {record['images']} images of {record['megapixels']:g} MP | {large['seconds']:.1f} | {record['small_requests']} from "
             f"{record['clients']} clients | {record['small_p50_s']:.2f} s / {record['small_max_s']:.2f} s | {record['small_over_2s']} | "
-            f"{record['small_alone_s']:.2f} s |\n")
+            f"{record['small_alone_s']:.2f} s | {record['load_before']:.1f} / {record['load_after']:.1f} |\n")
 
 
 def main() -> None:
