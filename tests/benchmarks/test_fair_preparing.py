@@ -1,8 +1,8 @@
 """The fairness benchmark, small: a large request of a few images and small requests beside it, every one answered,
 the small ones with the rewards they get alone; and docs/serving.md's table is its recorded run."""
 
-import importlib.util
 import json
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -15,15 +15,13 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHMARK = ROOT / "benchmarks" / "fair_preparing.py"
 
 
-def load_benchmark():
-    sys.path.insert(0, str(BENCHMARK.parent))  # it imports reward_load and serve_load beside it
+def markdown(record: dict) -> str:
+    """The benchmark's own markdown() of `record` (it imports reward_load and serve_load beside it)."""
+    sys.path.insert(0, str(BENCHMARK.parent))
     try:
-        spec = importlib.util.spec_from_file_location("fair_preparing", BENCHMARK)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        return runpy.run_path(str(BENCHMARK))["markdown"](record)
     finally:
         sys.path.remove(str(BENCHMARK.parent))
-    return module
 
 
 @pytest.mark.slow  # it starts judge-serve
@@ -41,5 +39,5 @@ def test_the_docs_table_is_the_recorded_run():
     """docs/serving.md's table is markdown() of docs/benchmarks/fair_preparing.json, not typed by hand."""
     record = json.loads((ROOT / "docs" / "benchmarks" / "fair_preparing.json").read_text())
     page = (ROOT / "docs" / "serving.md").read_text()
-    assert page.split("<!-- fair_preparing -->\n")[1].split("<!-- /fair_preparing -->")[0] == load_benchmark().markdown(record)
+    assert page.split("<!-- fair_preparing -->\n")[1].split("<!-- /fair_preparing -->")[0] == markdown(record)
     assert record["images"] == 64 and record["megapixels"] == 40 and record["large"]["status"] == 200
