@@ -56,6 +56,7 @@ class Preparer:
 
     def submit(self, steps: Steps) -> Future:
         future = Future()
+        future.set_running_or_notify_cancel()  # never cancelled (a request that stops waiting leaves it): its answer can always be set
         with self._wake:
             self._waiting.append((steps, future))
             self._wake.notify()
