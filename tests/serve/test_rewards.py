@@ -415,6 +415,37 @@ def test_a_large_requests_preparing_holds_the_small_ones_beside_it_for_a_piece_a
     assert entered == [1] * 10 + [6]  # every small request reached the model before the large one
 
 
+def test_a_request_that_stops_waiting_for_its_preparing_leaves_the_preparing_thread_serving():
+    """A handler cancelled while its request waits to be prepared (its server shutting down) must not stop the one
+    thread every request is prepared in: its answer is set unheard."""
+    import asyncio
+
+    from mmjudge.serve.service import Preparer
+
+    preparer, started = Preparer(), threading.Event()
+
+    def slow():
+        started.set()
+        for _ in range(3):
+            time.sleep(0.01)
+            yield
+        return "slow"
+
+    def quick():
+        return "quick"
+        yield
+
+    async def asked():
+        first = asyncio.ensure_future(asyncio.wrap_future(preparer.submit(slow())))
+        waiting = asyncio.ensure_future(asyncio.wrap_future(preparer.submit(quick())))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, HANG_S)
+        waiting.cancel()  # before its turn
+        # a bound on a hang only (the thread gone), the work is milliseconds
+        return await asyncio.wait_for(first, 60), await asyncio.wait_for(asyncio.wrap_future(preparer.submit(quick())), 60)
+
+    assert asyncio.run(asked()) == ("slow", "quick")
+
+
 @pytest.mark.slow
 def test_a_generating_servers_rewards_are_read_in_logits_mode_and_say_so(files, server, images):
     """A server whose /v1/score generates (--mode generate), its reward endpoints in logits mode (auto): each
