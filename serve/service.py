@@ -219,12 +219,13 @@ async def judged(service: Service, local: Callable[[], Steps[list[Sample] | list
 
 
 def with_tiles(prepared: list, most: int) -> Steps[None]:
-    """Each image's tiles made here, an image a piece, where the request shows at most `most` images (--max_images,
+    """Each image's tiles made here, an image a piece, where the request shows from 2 to `most` images (--max_images,
     what one chat request's tiles hold, which are made here too): so that the model thread, which waits for a sample's
-    tiles, is never held by a large request's images (64 of 40 megapixels took it minutes) while the small requests
-    beside it wait. A request of more images has them made by the model's loaders, a few samples ahead, so that
-    its tiles never all wait in memory at once."""
-    if sum(len(item.images) for item in prepared) > most:
+    tiles, waits for one image's at most (64 of 40 megapixels in one request held it minutes while the small requests
+    beside it waited). A one-image request's tile is made by the model's loaders, beside this thread, as before: made
+    here, the one-sample rewards of 64 clients ran slower (docs/serving.md, "Fair preparing"). A request of more images has them made by the
+    loaders a few samples ahead, so that its tiles never all wait in memory at once."""
+    if not 1 < sum(len(item.images) for item in prepared) <= most:
         return
     for item in prepared:
         item.loaded = []
