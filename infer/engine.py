@@ -69,6 +69,7 @@ class Prepared:
     view: str | None = None  # "forward" or "reverse" (a pairwise rubric's order), or the answer "A" or "B" (a pointwise rubric's)
     sampling: Sampling = Sampling()
     prefix: int = 0  # tokens before its first answer, prefilled apart through the prefix cache (shared_tokens); 0: none
+    loaded: list[Pixels] | None = None  # each image's pixels, made ahead (judge-serve's preparing thread); None: made by the loaders
 
     @property
     def n_tiles(self) -> int:
@@ -264,7 +265,7 @@ def _load_pixels(item: Prepared, dtype: torch.dtype, pin: bool, image_token_id: 
     """The sample's pixels in the model's dtype; pinned for a GPU, so that the copy overlaps compute. With
     `image_token_id` (a decoder with a prefix cache), the digest of the images in its shared part comes with
     them: hashed here, in a loading thread, so that the model thread never waits on it."""
-    loaded = [load_pixels(image.path, image.processing) for image in item.images]
+    loaded = item.loaded if item.loaded is not None else [load_pixels(image.path, image.processing) for image in item.images]
     for image, pixels in zip(item.images, loaded):
         if pixels.tokens != image.tokens:
             raise RuntimeError(f"{image.path}: planned {image.tokens} image tokens, its processing made {pixels.tokens}")

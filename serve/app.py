@@ -44,7 +44,7 @@ from mmjudge.serve.completions import ChoiceText, chunk, logprob_entries, now, s
 from mmjudge.serve.images import RequestImages
 from mmjudge.serve.metrics import Metrics
 from mmjudge.serve.rewards import reward_routes
-from mmjudge.serve.service import ClientGone, Service, context_exceeded, disconnected, judged, read_json, served_name, submitted, until_answered
+from mmjudge.serve.service import ClientGone, Service, Steps, context_exceeded, disconnected, judged, read_json, served_name, submitted, until_answered
 from mmjudge.serve.worker import ChatPrompt
 
 CLIENT_GONE = 499  # nginx's status for a request whose client closed the connection: answered to no one
@@ -195,7 +195,7 @@ async def score(request: Request, service: Service) -> Response:
             raise RequestError(413, f"{what}[{k}]", f"{len(item.images())} images, over this server's limit of {service.limits.max_images} (--max_images)")
     images = RequestImages(service.image_root, service.limits.max_image_pixels)
     try:
-        results = await judged(service, lambda: [with_image_files(item, f"{what}[{k}]", images) for k, item in enumerate(items)], what, request)
+        results = await judged(service, lambda: with_image_files(items, what, images), what, request)
     finally:
         images.close()
     service.metrics.e2e.observe(time.monotonic() - arrived)
@@ -206,14 +206,20 @@ async def score(request: Request, service: Service) -> Response:
 
 
 
-def with_image_files(item: Sample | Pair, where: str, images: RequestImages) -> Sample | Pair:
-    """The sample (or pair) with each image's reference replaced by the file that holds it."""
-    parts = {}
-    for part in ("question", "answer_a", "answer_b") if isinstance(item, Pair) else ("question", "answer"):
-        segments = getattr(item, part)
-        parts[part] = [segment.model_copy(update={"image": str(images.file(segment.image, f"{where}.{part}[{n}].image"))})
-                       if segment.image is not None else segment for n, segment in enumerate(segments)]
-    return item.model_copy(update=parts)
+def with_image_files(items: list[Sample] | list[Pair], what: str, images: RequestImages) -> Steps[list[Sample] | list[Pair]]:
+    """The samples (or pairs) with each image's reference replaced by the file that holds it, checked an image a piece."""
+    checked = []
+    for k, item in enumerate(items):
+        parts = {}
+        for part in ("question", "answer_a", "answer_b") if isinstance(item, Pair) else ("question", "answer"):
+            parts[part] = []
+            for n, segment in enumerate(getattr(item, part)):
+                if segment.image is not None:
+                    segment = segment.model_copy(update={"image": str(images.file(segment.image, f"{what}[{k}].{part}[{n}].image"))})
+                    yield
+                parts[part].append(segment)
+        checked.append(item.model_copy(update=parts))
+    return checked
 
 
 async def chat_completions(request: Request, service: Service) -> Response:
@@ -236,16 +242,19 @@ async def chat_completions(request: Request, service: Service) -> Response:
     images = RequestImages(service.image_root, service.limits.max_image_pixels)
     constraint = body.constraint()
 
-    def tokenized() -> tuple[torch.Tensor, Pixels | None]:
-        loaded = [load_pixels(images.file(part.image_url.url, f"messages[{index}].content[{n}].image_url.url"),
-                              low_detail if part.image_url.detail == "low" else processing) for n, part in image_parts]
+    def tokenized() -> Steps[tuple[torch.Tensor, Pixels | None]]:
+        loaded = []
+        for n, part in image_parts:  # an image a piece: read, checked and tiled
+            loaded.append(load_pixels(images.file(part.image_url.url, f"messages[{index}].content[{n}].image_url.url"),
+                                      low_detail if part.image_url.detail == "low" else processing))
+            yield
         # Rendered as judge-score renders a prompt: what the user wrote is read as text, whatever tokens it spells.
         text, controls = render_query(settings.template, query, [placeholder(processing, p.tokens) for p in loaded],
                                       settings.system_message if system is None else system)
         return torch.tensor(encode_prompt(service.tokenizer, text, controls)), Pixels.cat(loaded)
 
     try:
-        input_ids, pixels = await service.prepared(tokenized)
+        input_ids, pixels = await service.prepared(tokenized())
     finally:
         images.close()
     rules = None if constraint is None else await run_in_threadpool(compiled, service, constraint)  # a large schema takes a while

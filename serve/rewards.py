@@ -8,8 +8,10 @@ over the same model thread, batching and cancellation as /v1/score. What a rewar
     POST /get_reward           OpenRLHF's: {"query": [prompt + response], "prompts", "labels", "images": [[ref]]}
                                -> {"rewards", "scores", "extra_logs"}
     POST /v1/score/evaluation  LLaMA-Factory's: {"model", "messages": [str]} -> {"scores"}
-    POST /v1/decisions         score, choice and predicate questions about an input (text and images), answered
-                               from the judge's score distribution: {"answers": [...]}
+    POST /v1/decisions         OpenAI's Decisions API (client.decisions.create), images included: {"model", "input": str |
+                               [user messages of input_text / input_image parts], "questions": [predicate | choice |
+                               score]} -> {"model", "answers": [one per question, in order], "usage"}, each answer read
+                               from the judge's score distribution
 
 Images: image parts of chat messages (/classify, /v1/decisions), OpenRLHF's `images` beside the query (one
 list per query, shown before its prompt's text); each a path under --image_root or a data URL. Refusals are
@@ -26,13 +28,14 @@ score:CATEGORY's pointwise rubric, and its reward is its head's output, unbounde
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, ValidationError, model_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -47,9 +50,11 @@ from mmjudge.judge.rewards import RewardSpec, label_problem, preference_reward, 
 from mmjudge.rewards import response_of
 from mmjudge.serve.api import Message, RequestError, validated
 from mmjudge.serve.images import RequestImages
-from mmjudge.serve.service import Service, judged, read_json, served_name
+from mmjudge.serve.service import Service, Steps, judged, read_json, served_name
 
-MAX_QUESTIONS, MAX_CHOICES, LEVELS = 64, 26, (2, 10)  # vLLM's bounds on a decisions request
+# A decisions request's bounds: vLLM's on questions and levels; OpenAI's on choices, each one response judged (vLLM reads a
+# letter for each, A-Z), all within --max_samples
+MAX_QUESTIONS, MAX_CHOICES, LEVELS = 64, 255, (2, 10)
 
 
 @dataclass(frozen=True)
@@ -147,8 +152,7 @@ async def rewarded(request: Request, service: Service, asked: list[Asked], what:
         return [Reward(verdict_reward(item.response, item.reference, rubric)) for item in asked]
     images = RequestImages(service.image_root, service.limits.max_image_pixels)
     try:
-        results = await judged(service, lambda: [judged_item(item, k, spec, images) for k, item in enumerate(asked)], what, request,
-                               service.reward_options)
+        results = await judged(service, lambda: judged_items(asked, spec, images), what, request, service.reward_options)
     finally:
         images.close()
     if spec.kind == "preference":
@@ -170,23 +174,31 @@ def with_prefix_cache(options: ScoreOptions, judge: Judge, device: str) -> Score
     return replace(options, prefix_cache=min(MAX_PREFIX_CACHE, room))
 
 
-def judged_item(item: Asked, k: int, spec: RewardSpec, images: RequestImages) -> Sample | Pair:
-    """The response as the sample (or, against its reference, the pair) the judge is shown, each image
-    a checked local file."""
-    def segment(piece: Piece) -> Segment:
-        if piece.image is not None:
-            return Segment(image=str(images.file(piece.image, piece.field)))
-        try:
-            return Segment(text=piece.text)
-        except ValidationError as err:  # a text longer than any judge's context
-            raise RequestError(400, piece.field, err.errors()[0]["msg"].removeprefix("Value error, ")) from None
+def judged_items(asked: list[Asked], spec: RewardSpec, images: RequestImages) -> Steps[list[Sample | Pair]]:
+    """Each response as the sample (or, against its reference, the pair) the judge is shown, each image a checked
+    local file, an image a piece."""
+    def segments(pieces: list[Piece]) -> Steps[list[Segment]]:
+        made = []
+        for piece in pieces:
+            if piece.image is not None:
+                made.append(Segment(image=str(images.file(piece.image, piece.field))))
+                yield
+                continue
+            try:
+                made.append(Segment(text=piece.text))
+            except ValidationError as err:  # a text longer than any judge's context
+                raise RequestError(400, piece.field, err.errors()[0]["msg"].removeprefix("Value error, ")) from None
+        return made
 
-    segments = lambda pieces: [segment(piece) for piece in pieces]  # noqa: E731
-    question, answer = segments(item.question), segments(item.answer)
-    if spec.kind == "preference":
-        reference = segments([Piece(item.reference_field, text=item.reference)])
-        return Pair(id=str(k), question=question, answer_a=answer, answer_b=reference, category=spec.category)
-    return Sample(id=str(k), question=question, answer=answer, category=spec.category)
+    items = []
+    for k, item in enumerate(asked):
+        question, answer = (yield from segments(item.question)), (yield from segments(item.answer))
+        if spec.kind == "preference":
+            reference = yield from segments([Piece(item.reference_field, text=item.reference)])
+            items.append(Pair(id=str(k), question=question, answer_a=answer, answer_b=reference, category=spec.category))
+        else:
+            items.append(Sample(id=str(k), question=question, answer=answer, category=spec.category))
+    return items
 
 
 def message_pieces(message: Message, where: str) -> list[Piece]:
@@ -319,28 +331,74 @@ async def evaluation(request: Request, service: Service) -> Response:
 
 # -- /v1/decisions -----------------------------------------------------------------------------------------
 
+class InputPart(BaseModel):
+    """A piece of a decision's input or instructions: `{"type": "input_text", "text"}` or `{"type": "input_image", "image_url"}`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["input_text", "input_image"]
+    text: str | None = None
+    image_url: str | None = None  # a base64 data URL, or a path under --image_root; no URL is fetched (serve/images.py)
+    detail: Literal["auto", "high", "original", "low"] | None = None  # the server's tiling (--max_tiles); "low" is refused by name
+
+    @model_validator(mode="after")
+    def _filled(self) -> InputPart:
+        field = "text" if self.type == "input_text" else "image_url"
+        if getattr(self, field) is None:
+            raise ValueError(f"an {self.type!r} part needs its '{field}' field")
+        return self
+
+
+def as_parts(value: object) -> object:
+    """A text given where parts may be, as its one part (OpenAI's shorthand)."""
+    return [{"type": "input_text", "text": value}] if isinstance(value, str) else value
+
+
+class DecisionMessage(BaseModel):
+    """A user message of a decision's input: text and image parts in order."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    role: Literal["user"]  # OpenAI's other items (system, assistant, tool calls and outputs) are refused by name
+    content: Annotated[list[InputPart], BeforeValidator(as_parts)]
+    type: Literal["message"] = "message"
+
+
+class Choice(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    value: StrictStr | StrictBool  # typed, as OpenAI's: the string "true" and true are two choices
+    description: str = ""
+
+
+class Level(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    label: str
+    description: str = ""
+
+
 class Question(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     type: Literal["predicate", "choice", "score"]
-    name: str = Field(min_length=1, max_length=64)
-    instructions: str = Field(min_length=1)
-    choices: list[str] | None = Field(default=None, min_length=2, max_length=MAX_CHOICES)
-    levels: list[str] | None = Field(default=None, min_length=LEVELS[0], max_length=LEVELS[1])
+    name: str | None = None  # echoed in its answer; null where none is given
+    instructions: Annotated[list[InputPart], BeforeValidator(as_parts)]
+    choices: list[Choice] | None = Field(default=None, min_length=2, max_length=MAX_CHOICES)
+    levels: list[Level] | None = Field(default=None, min_length=LEVELS[0], max_length=LEVELS[1])
 
     @model_validator(mode="after")
     def _fields_of_its_type(self) -> Question:
         if (self.type == "choice") != (self.choices is not None):
-            raise ValueError("a choice question needs its choices, and only it takes them")
+            raise ValueError(f"a choice question needs its choices ({{value, description}}, 2-{MAX_CHOICES}), and only it takes them")
         if (self.type == "score") != (self.levels is not None):
-            raise ValueError(f"a score question needs its levels ({LEVELS[0]}-{LEVELS[1]} labels, lowest first), and only it takes them")
+            raise ValueError(f"a score question needs its levels ({{label, description}}, {LEVELS[0]}-{LEVELS[1]}, lowest first), and only it "
+                             "takes them")
         return self
 
 
 class DecisionsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     model: str | None = None  # the first served name where none is sent, as vLLM
-    input: str | list[Message]
+    input: Annotated[list[DecisionMessage], BeforeValidator(lambda value: [{"role": "user", "content": value}] if isinstance(value, str) else value)]
     questions: list[Question] = Field(min_length=1, max_length=MAX_QUESTIONS)
+    safety_identifier: str | None = None  # these two label the request for its sender (serve/api.py's LABELS); no answer changes
+    prompt_cache_key: str | None = None
 
 
 @dataclass
@@ -352,24 +410,56 @@ class Asking:
     count: int = 1
 
 
-def input_pieces(given: str | list[Message]) -> list[Piece]:
-    """What a decision is about: the input's text, or its user messages' text and image parts in order."""
-    if isinstance(given, str):
-        return [Piece("input", text=given)]
+def part_pieces(content: list[InputPart], where: str) -> list[Piece]:
+    """Text and image parts in order, as pieces; an image's low detail refused by name."""
     pieces = []
-    for k, message in enumerate(given):
-        if message.role != "user":
-            raise RequestError(400, f"input[{k}].role", "a decision's input is user messages")
-        pieces += message_pieces(message, f"input[{k}]")
+    for n, part in enumerate(content):
+        if part.type == "input_text":
+            pieces.append(Piece(f"{where}[{n}].text", text=part.text))
+            continue
+        if part.detail == "low":
+            raise RequestError(400, f"{where}[{n}].detail", "'low' is not implemented on /v1/decisions: every image is judged at the "
+                                                            "server's tiling (--max_tiles); leave detail out")
+        pieces.append(Piece(f"{where}[{n}].image_url", image=part.image_url))
     return pieces
 
 
+def repeated(values: list, what: str, where: str) -> None:
+    """400 naming the first value that repeats an earlier one: a choice's probabilities, or a level's, are one each."""
+    seen = {}
+    for k, value in enumerate(values):
+        if value in seen:
+            raise RequestError(400, f"{where}[{k}].{what}", f"repeats {where}[{seen[value]}].{what} ({value[1]!r}): each must be unique")
+        seen[value] = k
+
+
+def asked_about(question: Question, q: int, about: list[Piece]) -> list[Asked]:
+    """A question as the responses the judge scores: its instructions (a score question's levels after them) as the
+    question, the input (a choice question: the input then the choice, with its description) as the answer."""
+    where = f"questions[{q}]"
+    instructions = part_pieces(question.instructions, f"{where}.instructions")
+    if question.levels is not None:
+        repeated([(str, level.label) for level in question.levels], "label", f"{where}.levels")
+        scale = "; ".join(f"{k}: {level.label}" + (f" ({level.description})" if level.description else "") for k, level in enumerate(question.levels))
+        instructions.append(Piece(f"{where}.levels", text=f"Levels, lowest first: {scale}."))
+    if question.choices is None:
+        return [Asked(where, instructions, about)]
+    repeated([(type(choice.value), choice.value) for choice in question.choices], "value", f"{where}.choices")
+    return [Asked(where, instructions, about + [Piece(f"{where}.choices[{c}]", text=choice_text(choice))])
+            for c, choice in enumerate(question.choices)]
+
+
+def choice_text(choice: Choice) -> str:
+    value = json.dumps(choice.value) if isinstance(choice.value, bool) else choice.value
+    return f"{value}: {choice.description}" if choice.description else value
+
+
 async def decisions(request: Request, service: Service) -> Response:
-    """Each question asked of the input under the server's score rubric: the question's instructions as the
-    question, the input (a choice question: the input then the choice) as the answer judged. A predicate's
-    probability is the reward; a score's distribution is the judge's, its scale cut into the question's levels
-    (the score the probability-weighted level index, as vLLM's); a choice's probabilities are the choices'
-    rewards, normalised."""
+    """OpenAI's Decisions API (the openai SDK's client.decisions.create), as vLLM serves it, images included: each
+    question asked of the input under the server's score rubric. A predicate's probability is the reward; a score's
+    probabilities are the judge's, its scale cut into the question's levels (the score the probability-weighted level
+    index, as vLLM's); a choice's probabilities are the choices' rewards, normalised. A question the judge's output
+    gives no number for is a refusal; the others are answered."""
     arrived = time.monotonic()
     body = validated(DecisionsRequest, await read_json(request, service.limits.max_request_bytes))
     model = served_name(service, body.model, "model")
@@ -377,37 +467,37 @@ async def decisions(request: Request, service: Service) -> Response:
     if service.reward_model:
         raise RequestError(400, None, "decisions are read from a judge's score distribution, and this server's model is a reward model, "
                                       "which gives one unbounded reward: ask /classify or /get_reward")
-    about = input_pieces(body.input)
+    about = [piece for k, message in enumerate(body.input) for piece in part_pieces(message.content, f"input[{k}].content")]
     asked, asking = [], []
     for q, question in enumerate(body.questions):
-        instructions = [Piece(f"questions[{q}].instructions", text=question.instructions)]
-        options = question.choices or [None]
-        asking.append(Asking(question, len(asked), len(options)))
-        asked += [Asked(f"questions[{q}]", instructions, about + ([Piece(f"questions[{q}].choices[{c}]", text=choice)] if choice else []))
-                  for c, choice in enumerate(options)]
+        made = asked_about(question, q, about)
+        asking.append(Asking(question, len(asked), len(made)))
+        asked += made
     rewards = await rewarded(request, service, asked, "questions")
     service.metrics.e2e.observe(time.monotonic() - arrived)
     scale = service.rubrics[spec.category].score_scale
     answers = [decision(a.question, rewards[a.first: a.first + a.count], scale) for a in asking]
-    tokens = sum(r.result.prompt_tokens for r in rewards)
-    return JSONResponse({"id": f"decision-{request.state.request_id}", "object": "decision", "created": int(time.time()),
-                         "model": model, "answers": answers, "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    prompt = sum(r.result.prompt_tokens for r in rewards)
+    written = sum(r.result.generated_tokens for r in rewards)
+    usage = {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0}, "output_tokens": written,
+             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + written}
+    return JSONResponse({"id": f"decision-{request.state.request_id}", "model": model, "answers": answers, "usage": usage,
                          "reward_mode": service.reward_mode})
 
 
 def decision(question: Question, rewards: list[Reward], scale) -> dict:
+    """A question's answer in OpenAI's shape, from its responses' rewards."""
     answer = {"type": question.type, "name": question.name}
     if any(r.value is None for r in rewards):
-        return {**answer, "error": "the judge's output gave no score for this question"}
+        return {"type": "refusal", "name": question.name}
     if question.type == "predicate":
-        p = rewards[0].value
-        return {**answer, "probability": p, "confidence": max(p, 1 - p)}
+        return {**answer, "probability": rewards[0].value}
     if question.type == "choice":
         total = sum(r.value for r in rewards)
         probabilities = [r.value / total if total > 0 else 1 / len(rewards) for r in rewards]
         best = max(range(len(rewards)), key=lambda k: probabilities[k])
-        return {**answer, "choice": question.choices[best], "probabilities": dict(zip(question.choices, probabilities)),
-                "confidence": probabilities[best]}
+        return {**answer, "choice": question.choices[best].value, "confidence": probabilities[best],
+                "probabilities": [{"value": c.value, "probability": p} for c, p in zip(question.choices, probabilities)]}
     levels = len(question.levels)
     distribution = [0.0] * levels
     judged = rewards[0].result.score_distribution or {str(rewards[0].value * (scale.high - scale.low) + scale.low): 1.0}
@@ -415,5 +505,5 @@ def decision(question: Question, rewards: list[Reward], scale) -> dict:
         distribution[round((float(value) - scale.low) / (scale.high - scale.low) * (levels - 1))] += p
     total = sum(distribution)
     distribution = [p / total for p in distribution]
-    return {**answer, "score": sum(k * p for k, p in enumerate(distribution)), "distribution": dict(zip(question.levels, distribution)),
-            "confidence": max(distribution)}
+    return {**answer, "score": sum(k * p for k, p in enumerate(distribution)), "confidence": max(distribution),
+            "probabilities": [{"value": k, "label": level.label, "probability": p} for k, (level, p) in enumerate(zip(question.levels, distribution))]}

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections import deque
+from collections.abc import Callable, Generator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -24,12 +26,65 @@ from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Rubric
 from mmjudge.judge.reward_model import is_reward_model
 from mmjudge.judge.rewards import RewardSpec
+from mmjudge.judge.vision import load_pixels
 from mmjudge.serve.api import RequestError, read_body
 from mmjudge.serve.metrics import Metrics
 from mmjudge.serve.options import ServeOptions
 from mmjudge.serve.worker import Worker
 
 T = TypeVar("T")
+Steps = Generator[None, None, T]  # a request's preparing, in pieces: each yield is where another request may take the thread
+
+# How long one request keeps the preparing thread, past a piece of its preparing, while others wait for it, in the
+# thread's CPU seconds (a busy machine stretches wall time, not work): short enough that a one-image request beside one
+# of 64 images of 40 megapixels waits for about one of those images, long enough that a one-sample request, a few
+# milliseconds of preparing, runs whole in one turn (docs/serving.md, "Fair preparing").
+PREPARING_TURN_S = 0.02
+
+
+class Preparer:
+    """The one thread that prepares requests (Service.prepared), in turns: each request's preparing is a generator of
+    pieces (an image read and checked, a prompt tokenized, an image's tiles made), and the thread runs a request's
+    pieces until they have taken PREPARING_TURN_S of its CPU time, then the next waiting request's, round the queue
+    in arrival order. A request's preparing holds the others for one of its pieces past its turn at most, however
+    large it is."""
+
+    def __init__(self):
+        self._waiting: deque[tuple[Steps, Future]] = deque()
+        self._wake = threading.Condition()
+        threading.Thread(target=self._serve, name="judge-prepare", daemon=True).start()
+
+    def submit(self, steps: Steps) -> Future:
+        future = Future()
+        future.set_running_or_notify_cancel()  # never cancelled (a request that stops waiting leaves it): its answer can always be set
+        with self._wake:
+            self._waiting.append((steps, future))
+            self._wake.notify()
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            with self._wake:
+                while not self._waiting:
+                    self._wake.wait()
+                steps, future = self._waiting.popleft()
+            if self._turn(steps, future):
+                with self._wake:
+                    self._waiting.append((steps, future))
+
+    def _turn(self, steps: Steps, future: Future) -> bool:
+        """Runs `steps` for one turn; True where it has pieces left, else its answer (or error) is in `future`."""
+        ends = time.thread_time() + PREPARING_TURN_S
+        try:
+            while True:
+                next(steps)
+                if time.thread_time() >= ends and self._waiting:  # read without the lock: a request that just arrived waits a piece more
+                    return True
+        except StopIteration as done:
+            future.set_result(done.value)
+        except BaseException as err:  # noqa: BLE001 - a request's failure is its own, never the thread's
+            future.set_exception(err)
+        return False
 
 
 @dataclass
@@ -51,8 +106,8 @@ class Service:
     judge_fingerprint: str  # of its weights (judge/identity.py), stamped on /v1/score's records as judge-score stamps them
     reward: RewardSpec | None = None  # --reward (judge/rewards.py); None: the reward endpoints refuse
     reward_options: ScoreOptions | None = None  # what the reward endpoints judge with (serve/rewards.py's reward_options); None: score_options
-    # The thread that reads requests' images and tokenizes their prompts (prepared): one, in arrival order
-    preparer: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="judge-prepare"), repr=False)
+    # The thread that reads requests' images, tokenizes their prompts and makes their tiles (prepared): one, in turns
+    preparer: Preparer = field(default_factory=Preparer, repr=False)
 
     def __post_init__(self):
         if self.image_root is not None:
@@ -65,12 +120,13 @@ class Service:
             return None
         return (self.reward_options or self.score_options).mode
 
-    async def prepared(self, work: Callable[[], T]) -> T:
-        """`work`'s answer, from the preparing thread: a request's images read and checked, its prompts tokenized. One
-        thread for all requests, beside the event loop and the model thread, because each thread more contends for the
-        GIL: from Starlette's pool of 40, one-sample rewards from 64 clients ran at 150-165 samples/s, from two
-        threads at 138-155, from one at 180-190 (docs/rewards.md). A large request's preparing delays those behind it."""
-        return await asyncio.get_running_loop().run_in_executor(self.preparer, work)
+    async def prepared(self, steps: Steps[T]) -> T:
+        """The answer of `steps`, a request's preparing in pieces (its images read and checked, its prompts tokenized,
+        its tiles made), from the preparing thread, in turns with the other requests' (Preparer). One thread for all
+        requests, beside the event loop and the model thread, because each thread more contends for the GIL: from
+        Starlette's pool of 40, one-sample rewards from 64 clients ran at 150-165 samples/s, from two threads at
+        138-155, from one at 180-190 (docs/rewards.md)."""
+        return await asyncio.wrap_future(self.preparer.submit(steps))
 
     @property
     def tokenizer(self):
@@ -121,20 +177,25 @@ def served_name(service: Service, name: str | None, field: str) -> str:
     return name
 
 
-async def judged(service: Service, local: Callable[[], list[Sample] | list[Pair]], what: str, request: Request,
+async def judged(service: Service, local: Callable[[], Steps[list[Sample] | list[Pair]]], what: str, request: Request,
                  reward_options: ScoreOptions | None = None) -> list[JudgeResult] | list[PairResult]:
     """The records of the samples (or pairs) `local` makes, their images local files, from the model thread, stamped
     as judge-score stamps them; a prompt over the context is refused naming `what[k]`, and a client that leaves
     ends its samples at the model's next step. /v1/score and the reward endpoints (serve/rewards.py, their
-    `reward_options`) alike. `local` runs in the preparing thread with the prompts' preparing: one hop from the event
-    loop a request."""
+    `reward_options`) alike. `local` (its images checked one piece each) runs in the preparing thread with the
+    prompts' preparing, a piece a sample, and the tiles' making (with_tiles): one hop from the event loop a request."""
     options = reward_options or service.score_options
 
-    def made() -> tuple[int, list]:
-        items = local()
-        return len(items), prepare(service.judge, list(enumerate(items)), service.rubrics, Path("."), options)
+    def made() -> Steps[tuple[int, list]]:
+        items = yield from local()
+        prepared = []
+        for k, item in enumerate(items):
+            prepared += prepare(service.judge, [(k, item)], service.rubrics, Path("."), options)
+            yield
+        yield from with_tiles(prepared, service.limits.max_images)
+        return len(items), prepared
 
-    count, prepared = await service.prepared(made)
+    count, prepared = await service.prepared(made())
     if long := past_context(prepared, service.context):  # the first named, in the words OpenAI's clients read
         index, item = next(iter(long.items()))
         raise context_exceeded(service, f"{what}[{index}]", len(item.input_ids))
@@ -148,6 +209,22 @@ async def judged(service: Service, local: Callable[[], list[Sample] | list[Pair]
         results = [pair_result(views[k], options) for k in range(count)]
     stamp(results, service.judge_fingerprint, service.rubrics)
     return results
+
+
+def with_tiles(prepared: list, most: int) -> Steps[None]:
+    """Each image's tiles made here, an image a piece, where the request shows from 2 to `most` images (--max_images,
+    what one chat request's tiles hold, which are made here too): so that the model thread, which waits for a sample's
+    tiles, waits for one image's at most (64 of 40 megapixels in one request held it minutes while the small requests
+    beside it waited). A one-image request's tile is made by the model's loaders, beside this thread, as before: made
+    here, the one-sample rewards of 64 clients ran slower (docs/serving.md, "Fair preparing"). A request of more images has them made by the
+    loaders a few samples ahead, so that its tiles never all wait in memory at once."""
+    if not 1 < sum(len(item.images) for item in prepared) <= most:
+        return
+    for item in prepared:
+        item.loaded = []
+        for image in item.images:
+            item.loaded.append(load_pixels(image.path, image.processing))
+            yield
 
 
 def context_exceeded(service: Service, field: str, prompt_tokens: int) -> RequestError:

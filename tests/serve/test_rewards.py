@@ -2,6 +2,7 @@
 shape answers the reward --reward declares, the same alone and in any batch, images included; bad requests
 are refused naming the field, in each client's own error shape."""
 
+import base64
 import os
 import threading
 import time
@@ -169,26 +170,88 @@ def same_alone_and_in_any_batch(server, images: list[str]) -> None:
         assert list(pool.map(lambda k: reward(server, *asked[k % 4]), range(16))) == [alone[k % 4] for k in range(16)]
 
 
+def data_url(files, image: str) -> str:
+    path = files[1] / image
+    return f"data:image/{path.suffix.lstrip('.').replace('jpg', 'jpeg')};base64,{base64.b64encode(path.read_bytes()).decode()}"
+
+
+QUESTIONS = [{"type": "predicate", "name": "faithful", "instructions": "Does the caption fit the image?"},
+             {"type": "choice", "name": "shape", "instructions": "Which shape is shown?",
+              "choices": [{"value": "circle", "description": "round"}, {"value": "square"}, {"value": True, "description": "a star"},
+                          {"value": "true"}]},  # typed values: the string "true" and true are two choices
+             {"type": "score", "instructions": [{"type": "input_text", "text": "How good is the caption?"}],  # unnamed: its answer's name is null
+              "levels": [{"label": "poor", "description": "wrong"}, {"label": "fair"}, {"label": "good"}, {"label": "great"}]}]
+
+
 @pytest.mark.slow
-def test_decisions_answer_score_choice_and_predicate_questions_about_an_image_from_the_judges_distribution(server, images):
-    about = [{"role": "user", "content": [{"type": "text", "text": "A red circle on a table."}, {"type": "image_url", "image_url": {"url": images[0]}}]}]
-    questions = [{"type": "predicate", "name": "faithful", "instructions": "Does the caption fit the image?"},
-                 {"type": "choice", "name": "shape", "instructions": "Which shape is shown?", "choices": ["circle", "square", "star"]},
-                 {"type": "score", "name": "quality", "instructions": "How good is the caption?", "levels": ["poor", "fair", "good", "great"]}]
-    answer = post(server, "/v1/decisions", {"model": SERVED, "input": about, "questions": questions})
-    assert answer.status_code == 200, answer.text
-    predicate, choice, score = answer.json()["answers"]
-    assert 0 <= predicate["probability"] <= 1 and predicate["confidence"] == max(predicate["probability"], 1 - predicate["probability"])
-    assert choice["choice"] in ("circle", "square", "star") and sum(choice["probabilities"].values()) == pytest.approx(1)
-    assert choice["probabilities"][choice["choice"]] == max(choice["probabilities"].values())
-    assert list(score["distribution"]) == ["poor", "fair", "good", "great"] and sum(score["distribution"].values()) == pytest.approx(1)
-    assert score["score"] == pytest.approx(sum(k * p for k, p in enumerate(score["distribution"].values())))
+def test_openais_decisions_client_is_answered_every_question_type_with_and_without_images_in_its_own_types(server, files, images):
+    """The openai SDK's own client.decisions.create, as its users call it: 200, each answer in question order
+    validating as the SDK's own types, probabilities that sum to 1, the image reaching the judge."""
+    from openai import OpenAI
+    from openai.types.decision import (AnswerAnswerResourceChoice, AnswerAnswerResourcePredicate, AnswerAnswerResourceScore,
+                                       Decision)
+
+    client = OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=HANG_S)
+    caption = {"type": "input_text", "text": "A red circle on a table."}
+    pictured = [{"role": "user", "content": [caption, {"type": "input_image", "image_url": data_url(files, images[0])}]}]
+    asked = {"text": client.decisions.with_raw_response.create(model=SERVED, input="A red circle on a table.", questions=QUESTIONS),
+             "image": client.decisions.with_raw_response.create(model=SERVED, input=pictured, questions=QUESTIONS)}
+    answers = {}
+    for way, raw in asked.items():
+        assert raw.status_code == 200, raw.http_response.text
+        assert isinstance(raw.parse(), Decision)  # what client.decisions.create returns
+        decision = Decision.model_validate(raw.http_response.json())  # the SDK's own pydantic types, validated (its client only constructs them)
+        predicate, choice, score = decision.answers
+        assert isinstance(predicate, AnswerAnswerResourcePredicate) and predicate.name == "faithful" and 0 <= predicate.probability <= 1
+        assert isinstance(choice, AnswerAnswerResourceChoice) and choice.name == "shape"
+        assert [p.value for p in choice.probabilities] == ["circle", "square", True, "true"]
+        assert sum(p.probability for p in choice.probabilities) == pytest.approx(1)
+        assert choice.confidence == max(p.probability for p in choice.probabilities) == next(p.probability for p in choice.probabilities
+                                                                                             if p.value == choice.choice)
+        assert isinstance(score, AnswerAnswerResourceScore) and score.name is None
+        assert [(p.value, p.label) for p in score.probabilities] == [(0, "poor"), (1, "fair"), (2, "good"), (3, "great")]
+        assert sum(p.probability for p in score.probabilities) == pytest.approx(1)
+        assert score.score == pytest.approx(sum(p.value * p.probability for p in score.probabilities))
+        assert decision.model == SERVED and decision.usage.input_tokens > 0
+        assert decision.usage.total_tokens == decision.usage.input_tokens + decision.usage.output_tokens
+        answers[way] = decision
+    assert answers["image"].usage.input_tokens > answers["text"].usage.input_tokens
+    assert answers["image"].answers[0].probability != answers["text"].answers[0].probability  # the image reached the judge
     # the predicate is the reward of the same judgement: the instructions as the question, the input as the answer
-    same = post(server, "/classify", {"model": SERVED, "messages": [
-        {"role": "user", "content": "Does the caption fit the image?"},
-        {"role": "assistant", "content": [{"type": "text", "text": "A red circle on a table."}]}]}).json()["data"][0]["probs"][1]
-    assert same != predicate["probability"]  # ...less the image: the image reached the judge
-    assert answer.json()["usage"]["prompt_tokens"] > 0
+    same = post(server, "/classify", {"model": SERVED, "messages": [{"role": "user", "content": "Does the caption fit the image?"},
+                                                                    {"role": "assistant", "content": "A red circle on a table."}]})
+    assert same.json()["data"][0]["probs"][1] == answers["text"].answers[0].probability
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("question, field", [
+    ({"type": "choice", "instructions": "i", "choices": [{"value": "a"}, {"value": "b", "description": "x"}, {"value": "b"}]},
+     "questions[0].choices[2].value"),
+    ({"type": "choice", "instructions": "i", "choices": [{"value": False}, {"value": False}]}, "questions[0].choices[1].value"),
+    ({"type": "score", "instructions": "i", "levels": [{"label": "low"}, {"label": "high"}, {"label": "low", "description": "d"}]},
+     "questions[0].levels[2].label"),
+], ids=["choice", "boolean choice", "level"])
+def test_openais_decisions_client_is_refused_a_repeated_choice_or_level_by_name(server, question, field):
+    """A repeated choice or level would split one answer's probability in two (and sum past 1 where read apart):
+    400, naming the repeat, as the SDK raises it."""
+    from openai import BadRequestError, OpenAI
+
+    client = OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=HANG_S)
+    with pytest.raises(BadRequestError) as refused:
+        client.decisions.create(model=SERVED, input="x", questions=[question])
+    assert refused.value.body["param"] == field and "each must be unique" in refused.value.body["message"]
+
+
+def test_a_question_the_judge_gives_no_number_for_is_a_refusal_in_the_sdks_type():
+    from openai.types.decision import AnswerAnswerResourceRefusal, Decision
+
+    from mmjudge.serve.rewards import Question, Reward, decision
+
+    refused = decision(Question(type="predicate", name="p", instructions="i"), [Reward(None)], None)
+    usage = {"input_tokens": 1, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0}, "output_tokens": 0,
+             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 1}
+    answer = Decision.model_validate({"model": SERVED, "answers": [refused], "usage": usage}).answers[0]
+    assert isinstance(answer, AnswerAnswerResourceRefusal) and answer.name == "p"
 
 
 REFUSED = [  # path, body, status, what the error names (OpenAI's `param`, or the head of FastAPI's `detail`)
@@ -208,8 +271,14 @@ REFUSED = [  # path, body, status, what the error names (OpenAI's `param`, or th
     ("/v1/score/evaluation", {"model": SERVED, "messages": "one text"}, 400, "messages"),
     ("/v1/score/evaluation", {"model": SERVED, "messages": ["x"], "temperature": 0}, 400, "temperature"),
     ("/v1/decisions", {"model": SERVED, "input": "x", "questions": [{"type": "choice", "name": "c", "instructions": "i"}]}, 400, "questions[0]"),
-    ("/v1/decisions", {"model": SERVED, "input": "x", "questions": [{"type": "score", "name": "s", "instructions": "i", "levels": ["one"]}]},
+    ("/v1/decisions", {"model": SERVED, "input": "x", "questions": [{"type": "score", "instructions": "i", "levels": [{"label": "one"}]}]},
      400, "questions[0].levels"),
+    ("/v1/decisions", {"model": SERVED, "input": "x", "questions": [{"type": "choice", "instructions": "i", "choices": ["a", "b"]}]},
+     400, "questions[0].choices[0]"),  # OpenAI's choices are {value, description}
+    ("/v1/decisions", {"model": SERVED, "input": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "a.png"}}]}],
+                       "questions": [{"type": "predicate", "instructions": "i"}]}, 400, "input[0].content[0].type"),  # OpenAI's parts: input_image
+    ("/v1/decisions", {"model": SERVED, "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "a.png", "detail": "low"}]}],
+                       "questions": [{"type": "predicate", "instructions": "i"}]}, 400, "input[0].content[0].detail"),
     ("/v1/decisions", {"model": SERVED, "input": [{"role": "assistant", "content": "x"}], "questions": [
         {"type": "predicate", "name": "p", "instructions": "i"}]}, 400, "input[0].role"),
 ]
@@ -308,7 +377,79 @@ def test_concurrent_requests_images_and_prompts_are_prepared_in_one_thread_one_h
     with ThreadPoolExecutor(8) as pool:
         rewards = list(pool.map(lambda k: reward(server, f"Describe image {k}.", "A square.", images[k % 3:k % 3 + 1]), range(16)))
     assert len(rewards) == 16 and len(threads["images"]) == len(threads["prompts"]) == 16
-    assert set(threads["images"]) == set(threads["prompts"]) == {"judge-prepare_0"}
+    assert set(threads["images"]) == set(threads["prompts"]) == {"judge-prepare"}
+
+
+def test_a_large_requests_preparing_holds_the_small_ones_beside_it_for_a_piece_at_most(server, images, monkeypatch):
+    """Ten one-image requests sent while one of 18 images is being prepared reach the model before it: the preparing
+    thread runs requests in turns, a piece each (an image checked, a prompt tokenized, an image's tiles made), not each
+    request whole in arrival order. Without a timing threshold: turns of no length (PREPARING_TURN_S 0), and the large
+    request's first image waits until the ten are handed to the preparing thread."""
+    import mmjudge.serve.images
+    import mmjudge.serve.service
+    import mmjudge.serve.worker
+
+    monkeypatch.setattr(mmjudge.serve.service, "PREPARING_TURN_S", 0, raising=False)
+    handed, entered, started = [], [], threading.Event()
+    check, prepared, score = mmjudge.serve.images.RequestImages.file, mmjudge.serve.service.Service.prepared, mmjudge.serve.worker.Worker.score
+
+    def file(self, reference, field):
+        if reference != images[0] and not started.is_set():  # the large request's first image: the small ones come meanwhile
+            started.set()
+            deadline = time.monotonic() + 60
+            while len(handed) < 11 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return check(self, reference, field)
+
+    def handing(self, steps):
+        handed.append(steps)
+        return prepared(self, steps)
+
+    def scoring(self, items, *args, **kwargs):
+        entered.append(len(items))
+        return score(self, items, *args, **kwargs)
+
+    monkeypatch.setattr(mmjudge.serve.images.RequestImages, "file", file)
+    monkeypatch.setattr(mmjudge.serve.service.Service, "prepared", handing)
+    monkeypatch.setattr(mmjudge.serve.worker.Worker, "score", scoring)
+    large = {"query": [f"Q{k}. A" for k in range(6)], "prompts": [f"Q{k}." for k in range(6)], "images": [images[:3]] * 6}
+    with ThreadPoolExecutor(11) as pool:
+        answered = pool.submit(post, server, "/get_reward", large)
+        assert started.wait(timeout=HANG_S)
+        small = list(pool.map(lambda k: reward(server, f"Describe image {k}.", "A square.", images[:1]), range(10)))
+        assert answered.result().status_code == 200 and len(small) == 10
+    assert entered == [1] * 10 + [6]  # every small request reached the model before the large one
+
+
+def test_a_request_that_stops_waiting_for_its_preparing_leaves_the_preparing_thread_serving():
+    """A handler cancelled while its request waits to be prepared (its server shutting down) must not stop the one
+    thread every request is prepared in: its answer is set unheard."""
+    import asyncio
+
+    from mmjudge.serve.service import Preparer
+
+    preparer, started = Preparer(), threading.Event()
+
+    def slow():
+        started.set()
+        for _ in range(3):
+            time.sleep(0.01)
+            yield
+        return "slow"
+
+    def quick():
+        return "quick"
+        yield
+
+    async def asked():
+        first = asyncio.ensure_future(asyncio.wrap_future(preparer.submit(slow())))
+        waiting = asyncio.ensure_future(asyncio.wrap_future(preparer.submit(quick())))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, HANG_S)
+        waiting.cancel()  # before its turn
+        # a bound on a hang only (the thread gone), the work is milliseconds
+        return await asyncio.wait_for(first, 60), await asyncio.wait_for(asyncio.wrap_future(preparer.submit(quick())), 60)
+
+    assert asyncio.run(asked()) == ("slow", "quick")
 
 
 @pytest.mark.slow
