@@ -127,9 +127,11 @@ def test_every_door_answers_through_one_address_as_one_judge_serve_each_answer_n
     doors = [("/get_reward", {"query": [question + response], "prompts": [question], "images": [[images[0]]]}),
              ("/classify", {"model": SERVED, "messages": chat}), ("/classify", {"model": SERVED, "input": response}),
              ("/v1/score/evaluation", {"model": "model", "messages": [response]}),
-             ("/v1/decisions", {"model": SERVED, "input": chat[:1], "questions": [
+             ("/v1/decisions", {"model": SERVED, "input": [{"role": "user", "content": [
+                 {"type": "input_image", "image_url": images[0]}, {"type": "input_text", "text": f"{question} {response}"}]}], "questions": [
                  {"type": "predicate", "name": "fits", "instructions": "Does the caption fit?"},
-                 {"type": "score", "name": "q", "instructions": "How good?", "levels": ["poor", "fair", "good"]}]}),
+                 {"type": "score", "name": "q", "instructions": "How good?",
+                  "levels": [{"label": level, "description": ""} for level in ("poor", "fair", "good")]}]}),
              ("/v1/score", {"samples": [sample]}), ("/v1/score", {"pairs": [pair]}),
              ("/v1/chat/completions", {"model": SERVED, "messages": chat[:1], "max_tokens": 6, "temperature": 0})]
     seen = set()
