@@ -27,7 +27,7 @@ from datasets import Dataset
 from torch.utils.data import Sampler
 from trl import GRPOConfig, GRPOTrainer
 from trl.models import prepare_deepspeed
-from trl.trainer.utils import RepeatSampler, disable_dropout_in_model
+from trl.trainer.utils import RepeatSampler, add_fused_lm_head, disable_dropout_in_model
 
 from mmjudge.infer.progress import Bar, counted
 from mmjudge.judge.data import InputError, Pair, Problem, write_json_atomically
@@ -118,10 +118,12 @@ class GRPOJudgeTrainer(JudgeTrainer, GRPOTrainer):
         self.eos_token_id = stop_ids[0]  # where TRL ends a completion's loss mask; generation stops at any of stop_ids
 
     def _prepared_reference(self, reference: torch.nn.Module) -> torch.nn.Module:
-        """The reference as TRL prepares the one it loads: without dropout where the run has none, under DeepSpeed
-        or on the run's device for evaluation."""
+        """The reference as TRL prepares the one it loads: without dropout where the run has none, with TRL's fused
+        output layer (its per-token log-probabilities come from it), under DeepSpeed or on the run's device for
+        evaluation."""
         if self.args.disable_dropout:
             disable_dropout_in_model(reference)
+        add_fused_lm_head(reference, temperature=self.temperature, cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32)
         if self.is_deepspeed_enabled:
             return prepare_deepspeed(reference, self.accelerator)
         return self.accelerator.prepare_model(reference, evaluation_mode=True)
