@@ -191,11 +191,21 @@ def finished_problems(checkpoint: Path, max_steps: int | None, num_epochs: float
             f"--num_epochs than {epoch:g}) to train it further"]
 
 
+def kind_problem(checkpoint: Path, full_finetune: bool) -> str | None:
+    """A checkpoint of the other kind than the run trains (a LoRA adapter, or weights trained in full): None where they agree."""
+    adapter = (checkpoint / "adapter_config.json").is_file()
+    if adapter != full_finetune:
+        return None
+    return (f"{checkpoint}: --resume: the checkpoint holds {'a LoRA adapter' if adapter else 'fully fine-tuned weights'}, "
+            f"but this run trains {'in full (--full_finetune)' if adapter else 'a LoRA adapter'}; resume with the settings the run started with")
+
+
 def run_problems(out: Path, resume: bool, deepspeed: str | None, inputs: list[tuple[str, str | Path | None]], max_steps: int | None,
-                 num_epochs: float | None) -> list[str]:
+                 num_epochs: float | None, full_finetune: bool | None = None) -> list[str]:
     """What --deepspeed, --resume and --output_dir ask that cannot work; `inputs` are the run's input files
-    by flag, none of which may lie where the run writes, and `max_steps` and `num_epochs` how long the run is
-    to train (a finished run is not resumed past its end unless they ask).
+    by flag, none of which may lie where the run writes, `max_steps` and `num_epochs` how long the run is
+    to train (a finished run is not resumed past its end unless they ask), and `full_finetune` whether it trains
+    in full or a LoRA adapter (a checkpoint of the other kind is refused; None: not known, the settings being wrong).
 
     A fresh run needs a new or empty --output_dir: an earlier run's files would outlive it (after a
     --full_finetune run, judge-score would load the earlier LoRA adapter), and its checkpoints would be
@@ -219,6 +229,8 @@ def run_problems(out: Path, resume: bool, deepspeed: str | None, inputs: list[tu
         else:
             problems += [f"--resume: {problem}" for problem in unsafe_pickles(checkpoint) + data_order_problems(checkpoint)]
             problems += finished_problems(checkpoint, max_steps, num_epochs)
+            if full_finetune is not None and (kind := kind_problem(checkpoint, full_finetune)) is not None:
+                problems.append(kind)
     if not resume and out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
         problems.append(f"--output_dir {out} is not empty (an earlier run?); give a new or empty directory, or --resume to continue that run")
     # Everything in --output_dir is the run's: an input there could be overwritten by a checkpoint or the judge.

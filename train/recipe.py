@@ -42,7 +42,7 @@ from mmjudge.judge.model import Judge, check_adapter_weights, check_finite, load
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.preferences import ORDERS, first_wins, order_verdict
 from mmjudge.judge.prompts import Rubric
-from mmjudge.train.checkpoints import DATA_ORDER, allow_checkpoint_types, read_data_order, resume_point, write_data_order
+from mmjudge.train.checkpoints import DATA_ORDER, allow_checkpoint_types, kind_problem, read_data_order, resume_point, write_data_order
 from mmjudge.train.config import CHECKPOINTS_DIR, TrainConfig
 from mmjudge.train.data import Collator, EpochOrder, build_dataset, merge_annotators, merge_pair_annotators
 
@@ -168,12 +168,9 @@ class JudgeTrainer(Trainer):
         from the base weights."""
         model = self.model if model is None else model
         checkpoint = Path(resume_from_checkpoint)
-        adapter = (checkpoint / "adapter_config.json").is_file()
-        if adapter != hasattr(model, "peft_config"):
-            raise CheckpointError(f"{checkpoint}: --resume: the checkpoint holds {'a LoRA adapter' if adapter else 'fully fine-tuned weights'}, "
-                                  f"but this run trains {'in full (--full_finetune)' if adapter else 'a LoRA adapter'}; "
-                                  "resume with the settings the run started with")
-        if adapter:
+        if (kind := kind_problem(checkpoint, not hasattr(model, "peft_config"))) is not None:
+            raise CheckpointError(kind)
+        if hasattr(model, "peft_config"):
             super()._load_from_checkpoint(resume_from_checkpoint, model)
             check_adapter_weights(checkpoint, model)
             return

@@ -83,7 +83,7 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
     inputs = [(flag, path) for flag, path in [("--model_path", model_path), ("--train_file", train_file), ("--eval_file", eval_file),
                                               ("--config", config), ("--deepspeed", deepspeed), *[("--rubric", r) for r in rubric_files]]
               if isinstance(path, (str, Path))]
-    length = (cfg.max_steps, cfg.num_epochs) if cfg else (None, None)
+    length = (cfg.max_steps, cfg.num_epochs, cfg.full_finetune) if cfg else (None, None, None)
     problems += run_problems(out, resume, deepspeed if isinstance(deepspeed, str) and Path(deepspeed).is_file() else None, inputs, *length)
     if cfg is not None:
         problems += objective_problems(cfg.objective, eval_file)
