@@ -433,12 +433,14 @@ def test_hostile_adapters_are_refused_at_once_in_one_line(root, adapter):
 
 
 def resumable(root: Path) -> Path:
-    """An output folder with one checkpoint saved whole, as judge-train --resume finds it."""
+    """An output folder with one checkpoint saved whole, as judge-train --resume finds it: a LoRA run's (its
+    adapter_config.json), the kind `resume` trains, which is checked before the model loads."""
     out = root / "resumed"
     checkpoint = out / "checkpoints" / "checkpoint-2"
     shutil.rmtree(out, ignore_errors=True)
     checkpoint.mkdir(parents=True)
     (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    (checkpoint / "adapter_config.json").write_text("{}")
     return checkpoint
 
 
