@@ -31,7 +31,7 @@ import platform
 import pstats
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from mmjudge.judge.cpu import use_free_cores
@@ -65,11 +65,10 @@ PHASES = {
 
 @dataclass
 class HostTimes:
-    """CPU time of the engine's thread in the decoder's two kinds of call, and their counts."""
+    """CPU time of the engine's thread in the decoder's two kinds of call (their counts are the decoder's own)."""
 
     step_ns: int = 0
     prefill_ns: int = 0
-    counts: dict = field(default_factory=lambda: {"steps": 0, "prefills": 0})
 
 
 def timed(method, total: str):

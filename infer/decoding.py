@@ -1144,8 +1144,8 @@ def _cancelled(request: Request) -> bool:
 
 
 def _completion(row: _Row) -> Completion:
-    top_logprobs, top_ids = (torch.tensor(row_values, dtype=dtype) for row_values, dtype in zip(zip(*row.top), (torch.float32, torch.long))) \
-        if row.top else (None, None)
+    top_logprobs = torch.tensor([logprobs for logprobs, _ in row.top], dtype=torch.float32) if row.top else None
+    top_ids = torch.tensor([ids for _, ids in row.top], dtype=torch.long) if row.top else None
     follow_up_logits = None if row.follow_up_logits is None else torch.tensor(row.follow_up_logits, dtype=torch.float32)
     return Completion(row.request.index, row.tokens, torch.tensor(row.logits, dtype=torch.float32), follow_up_logits, top_logprobs, top_ids,
                       row.choice, row.finish_reason, row.matcher.error() if row.finish_reason == "grammar" else "")
