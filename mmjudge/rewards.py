@@ -478,14 +478,15 @@ def label_parts(label: Any) -> tuple[Any, list]:
     """An OpenRLHF label as the reference and the images it carries. OpenRLHF passes a reward function the query, the
     prompt and the label alone, so a prompt's images reach the judge through the label: a `{"reference", "images"}`
     object (its `--label_key` column holding one, or its JSON text). Any other label is the reference, without images."""
+    held = label
     if isinstance(label, str) and label.startswith("{"):
         try:
-            label = json.loads(label)
+            held = json.loads(label)
         except ValueError:
             return label, []
-    if isinstance(label, dict) and "images" in label and set(label) <= {"images", "reference"}:
-        return label.get("reference"), image_list(label["images"])
-    return label, []
+    if isinstance(held, dict) and "images" in held and set(held) <= {"images", "reference"}:
+        return held.get("reference"), image_list(held["images"])
+    return label, []  # a reference text that happens to be JSON stays the text
 
 
 def reward_func(queries: list[str], prompts: list[str], labels: list, base_url: str | None = None, **_: Any) -> dict:

@@ -14,7 +14,8 @@ over the same model thread, batching and cancellation as /v1/score. What a rewar
                                from the judge's score distribution
 
 Images: image parts of chat messages (/classify, /v1/decisions), OpenRLHF's `images` beside the query (one
-list per query, shown before its prompt's text); each a path under --image_root or a data URL. Refusals are
+list per query, shown before its prompt's text) or in a `{"reference", "images"}` label (what OpenRLHF's own client
+can post); each a path under --image_root or a data URL. Refusals are
 4xx naming the field: in OpenAI's shape on /classify and /v1/decisions (vLLM's), in FastAPI's
 `{"detail": ...}` on /get_reward and /v1/score/evaluation (OpenRLHF's and LLaMA-Factory's servers are
 FastAPI). A reward that the judge's output gives no number for is null, never a made-up value.
@@ -32,7 +33,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, ValidationError, model_validator
@@ -47,7 +48,7 @@ from mmjudge.judge.data import JudgeResult, Pair, Sample, Segment, UsageError
 from mmjudge.judge.model import Judge
 from mmjudge.judge.prompts import Rubric
 from mmjudge.judge.rewards import RewardSpec, label_problem, preference_reward, score_reward, verdict_reward
-from mmjudge.rewards import response_of
+from mmjudge.rewards import label_parts, response_of
 from mmjudge.serve.api import Message, RequestError, validated
 from mmjudge.serve.images import RequestImages
 from mmjudge.serve.service import Service, Steps, judged, read_json, served_name
@@ -275,7 +276,9 @@ class GetRewardRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     query: list[str] = Field(min_length=1)  # each the prompt and the response, as the policy saw and wrote them
     prompts: list[str] | None = None
-    labels: list[str | None] | None = None
+    # a reference or verdict label; or, as OpenRLHF's client posts its --label_key column, {"reference", "images"} (or
+    # its JSON text): the only field of OpenRLHF's own request that can carry a prompt's images
+    labels: list[Any] | None = None  # each checked by labelled(), which names its field
     images: list[list[str]] | None = None  # each query's images, shown before its prompt's text
 
     @model_validator(mode="after")
@@ -297,9 +300,8 @@ async def get_reward(request: Request, service: Service) -> Response:
         if response is None:
             raise RequestError(400, f"query[{k}]", "does not start with its prompt (prompts[k]), nor hold the prompt's assistant marker "
                                                   "(its end from its last special token): a query is the prompt followed by the response")
-        images = [Piece(f"images[{k}][{n}]", image=ref) for n, ref in enumerate(body.images[k])] if body.images is not None else []
+        label, images = labelled(body, k)
         question = images + ([Piece(f"prompts[{k}]", text=prompt)] if prompt else [])
-        label = body.labels[k] if body.labels is not None else None
         asked.append(Asked(f"query[{k}]", question, [Piece(f"query[{k}]", text=response)], label, f"labels[{k}]"))
     rewards = await rewarded(request, service, asked, "query")
     service.metrics.e2e.observe(time.monotonic() - arrived)
@@ -308,6 +310,28 @@ async def get_reward(request: Request, service: Service) -> Response:
     if service.reward.kind == "score" and not service.reward_model:
         logs["expected_score"] = [r.result.expected_score if r.result.expected_score is not None else r.result.score for r in rewards]
     return JSONResponse({"rewards": values, "scores": values, "extra_logs": logs, "reward": service.reward.name, "reward_mode": service.reward_mode})
+
+
+def labelled(body: GetRewardRequest, k: int) -> tuple[str | None, list[Piece]]:
+    """Query k's label and images: from `images[k]`, or from a `{"reference", "images"}` label (mmjudge.rewards'
+    label_parts reads the same labels in OpenRLHF's reward-function path), never both."""
+    raw = body.labels[k] if body.labels is not None else None
+    if not isinstance(raw, (str, dict, type(None))):
+        raise RequestError(400, f"labels[{k}]", 'is a reference text, a verdict label, or {"reference", "images"}')
+    reference, held = label_parts(raw)
+    if isinstance(reference, dict):
+        raise RequestError(400, f"labels[{k}]", 'an object label is {"reference", "images"}: a reference text and a list of images')
+    if reference is not None and not isinstance(reference, str):
+        raise RequestError(400, f"labels[{k}].reference", "is a reference text (or a verdict label), or absent")
+    if held and body.images is not None:
+        raise RequestError(400, f"labels[{k}].images", f"images[{k}] is given too: give a query's images in one place")
+    if held:
+        for n, ref in enumerate(held):
+            if not isinstance(ref, str):
+                raise RequestError(400, f"labels[{k}].images[{n}]", "an image here is a path under --image_root or a data URL")
+        return reference, [Piece(f"labels[{k}].images[{n}]", image=ref) for n, ref in enumerate(held)]
+    images = body.images[k] if body.images is not None else []
+    return reference, [Piece(f"images[{k}][{n}]", image=ref) for n, ref in enumerate(images)]
 
 
 # -- LLaMA-Factory's /v1/score/evaluation ------------------------------------------------------------------

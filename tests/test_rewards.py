@@ -431,8 +431,9 @@ def test_openrlhfs_labels_carry_each_prompts_images_to_the_judge(stand_in, monke
     (its --label_key column), as a dict or its JSON text, brings the prompt's images; any other label is the reference."""
     url, behaviour = stand_in
     monkeypatch.setenv("MMJUDGE_URL", url)
-    labels = [{"reference": "4", "images": ["images/q_1.png"]}, '{"images": ["images/q_2.png", "images/q_3.png"]}', "{not json", None]
-    reward_func(["Q? A."] * 4, ["Q?"] * 4, labels)
+    labels = [{"reference": "4", "images": ["images/q_1.png"]}, '{"images": ["images/q_2.png", "images/q_3.png"]}', "{not json", None,
+              '{"answer": 4}']
+    reward_func(["Q? A."] * 5, ["Q?"] * 5, labels)
     body = behaviour.bodies[-1]
-    assert body["images"] == [["images/q_1.png"], ["images/q_2.png", "images/q_3.png"], [], []]
-    assert body["labels"] == ["4", None, "{not json", None]
+    assert body["images"] == [["images/q_1.png"], ["images/q_2.png", "images/q_3.png"], [], [], []]
+    assert body["labels"] == ["4", None, "{not json", None, '{"answer": 4}']  # a reference that is JSON of another shape stays its text

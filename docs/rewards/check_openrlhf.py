@@ -1,12 +1,12 @@
 """OpenRLHF's own reward fetch (openrlhf.utils.agent.SingleTurnAgentExecutor, as its rollouts call it) against a
-judge-serve started with --reward: its HTTP path to /get_reward (text only: its client posts query, prompts and
-labels), and its Python-file path loading mmjudge's `reward_func` (mmjudge/rewards.py) by file, each label a
+judge-serve started with --reward: its HTTP path to /get_reward (its client posts query, prompts and labels alone),
+and its Python-file path loading mmjudge's `reward_func` (mmjudge/rewards.py) by file; in both, each label a
 {"reference", "images"} object (what its --label_key column would hold) carrying the prompt's image. Run in a venv of
 OpenRLHF's own (docs/rewards.md), with the server's --image_root at DATA_DIR:
 
     MMJUDGE_URL=http://127.0.0.1:PORT python docs/rewards/check_openrlhf.py DATA_DIR
 
-Prints what each path returns for two queries, the prompt followed by the response, as OpenRLHF sends them; the file's
+Prints what each path returns for two queries, the prompt followed by the response, as OpenRLHF sends them; each path's
 rewards must equal a direct /get_reward with the same images to 1e-6, and differ from the same request without them."""
 
 import asyncio
@@ -36,14 +36,15 @@ def main(data_dir: str) -> int:
     queries = [prompt + "Stop and wait until it turns green.<|im_end|>", prompt + "Go faster.<|im_end|>"]
     labels = [json.dumps({"images": [image]})] * 2
     over_http = SingleTurnAgentExecutor(remote_rm_url=f"{url}/get_reward")
-    http = asyncio.run(over_http._fetch_rewards_via_http(queries, [prompt] * 2, [None, None]))
+    http = asyncio.run(over_http._fetch_rewards_via_http(queries, [prompt] * 2, labels))
     by_file = SingleTurnAgentExecutor(remote_rm_url=mmjudge.rewards.__file__)
     func = asyncio.run(by_file._fetch_rewards_via_func(queries, [prompt] * 2, labels))
     rewards_func = [r["rewards"].item() for r in func]
     with_images = direct(url, [q.removesuffix("<|im_end|>") for q in queries], prompt, [[image]] * 2)
     without = direct(url, [q.removesuffix("<|im_end|>") for q in queries], prompt, [[]] * 2)
-    same = all(abs(a - b) <= 1e-6 for a, b in zip(rewards_func, with_images)) and all(abs(a - b) > 1e-6 for a, b in zip(rewards_func, without))
-    print(json.dumps({"openrlhf": metadata.version("openrlhf"), "http (text only)": http[0]["rewards"], "reward_func with the label's image":
+    same = all(abs(a - b) <= 1e-6 for got in (rewards_func, http[0]["rewards"]) for a, b in zip(got, with_images)) and \
+        all(abs(a - b) > 1e-6 for got in (rewards_func, http[0]["rewards"]) for a, b in zip(got, without))
+    print(json.dumps({"openrlhf": metadata.version("openrlhf"), "http with the label's image": http[0]["rewards"], "reward_func with the label's image":
                       rewards_func, "judge_failed": [r["extra_logs"]["judge_failed"].item() for r in func], "direct with the image": with_images,
                       "direct without it": without, "equal to 1e-6 with, differ without": same}))
     return 0 if same and all(r["extra_logs"]["judge_failed"].item() == 0 for r in func) else 1

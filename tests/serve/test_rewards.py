@@ -3,6 +3,7 @@ shape answers the reward --reward declares, the same alone and in any batch, ima
 are refused naming the field, in each client's own error shape."""
 
 import base64
+import json
 import os
 import threading
 import time
@@ -126,6 +127,10 @@ def test_every_clients_shape_answers_the_declared_reward_the_expected_score_of_v
     openrlhf = post(server, "/get_reward", {"query": [question + response], "prompts": [question], "images": [[images[0]]]}).json()
     assert openrlhf["rewards"] == openrlhf["scores"] == [declared] and openrlhf["reward"] == "score:SA"
     assert openrlhf["extra_logs"] == {"n_images": [1], "expected_score": [expected]}  # the judge was shown the image
+    # OpenRLHF's own client posts query, prompts and labels alone: its --label_key column carries the images
+    for label in ({"images": [images[0]]}, json.dumps({"reference": None, "images": images[0]})):
+        labelled = post(server, "/get_reward", {"query": [question + response], "prompts": [question], "labels": [label]}).json()
+        assert labelled["rewards"] == [declared] and labelled["extra_logs"]["n_images"] == [1]
     vllm = post(server, "/classify", {"model": SERVED, "messages": chat(question, response, images[:1])}).json()
     assert vllm["data"][-1]["probs"][-1] == declared and vllm["data"][-1]["num_classes"] == 2  # where verl reads it
     assert sum(vllm["data"][-1]["probs"]) == pytest.approx(1) and vllm["data"][-1]["label"] == "score:SA"
@@ -268,6 +273,11 @@ REFUSED = [  # path, body, status, what the error names (OpenAI's `param`, or th
     ("/get_reward", {"query": ["q r", "s"], "images": [[], ["http://example.com/a.png"]]}, 400, "images[1][0]"),
     ("/get_reward", {"query": ["q"], "images": [["a.png"] * 4]}, 413, "query[0]"),
     ("/get_reward", {"query": ["q"], "labels": [3]}, 400, "labels[0]"),
+    ("/get_reward", {"query": ["q"], "labels": [{"answer": "x"}]}, 400, "labels[0]"),
+    ("/get_reward", {"query": ["q"], "labels": [{"reference": 3, "images": []}]}, 400, "labels[0].reference"),
+    ("/get_reward", {"query": ["q"], "labels": [{"images": [3]}]}, 400, "labels[0].images[0]"),
+    ("/get_reward", {"query": ["q"], "labels": ['{"images": ["a.png"]}'], "images": [["a.png"]]}, 400, "labels[0].images"),
+    ("/get_reward", {"query": ["q"], "labels": [{"images": ["/etc/passwd"]}]}, 400, "labels[0].images[0]"),
     ("/v1/score/evaluation", {"model": SERVED, "messages": "one text"}, 400, "messages"),
     ("/v1/score/evaluation", {"model": SERVED, "messages": ["x"], "temperature": 0}, 400, "temperature"),
     ("/v1/decisions", {"model": SERVED, "input": "x", "questions": [{"type": "choice", "name": "c", "instructions": "i"}]}, 400, "questions[0]"),
