@@ -13,6 +13,7 @@ POLICY_DIR: a policy with a processor and a chat template (the tiny Qwen2.5-VL p
 the actor's; DATA_DIR: where the image and the JSONL file are written."""
 
 import base64
+import functools
 import io
 import json
 import sys
@@ -25,12 +26,17 @@ import torch
 from PIL import Image
 from roll.configs.data_args import DataArguments
 from roll.datasets.collator import DataCollatorWithPaddingForMM
-from roll.datasets.vlm_dataset_utils import get_vlm_data_kwargs
+from roll.datasets.vlm_dataset_utils import get_vlm_data_kwargs, process_image
 from roll.distributed.scheduler.protocol import DataProto
-from transformers import AutoProcessor
+from transformers import AutoImageProcessor, AutoTokenizer, BatchFeature
 from roll_reward_worker import MMJudgeRewardWorker, user_turn
 
 QUESTION, RESPONSE = "What colour is the square?", "It is red."
+
+
+class StandInProcessor(SimpleNamespace):
+    def __call__(self, images=None, videos=None, audio=None, text=None, **kwargs):
+        return BatchFeature({**self.tokenizer([text]), **(self.image_processor(images=images) if images else {})})
 
 
 def data_url(image: Image.Image) -> str:
@@ -49,11 +55,23 @@ def main(policy: str, judge_url: str, data_dir: str) -> int:
     (Path(data_dir) / "colours.jsonl").write_text(json.dumps({"data_source": "colours", "prompt": "<image>" + QUESTION,
                                                               "images": [str(Path(data_dir) / "red.png")],
                                                               "reward_model": {"ground_truth": "red"}}) + "\n")
-    processor = AutoProcessor.from_pretrained(policy)
-    tokenizer = processor.tokenizer
-    data_args = DataArguments(file_name="colours.jsonl", dataset_dir=data_dir)
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    # Qwen2.5-VL's processor needs torchvision for its video processor, which has no build for this CPU torch: its image
+    # processor, tokenizer and chat template (what ROLL's encode_function and collator read of it) stand for it; called,
+    # it gives the text's tokens (its image token not expanded per patch: the reward reads the text) and the image's features
+    template = json.loads((Path(policy) / "chat_template.json").read_text())["chat_template"]
+    image_processor = AutoImageProcessor.from_pretrained(policy, use_fast=False)
+
+    processor = StandInProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                 apply_chat_template=functools.partial(tokenizer.apply_chat_template, chat_template=template))
+    data_args = DataArguments(file_name=str(Path(data_dir) / "colours.jsonl"))
     kwargs = get_vlm_data_kwargs(data_args, tokenizer, processor)
-    collator = DataCollatorWithPaddingForMM(tokenizer=tokenizer, processor=processor, return_train_inputs=False, **kwargs["collect_fn_kwargs"])
+    # its default image loader is qwen_vl_utils' fetch_image, whose module needs torchvision too: ROLL's own process_image
+    # (the same resize to the processor's pixel bounds) loads them here
+    collator = DataCollatorWithPaddingForMM(tokenizer=tokenizer, processor=processor,
+                                            image_load_sample_fn=lambda images, metas, **_: ([process_image(i, processor) for i in images], []),
+                                            **kwargs["collect_fn_kwargs"])
+    collator._default_image_processor_mm_kwargs = {"do_resize": False}  # what its __post_init__ sets beside its own loader alone
     batch = collator([kwargs["dataset"][0]])
     entry = batch["multi_modal_data"][0]
 
