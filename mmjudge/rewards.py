@@ -11,6 +11,9 @@
     EasyR1:   worker.reward.reward_function=<this file's path>:compute_score_batch (REWARD_TYPE batch)
     OpenRLHF: --reward.remote_url <server>/get_reward (its own client, text only), or this file's `reward_func`
               (the images in each label: --label_key naming a column of {"reference", "images"} objects)
+    slime:    --custom-rm-path mmjudge.rewards.slime_reward --rm-url <server> (its Sample's PIL images)
+    ROLL:     a rewards domain of worker_cls roll_reward_worker.MMJudgeRewardWorker (docs/rewards/), over `roll_rewards`
+    prime-rl: its verifiers task config's rewards = {mmjudge = {fn = "mmjudge.rewards.prime_rl_reward"}}
 
 Images go in every shape the frameworks' loaders give (IMAGE_SHAPES): paths (read under the server's
 --image_root, or locally by `LocalRewards`), data URLs, encoded bytes, `{"bytes", "path"}` dicts (datasets'
@@ -18,8 +21,9 @@ Image feature, Parquet), PIL images and numpy arrays (sent as PNG). An image of 
 response's judgement. A request is retried a bounded number of times on a transport failure or a 5xx, each
 within a timeout; a refusal (4xx), a redirect (never followed) or an answer of the wrong shape is not retried.
 A reward is a finite number within the reward's range, one per response, from a 2xx JSON answer: anything else
-is a failed judgement, never a reward. TRL and ms-swift get None (their skip value); verl, EasyR1 and
-OpenRLHF, which have none, get 0.0 beside a `judge_failed` metric of 1; every failure is counted on the
+is a failed judgement, never a reward. TRL and ms-swift get None (their skip value), prime-rl an error (verifiers
+errors the rollout, which prime-rl does not train on), slime 0.0 with the sample out of the loss; verl, EasyR1,
+OpenRLHF and ROLL, which have none, get 0.0 beside a `judge_failed` metric of 1; every failure is counted on the
 rewarder (`failed`) and logged.
 
 This file needs httpx2 alone (pillow too for PIL images and numpy arrays, which come from pillow's and numpy's
@@ -511,3 +515,68 @@ def reward_func(queries: list[str], prompts: list[str], labels: list, base_url: 
     results = [_or_failed(rewards.get(k)) for k in range(len(queries))]
     scores = torch.tensor([r["score"] for r in results])
     return {"rewards": scores, "scores": scores, "extra_logs": {"judge_failed": torch.tensor([r["judge_failed"] for r in results])}}
+
+
+# -- slime, ROLL, prime-rl: functions each framework's own loader finds by name ----------------------------------
+
+def _part(item: Any, name: str) -> Any:
+    """A field of a message or content part, a dict or a pydantic model (verifiers' Messages are either)."""
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+
+def _slime_asked(sample: Any) -> Asked:
+    images = (sample.multimodal_inputs or {}).get("images")  # slime's Dataset: the prompt's PIL images, as its processor takes them
+    return Asked(text_of(sample.prompt), sample.response, image_list(images), sample.label)
+
+
+async def slime_reward(args: Any, sample: Any) -> "float | list[float]":
+    """slime's custom reward function (`--custom-rm-path mmjudge.rewards.slime_reward`, with `--rm-url` the
+    judge-serve's address, or MMJUDGE_URL): one Sample, or the list slime passes with `--group-rm` (one request).
+    Each sample's prompt (a text, or messages whose text parts are the question), `response`, `label` (the reference)
+    and the images slime's Dataset holds in `multimodal_inputs["images"]`. slime takes a number alone (it enters
+    the group's normalisation): a failed judgement is 0.0, and the sample leaves the loss (`remove_sample`, slime's
+    own flag), `metadata["judge_failed"]` 1."""
+    samples = sample if isinstance(sample, list) else [sample]
+    judged = await _server(getattr(args, "rm_url", None)).ask([_slime_asked(s) for s in samples])
+    results = [_or_failed(r) for r in judged.rewards]
+    for s, result in zip(samples, results):
+        if result["judge_failed"]:
+            s.remove_sample = True
+        if isinstance(s.metadata, dict):
+            s.metadata["judge_failed"] = result["judge_failed"]
+    rewards = [result["score"] for result in results]
+    return rewards if isinstance(sample, list) else rewards[0]
+
+
+def roll_rewards(prompts: list[str], responses: list[str], references: Sequence[Any], multi_modal_data: Sequence[Any] | None = None,
+                 base_url: str | None = None) -> dict[str, list[float]]:
+    """A ROLL reward worker's body (docs/rewards/roll_reward_worker.py): each response to its prompt (the user turn,
+    as ROLL's own reward workers take it), its reference (ROLL's `ground_truth`) and the images of its
+    `multi_modal_data` entry (`{"multi_modal_data": {"image": [PIL images]}}`, as ROLL's collator builds it for
+    vLLM). ROLL's rewards are tensors of numbers: `{"scores", "judge_failed"}`, a failed judgement 0.0 beside 1."""
+    entries = multi_modal_data if multi_modal_data is not None else [None] * len(prompts)
+    asked = [Asked(p, r, image_list(((entry or {}).get("multi_modal_data") or {}).get("image")), g)
+             for p, r, g, entry in zip(prompts, responses, references, entries)]
+    results = [_or_failed(r) for r in asyncio.run(_server(base_url).ask(asked)).rewards]
+    return {"scores": [r["score"] for r in results], "judge_failed": [r["judge_failed"] for r in results]}
+
+
+async def prime_rl_reward(task: Any, trace: Any) -> float:
+    """prime-rl's reward through verifiers (a task's plugged reward: `rewards.mmjudge.fn =
+    "mmjudge.rewards.prime_rl_reward"` in the taskset's task config; MMJUDGE_URL): the task's prompt (its text parts
+    the question, its `image_url` parts the images), the trace's last reply, the task's `answer` field (the
+    reference) where it has one. A failed judgement raises: verifiers errors the rollout, and prime-rl trains none
+    of an errored rollout (its skip), never a 0."""
+    prompt = task.prompt if task.prompt is not None else ""
+    texts, images = [], []
+    for content in [prompt] if isinstance(prompt, str) else [_part(m, "content") or "" for m in prompt]:
+        for part in [{"type": "text", "text": content}] if isinstance(content, str) else content:
+            if _part(part, "type") == "text":
+                texts.append(_part(part, "text"))
+            elif _part(part, "type") == "image_url":
+                images.append(_part(_part(part, "image_url"), "url"))  # verifiers' image: a data URL (or a path) in an image_url part
+    text = "\n\n".join(t for t in texts if t)
+    judged = await _server().ask([Asked(text, trace.last_reply, images, getattr(task, "answer", None))])
+    if judged.rewards[0] is None:
+        raise RewardError("the judge gave no reward (counted and logged): the rollout errors, and is not trained on")
+    return judged.rewards[0]

@@ -20,6 +20,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from importlib import metadata
 from pathlib import Path
 
@@ -144,6 +145,47 @@ def test_verl_easyr1_and_openrlhf_files_send_their_fields_and_mark_a_failure_as_
     assert asyncio.run(compute_score("geo", "x", None, {}, base_url=url)) == {"score": 0.0, "judge_failed": 1.0}
 
 
+def slime_sample(prompt, response: str, images=None, label=None) -> SimpleNamespace:
+    """A sample as slime's Dataset and rollout leave it (slime.utils.types.Sample's fields the reward reads)."""
+    return SimpleNamespace(prompt=prompt, response=response, label=label, multimodal_inputs={"images": images, "videos": None},
+                           metadata={}, remove_sample=False)
+
+
+def verifiers_task(prompt, answer=None) -> SimpleNamespace:
+    return SimpleNamespace(prompt=prompt, answer=answer)
+
+
+def test_slime_roll_and_prime_rl_send_their_prompt_response_reference_and_images(stand_in, monkeypatch):
+    """Each framework's own shapes (docs/rewards/check_slime.py, check_roll.py, check_prime_rl.py drive their code):
+    slime's Sample with its PIL images, one or a group; ROLL's multi_modal_data entries; verifiers' messages with
+    image_url parts (dicts here; pydantic models in verifiers)."""
+    url, behaviour = stand_in
+    monkeypatch.setenv("MMJUDGE_URL", url)
+    red = Image.new("RGB", (4, 4), "red")
+    messages = [{"role": "user", "content": [{"type": "image", "image": "x.png"}, {"type": "text", "text": "What colour?"}]}]
+    sample = slime_sample(messages, "Red.", [red], "red")
+    assert asyncio.run(mmjudge.rewards.slime_reward(SimpleNamespace(rm_url=url), sample)) == len("What colour?Red.") / 100
+    assert behaviour.bodies[-1] == {"query": ["What colour?Red."], "prompts": ["What colour?"], "labels": ["red"],
+                                    "images": [["data:image/png;base64," + base64.b64encode(png("red")).decode()]]}
+    group, sent = [slime_sample("Q?", "A."), slime_sample("Q?", "AB.")], len(behaviour.bodies)
+    assert asyncio.run(mmjudge.rewards.slime_reward(SimpleNamespace(rm_url=None), group)) == [0.04, 0.05]
+    assert len(behaviour.bodies) == sent + 1  # --group-rm's group in one request
+    assert sample.metadata == {"judge_failed": 0.0} and not sample.remove_sample
+
+    entries = [{"prompt_token_ids": [1], "multi_modal_data": {"image": [red]}}, {"prompt_token_ids": [1]}]
+    assert mmjudge.rewards.roll_rewards(["Q?", "R?"], ["A.", "B."], ["a", 3], entries) == {"scores": [0.04, 0.04], "judge_failed": [0.0, 0.0]}
+    assert [len(i) for i in behaviour.bodies[-1]["images"]] == [1, 0] and behaviour.bodies[-1]["labels"] == ["a", "3"]
+
+    task = verifiers_task([{"role": "system", "content": "Be brief."},
+                           {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                                                        {"type": "text", "text": "What colour?"}]}], answer="red")
+    assert asyncio.run(mmjudge.rewards.prime_rl_reward(task, SimpleNamespace(last_reply="Red."))) == len("Be brief.\n\nWhat colour?Red.") / 100
+    assert behaviour.bodies[-1]["images"] == [["data:image/png;base64,AAAA"]] and behaviour.bodies[-1]["labels"] == ["red"]
+    behaviour.failures = [422]
+    with pytest.raises(mmjudge.rewards.RewardError):  # verifiers errors the rollout; prime-rl trains none of it
+        asyncio.run(mmjudge.rewards.prime_rl_reward(verifiers_task("Q?"), SimpleNamespace(last_reply="A.")))
+
+
 def test_the_file_loads_by_path_as_openrlhf_verl_and_easyr1_load_a_reward_file(stand_in, monkeypatch):
     url, behaviour = stand_in
     monkeypatch.setenv("MMJUDGE_URL", url)
@@ -257,10 +299,17 @@ def test_an_answer_that_is_not_one_reward_per_response_is_a_failed_judgement_in_
         answer = module.reward_func([p + c for p, c in zip(prompts, completions)], prompts, [None, None])  # OpenRLHF
         assert torch.equal(answer["rewards"], torch.zeros(2)) and torch.equal(answer["scores"], torch.zeros(2))
         assert torch.equal(answer["extra_logs"]["judge_failed"], torch.ones(2))
-        assert module._SERVERS[url].failed == 5  # each response counted once: 1 (verl) + 2 (EasyR1) + 2 (OpenRLHF)
-    assert state["requests"] == 4  # one request per call: no retry, and no redirect followed
+        group = [slime_sample("What colour?", "Red."), slime_sample("How many?", "Three.")]
+        assert asyncio.run(module.slime_reward(SimpleNamespace(rm_url=url), group)) == [0.0, 0.0]  # slime
+        assert all(s.remove_sample and s.metadata == {"judge_failed": 1.0} for s in group)
+        assert module.roll_rewards(prompts, completions, [None, None]) == {"scores": [0.0, 0.0], "judge_failed": [1.0, 1.0]}  # ROLL
+        with pytest.raises(module.RewardError):  # prime-rl (verifiers): the rollout errors, never a number
+            asyncio.run(module.prime_rl_reward(verifiers_task("What colour?"), SimpleNamespace(last_reply="Red.")))
+        # each response counted once: 1 (verl) + 2 (EasyR1) + 2 (OpenRLHF) + 2 (slime) + 2 (ROLL) + 1 (prime-rl)
+        assert module._SERVERS[url].failed == 10
+    assert state["requests"] == 7  # one request per call: no retry, and no redirect followed
     warnings = [r for r in caplog.records if r.name == "mmjudge.rewards" and r.levelno == logging.WARNING]
-    assert len(warnings) == 4 and all("no reward for" in r.getMessage() for r in warnings)
+    assert len(warnings) == 7 and all("no reward for" in r.getMessage() for r in warnings)
 
 
 def test_a_served_reward_models_range_is_the_users_and_a_judges_is_0_to_1(fake):
