@@ -129,11 +129,13 @@ def write_results(path: Path, records: list[dict]) -> None:
 
 
 def write_rows(path: Path, rows: list[dict]) -> None:
-    """Rows as a Parquet file, written whole to a temporary file and renamed over `path`."""
+    """Rows as a Parquet file, a column for each field any row has (pyarrow's from_pylist would take the first
+    row's alone), written whole to a temporary file and renamed over `path`."""
     import pyarrow
     import pyarrow.parquet
 
-    table = pyarrow.Table.from_pylist(rows)
+    names = dict.fromkeys(name for row in rows for name in row)
+    table = pyarrow.table({name: [row.get(name) for row in rows] for name in names})
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     try:
         pyarrow.parquet.write_table(table, tmp)
