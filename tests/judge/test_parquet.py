@@ -53,3 +53,23 @@ def test_results_written_as_parquet_read_back_as_written(tmp_path):
     write_results(path := tmp_path / "eval_result.parquet", records)
     assert read_results(path) == [{**records[0], "reward": None}, records[1]]  # one column per field: a row without one holds its null
     assert json.loads(pyarrow.parquet.read_table(path).column("criteria")[1].as_py()) == {"accuracy": None}
+
+
+@pytest.mark.slow  # datasets imports in seconds
+def test_a_parquet_file_written_by_hugging_face_datasets_reads_as_its_records(tmp_path, monkeypatch):
+    """datasets' own writer, its Image feature in the segments: an image given as a file comes back as its path (no
+    bytes), one given as bytes as a file in the cache holding them; the text segments without the Image's nulls."""
+    import datasets
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "q.png").write_bytes(png("green"))
+    segments = [{"text": datasets.Value("string"), "image": datasets.Image(decode=False)}]
+    features = datasets.Features({"id": datasets.Value("string"), "question": segments, "answer": segments})
+    rows = [{"id": "SA_1", "question": [{"text": "q", "image": None}, {"text": None, "image": "images/q.png"}], "answer": [{"text": "a", "image": None}]},
+            {"id": "SA_2", "question": [{"text": "q", "image": None}], "answer": [{"text": None, "image": {"bytes": png("red"), "path": None}}]}]
+    datasets.Dataset.from_list(rows, features=features).to_parquet(path := tmp_path / "s.parquet")
+    red = image_cache() / f"{hashlib.sha256(png('red')).hexdigest()}.png"
+    assert read_records(path) == [{"id": "SA_1", "question": [{"text": "q"}, {"image": "images/q.png"}], "answer": [{"text": "a"}]},
+                                  {"id": "SA_2", "question": [{"text": "q"}], "answer": [{"image": str(red)}]}]
+    assert red.read_bytes() == png("red")
