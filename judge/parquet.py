@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from PIL import Image
-
 from pydantic import BaseModel
 
 JSON_FIELDS = ("criteria", "score_distribution", "verdict_distribution", "forward", "reverse", "scores")
@@ -98,14 +97,15 @@ def cached_image(data: bytes) -> Path:
     return path
 
 
-def row_of(sample: BaseModel) -> dict:
-    """A Sample or Pair (judge.data) as a row Arrow holds alongside the others: every text a list of segments (MMIE lets a question
-    be a text in one record and segments in the next, which no Arrow column holds), fields at their defaults left out."""
-    return sample.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
-
-
 def image_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mmjudge" / "images"
+
+
+def row_of(sample: BaseModel) -> dict:
+    """A Sample or Pair (judge.data) as a row Arrow holds alongside the others: every text a list of segments (MMIE
+    lets a question be a text in one record and segments in the next, which no Arrow column holds), fields at their
+    defaults left out."""
+    return sample.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
 
 
 def as_row(record: dict) -> dict:
@@ -113,14 +113,14 @@ def as_row(record: dict) -> dict:
     return {name: json.dumps(value) if name in JSON_FIELDS and value is not None else value for name, value in record.items()}
 
 
-def results_file(output_file: str) -> str:
-    """The name of the Parquet file judge-score's --parquet writes beside its result file: eval_result.parquet."""
-    return Path(output_file).with_suffix(".parquet").name
-
-
 def as_result(row: dict) -> dict:
     """A row of judge-score's Parquet as its record: JSON_FIELDS decoded, nulls kept."""
     return {name: json.loads(value) if name in JSON_FIELDS and isinstance(value, str) else value for name, value in row.items()}
+
+
+def results_file(output_file: str) -> str:
+    """The name of the Parquet file judge-score's --parquet writes beside its result file: eval_result.parquet."""
+    return Path(output_file).with_suffix(".parquet").name
 
 
 def write_results(path: Path, records: list[dict]) -> None:
