@@ -299,3 +299,19 @@ def test_bad_parquet_rows_are_named_before_loading_or_skipped_by_skip_invalid(ch
     assert [r["id"] for r in json.loads((tmp_path / "eval_result.json").read_text())] == [rows[2]["id"]]
     skipped = json.loads((tmp_path / "summary.json").read_text())["skipped_invalid"]
     assert [f"record {i} (id '{rows[i]['id']}')" in line for i, line in enumerate(skipped)] == [True, True]
+
+
+def test_images_a_parquet_file_held_go_to_the_actors_inside_their_rows(few, tmp_path, monkeypatch):
+    """An image read from a Parquet file's bytes is a file in this machine's cache, which an actor on another node
+    lacks: judge-score --ray sends it in the row, as a data URL; an image the input names by path stays a path."""
+    from mmjudge.infer.ray_backend import carrying_cached_images
+    from mmjudge.judge.parquet import cached_image
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    row = rows(few, Sample)[0]
+    image = next(s["image"] for s in row["question"] + row["answer"] if "image" in s)
+    content = (few.parent / image).read_bytes()
+    held = {**row, "question": [{"text": "q"}, {"image": str(cached_image(content))}]}
+    sent = carrying_cached_images(held)
+    assert sent["question"] == [{"text": "q"}, {"image": f"data:image/{Path(str(cached_image(content))).suffix[1:]};base64,{base64.b64encode(content).decode()}"}]
+    assert sent["answer"] == row["answer"] and carrying_cached_images(row) == row
