@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -35,7 +34,7 @@ from mmjudge.calibration.selective import SELECTIVE_ERROR_RATE, SelectiveReport,
 from mmjudge.calibration.panel import PanelReport, fit_panel
 from mmjudge.calibration.inputs import fitted_identity
 from mmjudge.calibration.stats import BOOTSTRAP_CELLS, Interval, Stat, kendall, undefined
-from mmjudge.judge.data import (VERDICTS, InputError, PairResult, Problem, Verdict, people_majority, read_json, repeated_preference, validation_problems,
+from mmjudge.judge.data import (VERDICTS, InputError, PairResult, Problem, Verdict, load_records, people_majority, repeated_preference, validation_problems,
                                 verdict_of)
 from mmjudge.judge.calibrator import UNCERTAINTIES, FittedOn, PairCalibrator, Selective, pair_confidence, preference_log_odds
 from mmjudge.judge.formats import FORMATS
@@ -98,11 +97,10 @@ class FlatVerdict(BaseModel):
 
 
 def _content(path: str) -> object:
-    if Path(path).suffix == ".parquet":  # VL-RewardBench's release
-        from mmjudge.judge.formats.vlrewardbench import read_parquet
-
-        return read_parquet(Path(path))
-    return read_json(path)
+    content, problems = load_records(path)  # a Parquet file's rows (VL-RewardBench's release), or JSON
+    if problems:
+        raise InputError(problems)
+    return content
 
 
 def _owner(content: object):

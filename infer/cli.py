@@ -25,6 +25,7 @@ from mmjudge.infer.loaded import DTYPES
 from mmjudge.infer.options import PAIR_OPTIONS, ScoreOptions, options_for, preset
 from mmjudge.judge.cli import CommandParser, add_common_flags, add_revision_flag, add_settings_flags, config_given, config_values, flag_given, run
 from mmjudge.judge.data import UsageError
+from mmjudge.judge.parquet import results_file
 from mmjudge.infer.summary import SUMMARY
 from mmjudge.judge.formats import FORMATS, Format, detect_format
 from mmjudge.judge.probes import PROBES, SEEDED, probe_kinds
@@ -50,6 +51,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                         "an absolute path is read as it is)")
     p.add_argument("--output_dir", default="eval_outputs", path="output_dir", help="where results, summary and journal go (default: %(default)s)")
     p.add_argument("--output_file", "--output_name", default="eval_result.json", help="result file name, in --output_dir (default: %(default)s)")
+    p.add_argument("--parquet", action="store_true",
+                   help="also write the records as Parquet beside the result file, a column per field: eval_result.parquet for "
+                        "eval_result.json (default: JSON only)")
     p.add_argument("--format", choices=list(FORMATS), help="the input's benchmark format (default: detected from the file)")
     p.add_argument("--criteria_file", path="file", help="MEGA-Bench only: the tasks' rows of MEGA-Bench's dataset, JSON Lines or a JSON list, for each "
                                                         "task's metric_info and each query's eval_context (default: none; --format megabench needs one)")
@@ -235,6 +239,9 @@ def check_output_paths(args, fmt: Format) -> None:
     # The results would overwrite the run's lock (the next run then truncates them) or another file it writes.
     if name in (LOCK_FILE, SUMMARY, *fmt.outputs):
         raise UsageError(f"--output_file {name}: judge-score writes its own {name} in --output_dir; give another name")
+    if args.parquet and results_file(name) == name:
+        raise UsageError(f"--output_file {name} --parquet: the Parquet file is written beside the JSON result file, as {name}; "
+                         "give --output_file a name ending in .json")
 
 
 def _main(argv) -> int:

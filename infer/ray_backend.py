@@ -12,6 +12,7 @@ folder, must be at the same path on each (or the judge a Hub id), as with torchr
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import fields
@@ -27,6 +28,7 @@ from mmjudge.judge.data import InputError, JudgeResult, Pair, PairResult, Proble
 from mmjudge.judge.formats import Format
 from mmjudge.judge.identity import weights_fingerprint
 from mmjudge.judge.model import judge_tokenizer, unloaded_settings, weight_files, with_max_tiles
+from mmjudge.judge.parquet import SEGMENT_FIELDS, image_cache, row_of
 from mmjudge.judge.prompts import Rubric
 
 class RayBackend:
@@ -73,11 +75,11 @@ class RayBackend:
         Rows an actor could not judge are named together at the end (an InputError), after the others are journaled."""
         import ray
 
-        from mmjudge.ray.data import ERROR, Scorer, result, row_of
+        from mmjudge.ray.data import ERROR, Scorer, result
 
         if not samples:
             return
-        rows = ray.data.from_items([row_of(sample) for _, sample in samples])
+        rows = ray.data.from_items([carrying_cached_images(row_of(sample)) for _, sample in samples])
         judged = rows.map_batches(Scorer, fn_constructor_kwargs=self.judge, compute=actor_pool(self.args.ray_actors),
                                   num_cpus=self.args.ray_cpus, num_gpus=self.gpus, batch_size=self.args.ray_batch_size)
         failed = {}
@@ -101,6 +103,20 @@ class RayBackend:
             import ray
 
             ray.shutdown()
+
+
+def carrying_cached_images(row: dict) -> dict:
+    """A row whose images the input file held (a Parquet file's bytes, written to this machine's image cache as it was
+    read) go in it, as data URLs: an actor on another node has no such file."""
+    cache = image_cache()
+
+    def segment(value: dict) -> dict:
+        image = value.get("image")
+        if image is None or Path(image).parent != cache:
+            return value
+        return {**value, "image": f"data:image/{Path(image).suffix[1:]};base64,{base64.b64encode(Path(image).read_bytes()).decode()}"}
+
+    return {key: [segment(value) for value in values] if key in SEGMENT_FIELDS else values for key, values in row.items()}
 
 
 def absolute(path: str | Path | None) -> str | None:

@@ -40,6 +40,7 @@ from mmjudge.judge.identity import stamp
 from mmjudge.judge.model import Judge, checkpoint_format, judge_tokenizer, unloaded_settings
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.outputs import locked, overwritten_inputs
+from mmjudge.judge.parquet import results_file, write_results
 from mmjudge.judge.probes import probe_kinds
 from mmjudge.judge.prompts import Rubric, judgeable, rubric_problems
 from mmjudge.judge.rope import context_length
@@ -156,7 +157,7 @@ def scoring_input(args, fmt: Format, pair_flags: list[str] = (), rank: int = 0) 
     bench = read_input(fmt, input_path, args, rank == 0)
     skipped = bench.problems + rubric_problems(bench.samples, bench.rubrics, input_path)
     if skipped and not args.skip_invalid:
-        raise InputError(skipped)
+        raise InputError(skipped, "--skip_invalid judges the other records and lists these in summary.json")
     scorable = [s for s in bench.samples if judgeable(s, bench.rubrics)]
     samples = scorable[: args.limit] if args.limit else scorable
     categories = sorted({s.category for s in samples})
@@ -208,7 +209,7 @@ def merge(args, fmt: Format, run: ScoringInput, run_id: str, warnings: Callable[
     """The journals merged into the result file and summary, and the benchmark's own files written."""
     output_dir = Path(args.output_dir)
     finish(output_dir, args.output_file, run, run_id, warnings, probes, fmt.name, lambda results: fmt.write(run.bench, {r.id: r for r in results}, output_dir),
-           modes, args.probe_images)
+           modes, args.probe_images, args.parquet)
 
 
 def read_input(fmt: Format, input_path: Path, args, notes: bool = True) -> BenchmarkInput:
@@ -218,7 +219,7 @@ def read_input(fmt: Format, input_path: Path, args, notes: bool = True) -> Bench
         raise UsageError(f"--format {fmt.name} judges with {fmt.name}'s own prompt, which this toolkit does not ship: import it from the "
                          f"benchmark's repository, `judge-rubric import --benchmark {fmt.name} {fmt.prompt_source} -o {fmt.name}.yaml`, "
                          f"and give --rubric {fmt.name}.yaml")
-    written = [args.output_file, SUMMARY, *fmt.outputs, journal_pattern(args.output_file)]
+    written = [args.output_file, *([results_file(args.output_file)] if args.parquet else []), SUMMARY, *fmt.outputs, journal_pattern(args.output_file)]
     for kind in probe_kinds(args):
         if args.output_file == result_file(kind):
             flag = "--probe_images" if kind == args.probe_images else "--probe"
@@ -259,8 +260,9 @@ def journaled(output_dir: Path, output_file: str, samples: list[Sample | Pair], 
 
 def finish(output_dir: Path, output_file: str, run: ScoringInput, run_id: str, warnings: Callable[[list[JudgeResult]], list[str]],
            probes: list[ProbePass], format_name: str, write_benchmark_files: Callable[[list[JudgeResult]], list[Path]],
-           modes: dict[str, bool], image_probe: str | None = None) -> None:
-    """Merge every rank's journal into the result file, in input order, write the benchmark's own files, and
+           modes: dict[str, bool], image_probe: str | None = None, parquet: bool = False) -> None:
+    """Merge every rank's journal into the result file (and, with `parquet`, the same records into a Parquet file
+    beside it, judge/parquet.py), in input order, write the benchmark's own files, and
     write the summary (naming those files, with each probe's figures, from its own journals: `probes`, and for
     --probe_images's probe, `image_reliance` as well).
     `modes`: how the records were made, as the summary says: structured (a grammar held the judge to its
@@ -269,6 +271,8 @@ def finish(output_dir: Path, output_file: str, run: ScoringInput, run_id: str, w
     results = journaled(output_dir, output_file, run.samples, run_id, run.rubrics)
     pairs = record_type(run.samples) is PairResult
     write_json_atomically(output_dir / output_file, records := as_records(results, calibrator))
+    if parquet:
+        write_results(output_dir / results_file(output_file), records)
     benchmark_files = write_benchmark_files(results)
     written = {**modes, "warnings": [*run.warnings, *warnings(results)], "benchmark_files": [path.name for path in benchmark_files]}
     if pairs:
@@ -286,7 +290,7 @@ def finish(output_dir: Path, output_file: str, run: ScoringInput, run_id: str, w
         print(format_summary(summary))
         for entry in summary.get("probes", {}).values():
             print(format_reliance(entry))
-    print(f"results: {output_dir / output_file}\nsummary: {output_dir / SUMMARY}")
+    print(f"results: {output_dir / output_file}" + (f" and {output_dir / results_file(output_file)}" if parquet else "") + f"\nsummary: {output_dir / SUMMARY}")
     for path in benchmark_files:
         print(f"{format_name}: {path}")
 

@@ -402,5 +402,5 @@ def _explained(err: Exception) -> tuple[str, int]:
 def _user_message(err: InputError | UsageError) -> str:
     """One problem on one line; several under a heading that counts them."""
     if isinstance(err, InputError) and len(err.problems) == 1:
-        return str(err.problems[0])
+        return str(err.problems[0]) + (f" ({err.hint})" if err.hint else "")
     return str(err)

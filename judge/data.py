@@ -15,12 +15,13 @@ import secrets
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Literal
 from pathlib import Path
 from PIL import Image
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator, model_validator, model_serializer
 
+from mmjudge.judge.parquet import UnreadableParquet, read_parquet
 from mmjudge.judge.parsing import ScoreScale
 from mmjudge.judge.vision import image_problem
 
@@ -417,13 +418,14 @@ class Problem:
 
 
 class InputError(Exception):
-    """Everything wrong with an input, found in one pass."""
+    """Everything wrong with an input, found in one pass; `hint`: what the user can do about it, said after."""
 
-    def __init__(self, problems: list[Problem]):
+    def __init__(self, problems: list[Problem], hint: str | None = None):
         self.problems = problems
+        self.hint = hint
         shown = "\n  ".join(str(p) for p in problems[:50])
         more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
-        super().__init__(f"{len(problems)} problem(s) in the input:\n  {shown}{more}")
+        super().__init__(f"{len(problems)} problem(s) in the input:\n  {shown}{more}" + (f"\n{hint}" if hint else ""))
 
 
 class UsageError(Exception):
@@ -624,9 +626,26 @@ def naming(path: Path):
         raise
 
 
+def load_records(path: str | Path) -> tuple[object, list[Problem]]:
+    """A file of records as `load_json` gives it (its content, and the problems of its values): a Parquet file's
+    rows (`.parquet`: judge/parquet.py), else a JSON file's value or a JSONL file's lines."""
+    if Path(path).suffix != ".parquet":
+        return load_json(path)
+    try:
+        records, found = read_parquet(path)
+    except UnreadableParquet as err:
+        raise InputError([Problem(str(path), err.reason)]) from None
+    if not records:
+        raise InputError([Problem(str(path), "no records")])
+    problems = [_located(Path(path), where, message) for where, message in found + value_problems(records)]
+    return records, [replace(p, record_id=record_id_of(records[p.index])) if p.index is not None else p for p in problems]  # a row's id said
+
+
 def read_records(path: str | Path) -> list:
-    """Records of a JSON list, or of a JSONL file."""
-    records = read_json(path)
+    """Records of a JSON list, of a JSONL file, or of a Parquet file's rows."""
+    records, problems = load_records(path)
+    if problems:
+        raise InputError(problems)
     if not isinstance(records, list):
         raise InputError([Problem(str(path), RECORDS_EXPECTED)])
     return records
@@ -676,7 +695,7 @@ def _parse(path: str | Path, model: type[Sample], records: list | None = None) -
     """Every record of the file that validates, and the problems of those that do not; or of `records`,
     given in memory (the Python API) and named `path` in the problems."""
     if records is None:
-        records, problems = load_json(path)
+        records, problems = load_records(path)
     else:
         problems = [_located(path, where, message) for where, message in value_problems(records)]
     if not isinstance(records, list):
@@ -823,7 +842,7 @@ def holds_pairs(path: str | Path) -> bool:
     """Whether a file's records are pairs (records with answer_a and answer_b) rather than samples; a file
     that cannot be read is left to its reader to name what is wrong."""
     try:
-        records = read_json(path)
+        records, _ = load_records(path)
     except InputError:
         return False
     return isinstance(records, list) and bool(records) and is_pair_record(records[0])

@@ -15,7 +15,8 @@ import ray
 
 from mmjudge.infer.cli import main as judge_score
 from mmjudge.judge.data import Pair, Sample
-from mmjudge.judge.testing import write_dataset, write_pairs
+from mmjudge.judge.parquet import read_results
+from mmjudge.judge.testing import write_dataset, write_pairs, write_parquet_copy
 from mmjudge.ray.data import Scorer, records, row_of
 
 # The tiny judge, kept fast: one tile an image, the score read from one forward pass.
@@ -84,13 +85,19 @@ def rows(path: Path, model) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_judge_score_ray_writes_what_judge_score_writes(cluster, checkpoint, samples, reference_run, tmp_path):
+def test_judge_score_ray_writes_what_judge_score_writes_from_the_same_samples_in_parquet(cluster, checkpoint, samples, reference_run, tmp_path,
+                                                                                        monkeypatch):
+    """The 200 samples as a Parquet file, each image a Hugging Face Image struct holding its bytes, judged on the
+    cluster: the records and summary judge-score writes of them as JSON, and the same records again in Parquet."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # where the Parquet's images are written as it is read
     reference, expected_summary = reference_run
-    got, summary = scored(checkpoint, samples, tmp_path / "ray", "--ray", "local", "--ray_actors", "2", "--ray_batch_size", "25")
+    parquet = write_parquet_copy(samples)
+    got, summary = scored(checkpoint, parquet, tmp_path / "ray", "--ray", "local", "--ray_actors", "2", "--ray_batch_size", "25", "--parquet")
     assert [r["id"] for r in got] == list(reference)  # every sample once, in the input's order
     for record in got:
         assert_same(record, reference[record["id"]], record["id"])
     assert_same(summary, expected_summary, "summary")
+    assert read_results(tmp_path / "ray" / "eval_result.parquet") == got
 
 
 class DiesOnce(Scorer):
@@ -241,3 +248,70 @@ def test_a_block_as_arrow_holds_it_judged_as_given(scorer, few):
     assert [r["id"] for r in judged] == [row["id"] for row in given]
     alone = scorer({name: [row.get(name) for row in given] for name in {key for row in given for key in row}})
     assert_same(judged, records([dict(zip(alone, values)) for values in zip(*alone.values())])[0])
+
+
+def with_image_bytes(parquet: Path) -> Path:
+    """The Parquet file again, each image its bytes alone (a binary column) rather than a `{"bytes", "path"}` struct."""
+    import pyarrow.parquet
+
+    def bare(value):
+        if isinstance(value, list):
+            return [bare(item) for item in value]
+        if isinstance(value, dict):
+            return {key: item["bytes"] if key == "image" and item is not None else bare(item) for key, item in value.items()}
+        return value
+
+    out = parquet.with_name(f"bytes-{parquet.name}")
+    pyarrow.parquet.write_table(pyarrow.Table.from_pylist([bare(row) for row in pyarrow.parquet.read_table(parquet).to_pylist()]), out)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["samples", "pairs"])
+def test_judge_score_reads_parquet_as_it_reads_the_same_records_in_json_and_writes_its_records_in_parquet(checkpoint, kind, tmp_path, monkeypatch):
+    """Without Ray: MMIE samples (images as Image structs) and pairs (images as bare bytes) from Parquet judged
+    exactly as from their JSON, and eval_result.parquet read back equal to eval_result.json."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    data = write_dataset(tmp_path / "data", 4, seed=5) if kind == "samples" else write_pairs(tmp_path / "data", 2, seed=6)
+    parquet = write_parquet_copy(data) if kind == "samples" else with_image_bytes(write_parquet_copy(data))
+    expected, expected_summary = scored(checkpoint, data, tmp_path / "json")
+    got, summary = scored(checkpoint, parquet, tmp_path / "parquet", "--parquet")
+    assert got == expected and summary == expected_summary
+    assert read_results(tmp_path / "parquet" / "eval_result.parquet") == got
+    assert not (tmp_path / "json" / "eval_result.parquet").exists()  # Parquet out only where asked for
+
+
+def test_bad_parquet_rows_are_named_before_loading_or_skipped_by_skip_invalid(checkpoint, few, tmp_path, capsys, monkeypatch):
+    import pyarrow.parquet
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    rows = pyarrow.parquet.read_table(write_parquet_copy(few)).to_pylist()[:3]
+    rows[0]["question"].append({"text": None, "image": {"bytes": None, "path": None}})  # an Image struct with nothing in it
+    rows[1]["answer"] = None  # the column's null: a record without an answer
+    pyarrow.parquet.write_table(pyarrow.Table.from_pylist(rows), bad := few.parent / "bad.parquet")
+    argv = ["--model_path", str(checkpoint), "--input_dir", str(few.parent), "--input_file", bad.name, "--output_dir", str(tmp_path), *FLAGS]
+    assert judge_score(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: record 0 (id '{rows[0]['id']}'): question[{len(rows[0]['question']) - 1}].image: an image with neither bytes nor a path" in err
+    assert f"{bad}: record 1 (id '{rows[1]['id']}'): answer: Field required" in err
+    assert "--skip_invalid judges the other records" in err and not (tmp_path / "eval_result.json").exists()
+    assert judge_score([*argv, "--skip_invalid"]) == 0
+    assert [r["id"] for r in json.loads((tmp_path / "eval_result.json").read_text())] == [rows[2]["id"]]
+    skipped = json.loads((tmp_path / "summary.json").read_text())["skipped_invalid"]
+    assert [f"record {i} (id '{rows[i]['id']}')" in line for i, line in enumerate(skipped)] == [True, True]
+
+
+def test_images_a_parquet_file_held_go_to_the_actors_inside_their_rows(few, tmp_path, monkeypatch):
+    """An image read from a Parquet file's bytes is a file in this machine's cache, which an actor on another node
+    lacks: judge-score --ray sends it in the row, as a data URL; an image the input names by path stays a path."""
+    from mmjudge.infer.ray_backend import carrying_cached_images
+    from mmjudge.judge.parquet import cached_image
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    row = rows(few, Sample)[0]
+    image = next(s["image"] for s in row["question"] + row["answer"] if "image" in s)
+    content = (few.parent / image).read_bytes()
+    held = {**row, "question": [{"text": "q"}, {"image": str(cached_image(content))}]}
+    sent = carrying_cached_images(held)
+    assert sent["question"] == [{"text": "q"}, {"image": f"data:image/{Path(str(cached_image(content))).suffix[1:]};base64,{base64.b64encode(content).decode()}"}]
+    assert sent["answer"] == row["answer"] and carrying_cached_images(row) == row

@@ -1,12 +1,12 @@
 """The benchmark files judge-score reads and writes: one module per benchmark, each holding both ways.
 
     format     reads                                                 writes (besides judge-score's own files)
-    mmie       MMIE samples (JSON list or JSONL)                     nothing: eval_result.json is MMIE's shape
+    mmie       MMIE samples (JSON list, JSONL or Parquet)            nothing: eval_result.json is MMIE's shape
     milebench  MileBench pred.json + the dataset's annotation        eval.json (evaluate.py's + the judge's), eval_judge.json, result.csv
     instit     Inst-It Bench open-ended predictions, or a log        its evaluate log, instit_evaluate.json
     megabench  MEGA-Bench open-set submission + its dataset's rows   data_with_scores_open.json (megabench_open_data_with_scores.json
                                                                      for lmms-eval's submissions), for the breakdown tool
-    pairs      pairs of answers (JSON list or JSONL)                 nothing: eval_result.json holds the pairs' verdicts
+    pairs      pairs of answers (JSON list, JSONL or Parquet)        nothing: eval_result.json holds the pairs' verdicts
     vlrewardbench  its released parquet (or JSON/JSONL)              the inference lines cal.py reads, its accuracies
     mmrewardbench  data/all_data.json                                the submission 2_get_accuracy.py reads, its accuracies
     mmrb2      a task's {"pairs": [...]} file                        the predictions compute_accuracy.py reads, its accuracy
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mmjudge.judge.data import InputError, Problem, load_json
+from mmjudge.judge.data import InputError, Problem, load_records
 from mmjudge.judge.formats import instit, megabench, milebench, mmie, mmrb2, mmrewardbench, opening, pairs, vlrewardbench
 from mmjudge.judge.formats.base import BenchmarkInput, Format, first_record
 
@@ -43,9 +43,7 @@ def detect_format(path: Path) -> Format:
     """The one format whose shape the file has; an error that asks for --format otherwise. A value no
     command can use (a lone surrogate, NaN) is left to the format's reader, which names its record and,
     under --skip_invalid, sets only that record aside."""
-    if path.suffix == ".parquet":  # a binary file; VL-RewardBench's release is the one format that comes as one
-        return vlrewardbench.FORMAT
-    content, _ = load_json(path)
+    content, _ = load_records(path)
     if isinstance(content, list) and not content:
         raise InputError([Problem(str(path), "no records")])
     matches = [f for f in FORMATS.values() if f.looks_like(content)]

@@ -1,10 +1,10 @@
 """VL-RewardBench (github vl-rewardbench/VL_RewardBench): 1,250 pairs of answers to a question about an image.
 
 Reads the released file, `test-00000-of-00001.parquet` (MMInstruction/VL-RewardBench; its images are held
-in the file, and written once to this toolkit's image cache, `$XDG_CACHE_HOME/mmjudge/images`, named by their
-content), or the same records as JSON or JSONL, each image a path (`image` or `image_path`) relative to
---input_dir. A record `{id, query, response: [two answers], image, human_ranking, models, judge, rationale,
-query_source, ...}` is a pair: the query and its image as the question, response[0] as answer A,
+in the file, and written once to this toolkit's image cache by judge/parquet.py, as any Parquet input's), or
+the same records as JSON or JSONL, each image a path (`image` or `image_path`) relative to --input_dir.
+A record `{id, query, response: [two answers], image, human_ranking, models, judge, rationale, query_source, ...}`
+is a pair: the query and its image as the question, response[0] as answer A,
 response[1] as B; people preferred the answer of the lower rank. As inference_hf.py does, "<image>\n" is
 taken out of the texts: the image is sent apart, after the prompt. Its group is VL-RewardBench's: the
 dataset named by the id's prefix (RLAIF, RLHF, hallucination: hallucination; mathverse, mmmu: reasoning;
@@ -24,14 +24,10 @@ written, which is cal.py's figure for k equal to the judgements per pair (2 x sa
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field
 
 from mmjudge.judge.data import (InputError, JudgeText, Pair, PairResult, Problem, Segment, parse_records, read_records, write_json_atomically,
@@ -72,43 +68,12 @@ def looks_like(content: object) -> bool:
     return record is not None and {"query", "response", "human_ranking"} <= set(record)
 
 
-def read_parquet(path: Path) -> list[dict]:
-    import pyarrow.parquet  # datasets' own dependency; only this reader needs it
-
-    try:
-        return pyarrow.parquet.read_table(path).to_pylist()
-    except Exception as err:  # pyarrow raises several types for a damaged file; all mean the same to the user
-        raise InputError([Problem(str(path), f"not a readable parquet file ({type(err).__name__}: {err})")]) from None
-
-
-def cached_image(data: bytes) -> Path:
-    """An image held in a file as bytes, written once to the image cache under a name of its content: the same
-    path every run, so that a resumed run sees the same inputs."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mmjudge" / "images"
-    try:
-        extension = (Image.open(io.BytesIO(data)).format or "bin").lower()
-    except Exception:  # noqa: BLE001 - not an image: written as it is, and refused with its record by the image check
-        extension = "bin"
-    path = cache / f"{hashlib.sha256(data).hexdigest()}.{extension}"
-    if not path.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    return path
-
-
 def _image(record: Record) -> str | None:
-    image = record.image
-    if isinstance(image, dict):
-        if image.get("bytes"):
-            return str(cached_image(image["bytes"]))
-        image = image.get("path")
-    return image if isinstance(image, str) else record.image_path
+    return record.image if isinstance(record.image, str) else record.image_path
 
 
 def read(path: Path, image_root: Path, rubrics: dict[str, Rubric], criteria_file: Path | None = None) -> BenchmarkInput:
-    records = read_parquet(path) if path.suffix == ".parquet" else read_records(path)
+    records = read_records(path)
     if not records:
         raise InputError([Problem(str(path), "no records")])
     parsed, problems = parse_records(path, records, Record)

@@ -10,7 +10,7 @@ _HOMES = {
     "SIZES": "checkpoints", "Planted": "checkpoints", "TinySizes": "checkpoints", "write_native_checkpoint": "checkpoints",
     "write_original_checkpoint": "checkpoints", "write_tokenizer": "checkpoints", "write_hub_cache": "hub",
     "human_scores": "synthetic", "judge_result": "synthetic", "write_dataset": "synthetic", "write_pairs": "synthetic",
-    "write_verdicts": "synthetic",
+    "write_verdicts": "synthetic", "write_parquet_copy": "synthetic",
 }
 
 
@@ -26,4 +26,4 @@ def __getattr__(name: str):
 HANG_S = 3600.0
 
 __all__ = ["HANG_S", "SIZES", "Planted", "TinySizes", "human_scores", "judge_result", "write_dataset", "write_hub_cache", "write_native_checkpoint",
-           "write_original_checkpoint", "write_pairs", "write_tokenizer"]
+           "write_original_checkpoint", "write_pairs", "write_parquet_copy", "write_tokenizer"]

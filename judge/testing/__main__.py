@@ -3,8 +3,8 @@ synthetic pairs, or synthetic judges' verdicts on pairs.
 
     python -m mmjudge.judge.testing checkpoint --format original|native [--seed N] [--shards K] [--dtype D] [--system_message TEXT] OUT_DIR
     python -m mmjudge.judge.testing checkpoint --family NAME [--seed N] [--rope_switch N] OUT_DIR
-    python -m mmjudge.judge.testing dataset --samples N [--seed N] [--annotated] OUT_DIR
-    python -m mmjudge.judge.testing pairs --pairs N [--seed N] [--annotated] [--text_only] [--no_rationale] OUT_DIR
+    python -m mmjudge.judge.testing dataset --samples N [--seed N] [--annotated] [--parquet] OUT_DIR
+    python -m mmjudge.judge.testing pairs --pairs N [--seed N] [--annotated] [--text_only] [--no_rationale] [--parquet] OUT_DIR
     python -m mmjudge.judge.testing verdicts --pairs N [--seed N] OUT_DIR
 
 Each prints the path it wrote. See `judge/testing/synthetic.py` for the annotated scores' rule.
@@ -17,8 +17,11 @@ import sys
 
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import UsageError
-from mmjudge.judge.testing import write_dataset, write_pairs, write_verdicts
+from mmjudge.judge.testing import write_dataset, write_pairs, write_parquet_copy, write_verdicts
 from mmjudge.judge.testing.family_table import DEFAULT_SWITCH, FAMILIES
+
+PARQUET = ("also write the records as Parquet beside the JSON (data.parquet, pairs.parquet), a record a row, each image a Hugging Face "
+           "Image struct holding its bytes (default: off)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--seed", type=int, default=0, help="seed of texts, images and scores (default: 0)")
     data.add_argument("--annotated", action="store_true",
                       help="add human_scores (a learnable rule of the answer), annotator, feedback, and a second annotator for every fourth sample (default: off)")
+    data.add_argument("--parquet", action="store_true", help=PARQUET)
     pairs = sub.add_parser("pairs", help="write synthetic pairs: OUT_DIR/pairs.json, with the dataset their answers come from")
     pairs.add_argument("out_dir", path="output_dir", help="directory to write (created if missing)")
     pairs.add_argument("--pairs", type=int, default=12, help="number of pairs (default: 12)")
@@ -57,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "and a second annotator for every fourth pair (default: off)")
     pairs.add_argument("--text_only", action="store_true", help="keep the texts alone: no images (default: off)")
     pairs.add_argument("--no_rationale", action="store_true", help="with --annotated: the preference alone, no rationale (default: off)")
+    pairs.add_argument("--parquet", action="store_true", help=PARQUET)
     verdicts = sub.add_parser("verdicts", help="write three synthetic judges' verdicts on pairs (sharp, fair, blunt: OUT_DIR/<judge>.json) and "
                                                "people's preferences (OUT_DIR/people.json), drawn from a known chance per pair")
     verdicts.add_argument("out_dir", path="output_dir", help="directory to write (created if missing)")
@@ -86,6 +91,8 @@ def _main(argv) -> int:
         if args.samples < 1:
             raise UsageError(f"--samples must be at least 1, got {args.samples}")
         path = write_dataset(args.out_dir, args.samples, seed=args.seed, annotated=args.annotated)
+    if args.command in ("dataset", "pairs") and args.parquet:
+        print(write_parquet_copy(path))
     print(path)
     return 0
 

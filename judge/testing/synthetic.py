@@ -33,6 +33,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw
 
 from mmjudge.judge.data import JudgeResult
+from mmjudge.judge.parquet import SEGMENT_FIELDS, write_rows
 
 CATEGORIES = ("SA", "PBL", "MSR")
 MODELS = ("model-a", "model-b", "model-c")
@@ -157,6 +158,25 @@ def write_pairs(out_dir: str | Path, n_pairs: int, *, seed: int = 0, annotated: 
     path = out_dir / "pairs.json"
     path.write_text(json.dumps(pairs, indent=1))
     return path
+
+
+def write_parquet_copy(path: str | Path) -> Path:
+    """The records of `path` (written by `write_dataset` or `write_pairs`) as a Parquet file beside it, a record a
+    row, in the shape Hugging Face datasets give: every text a list of segments (an Arrow column holds one shape),
+    every image a `{"bytes", "path"}` struct holding its file's bytes. Returns the path written."""
+    path = Path(path)
+
+    def as_row(value):
+        if isinstance(value, list):
+            return [as_row(item) for item in value]
+        if isinstance(value, dict) and "image" in value:
+            return {**value, "image": {"bytes": (path.parent / value["image"]).read_bytes(), "path": value["image"]}}
+        return value
+
+    rows = [{key: as_row([{"text": value}] if key in SEGMENT_FIELDS and isinstance(value, str) else value) for key, value in record.items()}
+            for record in json.loads(path.read_text())]
+    write_rows(out := path.with_suffix(".parquet"), rows)
+    return out
 
 
 def closing(answer: str | list[dict]) -> str:

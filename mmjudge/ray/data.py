@@ -31,19 +31,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from mmjudge.judge.data import CALIBRATOR_FIELDS, InputError, JudgeResult, Pair, PairResult, Sample
+from mmjudge.judge.data import CALIBRATOR_FIELDS, InputError, JudgeResult, PairResult
+from mmjudge.judge.parquet import SEGMENT_FIELDS, as_result, as_row, row_of  # noqa: F401 -- row_of: the rows Scorer takes, made from Samples and Pairs
 
-# The record fields held as JSON text (module docstring): dicts keyed by criterion, level or order, and lists of them.
-JSON_FIELDS = ("criteria", "score_distribution", "verdict_distribution", "forward", "reverse", "scores")
 ERROR = "error"
-SEGMENT_FIELDS = ("question", "answer", "answer_a", "answer_b", "gt_answer")
 WHITESPACE = re.compile(rb"\s+")
 
 
@@ -195,12 +192,6 @@ def data_url_bytes(url: str, field: str) -> bytes:
         raise RowError(f"{field}: the data URL's base64 does not decode") from None
 
 
-def row_of(sample: Sample | Pair) -> dict:
-    """A Sample or Pair as a row Arrow holds alongside the others: every text a list of segments (MMIE lets a question
-    be a text in one record and segments in the next, which no Arrow column holds), fields at their defaults left out."""
-    return sample.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
-
-
 def record_fields(pairs: bool, calibrated: bool) -> list[str]:
     """The fields of judge-score's records: a pair's, or a sample's (a calibrator's three only where one is applied)."""
     if pairs:
@@ -215,18 +206,16 @@ def columns(rows: list[dict], judged: dict[int, dict], errors: dict[int, str], c
     names = record_fields(pairs, calibrated)
     out: dict[str, list] = {name: [] for name in [*names, ERROR]}
     for i, row in enumerate(rows):
-        record = judged.get(i)
+        record = as_row(judged[i]) if i in judged else {"id": row.get("id")}
         for name in names:
-            value = record.get(name) if record is not None else (row.get("id") if name == "id" else None)
-            out[name].append(json.dumps(value) if name in JSON_FIELDS and value is not None else value)
-        out[ERROR].append(None if record is not None else errors.get(i, "not judged"))
+            out[name].append(record.get(name))
+        out[ERROR].append(None if i in judged else errors.get(i, "not judged"))
     return out
 
 
 def result(row: dict) -> JudgeResult | PairResult:
     """A judged row (one without an error) as the engine's result: its JSON_FIELDS decoded, `error` left out."""
-    fields = {name: json.loads(value) if name in JSON_FIELDS and isinstance(value, str) else value
-              for name, value in plain_row(row).items() if name != ERROR}
+    fields = {name: value for name, value in as_result(plain_row(row)).items() if name != ERROR}
     return (PairResult if "verdict" in fields else JudgeResult).model_validate(fields)
 
 

@@ -8,9 +8,9 @@ Two deployments, both thin: `Ingress` takes every HTTP request from Ray Serve's 
 hands a replica only the request's scope, so no router can see a body), computes its affinity key and passes the
 request to `Judge` through a handle with the key beside it; each `Judge` replica is one judge-serve (serve/cli.py's
 load_service, serve/app.py's build_app) answering the request in-process, as its own server would. `AffinityRouter`,
-Ray Serve's request-router extension point, reads the key: a key it has seen goes to the replica it sent that key to
-last, unless that one has `max_imbalance` more requests in flight than the least loaded; a new key, or none, goes to
-the least loaded. A replica that dies is restarted by Ray Serve; a request it held is sent again, to another replica,
+Ray Serve's request-router extension point, reads the key: a key goes to the first replica of its rendezvous order
+(a hash of the key and each live replica's id, alike in every Ingress replica's router) that has at most
+`max_imbalance` more requests in flight than the least loaded; a request without a key goes to the least loaded. A replica that dies is restarted by Ray Serve; a request it held is sent again, to another replica,
 at most RETRIES times, then answered 503 naming the replica: never a reward made up.
 
 Every answer carries `x-mmjudge-replica` (the replica's id) and `x-mmjudge-judge` (its judge's fingerprint), and a JSON
@@ -23,15 +23,13 @@ import argparse
 import asyncio
 import hashlib
 import json
-import random
 import sys
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ray import serve
 from ray.exceptions import RayActorError
 from ray.serve.exceptions import RayServeException
-from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
+from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -39,7 +37,6 @@ from mmjudge.serve.api import RequestError, read_body  # light: no torch in the 
 
 RETRIES = 2  # sends of a request whose replica died before answering it, after the first
 MAX_IMBALANCE = 16  # requests in flight a key's replica may have beyond the least loaded's before a key's request leaves it
-MAX_KEYS = 1 << 16  # keys the router remembers, the least recently routed forgotten first
 MAX_ONGOING = 256  # requests a Judge replica takes at once (its model thread batches them); Ray Serve's default is 5
 APP = "judge-serve"  # the Ray Serve application's name
 FASTAPI_DOORS = {"/get_reward", "/v1/score/evaluation"}  # refusals in FastAPI's shape there (serve/rewards.py)
@@ -92,13 +89,19 @@ SHARED = {"/v1/score": _scored, "/get_reward": _get_reward, "/classify": _classi
 # -- the router --------------------------------------------------------------------------------------------------
 
 class AffinityRouter(RequestRouter):
-    """A request with an affinity key goes to the replica this router last sent that key to, unless that one has more
-    than `max_imbalance` requests in flight beyond the least loaded; a new key, or none, goes to the least loaded
-    (ties drawn at random). In flight: Ray Serve's count per replica, kept by every router from the replicas' answers."""
+    """A request with an affinity key goes to its key's replica: the first, in the key's rendezvous order of the live
+    replicas (`ranked`), with at most `max_imbalance` requests in flight beyond the least loaded one; a request
+    without a key, to the least loaded (Ray Serve's choice among the candidates). In flight: Ray Serve's count per
+    replica, kept by every router from the replicas' answers.
 
-    def initialize_state(self, max_imbalance: int = MAX_IMBALANCE, max_keys: int = MAX_KEYS):
-        self.max_imbalance, self.max_keys = max_imbalance, max_keys
-        self.homes: OrderedDict[str, ReplicaID] = OrderedDict()  # key -> the replica it was last sent to
+    Ray Serve makes a router in each process that holds a handle to the Judge deployment: one per Ingress replica.
+    A key's replica is a function of the key and the live replicas' ids alone, so every router, in every Ingress
+    replica, sends a key to the same replica, with no map to share or keep; a replica that leaves (dies, is scaled
+    down) moves only the keys it ranked first, to their next, and one that joins takes only the keys it now ranks
+    first."""
+
+    def initialize_state(self, max_imbalance: int = MAX_IMBALANCE):
+        self.max_imbalance = max_imbalance
 
     def in_flight(self, replica: RunningReplica) -> int:
         return self._replica_queue_len_cache.get(replica.replica_id) or 0
@@ -107,25 +110,20 @@ class AffinityRouter(RequestRouter):
                               pending_request: PendingRequest | None = None) -> list[list[RunningReplica]]:
         if not candidate_replicas:
             return []
-        least = min(map(self.in_flight, candidate_replicas))
         key = pending_request.kwargs.get("affinity") if pending_request is not None else None
         if key is None:
             return [candidate_replicas]  # Ray Serve takes the one of fewest requests in flight
-        home = self._replicas.get(self.homes.get(key))
-        if home is None or home not in candidate_replicas or self.in_flight(home) > least + self.max_imbalance:
-            home = random.choice([r for r in candidate_replicas if self.in_flight(r) == least])
-        self.remember(key, home.replica_id)  # now, not when it is sent: the group's next request is routed meanwhile
-        return [[home], [r for r in candidate_replicas if r is not home]]  # the rest where the home cannot take it
+        bound = min(map(self.in_flight, candidate_replicas)) + self.max_imbalance
+        order = ranked(key, candidate_replicas)
+        home = next(r for r in order if self.in_flight(r) <= bound)  # the least loaded is within the bound: one is found
+        return [[home], [r for r in order if r is not home]]  # the rest, in the key's order, where the home cannot take it
 
-    def remember(self, key: str, replica_id: ReplicaID) -> None:
-        self.homes[key] = replica_id
-        self.homes.move_to_end(key)
-        while len(self.homes) > self.max_keys:
-            self.homes.popitem(last=False)
 
-    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result) -> None:
-        if (key := pending_request.kwargs.get("affinity")) is not None:
-            self.remember(key, replica_id)
+def ranked(key: str, replicas: list[RunningReplica]) -> list[RunningReplica]:
+    """The replicas in the key's rendezvous (highest random weight) order: by a hash of the key and each replica's id,
+    the same in every process."""
+    weight = lambda replica: hashlib.blake2b(f"{key}/{replica.replica_id.unique_id}".encode(), digest_size=8).digest()  # noqa: E731
+    return sorted(replicas, key=weight, reverse=True)
 
 
 # -- the replicas -------------------------------------------------------------------------------------------------

@@ -295,33 +295,89 @@ def test_the_docs_serve_run_config_is_ray_serves_schema_and_builds_the_applicati
     assert isinstance(built, Application)
 
 
-def test_the_router_keeps_a_key_on_its_replica_until_it_is_overloaded_and_sends_the_rest_to_the_least_loaded():
+class Echo:
+    """A Judge replica that answers which it is, at once."""
+
+    def answer(self, affinity=None) -> str:
+        return ray.serve.get_replica_context().replica_id.unique_id
+
+
+class Door:
+    """An Ingress replica: the key passed to the Judge deployment's handle beside the request, as Ingress passes it."""
+
+    def __init__(self, judge):
+        self.judge = judge
+
+    async def __call__(self, key: str) -> tuple[str, str]:
+        return ray.serve.get_replica_context().replica_id.unique_id, await self.judge.answer.remote(affinity=key)
+
+
+@pytest.mark.slow
+def test_two_ingress_replicas_send_each_key_to_one_judge_replica(servers):
+    """The routers of two Ingress replicas, each its own: every request of a key reaches one replica of two, whichever
+    Ingress replica it came through (replicas answering at once, on this module's cluster, beside the judges)."""
+    from ray import serve
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Echo and Door: the workers cannot import this test module
+    free = {"ray_actor_options": {"num_cpus": 0}, "max_ongoing_requests": serve_module.MAX_ONGOING}
+    judge = serve.deployment(Echo, name="Judge", num_replicas=2, request_router_config={"request_router_class": serve_module.AffinityRouter}, **free)
+    handle = serve.run(serve.deployment(Door, name="Ingress", num_replicas=2, **free).bind(judge.bind()), name="two-ingresses", route_prefix=None)
+    try:
+        keys = [f"key-{k}" for k in range(20)]
+        answers = [(key, response.result()) for _ in range(10) for key, response in [(key, handle.remote(key)) for key in keys]]
+    finally:
+        serve.delete("two-ingresses")
+    homes: dict[str, set[str]] = {}
+    for key, (_, replica) in answers:
+        homes.setdefault(key, set()).add(replica)
+    assert len({ingress for _, (ingress, _) in answers}) == 2  # both Ingress replicas routed
+    assert all(len(replicas) == 1 for replicas in homes.values()), homes
+    assert len(set().union(*homes.values())) > 1
+
+
+def test_every_ingress_replicas_router_sends_a_key_to_one_replica_until_it_is_overloaded():
+    """Ray Serve makes a router in each Ingress replica: two of them, each with its own view, send every key to the same
+    replica, keep it there until it has more than max_imbalance in flight beyond the least loaded, and, when a replica
+    leaves, move only the keys it held."""
     from types import SimpleNamespace
 
     from ray.serve._private.common import DeploymentHandleSource, DeploymentID, ReplicaID
 
     deployment = DeploymentID(name="Judge", app_name="judge-serve")
-    router = serve_module.AffinityRouter(deployment_id=deployment, handle_source=DeploymentHandleSource.UNKNOWN, use_replica_queue_len_cache=True)
-    router.initialize_state(max_imbalance=2)
-    a, b, c = replicas = [SimpleNamespace(replica_id=ReplicaID(unique_id=name, deployment_id=deployment), max_ongoing_requests=64) for name in "abc"]
-    router._replicas = {r.replica_id: r for r in replicas}
+    replicas = [SimpleNamespace(replica_id=ReplicaID(unique_id=name, deployment_id=deployment), max_ongoing_requests=64) for name in "abc"]
+
+    def router():
+        made = serve_module.AffinityRouter(deployment_id=deployment, handle_source=DeploymentHandleSource.UNKNOWN, use_replica_queue_len_cache=True)
+        made.initialize_state(max_imbalance=2)
+        made._replicas = {r.replica_id: r for r in replicas}
+        return made
+
+    ingresses = [router(), router()]
 
     def loads(*in_flight):
-        for replica, n in zip(replicas, in_flight):
-            router._replica_queue_len_cache.update(replica.replica_id, n)
+        for made in ingresses:
+            for replica, n in zip(replicas, in_flight):
+                made._replica_queue_len_cache.update(replica.replica_id, n)
 
-    def chosen(key, candidates=replicas):
-        ranks = asyncio.run(router.choose_replicas(candidates, SimpleNamespace(kwargs={"affinity": key})))
+    def chosen(key, candidates=replicas, made=ingresses[0]):
+        ranks = asyncio.run(made.choose_replicas(candidates, SimpleNamespace(kwargs={"affinity": key})))
         assert sorted(r.replica_id.unique_id for rank in ranks for r in rank) == sorted(r.replica_id.unique_id for r in candidates)
-        return ranks[0]
+        return ranks[0][0].replica_id.unique_id
 
-    loads(3, 1, 2)
-    assert chosen("k") == [b]  # a new key: the least loaded
+    keys = [f"key-{k}" for k in range(60)]
+    loads(0, 0, 0)
+    homes = {key: chosen(key) for key in keys}
+    assert {key: chosen(key, made=ingresses[1]) for key in keys} == homes  # one replica per key, whichever Ingress routes it
+    assert set(homes.values()) == {"a", "b", "c"}  # and the keys spread over the replicas
+    key = next(k for k in keys if homes[k] == "b")
     loads(3, 4, 2)
-    assert chosen("k") == [b]  # kept: 2 beyond the least loaded is within the bound
+    assert chosen(key) == "b"  # 2 beyond the least loaded: within the bound
     loads(3, 5, 2)
-    assert chosen("k") == [c]  # past it: the least loaded, the key's replica from now on
-    loads(3, 4, 4)
-    assert chosen("k") == [c] and chosen("other") == [a]
-    assert chosen("k", [a, b]) == [a]  # its replica gone (died, restarted under a new id): the least loaded
-    assert asyncio.run(router.choose_replicas(replicas, SimpleNamespace(kwargs={"affinity": None}))) == [replicas]  # no key: Ray Serve's least loaded
+    spilled = chosen(key)
+    assert spilled != "b" and chosen(key, made=ingresses[1]) == spilled  # past it: the key's next replica, the same in both
+    loads(0, 0, 0)
+    assert chosen(key) == "b"  # back home once the load falls
+    without_b = [r for r in replicas if r.replica_id.unique_id != "b"]
+    moved = {k: chosen(k, without_b) for k in keys}
+    assert {k: h for k, h in moved.items() if homes[k] != "b"} == {k: h for k, h in homes.items() if h != "b"}  # only b's keys moved
+    assert asyncio.run(ingresses[0].choose_replicas(replicas, SimpleNamespace(kwargs={"affinity": None}))) == [replicas]  # no key: least loaded
