@@ -23,22 +23,22 @@ from mmjudge.demo.cli import DemoSettings, script
 from mmjudge.judge.cli import settings_from_config
 from mmjudge.judge.testing import HANG_S, write_dataset
 
-# 90 training samples, 90 steps of 8 (8 epochs), 30 test samples: both judges learnt their rule on seeds 0-2 (60 steps left the
-# text-only judge at Pearson 0.60 on seed 0) and the suite told them apart with margin (docs/calibration.md, "The must-show").
+# 90 training samples, 90 steps of 8 (8 epochs), 30 test samples of another seed: both judges learnt their rule on
+# seeds 0-2 (60 steps left the text-only judge at Pearson 0.60 on seed 0) and the suite told them apart with margin
+# (docs/calibration.md, "Does the suite tell a judge that looks from one that reads?"). The same commands are that page's.
 TRAIN, TEST, STEPS = 90, 30, 90
 
 
 def train_and_probe(rating: str, base: Path, root: Path, demo: DemoSettings) -> Path:
-    """Write the rating's dataset, train a judge on its first TRAIN samples, score the other TEST with --probe
-    blank shuffle; the run's folder."""
-    records = json.loads(write_dataset(root / "data", TRAIN + TEST, seed=demo.seed, annotated=True, rating=rating).read_text())
-    (root / "data" / "train.json").write_text(json.dumps(records[:TRAIN]))
-    (root / "data" / "test.json").write_text(json.dumps(records[TRAIN:]))
+    """Write the rating's training and test datasets (the test's of the next seed), train a judge on the first, score
+    the second with --probe blank shuffle; the run's folder."""
+    write_dataset(root / "train", TRAIN, seed=demo.seed, annotated=True, rating=rating)
+    write_dataset(root / "test", TEST, seed=demo.seed + 1, annotated=True, rating=rating)
     commands = [
-        [script("judge-train"), "--model_path", str(base), "--train_file", str(root / "data" / "train.json"), "--input_dir", str(root / "data"),
+        [script("judge-train"), "--model_path", str(base), "--train_file", str(root / "train" / "data.json"), "--input_dir", str(root / "train"),
          "--output_dir", str(root / "judge"), "--config", "tiny", "--max_steps", str(STEPS), "--save_steps", str(STEPS),
          "--per_device_batch_size", str(demo.batch_size), "--learning_rate", str(demo.learning_rate), "--rubric", "tiny"],
-        [script("judge-score"), "--model_path", str(root / "judge"), "--input_dir", str(root / "data"), "--input_file", "test.json",
+        [script("judge-score"), "--model_path", str(root / "judge"), "--input_dir", str(root / "test"), "--input_file", "data.json",
          "--output_dir", str(root / "run"), "--max_new_tokens", "48", "--max_tiles", "1", "--no_resume", "--rubric", "tiny",
          "--probe", "blank", "shuffle"],
     ]
@@ -58,7 +58,7 @@ def test_the_suite_flags_the_judge_that_reads_the_text_only_and_passes_the_one_t
         runs = dict(zip(("image", "text"), pool.map(lambda rating: train_and_probe(rating, base, tmp_path / rating, demo), ("image", "text"))))
     reports = {}
     for rating, run in runs.items():
-        assert calibrate(["--predictions", str(run / "eval_result.json"), "--human", str(tmp_path / rating / "data" / "test.json"),
+        assert calibrate(["--predictions", str(run / "eval_result.json"), "--human", str(tmp_path / rating / "test" / "data.json"),
                           "--overall", "expected_score", "--output_dir", str(tmp_path / rating / "report"), "--bootstrap", "200",
                           "--probes", str(run / "probe_blank.json"), str(run / "probe_shuffle.json")]) == 0
         reports[rating] = json.loads((tmp_path / rating / "report" / "report.json").read_text())
