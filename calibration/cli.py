@@ -24,7 +24,7 @@ from mmjudge.calibration.analysis import Options, Report
 from mmjudge.calibration.preferences import Selection, is_preference_file
 from mmjudge.calibration.run import calibrate, calibrate_pairs
 from mmjudge.judge.calibrator import UNCERTAINTIES
-from mmjudge.judge.probes import BARELY_MOVES, PROBE_MAX_SHIFT
+from mmjudge.judge.probes import BARELY_MOVES, FAMILY_MAX_GAP, PROBE_MAX_SHIFT
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import SCORE_FIELDS, UsageError
 from mmjudge.judge.parsing import ScoreScale
@@ -67,7 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the mean shift in score levels that padding (verbosity) or rewording (paraphrase) may cause and pass (default: %(default)s)")
     p.add_argument("--judge_family", metavar="NAME",
                    help="the judge's model family as the answers' model names hold it (e.g. qwen): reports whether the first judge over-scores "
-                        "its family's answers, beside other models', against people (self- and family-preference) (default: none)")
+                        "its family's answers, beside other models', against people (self- and family-preference); on pairs, whether it picks "
+                        "its family's answer more often than people do (default: none)")
+    p.add_argument("--family_max_gap", type=float, default=FAMILY_MAX_GAP,
+                   help="pairs, with --judge_family: how much more often than people the judge may pick its family's answer and pass, a share "
+                        "(default: %(default)s)")
     p.add_argument("--max_error", type=float, default=Selection.max_error,
                    help="pairs: the share of kept verdicts that may disagree with people (alpha); calibrator.json then holds the confidence "
                         "below which judge-score --calibrator abstains, met with probability 0.9 over the labelled pairs (default: %(default)s)")
@@ -109,8 +113,8 @@ def _short(value: float | None) -> str:
 
 
 # Flags of score agreement that preferences have no use for: a run on pairs refuses them rather than ignore them.
-SCORE_ONLY = ("criteria", "fit", "overall", "probes", "probe_threshold", "probe_max_shift", "judge_family", "coverage", "target_agreement", "agreement", "scale", "step")
-PAIRS_ONLY = ("max_error", "uncertainty", "panel")
+SCORE_ONLY = ("criteria", "fit", "overall", "probes", "probe_threshold", "probe_max_shift", "coverage", "target_agreement", "agreement", "scale", "step")
+PAIRS_ONLY = ("max_error", "uncertainty", "panel", "family_max_gap")
 
 
 def preferences(args, out: Path) -> int:
@@ -119,7 +123,8 @@ def preferences(args, out: Path) -> int:
         raise UsageError(f"{', '.join(given)}: for scores; these predictions are verdicts on pairs")
     report = calibrate_pairs(args.predictions, args.human, names=args.names, output_dir=out, calibrator_of=args.calibrator_of,
                              group_by=args.by, bootstrap=args.bootstrap, seed=args.seed, max_error=args.max_error,
-                             uncertainty=args.uncertainty, panel=args.panel, folds=args.folds)
+                             uncertainty=args.uncertainty, panel=args.panel, folds=args.folds, judge_family=args.judge_family,
+                             family_max_gap=args.family_max_gap)
     for note in report.notes:
         print(f"note: {note}", file=sys.stderr)
     for name, j in report.judges.items():
@@ -134,6 +139,9 @@ def preferences(args, out: Path) -> int:
         panel = report.panel
         print(f"panel: held-out accuracy {_short(panel.held_out_agreement)} (n {panel.n}); each judge "
               + ", ".join(f"{m} {a:.3f}" for m, a in panel.member_agreement.items()) + (f"; {panel.reason}" if panel.reason else ""))
+    if (family := report.family_preference) is not None:
+        print(f"family {family.family!r} ({report.family_of}): " + (family.reason or f"picks its family's answer {family.judge_share:.3f}, people "
+              f"{family.people_share:.3f} (n {family.n}): {'PASS' if family.passed else 'FAIL'}"))
     print(f"report: {out / 'report.html'}")
     return 0
 

@@ -32,6 +32,7 @@ from scipy import stats as sps
 
 from mmjudge.calibration.selective import SELECTIVE_ERROR_RATE, SelectiveReport, fit as fit_threshold, report as selective_report
 from mmjudge.calibration.panel import PanelReport, fit_panel
+from mmjudge.calibration.probes import PairFamilyPreference, pair_family_preference
 from mmjudge.calibration.inputs import fitted_identity
 from mmjudge.calibration.stats import BOOTSTRAP_CELLS, Interval, Stat, kendall, undefined
 from mmjudge.judge.data import (VERDICTS, InputError, PairResult, Problem, Verdict, load_records, people_majority, repeated_preference, validation_problems,
@@ -40,6 +41,7 @@ from mmjudge.judge.calibrator import UNCERTAINTIES, FittedOn, PairCalibrator, Se
 from mmjudge.judge.formats import FORMATS
 from mmjudge.judge.formats.base import Preference, first_record
 from mmjudge.judge.preferences import ORDERS, first_wins, order_verdict
+from mmjudge.judge.probes import FAMILY_MAX_GAP
 
 TIE_RULES = {"forced": "ties forced to the answer they lean to", "excluded": "ties left out", "zero": "a tie worth 0", "half": "a tie worth 0.5"}
 TIE_PRIOR = 0.1  # a tenth of a tie between every two models that met: a model that never wins keeps a finite strength
@@ -344,6 +346,8 @@ class PreferenceReport(BaseModel):
     people_ranking: Ranking
     judges: dict[str, JudgeAgreement]
     panel: PanelReport | None = None
+    family_preference: PairFamilyPreference | None = None  # --judge_family, of the first judge (family_of)
+    family_of: str | None = None
     # What judge-calibrate writes beside the report for judge-score --calibrator: each judge's selective threshold
     # (calibrator.json: --calibrator_of's), the panel's and the panel's verdicts on every pair its members share.
     calibrators: dict[str, PairCalibrator] = Field(default_factory=dict, exclude=True)
@@ -455,8 +459,9 @@ def panel_fit(judges: dict[str, tuple[str, dict[str, Judged]]], people: dict[str
 
 
 def analyse(predictions: list[str], names: list[str], human_path: str, group_by: str, resamples: int, seed: int,
-            selection: Selection = Selection()) -> PreferenceReport:
-    """Every file read (one InputError for every problem of every file), then the report."""
+            selection: Selection = Selection(), judge_family: str | None = None, family_max_gap: float = FAMILY_MAX_GAP) -> PreferenceReport:
+    """Every file read (one InputError for every problem of every file), then the report; with `judge_family`, the first
+    judge's family preference (calibration/probes.py)."""
     try:
         people, problems = read_people(human_path)
     except InputError as err:
@@ -492,7 +497,10 @@ def analyse(predictions: list[str], names: list[str], human_path: str, group_by:
                          f"(first: {', '.join(c.first_ids_left_out)})")
         if c.no_verdict:
             notes.append(f"{name}: {c.no_verdict} shared pair(s) without a verdict (the judge's output did not parse), left out")
+    first = next(iter(judges), None)
+    family = (pair_family_preference(judges[first][1], people, judge_family, family_max_gap, resamples, seed)
+              if judge_family and first is not None else None)
     return PreferenceReport(human_file=human_path, human_pairs=len(people), most_annotators=max((len(p.verdicts) for p in people.values()), default=0),
                             group_by=group_by, bootstrap=resamples, seed=seed, notes=notes,
                             people_win_rates={rule: win_rates(battles, rule) for rule in TIE_RULES}, people_ranking=people_ranking, judges=report,
-                            panel=panel, calibrators=calibrators, panel_calibrator=panel_calibrator, panel_verdicts=panel_verdicts)
+                            panel=panel, family_preference=family, family_of=first if family else None, calibrators=calibrators, panel_calibrator=panel_calibrator, panel_verdicts=panel_verdicts)

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from mmjudge.calibration.inputs import HumanRecord, JudgeRecord, read_predictions
 from mmjudge.judge.data import InputError, Problem, UsageError
 from mmjudge.judge.parsing import ScoreScale
-from mmjudge.judge.probes import PROBES, ProbeEffect, Share, probe_effect
+from mmjudge.judge.probes import PROBES, ProbeEffect, Share, mean_with_interval, probe_effect
 
 PROBE_FILE = re.compile(r"probe_(\w+)\.json")
 
@@ -89,3 +89,47 @@ def family_preference(judged: dict[str, JudgeRecord], human: dict[str, HumanReco
     difference = Share(value=float(mine.mean() - others.mean()), low=float(np.percentile(draws, 2.5)), high=float(np.percentile(draws, 97.5)))
     return FamilyPreference(**common, residual_family=float(mine.mean()), residual_other=float(others.mean()), difference=difference,
                             passed=difference.value <= max_shift)
+
+
+class PairFamilyPreference(BaseModel):
+    """Self- and family-preference on pairs (arXiv 2604.11589's own setting): on the pairs where one answer is by a model of
+    the judge's family and the other is not, how often the judge picks the family's answer beside how often people do."""
+
+    family: str
+    models: list[str]  # the models that matched
+    n: int  # pairs with one family answer, a verdict and people's reference verdict
+    judge_share: float | None  # of them, the judge picks the family's answer (a tie counts half)
+    people_share: float | None
+    difference: Share | None  # judge minus people, with a 95% bootstrap interval over the pairs
+    gate: str
+    passed: bool | None  # None: no such pair
+    reason: str | None = None
+
+
+def _picks(verdict: str, family_side: str) -> float:
+    return 0.5 if verdict == "tie" else float(verdict == family_side)
+
+
+def pair_family_preference(judged: dict, people: dict, family: str, max_gap: float, resamples: int, seed: int) -> PairFamilyPreference:
+    """`judged`: {id: Judged} of one judge, `people`: {id: People} (calibration/preferences.py); a pair's models are the
+    judge's record's, else people's."""
+    matches = lambda model: model is not None and family.lower() in model.lower()  # noqa: E731
+    rows, models = [], set()
+    for rid, j in judged.items():
+        if rid not in people or j.verdict is None or (reference := people[rid].reference) is None:
+            continue
+        a, b = j.model_a or people[rid].model_a, j.model_b or people[rid].model_b
+        if matches(a) == matches(b):  # both answers the family's, or neither: nothing to prefer
+            continue
+        side = "A" if matches(a) else "B"
+        models.add(a if side == "A" else b)
+        rows.append((_picks(j.verdict, side), _picks(reference, side)))
+    gate = f"passes where the judge picks its family's answer at most {max_gap:g} more often than people do"
+    common = dict(family=family, models=sorted(models), n=len(rows), gate=gate)
+    if not rows:
+        return PairFamilyPreference(**common, judge_share=None, people_share=None, difference=None, passed=None,
+                                    reason=f"no pair with one answer by a model named like {family!r} and one by another, judged and labelled")
+    mine, theirs = np.array(rows).T
+    difference = mean_with_interval(mine - theirs, resamples, seed)
+    return PairFamilyPreference(**common, judge_share=float(mine.mean()), people_share=float(theirs.mean()), difference=difference,
+                                passed=difference.value <= max_gap)

@@ -564,6 +564,12 @@ def selective_sections(report: PreferenceReport, calibrator_of: str) -> list[Sec
             "fitted on every pair and a selective threshold fitted on the panel's held-out distributions; panel_verdicts.json its verdicts on "
             "every pair all judges gave a lean, labelled or not." + (f" {panel.reason}." if panel.reason else ""),
             Table(["judge", "accuracy without ties", "weight"], rows)]))
+    if (family := report.family_preference) is not None:
+        said = family.reason + "." if family.difference is None else (
+            f"On the {family.n} pairs where one answer is by {', '.join(family.models)} and the other is not, {report.family_of} picks the "
+            f"family's answer {family.judge_share:.3f} of the time (a tie counts half) and people {family.people_share:.3f}: a difference of "
+            f"{_share(family.difference)}; it {family.gate}: {'PASS' if family.passed else 'FAIL'}.")
+        secs.append(Section(f"Self- and family-preference ({family.family})", 2, [said]))
     return secs
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmjudge.judge.data import UsageError
-from mmjudge.judge.probes import BARELY_MOVES, PROBE_MAX_SHIFT
+from mmjudge.judge.probes import BARELY_MOVES, FAMILY_MAX_GAP, PROBE_MAX_SHIFT
 
 if TYPE_CHECKING:
     from mmjudge.calibration.analysis import Report
@@ -60,7 +60,8 @@ def calibrate(predictions: PathLike | list[dict] | Sequence[PathLike | list[dict
 
     sources, names = _judges(predictions, names)
     if sources and all(isinstance(s, (str, Path)) for s in sources) and is_preference_file(str(sources[0])):
-        return calibrate_pairs(sources, human, names=names, output_dir=output_dir, calibrator_of=calibrator_of, **options)
+        family = {"judge_family": judge_family} if judge_family else {}
+        return calibrate_pairs(sources, human, names=names, output_dir=output_dir, calibrator_of=calibrator_of, **family, **options)
     opts, problems = _options(Options, options)
     human_name, _ = source_name(human, "human")
     if len(names) != len(sources):
@@ -150,7 +151,7 @@ def _options(options_class, given: dict) -> tuple[Any, list[str]]:
     return opts, problems
 
 
-PAIR_OPTIONS = ("group_by", "bootstrap", "seed", "max_error", "uncertainty", "panel", "folds")
+PAIR_OPTIONS = ("group_by", "bootstrap", "seed", "max_error", "uncertainty", "panel", "folds", "judge_family", "family_max_gap")
 
 
 def calibrate_pairs(predictions: PathLike | Sequence[PathLike], human: PathLike, *, names: Sequence[str] | None = None,
@@ -160,7 +161,8 @@ def calibrate_pairs(predictions: PathLike | Sequence[PathLike], human: PathLike,
     for files of verdicts. Files only (the verdicts' readers read benchmark files by their format).
 
     **options: group_by (--by), bootstrap, seed, folds, and max_error (alpha), uncertainty ("verdict_probability" or
-        "entropy"), panel (bool), as judge-calibrate's flags. Returns the PreferenceReport; with output_dir, writes
+        "entropy"), panel (bool), judge_family (the first judge's family: how much more often than people it picks that
+        family's answer, in report.family_preference) and family_max_gap (that gate's share), as judge-calibrate's flags. Returns the PreferenceReport; with output_dir, writes
         report.json, report.md, report.html, plots/, calibrator.json (kind pairs) and, with panel, panel.json and
         panel_verdicts.json.
     """
@@ -173,6 +175,7 @@ def calibrate_pairs(predictions: PathLike | Sequence[PathLike], human: PathLike,
     if unknown := sorted(set(options) - set(PAIR_OPTIONS)):
         raise UsageError(f"{', '.join(unknown)}: not options of verdicts on pairs; they are {', '.join(PAIR_OPTIONS)}")
     group_by, bootstrap, seed = options.pop("group_by", "category"), options.pop("bootstrap", 1000), options.pop("seed", 0)
+    judge_family, family_max_gap = options.pop("judge_family", None), options.pop("family_max_gap", FAMILY_MAX_GAP)
     selection = Selection(**options)
     problems = []
     if len(names) != len(paths) or len(set(names)) != len(names):
@@ -183,6 +186,8 @@ def calibrate_pairs(predictions: PathLike | Sequence[PathLike], human: PathLike,
         problems.append(f"--max_error must lie between 0 and 1 (exclusive), got {selection.max_error}")
     if selection.folds < 2:
         problems.append(f"--folds must be at least 2, got {selection.folds}")
+    if not 0 <= family_max_gap < 1:
+        problems.append(f"--family_max_gap must lie between 0 (included) and 1, got {family_max_gap}")
     if selection.panel and len(paths) < 2:
         problems.append(f"--panel combines several judges; {len(paths)} predictions file given")
     if problems:
@@ -191,7 +196,7 @@ def calibrate_pairs(predictions: PathLike | Sequence[PathLike], human: PathLike,
     inputs = [("--human", human), *[("--predictions", path) for path in paths]]
     if out and (problems := overwritten_inputs(out, ["report.json", "report.md", "report.html", "plots/*", "calibrator*.json", "panel*.json"], inputs)):
         raise UsageError("\n  ".join(problems))
-    report = analyse(paths, names, str(human), group_by, bootstrap, seed, selection)
+    report = analyse(paths, names, str(human), group_by, bootstrap, seed, selection, judge_family, family_max_gap)
     if out is not None:
         with locked(out, "judge-calibrate"):
             write_preference_report(report, out, calibrator_of or names[0])

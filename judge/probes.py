@@ -63,6 +63,8 @@ PROBES = {p.kind: p for p in (
 # warning, infer/probe.py, uses the same); padding or rewording may move the mean score by half a level at most.
 BARELY_MOVES = 0.10
 PROBE_MAX_SHIFT = 0.5
+# On pairs, the judge may pick its own family's answer at most this much more often than people do.
+FAMILY_MAX_GAP = 0.10
 SEEDED = ("shuffle", "noise")  # the probes --probe_seed draws for
 
 
@@ -97,7 +99,8 @@ class ProbeEffect(BaseModel):
     passed: bool | None  # None: no sample to judge by
 
 
-def _bootstrap(values: np.ndarray, resamples: int, seed: int) -> Share:
+def mean_with_interval(values: np.ndarray, resamples: int, seed: int) -> Share:
+    """The mean, with a 95% percentile bootstrap interval over the values (none drawn: the mean alone)."""
     rng = np.random.default_rng(seed)
     means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(1) if resamples else np.array([values.mean()])
     return Share(value=float(values.mean()), low=float(np.percentile(means, 2.5)), high=float(np.percentile(means, 97.5)))
@@ -116,7 +119,7 @@ def probe_effect(kind: str, before: np.ndarray, after: np.ndarray, before_level:
     if not len(shift):
         empty = Share(value=0.0, low=0.0, high=0.0)
         return ProbeEffect(**common, mean_shift=empty, share_changed=empty, passed=None)
-    mean_shift, share_changed = _bootstrap(shift, resamples, seed), _bootstrap(changed, resamples, seed)
+    mean_shift, share_changed = mean_with_interval(shift, resamples, seed), mean_with_interval(changed, resamples, seed)
     passed = {"moves": share_changed.value >= threshold, "drops": mean_shift.high < 0,
               "holds": mean_shift.value <= max_shift if kind == "verbosity" else abs(mean_shift.value) <= max_shift}[probe.expects]
     return ProbeEffect(**common, mean_shift=mean_shift, share_changed=share_changed, passed=bool(passed))

@@ -3,7 +3,7 @@ synthetic pairs, or synthetic judges' verdicts on pairs.
 
     python -m mmjudge.judge.testing checkpoint --format original|native [--seed N] [--shards K] [--dtype D] [--system_message TEXT] OUT_DIR
     python -m mmjudge.judge.testing checkpoint --family NAME [--seed N] [--rope_switch N] OUT_DIR
-    python -m mmjudge.judge.testing dataset --samples N [--seed N] [--annotated] [--parquet] OUT_DIR
+    python -m mmjudge.judge.testing dataset --samples N [--seed N] [--annotated] [--rating marker|image|text] [--parquet] OUT_DIR
     python -m mmjudge.judge.testing pairs --pairs N [--seed N] [--annotated] [--text_only] [--no_rationale] [--parquet] OUT_DIR
     python -m mmjudge.judge.testing verdicts --pairs N [--seed N] OUT_DIR
 
@@ -18,6 +18,7 @@ import sys
 from mmjudge.judge.cli import CommandParser, add_common_flags, run
 from mmjudge.judge.data import UsageError
 from mmjudge.judge.testing import write_dataset, write_pairs, write_parquet_copy, write_verdicts
+from mmjudge.judge.testing.synthetic import RATINGS
 from mmjudge.judge.testing.family_table import DEFAULT_SWITCH, FAMILIES
 
 PARQUET = ("also write the records as Parquet beside the JSON (data.parquet, pairs.parquet), a record a row, each image a Hugging Face "
@@ -51,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--seed", type=int, default=0, help="seed of texts, images and scores (default: 0)")
     data.add_argument("--annotated", action="store_true",
                       help="add human_scores (a learnable rule of the answer), annotator, feedback, and a second annotator for every fourth sample (default: off)")
+    data.add_argument("--rating", choices=RATINGS, default="marker",
+                      help="what the human scores follow: marker, the answer's closing quality word and whether it has an image; image, the "
+                           "colour its one image mostly shows (red or blue); text, the colour its closing sentence claims, the image's drawn "
+                           "apart; the last two are twins for the bias suite's image probes, one annotator each (default: marker)")
     data.add_argument("--parquet", action="store_true", help=PARQUET)
     pairs = sub.add_parser("pairs", help="write synthetic pairs: OUT_DIR/pairs.json, with the dataset their answers come from")
     pairs.add_argument("out_dir", path="output_dir", help="directory to write (created if missing)")
@@ -90,7 +95,7 @@ def _main(argv) -> int:
     else:
         if args.samples < 1:
             raise UsageError(f"--samples must be at least 1, got {args.samples}")
-        path = write_dataset(args.out_dir, args.samples, seed=args.seed, annotated=args.annotated)
+        path = write_dataset(args.out_dir, args.samples, seed=args.seed, annotated=args.annotated, rating=args.rating)
     if args.command in ("dataset", "pairs") and args.parquet:
         print(write_parquet_copy(path))
     print(path)

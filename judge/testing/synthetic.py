@@ -22,6 +22,18 @@ where it had not yet learnt to write that word, its scores followed a wrong one 
 "average" for every answer, overall Pearson 0.39, where this critique gives 0.99). Every fourth sample (1, 5,
 9, ...) is rated again by "ann-2", whose overall and text_quality differ by exactly 1 (one up, or one down
 from 6), so multi-annotator aggregation has something to average.
+
+Those scores follow the text and the image count, not what the images show: blanking or swapping an answer's
+images keeps both, so a judge trained on them may rightly ignore the pixels. Two twin variants tell a judge that
+looks at the image from one that reads the text only (the bias suite's must-show, docs/calibration.md), `rating`:
+every answer has one image, mostly red or mostly blue, and closes with "Overall, the picture is <red|blue>.",
+the image's colour and the claimed one drawn independently, so the inputs of both twins are alike:
+
+    rating="image": every score is 5 where the answer's image is mostly red, 1 where it is mostly blue;
+                    the claim, drawn apart from the image, tells nothing of it
+    rating="text":  every score is 5 where the answer claims red, 1 where it claims blue; the image tells nothing
+
+Their questions have no image, and one annotator rates each sample (no "ann-2"): nothing but the rule to learn.
 """
 
 from __future__ import annotations
@@ -38,6 +50,9 @@ from mmjudge.judge.parquet import SEGMENT_FIELDS, write_rows
 CATEGORIES = ("SA", "PBL", "MSR")
 MODELS = ("model-a", "model-b", "model-c")
 MARKERS = {"poor": 0, "average": 3, "excellent": 5}
+RATINGS = ("marker", "image", "text")  # what the human scores follow: the closing marker (and image count), or a colour (module doc)
+COLOURS = {"red": (215, 35, 35), "blue": (35, 55, 215)}  # the colour variants' two dominant colours, and their scores
+COLOUR_SCORES = {"red": 5, "blue": 1}
 FEEDBACK = "The answer was rated."  # as long as "The answer is excellent." was: the review fits eval_max_new_tokens
 WORDS = "the boat leaves the harbour and the story goes on with a clear plan for each step of the scene".split()
 
@@ -76,19 +91,51 @@ def _draw_image(rng: random.Random, path: Path) -> None:
     image.save(path, quality=90)  # the suffix picks PNG or JPEG; PNG ignores quality
 
 
+def _draw_coloured(rng: random.Random, path: Path, colour: str) -> None:
+    """A picture mostly of `colour` (its shade jittered), with one small shape of any colour on it."""
+    width, height = rng.randint(32, 200), rng.randint(32, 200)
+    image = Image.new("RGB", (width, height), tuple(min(255, max(0, c + rng.randint(-25, 25))) for c in COLOURS[colour]))
+    x0, y0 = rng.randrange(width), rng.randrange(height)
+    ImageDraw.Draw(image).ellipse((x0, y0, x0 + width // 4, y0 + height // 4), fill=tuple(rng.randrange(256) for _ in range(3)))
+    image.save(path, quality=90)
+
+
+def colour_scores(colour: str) -> dict[str, int]:
+    """The colour variants' human scores: every criterion and the overall score alike (module doc)."""
+    return {name: COLOUR_SCORES[colour] for name in ("overall", "text_quality", "image_quality", "text_image_coherence", "style_consistency")}
+
+
+def _coloured_record(rng: random.Random, out_dir: Path, i: int, rating: str, annotated: bool) -> dict:
+    shown, claimed = rng.choice(list(COLOURS)), rng.choice(list(COLOURS))
+    name = f"images/a_{i:04d}_0.{rng.choice(['png', 'jpg'])}"
+    _draw_coloured(rng, out_dir / name, shown)
+    answer = [{"text": _sentence(rng, rng.randint(6, 14))}, {"image": name}, {"text": f"Overall, the picture is {claimed}."}]
+    record = {"id": f"{CATEGORIES[(i - 1) % 3]}_{i:04d}", "question": [{"text": _sentence(rng, rng.randint(6, 14)) + " What does it show?"}],
+              "answer": answer, "model": MODELS[(i - 1) % len(MODELS)], "gt_answer": [{"text": _sentence(rng, 8)}]}
+    if not annotated:
+        return record
+    return {**record, "human_scores": colour_scores(shown if rating == "image" else claimed), "annotator": "ann-1", "feedback": FEEDBACK}
+
+
 def _sentence(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
 
 
-def write_dataset(out_dir: str | Path, n_samples: int, *, seed: int = 0, annotated: bool = False) -> Path:
-    """Write OUT_DIR/data.json and OUT_DIR/images/ (see the module doc); returns the path of data.json."""
+def write_dataset(out_dir: str | Path, n_samples: int, *, seed: int = 0, annotated: bool = False, rating: str = "marker") -> Path:
+    """Write OUT_DIR/data.json and OUT_DIR/images/ (see the module doc); returns the path of data.json. `rating`: what
+    the human scores follow, the closing marker (the demo's data) or, in the twin variants, an image's colour or a text's."""
     if n_samples < 1:
         raise ValueError(f"n_samples must be at least 1, got {n_samples}")
+    if rating not in RATINGS:
+        raise ValueError(f"rating must be one of {', '.join(RATINGS)}, got {rating!r}")
     out_dir = Path(out_dir)
     (out_dir / "images").mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     records = []
     for i in range(1, n_samples + 1):
+        if rating != "marker":
+            records.append(_coloured_record(rng, out_dir, i, rating, annotated))
+            continue
 
         def segments(part: str, n_images: int, text: str) -> list[dict]:
             out = [{"text": text}]

@@ -170,10 +170,13 @@ def test_pair_flags_are_refused_for_scores_and_bad_values_named(pair_files, tmp_
     base = ["--predictions", str(files["sharp"]), "--human", str(people), "--output_dir", str(tmp_path / "o")]
     assert main([*base, "--max_error", "1.5"]) == 2 and "--max_error must lie between 0 and 1" in capsys.readouterr().err
     assert main([*base, "--panel"]) == 2 and "--panel combines several judges" in capsys.readouterr().err
+    assert main([*base, "--judge_family", "model-a", "--family_max_gap", "1"]) == 2 and "--family_max_gap must lie between 0" in capsys.readouterr().err
     scores = tmp_path / "scores.json"
     scores.write_text(json.dumps([{"id": "a", "score": 3}]))
     assert main(["--predictions", str(scores), "--human", str(scores), "--output_dir", str(tmp_path / "s"), "--panel"]) == 2
     assert "--panel: for verdicts on pairs" in capsys.readouterr().err
+    assert main(["--predictions", str(scores), "--human", str(scores), "--output_dir", str(tmp_path / "s"), "--family_max_gap", "0.2"]) == 2
+    assert "--family_max_gap: for verdicts on pairs" in capsys.readouterr().err
 
 
 def test_a_pair_calibrator_file_is_checked():

@@ -178,3 +178,37 @@ def test_family_preference_passes_where_the_judge_over_scores_its_family_by_at_m
     assert found.difference.value == pytest.approx(lift) and found.passed is passes
     nobody = family_preference(judged, human, "llava", "score", 0.5, 200, 0)
     assert nobody.passed is None and "0 scored answer(s) by a model named like 'llava'" in nobody.reason
+
+
+@pytest.mark.parametrize("flipped, passes", [(2, True), (8, False)])
+def test_family_preference_on_pairs_passes_where_the_judge_picks_its_family_at_most_the_gap_more_often_than_people(tmp_path, capsys, flipped, passes):
+    """40 pairs of qwen-7b against another model (qwen's answer shown first in half), people preferring qwen's in exactly half, and
+    20 pairs without qwen; the judge agrees with people but for `flipped` pairs where people preferred the other answer and it
+    picks qwen's: a gap of flipped/40."""
+    people, judged, flips = [], [], 0
+    for k in range(60):
+        family = k < 40
+        models = ("qwen-7b", "other-1") if family and k % 2 else ("other-1", "qwen-7b") if family else ("other-1", "other-2")
+        preference = "AB"[(k // 2) % 2]
+        verdict = preference
+        if family and preference != ("A" if models[0] == "qwen-7b" else "B") and flips < flipped:
+            verdict, flips = ("A" if models[0] == "qwen-7b" else "B"), flips + 1
+        pair = {"id": f"pair_{k:03d}", "model_a": models[0], "model_b": models[1]}
+        people.append({**pair, "preference": preference, "annotator": "ann-1"})
+        judged.append({**pair, "verdict": verdict, "verdict_distribution": {"A": 0.9 if verdict == "A" else 0.1, "B": 0.1 if verdict == "A" else 0.9, "tie": 0.0}})
+    (tmp_path / "people.json").write_text(json.dumps(people))
+    (tmp_path / "judge.json").write_text(json.dumps(judged))
+    assert calibrate(["--predictions", str(tmp_path / "judge.json"), "--human", str(tmp_path / "people.json"), "--output_dir", str(tmp_path / "report"),
+                      "--bootstrap", "200", "--judge_family", "qwen"]) == 0
+    family = json.loads((tmp_path / "report" / "report.json").read_text())["family_preference"]
+    assert family["n"] == 40 and family["models"] == ["qwen-7b"] and family["people_share"] == 0.5
+    assert family["difference"]["value"] == pytest.approx(flipped / 40) and family["passed"] is passes
+    assert f"picks its family's answer {0.5 + flipped / 40:.3f}, people 0.500 (n 40): {'PASS' if passes else 'FAIL'}" in capsys.readouterr().out
+    assert "## Self- and family-preference (qwen)" in (tmp_path / "report" / "report.md").read_text()
+    assert calibrate(["--predictions", str(tmp_path / "judge.json"), "--human", str(tmp_path / "people.json"), "--output_dir", str(tmp_path / "r2"),
+                      "--judge_family", "qwen", "--family_max_gap", "0.3"]) == 0
+    assert json.loads((tmp_path / "r2" / "report.json").read_text())["family_preference"]["passed"] is True
+    import mmjudge
+
+    api = mmjudge.calibrate(str(tmp_path / "judge.json"), str(tmp_path / "people.json"), judge_family="qwen", bootstrap=0).family_preference
+    assert api.difference.value == pytest.approx(flipped / 40) and api.passed is passes  # the API reaches pairs' family preference too

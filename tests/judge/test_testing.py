@@ -198,6 +198,31 @@ def test_annotated_scores_follow_the_documented_rule(tmp_path):
     assert all(isinstance(v, int) for r in json.loads(path.read_text()) for v in r["human_scores"].values())  # whole numbers, as people rate
 
 
+@pytest.mark.parametrize("rating", ["image", "text"])
+def test_the_colour_twins_score_by_what_the_image_shows_or_what_the_text_claims_and_the_other_tells_nothing(tmp_path, rating):
+    """dataset --rating image|text (the bias suite's must-show): one image per answer, mostly red or blue, and a claimed
+    colour drawn apart from it; the scores follow the one the rating names, and the other carries no information."""
+    import numpy as np
+
+    path = write_dataset(tmp_path, 80, seed=5, annotated=True, rating=rating)
+    annotations = load_annotations(path, image_root=tmp_path)
+    assert len(annotations) == 80 and {a.annotator for a in annotations} == {"ann-1"}
+    rows = []
+    for a in annotations:
+        (image,) = [s.image for s in a.answer if s.image is not None]
+        with Image.open(tmp_path / image) as opened:
+            red, _, blue = np.asarray(opened.convert("RGB"), dtype=float).reshape(-1, 3).mean(0)
+        shown = "red" if red > blue else "blue"
+        claimed = a.answer[-1].text.removeprefix("Overall, the picture is ").rstrip(".")
+        assert claimed in ("red", "blue") and abs(red - blue) > 80  # the colour dominates the picture
+        assert set(a.human_scores.given().values()) == {5 if (shown if rating == "image" else claimed) == "red" else 1}
+        rows.append((shown == "red", claimed == "red", a.human_scores.given()["overall"] == 5))
+    shown_red, claimed_red, high = np.array(rows).T
+    other = claimed_red if rating == "image" else shown_red
+    assert 0.3 < high.mean() < 0.7 and abs(np.corrcoef(other, high)[0, 1]) < 0.3  # both colours occur; the other tells little
+    assert not any(s.image for a in annotations for s in a.question)  # no question image to look at instead
+
+
 def test_the_critique_gives_none_of_the_facts_the_scores_follow_from(tmp_path):
     """A critique naming the quality word let a judge in training read its scores from its own critique, always
     right in the targets, rather than from the answer: where it had not learnt to write the word, it scored by
@@ -214,7 +239,7 @@ def test_command_line(tmp_path, capsys, monkeypatch):
     from mmjudge.judge.testing.__main__ import main
 
     monkeypatch.setenv("COLUMNS", "300")  # one line per flag, so the help reads as a whole
-    for command, flags in (("checkpoint", ("--format", "--seed", "--shards", "--dtype", "(default: float32)")), ("dataset", ("--samples", "--seed", "--annotated"))):
+    for command, flags in (("checkpoint", ("--format", "--seed", "--shards", "--dtype", "(default: float32)")), ("dataset", ("--samples", "--seed", "--annotated", "--rating"))):
         with pytest.raises(SystemExit) as shown:
             main([command, "--help"])
         text = capsys.readouterr().out
@@ -222,6 +247,8 @@ def test_command_line(tmp_path, capsys, monkeypatch):
     assert main(["dataset", "--samples", "5", "--annotated", "--seed", "1", str(tmp_path / "data")]) == 0
     records = json.loads((tmp_path / "data" / "data.json").read_text())
     assert len(records) == 5 + 2 and all("human_scores" in r for r in records)
+    assert main(["dataset", "--samples", "5", "--annotated", "--rating", "image", str(tmp_path / "image")]) == 0
+    assert json.loads((tmp_path / "image" / "data.json").read_text()) == json.loads(write_dataset(tmp_path / "api-image", 5, annotated=True, rating="image").read_text())
     assert main(["checkpoint", "--format", "native", "--shards", "2", str(tmp_path / "bad")]) == 2  # a usage error, not a crash
     # one real `python -m` run, as a user would type it
     done = subprocess.run([sys.executable, "-m", "mmjudge.judge.testing", "checkpoint", "--format", "original", "--shards", "2", "--seed", "5",
