@@ -91,11 +91,11 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
         problems += objective_problems(cfg.objective, eval_file)
     if cfg is None or found or unreadable:  # the records are read by the settings (scale, objective): not by wrong ones
         raise UsageError(_together(problems))
-    loaded, annotations, found = _inputs(rubric_files, train_file, input_dir, eval_file, cfg)
-    if found is not None and not problems:
-        raise found  # the inputs' own error, as they give it
-    if found is not None:
-        problems += [str(p) for p in found.problems] if isinstance(found, InputError) else [str(found)]
+    loaded, annotations, refused = _inputs(rubric_files, train_file, input_dir, eval_file, cfg)
+    if refused is not None and not problems:
+        raise refused  # the inputs' own error, as they give it
+    if refused is not None:
+        problems += [str(p) for p in refused.problems] if isinstance(refused, InputError) else [str(refused)]
     if problems:
         raise UsageError(_together(problems))
     from mmjudge.judge.distributed import end_process_group
