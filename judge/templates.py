@@ -24,7 +24,8 @@ with. A template and its default system message are read from the checkpoint, as
   `template_from_jinja` renders it on marker messages and reads the roles, separator and default system
   message off the result; a template that does not render one user turn in this layout is refused. A Jinja
   template is code of its own (loops), so it is rendered under a time and an output-size limit
-  (`RENDER_SECONDS`, `RENDER_CHARS`), and an empty one is refused rather than replaced by a default.
+  (`RENDER_SECONDS`, `RENDER_CHARS`), in a sandbox where no one step makes a value past RENDER_CHARS
+  (`_BoundedSandbox`), and an empty one is refused rather than replaced by a default.
 
 A rendered turn is also known as parts (`ChatTemplate.parts`): the template's own strings, whose control
 tokens are the only ones the turn may hold, and the text it frames (system message, query), which is
