@@ -207,7 +207,8 @@ RUN_PAGES = [page for page in PAGES if any(block.skip is None for block in block
 # Pages run at once: a page's commands are one process after another, each mostly Python starting up on one core
 # (a judge-score of 4 samples: 6 CPU s, 2.3 of them importing), so two pages keep CI's two cores busy. Pages whose
 # servers take the same port wait for each other (run_pages). This module on the 2-core Xeon beside other sessions'
-# work: one page at a time 1,321 s wall, 346 CPU s (load 12-18); two at once 878 s wall, 321 CPU s (load 11-14).
+# work: one page at a time 1,321 s wall, 346 CPU s (load 12-18); two at once 878 s wall, 321 CPU s (load 11-14), and
+# 360 s wall, 293 CPU s at load 4-5 (one at a time: 401 s, 228 CPU s at load 4-6, the earlier record below).
 PAGES_AT_ONCE = 2
 
 
