@@ -153,32 +153,69 @@ def within(seconds: float, build: Callable[[], Grammar]) -> Grammar:
 
 
 def bounded(schema: object) -> object:
-    """`schema` with the limits it leaves out: an integer or a number of no range at most MAX_DIGITS digits before
-    its point (|x| < 10**MAX_DIGITS), a string of no length, pattern, format or values at most MAX_STRING characters.
-    Neither vLLM nor llguidance bounds them: a judge left free to write digits, or a string, writes until
-    max_tokens (a number whose digits never end: issue 56). What the schema bounds itself is kept as given. Not
-    bounded: a number's fraction and exponent (JSON Schema cannot say how many digits), and the keys an object
-    leaves free (llguidance does not implement propertyNames)."""
-    if isinstance(schema, list):
-        return [bounded(item) for item in schema]
+    """`schema` with the limits it leaves out, so that an answer ends: an integer or a number of no range at most
+    MAX_DIGITS digits before its point (|x| < 10**MAX_DIGITS), a string of no length, pattern, format or values at
+    most MAX_STRING characters, an object's free keys (any key, as JSON mode's object and a schema that does not
+    close its object allow) at most MAX_KEY characters, and a value of any kind (`{}`: any JSON) one of these
+    bounded kinds (ANY). Neither vLLM nor llguidance bounds them: a judge left free to write digits, a string or a
+    key writes until max_tokens (a number whose digits never end, a key that never closes: issue 56). What the
+    schema bounds itself is kept as given. Not bounded: a number's fraction and exponent (JSON Schema cannot say
+    how many digits), and the free keys of an object that declares keys and gives its other keys' values a schema
+    (llguidance does not implement propertyNames: the free keys are a patternProperties entry, which a declared key
+    matches too)."""
+    root = _bounded(schema)
+    if ANY_NAME not in json.dumps(root):
+        return root
+    root = root if isinstance(root, dict) else ANY_REF
+    return {**root, "$defs": {**root.get("$defs", {}), ANY_NAME: _bounded(ANY)}}
+
+
+def _bounded(schema: object, position: str = "value") -> object:
+    """One (sub)schema bounded (`bounded`); `position` "value": where `{}` or true stands for any value at all."""
+    if schema is True or (schema == {} and position == "value"):
+        return ANY_REF
     if not isinstance(schema, dict):
         return schema
-    out = {key: bounded(value) if key not in ("const", "enum", "default", "examples") else value for key, value in schema.items()}
+    out = dict(schema)
+    for key, value in schema.items():
+        if key in SCHEMA_KEYS:
+            out[key] = _bounded(value, "value" if key in ("items", "additionalItems") else "logic")
+        elif key in SCHEMA_LIST_KEYS and isinstance(value, list):
+            out[key] = [_bounded(item, "value" if key in ("prefixItems", "items") else "logic") for item in value]
+        elif key in SCHEMA_MAP_KEYS and isinstance(value, dict):
+            out[key] = {name: _bounded(item, "value" if key != "$defs" and key != "definitions" else "logic") for name, item in value.items()}
     if "const" in schema or "enum" in schema:
         return out
     kinds = schema.get("type")
-    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds} if isinstance(kinds, str) else set()
     if kinds & {"integer", "number"} and not RANGE_KEYS & schema.keys():
         out |= {"minimum": -(10**MAX_DIGITS - 1), "maximum": 10**MAX_DIGITS - 1}
     if "string" in kinds and not STRING_KEYS & schema.keys():
         out["maxLength"] = MAX_STRING
+    free = schema.get("additionalProperties", True)
+    # A declared key matches FREE_KEY too, and must then hold both values: any value does, another schema may not
+    if ("object" in kinds and free is not False and not {"patternProperties", "propertyNames"} & schema.keys()
+            and (free in (True, {}) or not schema.get("properties"))):
+        out |= {"patternProperties": {FREE_KEY: _bounded(free)}, "additionalProperties": False}
     return out
 
 
 MAX_DIGITS = 9  # an integer or number of no range: |x| < 10**9, within a 32-bit integer; a schema that needs more says so
 MAX_STRING = 256  # a string of no maxLength (nor pattern, format or values): this many characters at most
+MAX_KEY = 64  # an object's free key: this many characters at most
+FREE_KEY = f"^(?s:.){{0,{MAX_KEY}}}$"
 RANGE_KEYS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 STRING_KEYS = {"maxLength", "pattern", "format"}
+# Where a JSON schema holds schemas: one, a list of them, or a map of names to them (the rest are values)
+SCHEMA_KEYS = {"items", "additionalItems", "additionalProperties", "not", "if", "then", "else", "contains", "unevaluatedItems",
+               "unevaluatedProperties", "propertyNames"}
+SCHEMA_LIST_KEYS = {"allOf", "anyOf", "oneOf", "prefixItems", "items"}
+SCHEMA_MAP_KEYS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+# Any JSON value, each kind bounded (JSON mode's values, and a schema's `{}`)
+ANY_NAME = "mmjudge_any_value"
+ANY_REF = {"$ref": f"#/$defs/{ANY_NAME}"}
+ANY = {"anyOf": [{"type": "null"}, {"type": "boolean"}, {"type": "number"}, {"type": "string"}, {"type": "array", "items": True},
+                 {"type": "object"}]}
 
 
 @functools.lru_cache(maxsize=256)  # a harness sends the same schema with every sample: compiled once
@@ -206,7 +243,7 @@ def _cached(vocabulary: Vocabulary, kind: str, text: str, whitespace: str | None
 def json_schema(vocabulary: Vocabulary, schema: dict | bool, whitespace: str | None = COMPACT) -> Grammar:
     """JSON valid against `schema` ({} or True: any JSON value). `whitespace`: the pattern of whitespace
     between tokens (COMPACT: none at all; None: WHITESPACE)."""
-    return _cached(vocabulary, "json", json.dumps(bounded(schema), sort_keys=True), whitespace)
+    return _cached(vocabulary, "json", json.dumps(bounded(schema)), whitespace)  # in its order: an answer writes its keys so
 
 
 def json_object(vocabulary: Vocabulary, whitespace: str | None = COMPACT) -> Grammar:

@@ -92,8 +92,22 @@ def find_checkpoint(name: str | Path, revision: str | None, flag: str = "--model
     try:
         return find(name, revision)
     except UsageError as err:
-        named = f"{flag} {err}" if name and str(err).startswith(f"{name}: ") else f"{flag} {name}: {err}" if name else f"{flag}: {err}"
-        raise UsageError(named) from None
+        raise UsageError(_flagged(flag, name, str(err))) from None
+
+
+def checkpoint_name_problem(name: object, flag: str = "--model_path") -> str | None:
+    """What find_checkpoint would refuse in `name` without asking the Hub (a wrong type, nothing here by that name
+    that could be a Hub id), named by its flag; None where only the Hub (or its cache) can tell."""
+    from mmjudge.judge.hub import name_problem
+
+    if not isinstance(name, (str, Path)):
+        return f"{flag}: give a local directory or a Hugging Face Hub id (a str or Path), not {type(name).__name__}"
+    problem = name_problem(str(name))
+    return _flagged(flag, name, problem) if problem else None
+
+
+def _flagged(flag: str, name: str | Path, message: str) -> str:
+    return f"{flag} {message}" if name and message.startswith(f"{name}: ") else f"{flag} {name}: {message}" if name else f"{flag}: {message}"
 
 
 def default_device() -> str:

@@ -43,17 +43,13 @@ def resolve(name: str | Path, revision: str | None, allow_patterns: Sequence[str
     """The checkpoint `name` names: a local directory, or else a Hub id whose files matching
     `allow_patterns` are fetched into the cache (or found there) at `revision` (default: main)."""
     repo_id = str(name)
-    if not repo_id:
-        raise UsageError("an empty checkpoint name: give a local directory or a Hugging Face Hub id (org/name)")
+    if problem := name_problem(repo_id):
+        raise UsageError(problem)
     if Path(repo_id).is_dir():
         if revision is not None:
             print(f"note: {repo_id} is a local directory and is used as it is; revision {revision} applies to Hub ids only", file=sys.stderr)
         return Checkpoint(Path(repo_id))
     revision = revision or constants.DEFAULT_REVISION
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError:
-        raise UsageError(f"{repo_id}: not a local directory, nor a Hugging Face Hub id (org/name)") from None
     try:
         # Offline, the cache alone, said outright: huggingface_hub before 2.0 still lists a commit id's files
         # on the Hub when HF_HUB_OFFLINE is set, and fails there.
@@ -79,6 +75,19 @@ def resolve(name: str | Path, revision: str | None, allow_patterns: Sequence[str
         print(f"{repo_id} (revision {revision}): {snapshot}", file=sys.stderr)
     return Checkpoint(snapshot, repo_id, snapshot.name)
 
+
+def name_problem(name: str) -> str | None:
+    """What is wrong with a checkpoint's name that needs no Hub to tell (None: a local directory, or an id the Hub
+    may hold): it names nothing here and cannot be a Hub id."""
+    if not name:
+        return "an empty checkpoint name: give a local directory or a Hugging Face Hub id (org/name)"
+    if Path(name).is_dir():
+        return None
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return f"{name}: not a local directory, nor a Hugging Face Hub id (org/name)"
+    return None
 
 
 def damaged(repo_id: str, revision: str, snapshot: Path) -> None:

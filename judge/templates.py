@@ -24,7 +24,8 @@ with. A template and its default system message are read from the checkpoint, as
   `template_from_jinja` renders it on marker messages and reads the roles, separator and default system
   message off the result; a template that does not render one user turn in this layout is refused. A Jinja
   template is code of its own (loops), so it is rendered under a time and an output-size limit
-  (`RENDER_SECONDS`, `RENDER_CHARS`), and an empty one is refused rather than replaced by a default.
+  (`RENDER_SECONDS`, `RENDER_CHARS`), in a sandbox where no one step makes a value past RENDER_CHARS
+  (`_BoundedSandbox`), and an empty one is refused rather than replaced by a default.
 
 A rendered turn is also known as parts (`ChatTemplate.parts`): the template's own strings, whose control
 tokens are the only ones the turn may hold, and the text it frames (system message, query), which is
@@ -34,14 +35,18 @@ read as text whatever it says (mmjudge.judge.prompts.encode_prompt).
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import math
+import re
 import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from jinja2.compiler import CodeGenerator
+from jinja2.runtime import markup_join, str_join
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from mmjudge.judge.data import InputError, Problem, read_text
@@ -238,28 +243,183 @@ def within_limits(render, *args):
         sys.setprofile(previous)
 
 
-class _BoundedSandbox(ImmutableSandboxedEnvironment):
-    """Jinja's immutable sandbox (transformers renders chat templates in it), whose `*`, `**` and `+` refuse a
-    result past RENDER_CHARS before making it: `'x' * 4000000000` is one step of Python's own code, which
-    within_limits' watch never sees (it grew to 10.6 GB), and Jinja folds it at compile time unless intercepted."""
+def _size(value: object, limit: int = RENDER_CHARS) -> int:
+    """How many characters `value` writes as text, counted only until past `limit`: a string's length, a
+    number's digits, a container's items and its punctuation. Never makes the text itself."""
+    total, pending = 0, [value]
+    while pending and total <= limit:
+        item = pending.pop()
+        if isinstance(item, (str, bytes)):
+            total += len(item)
+        elif type(item) is int:
+            total += max(1, int(abs(item).bit_length() * 0.30103) + 1)
+        elif isinstance(item, dict):
+            total += 2 + 4 * len(item)
+            pending += [*item.keys(), *item.values()]
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            total += 2 + 4 * len(item)
+            pending += list(item)
+        else:
+            total += 24  # a float, None, a boolean, or an object of the sandbox's whose text is its name
+    return total
 
-    intercepted_binops = frozenset({"*", "**", "+"})
+
+def _number(value: object) -> int:
+    return abs(value) if type(value) is int else len(value) if isinstance(value, str) else 0
+
+
+def _items(value: object) -> int:
+    return len(value) if isinstance(value, (str, list, tuple, set, frozenset, dict)) else 0
+
+
+def _widths(form: object, args: tuple, kwargs: dict) -> int:
+    """What the widths and precisions of a printf or str.format text can add: its numbers, and those of the
+    arguments where a width is taken from them (`%*d`, `{:{}}`)."""
+    if not isinstance(form, str):
+        return 0
+    taken = "*" in form or re.search(r"\{[^{}]*\{", form) is not None
+    return sum(int(d) for d in re.findall(r"\d+", form)) + (sum(map(_number, (*args, *kwargs.values()))) if taken else 0)
+
+
+def _replaced(text, old="", new="", count=-1, *_) -> int:
+    times = _items(text) + 1 if not old else str(text).count(str(old))
+    return _size(text) + (min(times, count) if type(count) is int and count >= 0 else times) * _size(new)
+
+
+def _formatted(form, *args, **kwargs) -> int:
+    values = args[0] if len(args) == 1 and isinstance(args[0], (tuple, dict)) else args  # `%`'s right side
+    return _size(form) + _size(values) + _size(kwargs) + _widths(form, tuple(values) if isinstance(values, tuple) else (), kwargs)
+
+
+def _joined(items, separator="", *_, **__) -> int:
+    return _size(items) + max(0, _items(items) - 1) * _size(separator)
+
+
+def _padded(text, width=80, *_, **__) -> int:
+    return max(_size(text), _number(width))
+
+
+# What each growing operation of a template would make, from its arguments, before it makes it: by filter name
+# (`'x' | center(4000000000)`), and by str method (`'x'.ljust(4000000000)`). Jinja's other filters and str's other
+# methods make at most a few times their input, which is bounded in turn.
+GROWTH = {
+    "center": _padded, "ljust": _padded, "rjust": _padded, "zfill": _padded,
+    "indent": lambda text, width=4, *_, **__: _size(text) + (str(text).count("\n") + 1) * _number(width),
+    "expandtabs": lambda text, tabsize=8: _size(text) * max(1, _number(tabsize)),
+    "wordwrap": lambda text, width=79, long=True, wrapstring=None, *_, **__: _size(text) * (1 + _size(wrapstring or "\n")),
+    "replace": _replaced, "format": _formatted, "format_map": lambda form, values: _formatted(form, values),
+    "join": _joined,  # the filter: the items first, then the separator
+    "sum": lambda items, attribute=None, start=0: _size(items) + _size(start),
+    # transformers' tojson(value, ensure_ascii, indent, ...) or Jinja's tojson(value, indent): an indent per line
+    "tojson": lambda value, *args, **kwargs: (6 * _size(value) + 2) * (1 + max(map(_number, (*args[:2], kwargs.get("indent"))))),
+    "lipsum": lambda n=5, html=True, low=20, high=100: _number(n) * _number(high) * 12,
+}
+
+
+def _refused(what: str, size: int) -> None:
+    if size > RENDER_CHARS:
+        raise ValueError(f"an expression of it ({what}) makes a value of more than {RENDER_CHARS:,} characters or digits")
+
+
+class _BoundedFilters(dict):
+    """The environment's filters, each growing one (GROWTH) checked before it runs: looked up by name when a
+    template is compiled, those transformers sets after the environment is made (tojson) included."""
+
+    def __getitem__(self, name):
+        return _checked(name, super().__getitem__(name))
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+
+def _checked(name: str, operation):
+    if name not in GROWTH:
+        return operation
+
+    @functools.wraps(operation)
+    def checked(*args, **kwargs):
+        _refused(f"| {name}", GROWTH[name](*args[_leading(operation):], **kwargs))
+        return operation(*args, **kwargs)
+
+    return checked
+
+
+def _leading(filter_function) -> int:
+    """How many arguments Jinja passes before a filter's value: the environment, context or eval context."""
+    return int(getattr(filter_function, "jinja_pass_arg", None) is not None)
+
+
+class _BoundedCode(CodeGenerator):
+    """Jinja's compiler, writing `a ~ b` as a call the sandbox checks: Jinja joins the parts in its own code,
+    which within_limits' watch sees only once the text is made."""
+
+    def visit_Concat(self, node, frame) -> None:
+        self.write("environment.concatenated((")
+        for part in node.nodes:
+            self.visit(part, frame)
+            self.write(", ")
+        self.write("), context.eval_ctx.autoescape)")
+
+
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox (transformers renders chat templates in it), in which nothing a template's
+    expression makes may be past RENDER_CHARS characters or digits, refused before it is made: `*`, `**`, `+` and
+    `%`, `~`, the growing filters and str methods (GROWTH), and what is written out (its finalize). One step of
+    Python's own code is what within_limits' watch never sees: `'x' * 4000000000` grew to 10.6 GB. Jinja would
+    fold a constant `*` at compile time unless intercepted."""
+
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
+    code_generator_class = _BoundedCode
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.filters = _BoundedFilters(self.filters)
+        self.finalize = self.written
+
+    @staticmethod
+    def written(value):
+        _refused("written out", _size(value))
+        return value
+
+    @staticmethod
+    def concatenated(parts: tuple, autoescape: bool) -> str:
+        _refused("~", sum(_size(p) for p in parts))
+        return markup_join(parts) if autoescape else str_join(parts)
 
     def call_binop(self, context, operator: str, left, right):
-        sequences = (str, list, tuple)
-        if operator == "*" and isinstance(right, sequences) and type(left) is int:
+        if operator == "*" and type(left) is int and not isinstance(right, int):
             left, right = right, left
-        if operator == "*" and isinstance(left, sequences) and type(right) is int:
-            size = len(left) * right
-        elif operator == "+" and isinstance(left, sequences) and isinstance(right, sequences):
-            size = len(left) + len(right)
+        if operator == "*" and type(right) is int:
+            size = _size(left) * right if isinstance(left, (str, list, tuple)) else _size(left) + _size(right)
+        elif operator == "+":
+            size = _size(left) + _size(right) if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)) else 0
         elif operator == "**" and type(left) is int and type(right) is int and abs(left) > 1 and right > 0:
             size = right * math.log10(abs(left))  # its digits
+        elif operator == "%" and isinstance(left, str):
+            size = _formatted(left, right)
         else:
             size = 0
-        if size > RENDER_CHARS:
-            raise ValueError(f"an expression of it ({operator}) makes a value of more than {RENDER_CHARS:,} characters or digits")
+        _refused(operator, size)
         return super().call_binop(context, operator, left, right)
+
+    def wrap_str_format(self, value):
+        """str.format and format_map, which Jinja hands out already wrapped in its formatter, checked first."""
+        if (wrapped := super().wrap_str_format(value)) is None:
+            return None
+
+        def checked(*args, **kwargs):
+            _refused(f".{value.__name__}", GROWTH[value.__name__](value.__self__, *args, **kwargs))
+            return wrapped(*args, **kwargs)
+
+        return checked
+
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - Jinja's own signature
+        name = getattr(__obj, "__name__", "")
+        if isinstance(getattr(__obj, "__self__", None), str) and name in GROWTH:
+            _refused(f".{name}", (_joined(args[0], __obj.__self__) if name == "join" else GROWTH[name](__obj.__self__, *args, **kwargs)))
+        elif name == "generate_lorem_ipsum":
+            _refused("lipsum", GROWTH["lipsum"](*args, **kwargs))
+        return super().call(__context, __obj, *args, **kwargs)
 
 
 @contextmanager

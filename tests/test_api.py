@@ -340,6 +340,22 @@ def test_fine_tune_names_every_bad_input_and_setting_at_once_by_keyword(checkpoi
         mmjudge.fine_tune(checkpoint, tmp_path / "pairs.json", tmp_path / "out", config="tiny")
 
 
+def test_fine_tune_names_a_missing_model_with_every_other_problem_in_one_error(tmp_path):
+    """issue 56: with two bad inputs fine_tune named one; the missing model only once the others were fixed."""
+    nowhere = tmp_path / "no-model"
+    (tmp_path / "pairs.json").write_text(json.dumps([{"id": "p1", "question": "q", "answer_a": "a", "preference": "A"}]))
+    for model, said in [(nowhere, f"model_path {nowhere}: not a local directory, nor a Hugging Face Hub id (org/name)"),
+                        (5, "model_path: give a local directory or a Hugging Face Hub id (a str or Path), not int")]:
+        with pytest.raises(UsageError) as raised:  # a setting and the model
+            mmjudge.fine_tune(model, tmp_path / "pairs.json", tmp_path / "out", config="tiny", learning_rate=-1.0)
+        assert str(raised.value).splitlines()[1:] == [f"  {said}", "  learning_rate must be a finite number of at least 0, got -1.0"]
+        with pytest.raises(UsageError) as raised:  # a record and the model
+            mmjudge.fine_tune(model, tmp_path / "pairs.json", tmp_path / "out", config="tiny")
+        assert str(raised.value).splitlines() == ["2 problems with the inputs and settings:", f"  {said}",
+                                                  f"  {tmp_path / 'pairs.json'}: record 0 (id 'p1'): answer_b: Field required"]
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_fine_tune_trains_a_judge_that_loads_back(checkpoint, tmp_path):
     train_file = write_dataset(tmp_path / "data", 8, seed=0, annotated=True)

@@ -16,6 +16,7 @@ import copy
 import io
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -194,12 +195,17 @@ def outcome(command) -> tuple[int, str]:
 
 
 def assert_taken_or_refused(code: int, err: str, *named: Path) -> None:
-    """Exit 0, or exit 2 with a message naming the input (or, once the input was taken, the model path)."""
+    """Exit 0, or exit 2 with a message naming the input (or, once the input was taken, the model path: `named`'s
+    "no-model"). judge-train names the missing model with the inputs' problems: what else it says names an input."""
     assert "Traceback" not in err and "internal failure" not in err, err[-2000:]
     assert code in (0, 2), (code, err[-2000:])
     if code == 2:  # notes may come first
         message = err[err.find("error: "):]
         assert message.startswith("error: ") and any(str(path) in message for path in named), err[-2000:]
+        models = [str(path) for path in named if path.name == "no-model"]
+        others = [line for line in message.splitlines() if not any(f"--model_path {model}:" in line for model in models)
+                  and not re.fullmatch(r"error: \d+ problems with the inputs and settings:", line)]
+        assert not others or any(str(path) in "\n".join(others) for path in named), err[-2000:]
 
 
 def given_file(template, kind="json"):

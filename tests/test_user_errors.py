@@ -104,7 +104,7 @@ def test_a_hostile_yaml_file_is_one_line(dataset, tmp_path, capsys, damage):
 def test_a_mistyped_training_setting_is_one_line(annotations, tmp_path, capsys):
     config = yaml.safe_load((CONFIG_DIR / "train" / "tiny.yaml").read_text())
     (tmp_path / "train.yaml").write_text(yaml.safe_dump({**config, "lora_r": "four"}))
-    code = train_main(["--model_path", str(tmp_path / "no-model"), "--train_file", str(annotations), "--input_dir", str(annotations.parent),
+    code = train_main(["--model_path", str(tmp_path), "--train_file", str(annotations), "--input_dir", str(annotations.parent),  # a folder: refused first
                        "--output_dir", str(tmp_path / "out"), "--config", str(tmp_path / "train.yaml")])
     assert_one_line(code, capsys.readouterr().err, tmp_path / "train.yaml")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from mmjudge.configs import DEFAULT_RUBRICS, by_name
-from mmjudge.infer.loaded import find_checkpoint
+from mmjudge.infer.loaded import checkpoint_name_problem, find_checkpoint
 from mmjudge.judge.cpu import use_free_cores
 from mmjudge.judge.data import InputError, UsageError
 
@@ -62,18 +62,20 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
     known = [f.name for f in fields(TrainConfig)]
     if unknown := sorted(set(settings) - set(known)):
         raise UsageError(f"unknown training setting(s) {', '.join(unknown)}; the settings are {', '.join(known)}")
-    # Every problem of the input files and settings in one error (judge-train's parser has checked its path flags;
-    # the Python API has none): a second mistake is not found only on the next try. The base is found last (a Hub id
-    # is downloaded).
+    # Every problem found before the model loads in one error, the base's included (judge-train's parser has checked
+    # its path flags; the Python API has none): a second mistake is not found only on the next try. A Hub id alone
+    # is fetched only once all else is clear, not gigabytes for a run that is refused.
     config = by_name("train", config) if isinstance(config, (str, Path)) and config else config
     deepspeed = str(by_name("deepspeed", deepspeed)) if isinstance(deepspeed, (str, Path)) and deepspeed else deepspeed
     given_rubrics = [] if rubrics is None else list(rubrics) if isinstance(rubrics, (list, tuple)) else [rubrics]
     given_rubrics = [by_name("rubrics", r) if isinstance(r, (str, Path)) and r else r for r in given_rubrics]
-    problems = path_problems([("--train_file", train_file, "file"), ("--input_dir", input_dir, "dir"), ("--eval_file", eval_file, "file"),
-                              ("--config", config, "file"), ("--deepspeed", deepspeed, "file"), ("--output_dir", output_dir, "output_dir"),
-                              *[("--rubric", r, "file_or_dir") for r in given_rubrics]])
+    unreadable = path_problems([("--train_file", train_file, "file"), ("--input_dir", input_dir, "dir"), ("--eval_file", eval_file, "file"),
+                                *[("--rubric", r, "file_or_dir") for r in given_rubrics]])
+    problems = [*unreadable, *path_problems([("--config", config, "file"), ("--deepspeed", deepspeed, "file"), ("--output_dir", output_dir, "output_dir")])]
     if not isinstance(revision, (str, type(None))):
         problems.append(f"--revision: give a branch, tag or commit name (a str), not {type(revision).__name__}")
+    if model := checkpoint_name_problem(model_path):
+        problems.append(model)
     cfg, found = _config(config, settings)
     problems += found
     rubric_files = given_rubrics or (list(default_rubrics(Path(train_file))) if isinstance(train_file, (str, Path)) and train_file else [])
@@ -87,19 +89,20 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
     problems += run_problems(out, resume, deepspeed if isinstance(deepspeed, str) and Path(deepspeed).is_file() else None, inputs, *length)
     if cfg is not None:
         problems += objective_problems(cfg.objective, eval_file)
+    if cfg is None or found or unreadable:  # the records are read by the settings (scale, objective): not by wrong ones
+        raise UsageError(_together(problems))
+    loaded, annotations, refused = _inputs(rubric_files, train_file, input_dir, eval_file, cfg)
+    if refused is not None and not problems:
+        raise refused  # the inputs' own error, as they give it
+    if refused is not None:
+        problems += [str(p) for p in refused.problems] if isinstance(refused, InputError) else [str(refused)]
     if problems:
         raise UsageError(_together(problems))
     from mmjudge.judge.distributed import end_process_group
     from mmjudge.judge.outputs import locked
-    from mmjudge.judge.prompts import load_rubrics
-    from mmjudge.train.data import check_scales, read_annotations
     from mmjudge.train.recipe import train
 
-    # Every problem of the inputs, then of the base, before output_dir is taken: a run refused leaves none behind.
-    loaded = load_rubrics(rubric_files)
     image_root = Path(input_dir) if input_dir is not None else train_file.parent
-    annotations = read_annotations(train_file, Path(eval_file) if eval_file else None, image_root, loaded, cfg.scale, cfg.objective)
-    check_scales(annotations[0] + annotations[1], loaded, cfg.scale)
     base = find_checkpoint(model_path, revision)
     if deepspeed:
         deepspeed_ops()
@@ -119,6 +122,23 @@ def fine_tune(model_path: PathLike, train_file: PathLike, output_dir: PathLike, 
         finally:
             end_process_group()  # torchrun's ranks (initialised by the Trainer) must exit cleanly, failed or not
     return TrainResult(out, result["global_step"], result["best"], result["measure"], eval_file is not None)
+
+
+def _inputs(rubric_files: list, train_file: Path, input_dir: PathLike | None, eval_file: PathLike | None, cfg: TrainConfig
+            ) -> tuple[dict | None, tuple | None, InputError | UsageError | None]:
+    """The rubrics and annotations read and checked against each other and the settings, or the error that says
+    what is wrong with them."""
+    from mmjudge.judge.prompts import load_rubrics
+    from mmjudge.train.data import check_scales, read_annotations
+
+    try:
+        loaded = load_rubrics(rubric_files)
+        image_root = Path(input_dir) if input_dir is not None else train_file.parent
+        annotations = read_annotations(train_file, Path(eval_file) if eval_file else None, image_root, loaded, cfg.scale, cfg.objective)
+        check_scales(annotations[0] + annotations[1], loaded, cfg.scale)
+    except (InputError, UsageError) as err:
+        return None, None, err
+    return loaded, annotations, None
 
 
 def deepspeed_ops() -> None:

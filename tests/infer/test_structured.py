@@ -274,3 +274,36 @@ def test_abandoned_compiles_hold_their_slots_so_a_flood_of_slow_grammars_runs_at
         for thread in threads:
             thread.join()
     assert grammar.within(60, lambda: "compiled") == "compiled"
+
+
+def takes(judge, built: grammar.Grammar, text: str) -> bool:  # noqa: F811
+    """Whether the grammar takes the whole text, token by token, and may end there."""
+    ids = [i for i in judge.tokenizer(text, add_special_tokens=False).input_ids if judge.tokenizer.decode([i])]
+    matcher = built.matcher()._matcher
+    return matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
+
+
+def test_json_modes_free_keys_and_any_values_are_bounded_so_that_an_answer_ends(judge, vocabulary):  # noqa: F811
+    """issue 56: JSON mode's keys, and a schema's free keys and any-values (`{}`), were endless: a key that never closed."""
+    key, long_key = "k" * grammar.MAX_KEY, "k" * (grammar.MAX_KEY + 1)
+    string, long_string = "v" * grammar.MAX_STRING, "v" * (grammar.MAX_STRING + 1)
+    mode = grammar.json_object(vocabulary)
+    for text, taken in [(f'{{"{key}":1}}', True), (f'{{"{long_key}":1}}', False), (f'{{"a":"{string}"}}', True), (f'{{"a":"{long_string}"}}', False),
+                        ('{"a":[1,{"b":null,"c":true}],"d":-123456789}', True), ('{"a":1234567890}', False), (f'{{"a":[{{"{long_key}":0}}]}}', False)]:
+        assert takes(judge, mode, text) is taken, text
+    open_object = grammar.json_schema(vocabulary, {"type": "object", "properties": {"score": {"type": "integer", "minimum": 0, "maximum": 6}},
+                                                   "required": ["score"]})
+    assert takes(judge, open_object, f'{{"score":3,"{key}":"x"}}') and not takes(judge, open_object, f'{{"score":3,"{long_key}":"x"}}')
+    assert not takes(judge, open_object, '{"score":7}')
+    extra_typed = grammar.json_schema(vocabulary, {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}})
+    assert takes(judge, extra_typed, '{"a":1,"b":"c"}') and not takes(judge, extra_typed, '{"a":1,"b":2}')  # declared keys keep their own
+    any_items = grammar.json_schema(vocabulary, {"type": "array", "items": {}})
+    assert takes(judge, any_items, '[1,"x",{}]') and not takes(judge, any_items, f'["{long_string}"]')
+
+
+def test_properties_named_as_schema_keywords_are_properties(judge, vocabulary):  # noqa: F811
+    """A property named "type" was read as the schema's own type (a TypeError); one named "enum" left its siblings unbounded."""
+    schema = {"type": "object", "properties": {"type": {"type": "string", "maxLength": 4}, "enum": {"type": "integer"}},
+              "required": ["type", "enum"], "additionalProperties": False}
+    built = grammar.json_schema(vocabulary, schema)
+    assert takes(judge, built, '{"type":"abc","enum":123456789}') and not takes(judge, built, '{"type":"abc","enum":1234567890}')

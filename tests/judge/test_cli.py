@@ -2,6 +2,7 @@
 and exit code 2, found before any model loads; anything else is an internal failure, exit code 1."""
 
 import argparse
+import json
 
 import pytest
 
@@ -33,6 +34,13 @@ def the_error(capsys) -> str:
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines
     return lines[0]
+
+
+def the_problems(capsys) -> list[str]:
+    """The problems an error names, each on its line (one problem: the line after "error: ")."""
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0].startswith("error: "), lines
+    return [lines[0][len("error: "):]] if len(lines) == 1 else [line.strip() for line in lines[1:]]
 
 
 def test_a_missing_model_path_is_a_user_error(data, tmp_path, capsys):
@@ -100,7 +108,7 @@ def test_every_training_setting_that_cannot_work_is_reported_at_once_before_load
     code = train_main([*args, "--save_steps", "0", "--per_device_batch_size", "0", "--lora_r", "0", "--gradient_accumulation_steps", "0",
                        "--max_length", "0", "--learning_rate=-1e-4", "--warmup_ratio", "1.5", "--lr_scheduler", "cosin", "--scale", "3", "3"])
     err = capsys.readouterr().err
-    assert code == 2 and "error: 9 problems with the inputs and settings:" in err
+    assert code == 2 and "problems with the inputs and settings:" in err  # and the missing model's, in the same error
     for problem in ("save_steps must be a whole number of at least 1, got 0", "per_device_batch_size must be a whole number of at least 1, got 0",
                     "lora_r must be a whole number of at least 1, got 0", "gradient_accumulation_steps must be a whole number of at least 1, got 0",
                     "max_length must be a whole number of at least 1, got 0", "learning_rate must be a finite number of at least 0, got -0.0001",
@@ -110,21 +118,31 @@ def test_every_training_setting_that_cannot_work_is_reported_at_once_before_load
     assert not (tmp_path / "out").exists()
 
 
+def test_judge_train_names_a_missing_model_with_a_bad_record(tmp_path, capsys):
+    """issue 56: the missing model was named only once the records were fixed."""
+    (tmp_path / "pairs.json").write_text(json.dumps([{"id": "p1", "question": "q", "answer_a": "a", "preference": "A"}]))
+    assert train_main(["--model_path", str(tmp_path / "no-model"), "--train_file", str(tmp_path / "pairs.json"), "--input_dir", str(tmp_path),
+                       "--output_dir", str(tmp_path / "out"), "--config", "tiny"]) == 2
+    assert capsys.readouterr().err.splitlines() == ["error: 2 problems with the inputs and settings:",
+                                                    f"  --model_path {tmp_path / 'no-model'}: not a local directory, nor a Hugging Face Hub id (org/name)",
+                                                    f"  {tmp_path / 'pairs.json'}: record 0 (id 'p1'): answer_b: Field required"]
+
+
 def test_output_dir_resume_and_deepspeed_are_checked_before_loading(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "adapter_config.json").write_text("{}")  # an earlier LoRA run's, which judge-score would load
     args = ["--model_path", str(tmp_path / "no-model"), "--train_file", annotations_file(tmp_path), "--input_dir", ".", "--output_dir", str(out)]
     assert train_main(args) == 2
-    assert the_error(capsys) == (f"error: --output_dir {out} is not empty (an earlier run?); "
-                                 "give a new or empty directory, or --resume to continue that run")
+    assert (f"--output_dir {out} is not empty (an earlier run?); "
+            "give a new or empty directory, or --resume to continue that run") in the_problems(capsys)
     assert (out / "adapter_config.json").exists()  # refused, not cleared
     assert train_main([*args, "--resume"]) == 2
-    assert the_error(capsys) == (f"error: --resume: nothing to resume in {out}: no checkpoint saved whole in {out / 'checkpoints'}; "
-                                 "drop --resume to start a fresh run in a new or empty --output_dir")
+    assert (f"--resume: nothing to resume in {out}: no checkpoint saved whole in {out / 'checkpoints'}; "
+            "drop --resume to start a fresh run in a new or empty --output_dir") in the_problems(capsys)
     (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2,}}')
     assert train_main([*args[:-1], str(tmp_path / "new"), "--deepspeed", str(tmp_path / "ds.json")]) == 2
-    assert the_error(capsys).startswith(f"error: --deepspeed {tmp_path / 'ds.json'}: invalid JSON at line 1, column 35")
+    assert any(p.startswith(f"--deepspeed {tmp_path / 'ds.json'}: invalid JSON at line 1, column 35") for p in the_problems(capsys))
 
 
 def test_deepspeed_asked_for_where_it_is_not_installed_is_refused_before_loading(tmp_path, capsys, monkeypatch):
@@ -135,8 +153,8 @@ def test_deepspeed_asked_for_where_it_is_not_installed_is_refused_before_loading
     args = ["--model_path", str(tmp_path / "no-model"), "--train_file", annotations_file(tmp_path), "--input_dir", ".",
             "--output_dir", str(tmp_path / "out"), "--deepspeed", "zero2"]
     assert train_main(args) == 2
-    error = the_error(capsys)
-    assert "--deepspeed" in error and "DeepSpeed is not installed here" in error and "'.[deepspeed]'" in error and "no-model" not in error
+    error = next(p for p in the_problems(capsys) if p.startswith("--deepspeed"))
+    assert "DeepSpeed is not installed here" in error and "'.[deepspeed]'" in error
 
 
 def test_settings_flags_take_either_spelling_and_leave_unflagged_fields_to_the_config(tmp_path):
@@ -261,7 +279,7 @@ def test_an_infinite_or_nan_setting_is_refused_before_loading(tmp_path, capsys, 
             "--output_dir", str(tmp_path / "out"), flag, value]
     assert train_main(args) == 2
     err = capsys.readouterr().err
-    assert f"{flag[2:]} must be a finite number" in err and "no-model" not in err
+    assert f"{flag[2:]} must be a finite number" in err
 
 
 def test_pair_options_of_inf_are_refused(tmp_path):

@@ -601,7 +601,7 @@ def test_problems_of_both_files_and_categories_without_a_rubric_are_reported_tog
     only_sa = ["--rubric", str(CONFIG_DIR / "rubrics" / "tiny" / "sa.yaml")]
     code = train_main([*train_args(tmp_path / "no-model", data, tmp_path / "out", "--eval_file", str(tmp_path / "heldout.json")), *only_sa])
     err = capsys.readouterr().err
-    assert code == 2 and "error: 3 problem(s) in the input:" in err
+    assert code == 2 and f"--model_path {tmp_path / 'no-model'}: not a local directory" in err  # with the inputs' problems
     for category in ("MSR", "PBL"):
         assert f"{data / 'train.json'}: no rubric for category {category} (" in err
     assert f"{tmp_path / 'heldout.json'}: record 0 (id 'SA_1'): human_scores.overall: 9 is outside the scale 0-6" in err
@@ -610,9 +610,8 @@ def test_problems_of_both_files_and_categories_without_a_rubric_are_reported_tog
 def test_a_scale_other_than_the_rubrics_is_refused_before_loading(data, tmp_path, capsys):
     # The targets are written on the rubric's scale: a human 8 of 0-10 would be learned as '### Score None'.
     assert train_main(train_args(tmp_path / "no-model", data, tmp_path / "out", "--scale", "0", "10")) == 2
-    assert capsys.readouterr().err.strip() == (
-        "error: the annotations' scale 0-10 (--scale, or the config's scale) is not that of rubric 'MSR' (0-6), 'PBL' (0-6), 'SA' (0-6); "
-        "give the rubrics' scale with --scale, or rubrics that score 0-10")
+    assert ("\n  the annotations' scale 0-10 (--scale, or the config's scale) is not that of rubric 'MSR' (0-6), 'PBL' (0-6), 'SA' (0-6); "
+            "give the rubrics' scale with --scale, or rubrics that score 0-10\n") in capsys.readouterr().err
 
 
 def test_lora_targets_that_name_no_layer_are_refused(base, data, tmp_path, capsys):
