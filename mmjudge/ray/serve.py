@@ -36,7 +36,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from mmjudge.serve.api import RequestError, read_body  # light: no torch in the Ingress's process
 
 RETRIES = 2  # sends of a request whose replica died before answering it, after the first
-MAX_IMBALANCE = 16  # requests in flight a key's replica may have beyond the least loaded's before a key's request leaves it
+# Requests in flight a key's replica may have beyond the least loaded's before a key's request leaves it. Hashing puts
+# 5 or 6 of 8 GRPO groups (8 answers each) in flight on one of two replicas now and then; a bound of 16 spilled such
+# groups, each prefilling its question again on the next replica (1.10-1.21x the prompt tokens of one server over three
+# runs at load 1.5-4.5), and 48 holds six groups' imbalance (1.02 and 1.04x). A replica batches what it holds.
+MAX_IMBALANCE = 48
 MAX_ONGOING = 256  # requests a Judge replica takes at once (its model thread batches them); Ray Serve's default is 5
 APP = "judge-serve"  # the Ray Serve application's name
 FASTAPI_DOORS = {"/get_reward", "/v1/score/evaluation"}  # refusals in FastAPI's shape there (serve/rewards.py)
