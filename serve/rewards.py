@@ -40,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mmjudge.infer.decoding import prefix_cache_room
+from mmjudge.infer.cache import prefix_cache_room
 from mmjudge.infer.engine import read_tokens
 from mmjudge.infer.options import MAX_PREFIX_CACHE, REWARD_PREFIX_CACHE_BYTES, ScoreOptions
 from mmjudge.judge.data import JudgeResult, Pair, Sample, Segment, UsageError
