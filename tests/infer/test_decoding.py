@@ -100,7 +100,7 @@ def test_a_long_rope_judge_alone_writes_what_transformers_generate_writes(long_r
         reference = judge.model.generate(input_ids=ids, **({} if pixels is None else judge.backbone.model_inputs(pixels)), generation_config=config)
         assert completions[i].tokens == reference.sequences[0, ids.shape[1]:].tolist()
         full = torch.stack(reference.logits, dim=1)[0]  # (steps, vocabulary)
-        torch.testing.assert_close(completions[i].logits, full[:, decoder.columns], rtol=0, atol=1e-5)
+        torch.testing.assert_close(completions[i].logits, full[:, decoder.sampler.columns], rtol=0, atol=1e-5)
 
 
 def _loader(items):
@@ -132,7 +132,7 @@ def test_follow_up_tokens_read_what_a_forward_pass_over_the_whole_text_reads(jud
         pixels = _load_pixels(item, torch.float32, pin=False)
         ids = torch.tensor([[*item.input_ids.tolist(), *written, *heading]])
         logits = judge.model(input_ids=ids, **({} if pixels is None else judge.backbone.model_inputs(pixels))).logits[0, -1]
-        torch.testing.assert_close(completion.follow_up_logits, logits[scorer.decoder.columns], rtol=0, atol=1e-5)
+        torch.testing.assert_close(completion.follow_up_logits, logits[scorer.decoder.sampler.columns], rtol=0, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -474,7 +474,7 @@ def test_penalties_take_presence_and_frequency_off_each_tokens_logit_by_its_coun
     from mmjudge.infer.sampler import Draws, generator, sample
 
     decoder = chat_decoder(judge)
-    size = decoder.vocab_size
+    size = decoder.runner.vocab_size
     settings = [Sampling(presence_penalty=1.5, frequency_penalty=0.5), Sampling(presence_penalty=-0.5, frequency_penalty=2.0),
                 Sampling(temperature=0.9, seed=11, presence_penalty=2.0, frequency_penalty=1.0)]
     requests = [Request(k, prompts[k], max_new_tokens=12, sampling=s) for k, s in enumerate(settings)] + [Request(3, prompts[3], max_new_tokens=12)]
@@ -484,11 +484,11 @@ def test_penalties_take_presence_and_frequency_off_each_tokens_logit_by_its_coun
     for k, sampling in enumerate(settings):
         completion = done[k, 0]
         assert completion.tokens != plain[k, 0].tokens  # the penalties change the answer
-        generator = generator(sampling, 0)
+        own = generator(sampling, 0)
         for step, logprobs in enumerate(full_logprobs(completion, size)):
             counts = torch.bincount(torch.tensor(completion.tokens[:step], dtype=torch.long), minlength=size).float()
             penalized = logprobs - sampling.presence_penalty * (counts > 0) - sampling.frequency_penalty * counts
-            uniform = torch.rand((), generator=generator) if generator is not None else None
+            uniform = torch.rand((), generator=own) if own is not None else None
             if uniform is None:
                 expected = int(penalized.argmax())
             else:
