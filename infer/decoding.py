@@ -88,7 +88,8 @@ class Decoder:
         self.runner = Runner(model, device=device, pad_id=pad_id, sampler=self.sampler, cuda_graphs=cuda_graphs,
                              deterministic=deterministic, prefix_cache=prefix_cache)
         self.scheduler = Scheduler(self.runner.config, context=context_length(self.runner.config), token_budget=token_budget,
-                                   prefill_budget=prefill_budget, deterministic=self.runner.deterministic, prefixed=self.runner.prefixed)
+                                   prefill_budget=prefill_budget, deterministic=self.runner.deterministic, prefixed=self.runner.prefixed,
+                                   ragged=self.runner.ragged)
 
     # -- logits mode ------------------------------------------------------------------------------------
 
@@ -97,7 +98,7 @@ class Decoder:
         request cancelled before its group runs has none."""
         waiting = Lookahead(requests, 64, load)
         while waiting:
-            group = [(r, choices) for r, choices in self.scheduler.group(waiting, len(waiting.buffer)) if not cancelled(r)]
+            group = [(r, choices) for r, choices in self.scheduler.group(waiting, len(waiting.buffer), cached=False) if not cancelled(r)]
             if not group:  # every client of the group has gone: nothing is computed for them
                 continue
             recorded = self._prefill_splitting([[Row(r, len(r.input_ids))] for r, _ in group], None, 0).recorded
@@ -262,9 +263,8 @@ class Decoder:
             return []
         # split-KV attention reads each row's own length whatever the width: the whole slot, one graph per lane
         width = lane.capacity if self.runner.split_kv else min(lane.capacity, -(-max(row.position + 1 for row in rows if row) // WIDTH_STEP) * WIDTH_STEP)
-        # a slot being prefilled in chunks is written at the position where its next chunk starts, which that chunk overwrites
-        lane.cache.positions.copy_(torch.tensor([row.position if row else 0 for row in lane.slots]))
-        lane.cache.deltas.copy_(torch.tensor([row.delta if row else 0 for row in lane.slots]))
+        lane.cache.plan_step([row.position if row else 0 for row in lane.slots], [row.delta if row else 0 for row in lane.slots],
+                             [row is not None for row in rows])
         vocabulary = self.runner.vocab_size
         outputs = self.runner.run_step(lane.cache, torch.tensor(lane.tokens), draws_of(rows), masks_of(rows, vocabulary), penalties_of(rows, vocabulary),
                                        width, lane.graphs, logprobs).rows()
@@ -337,12 +337,12 @@ class Decoder:
             prefix_cache = self.runner.prefix_cache
             return max(0, free - (prefix_cache.limit - prefix_cache.tokens if prefix_cache else 0))  # room for it to fill
         budget = self.scheduler.token_budget or 65536
-        return budget - sum(lane.capacity * len(lane.slots) for lane in lanes if lane.capacity <= budget)
+        return budget - sum((lane.capacity + self.runner.state_tokens) * len(lane.slots) for lane in lanes if lane.capacity <= budget)
 
     def _allocate(self, capacity: int, requests: int, room: int | None = None) -> SlotCache:
-        """A cache of as many slots of `capacity` tokens as `room` (by default the whole budget: _room) allows,
-        one at least, and no more than there are requests."""
-        slots = max(1, min(requests, (self._room([]) if room is None else room) // capacity))
+        """A cache of as many slots of `capacity` tokens (and the fixed state a hybrid's slot keeps) as `room` (by default
+        the whole budget: _room) allows, one at least, and no more than there are requests."""
+        slots = max(1, min(requests, (self._room([]) if room is None else room) // (capacity + self.runner.state_tokens)))
         while True:
             try:
                 return self.runner.new_cache(capacity, slots)

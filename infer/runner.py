@@ -47,12 +47,13 @@ from dataclasses import dataclass
 import torch
 
 from mmjudge.infer.batch_invariant import batch_invariant, deterministic_on, triton_runs_on, use_batch_invariant_linears
-from mmjudge.infer.cache import SlotCache, StepGraphs, slot_cache
+from mmjudge.infer.cache import SlotCache, StepGraphs, attending, cache_kind, prefix_cache_refusal, slot_cache, state_tokens
 from mmjudge.infer.prefix_cache import Entry, PrefixCache, prefix_key
 from mmjudge.infer.sampler import Draws, Sampler, Step, draws_of, masks_of
 from mmjudge.infer.scheduler import ChunkedPrompt, Request, Row
 from mmjudge.infer.split_kv import ATTENTION
 from mmjudge.judge.backbones import backbone_of
+from mmjudge.judge.data import UsageError
 from mmjudge.judge.rope import frequencies_of
 from mmjudge.judge.vision import Pixels
 
@@ -75,6 +76,9 @@ class Runner:
         self.sampler = sampler
         self.vocab_size = self.config.vocab_size  # the output layer's rows (its weight may be partitioned, under ZeRO-3)
         self.cache_argument = cache_argument(self.lm.layers[0])
+        self.attending = attending(self.config)  # the layers that attend, through the mask; a hybrid's others keep a state
+        self.ragged = cache_kind(self.config).ragged  # whether a prefill group into its cache may mix prompt lengths
+        self.state_tokens = state_tokens(self.config, self.dtype)  # what a slot's fixed state weighs beside its tokens
         # Graphs need every weight in place: not under ZeRO-3, whose hooks gather weights as each layer runs.
         self.cuda_graphs = cuda_graphs and self.device.type == "cuda" and not any(hasattr(p, "ds_id") for p in model.parameters())
         # Decoding steps' attention: split-KV on a GPU (Triton comes with PyTorch's CUDA builds), SDPA elsewhere.
@@ -85,6 +89,8 @@ class Runner:
             use_batch_invariant_linears(self.lm)
             use_batch_invariant_linears(self.lm_head)
         # The shared parts of prompts, at most `prefix_cache` tokens of them (infer/prefix_cache.py); None: off.
+        if prefix_cache and (reason := prefix_cache_refusal(self.config)):
+            raise UsageError(f"--prefix_cache {prefix_cache}: no prefix cache for {self.backbone.name}: {reason}; leave it off (0)")
         self.prefix_cache = PrefixCache(prefix_cache) if prefix_cache else None
         # The shared parts the last prefill group made and the cache refused (prefill_prefixed): a server's round sorts
         # a GRPO group's answers among others of like length, so its part may be asked again by the next prefill group.
@@ -120,7 +126,7 @@ class Runner:
         cos, sin = self.lm.rotary_emb(hidden, position_ids=rotary if reach is None else torch.cat([rotary, reach], dim=-1))
         position_embeddings = (cos[..., : hidden.shape[1], :], sin[..., : hidden.shape[1], :])
         for index, layer in enumerate(self.lm.layers[: self.config.num_hidden_layers]):
-            hidden = layer(hidden, attention_mask=mask, position_ids=places, position_embeddings=position_embeddings,
+            hidden = layer(hidden, attention_mask=mask if self.attending[index] else None, position_ids=places, position_embeddings=position_embeddings,
                            **{self.cache_argument: cache}, **attention)
             if deepstack is not None and index < len(deepstack):
                 hidden = hidden.clone()

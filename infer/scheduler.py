@@ -207,10 +207,14 @@ def segments(requests: list[Request], need: Callable[[Request], int]) -> Iterato
 def attention_weight(config) -> float:
     """What attending to one more key costs a token, in units of what the token's linear layers cost (per
     layer, multiply-adds): QK^T and AV over every head, against the q, k, v and o projections and the gated
-    MLP's three matrices."""
+    MLP's three matrices (a mixture of experts': those of the experts a token runs through, and its shared expert)."""
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    linear = config.hidden_size * head_dim * (2 * heads + 2 * kv_heads) + 3 * config.hidden_size * config.intermediate_size
+    if hasattr(config, "moe_intermediate_size"):
+        mlp = config.num_experts_per_tok * config.moe_intermediate_size + getattr(config, "shared_expert_intermediate_size", 0)
+    else:
+        mlp = config.intermediate_size
+    linear = config.hidden_size * head_dim * (2 * heads + 2 * kv_heads) + 3 * config.hidden_size * mlp
     return 2 * heads * head_dim / linear
 
 
@@ -238,12 +242,13 @@ class Scheduler:
     grouped with each other only."""
 
     def __init__(self, config, *, context: int, token_budget: int | None, prefill_budget: int | None, deterministic: bool,
-                 prefixed: Callable[[Request], bool]):
+                 prefixed: Callable[[Request], bool], ragged: bool = True):
         self.context = context  # prompt and new tokens together, at most
         self.token_budget = token_budget
         self.prefill_budget = prefill_budget  # prompt tokens an engine step prefills at most; None: whole prompts, no chunks
         self.deterministic = deterministic
         self.prefixed = prefixed
+        self.ragged = ragged  # a prefill group into the cache may mix prompt lengths (infer/cache.py's `ragged`)
         self.attention_weight = attention_weight(config)  # what cuts a chunked prompt's chunks (chunk_size)
 
     def limit(self, request: Request, max_new_tokens: int) -> int:
@@ -258,17 +263,19 @@ class Scheduler:
         return [Row(request, position, c, free.pop(0), limit, generator(request.sampling, c),
                     request.grammar.matcher() if request.grammar is not None else None) for c in choices]
 
-    def group(self, waiting: Lookahead, slots: int, tokens: int | None = None) -> list[tuple[Request, range]]:
+    def group(self, waiting: Lookahead, slots: int, tokens: int | None = None, cached: bool = True) -> list[tuple[Request, range]]:
         """The next requests that fit in one prefill group of at most `tokens` (padding included; the first is
         taken whatever its length), each with the choices it starts, in at most `slots` slots: longest first,
         so the first sets the width. A deterministic decoder's groups hold one request; prompts with a shared part
-        are grouped with each other only, prefilled in their two pieces."""
+        are grouped with each other only, prefilled in their two pieces; prompts prefilled into a cache that is not
+        `ragged` (`cached`), with those of their length only."""
         budget = min(PREFILL_TOKENS, self.token_budget or PREFILL_TOKENS, tokens or PREFILL_TOKENS)
         group = [waiting.take(slots)]
         width = len(group[0][0].input_ids)
         slots -= len(group[0][1])
         prefixed = self.prefixed(group[0][0])
         while not self.deterministic and waiting and slots and self.prefixed(waiting.peek()) == prefixed \
+                and (self.ragged or not cached or len(waiting.peek().input_ids) == width) \
                 and (len(group) + 1) * max(width, len(waiting.peek().input_ids)) <= budget:
             group.append(waiting.take(slots))
             slots -= len(group[-1][1])

@@ -70,8 +70,8 @@ def no_images(request):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("family", "adapter"), [("internvl2-4b", False), ("internvl2-4b", True), ("internvl2-8b", False),
-                                                ("qwen2.5-vl-3b", False), ("qwen3-vl-4b", False)],
-                         ids=["internvl2-4b", "internvl2-4b-lora", "internvl2-8b", "qwen2.5-vl-3b", "qwen3-vl-4b"])
+                                                ("qwen2.5-vl-3b", False), ("qwen3-vl-4b", False), ("qwen3.5-4b", False)],
+                         ids=["internvl2-4b", "internvl2-4b-lora", "internvl2-8b", "qwen2.5-vl-3b", "qwen3-vl-4b", "qwen3.5-4b"])
 def test_a_deterministic_decoder_writes_each_prompt_to_the_same_bits_alone_and_batched(tmp_path, monkeypatch, family, adapter):
     """Four prompts of different lengths decoded side by side, and each alone, fp32, two greedy and two
     sampled (one with two choices): with the decoder deterministic (its prefill a group per prompt, its
@@ -79,7 +79,8 @@ def test_a_deterministic_decoder_writes_each_prompt_to_the_same_bits_alone_and_b
     are the same bits; the CPU's own products are not batch-invariant, so the same runs without it differ
     in the logits' last bits. For Phi-3 (InternVL2-4B), InternLM2 (InternVL2-8B), Qwen2.5-VL (biased
     projections) and Qwen3-VL, and with a LoRA adapter (as judge-train trains one, its weights random here):
-    PEFT's layers and the ones they wrap run the kernel."""
+    PEFT's layers and the ones they wrap run the kernel. Qwen3.5's Gated DeltaNet layers too: their projections run the
+    kernel, and their convolution and recurrent step are a row's own (infer/cache.py's LinearAttentionCache)."""
     monkeypatch.setattr(mmjudge.infer.split_kv, "SPAN", 16)
     checkpoint = write_original_checkpoint(tmp_path / "judge") if family == "internvl2-4b" else write_family_checkpoint(family, tmp_path / "judge")
     judge = load_judge(checkpoint, DEVICE, torch.float32)

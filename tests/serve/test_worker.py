@@ -178,16 +178,16 @@ def watch(generate, round_number, answered: dict):
 def test_an_answer_too_long_for_memory_fails_alone_saying_so(judge, monkeypatch):
     """A max_tokens within the context may still ask for a cache slot larger than the device holds: that
     request fails alone with what to change, the others of its round are answered."""
-    import mmjudge.infer.cache
+    import mmjudge.infer.runner
 
-    slot_cache = mmjudge.infer.cache.SlotCache
+    slot_cache = mmjudge.infer.runner.slot_cache
 
-    def small_device(layers, slots, heads, capacity, *args):  # a device with room for 300 tokens of cache
+    def small_device(config, slots, capacity, *args):  # a device with room for 300 tokens of cache
         if slots * capacity > 300:
             raise torch.OutOfMemoryError("simulated")
-        return slot_cache(layers, slots, heads, capacity, *args)
+        return slot_cache(config, slots, capacity, *args)
 
-    monkeypatch.setattr(mmjudge.infer.cache, "SlotCache", small_device)
+    monkeypatch.setattr(mmjudge.infer.runner, "slot_cache", small_device)
     worker = Worker(judge, load_rubrics(), ScoreOptions(max_new_tokens=3), "cpu", batch_wait_s=1.0)
     futures = [worker.chat(replace(prompt(judge, "Is this answer good?"), max_new_tokens=1000)), worker.chat(prompt(judge, "Score it."))]
     failed, (answered,) = futures[0].exception(timeout=HANG_S), futures[1].result(timeout=HANG_S)
