@@ -7,6 +7,7 @@ module, and judge/model.py on both."""
 from __future__ import annotations
 
 import math
+import re
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator, model_
 from safetensors import SafetensorError, safe_open
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from transformers.initialization import no_init_weights
-from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+from transformers.models.auto.tokenization_auto import MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS, TOKENIZER_MAPPING_NAMES, tokenizer_class_from_name
 
 from mmjudge.judge.data import MAX_SETTINGS_BYTES, InputError, UsageError, read_json
 from mmjudge.judge.detokenize import write_merges_as_read
@@ -133,6 +134,11 @@ def load_tokenizer(path: Path, image_tokens: tuple[str, ...]) -> PreTrainedToken
 
     config_file = path / "tokenizer_config.json"
     name = read_json_object(config_file).get("tokenizer_class") if config_file.is_file() else None
+    # Where transformers knows a family's released tokenizer_config.json to name the wrong class, AutoTokenizer takes
+    # the family's own (Qwen3.5 names Qwen2Tokenizer, whose split rule leaves combining marks out of words), and so do we.
+    model_type = read_json_object(path / "config.json").get("model_type") if (path / "config.json").is_file() else None
+    if model_type in MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS and TOKENIZER_MAPPING_NAMES.get(model_type) not in (None, "TokenizersBackend"):
+        name = TOKENIZER_MAPPING_NAMES[model_type]
     # InternLM2's tokenizer is remote code in its checkpoints; this toolkit carries its own (judge/internlm2_tokenizer.py).
     tokenizer_class = InternLM2Tokenizer if name == "InternLM2Tokenizer" else tokenizer_class_from_name(name) if name else None
     try:
@@ -218,15 +224,18 @@ def _parts(config: dict, where: str):
             yield from _parts(value, f"{where} {key}")
 
 
-MROPE_MODEL_TYPES = ("qwen2_5_vl", "qwen3_vl")  # Qwen-VL's multimodal rotary embedding
+MROPE_MODEL_TYPES = ("qwen2_5_vl", "qwen3_vl", "qwen3_5")  # Qwen-VL's multimodal rotary embedding
 
 
 def check_rope(path: Path, config) -> None:
     """A multimodal rotary embedding's sections (Qwen-VL's mrope_section: temporal, height, width) share the
-    head's rotary half exactly: others were taken, and failed or misplaced positions at the first forward."""
+    head's rotary half exactly (of the part of the head that is rotated: Qwen3.5's partial_rotary_factor of it):
+    others were taken, and failed or misplaced positions at the first forward."""
     text = config.get_text_config()
-    sections = (getattr(text, "rope_parameters", None) or {}).get("mrope_section")
-    half = (getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads) // 2
+    params = getattr(text, "rope_parameters", None) or {}
+    sections = params.get("mrope_section")
+    head = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    half = int(head * params.get("partial_rotary_factor", 1.0)) // 2
     if sections is None:
         if config.model_type in MROPE_MODEL_TYPES:  # transformers then takes a released model's sections, of another head size
             raise CheckpointError(f"{path}/config.json: rope_scaling: no mrope_section; a {config.model_type} config gives its rotary "
@@ -244,10 +253,13 @@ def check_size(path: Path, config) -> None:
     found out after (a 12-billion-parameter one is killed for memory first). A tied output layer is the
     input embeddings, counted once, whether or not the files also store it. The layers are counted before
     (check_counts): building a billion layers, even on the meta device, takes all time and memory."""
-    shapes = tensor_shapes(path)
+    cls = native_class(config.model_type)
+    # What the class leaves out on load by design (Qwen3.5's multi-token-prediction block, `mtp.*`) is not its model's.
+    ignored = [re.compile(pattern) for pattern in cls._keys_to_ignore_on_load_unexpected or ()]
+    shapes = {key: shape for key, shape in tensor_shapes(path).items() if not any(p.search(key) for p in ignored)}
     stored = sum(math.prod(shape) for shape in shapes.values())
     with torch.device("meta"), no_init_weights():
-        model = built(path, lambda: native_class(config.model_type)(config))
+        model = built(path, lambda: cls(config))
     described = sum(p.numel() for p in model.parameters())
     tied_rows = model.lm_head.weight.numel() if config.tie_word_embeddings else 0
     if tied_rows and model.lm_head.weight is not model.get_input_embeddings().weight:
@@ -381,5 +393,5 @@ def native_class(model_type: str):
     import transformers
 
     names = {"internvl": "InternVLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
-             "qwen3_vl": "Qwen3VLForConditionalGeneration"}
+             "qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_5": "Qwen3_5ForConditionalGeneration"}
     return getattr(transformers, names[model_type])

@@ -15,6 +15,7 @@ import sys
 
 import torch
 
+from mmjudge.judge.backbones import backbone_of
 
 def use_fused_kernels(model: torch.nn.Module, device: str | torch.device) -> bool:
     """Give `model`'s language model the fused kernels when `device` is a GPU and Liger is installed;
@@ -30,6 +31,8 @@ def use_fused_kernels(model: torch.nn.Module, device: str | torch.device) -> boo
               "(pip install 'mmjudge[gpu]' for fused ones)", file=sys.stderr)
         return False
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not backbone_of(base.config).fused_kernels:  # transformers' own kernels for a language model of another shape
+        return False
     language_model = base.model.language_model
     for layer in language_model.layers:
         _fuse_rms_norm(layer.input_layernorm, LigerRMSNormFunction)

@@ -590,5 +590,6 @@ NATIVE_VISION_SIZES = {
     "internvl": VISION_SIZES,
     "qwen2_5_vl": QWEN_VISION_SIZES,
     "qwen3_vl": QWEN_VISION_SIZES,
+    "qwen3_5": QWEN_VISION_SIZES,
 }
-NATIVE_MODEL_TYPES = {"internvl": "InternVL", "qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL"}
+NATIVE_MODEL_TYPES = {"internvl": "InternVL", "qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL", "qwen3_5": "Qwen3.5"}

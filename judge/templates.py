@@ -459,6 +459,12 @@ def template_from_jinja(render, bos_token: str | None, name: str = "chat_templat
     between, after = rest.split(_USER)
     if not separator or not after.startswith(separator) or separator not in between or not answered.startswith(with_system.split(_USER)[0]):
         raise ValueError("its turns are not role + message + one separator (the ChatML layout)")
+    # How the template opens an answer it renders: the generation prompt, or more where that prompt opens a block the
+    # answer closes first (Qwen3.5's thinking: "<think>\n" there, "<think>\n\n</think>\n\n" before an answer, what it
+    # renders with enable_thinking false). The judge is prompted so, and its trained answers follow it as rendered.
+    opening = answered.split(_USER)[1][len(separator):].split(_ANSWER)[0]
+    if not opening.startswith(after[len(separator):]):
+        raise ValueError("it opens an answer otherwise than its generation prompt does")
     tail, user_role = between.split(separator, 1)
     before_user = alone.split(_USER)[0]
     system_turn_end = tail + separator + user_role
@@ -468,4 +474,4 @@ def template_from_jinja(render, bos_token: str | None, name: str = "chat_templat
         default = before_user[len(head): len(before_user) - len(system_turn_end)]
     else:
         raise ValueError("without a system message it renders another layout than with one")
-    return ChatTemplate(name, head + "{system_message}" + tail, user_role, after[len(separator):], separator, default)
+    return ChatTemplate(name, head + "{system_message}" + tail, user_role, opening, separator, default)

@@ -20,6 +20,10 @@ class Backbone:
     mrope: bool = False  # its rotary embedding takes (3, batch, length) positions: temporal, height, width
     strips_answer: bool = True  # its reference cuts the answer at a spelled separator and strips it (InternVL's chat())
     generation_stops: bool = False  # its reference stops at the generation config's end tokens too (transformers' generate)
+    # Its language model is Llama's shape, which judge/kernels.py's fused kernels compute: attention in every layer, a
+    # whole-head rotary embedding, RMSNorm times its weight (Qwen3.5's linear-attention layers, quarter rotation and
+    # 1 + weight norms are not).
+    fused_kernels: bool = True
     # Submodules of the native model (its `.model`): the vision tower, and the projector onto the language model.
     vision_tower: str = "vision_tower"
     projector: tuple[str, ...] = ("multi_modal_projector",)

@@ -14,6 +14,9 @@ names and dtype layout.
     qwen2.5-vl-7b    native    Qwen2.5-VL                           Qwen2.5-VL's                        its Jinja
     qwen3-vl-4b      native    Qwen3-VL, tied embeddings, DeepStack Qwen3-VL's                          its Jinja (no system)
     qwen3-vl-8b      native    Qwen3-VL, DeepStack                  Qwen3-VL's                          its Jinja (no system)
+    qwen3.5-4b       native    Qwen3.5 (Gated DeltaNet x 3, gated   Qwen3.5's (its own split rule)      its Jinja (thinking;
+                               attention x 1), tied, MTP weights                                        no system)
+    qwen3.5-9b       native    Qwen3.5, MTP weights                 Qwen3.5's                           its Jinja
 
 The original layouts (InternVLChatModel) are written tensor by tensor under InternVL's own names, so the loader's
 conversion is tested against files it did not write; the native ones are transformers' own models saved by
@@ -35,6 +38,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 import torch
+from safetensors.torch import load_file, save_file
 from sentencepiece import sentencepiece_model_pb2
 
 from mmjudge.judge.testing.checkpoints import SIZES, _corpus, _original_weights, _save_shards, _write_json, internvl_chat_config, write_tokenizer
@@ -85,6 +89,164 @@ QWEN3_VL_CHAT_TEMPLATE = (
     "{{- '<|im_end|>\n' }}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}")
 
 
+# Qwen3.5's chat template as released (chat_template.jinja), tools and all: a judge's turn reaches its text, image,
+# system and thinking parts. Its generation prompt opens a thinking block unless enable_thinking is false.
+QWEN3_5_CHAT_TEMPLATE = """{%- set image_count = namespace(value=0) %}
+{%- set video_count = namespace(value=0) %}
+{%- macro render_content(content, do_vision_count, is_system_content=false) %}
+    {%- if content is string %}
+        {{- content }}
+    {%- elif content is iterable and content is not mapping %}
+        {%- for item in content %}
+            {%- if 'image' in item or 'image_url' in item or item.type == 'image' %}
+                {%- if is_system_content %}
+                    {{- raise_exception('System message cannot contain images.') }}
+                {%- endif %}
+                {%- if do_vision_count %}
+                    {%- set image_count.value = image_count.value + 1 %}
+                {%- endif %}
+                {%- if add_vision_id %}
+                    {{- 'Picture ' ~ image_count.value ~ ': ' }}
+                {%- endif %}
+                {{- '<|vision_start|><|image_pad|><|vision_end|>' }}
+            {%- elif 'video' in item or item.type == 'video' %}
+                {%- if is_system_content %}
+                    {{- raise_exception('System message cannot contain videos.') }}
+                {%- endif %}
+                {%- if do_vision_count %}
+                    {%- set video_count.value = video_count.value + 1 %}
+                {%- endif %}
+                {%- if add_vision_id %}
+                    {{- 'Video ' ~ video_count.value ~ ': ' }}
+                {%- endif %}
+                {{- '<|vision_start|><|video_pad|><|vision_end|>' }}
+            {%- elif 'text' in item %}
+                {{- item.text }}
+            {%- else %}
+                {{- raise_exception('Unexpected item type in content.') }}
+            {%- endif %}
+        {%- endfor %}
+    {%- elif content is none or content is undefined %}
+        {{- '' }}
+    {%- else %}
+        {{- raise_exception('Unexpected content type.') }}
+    {%- endif %}
+{%- endmacro %}
+{%- if not messages %}
+    {{- raise_exception('No messages provided.') }}
+{%- endif %}
+{%- if tools and tools is iterable and tools is not mapping %}
+    {{- '<|im_start|>system\n' }}
+    {{- "# Tools\n\nYou have access to the following functions:\n\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>" }}
+    {{- '\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n- You may provide optional reasoning for your function call in natural language BEFORE the function call, but NOT after\n- If there is no function call available, answer the question like normal with your current knowledge and do not tell the user about function calls\n</IMPORTANT>' }}
+    {%- if messages[0].role == 'system' %}
+        {%- set content = render_content(messages[0].content, false, true)|trim %}
+        {%- if content %}
+            {{- '\n\n' + content }}
+        {%- endif %}
+    {%- endif %}
+    {{- '<|im_end|>\n' }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {%- set content = render_content(messages[0].content, false, true)|trim %}
+        {{- '<|im_start|>system\n' + content + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" %}
+        {%- set content = render_content(message.content, false)|trim %}
+        {%- if not(content.startswith('<tool_response>') and content.endswith('</tool_response>')) %}
+            {%- set ns.multi_step_tool = false %}
+            {%- set ns.last_query_index = index %}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if ns.multi_step_tool %}
+    {{- raise_exception('No user query found in messages.') }}
+{%- endif %}
+{%- for message in messages %}
+    {%- set content = render_content(message.content, true)|trim %}
+    {%- if message.role == "system" %}
+        {%- if not loop.first %}
+            {{- raise_exception('System message must be at the beginning.') }}
+        {%- endif %}
+    {%- elif message.role == "user" %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in content %}
+                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- set reasoning_content = reasoning_content|trim %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content + '\n</think>\n\n' + content }}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\n' + content }}
+        {%- endif %}
+        {%- if message.tool_calls and message.tool_calls is iterable and message.tool_calls is not mapping %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if tool_call.function is defined %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {%- if loop.first %}
+                    {%- if content|trim %}
+                        {{- '\n\n<tool_call>\n<function=' + tool_call.name + '>\n' }}
+                    {%- else %}
+                        {{- '<tool_call>\n<function=' + tool_call.name + '>\n' }}
+                    {%- endif %}
+                {%- else %}
+                    {{- '\n<tool_call>\n<function=' + tool_call.name + '>\n' }}
+                {%- endif %}
+                {%- if tool_call.arguments is defined %}
+                    {%- for args_name, args_value in tool_call.arguments|items %}
+                        {{- '<parameter=' + args_name + '>\n' }}
+                        {%- set args_value = args_value | string if args_value is string else args_value | tojson | safe %}
+                        {{- args_value }}
+                        {{- '\n</parameter>\n' }}
+                    {%- endfor %}
+                {%- endif %}
+                {{- '</function>\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.previtem and loop.previtem.role != "tool" %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- content }}
+        {{- '\n</tool_response>' }}
+        {%- if not loop.last and loop.nextitem.role != "tool" %}
+            {{- '<|im_end|>\n' }}
+        {%- elif loop.last %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- else %}
+        {{- raise_exception('Unexpected message role.') }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- else %}
+        {{- '<think>\n' }}
+    {%- endif %}
+{%- endif %}"""
+
+
 def write_family_checkpoint(name: str, out_dir: str | Path, *, seed: int = 0, rope_switch: int = DEFAULT_SWITCH) -> Path:
     """A tiny checkpoint of the family `name` (FAMILIES) in its released layout."""
     family = FAMILIES[name]
@@ -126,7 +288,7 @@ def write_family_tokenizer(family: Family, out_dir: Path) -> dict[str, int]:
         return {t: tokenizer.convert_tokens_to_ids(t) for t in INTERNVL_TOKENS}
     if family.tokenizer == "internlm2-sp":
         return _write_internlm2_tokenizer(out_dir)
-    released = {"qwen2": QWEN_TOKENS[:3], "qwen2.5": QWEN_TOKENS, "qwen3": QWEN3_TOKENS}[family.tokenizer]
+    released = {"qwen2": QWEN_TOKENS[:3], "qwen2.5": QWEN_TOKENS, "qwen3": QWEN3_TOKENS, "qwen3.5": QWEN3_TOKENS}[family.tokenizer]
     internvl = (*INTERNVL_TOKENS, *("<video>",) * (family.llm == "internvl")) if family.llm in ("qwen2", "internvl") else ()
     return _write_qwen_tokenizer(out_dir, released, internvl, family)
 
@@ -171,6 +333,8 @@ def _write_internlm2_tokenizer(out_dir: Path) -> dict[str, int]:
 
 # Qwen2's pre-tokenizer split, as its tokenizer.json and the slow Qwen2Tokenizer's PRETOKENIZE_REGEX give it.
 QWEN_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+# Qwen3.5's (its tokenizer.json, transformers' Qwen3_5Tokenizer): a word also holds its combining marks (\p{M}).
+QWEN3_5_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 
 
 @functools.cache
@@ -201,7 +365,8 @@ def _write_qwen_tokenizer(out_dir: Path, released: tuple[str, ...], internvl: tu
     (out_dir / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[tuple(m.split(" ")) for m in merges], byte_fallback=False))
     tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
+    split = QWEN3_5_SPLIT if family.tokenizer == "qwen3.5" else QWEN_SPLIT
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
                                                        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.add_tokens([AddedToken(t, special=t in special, normalized=False) for t in ids])
@@ -221,6 +386,8 @@ def _write_qwen_tokenizer(out_dir: Path, released: tuple[str, ...], internvl: tu
     elif family.llm == "qwen3_vl":
         (out_dir / "chat_template.json").write_text(json.dumps({"chat_template": QWEN3_VL_CHAT_TEMPLATE}, indent=2) + "\n")
         config["chat_template"] = QWEN3_VL_CHAT_TEMPLATE
+    elif family.llm == "qwen3_5":
+        (out_dir / "chat_template.jinja").write_text(QWEN3_5_CHAT_TEMPLATE)
     elif family.llm == "internvl":
         (out_dir / "chat_template.jinja").write_text(INTERNVL_HF_CHAT_TEMPLATE)
         config |= {"chat_template": INTERNVL_HF_CHAT_TEMPLATE, "context_image_token": "<IMG_CONTEXT>", "end_image_token": "</img>",
@@ -349,6 +516,8 @@ def _native_config(family: Family, tokens: dict[str, int]) -> dict:
                 "max_position_embeddings": 128000, "max_window_layers": 28, "rope_theta": 1000000.0, "sliding_window": 32768,
                 "use_sliding_window": False, "rope_scaling": {"type": "mrope", "mrope_section": [half - 2 * (half * 3 // 8), half * 3 // 8, half * 3 // 8]},
                 "tie_word_embeddings": family.tied, "torch_dtype": "bfloat16", "vision_config": vision}
+    if family.llm == "qwen3_5":
+        return _qwen3_5_config(family, text, ids)
     vision = {"deepstack_visual_indexes": [0, 1], "depth": 3, "hidden_act": "gelu_pytorch_tanh", "hidden_size": 32, "in_channels": 3,
               "initializer_range": 0.02, "intermediate_size": 64, "model_type": "qwen3_vl", "num_heads": 2, "num_position_embeddings": 16,
               "out_hidden_size": s.llm_hidden, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}
@@ -359,6 +528,47 @@ def _native_config(family: Family, tokens: dict[str, int]) -> dict:
                                              "rope_type": "default"},
                             "rope_theta": 5000000, "dtype": "bfloat16"},
             "tie_word_embeddings": family.tied, "vision_config": vision}
+
+
+# Qwen3.5's hybrid stack as released: three Gated DeltaNet (linear attention) layers, then one of gated full
+# attention, with a quarter of each attention head rotated (M-RoPE's sections share that quarter's half).
+QWEN3_5_LAYERS = ["linear_attention"] * 3 + ["full_attention"]
+QWEN3_5_HEAD_DIM = 64
+
+
+def _qwen3_5_config(family: Family, text: dict, ids: dict) -> dict:
+    s = SIZES
+    half = int(QWEN3_5_HEAD_DIM * 0.25) // 2  # released: 256 x 0.25 / 2 = 32 = 11 + 11 + 10
+    text = {**text, "model_type": "qwen3_5_text", "attention_bias": False, "attn_output_gate": True, "head_dim": QWEN3_5_HEAD_DIM,
+            "num_hidden_layers": len(QWEN3_5_LAYERS), "layer_types": QWEN3_5_LAYERS, "full_attention_interval": 4,
+            "linear_conv_kernel_dim": 4, "linear_key_head_dim": 32, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+            "linear_value_head_dim": 32, "mamba_ssm_dtype": "float32", "max_position_embeddings": 262144, "mtp_num_hidden_layers": 1,
+            "mtp_use_dedicated_embeddings": False, "bos_token_id": ids["image_token_id"] - 12, "eos_token_id": ids["image_token_id"] - 12,
+            "rope_parameters": {"mrope_interleaved": True, "mrope_section": [-(-half // 3), -(-half // 3), half - 2 * -(-half // 3)],
+                                "rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25},
+            "dtype": "bfloat16"}
+    # Released with the vision tower's model_type "qwen3_5" and an empty DeepStack list (transformers reads both).
+    vision = {"deepstack_visual_indexes": [], "depth": 2, "hidden_act": "gelu_pytorch_tanh", "hidden_size": 32, "in_channels": 3,
+              "initializer_range": 0.02, "intermediate_size": 64, "model_type": "qwen3_5", "num_heads": 2, "num_position_embeddings": 16,
+              "out_hidden_size": s.llm_hidden, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}
+    return {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", **ids, "text_config": text,
+            "tie_word_embeddings": family.tied, "transformers_version": "4.57.0.dev0", "vision_config": vision}
+
+
+def _mtp_weights(config: dict, seed: int) -> dict[str, torch.Tensor]:
+    """Qwen3.5's multi-token-prediction block as its safetensors hold it (`mtp.*`: one full-attention layer over the
+    embedding and the last hidden state), which transformers' classes leave out on load."""
+    text = config["text_config"]
+    g = torch.Generator().manual_seed(seed + 3)
+    normal = lambda *shape: torch.randn(*shape, generator=g) * 0.02  # noqa: E731
+    h, inter, d = text["hidden_size"], text["intermediate_size"], text["head_dim"]
+    q, kv = text["num_attention_heads"] * d, text["num_key_value_heads"] * d
+    layer = {"self_attn.q_proj.weight": normal(2 * q, h), "self_attn.k_proj.weight": normal(kv, h), "self_attn.v_proj.weight": normal(kv, h),
+             "self_attn.o_proj.weight": normal(h, q), "self_attn.q_norm.weight": normal(d), "self_attn.k_norm.weight": normal(d),
+             "mlp.gate_proj.weight": normal(inter, h), "mlp.up_proj.weight": normal(inter, h), "mlp.down_proj.weight": normal(h, inter),
+             "input_layernorm.weight": normal(h), "post_attention_layernorm.weight": normal(h)}
+    return {"mtp.fc.weight": normal(h, 2 * h), "mtp.pre_fc_norm_embedding.weight": normal(h), "mtp.pre_fc_norm_hidden.weight": normal(h),
+            "mtp.norm.weight": normal(h), **{f"mtp.layers.0.{name}": tensor for name, tensor in layer.items()}}
 
 
 def _processor_config(family: Family) -> dict:
@@ -392,6 +602,9 @@ def _write_native(family: Family, out_dir: Path, tokens: dict[str, int], seed: i
     model.generation_config.pad_token_id = tokens["<|endoftext|>"]
     model.save_pretrained(out_dir, safe_serialization=True)
     _write_json(out_dir / "config.json", raw)  # the released config, over transformers' own rendering of it
+    if raw["text_config"].get("mtp_num_hidden_layers") if "text_config" in raw else False:
+        weights = load_file(out_dir / "model.safetensors")
+        save_file(weights | _mtp_weights(raw, seed), out_dir / "model.safetensors", metadata={"format": "pt"})
     _write_json(out_dir / "preprocessor_config.json", _processor_config(family))
     if family.llm == "internvl":
         _write_json(out_dir / "processor_config.json", {"image_seq_length": SIZES.tokens_per_tile, "processor_class": "InternVLProcessor"})

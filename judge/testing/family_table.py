@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 class Family:
     layout: str  # "original" or "native"
     llm: str  # the language model's model_type
-    tokenizer: str  # "llama-sp", "internlm2-sp", "qwen2", "qwen2.5", "qwen3"
+    tokenizer: str  # "llama-sp", "internlm2-sp", "qwen2", "qwen2.5", "qwen3", "qwen3.5"
     template: str  # the original config's template name; "" for a native checkpoint's Jinja
     tied: bool = False
     kv_heads: int | None = None  # fewer than the heads: grouped-query attention; None: as many (SIZES.llm_heads)
@@ -28,6 +28,8 @@ FAMILIES = {
     "qwen2.5-vl-7b": Family("native", "qwen2_5_vl", "qwen2.5", "", kv_heads=2),
     "qwen3-vl-4b": Family("native", "qwen3_vl", "qwen3", "", tied=True, kv_heads=2),
     "qwen3-vl-8b": Family("native", "qwen3_vl", "qwen3", "", kv_heads=2),
+    "qwen3.5-4b": Family("native", "qwen3_5", "qwen3.5", "", tied=True, kv_heads=2),
+    "qwen3.5-9b": Family("native", "qwen3_5", "qwen3.5", "", kv_heads=2),
 }
 # Where each LLM's rotary embedding switches regime, by default beyond any test prompt; lowered to put prompts
 # on both sides of it (the long rope's original context, InternLM2's dynamic-NTK max_position_embeddings).

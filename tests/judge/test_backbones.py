@@ -48,6 +48,7 @@ RELEASED_KEYS = {  # a key each layout stores, and one it never does
     "internvl": ("vision_tower.embeddings.cls_token", "vision_model.embeddings.class_embedding"),
     "qwen2_5_vl": ("visual.patch_embed.proj.weight", "model.visual.patch_embed.proj.weight"),
     "qwen3_vl": ("model.visual.patch_embed.proj.weight", "visual.patch_embed.proj.weight"),
+    "qwen3_5": ("model.language_model.layers.0.linear_attn.in_proj_qkv.weight", "visual.patch_embed.proj.weight"),
 }
 EXPECTED = {  # native class, template's default system message (None: no system turn), image processing
     "internvl2-4b": ("InternVLForConditionalGeneration", "你是由上海", TilingConfig),
@@ -60,6 +61,8 @@ EXPECTED = {  # native class, template's default system message (None: no system
     "qwen2.5-vl-7b": ("Qwen2_5_VLForConditionalGeneration", "You are a helpful assistant.", SmartResize),
     "qwen3-vl-4b": ("Qwen3VLForConditionalGeneration", None, SmartResize),
     "qwen3-vl-8b": ("Qwen3VLForConditionalGeneration", None, SmartResize),
+    "qwen3.5-4b": ("Qwen3_5ForConditionalGeneration", None, SmartResize),
+    "qwen3.5-9b": ("Qwen3_5ForConditionalGeneration", None, SmartResize),
 }
 
 
@@ -394,7 +397,7 @@ def test_the_engine_writes_what_transformers_generate_writes_with_the_official_p
 
     from transformers import AutoModelForImageTextToText
 
-    from mmjudge.infer.decoding import Request
+    from mmjudge.infer.scheduler import Request
     from mmjudge.infer.engine import _load_pixels, judge_decoder, prepare
     from mmjudge.infer.options import ScoreOptions
     from mmjudge.judge.data import load_samples
