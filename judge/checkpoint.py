@@ -74,6 +74,7 @@ class TemplateFields(BaseModel):
     assistant_role: str
     separator: str
     default_system_message: str | None = None
+    trims: bool = False
 
     @field_validator("system_template")
     @classmethod

@@ -381,7 +381,7 @@ class ImagesAndText:
     def __new__(cls, path: Path, model_type: str):
         from transformers import AutoImageProcessor, AutoTokenizer, InternVLProcessor, Qwen2_5_VLProcessor, Qwen3VLProcessor
 
-        official = {"qwen2_5_vl": Qwen2_5_VLProcessor, "qwen3_vl": Qwen3VLProcessor, "internvl": InternVLProcessor}[model_type]
+        official = {"qwen2_5_vl": Qwen2_5_VLProcessor, "qwen3_vl": Qwen3VLProcessor, "qwen3_5": Qwen3VLProcessor, "internvl": InternVLProcessor}[model_type]
         processor = type("Processor", (official,), {"get_attributes": classmethod(lambda c: ["image_processor", "tokenizer"])})
         tokenizer = AutoTokenizer.from_pretrained(path)
         return processor(AutoImageProcessor.from_pretrained(path), tokenizer, None, chat_template=tokenizer.chat_template,
