@@ -52,7 +52,7 @@ def judge_serve(flags: list[str], monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["internvl2-4b", "qwen2.5-vl-3b", "qwen3-vl-4b"])
+@pytest.mark.parametrize("family", ["internvl2-4b", "qwen2.5-vl-3b", "qwen3-vl-4b", "qwen3.5-4b"])
 def test_every_familys_reward_export_is_served_with_judge_scores_rewards(family, tmp_path, monkeypatch):
     export = write_reward_checkpoint(tmp_path / "model", family=family, seed=1)
     data = write_dataset(tmp_path / "data", 4, seed=0).parent
