@@ -44,7 +44,7 @@ from safetensors import safe_open
 from transformers import CONFIG_MAPPING, PretrainedConfig, PreTrainedTokenizerBase
 
 from mmjudge.judge.backbones import Backbone, backbone_of, internvl, qwen_vl
-from mmjudge.judge.checkpoint import (INDEX_FILE, QWEN_VISION_SIZES, SAFETENSORS_DTYPES, TEXT_SIZES, TOKENIZER_FILES, VISION_SIZES, CheckpointError,
+from mmjudge.judge.checkpoint import (INDEX_FILE, MOE_TEXT_SIZES, QWEN_VISION_SIZES, SAFETENSORS_DTYPES, TEXT_SIZES, TOKENIZER_FILES, VISION_SIZES, CheckpointError,
                                       JudgeSettings, SettingsFile, built, check_counts, check_image_token, check_rope, check_size, load_tokenizer,
                                       native_class, one_line, read_json_object, readable_safetensors, require, safetensors_files, save_tokenizer)
 from mmjudge.judge.data import InputError, UsageError, validation_problems, write_json_atomically, write_text_atomically
@@ -475,7 +475,8 @@ def native_config(path: Path) -> PretrainedConfig:
     nested = raw["model_type"] == "internvl" or "text_config" in raw
     require(raw, ("text_config",) * nested + ("vision_config",), where, kind)
     text, text_where = (raw["text_config"], f"{where} text_config") if nested else (raw, where)
-    require(text, ("model_type",) * (raw["model_type"] == "internvl") + TEXT_SIZES, text_where, kind)
+    require(text, ("model_type",) * (raw["model_type"] == "internvl") + (MOE_TEXT_SIZES if raw["model_type"] == "qwen3_5_moe" else TEXT_SIZES),
+            text_where, kind)
     require(raw["vision_config"], NATIVE_VISION_SIZES[raw["model_type"]], f"{where} vision_config", kind)
     check_counts(path, raw)
     config = built(path, lambda: CONFIG_MAPPING[raw["model_type"]].from_pretrained(path))
@@ -591,5 +592,6 @@ NATIVE_VISION_SIZES = {
     "qwen2_5_vl": QWEN_VISION_SIZES,
     "qwen3_vl": QWEN_VISION_SIZES,
     "qwen3_5": QWEN_VISION_SIZES,
+    "qwen3_5_moe": QWEN_VISION_SIZES,
 }
-NATIVE_MODEL_TYPES = {"internvl": "InternVL", "qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL", "qwen3_5": "Qwen3.5"}
+NATIVE_MODEL_TYPES = {"internvl": "InternVL", "qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL", "qwen3_5": "Qwen3.5", "qwen3_5_moe": "Qwen3.5 MoE"}

@@ -30,7 +30,7 @@ from mmjudge.judge.checkpoint import CheckpointError, JudgeSettings, chat_templa
 from mmjudge.judge.smart_resize import QWEN_IMAGE_TOKENS, from_processor_config
 from mmjudge.judge.vision import Pixels
 
-MODEL_TYPES = {"qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL", "qwen3_5": "Qwen3.5"}
+MODEL_TYPES = {"qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL", "qwen3_5": "Qwen3.5", "qwen3_5_moe": "Qwen3.5 MoE"}
 # Qwen-VL's image tokens: an image is <|vision_start|>, <|image_pad|> once per image token, <|vision_end|>.
 IMAGE_TOKENS = QWEN_IMAGE_TOKENS
 
@@ -48,7 +48,7 @@ class QwenVL(Backbone):
         # each DeepStack merger by itself: PEFT trains modules whole, not a ModuleList
         projector = ("visual.merger", *(f"visual.deepstack_merger_list.{i}" for i in range(len(getattr(vision, "deepstack_visual_indexes", ())))))
         return cls(MODEL_TYPES[config.model_type], config.image_token_id, mrope=True, strips_answer=False, generation_stops=True,
-                   fused_kernels=config.model_type != "qwen3_5", vision_tower="visual", projector=projector, merge_size=vision.spatial_merge_size,
+                   fused_kernels=config.model_type not in ("qwen3_5", "qwen3_5_moe"), vision_tower="visual", projector=projector, merge_size=vision.spatial_merge_size,
                    patch_values=vision.in_channels * vision.temporal_patch_size * vision.patch_size**2, deepstack=deepstack)
 
     def features(self, vlm: torch.nn.Module, pixels: Pixels) -> tuple[torch.Tensor, list[torch.Tensor] | None]:

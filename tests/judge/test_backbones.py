@@ -49,6 +49,7 @@ RELEASED_KEYS = {  # a key each layout stores, and one it never does
     "qwen2_5_vl": ("visual.patch_embed.proj.weight", "model.visual.patch_embed.proj.weight"),
     "qwen3_vl": ("model.visual.patch_embed.proj.weight", "visual.patch_embed.proj.weight"),
     "qwen3_5": ("model.language_model.layers.0.linear_attn.in_proj_qkv.weight", "visual.patch_embed.proj.weight"),
+    "qwen3_5_moe": ("model.language_model.layers.0.mlp.experts.0.gate_proj.weight", "model.language_model.layers.0.mlp.experts.gate_up_proj"),
 }
 EXPECTED = {  # native class, template's default system message (None: no system turn), image processing
     "internvl2-4b": ("InternVLForConditionalGeneration", "你是由上海", TilingConfig),
@@ -63,6 +64,7 @@ EXPECTED = {  # native class, template's default system message (None: no system
     "qwen3-vl-8b": ("Qwen3VLForConditionalGeneration", None, SmartResize),
     "qwen3.5-4b": ("Qwen3_5ForConditionalGeneration", None, SmartResize),
     "qwen3.5-9b": ("Qwen3_5ForConditionalGeneration", None, SmartResize),
+    "qwen3.5-35b-a3b": ("Qwen3_5MoeForConditionalGeneration", None, SmartResize),
 }
 
 
@@ -381,7 +383,7 @@ class ImagesAndText:
     def __new__(cls, path: Path, model_type: str):
         from transformers import AutoImageProcessor, AutoTokenizer, InternVLProcessor, Qwen2_5_VLProcessor, Qwen3VLProcessor
 
-        official = {"qwen2_5_vl": Qwen2_5_VLProcessor, "qwen3_vl": Qwen3VLProcessor, "qwen3_5": Qwen3VLProcessor, "internvl": InternVLProcessor}[model_type]
+        official = {"qwen2_5_vl": Qwen2_5_VLProcessor, "qwen3_vl": Qwen3VLProcessor, "qwen3_5": Qwen3VLProcessor, "qwen3_5_moe": Qwen3VLProcessor, "internvl": InternVLProcessor}[model_type]
         processor = type("Processor", (official,), {"get_attributes": classmethod(lambda c: ["image_processor", "tokenizer"])})
         tokenizer = AutoTokenizer.from_pretrained(path)
         return processor(AutoImageProcessor.from_pretrained(path), tokenizer, None, chat_template=tokenizer.chat_template,

@@ -22,9 +22,10 @@ from mmjudge.train.data import IGNORE_INDEX, Collator
 from tests.judge.test_backbones import ImagesAndText, _images
 
 
-@pytest.fixture(scope="module")
-def qwen35(tmp_path_factory):
-    path = write_family_checkpoint("qwen3.5-9b", tmp_path_factory.mktemp("qwen35") / "judge")
+@pytest.fixture(scope="module", params=["qwen3.5-9b", pytest.param("qwen3.5-35b-a3b", marks=pytest.mark.slow)])
+def qwen35(request, tmp_path_factory):
+    """Qwen3.5 dense, and its mixture of experts (the same adapter: routed experts stored one by one, a shared one)."""
+    path = write_family_checkpoint(request.param, tmp_path_factory.mktemp("qwen35") / "judge")
     return path, load_judge(path)
 
 
@@ -63,7 +64,7 @@ def test_prompts_and_logits_are_transformers_own_on_samples_and_edge_images(qwen
     items = prepare(judge, list(enumerate(samples)), rubrics, data, ScoreOptions(max_tiles=2))
     assert len(items) == 16 and sum(bool(item.images) for item in items) >= 14
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).eval()
-    processor = ImagesAndText(path, "qwen3_5")
+    processor = ImagesAndText(path, model.config.model_type)
     rows, references = [], []
     for item, sample in zip(items, samples):
         prompt = build_prompt(sample, rubrics[sample.category], judge.settings.template, None, data, judge.settings.images.with_max_tiles(2))

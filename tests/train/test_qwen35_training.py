@@ -132,3 +132,26 @@ def test_zero3_on_two_cpu_processes(base, annotated, tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     with safe_open(tmp_path / "judge" / "adapter_model.safetensors", "pt") as f:
         assert any(".linear_attn." in key for key in f.keys()) and all(f.get_tensor(k).numel() > 0 for k in f.keys())
+
+
+def test_the_mixture_of_experts_layout_trains_and_merges_back_expert_by_expert(annotated, tmp_path):
+    """Qwen3.5's MoE (the same adapter): transformers holds the routed experts fused and the files hold them one by one;
+    LoRA trains its linear layers (the shared expert and the router among them), and the merge writes the released
+    per-expert layout back, which loads to the adapter's logits."""
+    from mmjudge.judge.data import load_annotations
+    from mmjudge.judge.prompts import load_rubrics
+    from mmjudge.train.data import build_dataset
+
+    moe = write_family_checkpoint("qwen3.5-35b-a3b", tmp_path / "base")
+    assert train_main(sft_args(moe, annotated, tmp_path / "lora", "--no-full_finetune", "--max_steps", "1", "--save_steps", "1",
+                                 "--warmup_ratio", "0")) == 0
+    assert train_main(["merge", "--adapter", str(tmp_path / "lora"), "--output_dir", str(tmp_path / "merged"), "--format", "native"]) == 0
+    merged = load_file(tmp_path / "merged" / "model.safetensors")
+    assert "model.language_model.layers.0.mlp.experts.3.down_proj.weight" in merged and not any(".experts.gate_up_proj" in k for k in merged)
+    before = load_file(moe / "model.safetensors")
+    assert not torch.equal(merged["model.language_model.layers.0.mlp.shared_expert.up_proj.weight"],
+                           before["model.language_model.layers.0.mlp.shared_expert.up_proj.weight"])
+    adapter, judge = load_judge(tmp_path / "lora"), load_judge(tmp_path / "merged")
+    rows = list(build_dataset(judge, load_annotations(annotated / "train.json", annotated)[:2], load_rubrics([TINY_RUBRIC]), annotated,
+                              8192, None, "train.json"))
+    torch.testing.assert_close(logits_of(judge, rows), logits_of(adapter, rows), rtol=0, atol=0)
