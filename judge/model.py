@@ -4,7 +4,8 @@ Three kinds of directory are accepted, told apart by their files:
 
     original  config.json with "architectures": ["InternVLChatModel"]  (InternVL2, 2.5, 3 as released; MMIE-Eval)
     native    config.json whose model_type is a native family's:      internvl (-hf, or written here),
-                                                                        qwen2_5_vl, qwen3_vl (as released)
+                                                                        qwen2_5_vl, qwen3_vl, qwen3_5, qwen3_5_moe
+                                                                        (as released)
     adapter   adapter_config.json (PEFT) over either of the above        (written by judge-train)
 
 A Judge's `source_format` is one of these, or "training" for the model judge-train is training, which its
@@ -142,7 +143,7 @@ def checkpoint_format(path: Path) -> str:
     if not config_file.is_file():
         raise CheckpointError(
             f"{path}: no config.json or adapter_config.json; expected a judge checkpoint directory "
-            "(original InternVLChatModel format, a native transformers InternVL, Qwen2.5-VL or Qwen3-VL, or a PEFT adapter)"
+            "(original InternVLChatModel format, a native transformers InternVL, Qwen2.5-VL, Qwen3-VL or Qwen3.5, or a PEFT adapter)"
         )
     config = read_json_object(config_file)
     if "InternVLChatModel" in (config.get("architectures") or []) or config.get("model_type") == "internvl_chat":
