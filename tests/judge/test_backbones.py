@@ -222,11 +222,12 @@ def test_mrope_positions_are_the_models_own_rope_index(families, name):
 QWEN_CONTENT = [{"type": "text", "text": "Question: what?\nImage-0: "}, {"type": "image"}, {"type": "text", "text": "\nAnswer:  two  spaces\n"}]
 
 
-@pytest.mark.parametrize("name", ["qwen2.5-vl-7b", "qwen3-vl-8b", "internvl3-1b-hf", "internvl2-8b"])
+@pytest.mark.parametrize("name", ["qwen2.5-vl-7b", "qwen3-vl-8b", "qwen3.5-9b", "internvl3-1b-hf", "internvl2-8b"])
 @pytest.mark.parametrize("system", [None, "Judge strictly."])
 def test_a_checkpoints_jinja_template_is_read_as_data(tmp_path, name, system):
     """The template read off the checkpoint's Jinja renders a user turn as the checkpoint's own template renders it
-    (its apply_chat_template), system message given or not."""
+    (its apply_chat_template), system message given or not; Qwen3.5's as it renders a turn before an answer (thinking
+    off), each message's ends stripped."""
     from mmjudge.judge.checkpoint import chat_template_of
 
     family = FAMILIES[name]
@@ -234,9 +235,10 @@ def test_a_checkpoints_jinja_template_is_read_as_data(tmp_path, name, system):
     tokenizer = load_tokenizer(tmp_path, ())
     template = chat_template_of(tmp_path, tokenizer)
     messages = [{"role": "system", "content": system}] if system else []
-    if family.llm in ("qwen2_5_vl", "qwen3_vl"):
+    if family.llm in ("qwen2_5_vl", "qwen3_vl", "qwen3_5"):
         images = (("<|vision_start|>", "<|image_pad|>", "<|vision_end|>"), QWEN_CONTENT)
-        rendered = tokenizer.apply_chat_template(messages + [{"role": "user", "content": images[1]}], tokenize=False, add_generation_prompt=True)
+        rendered = tokenizer.apply_chat_template(messages + [{"role": "user", "content": images[1]}], tokenize=False, add_generation_prompt=True,
+                                                 enable_thinking=False)
         ours, _ = render_query(template, ["Question: what?\nImage-0: ", None, "\nAnswer:  two  spaces\n"],
                                [placeholder(SmartResize(1, 1), 1)], system)
     else:
@@ -267,6 +269,9 @@ def _set(part: str = "", **values):
     ("internvl3-1b-hf", "config.json", _set("text_config", num_hidden_layers=10**9), "config.json describes 1,000,000,002 layers"),
     ("internvl2-1b", "config.json", _set("llm_config", num_hidden_layers=10**9), "config.json describes 1,000,000,002 layers"),
     ("qwen2.5-vl-7b", "config.json", _set("rope_scaling", mrope_section=[1, 1, 1]), r"mrope_section \[1, 1, 1\]; three positive whole numbers .* add up to .* 16"),
+    # Qwen3.5 rotates a quarter of each 64-wide head: its sections share 8, not 32
+    ("qwen3.5-9b", "config.json", lambda config: config["text_config"]["rope_parameters"].update(mrope_section=[11, 11, 10]),
+     r"mrope_section \[11, 11, 10\]; three positive whole numbers .* add up to .* 8$"),
     # issue 56: each was an internal error at the first image (transformers' own sections; the string's characters as numbers)
     ("qwen2.5-vl-7b", "config.json", lambda config: config.pop("rope_scaling"), r"config.json: rope_scaling: no mrope_section; a qwen2_5_vl config"),
     ("qwen2.5-vl-7b", "preprocessor_config.json", _set(image_mean="0.5"), r"preprocessor_config.json: image_mean '0.5': three finite numbers"),
