@@ -54,15 +54,18 @@ def official_inputs(processor, prompt, images):
 
 @pytest.mark.slow
 def test_prompts_and_logits_are_transformers_own_on_samples_and_edge_images(qwen35, data):
-    """16 samples: mmjudge's prompt ids and pixels are the official processor's, and the model as training runs it
-    (the Collator's right-padded batch, each row's 3-D positions by the backbone's rule) gives the logits of
-    transformers' own forward on the processor's inputs, one sample at a time, within 1e-5 in fp32."""
+    """16 samples (the mixture of experts: the 8 with edge images): mmjudge's prompt ids and pixels are the official
+    processor's, and the model as training runs it (the Collator's right-padded batch, each row's 3-D positions by
+    the backbone's rule) gives the logits of transformers' own forward on the processor's inputs, one sample at a
+    time, within 1e-5 in fp32."""
     from transformers import AutoModelForImageTextToText
 
     path, judge = qwen35
     samples, rubrics = load_samples(data / "data.json", data), load_rubrics([CONFIG_DIR / "rubrics" / "tiny"])
     items = prepare(judge, list(enumerate(samples)), rubrics, data, ScoreOptions(max_tiles=2))
     assert len(items) == 16 and sum(bool(item.images) for item in items) >= 14
+    if judge.model.config.model_type == "qwen3_5_moe":  # the dense family's in all but its MLPs: the 8 edge images suffice (time)
+        items, samples = items[8:], samples[8:]
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).eval()
     processor = ImagesAndText(path, model.config.model_type)
     rows, references = [], []
