@@ -115,6 +115,8 @@ def test_grpo_samples_with_transformers_generate_and_saves_the_judge(base, pairs
                        "--max_steps", "1", "--save_steps", "1", "--logging_steps", "1", "--warmup_ratio", "0"]) == 0
     # The tiny random judge's 16 completions rarely hold an A or a B: the rewards, and so the advantages, may all be 0.
     assert [h["step"] for h in json.loads((out / "reward_history.json").read_text())] == [1]
+    logged = json.loads((out / "checkpoints" / "checkpoint-1" / "trainer_state.json").read_text())["log_history"][0]
+    assert logged["completions/mean_length"] > 0 and logged["entropy"] > 0  # transformers' generate sampled the completions
     assert json.loads((out / "config.json").read_text())["architectures"] == ["Qwen3_5ForConditionalGeneration"]
     assert type(load_judge(out).model).__name__ == "Qwen3_5ForConditionalGeneration"
 
