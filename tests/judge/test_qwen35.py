@@ -128,3 +128,13 @@ def test_its_multi_token_prediction_weights_are_in_the_files_and_left_out_of_the
     save_file(weights | {"model.extra.weight": torch.zeros(4)}, broken / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match="the weight files hold"):
         load_judge(broken)
+
+
+def test_a_trimming_templates_query_loses_only_the_whitespace_at_its_two_ends():
+    """As Jinja's `trim` strips a message's text: across parts, the image tokens (control parts) kept whole."""
+    from mmjudge.judge.templates import trimmed
+
+    parts = [(" \n", False), ("  Look:\n", False), ("<|image_pad|>", True), ("\n so.  ", False), ("\n", False)]
+    assert trimmed(parts) == [("Look:\n", False), ("<|image_pad|>", True), ("\n so.", False)]
+    assert "".join(p for p, _ in trimmed(parts)) == "".join(p for p, _ in parts).strip()
+    assert trimmed([(" \n ", False)]) == [] and trimmed([("a", False)]) == [("a", False)]
