@@ -7,7 +7,7 @@
 The engine runs as judge-score runs it (infer/engine.py's Scorer: the scheduler, slots, prefill groups, decoding
 loop, follow-up rule, detokenizer and parser, the progress bar, images decoded and tiled in the loader threads) on the scoring
 benchmark's MMIE-shaped workload (benchmarks/score_throughput.py: 1-4 images a sample, 500-1200 text tokens), with
-one thing replaced: the model. `HostOnly` below is this benchmark's stand-in, never a product path: its forward
+one thing replaced: the model. `HostOnly` below, the decoder's runner, is this benchmark's stand-in, never a product path: its forward
 passes return tensors of the right shapes at once, each row's next token read off a fixed cycle of distinct
 tokens, so that every row writes --new_tokens tokens (the stop token ignored, as the scoring benchmark does). On a
 GPU the model's work is queued on the device and overlaps the host's, so what is left here is what each engine
@@ -41,10 +41,11 @@ use_free_cores()
 
 import torch  # noqa: E402
 
-from mmjudge.infer.decoding import Decoder, Step
 from mmjudge.infer import engine
 from mmjudge.infer.engine import Scorer, prepare
 from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.runner import Runner
+from mmjudge.infer.sampler import Step
 from mmjudge.infer.progress import Bar
 from mmjudge.judge.data import load_samples
 from mmjudge.judge.model import load_judge
@@ -52,13 +53,13 @@ from mmjudge.judge.prompts import load_rubrics
 from mmjudge.judge.testing import write_original_checkpoint
 from score_throughput import write_workload
 
-# The engine's phases, by the functions that hold them (infer/decoding.py, infer/engine.py), for --profile.
+# The engine's phases, by the functions that hold them (infer/decoding.py and its parts, infer/engine.py), for --profile.
 PHASES = {
-    "decoding step: set-up (positions, draws, masks, penalties)": ["_draws", "_masks", "_penalties", "_step_inputs"],
+    "decoding step: set-up (positions, draws, masks, penalties)": ["draws_of", "masks_of", "penalties_of", "step_inputs"],
     "decoding step: outputs to rows (Step.rows)": ["rows"],
     "decoding step: each row's token taken (_accept, on_token)": ["_accept"],
-    "prefill: inputs built (ids, places, rotary positions)": ["_prefill"],
-    "prefill: grouping and admission": ["_group", "_admit"],
+    "prefill: inputs built (ids, places, rotary positions)": ["prefill"],
+    "prefill: grouping and admission": ["group", "_admit"],
     "results: detokenized and parsed": ["_generate_result", "_logits_result"],
 }
 
@@ -71,30 +72,29 @@ class HostTimes:
     prefill_ns: int = 0
 
 
-def timed(method, total: str):
-    """The decoder's `method`, its CPU time in the engine's thread added to the decoder's HostTimes field `total`."""
-    def run(self, *args):
+def timed(method, times: HostTimes, total: str):
+    """A bound `method` of the decoder or its runner, its CPU time in the engine's thread added to `times`' field `total`."""
+    def run(*args):
         start = time.thread_time_ns()
         try:
-            return method(self, *args)
+            return method(*args)
         finally:
-            setattr(self.times, total, getattr(self.times, total) + time.thread_time_ns() - start)
+            setattr(times, total, getattr(times, total) + time.thread_time_ns() - start)
     return run
 
 
-class HostOnly(Decoder):
-    """The benchmark's stand-in for the model (module docstring): the decoder's own code around it runs unchanged.
+class HostOnly(Runner):
+    """The benchmark's stand-in for the model (module docstring): the runner's own code around it and the decoder's run unchanged.
     A prompt's first token is the cycle's first, each later one its input's successor on the cycle."""
 
     cycle: torch.Tensor  # distinct token ids
     successor: torch.Tensor  # (vocabulary,) each token's next on the cycle (the first for any other)
-    times: HostTimes
     zeros: dict  # rows -> the recorded columns, log-probabilities and their ids, all zeros
 
-    def _embed(self, input_ids, pixels):
+    def embed(self, input_ids, pixels):
         return torch.zeros(*input_ids.shape, 1, dtype=self.dtype), None
 
-    def _layers(self, hidden, *args, **kwargs):
+    def layers(self, hidden, *args, **kwargs):
         return hidden
 
     def _outputs(self, chosen: torch.Tensor) -> Step:
@@ -102,31 +102,31 @@ class HostOnly(Decoder):
         stand-in's own allocations are not the engine's)."""
         rows = chosen.shape[0]
         if rows not in self.zeros:
-            self.zeros[rows] = (torch.zeros(rows, len(self.columns)), torch.zeros(rows, 0), torch.zeros(rows, 0, dtype=torch.long))
+            self.zeros[rows] = (torch.zeros(rows, len(self.sampler.columns)), torch.zeros(rows, 0), torch.zeros(rows, 0, dtype=torch.long))
         return Step(chosen, *self.zeros[rows])
 
-    def _head(self, hidden, logprobs, draws, masks, penalties=None) -> Step:
+    def head(self, hidden, logprobs, draws, masks, penalties=None) -> Step:
         return self._outputs(self.cycle[:1].expand(hidden.shape[0]))
 
-    def _step(self, cache, tokens, draws, masks, penalties, logprobs) -> Step:
+    def step(self, cache, tokens, draws, masks, penalties, logprobs) -> Step:
         return self._outputs(self.successor[tokens])
-
-    _decode = timed(Decoder._decode, "step_ns")
-    _prefill = timed(Decoder._prefill, "prefill_ns")
 
 
 def host_only(scorer: Scorer, new_tokens: int) -> HostTimes:
-    """Give the scorer's decoder the stand-in model: a cycle of `new_tokens` distinct ordinary tokens."""
-    decoder = scorer.decoder
-    special = set(scorer.judge.tokenizer.all_special_ids) | set(decoder.stop_ids) | set(decoder.suppress.tolist())
-    ordinary = [t for t in range(decoder.vocab_size) if t not in special][: max(2, new_tokens)]
-    decoder.__class__ = HostOnly
-    decoder.cycle = torch.tensor(ordinary)
-    decoder.successor = torch.full((decoder.vocab_size,), ordinary[0])
-    decoder.successor[decoder.cycle] = torch.roll(decoder.cycle, -1)
-    decoder.times = HostTimes()
-    decoder.zeros = {}
-    return decoder.times
+    """Give the scorer's decoder the stand-in model (a cycle of `new_tokens` distinct ordinary tokens) and time its
+    decoding steps and prefills."""
+    decoder, runner = scorer.decoder, scorer.decoder.runner
+    special = set(scorer.judge.tokenizer.all_special_ids) | set(decoder.stop_ids) | set(decoder.sampler.suppress.tolist())
+    ordinary = [t for t in range(runner.vocab_size) if t not in special][: max(2, new_tokens)]
+    runner.__class__ = HostOnly
+    runner.cycle = torch.tensor(ordinary)
+    runner.successor = torch.full((runner.vocab_size,), ordinary[0])
+    runner.successor[runner.cycle] = torch.roll(runner.cycle, -1)
+    runner.zeros = {}
+    times = HostTimes()
+    decoder._decode = timed(decoder._decode, times, "step_ns")
+    runner.prefill = timed(runner.prefill, times, "prefill_ns")
+    return times
 
 
 def loaded_once(load_pixels):
@@ -156,10 +156,10 @@ def measure(judge, rubrics, items, options: ScoreOptions, profile: cProfile.Prof
     if profile is not None:
         profile.disable()
     scorer.loaders.shutdown()
-    decoder = scorer.decoder
     assert len(results) == len(items), "every sample must be judged"
-    return {"samples": len(items), "steps": decoder.steps, "prefills": decoder.prefills, "host_ms": total / 1e6,
-            "step_us": times.step_ns / 1e3 / max(1, decoder.steps), "prefill_us": times.prefill_ns / 1e3 / max(1, decoder.prefills),
+    runner = scorer.decoder.runner
+    return {"samples": len(items), "steps": runner.steps, "prefills": runner.prefills, "host_ms": total / 1e6,
+            "step_us": times.step_ns / 1e3 / max(1, runner.steps), "prefill_us": times.prefill_ns / 1e3 / max(1, runner.prefills),
             "per_sample_us": total / 1e3 / len(items)}
 
 

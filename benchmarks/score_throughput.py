@@ -34,7 +34,7 @@ import torch  # noqa: E402
 from PIL import Image
 from transformers import GenerationConfig, InternVLForConditionalGeneration
 
-from mmjudge.infer.decoding import kv_bytes_per_token
+from mmjudge.infer.cache import kv_bytes_per_token
 from mmjudge.infer.engine import Scorer, prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.cli import add_revision_flag
@@ -141,7 +141,7 @@ def engine_run(judge, rubrics, items, options, device, split_kv: bool | None = N
     split-KV or SDPA (None: the decoder's own choice, split-KV on a GPU)."""
     scorer = Scorer(judge, rubrics, options, device)
     if split_kv is not None:
-        scorer.decoder.split_kv = split_kv
+        scorer.decoder.runner.split_kv = split_kv
     _sync(device)
     start = time.perf_counter()
     results = {r.id: r for batch in scorer.run(items) for _, r in batch}
@@ -149,8 +149,8 @@ def engine_run(judge, rubrics, items, options, device, split_kv: bool | None = N
     seconds = time.perf_counter() - start
     # as each run ends: a step cut by its time limit still shows how far it got
     # the decoder's own answer: the option's default (None) is deterministic on a GPU
-    print(f"engine: {len(items)} samples, {options.mode}{', deterministic' if scorer.decoder.deterministic else ''}: {seconds:.1f} s", flush=True)
-    return Run(seconds, results, scorer.decoder.steps, scorer.decoder.prefills, scorer.decoder.split_kv, scorer.decoder.deterministic)
+    print(f"engine: {len(items)} samples, {options.mode}{', deterministic' if scorer.decoder.runner.deterministic else ''}: {seconds:.1f} s", flush=True)
+    return Run(seconds, results, scorer.decoder.runner.steps, scorer.decoder.runner.prefills, scorer.decoder.runner.split_kv, scorer.decoder.runner.deterministic)
 
 
 def invariance(judge, rubrics, samples, data, generate: ScoreOptions, logits: ScoreOptions, batched: dict, device: str) -> dict:

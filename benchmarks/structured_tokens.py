@@ -16,7 +16,8 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from mmjudge.infer import grammar
-from mmjudge.infer.decoding import Request, Sampling
+from mmjudge.infer.sampler import Sampling
+from mmjudge.infer.scheduler import Request
 from mmjudge.infer.engine import judge_decoder, judge_vocabulary
 from mmjudge.judge.model import load_judge
 from mmjudge.judge.testing import write_original_checkpoint

@@ -13,7 +13,7 @@ by a second kernel, so that the narrow products of a decoding step still give th
 so. The tiles and the splits depend on N and K alone, never on the number of rows, so each row's sums run in
 the same order in a batch of any size.
 
-Used by the decoder's steps (infer/decoding.py) when it is deterministic: `use_batch_invariant_linears`
+Used by the decoder's steps (infer/runner.py) when it is deterministic: `use_batch_invariant_linears`
 patches a model's linear layers, which then run this kernel inside `batch_invariant()` and their own forward
 everywhere else. The tests run the same kernels on the CPU in Triton's interpreter (TRITON_INTERPRET=1).
 """

@@ -35,10 +35,12 @@ from pathlib import Path
 
 import torch
 
-from mmjudge.infer.decoding import Completion, Decoder, OutOfMemory, Request, Sampling
+from mmjudge.infer.decoding import Completion, Decoder, OutOfMemory
 from mmjudge.infer.grammar import Grammar, GrammarError, Vocabulary, score_lines
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.infer.prefix_cache import pixel_digest
+from mmjudge.infer.sampler import Sampling
+from mmjudge.infer.scheduler import Request
 from mmjudge.judge.data import VERDICTS, InputError, JudgeResult, OrderJudgement, Pair, PairResult, Problem, Sample, UsageError
 from mmjudge.judge.model import Judge, with_max_tiles
 from mmjudge.judge.parsing import SCORE_HEADING, ScoreScale, parse_judgement
@@ -369,10 +371,11 @@ class Scorer:
                             on_token=counted.token(i), grammar=self.grammars.get(items[i].sample.category), prefix=items[i].prefix)
                     for i in sorted(range(len(items)), key=lambda i: -len(items[i].input_ids))]
         pin = torch.device(self.device).type == "cuda"
-        image_token_id = self.decoder.backbone.image_token_id if self.decoder.prefix_cache is not None else None
+        runner = self.decoder.runner
+        image_token_id = runner.backbone.image_token_id if runner.prefix_cache is not None else None
 
         def load(request: Request):
-            return self.loaders.submit(_load_pixels, items[request.index], self.decoder.dtype, pin, image_token_id)
+            return self.loaders.submit(_load_pixels, items[request.index], runner.dtype, pin, image_token_id)
 
         try:
             if self.options.mode == "logits":

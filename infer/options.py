@@ -29,7 +29,7 @@ MAX_SAMPLES = 100
 # than any one device holds.
 MAX_PREFIX_CACHE = 2**20
 # The keys and values judge-serve's reward endpoints keep of prompts' shared parts where --prefix_cache is not given,
-# off a GPU (serve/rewards.py's with_prefix_cache; on one, half the KV cache's room: infer/decoding.py's
+# off a GPU (serve/rewards.py's with_prefix_cache; on one, half the KV cache's room: infer/cache.py's
 # prefix_cache_room): InternVL2-4B's 16,384 tokens in bf16; a smaller judge's more, which a fixed count of tokens left
 # missing (docs/rewards.md).
 REWARD_PREFIX_CACHE_BYTES = 6 * 2**30

@@ -4,7 +4,7 @@ question, its images and the rubric, then eight answers), or a pair's two orders
 A judge prompt's shared part (`Request.prefix`) is what comes before its first answer: where it ends is a
 property of the prompt alone (infer/engine.py's prepare finds it), never of what the cache holds. A prompt
 with a shared part is always prefilled in two pieces cut there, the shared part and then the rest attending
-to it through its slot (infer/decoding.py), whether the shared part's keys and values are computed or copied
+to it through its slot (infer/runner.py), whether the shared part's keys and values are computed or copied
 from here: a prompt whose shared part came from the cache is therefore the same bits as the same prompt
 prefilled fresh, by construction, alone and in any batch.
 

@@ -13,7 +13,7 @@ in order. A span past a row's length does nothing.
 So a row's output depends on its own query, keys, values and length alone: bit for bit the same whatever is
 batched beside it and at any width, which SDPA's masked kernels do not promise.
 
-Used by the decoder's steps (infer/decoding.py) on a GPU with Triton (installed with PyTorch's CUDA builds);
+Used by the decoder's steps (infer/runner.py) on a GPU with Triton (installed with PyTorch's CUDA builds);
 the tests run the same kernels on the CPU in Triton's interpreter (TRITON_INTERPRET=1).
 """
 

@@ -8,7 +8,7 @@ becomes.
 A chat request holds at most one system (or `developer`) message, then one user message whose content is a
 text or a list of `text` and `image_url` parts. Decoding is greedy unless `temperature` says otherwise;
 `top_p`, `top_k` (vLLM's), `seed`, `n`, `stop`, `stream`, `logprobs`, `presence_penalty` and
-`frequency_penalty` (OpenAI's rule, infer/decoding.py) are honoured, and so are structured
+`frequency_penalty` (OpenAI's rule, infer/sampler.py) are honoured, and so are structured
 outputs: OpenAI's `response_format` (`json_object`, `json_schema`) and vLLM's `structured_outputs`
 (`json`, `regex`, `choice`, `grammar`) or its older `guided_*` fields, at most one of them. An optional
 field given as null is taken as absent, as OpenAI's API reference allows. A field this server cannot honour

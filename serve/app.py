@@ -35,7 +35,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from mmjudge.infer import grammar
-from mmjudge.infer.decoding import Completion, Sampling
+from mmjudge.infer.decoding import Completion
+from mmjudge.infer.sampler import Sampling
 from mmjudge.judge.data import CALIBRATOR_FIELDS, IMAGE_PLACEHOLDER, Pair, Sample, UsageError
 from mmjudge.judge.prompts import Query, encode_prompt, render_query
 from mmjudge.judge.vision import Pixels, load_pixels, placeholder

@@ -40,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mmjudge.infer.decoding import prefix_cache_room
+from mmjudge.infer.cache import prefix_cache_refusal, prefix_cache_room
 from mmjudge.infer.engine import read_tokens
 from mmjudge.infer.options import MAX_PREFIX_CACHE, REWARD_PREFIX_CACHE_BYTES, ScoreOptions
 from mmjudge.judge.data import JudgeResult, Pair, Sample, Segment, UsageError
@@ -170,6 +170,8 @@ def with_prefix_cache(options: ScoreOptions, judge: Judge, device: str) -> Score
     if options.prefix_cache is not None:
         return options
     model = judge.model
+    if prefix_cache_refusal(model.config.get_text_config()):  # a hybrid's linear-attention state (infer/cache.py): off
+        return replace(options, prefix_cache=0)
     room = prefix_cache_room(model.config.get_text_config(), model.dtype, torch.device(device), REWARD_PREFIX_CACHE_BYTES)
     return replace(options, prefix_cache=min(MAX_PREFIX_CACHE, room))
 

@@ -37,7 +37,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from mmjudge.infer.decoding import Completion, OutOfMemory, Request, Sampling, seeded
+from mmjudge.infer.decoding import Completion, OutOfMemory
+from mmjudge.infer.sampler import Sampling, seeded
+from mmjudge.infer.scheduler import Request
 from mmjudge.infer.engine import Prepared, Scorer, judge_decoder
 from mmjudge.infer.grammar import Grammar
 from mmjudge.infer.options import ScoreOptions
@@ -121,7 +123,7 @@ class Worker:
         self.decoders = list({id(d): d for d in (self.scorer.decoder, self.reward_scorer.decoder, self.chat_decoder) if d is not None}.values())
         self.context = min(context_length(judge.model.config.get_text_config()), max_model_len or sys.maxsize)  # the prompt and its answer together
         for decoder in self.decoders:  # --max_model_len: answers end there
-            decoder.context = min(decoder.context, self.context)
+            decoder.scheduler.context = min(decoder.scheduler.context, self.context)
         self.counts: Counter[str] = Counter()  # the metrics endpoint's counters; written by this thread only
         self._queue: queue.Queue[ScoreJob | ChatJob] = queue.Queue()
         self._held: list[ScoreJob | ChatJob] = []  # arrived during a round and not joined to it: the next round's first
@@ -137,9 +139,10 @@ class Worker:
     def forward_passes(self) -> dict[str, int]:
         """Prefill groups (or chunks) and decoding steps run so far, the prompt tokens prefilled, scoring and chat
         together, the prefix caches' hits and misses, and the tokens they may hold and hold."""
-        caches = [d.prefix_cache for d in self.decoders if d.prefix_cache is not None]
-        return {"prefill": sum(d.prefills for d in self.decoders), "step": sum(d.steps for d in self.decoders),
-                "prefill_tokens": sum(d.prefill_tokens for d in self.decoders),
+        runners = [d.runner for d in self.decoders]
+        caches = [r.prefix_cache for r in runners if r.prefix_cache is not None]
+        return {"prefill": sum(r.prefills for r in runners), "step": sum(r.steps for r in runners),
+                "prefill_tokens": sum(r.prefill_tokens for r in runners),
                 "prefix_hits": sum(c.hits for c in caches), "prefix_misses": sum(c.misses for c in caches),
                 "prefix_limit": sum(c.limit for c in caches), "prefix_tokens": sum(c.tokens for c in caches)}
 

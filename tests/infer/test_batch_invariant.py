@@ -12,7 +12,8 @@ import torch
 import mmjudge.infer.batch_invariant as batch_invariant_module
 import mmjudge.infer.split_kv
 from mmjudge.infer.batch_invariant import batch_invariant, linear, splits, use_batch_invariant_linears
-from mmjudge.infer.decoding import Request, Sampling
+from mmjudge.infer.sampler import Sampling
+from mmjudge.infer.scheduler import Request
 from mmjudge.infer.engine import judge_decoder
 from mmjudge.judge.model import load_judge
 from mmjudge.judge.testing import write_original_checkpoint
@@ -69,8 +70,8 @@ def no_images(request):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("family", "adapter"), [("internvl2-4b", False), ("internvl2-4b", True), ("internvl2-8b", False),
-                                                ("qwen2.5-vl-3b", False), ("qwen3-vl-4b", False)],
-                         ids=["internvl2-4b", "internvl2-4b-lora", "internvl2-8b", "qwen2.5-vl-3b", "qwen3-vl-4b"])
+                                                ("qwen2.5-vl-3b", False), ("qwen3-vl-4b", False), ("qwen3.5-4b", False)],
+                         ids=["internvl2-4b", "internvl2-4b-lora", "internvl2-8b", "qwen2.5-vl-3b", "qwen3-vl-4b", "qwen3.5-4b"])
 def test_a_deterministic_decoder_writes_each_prompt_to_the_same_bits_alone_and_batched(tmp_path, monkeypatch, family, adapter):
     """Four prompts of different lengths decoded side by side, and each alone, fp32, two greedy and two
     sampled (one with two choices): with the decoder deterministic (its prefill a group per prompt, its
@@ -78,7 +79,8 @@ def test_a_deterministic_decoder_writes_each_prompt_to_the_same_bits_alone_and_b
     are the same bits; the CPU's own products are not batch-invariant, so the same runs without it differ
     in the logits' last bits. For Phi-3 (InternVL2-4B), InternLM2 (InternVL2-8B), Qwen2.5-VL (biased
     projections) and Qwen3-VL, and with a LoRA adapter (as judge-train trains one, its weights random here):
-    PEFT's layers and the ones they wrap run the kernel."""
+    PEFT's layers and the ones they wrap run the kernel. Qwen3.5's Gated DeltaNet layers too: their projections run the
+    kernel, and their convolution and recurrent step are a row's own (infer/cache.py's LinearAttentionCache)."""
     monkeypatch.setattr(mmjudge.infer.split_kv, "SPAN", 16)
     checkpoint = write_original_checkpoint(tmp_path / "judge") if family == "internvl2-4b" else write_family_checkpoint(family, tmp_path / "judge")
     judge = load_judge(checkpoint, DEVICE, torch.float32)
@@ -94,10 +96,10 @@ def test_a_deterministic_decoder_writes_each_prompt_to_the_same_bits_alone_and_b
     def run(deterministic: bool, indices):
         decoder = judge_decoder(judge, DEVICE, None, columns=list(range(judge.model.config.text_config.vocab_size)),
                                 deterministic=deterministic)
-        decoder.split_kv = decoder.batch_invariant = deterministic  # the GPU's kernels, in the interpreter on a CPU
+        decoder.runner.split_kv = decoder.runner.batch_invariant = deterministic  # the GPU's kernels, in the interpreter on a CPU
         requests = [Request(i, prompts[i], max_new_tokens=3 + 2 * i, sampling=samplings[i], n=1 + (i == 3)) for i in indices]
         completions = {(c.index, c.choice): c for done in decoder.generate(requests, no_images, 12) for c in done}
-        return completions, decoder.prefills
+        return completions, decoder.runner.prefills
 
     samplings = [Sampling(), Sampling(0.9, seed=1), Sampling(), Sampling(1.1, top_p=0.9, seed=2)]
     batched, prefills = run(True, range(4))
@@ -127,14 +129,14 @@ def test_a_deterministic_decoder_cuts_chunked_prompts_at_the_same_places_alone_a
 
     def run(indices):
         decoder = judge_decoder(judge, DEVICE, None, columns=list(range(8)), prefill_budget=24, deterministic=True)
-        decoder.split_kv = decoder.batch_invariant = True  # the GPU's kernels, in the interpreter on a CPU
-        prefill_chunk = decoder._prefill_chunk
+        decoder.runner.split_kv = decoder.runner.batch_invariant = True  # the GPU's kernels, in the interpreter on a CPU
+        prefill_chunk = decoder.runner.prefill_chunk
 
         def recorded(rows, cache, prompt, end):
             chunks.append((rows[0].request.index, rows[0].position, end))
             return prefill_chunk(rows, cache, prompt, end)
 
-        decoder._prefill_chunk = recorded
+        decoder.runner.prefill_chunk = recorded
         requests = [Request(i, prompts[i], max_new_tokens=4) for i in indices]
         return {c.index: c for done in decoder.generate(requests, no_images, 4) for c in done}
 

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from mmjudge.infer.decoding import Request, Sampling, attention_weight, chunk_cost, chunk_size
+from mmjudge.infer.sampler import Sampling
+from mmjudge.infer.scheduler import Request, attention_weight, chunk_cost, chunk_size
 from mmjudge.infer.engine import judge_decoder, prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import load_samples
@@ -54,17 +55,17 @@ def test_a_chunked_prefill_writes_what_an_unchunked_one_writes_across_the_long_r
     for request in ({}, {"sampling": Sampling(temperature=0.9, seed=3), "n": 2}):
         whole, unchunked = run(long_rope_judge, items, None, **request)
         chunked, decoder = run(long_rope_judge, items, CHUNK, **request)
-        assert decoder.prefills == sum(len(chunk_ends(n, CHUNK, decoder.attention_weight)) for n in lengths) and unchunked.prefills < len(items)
+        assert decoder.runner.prefills == sum(len(chunk_ends(n, CHUNK, decoder.scheduler.attention_weight)) for n in lengths) and unchunked.runner.prefills < len(items)
         assert whole.keys() == chunked.keys()
         for key, one in whole.items():
             assert chunked[key].tokens == one.tokens and len(one.tokens) == 12
             torch.testing.assert_close(chunked[key].top_logprobs, one.top_logprobs, rtol=0, atol=1e-4)
             assert chunked[key].top_ids.tolist() == one.top_ids.tolist()
     # what makes it so past the switch: a chunk's rotary regime is its whole prompt's (its last position rides along)
-    import mmjudge.infer.decoding as decoding
+    from mmjudge.infer.runner import Runner
 
-    layers = decoding.Decoder._layers
-    monkeypatch.setattr(decoding.Decoder, "_layers", lambda self, *args, reach=None, **kwargs: layers(self, *args, **kwargs))
+    layers = Runner.layers
+    monkeypatch.setattr(Runner, "layers", lambda self, *args, reach=None, **kwargs: layers(self, *args, **kwargs))
     blind, _ = run(long_rope_judge, items, CHUNK)
     whole, _ = run(long_rope_judge, items, None)
     past = [k for k, n in enumerate(lengths) if n > ROPE_SWITCH]
@@ -83,10 +84,10 @@ def test_short_requests_decode_between_a_long_prompts_chunks_and_write_what_they
     assert len(long) > 5 * budget and all(len(ids) <= budget // 2 for ids in shorts)
     decoder = judge_decoder(judge, "cpu", None, columns=[], prefill_budget=budget)
     requests = [Request(0, long, max_new_tokens=4), *(Request(k + 1, ids, max_new_tokens=6) for k, ids in enumerate(shorts))]
-    finished = {c.index: decoder.prefills for batch in decoder.generate(requests, no_images, 6, joining=lambda take: None) for c in batch}
-    assert decoder.prefill_tokens == len(long) + sum(map(len, shorts))
-    assert decoder.prefills >= -(-len(long) // budget) + 1  # the long prompt's chunks, and the short ones' prefill
-    assert max(finished[1], finished[2]) < decoder.prefills  # the short ones were done before the long prompt's last chunk
+    finished = {c.index: decoder.runner.prefills for batch in decoder.generate(requests, no_images, 6, joining=lambda take: None) for c in batch}
+    assert decoder.runner.prefill_tokens == len(long) + sum(map(len, shorts))
+    assert decoder.runner.prefills >= -(-len(long) // budget) + 1  # the long prompt's chunks, and the short ones' prefill
+    assert max(finished[1], finished[2]) < decoder.runner.prefills  # the short ones were done before the long prompt's last chunk
     together = {c.index: c.tokens for batch in judge_decoder(judge, "cpu", None, columns=[], prefill_budget=budget).generate(
         requests_again(requests), no_images, 6, joining=lambda take: None) for c in batch}
     for request in requests:
@@ -104,10 +105,10 @@ def test_a_cancelled_long_prompt_stops_at_the_next_chunk(long_rope_judge):
     decoder = judge_decoder(judge, "cpu", None, columns=[], prefill_budget=64)
     chunks = -(-len(long) // 64)
     assert chunks > 6
-    gone = Request(0, long, max_new_tokens=4, cancelled=lambda: decoder.prefills >= 3)
+    gone = Request(0, long, max_new_tokens=4, cancelled=lambda: decoder.runner.prefills >= 3)
     (done,), = list(decoder.generate([gone], no_images, 4))
     assert done.finish_reason == "cancelled" and done.tokens == []
-    assert decoder.prefills == 3 and decoder.steps == 0  # the chunk under way when it was cancelled was the last
+    assert decoder.runner.prefills == 3 and decoder.runner.steps == 0  # the chunk under way when it was cancelled was the last
 
 
 @pytest.mark.slow
@@ -124,7 +125,7 @@ def test_a_chunked_prefill_of_a_qwen_judge_keeps_its_image_grid_positions_and_de
     assert all(item.n_tiles > 0 for item in items) and min(len(item.input_ids) for item in items) > 3 * CHUNK // 2
     whole, _ = run(judge, items, None)
     chunked, decoder = run(judge, items, CHUNK // 2)
-    assert decoder.prefills > 2 * len(items)  # every prompt in several chunks, cut through its image tokens
+    assert decoder.runner.prefills > 2 * len(items)  # every prompt in several chunks, cut through its image tokens
     for key, one in whole.items():
         assert chunked[key].tokens == one.tokens
         torch.testing.assert_close(chunked[key].top_logprobs, one.top_logprobs, rtol=0, atol=1e-4)
@@ -161,12 +162,12 @@ def test_each_decoding_step_beside_a_long_prompt_waits_for_one_chunk_within_the_
     long = chat_ids(judge, "Judge this long answer. " + "The boat leaves the harbour at night, and the sea is grey. " * 240)
     decoder = judge_decoder(judge, "cpu", None, columns=[], prefill_budget=budget)
     chunks = []  # (start, end, decoding steps run before it)
-    prefill_chunk = decoder._prefill_chunk
-    monkeypatch.setattr(decoder, "_prefill_chunk", lambda rows, cache, prompt, end: chunks.append((rows[0].position, end, decoder.steps))
+    prefill_chunk = decoder.runner.prefill_chunk
+    monkeypatch.setattr(decoder.runner, "prefill_chunk", lambda rows, cache, prompt, end: chunks.append((rows[0].position, end, decoder.runner.steps))
                         or prefill_chunk(rows, cache, prompt, end))
     requests = [Request(0, long, max_new_tokens=1), Request(1, chat_ids(judge, "Score it."), max_new_tokens=200)]
     list(decoder.generate(requests, no_images, 200, joining=lambda take: None))
-    weight, allowed = decoder.attention_weight, max(chunk_cost(budget, 0, decoder.attention_weight), 2 * budget)
+    weight, allowed = decoder.scheduler.attention_weight, max(chunk_cost(budget, 0, decoder.scheduler.attention_weight), 2 * budget)
     assert chunks[-1][1] == len(long) and [start for start, _, _ in chunks[1:]] == [end for _, end, _ in chunks[:-1]]
     assert all(chunk_cost(end - start, start, weight) <= allowed for start, end, _ in chunks)
     assert chunks[0][1] - chunks[0][0] > 2 * (chunks[-2][1] - chunks[-2][0])  # shrunk more than twofold by the end

@@ -10,9 +10,13 @@ import torch
 import transformers
 from transformers import GenerationConfig
 
-from mmjudge.infer.decoding import Completion, Decoder, Request, Sampling, SlotCache
+from mmjudge.infer.cache import SlotCache
+from mmjudge.infer.decoding import Completion, Decoder
 from mmjudge.infer.engine import Scorer, _load_pixels, judge_decoder, prepare, unwritable_tokens
 from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.runner import Runner
+from mmjudge.infer.sampler import Sampling
+from mmjudge.infer.scheduler import Request
 from mmjudge.judge.data import load_samples
 from mmjudge.judge.model import load_judge
 from mmjudge.judge.prompts import load_rubrics
@@ -90,13 +94,13 @@ def test_a_long_rope_judge_alone_writes_what_transformers_generate_writes(long_r
     suppress = unwritable_tokens(judge)
     for i, item in enumerate(items):
         pixels = _load_pixels(item, torch.float32, pin=False)
-        config = GenerationConfig(max_new_tokens=12, do_sample=False, eos_token_id=list(judge.stop_ids), pad_token_id=decoder.pad_id,
+        config = GenerationConfig(max_new_tokens=12, do_sample=False, eos_token_id=list(judge.stop_ids), pad_token_id=decoder.runner.pad_id,
                                   suppress_tokens=suppress, return_dict_in_generate=True, output_logits=True)
         ids = item.input_ids[None].long()
         reference = judge.model.generate(input_ids=ids, **({} if pixels is None else judge.backbone.model_inputs(pixels)), generation_config=config)
         assert completions[i].tokens == reference.sequences[0, ids.shape[1]:].tolist()
         full = torch.stack(reference.logits, dim=1)[0]  # (steps, vocabulary)
-        torch.testing.assert_close(completions[i].logits, full[:, decoder.columns], rtol=0, atol=1e-5)
+        torch.testing.assert_close(completions[i].logits, full[:, decoder.sampler.columns], rtol=0, atol=1e-5)
 
 
 def _loader(items):
@@ -128,7 +132,7 @@ def test_follow_up_tokens_read_what_a_forward_pass_over_the_whole_text_reads(jud
         pixels = _load_pixels(item, torch.float32, pin=False)
         ids = torch.tensor([[*item.input_ids.tolist(), *written, *heading]])
         logits = judge.model(input_ids=ids, **({} if pixels is None else judge.backbone.model_inputs(pixels))).logits[0, -1]
-        torch.testing.assert_close(completion.follow_up_logits, logits[scorer.decoder.columns], rtol=0, atol=1e-5)
+        torch.testing.assert_close(completion.follow_up_logits, logits[scorer.decoder.sampler.columns], rtol=0, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -153,8 +157,8 @@ def test_rows_that_stop_early_leave_their_slot_to_the_next_prompt_and_write_what
         scorer.decoder.stop_ids = frozenset({stop})
         scorer._follow_up = lambda item, tokens: []  # count the written tokens' steps only
         count = []
-        run_step = scorer.decoder._run_step
-        monkeypatch.setattr(scorer.decoder, "_run_step", lambda *args: count.append(1) or run_step(*args))
+        run_step = scorer.decoder.runner.run_step
+        monkeypatch.setattr(scorer.decoder.runner, "run_step", lambda *args: count.append(1) or run_step(*args))
         items = prepare(judge, samples, rubrics, dataset, options)
         outputs[budget] = {r.id: (r.feedback, r.generated_tokens) for batch in scorer.run(items) for _, r in batch}
         steps[budget] = len(count)
@@ -173,12 +177,12 @@ def test_prefill_groups_hold_at_most_the_budget_longest_first_and_drop_nothing(j
     decoder = Decoder(judge.model, device="cpu", pad_id=0, stop_ids=(), suppress=[], columns=torch.tensor([1]), token_budget=1200)
     lengths = [2000, 900, 300, 300, 100, 50]
     requests = [Request(i, torch.ones(n, dtype=torch.long)) for i, n in enumerate(lengths)]
-    from mmjudge.infer.decoding import _Lookahead
+    from mmjudge.infer.scheduler import Lookahead
 
-    waiting = _Lookahead(requests, 3, lambda request: None)
+    waiting = Lookahead(requests, 3, lambda request: None)
     groups = []
     while waiting:
-        groups.append([r.index for r, _ in decoder._group(waiting, 8)])
+        groups.append([r.index for r, _ in decoder.scheduler.group(waiting, 8)])
     assert sorted(i for g in groups for i in g) == list(range(6))
     assert groups[0] == [0]  # longer than the budget: alone, not dropped
     for g in groups[1:]:
@@ -189,17 +193,17 @@ def test_prefill_groups_hold_at_most_the_budget_longest_first_and_drop_nothing(j
 def test_requests_are_cut_where_a_cache_would_hold_twice_the_slots():
     """Every slot of a cache holds its longest request: a benchmark's one longest prompt must not size the
     slots of all the others."""
-    from mmjudge.infer.decoding import _segments
+    from mmjudge.infer.scheduler import segments
 
     requests = [Request(i, torch.ones(n, dtype=torch.long)) for i, n in enumerate([2000, 1500, 900, 800, 300, 100])]
-    assert [[len(r.input_ids) for r in segment] for segment in _segments(requests, lambda r: len(r.input_ids) + 100)] == [[2000, 1500], [900, 800], [300], [100]]
+    assert [[len(r.input_ids) for r in segment] for segment in segments(requests, lambda r: len(r.input_ids) + 100)] == [[2000, 1500], [900, 800], [300], [100]]
 
 
 @pytest.mark.slow
 def test_out_of_memory_in_prefill_splits_the_group_instead_of_losing_samples(judge, samples, dataset, monkeypatch):
     # prompts prefilled whole, in groups: with the prefix cache each prompt of a judge is a group of its own
     expected = records(judge, samples, dataset, max_new_tokens=4, token_budget=10**7, prefix_cache=0)
-    prefill, sizes = Decoder._prefill, []
+    prefill, sizes = Runner.prefill, []
 
     def small_memory(self, group, *args):  # a device that prefills at most 2 prompts at once
         sizes.append(len(group))
@@ -207,7 +211,7 @@ def test_out_of_memory_in_prefill_splits_the_group_instead_of_losing_samples(jud
             raise torch.OutOfMemoryError("simulated")
         return prefill(self, group, *args)
 
-    monkeypatch.setattr(Decoder, "_prefill", small_memory)
+    monkeypatch.setattr(Runner, "prefill", small_memory)
     assert_same_records(records(judge, samples, dataset, max_new_tokens=4, token_budget=10**7, prefix_cache=0), expected)
     assert sizes[0] == 8 and max(s for s in sizes if s <= 2) == 2
 
@@ -228,7 +232,7 @@ def test_top_logprobs_are_those_of_transformers_logits_and_each_request_stops_at
     suppress = unwritable_tokens(judge)
     for i, item in enumerate(items):
         pixels = _load_pixels(item, torch.float32, pin=False)
-        config = GenerationConfig(max_new_tokens=limits[i], do_sample=False, eos_token_id=list(judge.stop_ids), pad_token_id=decoder.pad_id,
+        config = GenerationConfig(max_new_tokens=limits[i], do_sample=False, eos_token_id=list(judge.stop_ids), pad_token_id=decoder.runner.pad_id,
                                   suppress_tokens=suppress, return_dict_in_generate=True, output_logits=True)
         ids = item.input_ids[None].long()
         reference = judge.model.generate(input_ids=ids, **({} if pixels is None else judge.backbone.model_inputs(pixels)), generation_config=config)
@@ -344,7 +348,7 @@ def test_n_choices_from_one_prefill_are_the_choices_each_prefilled_alone(judge, 
     forked_decoder, turns_decoder = chat_decoder(judge), chat_decoder(judge, token_budget=1)
     forked = answers(forked_decoder, [request(99, 4)])
     in_turn = answers(turns_decoder, [request(99, 4)])
-    assert (forked_decoder.prefills, turns_decoder.prefills) == (1, 4)
+    assert (forked_decoder.runner.prefills, turns_decoder.runner.prefills) == (1, 4)
     assert sorted(forked) == [(0, c) for c in range(4)] and tokens_of(forked) == tokens_of(in_turn)
     assert answers(chat_decoder(judge), [request(99, 1)])[0, 0].tokens == forked[0, 0].tokens
     assert len({tuple(c.tokens) for c in forked.values()}) == 4
@@ -380,14 +384,14 @@ def test_top_k_keeps_every_drawn_token_among_the_k_likeliest_and_the_written_tok
 def test_inverse_cdf_sampling_reads_each_rows_number_off_its_filtered_distribution():
     """Probabilities 0.5, 0.3, 0.15, 0.05 (and a suppressed token): the number u picks the first token whose
     cumulative probability, renormalized over what top-k and top-p keep, passes u."""
-    from mmjudge.infer.decoding import Draws, _sample
+    from mmjudge.infer.sampler import Draws, sample
 
     probs = torch.tensor([0.15, 0.5, 0.05, 0.3])
     logits = torch.cat([probs.log(), torch.tensor([float("-inf")])])
 
     def draw(u, temperature=1.0, top_p=1.0, top_k=0):
         draws = Draws(torch.tensor([temperature]), torch.tensor([top_p]), torch.tensor([top_k]), torch.tensor([u]))
-        return _sample(logits[None], draws).item()
+        return sample(logits[None], draws).item()
 
     # sorted: token 1 (0.5), 3 (0.3), 0 (0.15), 2 (0.05)
     assert [draw(u) for u in (0.0, 0.49, 0.51, 0.79, 0.81, 0.94, 0.96, 0.9999999)] == [1, 1, 3, 3, 0, 0, 2, 2]
@@ -399,7 +403,7 @@ def test_inverse_cdf_sampling_reads_each_rows_number_off_its_filtered_distributi
     # a hot row flattens the distribution to nearly a quarter each: token 2 from 0.754 on
     assert [draw(u, temperature=100.0) for u in (0.25, 0.26, 0.75, 0.76)] == [1, 3, 0, 2]
     ties = torch.zeros(1, 4)  # equal probabilities: token order
-    assert [_sample(ties, Draws(torch.tensor([1.0]), torch.tensor([1.0]), torch.tensor([0]), torch.tensor([u]))).item()
+    assert [sample(ties, Draws(torch.tensor([1.0]), torch.tensor([1.0]), torch.tensor([0]), torch.tensor([u]))).item()
             for u in (0.1, 0.3, 0.6, 0.9)] == [0, 1, 2, 3]
 
 
@@ -415,7 +419,7 @@ def test_on_token_returning_false_ends_the_choice_after_that_token_and_no_step_i
     ended = answers(decoder, [Request(0, prompts[0], max_new_tokens=10, on_token=on_token)])[0, 0]
     assert ended.tokens == full.tokens[:3] and ended.finish_reason == "ended" and full.finish_reason == "length"
     assert told == [(0, t) for t in full.tokens[:3]]
-    assert decoder.steps == 2  # the first token from the prefill, two from steps, none after
+    assert decoder.runner.steps == 2  # the first token from the prefill, two from steps, none after
     # beside a request that goes on, the one that goes on writes what it writes alone
     other = Request(1, prompts[1], max_new_tokens=10, sampling=Sampling(0.9, seed=1))
     alone = answers(chat_decoder(judge), [Request(1, prompts[1], max_new_tokens=10, sampling=Sampling(0.9, seed=1))])[1, 0]
@@ -427,7 +431,7 @@ def test_on_token_returning_false_ends_the_choice_after_that_token_and_no_step_i
 def test_a_cancelled_request_computes_nothing_before_its_turn_and_nothing_more_after_the_next_step(judge, prompts):
     decoder = chat_decoder(judge)
     gone = answers(decoder, [Request(0, prompts[0], n=3, sampling=Sampling(1.0), cancelled=lambda: True)])
-    assert (decoder.prefills, decoder.steps) == (0, 0)
+    assert (decoder.runner.prefills, decoder.runner.steps) == (0, 0)
     assert [(key, c.tokens, c.finish_reason) for key, c in sorted(gone.items())] == [((0, c), [], "cancelled") for c in range(3)]
     # cancelled while it writes (the flag set as its third token comes): it leaves its one slot, which the
     # next request takes; the steps are its own two and the next request's
@@ -439,7 +443,7 @@ def test_a_cancelled_request_computes_nothing_before_its_turn_and_nothing_more_a
     full = answers(chat_decoder(judge), [Request(0, prompts[3], max_new_tokens=10)])[0, 0]
     assert done[0, 0].finish_reason == "cancelled" and done[0, 0].tokens == full.tokens[:3]
     assert done[1, 0].finish_reason == "length" and len(done[1, 0].tokens) == 5
-    assert decoder.prefills == 2 and decoder.steps == 2 + 4
+    assert decoder.runner.prefills == 2 and decoder.runner.steps == 2 + 4
 
 
 @pytest.mark.slow
@@ -449,8 +453,8 @@ def test_a_request_may_ask_for_more_than_generates_limit_up_to_the_context(judge
     long = answers(chat_decoder(judge), [Request(0, prompts[0], max_new_tokens=40), Request(1, prompts[1])], max_new_tokens=4)
     assert len(long[0, 0].tokens) == 40 and len(long[1, 0].tokens) == 4
     decoder = chat_decoder(judge)
-    assert decoder.context == judge.model.config.text_config.max_position_embeddings
-    decoder.context = len(prompts[0]) + 25
+    assert decoder.scheduler.context == judge.model.config.text_config.max_position_embeddings
+    decoder.scheduler.context = len(prompts[0]) + 25
     cut = answers(decoder, [Request(0, prompts[0], max_new_tokens=40), Request(1, prompts[1], max_new_tokens=40)])
     assert cut[0, 0].tokens == long[0, 0].tokens[:25] and cut[0, 0].finish_reason == "length"
     assert len(cut[1, 0].tokens) == 25 + len(prompts[0]) - len(prompts[1])
@@ -467,10 +471,10 @@ def test_penalties_take_presence_and_frequency_off_each_tokens_logit_by_its_coun
     penalties leave as they are): the token written is the argmax, or the draw, of logprob - presence *
     (count > 0) - frequency * count, over the tokens written before it. Greedy and sampled rows alike, beside
     a row without penalties, which writes what it writes alone."""
-    from mmjudge.infer.decoding import Draws, _generator, _sample
+    from mmjudge.infer.sampler import Draws, generator, sample
 
     decoder = chat_decoder(judge)
-    size = decoder.vocab_size
+    size = decoder.runner.vocab_size
     settings = [Sampling(presence_penalty=1.5, frequency_penalty=0.5), Sampling(presence_penalty=-0.5, frequency_penalty=2.0),
                 Sampling(temperature=0.9, seed=11, presence_penalty=2.0, frequency_penalty=1.0)]
     requests = [Request(k, prompts[k], max_new_tokens=12, sampling=s) for k, s in enumerate(settings)] + [Request(3, prompts[3], max_new_tokens=12)]
@@ -480,15 +484,15 @@ def test_penalties_take_presence_and_frequency_off_each_tokens_logit_by_its_coun
     for k, sampling in enumerate(settings):
         completion = done[k, 0]
         assert completion.tokens != plain[k, 0].tokens  # the penalties change the answer
-        generator = _generator(sampling, 0)
+        own = generator(sampling, 0)
         for step, logprobs in enumerate(full_logprobs(completion, size)):
             counts = torch.bincount(torch.tensor(completion.tokens[:step], dtype=torch.long), minlength=size).float()
             penalized = logprobs - sampling.presence_penalty * (counts > 0) - sampling.frequency_penalty * counts
-            uniform = torch.rand((), generator=generator) if generator is not None else None
+            uniform = torch.rand((), generator=own) if own is not None else None
             if uniform is None:
                 expected = int(penalized.argmax())
             else:
-                expected = _sample(penalized[None], Draws(torch.tensor([sampling.temperature]), torch.tensor([1.0]), torch.tensor([0]), uniform[None])).item()
+                expected = sample(penalized[None], Draws(torch.tensor([sampling.temperature]), torch.tensor([1.0]), torch.tensor([0]), uniform[None])).item()
             assert completion.tokens[step] == expected, (k, step)
     assert done[3, 0].tokens == answers(chat_decoder(judge), [Request(3, prompts[3], max_new_tokens=12)])[3, 0].tokens
 
@@ -497,20 +501,22 @@ def test_penalties_count_each_rows_written_tokens_and_a_steps_inputs_read_back_a
     """The host side of a penalized step: each row's penalty vector by hand, none for a row without penalties,
     an empty slot or a row fed follow-up tokens; and the graph's flat inputs read back in _step's order for
     every mix of draws, masks and penalties (what a CUDA graph captures and replays)."""
-    from mmjudge.infer.decoding import Draws, _penalties, _Row, _step_arguments, _step_inputs
+    from mmjudge.infer.runner import step_arguments, step_inputs
+    from mmjudge.infer.sampler import Draws, penalties_of
+    from mmjudge.infer.scheduler import Row
 
     def row(tokens, **penalties):
-        return _Row(Request(0, torch.tensor([1]), sampling=Sampling(**penalties)), position=1, tokens=tokens)
+        return Row(Request(0, torch.tensor([1]), sampling=Sampling(**penalties)), position=1, tokens=tokens)
 
     rows = [row([2, 2, 5], presence_penalty=0.5, frequency_penalty=0.25), None, row([1, 1], presence_penalty=0.0), row([3], frequency_penalty=-1.0)]
-    assert _penalties([rows[1], rows[2]], 6) is None and _penalties([row([], presence_penalty=1.0)], 6) is None
-    assert _penalties(rows, 6).tolist() == [[0, 0, 0.5 + 0.5, 0, 0, 0.5 + 0.25], [0] * 6, [0] * 6, [0, 0, 0, -1.0, 0, 0]]
+    assert penalties_of([rows[1], rows[2]], 6) is None and penalties_of([row([], presence_penalty=1.0)], 6) is None
+    assert penalties_of(rows, 6).tolist() == [[0, 0, 0.5 + 0.5, 0, 0, 0.5 + 0.25], [0] * 6, [0] * 6, [0, 0, 0, -1.0, 0, 0]]
     rows[0].following = True
-    assert _penalties(rows, 6)[0].tolist() == [0] * 6
+    assert penalties_of(rows, 6)[0].tolist() == [0] * 6
     tokens, masks, penalties = torch.arange(4), torch.ones(4, 1, dtype=torch.int32), torch.ones(4, 6)
     draws = Draws(torch.ones(4), torch.ones(4), torch.zeros(4, dtype=torch.long), torch.zeros(4))
     for given in [(d, m, p) for d in (None, draws) for m in (None, masks) for p in (None, penalties)]:
-        inputs = _step_inputs(tokens, *given)
-        read = _step_arguments(inputs, *(g is not None for g in given))
+        inputs = step_inputs(tokens, *given)
+        read = step_arguments(inputs, *(g is not None for g in given))
         assert read[0] is tokens and read[2] is given[1] and read[3] is given[2]
         assert read[1] is None if given[0] is None else all(a is b for a, b in zip(read[1], draws))

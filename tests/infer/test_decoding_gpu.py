@@ -25,7 +25,7 @@ def run(judge, dataset, cuda_graphs: bool, device="cuda", **options):
     options = ScoreOptions(max_tiles=2, **options)
     items = prepare(judge, list(enumerate(load_samples(dataset / "data.json", dataset))), rubrics, dataset, options)
     scorer = Scorer(judge, rubrics, options, device)
-    scorer.decoder.cuda_graphs = cuda_graphs
+    scorer.decoder.runner.cuda_graphs = cuda_graphs
     return {r.id: r for batch in scorer.run(items) for _, r in batch}
 
 
@@ -50,7 +50,7 @@ def test_cuda_graph_steps_write_what_eager_steps_write(tmp_path, dataset, monkey
     forced score headings fed, and three caches in turn (each with its own graphs): the same tokens and
     distributions as the eager steps, in fp32."""
     monkeypatch.setattr(mmjudge.infer.decoding, "WIDTH_STEP", 64)
-    monkeypatch.setattr(mmjudge.infer.decoding, "_segments", lambda requests, extra: [requests[:3], requests[3:6], requests[6:]])
+    monkeypatch.setattr(mmjudge.infer.decoding, "segments", lambda requests, extra: [requests[:3], requests[3:6], requests[6:]])
     judge = load_judge(write_original_checkpoint(tmp_path / "ckpt", original_max_position_embeddings=700), "cuda", torch.float32)
     slots3 = 2600  # three slots of a prompt (at most 781 tokens) + 40 new + the forced heading: eight prompts take turns
     graphs = run(judge, dataset, True, max_new_tokens=40, token_budget=slots3)
@@ -78,7 +78,8 @@ def test_sampled_cuda_graph_steps_write_what_eager_steps_and_each_request_alone_
     the CPU, tests/infer/test_decoding.py checks that sampled rows alone write the same."""
     from concurrent.futures import Future
 
-    from mmjudge.infer.decoding import Request, Sampling
+    from mmjudge.infer.sampler import Sampling
+    from mmjudge.infer.scheduler import Request
     from mmjudge.infer.engine import judge_decoder
 
     monkeypatch.setattr(mmjudge.infer.decoding, "WIDTH_STEP", 64)
@@ -97,7 +98,7 @@ def test_sampled_cuda_graph_steps_write_what_eager_steps_and_each_request_alone_
 
     def run(indices, cuda_graphs):
         decoder = judge_decoder(judge, "cuda", None, columns=[])
-        decoder.cuda_graphs = cuda_graphs
+        decoder.runner.cuda_graphs = cuda_graphs
         return {(c.index, c.choice): c.tokens for done in decoder.generate(requests(indices), load, 8, top_logprobs=2) for c in done}
 
     everything = list(range(len(items)))
@@ -114,7 +115,8 @@ def test_penalized_cuda_graph_steps_write_what_eager_steps_write(tmp_path, datas
     CPU (tests/infer/test_decoding.py)."""
     from concurrent.futures import Future
 
-    from mmjudge.infer.decoding import Request, Sampling
+    from mmjudge.infer.sampler import Sampling
+    from mmjudge.infer.scheduler import Request
     from mmjudge.infer.engine import judge_decoder
 
     monkeypatch.setattr(mmjudge.infer.decoding, "WIDTH_STEP", 64)
@@ -129,7 +131,7 @@ def test_penalized_cuda_graph_steps_write_what_eager_steps_write(tmp_path, datas
 
     def run(cuda_graphs, penalties=True):
         decoder = judge_decoder(judge, "cuda", None, columns=[])
-        decoder.cuda_graphs = cuda_graphs
+        decoder.runner.cuda_graphs = cuda_graphs
         chosen = samplings if penalties else [Sampling(), Sampling(), Sampling(0.8, seed=2)]
         requests = [Request(i, item.input_ids.long(), max_new_tokens=24, sampling=chosen[i % 3]) for i, item in enumerate(items)]
         return {c.index: c.tokens for done in decoder.generate(requests, load, 24) for c in done}
@@ -147,7 +149,8 @@ def test_constrained_steps_and_chunked_prefills_under_cuda_graphs_write_what_eag
     from concurrent.futures import Future
 
     from mmjudge.infer import grammar
-    from mmjudge.infer.decoding import Request, Sampling
+    from mmjudge.infer.sampler import Sampling
+    from mmjudge.infer.scheduler import Request
     from mmjudge.infer.engine import judge_decoder, judge_vocabulary
 
     monkeypatch.setattr(mmjudge.infer.decoding, "WIDTH_STEP", 64)
@@ -170,7 +173,7 @@ def test_constrained_steps_and_chunked_prefills_under_cuda_graphs_write_what_eag
 
     def run(cuda_graphs, prefill_budget):
         decoder = judge_decoder(judge, "cuda", None, columns=[], prefill_budget=prefill_budget)
-        decoder.cuda_graphs = cuda_graphs
+        decoder.runner.cuda_graphs = cuda_graphs
         return {(c.index, c.choice): c.tokens for done in decoder.generate(requests(), load, 60) for c in done}
 
     assert run(True, 256) == run(False, None)
@@ -208,8 +211,8 @@ def test_generate_mode_uses_split_kv_attention_on_the_gpu_and_scores_as_sdpa_ste
     records = {}
     for split_kv in (True, False):
         scorer = Scorer(judge, rubrics, options, "cuda")
-        assert scorer.decoder.split_kv
-        scorer.decoder.split_kv = split_kv
+        assert scorer.decoder.runner.split_kv
+        scorer.decoder.runner.split_kv = split_kv
         records[split_kv] = {r.id: r for batch in scorer.run(items) for _, r in batch}
     for key, one in records[False].items():
         assert (records[True][key].feedback, records[True][key].generated_tokens) == (one.feedback, one.generated_tokens)
@@ -246,7 +249,7 @@ def test_scoring_in_bf16_is_deterministic_by_default_each_record_the_same_bits_a
         options = ScoreOptions(max_tiles=2, max_new_tokens=48, **options)
         items = prepare(judge, list(enumerate(load_samples(dataset / "data.json", dataset))), rubrics, dataset, options)
         scorer = Scorer(judge, rubrics, options, "cuda")
-        assert scorer.decoder.deterministic and scorer.decoder.batch_invariant and scorer.decoder.cuda_graphs
+        assert scorer.decoder.runner.deterministic and scorer.decoder.runner.batch_invariant and scorer.decoder.runner.cuda_graphs
         return {r.id: (r.feedback, r.generated_tokens, r.score_distribution) for batch in scorer.run(items) for _, r in batch}
 
     for mode in ("generate", "logits"):

@@ -74,13 +74,13 @@ def test_a_shared_part_from_the_cache_gives_the_same_bits_as_a_fresh_one(judge, 
     assert "thing number" not in judge.tokenizer.decode(items[0].input_ids[:shared].tolist())  # cut before the answer
     scorer = Scorer(judge, RUBRICS, run, "cpu")
     first = scored(scorer, items)
-    cache = scorer.decoder.prefix_cache
+    cache = scorer.decoder.runner.prefix_cache
     assert (cache.misses, cache.hits) == (1, 2)
     assert scored(scorer, items) == first and cache.hits == 5
     for k, item in enumerate(items[:2]):  # a miss and a hit in the group
         fresh = Scorer(judge, RUBRICS, run, "cpu")
         alone = scored(fresh, [item])
-        assert fresh.decoder.prefix_cache.misses == 1 and scored(fresh, [item]) == alone and fresh.decoder.prefix_cache.hits == 1
+        assert fresh.decoder.runner.prefix_cache.misses == 1 and scored(fresh, [item]) == alone and fresh.decoder.runner.prefix_cache.hits == 1
         if mode == "logits":
             assert alone[k]["score_distribution"] == pytest.approx(first[k]["score_distribution"], abs=1e-6)
             assert alone[k]["expected_score"] == pytest.approx(first[k]["expected_score"], abs=1e-5)
@@ -96,8 +96,8 @@ def test_prompts_with_shared_parts_are_prefilled_together_each_shared_part_once(
     scorer = Scorer(judge, RUBRICS, options("logits"), "cpu")
     together = scored(scorer, items)
     decoder = scorer.decoder
-    assert decoder.prefills == 2 and (decoder.prefix_cache.misses, decoder.prefix_cache.hits) == (2, 2)
-    assert decoder.prefill_tokens == 2 * shared + sum(len(item.input_ids) - shared for item in items)
+    assert decoder.runner.prefills == 2 and (decoder.runner.prefix_cache.misses, decoder.runner.prefix_cache.hits) == (2, 2)
+    assert decoder.runner.prefill_tokens == 2 * shared + sum(len(item.input_ids) - shared for item in items)
     assert together[0] != together[2]  # the other image's shared part
     for item in items:
         alone = scored(Scorer(judge, RUBRICS, options("logits"), "cpu"), [item])[item.index]
@@ -114,8 +114,8 @@ def test_a_part_the_cache_refused_serves_the_next_prefill_group(judge, images):
     scorer = Scorer(judge, RUBRICS, run, "cpu")
     scored(scorer, items)
     decoder, shared = scorer.decoder, items[0].prefix
-    assert not decoder.prefix_cache.entries and decoder.prefills == 1 + len(items)  # the part once, each rest alone
-    assert decoder.prefill_tokens == shared + sum(len(item.input_ids) - shared for item in items)
+    assert not decoder.runner.prefix_cache.entries and decoder.runner.prefills == 1 + len(items)  # the part once, each rest alone
+    assert decoder.runner.prefill_tokens == shared + sum(len(item.input_ids) - shared for item in items)
 
 
 def test_a_deterministic_decoder_prefills_each_cached_prompt_alone_to_the_same_bits(judge, images):
@@ -125,7 +125,7 @@ def test_a_deterministic_decoder_prefills_each_cached_prompt_alone_to_the_same_b
     items = prepare(judge, list(enumerate(group(images))), RUBRICS, Path("/"), run)
     scorer = Scorer(judge, RUBRICS, run, "cpu")
     together = scored(scorer, items)
-    assert scorer.decoder.prefills == 1 + len(items)
+    assert scorer.decoder.runner.prefills == 1 + len(items)
     for item in items:
         assert scored(Scorer(judge, RUBRICS, run, "cpu"), [item])[item.index] == together[item.index]
 
@@ -141,8 +141,8 @@ def test_the_prefill_of_a_group_reads_its_shared_part_once(judge, images):
     scored(cached, cached_items)
     scored(whole, whole_items)
     shared = cached_items[0].prefix
-    assert whole.decoder.prefix_cache is None and whole.decoder.prefill_tokens == sum(len(item.input_ids) for item in whole_items)
-    assert cached.decoder.prefill_tokens == whole.decoder.prefill_tokens - 2 * shared
+    assert whole.decoder.runner.prefix_cache is None and whole.decoder.runner.prefill_tokens == sum(len(item.input_ids) for item in whole_items)
+    assert cached.decoder.runner.prefill_tokens == whole.decoder.runner.prefill_tokens - 2 * shared
 
 
 def close(ours, theirs, abs_=1e-6):
@@ -171,7 +171,7 @@ def test_a_pairs_two_orders_share_their_question(judge, images):
     assert [item.view for item in items] == ["forward", "reverse"] and items[0].prefix == items[1].prefix > 0
     scorer = Scorer(judge, RUBRICS, run, "cpu")
     together = {item.view: result.model_dump() for batch in scorer.run(items) for item, result in batch}
-    assert (scorer.decoder.prefix_cache.misses, scorer.decoder.prefix_cache.hits) == (1, 1)
+    assert (scorer.decoder.runner.prefix_cache.misses, scorer.decoder.runner.prefix_cache.hits) == (1, 1)
     for item in items:
         alone = {i.view: result.model_dump() for batch in Scorer(judge, RUBRICS, run, "cpu").run([item]) for i, result in batch}
         assert close(alone[item.view], together[item.view]), (alone[item.view], together[item.view])
@@ -187,7 +187,7 @@ def test_an_evicted_shared_part_is_prefilled_again_to_the_same_bits(judge, image
     scorer = Scorer(judge, RUBRICS, run, "cpu")
     before = scored(scorer, first_group)
     second = scored(scorer, second_group)
-    cache = scorer.decoder.prefix_cache
+    cache = scorer.decoder.runner.prefix_cache
     assert (cache.misses, cache.refusals, cache.evictions) == (2, 1, 0)
     assert scored(scorer, second_group) == second and cache.misses == 2  # the refused part, from the group before
     assert scored(scorer, first_group) == before and cache.misses == 2  # a hit, which lets the refused part go
@@ -203,7 +203,7 @@ def test_the_same_text_beside_another_image_is_a_miss(judge, images):
     assert torch.equal(items[0].input_ids, items[1].input_ids)  # the same tokens: the images differ in their pixels alone
     scorer = Scorer(judge, RUBRICS, run, "cpu")
     results = scored(scorer, items)
-    assert (scorer.decoder.prefix_cache.misses, scorer.decoder.prefix_cache.hits) == (2, 0)
+    assert (scorer.decoder.runner.prefix_cache.misses, scorer.decoder.runner.prefix_cache.hits) == (2, 0)
     assert results[0]["score_distribution"] != results[1]["score_distribution"]
 
 
@@ -214,20 +214,20 @@ def test_the_pixels_are_hashed_where_they_are_loaded_never_on_the_model_thread(j
     answer's key reads the digest of the question's image alone, not the third answer's own image."""
     import threading
 
-    import mmjudge.infer.decoding as decoding
     import mmjudge.infer.engine as engine
+    import mmjudge.infer.runner as runner
 
     hashed_on, keyed = [], []
     monkeypatch.setattr(engine, "pixel_digest", lambda pixels: hashed_on.append(threading.current_thread()) or pixel_digest(pixels))
-    monkeypatch.setattr(decoding, "prefix_key", lambda ids, digest, frequencies: keyed.append(digest) or prefix_key(ids, digest, frequencies))
+    monkeypatch.setattr(runner, "prefix_key", lambda ids, digest, frequencies: keyed.append(digest) or prefix_key(ids, digest, frequencies))
     run = options("logits")
     items = prepare(judge, list(enumerate(group(images))), RUBRICS, Path("/"), run)
     scorer = Scorer(judge, RUBRICS, run, "cpu")
     scored(scorer, items)
     assert len(hashed_on) == len(items) and threading.current_thread() not in hashed_on
-    with_answer_image = engine._load_pixels(items[2], scorer.decoder.dtype, pin=False)
+    with_answer_image = engine._load_pixels(items[2], scorer.decoder.runner.dtype, pin=False)
     assert with_answer_image.shared_digest is None and len(hashed_on) == len(items)  # a decoder without a prefix cache asks for none
-    question_image, answer_image = with_answer_image.split(int((items[2].input_ids[:items[2].prefix] == scorer.decoder.backbone.image_token_id).sum()))
+    question_image, answer_image = with_answer_image.split(int((items[2].input_ids[:items[2].prefix] == scorer.decoder.runner.backbone.image_token_id).sum()))
     assert answer_image is not None and keyed == [pixel_digest(question_image)] * len(items)
 
 
@@ -325,16 +325,16 @@ def test_the_reward_endpoints_cache_is_sized_in_memory_not_tokens(monkeypatch):
     """Unasked, the reward endpoints' cache may hold REWARD_PREFIX_CACHE_BYTES of the judge's keys and values: InternVL2-4B's
     16,384 tokens in bf16 (384 KiB a token), a small judge's many more (capped at MAX_PREFIX_CACHE by with_prefix_cache),
     where 16,384 tokens were a few megabytes that missed; on a GPU, half the room its free memory leaves for keys and values."""
-    import mmjudge.infer.decoding as decoding
+    import mmjudge.infer.cache as cache
 
     phi3 = SimpleNamespace(num_hidden_layers=32, num_key_value_heads=32, num_attention_heads=32, hidden_size=3072)  # InternVL2-4B's
     small = SimpleNamespace(num_hidden_layers=2, num_key_value_heads=2, num_attention_heads=4, hidden_size=64)
     cpu = torch.device("cpu")
-    assert decoding.prefix_cache_room(phi3, torch.bfloat16, cpu, REWARD_PREFIX_CACHE_BYTES) == 16384
-    assert decoding.prefix_cache_room(phi3, torch.float32, cpu, REWARD_PREFIX_CACHE_BYTES) == 8192
-    assert decoding.prefix_cache_room(small, torch.float32, cpu, REWARD_PREFIX_CACHE_BYTES) == 6 * 2**30 // (2 * 2 * 2 * 16 * 4) > MAX_PREFIX_CACHE
-    monkeypatch.setattr(decoding, "_memory_budget", lambda device, per_token: 100_001)  # a GPU's room for keys and values, in tokens
-    assert decoding.prefix_cache_room(phi3, torch.bfloat16, torch.device("cuda"), REWARD_PREFIX_CACHE_BYTES) == 50_000
+    assert cache.prefix_cache_room(phi3, torch.bfloat16, cpu, REWARD_PREFIX_CACHE_BYTES) == 16384
+    assert cache.prefix_cache_room(phi3, torch.float32, cpu, REWARD_PREFIX_CACHE_BYTES) == 8192
+    assert cache.prefix_cache_room(small, torch.float32, cpu, REWARD_PREFIX_CACHE_BYTES) == 6 * 2**30 // (2 * 2 * 2 * 16 * 4) > MAX_PREFIX_CACHE
+    monkeypatch.setattr(cache, "memory_budget", lambda device, per_token: 100_001)  # a GPU's room for keys and values, in tokens
+    assert cache.prefix_cache_room(phi3, torch.bfloat16, torch.device("cuda"), REWARD_PREFIX_CACHE_BYTES) == 50_000
 
 
 @pytest.mark.slow
@@ -363,7 +363,7 @@ def test_a_deterministic_decoder_writes_a_cached_prompt_to_the_same_bits_alone_a
     from concurrent.futures import Future
 
     import mmjudge.infer.split_kv
-    from mmjudge.infer.decoding import Request
+    from mmjudge.infer.scheduler import Request
     from mmjudge.infer.engine import _load_pixels, judge_decoder
 
     monkeypatch.setattr(mmjudge.infer.split_kv, "SPAN", 16)
@@ -377,9 +377,9 @@ def test_a_deterministic_decoder_writes_a_cached_prompt_to_the_same_bits_alone_a
 
     def run(indices):
         decoder = judge_decoder(judge, "cpu", None, columns=list(range(16)), deterministic=True, prefix_cache=16384)
-        decoder.split_kv = decoder.batch_invariant = True  # the GPU's kernels, in the interpreter on a CPU
+        decoder.runner.split_kv = decoder.runner.batch_invariant = True  # the GPU's kernels, in the interpreter on a CPU
         requests = [Request(i, items[i].input_ids.long(), prefix=items[i].prefix) for i in indices]
-        return {c.index: c for done in decoder.generate(requests, load, 3) for c in done}, decoder.prefix_cache
+        return {c.index: c for done in decoder.generate(requests, load, 3) for c in done}, decoder.runner.prefix_cache
 
     batched, cache = run(range(len(items)))
     assert cache.hits == len(items) - 1

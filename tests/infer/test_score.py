@@ -17,9 +17,9 @@ from PIL import Image
 
 from mmjudge.configs import CONFIG_DIR
 from mmjudge.infer.cli import build_parser, main
-from mmjudge.infer.decoding import Decoder
 from mmjudge.infer.engine import Scorer, prepare
 from mmjudge.infer.options import ScoreOptions
+from mmjudge.infer.runner import Runner
 from mmjudge.judge.data import JudgeResult, UsageError, load_samples
 from mmjudge.judge.model import load_judge
 from mmjudge.judge.prompts import load_rubrics
@@ -475,14 +475,14 @@ def test_a_sample_too_large_for_memory_alone_stops_the_run_saying_what_to_change
     options = ScoreOptions(max_new_tokens=4, token_budget=10**7, max_tiles=2)
     items = prepare(judge, samples, rubrics, dataset, options)
     largest = max(items, key=lambda item: len(item.input_ids))
-    prefill = Decoder._prefill
+    prefill = Runner.prefill
 
     def no_room_for_the_largest(self, group, *args):  # a group holds each prompt's rows
         if any(len(rows[0].request.input_ids) >= len(largest.input_ids) for rows in group):
             raise torch.OutOfMemoryError("simulated")
         return prefill(self, group, *args)
 
-    monkeypatch.setattr(Decoder, "_prefill", no_room_for_the_largest)
+    monkeypatch.setattr(Runner, "prefill", no_room_for_the_largest)
     with pytest.raises(UsageError, match=rf"sample '{largest.sample.id}' \(record {largest.index}: .* does not fit in cpu memory even alone; "
                                          r"lower --max_tiles or set --image_token_budget"):
         list(Scorer(judge, rubrics, options, "cpu").run(items))

@@ -11,7 +11,7 @@ import torch
 from transformers import AttentionInterface
 
 import mmjudge.infer.split_kv
-from mmjudge.infer.decoding import Request
+from mmjudge.infer.scheduler import Request
 from mmjudge.infer.engine import judge_decoder
 from mmjudge.infer.split_kv import ATTENTION, SPAN, slot_attention
 from mmjudge.judge.model import load_judge
@@ -91,7 +91,7 @@ def test_decoding_steps_with_split_kv_attention_write_what_sdpa_steps_write(tmp_
 
     def run(split_kv: bool, indices, budget=None):
         decoder = judge_decoder(judge, DEVICE, budget, columns=columns.tolist())  # on a GPU: CUDA graphs
-        decoder.split_kv = split_kv
+        decoder.runner.split_kv = split_kv
         requests = [Request(i, prompts[i], max_new_tokens=4 + 3 * i) for i in indices]
         return {c.index: c for done in decoder.generate(requests, no_images, 12) for c in done}
 

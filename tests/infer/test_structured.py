@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from mmjudge.infer import grammar
-from mmjudge.infer.decoding import Request, Sampling
+from mmjudge.infer.sampler import Sampling
+from mmjudge.infer.scheduler import Request
 from mmjudge.infer.engine import judge_vocabulary
 from tests.infer.test_decoding import answers, chat_decoder, chat_ids, judge, prompts  # noqa: F401 - fixtures
 

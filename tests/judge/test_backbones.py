@@ -404,7 +404,7 @@ def test_the_engine_writes_what_transformers_generate_writes_with_the_official_p
 
     from transformers import AutoModelForImageTextToText
 
-    from mmjudge.infer.decoding import Request
+    from mmjudge.infer.scheduler import Request
     from mmjudge.infer.engine import _load_pixels, judge_decoder, prepare
     from mmjudge.infer.options import ScoreOptions
     from mmjudge.judge.data import load_samples

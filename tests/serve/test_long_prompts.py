@@ -88,7 +88,7 @@ def test_a_long_prompt_whose_client_leaves_stops_at_the_next_chunk(server):
     ran, tokens = chunks - before_prefills, metric(server, "judge_prefill_tokens_total") - before_tokens
     # It left before its prefill was done. How many chunks ran before the server saw the client go depends on
     # how busy the machine is, and a chunk is CHUNK tokens at most (deeper into a prompt fewer, so that it costs
-    # no more than the first: infer/decoding.py's chunk_size), so the test asserts what depends on neither: the
+    # no more than the first: infer/scheduler.py's chunk_size), so the test asserts what depends on neither: the
     # prefill stopped short of the prompt, and no token was ever written.
     assert 0 < ran <= tokens <= CHUNK * ran and tokens < 8_000, (ran, tokens)
     assert steps == before_steps  # it never wrote a token

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from mmjudge.infer.decoding import Sampling
+from mmjudge.infer.sampler import Sampling
 from mmjudge.infer.engine import _load_pixels, prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import UsageError, load_samples
@@ -146,10 +146,10 @@ def test_a_chat_prompt_arriving_while_others_write_takes_a_freed_slot_and_writes
     def round_with(*prompts):
         futures.clear()
         long = replace(prompt(judge, "Is this answer good? Say why in a few words."), max_new_tokens=20, on_token=submit(*prompts))
-        rounds, steps = worker.counts["rounds"], worker.chat_decoder.steps
+        rounds, steps = worker.counts["rounds"], worker.chat_decoder.runner.steps
         (first,), _ = (f.result(timeout=HANG_S) for f in [worker.chat(long), worker.chat(short)])  # one round
         answers = [f.result(timeout=HANG_S) for f in futures]
-        return len(first.tokens), answers, worker.counts["rounds"] - rounds, worker.chat_decoder.steps - steps
+        return len(first.tokens), answers, worker.counts["rounds"] - rounds, worker.chat_decoder.runner.steps - steps
 
     written, [(joined,)], rounds, steps = round_with(joining)
     assert (written, joined.tokens, rounds) == (20, alone.tokens, 1)
@@ -178,16 +178,16 @@ def watch(generate, round_number, answered: dict):
 def test_an_answer_too_long_for_memory_fails_alone_saying_so(judge, monkeypatch):
     """A max_tokens within the context may still ask for a cache slot larger than the device holds: that
     request fails alone with what to change, the others of its round are answered."""
-    import mmjudge.infer.decoding
+    import mmjudge.infer.runner
 
-    slot_cache = mmjudge.infer.decoding.SlotCache
+    slot_cache = mmjudge.infer.runner.slot_cache
 
-    def small_device(layers, slots, heads, capacity, *args):  # a device with room for 300 tokens of cache
+    def small_device(config, slots, capacity, *args):  # a device with room for 300 tokens of cache
         if slots * capacity > 300:
             raise torch.OutOfMemoryError("simulated")
-        return slot_cache(layers, slots, heads, capacity, *args)
+        return slot_cache(config, slots, capacity, *args)
 
-    monkeypatch.setattr(mmjudge.infer.decoding, "SlotCache", small_device)
+    monkeypatch.setattr(mmjudge.infer.runner, "slot_cache", small_device)
     worker = Worker(judge, load_rubrics(), ScoreOptions(max_new_tokens=3), "cpu", batch_wait_s=1.0)
     futures = [worker.chat(replace(prompt(judge, "Is this answer good?"), max_new_tokens=1000)), worker.chat(prompt(judge, "Score it."))]
     failed, (answered,) = futures[0].exception(timeout=HANG_S), futures[1].result(timeout=HANG_S)

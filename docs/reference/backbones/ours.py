@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from mmjudge.infer.decoding import Request
+from mmjudge.infer.scheduler import Request
 from mmjudge.infer.engine import _load_pixels, judge_decoder, prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import load_samples

@@ -4,7 +4,7 @@ import sys
 from concurrent.futures import Future
 from pathlib import Path
 import torch
-from mmjudge.infer.decoding import Request
+from mmjudge.infer.scheduler import Request
 from mmjudge.infer.engine import _load_pixels, judge_decoder, prepare
 from mmjudge.infer.options import ScoreOptions
 from mmjudge.judge.data import validate_samples
