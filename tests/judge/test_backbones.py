@@ -396,7 +396,7 @@ class ImagesAndText:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["qwen2.5-vl-7b", "qwen3-vl-4b", "internvl3-1b-hf"])
+@pytest.mark.parametrize("name", ["qwen2.5-vl-7b", "qwen3-vl-4b", "internvl3-1b-hf", "qwen3.5-9b"])
 def test_the_engine_writes_what_transformers_generate_writes_with_the_official_processor(families, tmp_path, name):
     """Batch size 1, greedy, the checkpoint loaded by transformers itself and its inputs made by the official
     processor from the same user turn: the same prompt ids and pixels, the same tokens and logits at every step."""
@@ -431,7 +431,9 @@ def test_the_engine_writes_what_transformers_generate_writes_with_the_official_p
             pieces = query.split("<image>")  # the texts around each image, and the images, as content items
             content = [item for k, piece in enumerate(pieces)
                        for item in [{"type": "text", "text": piece}] * bool(piece) + [{"type": "image"}] * (k < len(pieces) - 1)]
-        text = processor.apply_chat_template([{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True)
+        # Qwen3.5's judge is prompted as its template renders a turn before an answer: thinking off (judge/templates.py)
+        text = processor.apply_chat_template([{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True,
+                                             enable_thinking=False)
         images = [Image.open(image.path) for image in item.images]
         inputs = processor(text=[text], images=images or None, return_tensors="pt", **({"max_patches": 2} if model.config.model_type == "internvl" else {}))
         assert inputs["input_ids"][0].tolist() == item.input_ids.tolist()
@@ -440,8 +442,11 @@ def test_the_engine_writes_what_transformers_generate_writes_with_the_official_p
         with torch.no_grad():
             reference = model.generate(**inputs, max_new_tokens=6, do_sample=False, output_logits=True, return_dict_in_generate=True)
         written = reference.sequences[0, inputs["input_ids"].shape[1]:].tolist()
-        assert ours.tokens == written[: len(ours.tokens)] and len(ours.tokens) == len(written)
-        torch.testing.assert_close(ours.logits, torch.stack(reference.logits)[:, 0], rtol=0, atol=2e-5)
+        # up to a row of the output layer past the tokenizer, which the reference may write and the engine never does
+        # (the tiny judges' rows are rounded up to a multiple of 64, as real ones are): the step's logits still compare
+        cut = next((k for k, token in enumerate(written) if token >= len(judge.tokenizer)), len(written))
+        assert ours.tokens[:cut] == written[:cut] and (cut < len(written) or len(ours.tokens) == len(written))
+        torch.testing.assert_close(ours.logits[: cut + 1], torch.stack(reference.logits)[: cut + 1, 0], rtol=0, atol=2e-5)
 
 
 def test_the_testing_command_writes_a_family_checkpoint(tmp_path, capsys):
