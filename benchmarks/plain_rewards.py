@@ -49,13 +49,13 @@ def internvl_images(path):
     return processor, "<IMG_CONTEXT>", lambda pixels: ["<img>" + "<IMG_CONTEXT>" * (int(n) * per_tile) + "</img>" for n in pixels["num_patches"]]
 
 
-def prompt_inputs(path, images_of, messages):
+def prompt_inputs(path, images_of, messages, **template_flags):
     """The model's inputs for a chat: the export's own chat template, each image part's tokens put in its place."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     processor, image_token, tokens_of = images_of(path)
     images = [Image.open(part["path"]) for message in messages if isinstance(message["content"], list)
               for part in message["content"] if part["type"] == "image"]
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **template_flags)
     pixels = processor(images=images, return_tensors="pt") if images else {}
     pieces = text.split(image_token)  # the template writes one image token per image part
     text = pieces[0] + "".join(tokens + piece for tokens, piece in zip(tokens_of(pixels) if images else [], pieces[1:]))
@@ -65,8 +65,11 @@ def prompt_inputs(path, images_of, messages):
     return {**inputs, **{k: v for k, v in pixels.items() if k != "num_patches"}}
 # --------------------------------------------------------------------------------------------------------------------
 
-LOADERS = {"qwen2.5-vl-3b": (Qwen2_5_VLForSequenceClassification, qwen_images), "qwen3-vl-4b": (Qwen3VLForSequenceClassification, qwen_images),
-           "internvl2-4b": (InternVLForSequenceClassification, internvl_images)}
+# Each family's class, its images, and its chat template's flags. transformers has Qwen3.5's classifier itself
+# (AutoModelForSequenceClassification reads the export); its template opens a thinking block unless told not to.
+LOADERS = {"qwen2.5-vl-3b": (Qwen2_5_VLForSequenceClassification, qwen_images, {}), "qwen3-vl-4b": (Qwen3VLForSequenceClassification, qwen_images, {}),
+           "qwen3.5-4b": (transformers.AutoModelForSequenceClassification, qwen_images, {"enable_thinking": False}),
+           "internvl2-4b": (InternVLForSequenceClassification, internvl_images, {})}
 
 
 def main(cases_file: str) -> int:
@@ -76,12 +79,12 @@ def main(cases_file: str) -> int:
     print("|---|---:|---:|---:|---:|")
     failed = False
     for family in dict.fromkeys(case["family"] for case in cases):
-        model_class, images_of = LOADERS[family]
+        model_class, images_of, template_flags = LOADERS[family]
         mine = [case for case in cases if case["family"] == family]
         model = model_class.from_pretrained(mine[0]["export"], dtype=torch.float32).eval()
         same, worst, with_images = 0, 0.0, 0
         for case in mine:
-            inputs = prompt_inputs(case["export"], images_of, case["messages"])
+            inputs = prompt_inputs(case["export"], images_of, case["messages"], **template_flags)
             same += inputs["input_ids"][0].tolist() == case["input_ids"]
             with_images += "pixel_values" in inputs
             with torch.no_grad():

@@ -3,7 +3,7 @@
     python benchmarks/plain_transformers.py --python /tmp/plain/bin/python [--out DIR] [--pairs 4]
 
 Here, with mmjudge: the tiny reward export of each family (InternVL2-4B's original layout exported, Qwen2.5-VL,
-Qwen3-VL), synthetic pairs with images, judge-score's rewards of them under a pointwise rubric, and each answer's
+Qwen3-VL, Qwen3.5), synthetic pairs with images, judge-score's rewards of them under a pointwise rubric, and each answer's
 prompt as mmjudge builds it: its token ids, and its user turn as chat messages (text parts and image parts, in
 order). Then `--python` (a venv with torch, transformers, Pillow and no mmjudge) runs benchmarks/plain_rewards.py
 on them, which loads each export as the docs do and compares prompt ids (equal) and rewards (within 1e-5); its
@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-FAMILIES = ("internvl2-4b", "qwen2.5-vl-3b", "qwen3-vl-4b")
+FAMILIES = ("internvl2-4b", "qwen2.5-vl-3b", "qwen3-vl-4b", "qwen3.5-4b")
 RUBRIC = 'category: general\ninstructions: Rate the answer.\ntemplate: "{instructions}\\n### Question\\n{question}\\n### Answer\\n{answer}\\n"\n'
 
 

@@ -79,7 +79,8 @@ class DemoSettings:
     samples: int = _setting("synthetic samples (one id each), split by id into train, validation and test")
     validation_share: float = _setting("share of the ids that judge-train scores at every checkpoint to keep the best")
     test_share: float = _setting("share of the ids for the before/after figures, seen by neither training nor selection")
-    system_message: str = _setting("the tiny judge's system message (its config.json), in place of InternVL2's default")
+    family: str = _setting("the tiny judge's backbone family (python -m mmjudge.judge.testing checkpoint --family NAME)")
+    system_message: str = _setting("the tiny InternVL2-4B judge's system message (its config.json), in place of InternVL2's default")
     batch_size: int = _setting("judge-train's batch size, on the samples and the pairs", minimum=1)
     max_steps: int | None = _setting("judge-train's optimizer steps on the samples (none: the epochs of the bundled training preset tiny)", minimum=1)
     learning_rate: float = _setting("judge-train's peak learning rate on the samples", minimum=0)
@@ -238,8 +239,10 @@ def _main(argv) -> int:
     batches = ["--per_device_batch_size", str(settings.batch_size)]
     start, steps, live = time.perf_counter(), Steps(logs), sys.stdout.buffer
 
-    steps.run("1a: write a tiny judge", [py, "-m", "mmjudge.judge.testing", "checkpoint", "--format", "original", "--seed", seed,
-                                         "--system_message", settings.system_message, str(out / "base-judge")], live)
+    # InternVL2-4B's own layout, with a short system message; any other family in its released layout, as released
+    judge = (["--format", "original", "--system_message", settings.system_message] if settings.family == "internvl2-4b"
+             else ["--family", settings.family])
+    steps.run("1a: write a tiny judge", [py, "-m", "mmjudge.judge.testing", "checkpoint", *judge, "--seed", seed, str(out / "base-judge")], live)
     steps.run("1b: write a dataset", [py, "-m", "mmjudge.judge.testing", "dataset", "--samples", str(settings.samples), "--annotated", "--seed", seed,
                                       str(out / "data")], live)
     files = split(out / "data", sizes, settings.seed)

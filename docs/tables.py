@@ -7,6 +7,7 @@
     demo       docs/demo.md         judge-demo's flags (configs/demo.yaml's settings and its defaults), from its parser
     harness-runs  docs/harnesses.md  every recorded run of a harness's own judge code against judge-serve, from its record
                                     in docs/harnesses/output/ (the server, the tasks, the calls answered, the verdict)
+    families   docs/backbones.md    every family's tiny checkpoint (`python -m mmjudge.judge.testing checkpoint --family`)
 
     .venv/bin/python docs/tables.py            rewrite what lies between <!-- table:NAME --> and <!-- /table:NAME -->
     .venv/bin/python docs/tables.py --check    exit 1 where a page's table is not the code's (tests/test_docs.py runs it)
@@ -25,6 +26,7 @@ from mmjudge.configs import CONFIG_DIR, bundled
 from mmjudge.demo.cli import build_parser as demo_parser
 from mmjudge.judge.formats import FORMATS
 from mmjudge.judge.probes import PROBES
+from mmjudge.judge.testing.family_table import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a flag takes by name, per kind of bundled file (mmjudge.configs.KINDS).
@@ -111,11 +113,19 @@ def harness_runs_table() -> list[str]:
     return rows
 
 
+def families_table() -> list[str]:
+    rows = ["| `--family` | layout | language model (`model_type`) | tokenizer | tied embeddings |", "|---|---|---|---|---|"]
+    for name, f in FAMILIES.items():
+        rows.append(f"| `{name}` | {f.layout} | `{f.llm}` | {f.tokenizer} | {'yes' if f.tied else 'no'} |")
+    return rows
+
+
 TABLES = {"formats": (Path("docs/formats.md"), formats_table), "bundled": (Path("docs/quickstart.md"), bundled_table),
           "calibrate": (Path("docs/calibration.md"), lambda: flags_table(calibrate_parser())),
           "probes": (Path("docs/calibration.md"), probes_table),
           "demo": (Path("docs/demo.md"), lambda: flags_table(demo_parser())),
-          "harness-runs": (Path("docs/harnesses.md"), harness_runs_table)}
+          "harness-runs": (Path("docs/harnesses.md"), harness_runs_table),
+          "families": (Path("docs/backbones.md"), families_table)}
 
 
 def region(name: str) -> re.Pattern:

@@ -74,6 +74,7 @@ class TemplateFields(BaseModel):
     assistant_role: str
     separator: str
     default_system_message: str | None = None
+    trims: bool = False
 
     @field_validator("system_template")
     @classmethod
@@ -224,7 +225,7 @@ def _parts(config: dict, where: str):
             yield from _parts(value, f"{where} {key}")
 
 
-MROPE_MODEL_TYPES = ("qwen2_5_vl", "qwen3_vl", "qwen3_5")  # Qwen-VL's multimodal rotary embedding
+MROPE_MODEL_TYPES = ("qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe")  # Qwen-VL's multimodal rotary embedding
 
 
 def check_rope(path: Path, config) -> None:
@@ -280,6 +281,9 @@ def check_image_token(path: Path, raw: dict, tokenizer: PreTrainedTokenizerBase,
 
 # The sizes a config must give, each a whole number, for the model it describes to be known.
 TEXT_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+# A mixture of experts has no dense width: its experts' and its shared expert's.
+MOE_TEXT_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "moe_intermediate_size", "shared_expert_intermediate_size",
+                  "num_experts", "num_experts_per_tok", "vocab_size")
 VISION_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "image_size", "patch_size")
 # Qwen-VL's vision tower names its own.
 QWEN_VISION_SIZES = ("hidden_size", "depth", "num_heads", "intermediate_size", "patch_size", "out_hidden_size")
@@ -291,7 +295,7 @@ def require(config: object, keys: tuple[str, ...], where: str, kind: str = "an o
         raise CheckpointError(f"{where} must be an object, got {type(config).__name__}: not {kind}")
     if missing := [k for k in keys if k not in config]:
         raise CheckpointError(f"{where} lacks {', '.join(missing)}: not {kind}")
-    sizes = set(TEXT_SIZES) | set(VISION_SIZES) | set(QWEN_VISION_SIZES)
+    sizes = set(TEXT_SIZES) | set(MOE_TEXT_SIZES) | set(VISION_SIZES) | set(QWEN_VISION_SIZES)
     if wrong := [f"{k} {config[k]!r}" for k in keys if k in sizes and not _size(config[k])]:
         raise CheckpointError(f"{where}: {', '.join(wrong)}: sizes must be positive whole numbers")
 
@@ -393,5 +397,6 @@ def native_class(model_type: str):
     import transformers
 
     names = {"internvl": "InternVLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
-             "qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_5": "Qwen3_5ForConditionalGeneration"}
+             "qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_5": "Qwen3_5ForConditionalGeneration",
+             "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration"}
     return getattr(transformers, names[model_type])

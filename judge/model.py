@@ -4,7 +4,8 @@ Three kinds of directory are accepted, told apart by their files:
 
     original  config.json with "architectures": ["InternVLChatModel"]  (InternVL2, 2.5, 3 as released; MMIE-Eval)
     native    config.json whose model_type is a native family's:      internvl (-hf, or written here),
-                                                                        qwen2_5_vl, qwen3_vl (as released)
+                                                                        qwen2_5_vl, qwen3_vl, qwen3_5, qwen3_5_moe
+                                                                        (as released)
     adapter   adapter_config.json (PEFT) over either of the above        (written by judge-train)
 
 A Judge's `source_format` is one of these, or "training" for the model judge-train is training, which its
@@ -44,7 +45,7 @@ from safetensors import safe_open
 from transformers import CONFIG_MAPPING, PretrainedConfig, PreTrainedTokenizerBase
 
 from mmjudge.judge.backbones import Backbone, backbone_of, internvl, qwen_vl
-from mmjudge.judge.checkpoint import (INDEX_FILE, QWEN_VISION_SIZES, SAFETENSORS_DTYPES, TEXT_SIZES, TOKENIZER_FILES, VISION_SIZES, CheckpointError,
+from mmjudge.judge.checkpoint import (INDEX_FILE, MOE_TEXT_SIZES, QWEN_VISION_SIZES, SAFETENSORS_DTYPES, TEXT_SIZES, TOKENIZER_FILES, VISION_SIZES, CheckpointError,
                                       JudgeSettings, SettingsFile, built, check_counts, check_image_token, check_rope, check_size, load_tokenizer,
                                       native_class, one_line, read_json_object, readable_safetensors, require, safetensors_files, save_tokenizer)
 from mmjudge.judge.data import InputError, UsageError, validation_problems, write_json_atomically, write_text_atomically
@@ -142,7 +143,7 @@ def checkpoint_format(path: Path) -> str:
     if not config_file.is_file():
         raise CheckpointError(
             f"{path}: no config.json or adapter_config.json; expected a judge checkpoint directory "
-            "(original InternVLChatModel format, a native transformers InternVL, Qwen2.5-VL or Qwen3-VL, or a PEFT adapter)"
+            "(original InternVLChatModel format, a native transformers InternVL, Qwen2.5-VL, Qwen3-VL or Qwen3.5, or a PEFT adapter)"
         )
     config = read_json_object(config_file)
     if "InternVLChatModel" in (config.get("architectures") or []) or config.get("model_type") == "internvl_chat":
@@ -475,7 +476,8 @@ def native_config(path: Path) -> PretrainedConfig:
     nested = raw["model_type"] == "internvl" or "text_config" in raw
     require(raw, ("text_config",) * nested + ("vision_config",), where, kind)
     text, text_where = (raw["text_config"], f"{where} text_config") if nested else (raw, where)
-    require(text, ("model_type",) * (raw["model_type"] == "internvl") + TEXT_SIZES, text_where, kind)
+    require(text, ("model_type",) * (raw["model_type"] == "internvl") + (MOE_TEXT_SIZES if raw["model_type"] == "qwen3_5_moe" else TEXT_SIZES),
+            text_where, kind)
     require(raw["vision_config"], NATIVE_VISION_SIZES[raw["model_type"]], f"{where} vision_config", kind)
     check_counts(path, raw)
     config = built(path, lambda: CONFIG_MAPPING[raw["model_type"]].from_pretrained(path))
@@ -591,5 +593,6 @@ NATIVE_VISION_SIZES = {
     "qwen2_5_vl": QWEN_VISION_SIZES,
     "qwen3_vl": QWEN_VISION_SIZES,
     "qwen3_5": QWEN_VISION_SIZES,
+    "qwen3_5_moe": QWEN_VISION_SIZES,
 }
-NATIVE_MODEL_TYPES = {"internvl": "InternVL", "qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL", "qwen3_5": "Qwen3.5"}
+NATIVE_MODEL_TYPES = {"internvl": "InternVL", "qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL", "qwen3_5": "Qwen3.5", "qwen3_5_moe": "Qwen3.5 MoE"}

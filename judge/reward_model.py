@@ -33,7 +33,8 @@ HEAD_KEY = "reward_head"  # config.json: the head's kind
 PRETRAINED = {"internvl": ("internvl", "InternVLPreTrainedModel", "InternVL"),
               "qwen2_5_vl": ("qwen2_5_vl", "Qwen2_5_VLPreTrainedModel", "Qwen2_5_VL"),
               "qwen3_vl": ("qwen3_vl", "Qwen3VLPreTrainedModel", "Qwen3VL"),
-              "qwen3_5": ("qwen3_5", "Qwen3_5PreTrainedModel", "Qwen3_5")}
+              "qwen3_5": ("qwen3_5", "Qwen3_5PreTrainedModel", "Qwen3_5"),
+              "qwen3_5_moe": ("qwen3_5_moe", "Qwen3_5MoePreTrainedModel", "Qwen3_5Moe")}
 
 
 def reward_head(kind: str, hidden_size: int) -> torch.nn.Module:

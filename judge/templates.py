@@ -22,7 +22,10 @@ with. A template and its default system message are read from the checkpoint, as
 - A Hugging Face-native checkpoint (Qwen-VL, InternVL's -hf) ships a Jinja chat template
   (`chat_template.jinja`, `chat_template.json`, or tokenizer_config.json's `chat_template`).
   `template_from_jinja` renders it on marker messages and reads the roles, separator and default system
-  message off the result; a template that does not render one user turn in this layout is refused. A Jinja
+  message off the result; a template that does not render one user turn in this layout is refused. Where it opens
+  an answer with more than its generation prompt (Qwen3.5's empty thinking block), the judge is prompted with the
+  opening its answers are rendered after; where it strips the whitespace at a message's ends (Qwen3.5's `|trim`),
+  so does the judge's prompt. A Jinja
   template is code of its own (loops), so it is rendered under a time and an output-size limit
   (`RENDER_SECONDS`, `RENDER_CHARS`), in a sandbox where no one step makes a value past RENDER_CHARS
   (`_BoundedSandbox`), and an empty one is refused rather than replaced by a default.
@@ -68,6 +71,19 @@ def join_parts(parts: list[Part]) -> tuple[str, tuple[Span, ...]]:
     return "".join(text), tuple(controls)
 
 
+def trimmed(parts: list[Part]) -> list[Part]:
+    """The parts less the whitespace at the two ends of their text, as Jinja's `trim` strips a message's."""
+    text = "".join(piece for piece, _ in parts)
+    lead, end = len(text) - len(text.lstrip()), len(text.rstrip())
+    kept, start = [], 0
+    for piece, control in parts:
+        stop = start + len(piece)
+        if (cut := piece[max(lead - start, 0): max(min(end, stop) - start, 0)]) or not piece:
+            kept.append((cut, control))
+        start = stop
+    return kept
+
+
 # InternVL2's default system message, as its conversation.py defines it for these templates.
 INTERNVL_SYSTEM_MESSAGE = "你是由上海人工智能实验室联合商汤科技开发的书生多模态大模型，英文名叫InternVL, 是一个有用无害的人工智能助手。"
 
@@ -80,6 +96,7 @@ class ChatTemplate:
     assistant_role: str
     separator: str
     default_system_message: str | None = INTERNVL_SYSTEM_MESSAGE  # None: no system turn unless one is given
+    trims: bool = False  # it strips the whitespace at the ends of each message's text (Qwen3.5's `|trim`)
 
     def render(self, query: str, system_message: str | None = None) -> str:
         """The prompt for one user turn, ending where the assistant's answer begins."""
@@ -88,6 +105,8 @@ class ChatTemplate:
     def parts(self, query: list[Part], system_message: str | None = None) -> list[Part]:
         """`render`'s turn in parts around a query given in parts (its image tokens are the prompt's own)."""
         system = self.default_system_message if system_message is None else system_message
+        if self.trims:
+            query, system = trimmed(query), None if system is None else system.strip()
         turn = [*query, (self.separator + self.assistant_role, True)]
         if system is None:
             return [(self.user_role, True), *turn]
@@ -99,7 +118,7 @@ class ChatTemplate:
         return "".join(text for text, _ in self.target_parts(answer))
 
     def target_parts(self, answer: str) -> list[Part]:
-        return [(answer, False), (self.separator, True)]
+        return [(answer.strip() if self.trims else answer, False), (self.separator, True)]
 
     @property
     def stop_token(self) -> str:
@@ -450,6 +469,11 @@ def template_from_jinja(render, bos_token: str | None, name: str = "chat_templat
     user, system, answer = ({"role": "user", "content": _USER}, {"role": "system", "content": _SYSTEM},
                             {"role": "assistant", "content": _ANSWER})
     with_system = rendered([system, user], True)
+    padded = lambda marker: " \n" + marker + "\n "  # noqa: E731
+    spaced = rendered([{"role": "system", "content": padded(_SYSTEM)}, {"role": "user", "content": padded(_USER)}], True)
+    if spaced not in (with_system, with_system.replace(_SYSTEM, padded(_SYSTEM)).replace(_USER, padded(_USER))):
+        raise ValueError("it changes a message's text otherwise than by stripping the whitespace at its ends")
+    trims = spaced == with_system
     answered = rendered([system, user, answer], False)
     alone = rendered([user], True)
     if any(text.count(marker) != 1 for text, marker in ((with_system, _SYSTEM), (with_system, _USER), (alone, _USER), (answered, _ANSWER))):
@@ -474,4 +498,4 @@ def template_from_jinja(render, bos_token: str | None, name: str = "chat_templat
         default = before_user[len(head): len(before_user) - len(system_turn_end)]
     else:
         raise ValueError("without a system message it renders another layout than with one")
-    return ChatTemplate(name, head + "{system_message}" + tail, user_role, opening, separator, default)
+    return ChatTemplate(name, head + "{system_message}" + tail, user_role, opening, separator, default, trims)

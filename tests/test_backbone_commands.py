@@ -28,9 +28,9 @@ pytestmark = pytest.mark.slow
 TINY_RUBRIC = [str(CONFIG_DIR / "rubrics" / "tiny")]
 # One family of each kind: InternLM2 original, Qwen2.5 original, -hf native with tied embeddings, Qwen2.5-VL with
 # tied embeddings, Qwen3-VL with DeepStack.
-SWEEP = ["internvl2.5-8b", "internvl3-2b", "internvl3-1b-hf", "qwen2.5-vl-3b", "qwen3-vl-8b"]
+SWEEP = ["internvl2.5-8b", "internvl3-2b", "internvl3-1b-hf", "qwen2.5-vl-3b", "qwen3-vl-8b", "qwen3.5-9b"]
 HUB_IDS = {"internvl3-2b": "OpenGVLab/InternVL3-8B", "internvl3-1b-hf": "OpenGVLab/InternVL3-8B-hf", "qwen2.5-vl-3b": "Qwen/Qwen2.5-VL-7B-Instruct",
-           "qwen3-vl-8b": "Qwen/Qwen3-VL-8B-Instruct", "internvl2.5-8b": "OpenGVLab/InternVL2_5-8B"}
+           "qwen3-vl-8b": "Qwen/Qwen3-VL-8B-Instruct", "internvl2.5-8b": "OpenGVLab/InternVL2_5-8B", "qwen3.5-9b": "Qwen/Qwen3.5-9B"}
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,8 @@ def test_judge_train_lora_then_merge_back_to_the_released_layout(offline, data, 
     with safe_open(tmp_path / "merged" / "model.safetensors", "pt") as f:
         keys = set(f.keys())
     expected = {"original": "vision_model.embeddings.class_embedding", "internvl": "vision_tower.embeddings.cls_token",
-                "qwen2_5_vl": "visual.patch_embed.proj.weight", "qwen3_vl": "model.visual.patch_embed.proj.weight"}
+                "qwen2_5_vl": "visual.patch_embed.proj.weight", "qwen3_vl": "model.visual.patch_embed.proj.weight",
+                "qwen3_5": "model.language_model.layers.0.linear_attn.in_proj_qkv.weight"}
     assert expected["original" if fmt == "original" else FAMILIES[name].llm] in keys
     if fmt == "native":  # refused for a base without an original layout, before any weight loads
         assert train_main(["merge", "--adapter", str(tmp_path / "judge"), "--output_dir", str(tmp_path / "no"), "--format", "original"]) == 2
@@ -115,7 +116,7 @@ def test_judge_train_lora_then_merge_back_to_the_released_layout(offline, data, 
         assert [(r["feedback"], r["prompt_tokens"]) for r in native] == [(r["feedback"], r["prompt_tokens"]) for r in adapter]
 
 
-@pytest.mark.parametrize("name", ["internvl2.5-8b", "internvl3-2b", "qwen2.5-vl-3b", "qwen3-vl-8b"])
+@pytest.mark.parametrize("name", ["internvl2.5-8b", "internvl3-2b", "qwen2.5-vl-3b", "qwen3-vl-8b", "qwen3.5-9b"])
 def test_judge_train_full_fine_tune_scores_on_the_prompts_it_was_trained_on(offline, data, tmp_path, name):
     assert train_main(train_args(HUB_IDS[name], data, tmp_path / "judge")) == 0
     trained = load_judge(tmp_path / "judge")

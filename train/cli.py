@@ -1,4 +1,4 @@
-"""judge-train: fine-tune a judge (InternVL2/2.5/3, Qwen2.5-VL, Qwen3-VL) on human-rated annotations.
+"""judge-train: fine-tune a judge (InternVL2/2.5/3, Qwen2.5-VL, Qwen3-VL, Qwen3.5) on human-rated annotations.
 
     judge-train --model_path BASE --train_file train.json --input_dir DATA --output_dir OUT [--eval_file heldout.json]
     judge-train --model_path BASE --train_file pairs.json --input_dir DATA --output_dir OUT  # pairs: the pairwise rubric
@@ -35,7 +35,7 @@ from mmjudge.train.run import fine_tune as run_fine_tune
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = CommandParser(prog="judge-train", description=__doc__)
     p.add_argument("--model_path", required=True, help="base judge checkpoint, a local directory or a Hugging Face Hub id "
-                                                       "(InternVL2/2.5/3 original or -hf, Qwen2.5-VL, Qwen3-VL, or a merged judge)")
+                                                       "(InternVL2/2.5/3 original or -hf, Qwen2.5-VL, Qwen3-VL, Qwen3.5, or a merged judge)")
     add_revision_flag(p)
     p.add_argument("--train_file", required=True, path="file", help="annotations to learn from (JSON list or JSONL): samples with human_scores, "
                                                                      "or pairs with a preference, each learnt in both orders under a pairwise rubric")
@@ -60,8 +60,8 @@ def merge_parser() -> argparse.ArgumentParser:
     add_revision_flag(p, of="--adapter")
     p.add_argument("--output_dir", required=True, path="output_dir", help="where the merged checkpoint goes: a new or empty directory")
     p.add_argument("--format", choices=("native", "original"), default="native",
-                   help="native: transformers' own layout of the backbone (the released layout of a -hf InternVL, Qwen2.5-VL or "
-                        "Qwen3-VL base), as this toolkit, transformers and vLLM read it; original: InternVL's own format "
+                   help="native: transformers' own layout of the backbone (the released layout of a -hf InternVL, Qwen2.5-VL, "
+                        "Qwen3-VL or Qwen3.5 base), as this toolkit, transformers and vLLM read it; original: InternVL's own format "
                         "(InternVLChatModel) in the layout of the adapter's original base, with its code, as InternVL's code, MMIE's "
                         "main.py, vLLM and LMDeploy read it (default: native)")
     add_common_flags(p)

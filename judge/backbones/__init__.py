@@ -5,6 +5,8 @@
                   original InternVLChatModel and -hf layouts      model Phi-3, Qwen2, Llama (InternLM2 mapped onto it)
     Qwen2.5-VL    Qwen/Qwen2.5-VL-*                               Qwen2_5_VLForConditionalGeneration
     Qwen3-VL      Qwen/Qwen3-VL-*                                 Qwen3VLForConditionalGeneration
+    Qwen3.5       Qwen/Qwen3.5-* (dense; MoE: -A3B ... -A17B)     Qwen3_5ForConditionalGeneration,
+                                                                  Qwen3_5MoeForConditionalGeneration
 
 What a family decides, and nothing else (everything else is generic: judge/model.py loads, infer/ scores,
 train/ trains, serve/ serves):

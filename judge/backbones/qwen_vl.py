@@ -1,11 +1,15 @@
-"""Qwen2.5-VL and Qwen3-VL: transformers' native classes, loaded as released (no remote code exists or is needed).
+"""Qwen2.5-VL, Qwen3-VL and Qwen3.5 (dense and MoE): transformers' native classes, loaded as released (no remote code
+exists or is needed). Qwen3.5 takes Qwen3-VL's vision tower without DeepStack and its rules here; its language model
+is a hybrid (Gated DeltaNet layers, each with a recurrent state, between gated attention layers), which training
+runs through transformers and the engine must cache per row (infer/).
 
     images      smart resize: each image whole, to multiples of patch x merge (28 px; Qwen3-VL 32 px) between the
                 processor's least and most pixels, cut into patches, every merge x merge patches one image token
                 (judge/smart_resize.py); spelled <|vision_start|><|image_pad|> x tokens<|vision_end|>
     template    the checkpoint's own Jinja chat template (chat_template.json / .jinja / tokenizer_config.json),
                 read as data (judge/templates.py); Qwen2.5-VL's default system message is "You are a helpful
-                assistant.", Qwen3-VL has none
+                assistant.", Qwen3-VL and Qwen3.5 have none; Qwen3.5's answer opens after an empty thinking
+                block, and its messages' ends are stripped
     positions   3-D multimodal rotary positions (temporal, height, width), as their `get_rope_index` computes
                 them, per row: text tokens count on one by one on all three axes; an image's tokens take its grid
                 (temporal, row, column) from where the text stopped, and the text after it goes on from the start
@@ -30,7 +34,7 @@ from mmjudge.judge.checkpoint import CheckpointError, JudgeSettings, chat_templa
 from mmjudge.judge.smart_resize import QWEN_IMAGE_TOKENS, from_processor_config
 from mmjudge.judge.vision import Pixels
 
-MODEL_TYPES = {"qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL", "qwen3_5": "Qwen3.5"}
+MODEL_TYPES = {"qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL", "qwen3_5": "Qwen3.5", "qwen3_5_moe": "Qwen3.5 MoE"}
 # Qwen-VL's image tokens: an image is <|vision_start|>, <|image_pad|> once per image token, <|vision_end|>.
 IMAGE_TOKENS = QWEN_IMAGE_TOKENS
 
@@ -48,7 +52,7 @@ class QwenVL(Backbone):
         # each DeepStack merger by itself: PEFT trains modules whole, not a ModuleList
         projector = ("visual.merger", *(f"visual.deepstack_merger_list.{i}" for i in range(len(getattr(vision, "deepstack_visual_indexes", ())))))
         return cls(MODEL_TYPES[config.model_type], config.image_token_id, mrope=True, strips_answer=False, generation_stops=True,
-                   fused_kernels=config.model_type != "qwen3_5", vision_tower="visual", projector=projector, merge_size=vision.spatial_merge_size,
+                   fused_kernels=config.model_type not in ("qwen3_5", "qwen3_5_moe"), vision_tower="visual", projector=projector, merge_size=vision.spatial_merge_size,
                    patch_values=vision.in_channels * vision.temporal_patch_size * vision.patch_size**2, deepstack=deepstack)
 
     def features(self, vlm: torch.nn.Module, pixels: Pixels) -> tuple[torch.Tensor, list[torch.Tensor] | None]:

@@ -17,6 +17,8 @@ names and dtype layout.
     qwen3.5-4b       native    Qwen3.5 (Gated DeltaNet x 3, gated   Qwen3.5's (its own split rule)      its Jinja (thinking;
                                attention x 1), tied, MTP weights                                        no system)
     qwen3.5-9b       native    Qwen3.5, MTP weights                 Qwen3.5's                           its Jinja
+    qwen3.5-35b-a3b  native    Qwen3.5 MoE (routed experts stored   Qwen3.5's                           its Jinja
+                               one by one, a shared expert), MTP
 
 The original layouts (InternVLChatModel) are written tensor by tensor under InternVL's own names, so the loader's
 conversion is tested against files it did not write; the native ones are transformers' own models saved by
@@ -386,7 +388,7 @@ def _write_qwen_tokenizer(out_dir: Path, released: tuple[str, ...], internvl: tu
     elif family.llm == "qwen3_vl":
         (out_dir / "chat_template.json").write_text(json.dumps({"chat_template": QWEN3_VL_CHAT_TEMPLATE}, indent=2) + "\n")
         config["chat_template"] = QWEN3_VL_CHAT_TEMPLATE
-    elif family.llm == "qwen3_5":
+    elif family.tokenizer == "qwen3.5":
         (out_dir / "chat_template.jinja").write_text(QWEN3_5_CHAT_TEMPLATE)
     elif family.llm == "internvl":
         (out_dir / "chat_template.jinja").write_text(INTERNVL_HF_CHAT_TEMPLATE)
@@ -516,7 +518,7 @@ def _native_config(family: Family, tokens: dict[str, int]) -> dict:
                 "max_position_embeddings": 128000, "max_window_layers": 28, "rope_theta": 1000000.0, "sliding_window": 32768,
                 "use_sliding_window": False, "rope_scaling": {"type": "mrope", "mrope_section": [half - 2 * (half * 3 // 8), half * 3 // 8, half * 3 // 8]},
                 "tie_word_embeddings": family.tied, "torch_dtype": "bfloat16", "vision_config": vision}
-    if family.llm == "qwen3_5":
+    if family.llm in ("qwen3_5", "qwen3_5_moe"):
         return _qwen3_5_config(family, text, ids)
     vision = {"deepstack_visual_indexes": [0, 1], "depth": 3, "hidden_act": "gelu_pytorch_tanh", "hidden_size": 32, "in_channels": 3,
               "initializer_range": 0.02, "intermediate_size": 64, "model_type": "qwen3_vl", "num_heads": 2, "num_position_embeddings": 16,
@@ -547,11 +549,16 @@ def _qwen3_5_config(family: Family, text: dict, ids: dict) -> dict:
             "rope_parameters": {"mrope_interleaved": True, "mrope_section": [-(-half // 3), -(-half // 3), half - 2 * -(-half // 3)],
                                 "rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25},
             "dtype": "bfloat16"}
-    # Released with the vision tower's model_type "qwen3_5" and an empty DeepStack list (transformers reads both).
+    if family.llm == "qwen3_5_moe":  # every MLP a router over experts beside a shared expert, and no dense width
+        del text["intermediate_size"]
+        text |= {"model_type": "qwen3_5_moe_text", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                 "shared_expert_intermediate_size": 64, "router_aux_loss_coef": 0.001, "output_router_logits": False}
+    # Released with the vision tower's model_type its family's and an empty DeepStack list (transformers reads both).
     vision = {"deepstack_visual_indexes": [], "depth": 2, "hidden_act": "gelu_pytorch_tanh", "hidden_size": 32, "in_channels": 3,
-              "initializer_range": 0.02, "intermediate_size": 64, "model_type": "qwen3_5", "num_heads": 2, "num_position_embeddings": 16,
+              "initializer_range": 0.02, "intermediate_size": 64, "model_type": family.llm, "num_heads": 2, "num_position_embeddings": 16,
               "out_hidden_size": s.llm_hidden, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}
-    return {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", **ids, "text_config": text,
+    architecture = "Qwen3_5MoeForConditionalGeneration" if family.llm == "qwen3_5_moe" else "Qwen3_5ForConditionalGeneration"
+    return {"architectures": [architecture], "model_type": family.llm, **ids, "text_config": text,
             "tie_word_embeddings": family.tied, "transformers_version": "4.57.0.dev0", "vision_config": vision}
 
 
@@ -561,12 +568,20 @@ def _mtp_weights(config: dict, seed: int) -> dict[str, torch.Tensor]:
     text = config["text_config"]
     g = torch.Generator().manual_seed(seed + 3)
     normal = lambda *shape: torch.randn(*shape, generator=g) * 0.02  # noqa: E731
-    h, inter, d = text["hidden_size"], text["intermediate_size"], text["head_dim"]
+    h, d = text["hidden_size"], text["head_dim"]
     q, kv = text["num_attention_heads"] * d, text["num_key_value_heads"] * d
+    mlp = lambda prefix, inter: {f"{prefix}gate_proj.weight": normal(inter, h), f"{prefix}up_proj.weight": normal(inter, h),  # noqa: E731
+                                 f"{prefix}down_proj.weight": normal(h, inter)}
+    if "num_experts" in text:
+        experts = {"mlp.gate.weight": normal(text["num_experts"], h), "mlp.shared_expert_gate.weight": normal(1, h),
+                   **mlp("mlp.shared_expert.", text["shared_expert_intermediate_size"])}
+        for e in range(text["num_experts"]):
+            experts |= mlp(f"mlp.experts.{e}.", text["moe_intermediate_size"])
+    else:
+        experts = mlp("mlp.", text["intermediate_size"])
     layer = {"self_attn.q_proj.weight": normal(2 * q, h), "self_attn.k_proj.weight": normal(kv, h), "self_attn.v_proj.weight": normal(kv, h),
              "self_attn.o_proj.weight": normal(h, q), "self_attn.q_norm.weight": normal(d), "self_attn.k_norm.weight": normal(d),
-             "mlp.gate_proj.weight": normal(inter, h), "mlp.up_proj.weight": normal(inter, h), "mlp.down_proj.weight": normal(h, inter),
-             "input_layernorm.weight": normal(h), "post_attention_layernorm.weight": normal(h)}
+             **experts, "input_layernorm.weight": normal(h), "post_attention_layernorm.weight": normal(h)}
     return {"mtp.fc.weight": normal(h, 2 * h), "mtp.pre_fc_norm_embedding.weight": normal(h), "mtp.pre_fc_norm_hidden.weight": normal(h),
             "mtp.norm.weight": normal(h), **{f"mtp.layers.0.{name}": tensor for name, tensor in layer.items()}}
 
@@ -602,7 +617,7 @@ def _write_native(family: Family, out_dir: Path, tokens: dict[str, int], seed: i
     model.generation_config.pad_token_id = tokens["<|endoftext|>"]
     model.save_pretrained(out_dir, safe_serialization=True)
     _write_json(out_dir / "config.json", raw)  # the released config, over transformers' own rendering of it
-    if raw["text_config"].get("mtp_num_hidden_layers") if "text_config" in raw else False:
+    if raw.get("text_config", {}).get("mtp_num_hidden_layers"):
         weights = load_file(out_dir / "model.safetensors")
         save_file(weights | _mtp_weights(raw, seed), out_dir / "model.safetensors", metadata={"format": "pt"})
     _write_json(out_dir / "preprocessor_config.json", _processor_config(family))

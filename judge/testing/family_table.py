@@ -30,6 +30,7 @@ FAMILIES = {
     "qwen3-vl-8b": Family("native", "qwen3_vl", "qwen3", "", kv_heads=2),
     "qwen3.5-4b": Family("native", "qwen3_5", "qwen3.5", "", tied=True, kv_heads=2),
     "qwen3.5-9b": Family("native", "qwen3_5", "qwen3.5", "", kv_heads=2),
+    "qwen3.5-35b-a3b": Family("native", "qwen3_5_moe", "qwen3.5", "", kv_heads=2),
 }
 # Where each LLM's rotary embedding switches regime, by default beyond any test prompt; lowered to put prompts
 # on both sides of it (the long rope's original context, InternLM2's dynamic-NTK max_position_embeddings).

@@ -18,5 +18,5 @@ def test_every_familys_export_gives_mmjudges_rewards_in_plain_transformers(tmp_p
                           "--pairs", "2"], capture_output=True, text=True, timeout=900)
     rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and "of" in line]
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
-    assert [row.split(" | ")[0] for row in rows] == ["| internvl2-4b", "| qwen2.5-vl-3b", "| qwen3-vl-4b"]
+    assert [row.split(" | ")[0] for row in rows] == ["| internvl2-4b", "| qwen2.5-vl-3b", "| qwen3-vl-4b", "| qwen3.5-4b"]
     assert all(" 4 of 4 " in row and row.split(" | ")[2] != "0" for row in rows), rows  # 2 pairs: 4 answers, some with images

@@ -42,7 +42,10 @@ from mmjudge.judge.testing import write_dataset
 from mmjudge.judge.testing.families import write_reward_checkpoint
 
 pytestmark = pytest.mark.slow  # three exports written: about 10 s
-FAMILIES = ("internvl2-4b", "qwen2.5-vl-3b", "qwen3-vl-4b")
+FAMILIES = ("internvl2-4b", "qwen2.5-vl-3b", "qwen3-vl-4b", "qwen3.5-4b")
+# Qwen3.5's template opens a thinking block unless told not to; a judge is prompted as its answers are rendered,
+# after an empty one (judge/templates.py), which is what the template writes with enable_thinking=False.
+TEMPLATE_FLAGS = {"qwen3.5-4b": {"enable_thinking": False}}
 
 CLASSIFY_SUFFIX = "ForSequenceClassification"
 BASE_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "ChatModel", "LMHeadModel")  # _SUFFIX_TO_DEFAULTS' generate ones, in order
@@ -114,7 +117,8 @@ def test_an_exports_own_chat_template_gives_mmjudges_prompt_ids(exports, family,
         sample = Sample(id="SA_1", question=question, answer=[Segment(text="A boat.")])
         ids = prepare(judge, [(0, sample)], rubrics, data, ScoreOptions())[0].input_ids.tolist()
         prompt = build_prompt(sample, rubrics["SA"], judge.settings.template, judge.settings.system_message, data, judge.settings.images)
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt.chat_content()}], add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt.chat_content()}], add_generation_prompt=True, tokenize=False,
+                                             **TEMPLATE_FLAGS.get(family, {}))
         # each image's tokens where the template put its image token, as the family's processor writes them: InternVL's
         # template writes the context token alone, and its processor the start and end tokens around the tiles' tokens
         wraps, pieces = start not in text, text.split(context)

@@ -1,5 +1,5 @@
 """judge-serve, started by its own command line, on the Bradley-Terry export of every family (InternVL2's original
-layout exported, Qwen2.5-VL, Qwen3-VL): /v1/score, /get_reward (OpenRLHF) and /classify (vLLM's, verl's) answer
+layout exported, Qwen2.5-VL, Qwen3-VL, Qwen3.5): /v1/score, /get_reward (OpenRLHF) and /classify (vLLM's, verl's) answer
 with the rewards judge-score gives the same answers, images included. Before this, a Qwen export stopped
 judge-serve at start-up (the judge's stop tokens were read from a generation config, which transformers gives
 only a model that can generate). The server runs in a thread of the test's process, every step of its start-up
@@ -52,7 +52,7 @@ def judge_serve(flags: list[str], monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["internvl2-4b", "qwen2.5-vl-3b", "qwen3-vl-4b"])
+@pytest.mark.parametrize("family", ["internvl2-4b", "qwen2.5-vl-3b", "qwen3-vl-4b", "qwen3.5-4b"])
 def test_every_familys_reward_export_is_served_with_judge_scores_rewards(family, tmp_path, monkeypatch):
     export = write_reward_checkpoint(tmp_path / "model", family=family, seed=1)
     data = write_dataset(tmp_path / "data", 4, seed=0).parent
