@@ -1,4 +1,4 @@
-"""judge-score: score interleaved answers with a judge on any supported backbone (InternVL2/2.5/3, Qwen2.5-VL, Qwen3-VL).
+"""judge-score: score interleaved answers with a judge on any supported backbone (InternVL2/2.5/3, Qwen2.5-VL, Qwen3-VL, Qwen3.5).
 
     judge-score --model_path CKPT --input_dir DATA --input_file data.json [--output_dir eval_outputs]
 
@@ -42,7 +42,7 @@ IMAGE_PROBES = ("blank", "shuffle")  # --probe_images: the first two of the bias
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = CommandParser(prog="judge-score", description=__doc__)
     p.add_argument("--model_path", required=True,
-                   help="judge checkpoint, a local directory or a Hugging Face Hub id: InternVL2/2.5/3 (original or -hf), Qwen2.5-VL, Qwen3-VL, or a judge-train output; "
+                   help="judge checkpoint, a local directory or a Hugging Face Hub id: InternVL2/2.5/3 (original or -hf), Qwen2.5-VL, Qwen3-VL, Qwen3.5, or a judge-train output; "
                         "with --backend openai, the model's name on the server")
     add_revision_flag(p)
     p.add_argument("--input_dir", required=True, path="dir", help="directory that image paths in the input are relative to")

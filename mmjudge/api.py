@@ -149,7 +149,7 @@ class Judge(LoadedJudge):
         """Load a judge checkpoint once, ready to score.
 
         model_path: a local folder or a Hugging Face Hub id of any supported backbone (InternVL2/2.5/3 in its
-            original or -hf layout, Qwen2.5-VL, Qwen3-VL), or a judge-train output (LoRA adapter or full weights).
+            original or -hf layout, Qwen2.5-VL, Qwen3-VL, Qwen3.5), or a judge-train output (LoRA adapter or full weights).
             (judge-score --model_path)
         device: "cpu", "cuda" or "cuda:N" (default: cuda:LOCAL_RANK if a GPU is present, else cpu).
         dtype: "bfloat16", "float16", "float32" or a torch.dtype (default: bfloat16 on GPU, float32 on CPU).
