@@ -32,6 +32,7 @@ where it runs by itself (OpenRLHF, verl and EasyR1 load it by path), no tokenize
 import asyncio
 import base64
 import functools
+import importlib
 import io
 import json
 import logging
@@ -510,3 +511,122 @@ def reward_func(queries: list[str], prompts: list[str], labels: list, base_url: 
     results = [_or_failed(rewards.get(k)) for k in range(len(queries))]
     scores = torch.tensor([r["score"] for r in results])
     return {"rewards": scores, "scores": scores, "extra_logs": {"judge_failed": torch.tensor([r["judge_failed"] for r in results])}}
+
+
+# -- AReaL and SkyRL: classes of theirs, made where first asked for (this file imports neither) -----------------
+
+async def areal_reward(prompt: str, completions: str, prompt_ids: Any = None, completion_ids: Any = None, *, judge: ServerRewards,
+                       images: Any = None, answer: Any = None, messages: Any = None, messages_chat: Any = None, **_: Any) -> float:
+    """The reward of one AReaL episode, as its RLVR workflows call a reward function: the decoded prompt and
+    completion, then the sample's own fields (`**data`): its images (AReaL's vision datasets hold them in
+    `images`), its question in `messages_chat` or `messages` (a conversation, or the chat-templated text its vision
+    datasets write), the reference in `answer`. A failed judgement raises RewardError (counted and logged first):
+    AReaLJudgeWorkflow turns it into AReaL's rejection of the trajectory, never a reward."""
+    question = text_of(messages_chat or messages or prompt)
+    asked = Asked(question, END_OF_TURN.sub("", completions), image_list(images), answer)
+    reward = (await judge.ask([asked])).rewards[0]
+    if reward is None:
+        raise RewardError("the judge gave no reward (logged above)")
+    return reward
+
+
+def _areal_workflow(base: type) -> type:
+    """AReaL's workflow `base` (RLVRWorkflow or VisionRLVRWorkflow) rewarding through judge-serve. AReaL's own
+    reward door runs a reward function in a process pool under a 15 s timeout, then retries it and reads a timeout
+    as 0 and an exception as the whole group's failure; here the judge is awaited in AReaL's own event loop, under
+    ServerRewards' timeout and retries, and a failed judgement rejects that trajectory alone (arun_episode's
+    None, AReaL's skip: not trained on, counted as rejected)."""
+
+    class Workflow(base):
+        def __init__(self, *args: Any, base_url: str | None = None, **kwargs: Any):
+            super().__init__(areal_reward, *args, **kwargs)
+            self.judge = _server(base_url)
+            self.async_reward_fn = functools.partial(areal_reward, judge=self.judge)  # what AReaL's _compute_rewards awaits
+
+        async def arun_episode(self, engine: Any, data: dict) -> dict | None:
+            try:
+                return await super().arun_episode(engine, data)
+            except RewardError:
+                return None
+
+    Workflow.__name__ = Workflow.__qualname__ = f"AReaLJudge{base.__name__.removesuffix('RLVRWorkflow')}Workflow"
+    Workflow.__module__ = __name__  # AReaL names a workflow by its import path to its rollout workers
+    return Workflow
+
+
+def _skyrl_env() -> type:
+    """SkyRL's environment (skyrl-gym's BaseTextEnv) rewarding a single-turn episode through judge-serve."""
+    from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+
+    class SkyRLJudgeEnv(BaseTextEnv):
+        """Register it (`skyrl_gym.envs.register(id="mmjudge", entry_point="mmjudge.rewards:SkyRLJudgeEnv")`, with
+        `kwargs={"base_url": URL}` or MMJUDGE_URL set) and name it in each row's `env_class`. The question and its
+        images are the prompt's (its messages' text parts, and their `image_url` or `image` parts, as SkyRL's VLM
+        generator passes them), the reference `extras["reward_spec"]["ground_truth"]`. SkyRL has no skip value (a
+        step's reward is a float): a failed judgement is 0.0, with `judge_failed` 1 in the step's metadata and
+        the episode's metrics (SkyRL's `environment/judge_failed`)."""
+
+        def __init__(self, env_config: Any = None, extras: dict | None = None, base_url: str | None = None):
+            super().__init__()
+            self.judge = _server(base_url)
+            self.reference = ((extras or {}).get("reward_spec") or {}).get("ground_truth")
+            self.question, self.images, self.metrics = "", [], {}
+
+        def init(self, prompt: list) -> tuple[list, dict]:
+            self.question, self.images = text_of(prompt), message_images(prompt)
+            return prompt, {}
+
+        def step(self, action: str) -> BaseTextEnvStepOutput:
+            judged = _run(self.judge.ask([Asked(self.question, END_OF_TURN.sub("", action), self.images, self.reference)]))
+            result = _or_failed(judged.rewards[0])
+            self.metrics = {"judge_failed": result["judge_failed"], "images_judged": float(judged.n_images[0])}
+            return BaseTextEnvStepOutput(observations=[], reward=result["score"], done=True, metadata=dict(self.metrics))
+
+        def get_metrics(self) -> dict:
+            return self.metrics
+
+    SkyRLJudgeEnv.__module__ = __name__
+    return SkyRLJudgeEnv
+
+
+def message_images(conversation: list) -> list:
+    """The images of a conversation's messages: each `image_url` part's URL (a data URL or path) and each `image`
+    part's image, in order (a Parquet row's parts carry each other's keys as nulls)."""
+    images = []
+    for turn in conversation:
+        for part in turn["content"] if isinstance(turn["content"], list) else []:
+            if part.get("type") == "image_url":
+                url = part["image_url"]
+                images.append(url["url"] if isinstance(url, dict) else url)
+            elif part.get("type") == "image":
+                images.append(part["image"])
+    return images
+
+
+def _run(coroutine: Any) -> Any:
+    """A coroutine run to its end from synchronous code: SkyRL steps its environments in a pool of threads (its
+    max_env_workers), or, set to 0, in its event loop's own thread, where a loop of our own must run in a thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+_FRAMEWORK_CLASSES = {  # the name asked for: how it is made
+    "AReaLJudgeWorkflow": lambda: _areal_workflow(importlib.import_module("areal.workflow.rlvr").RLVRWorkflow),
+    "AReaLJudgeVisionWorkflow": lambda: _areal_workflow(importlib.import_module("areal.workflow.vision_rlvr").VisionRLVRWorkflow),
+    "SkyRLJudgeEnv": _skyrl_env,
+}
+
+
+def __getattr__(name: str) -> type:
+    """AReaL's workflows and SkyRL's environment subclass those frameworks' own classes: each is made where it is
+    first asked for (`mmjudge.rewards.AReaLJudgeVisionWorkflow`), in that framework's process."""
+    if name not in _FRAMEWORK_CLASSES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    made = globals()[name] = _FRAMEWORK_CLASSES[name]()
+    return made
