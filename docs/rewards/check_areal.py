@@ -5,8 +5,9 @@ import_from_string resolves mmjudge.rewards.AReaLJudgeVisionWorkflow (its Vision
 the judge), whose arun_episode runs each sample, AReaL's processor call and ModelRequest included. The policy's
 generation alone stands in (an engine answering fixed text): it is the GPU's part, not the reward's. Each reward
 must equal a direct /get_reward with the same image to 1e-6 and differ from the same request without it; a judge
-that cannot be reached must give AReaL's rejection (arun_episode's None), not a reward. Run in a venv of AReaL's
-own (docs/rewards.md), with mmjudge on PYTHONPATH:
+that cannot be reached must give AReaL's rejection (arun_episode's None), not a reward; AReaL's own reward door
+(AsyncRewardWrapper) is shown reading a reward function past its timeout as 0. Run in a venv of AReaL's own
+(docs/rewards.md), with mmjudge on PYTHONPATH:
 
     MMJUDGE_URL=http://127.0.0.1:PORT python docs/rewards/check_areal.py POLICY_DIR WORK_DIR
 
