@@ -11,6 +11,10 @@
     EasyR1:   worker.reward.reward_function=<this file's path>:compute_score_batch (REWARD_TYPE batch)
     OpenRLHF: --reward.remote_url <server>/get_reward (its own client, text only), or this file's `reward_func`
               (the images in each label: --label_key naming a column of {"reference", "images"} objects)
+    AReaL:    workflow="mmjudge.rewards.AReaLJudgeVisionWorkflow" (or AReaLJudgeWorkflow, text), its workflow_kwargs
+              less reward_fn (MMJUDGE_URL, or base_url): the sample's `images`, `messages`, `answer`
+    SkyRL:    skyrl_gym.envs.register(id="mmjudge", entry_point="mmjudge.rewards:SkyRLJudgeEnv"), env_class mmjudge:
+              the prompt's text and image parts, reward_spec's ground_truth
 
 Images go in every shape the frameworks' loaders give (IMAGE_SHAPES): paths (read under the server's
 --image_root, or locally by `LocalRewards`), data URLs, encoded bytes, `{"bytes", "path"}` dicts (datasets'
@@ -18,9 +22,9 @@ Image feature, Parquet), PIL images and numpy arrays (sent as PNG). An image of 
 response's judgement. A request is retried a bounded number of times on a transport failure or a 5xx, each
 within a timeout; a refusal (4xx), a redirect (never followed) or an answer of the wrong shape is not retried.
 A reward is a finite number within the reward's range, one per response, from a 2xx JSON answer: anything else
-is a failed judgement, never a reward. TRL and ms-swift get None (their skip value); verl, EasyR1 and
-OpenRLHF, which have none, get 0.0 beside a `judge_failed` metric of 1; every failure is counted on the
-rewarder (`failed`) and logged.
+is a failed judgement, never a reward. TRL and ms-swift get None (their skip value), AReaL its rejection of the
+trajectory; verl, EasyR1, OpenRLHF and SkyRL, which have none, get 0.0 beside a `judge_failed` metric of 1; every
+failure is counted on the rewarder (`failed`) and logged.
 
 This file needs httpx2 alone (pillow too for PIL images and numpy arrays, which come from pillow's and numpy's
 owners; torch for OpenRLHF's `reward_func`, whose answer is tensors): it imports nothing else of mmjudge
