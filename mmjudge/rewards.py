@@ -9,11 +9,15 @@
     verl:     reward.custom_reward_function.path=<this file's path>, name=compute_score (async; MMJUDGE_URL, or
               reward_kwargs.base_url; the question in extra_info["question"], images in extra_info["images"])
     EasyR1:   worker.reward.reward_function=<this file's path>:compute_score_batch (REWARD_TYPE batch)
-    OpenRLHF: --reward.remote_url <server>/get_reward (its own client, text only), or this file's `reward_func`
-              (the images in each label: --label_key naming a column of {"reference", "images"} objects)
+    OpenRLHF: --reward.remote_url <server>/get_reward (its own client), or this file's `reward_func`; in both the images
+              in each label (--label_key naming a column of {"reference", "images"} objects)
     slime:    --custom-rm-path mmjudge.rewards.slime_reward --rm-url <server> (its Sample's PIL images)
     ROLL:     a rewards domain of worker_cls roll_reward_worker.MMJudgeRewardWorker (docs/rewards/), over `roll_rewards`
     prime-rl: its verifiers task config's rewards = {mmjudge = {fn = "mmjudge.rewards.prime_rl_reward"}}
+    AReaL:    workflow="mmjudge.rewards.AReaLJudgeVisionWorkflow" (or AReaLJudgeWorkflow, text), its workflow_kwargs
+              less reward_fn (MMJUDGE_URL, or base_url): the sample's `images`, `messages`, `answer`
+    SkyRL:    skyrl_gym.envs.register(id="mmjudge", entry_point="mmjudge.rewards:SkyRLJudgeEnv"), env_class mmjudge:
+              the prompt's text and image parts, reward_spec's ground_truth
 
 Images go in every shape the frameworks' loaders give (IMAGE_SHAPES): paths (read under the server's
 --image_root, or locally by `LocalRewards`), data URLs, encoded bytes, `{"bytes", "path"}` dicts (datasets'
@@ -22,9 +26,9 @@ response's judgement. A request is retried a bounded number of times on a transp
 within a timeout; a refusal (4xx), a redirect (never followed) or an answer of the wrong shape is not retried.
 A reward is a finite number within the reward's range, one per response, from a 2xx JSON answer: anything else
 is a failed judgement, never a reward. TRL and ms-swift get None (their skip value), prime-rl an error (verifiers
-errors the rollout, which prime-rl does not train on), slime 0.0 with the sample out of the loss; verl, EasyR1,
-OpenRLHF and ROLL, which have none, get 0.0 beside a `judge_failed` metric of 1; every failure is counted on the
-rewarder (`failed`) and logged.
+errors the rollout, which prime-rl does not train on), AReaL its rejection of the trajectory, slime 0.0 with the
+sample out of the loss; verl, EasyR1, OpenRLHF, ROLL and SkyRL, which have none, get 0.0 beside a `judge_failed`
+metric of 1; every failure is counted on the rewarder (`failed`) and logged.
 
 This file needs httpx2 alone (pillow too for PIL images and numpy arrays, which come from pillow's and numpy's
 owners; torch for OpenRLHF's `reward_func`, whose answer is tensors): it imports nothing else of mmjudge
@@ -36,6 +40,7 @@ where it runs by itself (OpenRLHF, verl and EasyR1 load it by path), no tokenize
 import asyncio
 import base64
 import functools
+import importlib
 import io
 import json
 import logging
@@ -568,15 +573,135 @@ async def prime_rl_reward(task: Any, trace: Any) -> float:
     reference) where it has one. A failed judgement raises: verifiers errors the rollout, and prime-rl trains none
     of an errored rollout (its skip), never a 0."""
     prompt = task.prompt if task.prompt is not None else ""
-    texts, images = [], []
+    texts = []
     for content in [prompt] if isinstance(prompt, str) else [_part(m, "content") or "" for m in prompt]:
         for part in [{"type": "text", "text": content}] if isinstance(content, str) else content:
             if _part(part, "type") == "text":
                 texts.append(_part(part, "text"))
-            elif _part(part, "type") == "image_url":
-                images.append(_part(_part(part, "image_url"), "url"))  # verifiers' image: a data URL (or a path) in an image_url part
     text = "\n\n".join(t for t in texts if t)
+    images = [] if isinstance(prompt, str) else message_images(prompt)  # verifiers' image: a data URL (or a path) in an image_url part
     judged = await _server().ask([Asked(text, trace.last_reply, images, getattr(task, "answer", None))])
     if judged.rewards[0] is None:
         raise RewardError("the judge gave no reward (counted and logged): the rollout errors, and is not trained on")
     return judged.rewards[0]
+
+
+# -- AReaL and SkyRL: classes of theirs, made where first asked for (this file imports neither) -----------------
+
+async def areal_reward(prompt: str, completions: str, prompt_ids: Any = None, completion_ids: Any = None, *, judge: ServerRewards,
+                       images: Any = None, answer: Any = None, messages: Any = None, messages_chat: Any = None, **_: Any) -> float:
+    """The reward of one AReaL episode, as its RLVR workflows call a reward function: the decoded prompt and
+    completion, then the sample's own fields (`**data`): its images (AReaL's vision datasets hold them in
+    `images`), its question in `messages_chat` or `messages` (a conversation, or the chat-templated text its vision
+    datasets write), the reference in `answer`. A failed judgement raises RewardError (counted and logged first):
+    AReaLJudgeWorkflow turns it into AReaL's rejection of the trajectory, never a reward."""
+    question = text_of(messages_chat or messages or prompt)
+    asked = Asked(question, END_OF_TURN.sub("", completions), image_list(images), answer)
+    reward = (await judge.ask([asked])).rewards[0]
+    if reward is None:
+        raise RewardError("the judge gave no reward (logged above)")
+    return reward
+
+
+def _areal_workflow(base: type) -> type:
+    """AReaL's workflow `base` (RLVRWorkflow or VisionRLVRWorkflow) rewarding through judge-serve. AReaL's own
+    reward door runs a reward function in a process pool under a 15 s timeout, then retries it and reads a timeout
+    as 0 and an exception as the whole group's failure; here the judge is awaited in AReaL's own event loop, under
+    ServerRewards' timeout and retries, and a failed judgement rejects that trajectory alone (arun_episode's
+    None, AReaL's skip: not trained on, counted as rejected)."""
+
+    class Workflow(base):
+        def __init__(self, *args: Any, base_url: str | None = None, **kwargs: Any):
+            super().__init__(areal_reward, *args, **kwargs)
+            self.judge = _server(base_url)
+            self.async_reward_fn = functools.partial(areal_reward, judge=self.judge)  # what AReaL's _compute_rewards awaits
+
+        async def arun_episode(self, engine: Any, data: dict) -> dict | None:
+            try:
+                return await super().arun_episode(engine, data)
+            except RewardError:
+                return None
+
+    Workflow.__name__ = Workflow.__qualname__ = f"AReaLJudge{base.__name__.removesuffix('RLVRWorkflow')}Workflow"
+    Workflow.__module__ = __name__  # AReaL names a workflow by its import path to its rollout workers
+    return Workflow
+
+
+def _skyrl_env() -> type:
+    """SkyRL's environment (skyrl-gym's BaseTextEnv) rewarding a single-turn episode through judge-serve."""
+    from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+
+    class SkyRLJudgeEnv(BaseTextEnv):
+        """Register it (`skyrl_gym.envs.register(id="mmjudge", entry_point="mmjudge.rewards:SkyRLJudgeEnv")`, with
+        `kwargs={"base_url": URL}` or MMJUDGE_URL set) and name it in each row's `env_class`. The question and its
+        images are the prompt's (its messages' text parts, and their `image_url` or `image` parts, as SkyRL's VLM
+        generator passes them), the reference `extras["reward_spec"]["ground_truth"]`. SkyRL has no skip value (a
+        step's reward is a float): a failed judgement is 0.0, with `judge_failed` 1 in the step's metadata and
+        the episode's metrics (SkyRL's `environment/judge_failed`)."""
+
+        def __init__(self, env_config: Any = None, extras: dict | None = None, base_url: str | None = None):
+            super().__init__()
+            self.judge = _server(base_url)
+            self.reference = ((extras or {}).get("reward_spec") or {}).get("ground_truth")
+            self.question, self.images, self.metrics = "", [], {}
+
+        def init(self, prompt: list) -> tuple[list, dict]:
+            self.question, self.images = text_of(prompt), message_images(prompt)
+            return prompt, {}
+
+        def step(self, action: str) -> BaseTextEnvStepOutput:
+            judged = _run(self.judge.ask([Asked(self.question, END_OF_TURN.sub("", action), self.images, self.reference)]))
+            result = _or_failed(judged.rewards[0])
+            self.metrics = {"judge_failed": result["judge_failed"], "images_judged": float(judged.n_images[0])}
+            return BaseTextEnvStepOutput(observations=[], reward=result["score"], done=True, metadata=dict(self.metrics))
+
+        def get_metrics(self) -> dict:
+            return self.metrics
+
+    SkyRLJudgeEnv.__module__ = __name__
+    return SkyRLJudgeEnv
+
+
+def message_images(conversation: list) -> list:
+    """The images of a conversation's messages (dicts, or pydantic models as verifiers' are): each `image_url`
+    part's URL (a data URL or path) and each `image` part's image, in order (a Parquet row's parts carry each
+    other's keys as nulls)."""
+    images = []
+    for turn in conversation:
+        content = _part(turn, "content")
+        for part in content if isinstance(content, list) else []:
+            if _part(part, "type") == "image_url":
+                url = _part(part, "image_url")
+                images.append(url if isinstance(url, str) else _part(url, "url"))
+            elif _part(part, "type") == "image":
+                images.append(_part(part, "image"))
+    return images
+
+
+def _run(coroutine: Any) -> Any:
+    """A coroutine run to its end from synchronous code: SkyRL steps its environments in a pool of threads (its
+    max_env_workers), or, set to 0, in its event loop's own thread, where a loop of our own must run in a thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+_FRAMEWORK_CLASSES = {  # the name asked for: how it is made
+    "AReaLJudgeWorkflow": lambda: _areal_workflow(importlib.import_module("areal.workflow.rlvr").RLVRWorkflow),
+    "AReaLJudgeVisionWorkflow": lambda: _areal_workflow(importlib.import_module("areal.workflow.vision_rlvr").VisionRLVRWorkflow),
+    "SkyRLJudgeEnv": _skyrl_env,
+}
+
+
+def __getattr__(name: str) -> type:
+    """AReaL's workflows and SkyRL's environment subclass those frameworks' own classes: each is made where it is
+    first asked for (`mmjudge.rewards.AReaLJudgeVisionWorkflow`), in that framework's process."""
+    if name not in _FRAMEWORK_CLASSES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    made = globals()[name] = _FRAMEWORK_CLASSES[name]()
+    return made

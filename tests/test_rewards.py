@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy
 import pytest
+import skyrl_gym
 import torch
 import uvicorn
 from packaging.requirements import Requirement
@@ -307,9 +308,28 @@ def test_an_answer_that_is_not_one_reward_per_response_is_a_failed_judgement_in_
             asyncio.run(module.prime_rl_reward(verifiers_task("What colour?"), SimpleNamespace(last_reply="Red.")))
         # each response counted once: 1 (verl) + 2 (EasyR1) + 2 (OpenRLHF) + 2 (slime) + 2 (ROLL) + 1 (prime-rl)
         assert module._SERVERS[url].failed == 10
-    assert state["requests"] == 7  # one request per call: no retry, and no redirect followed
+
+        areal_judge = ServerRewards(url, timeout_s=TIMEOUT_S, retries=0)  # AReaL: a RewardError, its workflow's rejection
+        with pytest.raises(mmjudge.rewards.RewardError):
+            asyncio.run(mmjudge.rewards.areal_reward("What colour?", "Red.<|im_end|>", [1], [2], judge=areal_judge, answer="red"))
+        assert areal_judge.failed == 1
+        monkeypatch.setattr(mmjudge.rewards, "_SERVERS", {})
+        env = skyrl_env(url)  # SkyRL: 0.0, judge_failed 1 in the step's metadata and the episode's metrics
+        env.init([{"role": "user", "content": "What colour?"}])
+        step = env.step("Red.")
+        assert step["reward"] == 0.0 and step["metadata"]["judge_failed"] == 1.0 and env.get_metrics()["judge_failed"] == 1.0
+        assert mmjudge.rewards._SERVERS[url].failed == 1
+    assert state["requests"] == 9  # one request per call: no retry, and no redirect followed
     warnings = [r for r in caplog.records if r.name == "mmjudge.rewards" and r.levelno == logging.WARNING]
-    assert len(warnings) == 7 and all("no reward for" in r.getMessage() for r in warnings)
+    assert len(warnings) == 9 and all("no reward for" in r.getMessage() for r in warnings)
+
+
+def skyrl_env(url: str):
+    """mmjudge's environment as SkyRL makes one: registered by its entry point, made by skyrl_gym.make."""
+    if "mmjudge" in skyrl_gym.registry:  # a name is registered once; this test's server is another's
+        skyrl_gym.envs.deregister("mmjudge")
+    skyrl_gym.register(id="mmjudge", entry_point="mmjudge.rewards:SkyRLJudgeEnv", kwargs={"base_url": url})
+    return skyrl_gym.make("mmjudge", env_config={}, extras={"reward_spec": {"ground_truth": None}})
 
 
 def test_a_served_reward_models_range_is_the_users_and_a_judges_is_0_to_1(fake):
@@ -486,3 +506,48 @@ def test_openrlhfs_labels_carry_each_prompts_images_to_the_judge(stand_in, monke
     body = behaviour.bodies[-1]
     assert body["images"] == [["images/q_1.png"], ["images/q_2.png", "images/q_3.png"], [], [], []]
     assert body["labels"] == ["4", None, "{not json", None, '{"answer": 4}']  # a reference that is JSON of another shape stays its text
+
+
+# -- AReaL and SkyRL: each sample's images and question from where the framework holds them ---------------------
+
+def test_areal_sends_the_samples_images_and_question_and_skyrl_the_prompts_image_parts(stand_in, tmp_path):
+    """AReaL's vision workflow passes the sample's fields to the reward: its `images` (bytes, as its vision datasets
+    write them), the chat-templated `messages`, the `answer`. SkyRL's environment reads the prompt's image parts
+    (OpenAI's `image_url`, with the null keys a Parquet row's parts carry, and `image`) and its text."""
+    url, behaviour = stand_in
+    red_url = "data:image/png;base64," + base64.b64encode(png("red")).decode()
+    judge = ServerRewards(url)
+    templated = "<|im_start|>user\n<image>How many?<|im_end|>\n<|im_start|>assistant\n"
+    got = asyncio.run(mmjudge.rewards.areal_reward(prompt="decoded, its image tokens expanded", completions="[3]<|im_end|>", prompt_ids=[1],
+                                                   completion_ids=[2], judge=judge, images=[png("red")], messages=templated, answer=3))
+    assert behaviour.bodies[-1] == {"query": [templated + "[3]"], "prompts": [templated], "images": [[red_url]], "labels": ["3"]}
+    assert got == len(templated + "[3]") / 100 and judge.failed == 0
+    asyncio.run(mmjudge.rewards.areal_reward("Q?", "A.", [1], [2], judge=judge, messages_chat=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": ""}}, {"type": "text", "text": "How many?"}]}]))
+    assert behaviour.bodies[-1]["prompts"] == ["How many?"] and behaviour.bodies[-1]["images"] == [[]]
+
+    path = tmp_path / "blue.png"
+    path.write_bytes(png("blue"))
+    env = skyrl_env(url)
+    prompt = [{"role": "system", "content": [{"type": "text", "text": "Be brief.", "image_url": None, "image": None}]},
+              {"role": "user", "content": [{"type": "image_url", "image_url": {"url": red_url}, "text": None, "image": None},
+                                           {"type": "image", "image": str(path), "text": None, "image_url": None},
+                                           {"type": "text", "text": "What colours?", "image_url": None, "image": None}]}]
+    assert env.init(prompt) == (prompt, {})
+    step = env.step("Red and blue.<|im_end|>")
+    assert behaviour.bodies[-1] == {"query": ["Be brief.\nWhat colours?Red and blue."], "prompts": ["Be brief.\nWhat colours?"],
+                                    "images": [[red_url, str(path)]]}
+    assert step["reward"] == len("Be brief.\nWhat colours?Red and blue.") / 100 and step["done"] and step["metadata"]["judge_failed"] == 0.0
+    assert env.get_metrics() == {"judge_failed": 0.0, "images_judged": 2.0}
+
+
+def test_skyrls_step_in_its_event_loops_thread_runs_the_judge_in_a_thread_of_its_own(stand_in):
+    """SkyRL steps an environment in its event loop's thread where max_env_workers is 0, where asyncio.run fails."""
+    url, _ = stand_in
+    env = skyrl_env(url)
+    env.init([{"role": "user", "content": "Q?"}])
+
+    async def in_the_loop():
+        return env.step("A.")
+
+    assert asyncio.run(in_the_loop())["reward"] == len("Q?A.") / 100
