@@ -1,7 +1,6 @@
 """The reward load benchmark, small: one request of all the samples and one-sample requests from concurrent
 clients answer every sample, with the same rewards."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,19 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHMARK = ROOT / "benchmarks" / "reward_load.py"
 
 
-def load_benchmark():
-    sys.path.insert(0, str(BENCHMARK.parent))  # it imports serve_load beside it
-    try:
-        spec = importlib.util.spec_from_file_location("reward_load", BENCHMARK)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARK.parent))
-    return module
-
-
 @pytest.mark.slow  # it starts judge-serve
-def test_the_reward_load_benchmark_answers_every_sample_both_ways_with_the_same_rewards(tmp_path):
+def test_the_reward_load_benchmark_answers_every_sample_both_ways_with_the_same_rewards(tmp_path, benchmark_module):
     """With the prefix cache and without it, back to back: every sample answered both ways, with the same rewards.
     Without the cache each way prefills every prompt whole; with it the one-sample requests find the questions'
     shared parts the one request left in the cache and prefill only the rest."""
@@ -47,22 +35,22 @@ def test_the_reward_load_benchmark_answers_every_sample_both_ways_with_the_same_
     cached, whole = figures["runs"]
     assert whole["batch"]["prefill_tokens"] == whole["one_by_one"]["prefill_tokens"]
     assert 0 < cached["one_by_one"]["prefill_tokens"] < cached["batch"]["prefill_tokens"] <= whole["batch"]["prefill_tokens"]
-    assert "samples/s" in done.stdout and load_benchmark().markdown(figures).count("\n") == 2 + 2 * 2
+    assert "samples/s" in done.stdout and benchmark_module("reward_load").markdown(figures).count("\n") == 2 + 2 * 2
 
 
-def test_the_docs_table_is_the_recorded_runs():
+def test_the_docs_table_is_the_recorded_runs(benchmark_module):
     """docs/rewards.md's 1,024-sample table is markdown() of docs/rewards/reward_load.json, not typed by hand."""
     record = json.loads((ROOT / "docs" / "rewards" / "reward_load.json").read_text())
     page = (ROOT / "docs" / "rewards.md").read_text()
-    assert page.split("<!-- reward_load -->\n")[1].split("<!-- /reward_load -->")[0] == load_benchmark().markdown(record)
+    assert page.split("<!-- reward_load -->\n")[1].split("<!-- /reward_load -->")[0] == benchmark_module("reward_load").markdown(record)
     assert record["rewards_differing"] == 0 and {run["prefix_cache"] for run in record["runs"]} >= {None, 0}
 
 
-def test_the_docs_groups_table_is_the_recorded_runs():
+def test_the_docs_groups_table_is_the_recorded_runs(benchmark_module):
     """docs/rewards.md's groups table is groups_markdown() of docs/rewards/reward_groups.json, not typed by hand."""
     record = json.loads((ROOT / "docs" / "rewards" / "reward_groups.json").read_text())
     page = (ROOT / "docs" / "rewards.md").read_text()
-    assert page.split("<!-- reward_groups -->\n")[1].split("<!-- /reward_groups -->")[0] == load_benchmark().groups_markdown(record)
+    assert page.split("<!-- reward_groups -->\n")[1].split("<!-- /reward_groups -->")[0] == benchmark_module("reward_load").groups_markdown(record)
     assert record["largest_reward_difference"] < 1e-5 and record["prefix_cache"]["prefix_cache"] > 0 == record["no_prefix_cache"]["prefix_cache"]
 
 

@@ -1,11 +1,16 @@
 """benchmarks/structured_outputs.py's recorded cases and how it counts an answer (its run is recorded in docs/serve.md)."""
 
 import jsonschema
+import pytest
 
-from benchmarks.structured_outputs import CASES, request, valid
+
+@pytest.fixture(scope="module")
+def cases(benchmark_module):
+    return benchmark_module("structured_outputs")
 
 
-def test_the_41_cases_are_well_formed_and_cover_every_kind():
+def test_the_41_cases_are_well_formed_and_cover_every_kind(cases):
+    CASES, request = cases.CASES, cases.request
     assert len(CASES) == 41 and len({name for name, *_ in CASES}) == 41
     assert {kind for _, kind, _, _ in CASES} == {"json_schema", "json_object", "regex", "choice"}
     for name, kind, spec, max_tokens in CASES:
@@ -15,7 +20,8 @@ def test_the_41_cases_are_well_formed_and_cover_every_kind():
         assert 0 < max_tokens <= 400
 
 
-def test_an_answer_counts_only_where_it_validates():
+def test_an_answer_counts_only_where_it_validates(cases):
+    CASES, valid = cases.CASES, cases.valid
     schema = next(spec for name, _, spec, _ in CASES if name == "nested object")
     assert valid("json_schema", schema, '{"verdict":{"score":4,"sure":true}}')
     assert not valid("json_schema", schema, '{"verdict":{"score":11,"sure":true}}') and not valid("json_schema", schema, '{"verdict":')
